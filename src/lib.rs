@@ -1,0 +1,2 @@
+//! hotcount: exactly-once like counting for viral posts.
+#![forbid(unsafe_code)]
