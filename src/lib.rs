@@ -1,2 +1,48 @@
-//! hotcount: exactly-once like counting for viral posts.
+//! hotcount: counts likes on posts that can go viral, exactly once, from
+//! at-least-once Pub/Sub delivery into sharded Firestore counters.
+//!
+//! # Layout
+//! The modules follow the pipeline:
+//! - [`config`]: typed, validated settings (units in names).
+//! - [`event`]: the like event schema v1, parsing and validation -> [`event::Poison`].
+//! - [`source`]: Pub/Sub StreamingPull -> (event or poison, ack handle).
+//! - [`aggregator`]: sharded in-memory buffers by post; pure, synchronous.
+//! - [`batch`]: a flush's events per (post, user) and the apply rules.
+//! - [`flusher`]: when to flush; commit with retry and isolation; hands acks on.
+//! - [`store`]: the [`store::CounterStore`] trait, Firestore and in-memory stores.
+//! - [`acker`]: acks exactly the messages of a committed batch.
+//! - [`service`]: wires the stages and shuts them down in order.
+//! - [`setup`]: creates the topic, subscriptions and dead-letter topic.
+//! - [`connect`]: clients for Google or the emulators.
+//! - [`telemetry`]: every metric name, and tracing setup.
+//!
+//! # Invariants
+//! - An ack leaves the service only for a message whose effects are
+//!   committed ([`acker`], called only by [`flusher`] after the store reports
+//!   the batch committed).
+//! - A (post, user) contributes at most +1 to its post, whatever is
+//!   delivered, replayed or retried; its contribution always equals its
+//!   latest `liked` ([`batch::Batch::plan`], read and written in one
+//!   transaction by [`store::firestore`]).
+//! - sum(counter shards of p) == number of membership documents of p with
+//!   `liked == true`, at every commit boundary (deltas and memberships are
+//!   written in the same commit).
+//! - Memory is bounded: server-side flow control caps the messages and bytes
+//!   each stream holds ([`source`]).
+//! - Two batches in flight never contend inside one process: a post maps to
+//!   one aggregator shard, and a shard has one batch in flight ([`flusher`]).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod acker;
+pub mod aggregator;
+pub mod batch;
+pub mod config;
+pub mod connect;
+pub mod event;
+pub mod flusher;
+pub mod service;
+pub mod setup;
+pub mod source;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,351 @@
+//! Sharded in-memory buffers of received messages, keyed by post.
+//!
+//! Invariants: every message added is taken exactly once, together with its
+//! ack handle (the handle never leaves except inside a [`Taken`]); all events
+//! of one post land in the same shard, so batches of different shards touch
+//! disjoint posts and never contend inside one process. Pure and synchronous:
+//! no I/O, no awaiting (a [`Notify`] only wakes the shard's flusher).
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::batch::{fnv1a64, PoisonRecord};
+use crate::event::LikeEvent;
+
+/// What a received message turned out to be.
+#[derive(Clone, Debug)]
+pub enum Item {
+    /// A valid event.
+    Event(LikeEvent),
+    /// A message to quarantine.
+    Poison(PoisonRecord),
+}
+
+/// One received message waiting for its batch.
+#[derive(Debug)]
+pub struct Pending<H> {
+    /// The ack handle of the message.
+    pub handle: H,
+    /// The parsed content.
+    pub item: Item,
+    /// Payload size, for accounting.
+    pub bytes: usize,
+    /// When Pub/Sub accepted the message, if known (for publish-to-commit latency).
+    pub published: Option<std::time::SystemTime>,
+}
+
+/// What one [`Aggregator::take`] hands to the flusher.
+#[derive(Debug)]
+pub struct Taken<H> {
+    /// Valid events.
+    pub events: Vec<LikeEvent>,
+    /// Poison records.
+    pub poison: Vec<PoisonRecord>,
+    /// Ack handles of every message taken, events and poison alike.
+    pub handles: Vec<H>,
+    /// Payload bytes taken.
+    pub bytes: usize,
+    /// Publish times of the messages taken, where known.
+    pub published: Vec<std::time::SystemTime>,
+}
+
+impl<H> Taken<H> {
+    /// Number of messages taken.
+    pub fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// Whether nothing was taken.
+    pub fn is_empty(&self) -> bool {
+        self.handles.is_empty()
+    }
+}
+
+struct Buffer<H> {
+    items: Vec<Pending<H>>,
+    bytes: usize,
+    oldest: Option<Instant>,
+}
+
+struct Shard<H> {
+    buffer: Mutex<Buffer<H>>,
+    wake: Notify,
+}
+
+/// The sharded buffers.
+pub struct Aggregator<H> {
+    shards: Box<[Shard<H>]>,
+    max_batch_events: usize,
+}
+
+impl<H> Aggregator<H> {
+    /// `shards` buffers (at least 1); a batch takes at most `max_batch_events` messages.
+    pub fn new(shards: usize, max_batch_events: usize) -> Self {
+        let shards = (0..shards.max(1))
+            .map(|_| Shard {
+                buffer: Mutex::new(Buffer {
+                    items: Vec::new(),
+                    bytes: 0,
+                    oldest: None,
+                }),
+                wake: Notify::new(),
+            })
+            .collect();
+        Self {
+            shards,
+            max_batch_events: max_batch_events.max(1),
+        }
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard of `item`: by post for events, by message id for poison.
+    pub fn shard_of(&self, item: &Item) -> usize {
+        let hash = match item {
+            Item::Event(e) => fnv1a64(e.post_id.as_bytes(), b""),
+            Item::Poison(p) => fnv1a64(p.message_id.as_bytes(), b"poison"),
+        };
+        (hash % self.shards.len() as u64) as usize
+    }
+
+    /// Buffers one message; wakes the shard's flusher when the buffer was
+    /// empty (a flush deadline starts) or reaches a full batch. Returns the shard.
+    pub fn add(&self, pending: Pending<H>) -> usize {
+        self.add_at(pending, Instant::now())
+    }
+
+    /// [`Aggregator::add`] with an explicit arrival time.
+    pub fn add_at(&self, pending: Pending<H>, now: Instant) -> usize {
+        let index = self.shard_of(&pending.item);
+        let shard = &self.shards[index];
+        let wake = {
+            let mut buffer = shard.buffer.lock();
+            let was_empty = buffer.items.is_empty();
+            buffer.bytes += pending.bytes;
+            buffer.items.push(pending);
+            if was_empty {
+                buffer.oldest = Some(now);
+            }
+            was_empty || buffer.items.len() == self.max_batch_events
+        };
+        if wake {
+            shard.wake.notify_one();
+        }
+        index
+    }
+
+    /// Takes up to one batch of messages from `shard`, oldest first.
+    pub fn take(&self, shard: usize) -> Taken<H> {
+        self.take_at(shard, Instant::now())
+    }
+
+    /// [`Aggregator::take`]; `now` becomes the age origin of what stays behind.
+    pub fn take_at(&self, shard: usize, now: Instant) -> Taken<H> {
+        let Some(shard) = self.shards.get(shard) else {
+            return Taken {
+                events: Vec::new(),
+                poison: Vec::new(),
+                handles: Vec::new(),
+                bytes: 0,
+                published: Vec::new(),
+            };
+        };
+        let items: Vec<Pending<H>> = {
+            let mut buffer = shard.buffer.lock();
+            let n = buffer.items.len().min(self.max_batch_events);
+            let rest = buffer.items.split_off(n);
+            let taken = std::mem::replace(&mut buffer.items, rest);
+            let taken_bytes: usize = taken.iter().map(|p| p.bytes).sum();
+            buffer.bytes -= taken_bytes;
+            buffer.oldest = if buffer.items.is_empty() {
+                None
+            } else {
+                Some(now)
+            };
+            taken
+        };
+        let mut taken = Taken {
+            events: Vec::new(),
+            poison: Vec::new(),
+            handles: Vec::with_capacity(items.len()),
+            bytes: 0,
+            published: Vec::new(),
+        };
+        for pending in items {
+            taken.bytes += pending.bytes;
+            taken.published.extend(pending.published);
+            taken.handles.push(pending.handle);
+            match pending.item {
+                Item::Event(e) => taken.events.push(e),
+                Item::Poison(p) => taken.poison.push(p),
+            }
+        }
+        taken
+    }
+
+    /// When the oldest message of `shard` arrived (None when empty).
+    pub fn oldest(&self, shard: usize) -> Option<Instant> {
+        self.shards.get(shard).and_then(|s| s.buffer.lock().oldest)
+    }
+
+    /// Messages buffered in `shard`.
+    pub fn len(&self, shard: usize) -> usize {
+        self.shards
+            .get(shard)
+            .map_or(0, |s| s.buffer.lock().items.len())
+    }
+
+    /// Messages buffered in all shards.
+    pub fn total_len(&self) -> usize {
+        (0..self.shards.len()).map(|i| self.len(i)).sum()
+    }
+
+    /// Payload bytes buffered in all shards.
+    pub fn total_bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.buffer.lock().bytes).sum()
+    }
+
+    /// Whether `shard` holds a full batch.
+    pub fn is_full(&self, shard: usize) -> bool {
+        self.len(shard) >= self.max_batch_events
+    }
+
+    /// Waits until `shard` is woken by [`Aggregator::add`] (or [`Aggregator::wake_all`]).
+    pub async fn woken(&self, shard: usize) {
+        if let Some(s) = self.shards.get(shard) {
+            s.wake.notified().await;
+        }
+    }
+
+    /// Wakes every shard's flusher (used at shutdown).
+    pub fn wake_all(&self) {
+        for s in self.shards.iter() {
+            s.wake.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{LikeKind, Version};
+
+    fn event(post: &str, user: &str) -> Item {
+        Item::Event(LikeEvent {
+            kind: LikeKind::Added,
+            post_id: post.into(),
+            user_id: user.into(),
+            version: Version {
+                seq: 0,
+                occurred_at_micros: 0,
+                event_id: format!("{post}-{user}"),
+            },
+            producer: None,
+        })
+    }
+
+    #[test]
+    fn one_post_always_lands_in_one_shard() {
+        let agg: Aggregator<u32> = Aggregator::new(8, 100);
+        let first = agg.add(Pending {
+            handle: 0,
+            item: event("hot", "u0"),
+            bytes: 1,
+            published: None,
+        });
+        for i in 1..50 {
+            let s = agg.add(Pending {
+                handle: i,
+                item: event("hot", &format!("u{i}")),
+                bytes: 1,
+                published: None,
+            });
+            assert_eq!(s, first);
+        }
+        assert_eq!(agg.len(first), 50);
+        assert_eq!(agg.total_len(), 50);
+    }
+
+    #[test]
+    fn take_returns_each_handle_once_in_batches() {
+        let agg: Aggregator<u32> = Aggregator::new(1, 4);
+        for i in 0..10 {
+            agg.add(Pending {
+                handle: i,
+                item: event("p", &format!("u{i}")),
+                bytes: 10,
+                published: None,
+            });
+        }
+        let mut seen = Vec::new();
+        loop {
+            let t = agg.take(0);
+            if t.is_empty() {
+                break;
+            }
+            assert!(t.len() <= 4);
+            seen.extend(t.handles);
+        }
+        assert_eq!(seen, (0..10).collect::<Vec<_>>());
+        assert_eq!(agg.total_bytes(), 0);
+        assert_eq!(agg.oldest(0), None);
+    }
+
+    #[test]
+    fn poison_and_events_are_separated_with_their_handles() {
+        let agg: Aggregator<&str> = Aggregator::new(1, 10);
+        agg.add(Pending {
+            handle: "a",
+            item: event("p", "u"),
+            bytes: 1,
+            published: None,
+        });
+        let poison = PoisonRecord::new("m1".into(), "bad".into(), b"x", Default::default());
+        agg.add(Pending {
+            handle: "b",
+            item: Item::Poison(poison),
+            bytes: 1,
+            published: None,
+        });
+        let t = agg.take(0);
+        assert_eq!(t.events.len(), 1);
+        assert_eq!(t.poison.len(), 1);
+        assert_eq!(t.handles, vec!["a", "b"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn oldest_tracks_the_first_message_of_the_buffer() {
+        let agg: Aggregator<u32> = Aggregator::new(1, 2);
+        let t0 = Instant::now();
+        agg.add_at(
+            Pending {
+                handle: 1,
+                item: event("p", "a"),
+                bytes: 1,
+                published: None,
+            },
+            t0,
+        );
+        tokio::time::advance(std::time::Duration::from_millis(5)).await;
+        agg.add(Pending {
+            handle: 2,
+            item: event("p", "b"),
+            bytes: 1,
+            published: None,
+        });
+        agg.add(Pending {
+            handle: 3,
+            item: event("p", "c"),
+            bytes: 1,
+            published: None,
+        });
+        assert_eq!(agg.oldest(0), Some(t0));
+        assert!(agg.is_full(0));
+        let _ = agg.take(0);
+        assert!(agg.oldest(0).unwrap() > t0);
+    }
+}

@@ -1,0 +1,406 @@
+//! One flush worth of work: events grouped per (post, user), poison records,
+//! and the apply rules that turn stored memberships into the writes of one
+//! transaction.
+//!
+//! Invariants (DESIGN.md):
+//! - a (post, user) contributes at most +1 to its post, and its contribution
+//!   always equals its latest `liked`: [`Batch::plan`] only moves a key from
+//!   not-liked to liked (+1) or back (-1), and only for a strictly newer event;
+//! - a duplicate or stale event (not newer than the stored version) is a no-op.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::event::{LikeEvent, LikeKind, Version};
+
+/// Identifies one membership document: one (post, user) pair.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MembershipKey {
+    /// The post.
+    pub post_id: String,
+    /// The user.
+    pub user_id: String,
+}
+
+impl MembershipKey {
+    /// The key of `event`.
+    pub fn of(event: &LikeEvent) -> Self {
+        Self {
+            post_id: event.post_id.clone(),
+            user_id: event.user_id.clone(),
+        }
+    }
+
+    /// The membership document id: a stable 8-hex-digit hash prefix (so one
+    /// post's likes spread over the key space instead of forming a hotspot),
+    /// then the post id's length, the post id and the user id. The length
+    /// prefix makes the id unambiguous whatever the ids contain.
+    pub fn doc_id(&self) -> String {
+        let hash = fnv1a64(self.post_id.as_bytes(), self.user_id.as_bytes());
+        format!(
+            "{:08x}.{}.{}.{}",
+            hash >> 32,
+            self.post_id.len(),
+            self.post_id,
+            self.user_id
+        )
+    }
+}
+
+/// FNV-1a over two byte strings with a separator: stable across builds and
+/// platforms, unlike `std`'s hasher.
+pub fn fnv1a64(a: &[u8], b: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in a.iter().chain(&[0xff]).chain(b) {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// The stored state of one (post, user).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Membership {
+    /// Whether the user likes the post now.
+    pub liked: bool,
+    /// The version of the event that set this state.
+    pub version: Version,
+}
+
+/// A message that could not become an event, to be quarantined and acked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoisonRecord {
+    /// Pub/Sub message id.
+    pub message_id: String,
+    /// Why it is poison.
+    pub reason: String,
+    /// The payload, truncated to [`PoisonRecord::MAX_STORED_BYTES`].
+    pub data: Vec<u8>,
+    /// The payload's full length.
+    pub data_len: usize,
+    /// The message attributes.
+    pub attributes: BTreeMap<String, String>,
+}
+
+impl PoisonRecord {
+    /// How much of a poison payload is kept (a Firestore document holds 1 MiB).
+    pub const MAX_STORED_BYTES: usize = 16 * 1024;
+
+    /// A record for `data` with `reason`, truncating the payload.
+    pub fn new(
+        message_id: String,
+        reason: String,
+        data: &[u8],
+        attributes: BTreeMap<String, String>,
+    ) -> Self {
+        let keep = data.len().min(Self::MAX_STORED_BYTES);
+        Self {
+            message_id,
+            reason,
+            data: data[..keep].to_vec(),
+            data_len: data.len(),
+            attributes,
+        }
+    }
+}
+
+/// What applying a batch did, per event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// Events that changed a membership.
+    pub applied: u64,
+    /// Events already applied (same event id as the state they met).
+    pub duplicates: u64,
+    /// Events older than the state they met.
+    pub stale: u64,
+    /// Poison messages quarantined.
+    pub poison: u64,
+}
+
+impl Effects {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: Effects) {
+        self.applied += other.applied;
+        self.duplicates += other.duplicates;
+        self.stale += other.stale;
+        self.poison += other.poison;
+    }
+}
+
+/// The writes one batch needs, given the stored memberships.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Memberships whose state changes, with the new state.
+    pub memberships: Vec<(MembershipKey, Membership)>,
+    /// Net like delta per post (zero deltas omitted).
+    pub deltas: BTreeMap<String, i64>,
+    /// Per-event outcome counts.
+    pub effects: Effects,
+}
+
+/// The events and poison of one flush.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    /// Unique id; the batch marker's dedupe key is `{consumer}:{id}`.
+    pub id: String,
+    /// Events per (post, user), each list sorted by version.
+    pub events: BTreeMap<MembershipKey, Vec<LikeEvent>>,
+    /// Poison messages.
+    pub poison: Vec<PoisonRecord>,
+    /// Pub/Sub messages this batch covers (events + poison).
+    pub message_count: usize,
+}
+
+impl Batch {
+    /// Groups `events` and `poison` into a batch with a fresh random id.
+    pub fn new(events: Vec<LikeEvent>, poison: Vec<PoisonRecord>) -> Self {
+        let message_count = events.len() + poison.len();
+        let mut grouped: BTreeMap<MembershipKey, Vec<LikeEvent>> = BTreeMap::new();
+        for event in events {
+            grouped
+                .entry(MembershipKey::of(&event))
+                .or_default()
+                .push(event);
+        }
+        for list in grouped.values_mut() {
+            list.sort_by(|a, b| a.version.cmp(&b.version));
+        }
+        Self {
+            id: new_batch_id(),
+            events: grouped,
+            poison,
+            message_count,
+        }
+    }
+
+    /// Number of events (not counting poison).
+    pub fn event_count(&self) -> usize {
+        self.events.values().map(Vec::len).sum()
+    }
+
+    /// The membership keys to read.
+    pub fn keys(&self) -> impl Iterator<Item = &MembershipKey> {
+        self.events.keys()
+    }
+
+    /// Posts touched by this batch.
+    pub fn posts(&self) -> Vec<&str> {
+        let mut posts: Vec<&str> = self.events.keys().map(|k| k.post_id.as_str()).collect();
+        posts.dedup();
+        posts
+    }
+
+    /// Applies the events, per key in version order, to `stored` (absent =
+    /// never seen: not liked, older than any event).
+    pub fn plan(&self, stored: &HashMap<MembershipKey, Membership>) -> Plan {
+        let mut plan = Plan {
+            effects: Effects {
+                poison: self.poison.len() as u64,
+                ..Effects::default()
+            },
+            ..Plan::default()
+        };
+        for (key, events) in &self.events {
+            let mut current = stored.get(key).cloned();
+            let mut changed = false;
+            for event in events {
+                if let Some(state) = &current {
+                    if event.version <= state.version {
+                        if event.version.event_id == state.version.event_id {
+                            plan.effects.duplicates += 1;
+                        } else {
+                            plan.effects.stale += 1;
+                        }
+                        continue;
+                    }
+                }
+                let was_liked = current.as_ref().is_some_and(|s| s.liked);
+                let liked = event.kind == LikeKind::Added;
+                let delta = i64::from(liked) - i64::from(was_liked);
+                if delta != 0 {
+                    *plan.deltas.entry(key.post_id.clone()).or_default() += delta;
+                }
+                current = Some(Membership {
+                    liked,
+                    version: event.version.clone(),
+                });
+                changed = true;
+                plan.effects.applied += 1;
+            }
+            if let (true, Some(state)) = (changed, current) {
+                plan.memberships.push((key.clone(), state));
+            }
+        }
+        plan.deltas.retain(|_, d| *d != 0);
+        plan
+    }
+
+    /// Splits into two batches of about half the keys each (poison goes to the
+    /// first), both with fresh ids. Used to isolate an event the store rejects.
+    pub fn split(self) -> (Batch, Batch) {
+        let half = self.events.len() / 2;
+        let mut first = BTreeMap::new();
+        let mut second = BTreeMap::new();
+        for (i, (key, events)) in self.events.into_iter().enumerate() {
+            if i < half {
+                first.insert(key, events);
+            } else {
+                second.insert(key, events);
+            }
+        }
+        let count =
+            |m: &BTreeMap<MembershipKey, Vec<LikeEvent>>| m.values().map(Vec::len).sum::<usize>();
+        let a = Batch {
+            id: new_batch_id(),
+            message_count: count(&first) + self.poison.len(),
+            events: first,
+            poison: self.poison,
+        };
+        let b = Batch {
+            id: new_batch_id(),
+            message_count: count(&second),
+            events: second,
+            poison: Vec::new(),
+        };
+        (a, b)
+    }
+}
+
+/// 128 random bits as 32 hex digits.
+pub fn new_batch_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: LikeKind, post: &str, user: &str, seq: i64, id: &str) -> LikeEvent {
+        LikeEvent {
+            kind,
+            post_id: post.into(),
+            user_id: user.into(),
+            version: Version {
+                seq,
+                occurred_at_micros: 0,
+                event_id: id.into(),
+            },
+            producer: None,
+        }
+    }
+
+    use LikeKind::{Added, Removed};
+
+    #[test]
+    fn double_like_by_one_user_counts_once() {
+        let batch = Batch::new(
+            vec![ev(Added, "p", "u", 1, "a"), ev(Added, "p", "u", 2, "b")],
+            vec![],
+        );
+        let plan = batch.plan(&HashMap::new());
+        assert_eq!(plan.deltas["p"], 1);
+        assert_eq!(plan.effects.applied, 2);
+        assert_eq!(plan.memberships.len(), 1);
+    }
+
+    #[test]
+    fn duplicate_event_in_batch_is_a_no_op() {
+        let batch = Batch::new(
+            vec![ev(Added, "p", "u", 1, "a"), ev(Added, "p", "u", 1, "a")],
+            vec![],
+        );
+        let plan = batch.plan(&HashMap::new());
+        assert_eq!(plan.deltas["p"], 1);
+        assert_eq!(plan.effects.duplicates, 1);
+    }
+
+    #[test]
+    fn out_of_order_like_unlike_like_ends_liked() {
+        let batch = Batch::new(
+            vec![
+                ev(Added, "p", "u", 3, "c"),
+                ev(Added, "p", "u", 1, "a"),
+                ev(Removed, "p", "u", 2, "b"),
+            ],
+            vec![],
+        );
+        let plan = batch.plan(&HashMap::new());
+        assert_eq!(plan.deltas["p"], 1);
+        assert!(plan.memberships[0].1.liked);
+        assert_eq!(plan.memberships[0].1.version.seq, 3);
+    }
+
+    #[test]
+    fn stale_event_after_stored_state_is_a_no_op() {
+        let key = MembershipKey {
+            post_id: "p".into(),
+            user_id: "u".into(),
+        };
+        let stored = HashMap::from([(
+            key,
+            Membership {
+                liked: false,
+                version: ev(Removed, "p", "u", 5, "x").version,
+            },
+        )]);
+        let batch = Batch::new(vec![ev(Added, "p", "u", 4, "old")], vec![]);
+        let plan = batch.plan(&stored);
+        assert!(plan.deltas.is_empty());
+        assert!(plan.memberships.is_empty());
+        assert_eq!(plan.effects.stale, 1);
+    }
+
+    #[test]
+    fn redelivered_batch_changes_nothing() {
+        let events = vec![ev(Added, "p", "u1", 1, "a"), ev(Added, "p", "u2", 1, "b")];
+        let first = Batch::new(events.clone(), vec![]).plan(&HashMap::new());
+        let stored: HashMap<_, _> = first.memberships.into_iter().collect();
+        let again = Batch::new(events, vec![]).plan(&stored);
+        assert!(again.deltas.is_empty());
+        assert!(again.memberships.is_empty());
+        assert_eq!(again.effects.duplicates, 2);
+    }
+
+    #[test]
+    fn unlike_of_unknown_key_is_recorded_without_delta() {
+        let plan = Batch::new(vec![ev(Removed, "p", "u", 1, "r")], vec![]).plan(&HashMap::new());
+        assert!(plan.deltas.is_empty());
+        assert_eq!(plan.memberships.len(), 1);
+        assert!(!plan.memberships[0].1.liked);
+    }
+
+    #[test]
+    fn doc_ids_are_unambiguous_and_spread() {
+        let a = MembershipKey {
+            post_id: "a.b".into(),
+            user_id: "c".into(),
+        };
+        let b = MembershipKey {
+            post_id: "a".into(),
+            user_id: "b.c".into(),
+        };
+        assert_ne!(a.doc_id(), b.doc_id());
+        let k1 = MembershipKey {
+            post_id: "p".into(),
+            user_id: "u1".into(),
+        }
+        .doc_id();
+        let k2 = MembershipKey {
+            post_id: "p".into(),
+            user_id: "u2".into(),
+        }
+        .doc_id();
+        assert_ne!(k1[..8], k2[..8]);
+    }
+
+    #[test]
+    fn split_keeps_every_event_once() {
+        let events: Vec<_> = (0..9)
+            .map(|i| ev(Added, "p", &format!("u{i}"), 1, &format!("e{i}")))
+            .collect();
+        let batch = Batch::new(events, vec![]);
+        let (a, b) = batch.split();
+        assert_eq!(a.event_count() + b.event_count(), 9);
+        assert!(a.event_count() >= 4 && b.event_count() >= 4);
+        assert_ne!(a.id, b.id);
+    }
+}

@@ -1,0 +1,335 @@
+//! Typed, validated settings of `hotcount run`, and where the services are.
+//!
+//! Invariant: a [`Config`] only exists validated ([`RunArgs::validate`]);
+//! every duration and size carries its unit in its name.
+
+use std::time::Duration;
+
+use crate::event::{check_id, MAX_EVENT_ID_BYTES};
+
+/// Where Pub/Sub and Firestore are: Google's endpoints with Application
+/// Default Credentials, or emulators (anonymous) when an address is given.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Endpoints {
+    /// Pub/Sub emulator address (`host:port`); unset = Google's endpoint with ADC.
+    #[arg(long, env = "PUBSUB_EMULATOR_HOST")]
+    pub pubsub_emulator_host: Option<String>,
+    /// Firestore emulator address (`host:port`); unset = Google's endpoint with ADC.
+    #[arg(long, env = "FIRESTORE_EMULATOR_HOST")]
+    pub firestore_emulator_host: Option<String>,
+}
+
+/// Which Google Cloud project, database and documents.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Target {
+    /// Google Cloud project id.
+    #[arg(long, env = "HOTCOUNT_PROJECT", default_value = "hotcount-local")]
+    pub project: String,
+    /// Firestore database id.
+    #[arg(long, env = "HOTCOUNT_DATABASE", default_value = "(default)")]
+    pub database: String,
+    /// Prefix of every Firestore collection hotcount writes (e.g. `hc_`).
+    #[arg(long, env = "HOTCOUNT_COLLECTION_PREFIX", default_value = "")]
+    pub collection_prefix: String,
+}
+
+/// Settings of `hotcount run`, as given on the command line or in the environment.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// Target project, database and collections.
+    #[command(flatten)]
+    pub target: Target,
+    /// Subscription id (or full `projects/*/subscriptions/*` name).
+    #[arg(long, env = "HOTCOUNT_SUBSCRIPTION", default_value = "likes-hotcount")]
+    pub subscription: String,
+    /// Consumer name: namespaces batch markers and quarantine records.
+    /// Replicas on one subscription share it; another subscription needs another.
+    #[arg(long, env = "HOTCOUNT_CONSUMER", default_value = "hotcount")]
+    pub consumer: String,
+    /// In-memory aggregator shards (one batch in flight per shard).
+    #[arg(long, env = "HOTCOUNT_SHARDS", default_value_t = 16)]
+    pub shards: usize,
+    /// Counter shard documents per post.
+    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = 8)]
+    pub counter_shards: u32,
+    /// Flush a shard when its oldest event is this old, in milliseconds.
+    #[arg(long, env = "HOTCOUNT_FLUSH_INTERVAL_MS", default_value_t = 100)]
+    pub flush_interval_ms: u64,
+    /// Flush a shard when it holds this many messages.
+    #[arg(long, env = "HOTCOUNT_MAX_BATCH_EVENTS", default_value_t = 1000)]
+    pub max_batch_events: usize,
+    /// Flow control: messages outstanding per stream (server-side).
+    #[arg(
+        long,
+        env = "HOTCOUNT_MAX_OUTSTANDING_MESSAGES",
+        default_value_t = 10_000
+    )]
+    pub max_outstanding_messages: i64,
+    /// Flow control: bytes outstanding per stream (server-side).
+    #[arg(long, env = "HOTCOUNT_MAX_OUTSTANDING_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_outstanding_bytes: i64,
+    /// StreamingPull streams.
+    #[arg(long, env = "HOTCOUNT_STREAMS", default_value_t = 2)]
+    pub streams: usize,
+    /// Lease extension the client asks for while messages wait, in seconds (10..=600).
+    #[arg(long, env = "HOTCOUNT_LEASE_EXTENSION_SECS", default_value_t = 60)]
+    pub lease_extension_secs: u64,
+    /// Commit attempts per batch before it is nacked.
+    #[arg(long, env = "HOTCOUNT_COMMIT_MAX_ATTEMPTS", default_value_t = 8)]
+    pub commit_max_attempts: u32,
+    /// First commit retry backoff, in milliseconds (doubles, with jitter).
+    #[arg(long, env = "HOTCOUNT_COMMIT_BACKOFF_INITIAL_MS", default_value_t = 20)]
+    pub commit_backoff_initial_ms: u64,
+    /// Largest commit retry backoff, in milliseconds.
+    #[arg(long, env = "HOTCOUNT_COMMIT_BACKOFF_MAX_MS", default_value_t = 2000)]
+    pub commit_backoff_max_ms: u64,
+    /// Batch marker lifetime (`expireAt`), in days: longer than the
+    /// subscription's retention plus the longest replay window.
+    #[arg(long, env = "HOTCOUNT_MARKER_TTL_DAYS", default_value_t = 40)]
+    pub marker_ttl_days: u64,
+    /// Log as JSON lines.
+    #[arg(long, env = "HOTCOUNT_LOG_JSON", default_value_t = false)]
+    pub log_json: bool,
+}
+
+/// Validated settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Project id.
+    pub project: String,
+    /// Database id.
+    pub database: String,
+    /// Collection prefix.
+    pub collection_prefix: String,
+    /// Full subscription name.
+    pub subscription: String,
+    /// Consumer name.
+    pub consumer: String,
+    /// Aggregator shards.
+    pub shards: usize,
+    /// Counter shards per post.
+    pub counter_shards: u32,
+    /// Flush interval.
+    pub flush_interval: Duration,
+    /// Messages per batch at most.
+    pub max_batch_events: usize,
+    /// Flow control, messages per stream.
+    pub max_outstanding_messages: i64,
+    /// Flow control, bytes per stream.
+    pub max_outstanding_bytes: i64,
+    /// StreamingPull streams.
+    pub streams: usize,
+    /// Lease extension asked for.
+    pub lease_extension: Duration,
+    /// Commit attempts per batch.
+    pub commit_max_attempts: u32,
+    /// First retry backoff.
+    pub commit_backoff_initial: Duration,
+    /// Largest retry backoff.
+    pub commit_backoff_max: Duration,
+    /// Batch marker lifetime.
+    pub marker_ttl: Duration,
+}
+
+/// A setting that is out of range, with what is allowed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid --{flag}: {reason}")]
+pub struct ConfigError {
+    /// The flag.
+    pub flag: &'static str,
+    /// What is wrong and what is allowed.
+    pub reason: String,
+}
+
+impl ConfigError {
+    /// Config errors are never retryable: fix the setting.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+fn range<T: PartialOrd + std::fmt::Display>(
+    flag: &'static str,
+    v: T,
+    lo: T,
+    hi: T,
+) -> Result<T, ConfigError> {
+    if v < lo || v > hi {
+        return Err(ConfigError {
+            flag,
+            reason: format!("{v} is outside {lo}..={hi}"),
+        });
+    }
+    Ok(v)
+}
+
+/// A resource id as Pub/Sub accepts it: starts with a letter, 3..=255 of
+/// `[A-Za-z0-9-_.~+%]`, never starting with `goog`.
+pub fn check_pubsub_id(id: &str) -> Result<(), String> {
+    let ok_chars = id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.~+%".contains(c));
+    if !(3..=255).contains(&id.len())
+        || !id.starts_with(|c: char| c.is_ascii_alphabetic())
+        || !ok_chars
+        || id.starts_with("goog")
+    {
+        return Err(format!(
+            "{id:?} must start with a letter, be 3..=255 of [A-Za-z0-9-_.~+%] and not start with goog"
+        ));
+    }
+    Ok(())
+}
+
+/// `projects/{p}/subscriptions/{s}` from an id or a full name.
+pub fn subscription_name(project: &str, subscription: &str) -> Result<String, String> {
+    let id = match subscription.strip_prefix("projects/") {
+        Some(rest) => match rest.split_once("/subscriptions/") {
+            Some((p, id)) if !p.is_empty() && !p.contains('/') => {
+                check_pubsub_id(id)?;
+                return Ok(subscription.to_string());
+            }
+            _ => {
+                return Err(format!(
+                    "{subscription:?} is not projects/*/subscriptions/*"
+                ))
+            }
+        },
+        None => subscription,
+    };
+    check_pubsub_id(id)?;
+    Ok(format!("projects/{project}/subscriptions/{id}"))
+}
+
+impl RunArgs {
+    /// Checks every setting; the first problem is reported with its flag.
+    pub fn validate(&self) -> Result<Config, ConfigError> {
+        let t = &self.target;
+        if t.project.is_empty() || t.project.contains('/') {
+            return Err(ConfigError {
+                flag: "project",
+                reason: "must be a project id".into(),
+            });
+        }
+        check_id(&self.consumer, MAX_EVENT_ID_BYTES).map_err(|p| ConfigError {
+            flag: "consumer",
+            reason: format!("not a safe document id: {p}"),
+        })?;
+        if self.consumer.contains(':') {
+            return Err(ConfigError {
+                flag: "consumer",
+                reason: "must not contain ':'".into(),
+            });
+        }
+        if t.collection_prefix.contains('/') {
+            return Err(ConfigError {
+                flag: "collection-prefix",
+                reason: "must not contain '/'".into(),
+            });
+        }
+        let subscription =
+            subscription_name(&t.project, &self.subscription).map_err(|reason| ConfigError {
+                flag: "subscription",
+                reason,
+            })?;
+        Ok(Config {
+            project: t.project.clone(),
+            database: t.database.clone(),
+            collection_prefix: t.collection_prefix.clone(),
+            subscription,
+            consumer: self.consumer.clone(),
+            shards: range("shards", self.shards, 1, 4096)?,
+            counter_shards: range("counter-shards", self.counter_shards, 1, 1000)?,
+            flush_interval: Duration::from_millis(range(
+                "flush-interval-ms",
+                self.flush_interval_ms,
+                1,
+                60_000,
+            )?),
+            max_batch_events: range("max-batch-events", self.max_batch_events, 1, 10_000)?,
+            max_outstanding_messages: range(
+                "max-outstanding-messages",
+                self.max_outstanding_messages,
+                1,
+                10_000_000,
+            )?,
+            max_outstanding_bytes: range(
+                "max-outstanding-bytes",
+                self.max_outstanding_bytes,
+                1024,
+                1 << 40,
+            )?,
+            streams: range("streams", self.streams, 1, 64)?,
+            lease_extension: Duration::from_secs(range(
+                "lease-extension-secs",
+                self.lease_extension_secs,
+                10,
+                600,
+            )?),
+            commit_max_attempts: range("commit-max-attempts", self.commit_max_attempts, 1, 100)?,
+            commit_backoff_initial: Duration::from_millis(range(
+                "commit-backoff-initial-ms",
+                self.commit_backoff_initial_ms,
+                1,
+                60_000,
+            )?),
+            commit_backoff_max: Duration::from_millis(range(
+                "commit-backoff-max-ms",
+                self.commit_backoff_max_ms,
+                1,
+                600_000,
+            )?),
+            marker_ttl: Duration::from_secs(
+                86_400 * range("marker-ttl-days", self.marker_ttl_days, 1, 3650)?,
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Config, ConfigError> {
+        let mut all = vec!["hotcount"];
+        all.extend_from_slice(args);
+        Cli::parse_from(all).run.validate()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(
+            c.subscription,
+            "projects/hotcount-local/subscriptions/likes-hotcount"
+        );
+        assert_eq!(c.flush_interval, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn out_of_range_settings_name_their_flag() {
+        assert_eq!(parse(&["--shards", "0"]).unwrap_err().flag, "shards");
+        assert_eq!(
+            parse(&["--lease-extension-secs", "5"]).unwrap_err().flag,
+            "lease-extension-secs"
+        );
+        assert_eq!(parse(&["--consumer", "a/b"]).unwrap_err().flag, "consumer");
+        assert_eq!(
+            parse(&["--subscription", "goog-x"]).unwrap_err().flag,
+            "subscription"
+        );
+    }
+
+    #[test]
+    fn full_subscription_names_are_kept() {
+        let c = parse(&["--subscription", "projects/other/subscriptions/sub-1"]).unwrap();
+        assert_eq!(c.subscription, "projects/other/subscriptions/sub-1");
+    }
+}

@@ -1,0 +1,110 @@
+//! Opening clients: Google's endpoints with Application Default Credentials,
+//! or emulators (anonymous credentials) when an emulator address is set.
+//!
+//! Invariant: credentials are never logged; an emulator address is only
+//! ever used with anonymous credentials over plain HTTP/2.
+
+use firestore::{FirestoreDb, FirestoreDbOptions};
+use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
+
+use crate::config::{Endpoints, Target};
+
+/// A client could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("connecting to {service}: {message}")]
+pub struct ConnectError {
+    /// `pubsub` or `firestore`.
+    pub service: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ConnectError {
+    /// Building a client fails on configuration; retrying does not help.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+fn emulator_url(host: &str) -> String {
+    if host.contains("://") {
+        host.to_string()
+    } else {
+        format!("http://{host}")
+    }
+}
+
+fn anonymous() -> google_cloud_auth::credentials::Credentials {
+    google_cloud_auth::credentials::anonymous::Builder::new().build()
+}
+
+fn pubsub_error(e: impl std::fmt::Display) -> ConnectError {
+    ConnectError {
+        service: "pubsub",
+        message: e.to_string(),
+    }
+}
+
+/// A Pub/Sub subscriber client.
+pub async fn subscriber(endpoints: &Endpoints) -> Result<Subscriber, ConnectError> {
+    let mut builder = Subscriber::builder();
+    if let Some(host) = &endpoints.pubsub_emulator_host {
+        builder = builder
+            .with_endpoint(emulator_url(host))
+            .with_credentials(anonymous());
+    }
+    builder.build().await.map_err(pubsub_error)
+}
+
+/// A Pub/Sub publisher for `topic` (full name), with the crate's default batching.
+pub async fn publisher(endpoints: &Endpoints, topic: &str) -> Result<Publisher, ConnectError> {
+    let mut builder = Publisher::builder(topic);
+    if let Some(host) = &endpoints.pubsub_emulator_host {
+        builder = builder
+            .with_endpoint(emulator_url(host))
+            .with_credentials(anonymous());
+    }
+    builder.build().await.map_err(pubsub_error)
+}
+
+/// The Pub/Sub topic admin client.
+pub async fn topic_admin(endpoints: &Endpoints) -> Result<TopicAdmin, ConnectError> {
+    let mut builder = TopicAdmin::builder();
+    if let Some(host) = &endpoints.pubsub_emulator_host {
+        builder = builder
+            .with_endpoint(emulator_url(host))
+            .with_credentials(anonymous());
+    }
+    builder.build().await.map_err(pubsub_error)
+}
+
+/// The Pub/Sub subscription admin client.
+pub async fn subscription_admin(endpoints: &Endpoints) -> Result<SubscriptionAdmin, ConnectError> {
+    let mut builder = SubscriptionAdmin::builder();
+    if let Some(host) = &endpoints.pubsub_emulator_host {
+        builder = builder
+            .with_endpoint(emulator_url(host))
+            .with_credentials(anonymous());
+    }
+    builder.build().await.map_err(pubsub_error)
+}
+
+/// A Firestore client for `target`'s project and database.
+pub async fn firestore(
+    endpoints: &Endpoints,
+    target: &Target,
+) -> Result<FirestoreDb, ConnectError> {
+    let options =
+        FirestoreDbOptions::new(target.project.clone()).with_database_id(target.database.clone());
+    let result = match &endpoints.firestore_emulator_host {
+        Some(host) => {
+            let options = options.with_firebase_api_url(emulator_url(host));
+            FirestoreDb::with_options_auth(options, anonymous()).await
+        }
+        None => FirestoreDb::with_options(options).await,
+    };
+    result.map_err(|e| ConnectError {
+        service: "firestore",
+        message: e.to_string(),
+    })
+}

@@ -1,0 +1,514 @@
+//! The like event schema (v1): parsing and validation of Pub/Sub payloads.
+//!
+//! Invariant: a [`LikeEvent`] only exists with ids that are safe as Firestore
+//! document ids and a valid timestamp; everything else becomes a [`Poison`]
+//! with a precise reason, and is never written anywhere but quarantine.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Largest payload parsed at all; larger ones are poison without being read.
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// Longest accepted post or user id, in bytes (Firestore allows 1500 per id;
+/// membership ids combine both, so each is capped well below).
+pub const MAX_ID_BYTES: usize = 512;
+/// Longest accepted event id or producer name, in bytes.
+pub const MAX_EVENT_ID_BYTES: usize = 256;
+/// The only schema version understood.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// What a like event does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LikeKind {
+    /// `like.added`
+    Added,
+    /// `like.removed`
+    Removed,
+}
+
+impl LikeKind {
+    /// The wire name (`like.added` / `like.removed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LikeKind::Added => "like.added",
+            LikeKind::Removed => "like.removed",
+        }
+    }
+}
+
+/// Where an event stands in its (post, user) history: `seq` (0 when absent),
+/// then `occurredAt`, then `eventId`. Total, so "newer" is always decidable;
+/// the same event delivered twice has the same version and is never newer
+/// than itself.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Version {
+    /// Producer sequence per (post, user); 0 when the event carried none.
+    pub seq: i64,
+    /// `occurredAt`, microseconds since the Unix epoch.
+    pub occurred_at_micros: i64,
+    /// The producer's stable event id.
+    pub event_id: String,
+}
+
+impl Ord for Version {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.seq, self.occurred_at_micros, &self.event_id).cmp(&(
+            other.seq,
+            other.occurred_at_micros,
+            &other.event_id,
+        ))
+    }
+}
+
+impl PartialOrd for Version {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A valid like event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LikeEvent {
+    /// Added or removed.
+    pub kind: LikeKind,
+    /// The post liked (safe as a document id).
+    pub post_id: String,
+    /// The user who liked (safe as a document id).
+    pub user_id: String,
+    /// Order within the (post, user) history, including the event id.
+    pub version: Version,
+    /// Producer name, if given.
+    pub producer: Option<String>,
+}
+
+impl LikeEvent {
+    /// The producer's event id.
+    pub fn event_id(&self) -> &str {
+        &self.version.event_id
+    }
+}
+
+/// Why a payload is poison. The `Display` text is the quarantine reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Poison {
+    /// The payload exceeds [`MAX_PAYLOAD_BYTES`].
+    #[error("payload is {0} bytes, over the {MAX_PAYLOAD_BYTES}-byte limit")]
+    TooLarge(usize),
+    /// Not valid UTF-8.
+    #[error("payload is not valid UTF-8")]
+    NotUtf8,
+    /// Not a JSON object (or not JSON at all).
+    #[error("payload is not a JSON object: {0}")]
+    NotJson(String),
+    /// A key appears twice in the object.
+    #[error("field `{0}` appears more than once")]
+    DuplicateField(String),
+    /// A required field is absent or null.
+    #[error("missing field `{0}`")]
+    MissingField(&'static str),
+    /// A field has the wrong JSON type.
+    #[error("field `{field}` must be {expected}")]
+    WrongType {
+        /// The field.
+        field: &'static str,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// `type` is not a known event type.
+    #[error("unknown event type {0:?}")]
+    UnknownType(String),
+    /// `version` is not supported.
+    #[error("unsupported schema version {0}")]
+    UnsupportedVersion(String),
+    /// `occurredAt` is not an RFC 3339 timestamp in range.
+    #[error("field `occurredAt` is not a valid RFC 3339 timestamp: {0}")]
+    BadTimestamp(String),
+    /// `seq` is negative or out of range.
+    #[error("field `seq` must be an integer in 0..=9223372036854775807")]
+    BadSeq,
+    /// An id is not safe as a Firestore document id.
+    #[error("field `{field}` is not a safe id: {reason}")]
+    UnsafeId {
+        /// The field.
+        field: &'static str,
+        /// Why.
+        reason: IdProblem,
+    },
+}
+
+/// Why an id cannot be used as (part of) a Firestore document id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdProblem {
+    /// Empty string.
+    Empty,
+    /// Longer than allowed.
+    TooLong,
+    /// Contains `/`.
+    Slash,
+    /// Is `.` or `..`.
+    DotName,
+    /// Matches `__.*__` (reserved by Firestore).
+    Reserved,
+    /// Contains a control character.
+    ControlChar,
+}
+
+impl fmt::Display for IdProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IdProblem::Empty => "empty",
+            IdProblem::TooLong => "too long",
+            IdProblem::Slash => "contains '/'",
+            IdProblem::DotName => "is '.' or '..'",
+            IdProblem::Reserved => "matches the reserved pattern __.*__",
+            IdProblem::ControlChar => "contains a control character",
+        })
+    }
+}
+
+/// Checks that `id` is usable as a Firestore document id of at most `max_bytes`.
+pub fn check_id(id: &str, max_bytes: usize) -> Result<(), IdProblem> {
+    if id.is_empty() {
+        return Err(IdProblem::Empty);
+    }
+    if id.len() > max_bytes {
+        return Err(IdProblem::TooLong);
+    }
+    if id.contains('/') {
+        return Err(IdProblem::Slash);
+    }
+    if id == "." || id == ".." {
+        return Err(IdProblem::DotName);
+    }
+    if id.len() >= 4 && id.starts_with("__") && id.ends_with("__") {
+        return Err(IdProblem::Reserved);
+    }
+    if id.chars().any(char::is_control) {
+        return Err(IdProblem::ControlChar);
+    }
+    Ok(())
+}
+
+/// Parses one Pub/Sub payload as a v1 like event.
+pub fn parse(data: &[u8]) -> Result<LikeEvent, Poison> {
+    if data.len() > MAX_PAYLOAD_BYTES {
+        return Err(Poison::TooLarge(data.len()));
+    }
+    let text = std::str::from_utf8(data).map_err(|_| Poison::NotUtf8)?;
+    let object: UniqueObject =
+        serde_json::from_str(text).map_err(|e| match duplicate_field(&e) {
+            Some(field) => Poison::DuplicateField(field),
+            None => Poison::NotJson(e.to_string()),
+        })?;
+    from_object(object.0)
+}
+
+const DUPLICATE_MARKER: &str = "duplicate field ";
+
+fn duplicate_field(e: &serde_json::Error) -> Option<String> {
+    let msg = e.to_string();
+    let rest = msg.strip_prefix(DUPLICATE_MARKER)?;
+    let end = rest.find(" at line").unwrap_or(rest.len());
+    Some(rest[..end].trim_matches('`').to_string())
+}
+
+/// A top-level JSON object whose keys are unique (serde_json keeps the last
+/// duplicate silently; an event with two `postId`s is ambiguous, so poison).
+struct UniqueObject(serde_json::Map<String, Value>);
+
+impl<'de> Deserialize<'de> for UniqueObject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = UniqueObject;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut access: A,
+            ) -> Result<UniqueObject, A::Error> {
+                let mut map = serde_json::Map::new();
+                while let Some(key) = access.next_key::<String>()? {
+                    let value: Value = access.next_value()?;
+                    if map.contains_key(&key) {
+                        return Err(serde::de::Error::custom(format!(
+                            "{DUPLICATE_MARKER}`{key}`"
+                        )));
+                    }
+                    map.insert(key, value);
+                }
+                Ok(UniqueObject(map))
+            }
+        }
+        d.deserialize_map(Visitor)
+    }
+}
+
+fn from_object(mut o: serde_json::Map<String, Value>) -> Result<LikeEvent, Poison> {
+    if let Some(v) = o.remove("version").filter(|v| !v.is_null()) {
+        match v.as_u64() {
+            Some(SCHEMA_VERSION) => {}
+            _ => return Err(Poison::UnsupportedVersion(v.to_string())),
+        }
+    }
+    let kind = match required_str(&mut o, "type")?.as_str() {
+        "like.added" => LikeKind::Added,
+        "like.removed" => LikeKind::Removed,
+        other => return Err(Poison::UnknownType(truncate(other, 64))),
+    };
+    let event_id = required_str(&mut o, "eventId")?;
+    check_id(&event_id, MAX_EVENT_ID_BYTES).map_err(|reason| Poison::UnsafeId {
+        field: "eventId",
+        reason,
+    })?;
+    let post_id = required_str(&mut o, "postId")?;
+    check_id(&post_id, MAX_ID_BYTES).map_err(|reason| Poison::UnsafeId {
+        field: "postId",
+        reason,
+    })?;
+    let user_id = required_str(&mut o, "userId")?;
+    check_id(&user_id, MAX_ID_BYTES).map_err(|reason| Poison::UnsafeId {
+        field: "userId",
+        reason,
+    })?;
+    let occurred = required_str(&mut o, "occurredAt")?;
+    let occurred_at_micros = parse_timestamp(&occurred)?;
+    let seq = match o.remove("seq").filter(|v| !v.is_null()) {
+        None => 0,
+        Some(v) => v.as_i64().filter(|s| *s >= 0).ok_or(Poison::BadSeq)?,
+    };
+    let producer = match o.remove("producer").filter(|v| !v.is_null()) {
+        None => None,
+        Some(Value::String(p)) if p.len() <= MAX_EVENT_ID_BYTES => Some(p),
+        Some(_) => {
+            return Err(Poison::WrongType {
+                field: "producer",
+                expected: "a string of at most 256 bytes",
+            })
+        }
+    };
+    Ok(LikeEvent {
+        kind,
+        post_id,
+        user_id,
+        version: Version {
+            seq,
+            occurred_at_micros,
+            event_id,
+        },
+        producer,
+    })
+}
+
+fn required_str(
+    o: &mut serde_json::Map<String, Value>,
+    field: &'static str,
+) -> Result<String, Poison> {
+    match o.remove(field) {
+        None | Some(Value::Null) => Err(Poison::MissingField(field)),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(Poison::WrongType {
+            field,
+            expected: "a string",
+        }),
+    }
+}
+
+/// Firestore timestamps span years 1..=9999.
+const MIN_MICROS: i64 = -62_135_596_800_000_000;
+const MAX_MICROS: i64 = 253_402_300_799_999_999;
+
+fn parse_timestamp(s: &str) -> Result<i64, Poison> {
+    let t = DateTime::parse_from_rfc3339(s).map_err(|e| Poison::BadTimestamp(e.to_string()))?;
+    let micros = t.with_timezone(&Utc).timestamp_micros();
+    if !(MIN_MICROS..=MAX_MICROS).contains(&micros) {
+        return Err(Poison::BadTimestamp("out of range".into()));
+    }
+    Ok(micros)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// Renders an event as its v1 JSON payload (used by the load generator and tests).
+pub fn to_json(event: &LikeEvent) -> String {
+    let occurred = DateTime::<Utc>::from_timestamp_micros(event.version.occurred_at_micros)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let mut v = serde_json::json!({
+        "version": SCHEMA_VERSION,
+        "eventId": event.version.event_id,
+        "type": event.kind.as_str(),
+        "postId": event.post_id,
+        "userId": event.user_id,
+        "occurredAt": occurred,
+    });
+    if event.version.seq != 0 {
+        v["seq"] = event.version.seq.into();
+    }
+    if let Some(p) = &event.producer {
+        v["producer"] = p.clone().into();
+    }
+    v.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(extra: &str) -> String {
+        format!(
+            r#"{{"eventId":"e1","type":"like.added","postId":"p1","userId":"u1","occurredAt":"2026-11-30T10:00:00Z"{extra}}}"#
+        )
+    }
+
+    #[test]
+    fn valid_event_parses_with_defaults() {
+        let e = parse(payload("").as_bytes()).unwrap();
+        assert_eq!(e.kind, LikeKind::Added);
+        assert_eq!(e.post_id, "p1");
+        assert_eq!(e.version.seq, 0);
+        assert_eq!(e.event_id(), "e1");
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        assert!(parse(payload(r#","color":"red","nested":{"a":[1,2]}"#).as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn round_trips_through_to_json() {
+        let e = parse(payload(r#","seq":7,"producer":"web","version":1"#).as_bytes()).unwrap();
+        assert_eq!(parse(to_json(&e).as_bytes()).unwrap(), e);
+    }
+
+    #[test]
+    fn unsafe_ids_are_poison() {
+        for (id, problem) in [
+            ("a/b", IdProblem::Slash),
+            (".", IdProblem::DotName),
+            ("..", IdProblem::DotName),
+            ("__x__", IdProblem::Reserved),
+            ("", IdProblem::Empty),
+            ("a\u{0}b", IdProblem::ControlChar),
+            ("a\nb", IdProblem::ControlChar),
+        ] {
+            let json = serde_json::json!({
+                "eventId": "e", "type": "like.added", "postId": id, "userId": "u",
+                "occurredAt": "2026-11-30T10:00:00Z"
+            });
+            let err = parse(json.to_string().as_bytes()).unwrap_err();
+            assert_eq!(
+                err,
+                Poison::UnsafeId {
+                    field: "postId",
+                    reason: problem
+                },
+                "{id:?}"
+            );
+        }
+        let long = "x".repeat(2048);
+        let json = serde_json::json!({
+            "eventId": "e", "type": "like.added", "postId": "p", "userId": long,
+            "occurredAt": "2026-11-30T10:00:00Z"
+        });
+        assert_eq!(
+            parse(json.to_string().as_bytes()).unwrap_err(),
+            Poison::UnsafeId {
+                field: "userId",
+                reason: IdProblem::TooLong
+            }
+        );
+    }
+
+    #[test]
+    fn malformed_payloads_are_poison_with_reasons() {
+        assert_eq!(parse(b"\xff\xfe").unwrap_err(), Poison::NotUtf8);
+        assert!(matches!(
+            parse(b"not json").unwrap_err(),
+            Poison::NotJson(_)
+        ));
+        assert!(matches!(parse(b"[1,2]").unwrap_err(), Poison::NotJson(_)));
+        assert_eq!(
+            parse(br#"{"type":"like.added"}"#).unwrap_err(),
+            Poison::MissingField("eventId")
+        );
+        assert_eq!(
+            parse(payload(r#","type":"like.added""#).as_bytes()).unwrap_err(),
+            Poison::DuplicateField("type".into())
+        );
+        let unknown = payload("").replace("like.added", "like.exploded");
+        assert!(matches!(
+            parse(unknown.as_bytes()).unwrap_err(),
+            Poison::UnknownType(_)
+        ));
+        assert!(matches!(
+            parse(payload(r#","version":2"#).as_bytes()).unwrap_err(),
+            Poison::UnsupportedVersion(_)
+        ));
+        assert_eq!(
+            parse(payload(r#","seq":-1"#).as_bytes()).unwrap_err(),
+            Poison::BadSeq
+        );
+        assert_eq!(
+            parse(payload(r#","seq":1e300"#).as_bytes()).unwrap_err(),
+            Poison::BadSeq
+        );
+        let bad_time = payload("").replace("2026-11-30T10:00:00Z", "yesterday");
+        assert!(matches!(
+            parse(bad_time.as_bytes()).unwrap_err(),
+            Poison::BadTimestamp(_)
+        ));
+        let num_id = payload("").replace(r#""postId":"p1""#, r#""postId":12"#);
+        assert_eq!(
+            parse(num_id.as_bytes()).unwrap_err(),
+            Poison::WrongType {
+                field: "postId",
+                expected: "a string"
+            }
+        );
+    }
+
+    #[test]
+    fn huge_and_deep_payloads_are_poison_not_panics() {
+        let huge = vec![b' '; MAX_PAYLOAD_BYTES + 1];
+        assert_eq!(
+            parse(&huge).unwrap_err(),
+            Poison::TooLarge(MAX_PAYLOAD_BYTES + 1)
+        );
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(matches!(
+            parse(deep.as_bytes()).unwrap_err(),
+            Poison::NotJson(_)
+        ));
+        let deep_field = payload(&format!(
+            r#","x":{}1{}"#,
+            "[".repeat(5000),
+            "]".repeat(5000)
+        ));
+        assert!(parse(deep_field.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn versions_order_by_seq_then_time_then_id() {
+        let v = |seq, t, id: &str| Version {
+            seq,
+            occurred_at_micros: t,
+            event_id: id.into(),
+        };
+        assert!(v(2, 0, "a") > v(1, 9, "z"));
+        assert!(v(1, 5, "a") > v(1, 4, "z"));
+        assert!(v(1, 5, "b") > v(1, 5, "a"));
+        assert_eq!(v(1, 5, "a").cmp(&v(1, 5, "a")), Ordering::Equal);
+    }
+}

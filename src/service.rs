@@ -1,0 +1,115 @@
+//! Wires the pipeline (source -> aggregator -> flusher/store -> acker) and
+//! shuts it down in pipeline order.
+//!
+//! Invariant: at shutdown the source stops pulling first, then every shard
+//! is flushed and its batch acked (or nacked), then the streams flush their
+//! acks; nothing buffered is dropped without an ack or a nack.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::acker::{Acker, PubSubHandle};
+use crate::aggregator::Aggregator;
+use crate::config::{Config, Endpoints, Target};
+use crate::connect;
+use crate::flusher::{FlushConfig, Flusher};
+use crate::source::{Source, SourceConfig};
+use crate::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
+use crate::telemetry::Stats;
+
+/// A running service failed to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// A client could not be built.
+    #[error(transparent)]
+    Connect(#[from] connect::ConnectError),
+}
+
+impl ServiceError {
+    /// Start-up failures are configuration problems.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+/// Opens the Firestore store described by `config`.
+pub async fn open_store(
+    endpoints: &Endpoints,
+    config: &Config,
+) -> Result<FirestoreStore, ServiceError> {
+    let target = Target {
+        project: config.project.clone(),
+        database: config.database.clone(),
+        collection_prefix: config.collection_prefix.clone(),
+    };
+    let db = connect::firestore(endpoints, &target).await?;
+    Ok(FirestoreStore::new(
+        db,
+        FirestoreStoreConfig {
+            layout: Layout::new(&config.project, &config.database, &config.collection_prefix),
+            consumer: config.consumer.clone(),
+            counter_shards: config.counter_shards,
+            marker_ttl: config.marker_ttl,
+        },
+    ))
+}
+
+/// Runs the service until `stop` turns true, then drains. Returns the stats.
+pub async fn run(
+    endpoints: &Endpoints,
+    config: &Config,
+    stop: watch::Receiver<bool>,
+    stats: Arc<Stats>,
+) -> Result<Arc<Stats>, ServiceError> {
+    let store = Arc::new(open_store(endpoints, config).await?);
+    let subscriber = connect::subscriber(endpoints).await?;
+    let aggregator: Arc<Aggregator<PubSubHandle>> =
+        Arc::new(Aggregator::new(config.shards, config.max_batch_events));
+    let acker = Arc::new(Acker::new(stats.clone()));
+    let flusher = Flusher::new(
+        aggregator.clone(),
+        store,
+        acker,
+        stats.clone(),
+        FlushConfig {
+            flush_interval: config.flush_interval,
+            commit_max_attempts: config.commit_max_attempts,
+            backoff_initial: config.commit_backoff_initial,
+            backoff_max: config.commit_backoff_max,
+        },
+    );
+    let source = Source::new(
+        subscriber,
+        SourceConfig {
+            subscription: config.subscription.clone(),
+            streams: config.streams,
+            max_outstanding_messages: config.max_outstanding_messages,
+            max_outstanding_bytes: config.max_outstanding_bytes,
+            lease_extension: config.lease_extension,
+        },
+        aggregator.clone(),
+        stats.clone(),
+    );
+    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, "hotcount running");
+
+    // The flusher stops only after the source has stopped, so nothing new
+    // arrives while the shards drain.
+    let (flush_stop_tx, flush_stop) = watch::channel(false);
+    let flushing = tokio::spawn(flusher.run(flush_stop));
+    let closing = source.run(stop).await;
+    let _ = flush_stop_tx.send(true);
+    aggregator.wake_all();
+    if let Err(error) = flushing.await {
+        tracing::error!(%error, "flusher task failed");
+    }
+    closing.wait().await;
+    tracing::info!(
+        received = stats.received.get(),
+        applied = stats.applied.get(),
+        acks = stats.acks.get(),
+        nacks = stats.nacks.get(),
+        "hotcount stopped"
+    );
+    Ok(stats)
+}

@@ -1,0 +1,175 @@
+//! Pub/Sub StreamingPull -> (event or poison, ack handle) into the aggregator.
+//!
+//! Invariants: every received message goes into the aggregator with its
+//! handle (never acked here); flow control is the server's, per stream
+//! (`max_outstanding_*`), so buffered messages are bounded by
+//! `streams * max_outstanding_messages`; the client library extends leases
+//! while a handle is held; a failed stream is re-opened with backoff.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use google_cloud_pubsub::client::Subscriber;
+use google_cloud_pubsub::model::Message;
+use google_cloud_pubsub::subscriber::handler::Handler;
+use google_cloud_pubsub::subscriber::ShutdownBehavior;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::acker::PubSubHandle;
+use crate::aggregator::{Aggregator, Item, Pending};
+use crate::batch::PoisonRecord;
+use crate::event;
+use crate::telemetry::Stats;
+
+/// Source settings.
+#[derive(Clone, Debug)]
+pub struct SourceConfig {
+    /// Full subscription name.
+    pub subscription: String,
+    /// StreamingPull streams.
+    pub streams: usize,
+    /// Flow control per stream: messages.
+    pub max_outstanding_messages: i64,
+    /// Flow control per stream: bytes.
+    pub max_outstanding_bytes: i64,
+    /// Lease extension per modack.
+    pub lease_extension: Duration,
+}
+
+/// The Pub/Sub source.
+pub struct Source {
+    subscriber: Subscriber,
+    config: SourceConfig,
+    aggregator: Arc<Aggregator<PubSubHandle>>,
+    stats: Arc<Stats>,
+    closing: Arc<Mutex<JoinSet<()>>>,
+}
+
+/// Streams being closed: their lease loops keep running until every handle
+/// they delivered is acked or nacked.
+pub struct Closing(Arc<Mutex<JoinSet<()>>>);
+
+impl Closing {
+    /// Waits until every closed stream has flushed its acks.
+    pub async fn wait(self) {
+        let mut set = std::mem::take(&mut *self.0.lock());
+        while set.join_next().await.is_some() {}
+    }
+}
+
+const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+impl Source {
+    /// A source feeding `aggregator`.
+    pub fn new(
+        subscriber: Subscriber,
+        config: SourceConfig,
+        aggregator: Arc<Aggregator<PubSubHandle>>,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Self {
+            subscriber,
+            config,
+            aggregator,
+            stats,
+            closing: Arc::new(Mutex::new(JoinSet::new())),
+        }
+    }
+
+    /// Pulls until `stop` turns true; returns the streams still closing.
+    pub async fn run(self, stop: watch::Receiver<bool>) -> Closing {
+        let this = Arc::new(self);
+        let mut streams = JoinSet::new();
+        for index in 0..this.config.streams.max(1) {
+            let this = this.clone();
+            let stop = stop.clone();
+            streams.spawn(async move { this.run_stream(index, stop).await });
+        }
+        while streams.join_next().await.is_some() {}
+        Closing(this.closing.clone())
+    }
+
+    async fn run_stream(&self, index: usize, mut stop: watch::Receiver<bool>) {
+        let mut backoff = RECONNECT_BACKOFF_MIN;
+        loop {
+            let mut stream = self
+                .subscriber
+                .subscribe(self.config.subscription.clone())
+                .set_max_outstanding_messages(self.config.max_outstanding_messages)
+                .set_max_outstanding_bytes(self.config.max_outstanding_bytes)
+                .set_max_lease_extension(self.config.lease_extension)
+                .set_shutdown_behavior(ShutdownBehavior::WaitForProcessing)
+                .build();
+            let token = stream.shutdown_token();
+            let failure = loop {
+                tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|s| *s) => {
+                        self.closing.lock().spawn(async move { token.shutdown().await });
+                        return;
+                    }
+                    next = stream.next() => match next {
+                        Some(Ok((message, handler))) => {
+                            backoff = RECONNECT_BACKOFF_MIN;
+                            self.accept(message, handler);
+                        }
+                        Some(Err(error)) => break error.to_string(),
+                        None => break "stream ended".to_string(),
+                    },
+                }
+            };
+            self.stats.reconnects.add(1);
+            tracing::warn!(stream = index, error = %failure, "StreamingPull failed; reconnecting");
+            self.closing
+                .lock()
+                .spawn(async move { token.shutdown().await });
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+        }
+    }
+
+    fn accept(&self, message: Message, handler: Handler) {
+        self.stats.received.add(1);
+        let item = to_item(&message);
+        let published = message.publish_time.and_then(|t| {
+            let d = Duration::new(
+                u64::try_from(t.seconds()).ok()?,
+                u32::try_from(t.nanos()).ok()?,
+            );
+            Some(std::time::UNIX_EPOCH + d)
+        });
+        self.aggregator.add(Pending {
+            handle: PubSubHandle(handler),
+            item,
+            bytes: message.data.len(),
+            published,
+        });
+    }
+}
+
+/// Parses a message into an event, or a poison record with its reason.
+pub fn to_item(message: &Message) -> Item {
+    match event::parse(&message.data) {
+        Ok(event) => Item::Event(event),
+        Err(poison) => {
+            let attributes: BTreeMap<String, String> = message
+                .attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            Item::Poison(PoisonRecord::new(
+                message.message_id.clone(),
+                poison.to_string(),
+                &message.data,
+                attributes,
+            ))
+        }
+    }
+}

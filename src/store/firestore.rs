@@ -1,0 +1,563 @@
+//! The Firestore [`CounterStore`]: one read-write transaction per batch,
+//! in two round trips (BatchGetDocuments opening the transaction, Commit).
+//!
+//! Invariants: the memberships and the batch marker are read inside the
+//! transaction before anything is written (so Firestore locks them); a batch
+//! whose marker exists is rolled back and reported already committed; every
+//! membership write carries a precondition on what was read, so even an
+//! optimistic database cannot apply a plan computed from stale reads.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use firestore::FirestoreDb;
+use gcloud_sdk::google::firestore::v1 as fs;
+use gcloud_sdk::prost_types::Timestamp;
+use gcloud_sdk::tonic::{Code, Status};
+
+use fs::document_transform::field_transform::{ServerValue, TransformType};
+use fs::document_transform::FieldTransform;
+use fs::value::ValueType;
+
+use super::{CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
+use crate::batch::{Batch, Membership, MembershipKey, Plan, PoisonRecord};
+use crate::event::Version;
+
+/// Where hotcount's documents live in one database.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// `projects/{p}/databases/{d}`.
+    pub database: String,
+    /// Prefix of every collection name (e.g. `hc_`).
+    pub collection_prefix: String,
+}
+
+impl Layout {
+    /// The layout of `project`/`database` with `prefix`.
+    pub fn new(project: &str, database: &str, prefix: &str) -> Self {
+        Self {
+            database: format!("projects/{project}/databases/{database}"),
+            collection_prefix: prefix.to_string(),
+        }
+    }
+
+    /// `{database}/documents`.
+    pub fn root(&self) -> String {
+        format!("{}/documents", self.database)
+    }
+
+    /// A top-level collection's full name segment, with the prefix.
+    pub fn collection(&self, name: &str) -> String {
+        format!("{}{name}", self.collection_prefix)
+    }
+
+    /// The membership document of `key`.
+    pub fn membership(&self, key: &MembershipKey) -> String {
+        format!(
+            "{}/{}/{}",
+            self.root(),
+            self.collection("likes"),
+            key.doc_id()
+        )
+    }
+
+    /// The parent of a post's counter shards.
+    pub fn counter_parent(&self, post_id: &str) -> String {
+        format!("{}/{}/{post_id}", self.root(), self.collection("counters"))
+    }
+
+    /// Counter shard `k` of `post_id`.
+    pub fn counter_shard(&self, post_id: &str, k: u32) -> String {
+        format!("{}/shards/{k}", self.counter_parent(post_id))
+    }
+
+    /// The batch marker `{consumer}:{batch_id}`.
+    pub fn marker(&self, consumer: &str, batch_id: &str) -> String {
+        format!(
+            "{}/{}/{consumer}:{batch_id}",
+            self.root(),
+            self.collection("batches")
+        )
+    }
+
+    /// The quarantine record of a message.
+    pub fn quarantine(&self, consumer: &str, message_id: &str) -> String {
+        format!(
+            "{}/{}/{consumer}:{message_id}",
+            self.root(),
+            self.collection("quarantine")
+        )
+    }
+}
+
+/// Store settings.
+#[derive(Clone, Debug)]
+pub struct FirestoreStoreConfig {
+    /// Document layout.
+    pub layout: Layout,
+    /// Consumer name: namespaces batch markers and quarantine records.
+    pub consumer: String,
+    /// Counter shards per post; each batch increments one, chosen at random.
+    pub counter_shards: u32,
+    /// How long batch markers are kept (the `expireAt` TTL field).
+    pub marker_ttl: Duration,
+}
+
+/// The Firestore store.
+#[derive(Clone)]
+pub struct FirestoreStore {
+    db: FirestoreDb,
+    config: FirestoreStoreConfig,
+}
+
+impl FirestoreStore {
+    /// A store over an open client.
+    pub fn new(db: FirestoreDb, config: FirestoreStoreConfig) -> Self {
+        Self { db, config }
+    }
+
+    /// The layout in use.
+    pub fn layout(&self) -> &Layout {
+        &self.config.layout
+    }
+
+    fn client(&self) -> fs::firestore_client::FirestoreClient<gcloud_sdk::GoogleAuthMiddleware> {
+        self.db.client().get()
+    }
+
+    async fn rollback(&self, transaction: Vec<u8>) {
+        let request = fs::RollbackRequest {
+            database: self.config.layout.database.clone(),
+            transaction,
+            ..Default::default()
+        };
+        if let Err(status) = self.client().rollback(request).await {
+            tracing::debug!(code = ?status.code(), "rollback failed; the transaction expires on its own");
+        }
+    }
+
+    /// Reads the memberships and the marker, opening a read-write transaction.
+    async fn read(&self, batch: &Batch, marker: &str) -> Result<Snapshot, StoreError> {
+        let layout = &self.config.layout;
+        let mut names: HashMap<String, MembershipKey> = HashMap::new();
+        for key in batch.keys() {
+            names.insert(layout.membership(key), key.clone());
+        }
+        let mut documents: Vec<String> = names.keys().cloned().collect();
+        documents.push(marker.to_string());
+        let request = fs::BatchGetDocumentsRequest {
+            database: layout.database.clone(),
+            documents,
+            mask: None,
+            consistency_selector: Some(
+                fs::batch_get_documents_request::ConsistencySelector::NewTransaction(
+                    fs::TransactionOptions {
+                        mode: Some(fs::transaction_options::Mode::ReadWrite(
+                            fs::transaction_options::ReadWrite::default(),
+                        )),
+                    },
+                ),
+            ),
+            ..Default::default()
+        };
+        let op = "BatchGetDocuments";
+        let mut stream = self
+            .client()
+            .batch_get_documents(request)
+            .await
+            .map_err(|s| status_error(op, &s))?
+            .into_inner();
+        let mut snapshot = Snapshot::default();
+        loop {
+            let response = match stream.message().await {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(status) => {
+                    if !snapshot.transaction.is_empty() {
+                        self.rollback(std::mem::take(&mut snapshot.transaction))
+                            .await;
+                    }
+                    return Err(status_error(op, &status));
+                }
+            };
+            if !response.transaction.is_empty() {
+                snapshot.transaction = response.transaction;
+            }
+            let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result else {
+                continue;
+            };
+            if doc.name == marker {
+                snapshot.marker_exists = true;
+            } else if let Some(key) = names.get(&doc.name) {
+                snapshot.update_times.insert(key.clone(), doc.update_time);
+                if let Some(m) = membership_from_fields(&doc.fields) {
+                    snapshot.memberships.insert(key.clone(), m);
+                }
+            }
+        }
+        if snapshot.transaction.is_empty() {
+            return Err(StoreError {
+                op,
+                code: "INTERNAL".into(),
+                message: "no transaction id in the BatchGetDocuments response".into(),
+                class: ErrorClass::Transient,
+            });
+        }
+        Ok(snapshot)
+    }
+
+    fn writes(
+        &self,
+        batch: &Batch,
+        plan: &Plan,
+        snapshot: &Snapshot,
+        marker: &str,
+    ) -> Vec<fs::Write> {
+        let layout = &self.config.layout;
+        let mut writes = Vec::with_capacity(plan.memberships.len() + plan.deltas.len() + 2);
+        for (key, membership) in &plan.memberships {
+            let precondition = match snapshot.update_times.get(key) {
+                Some(Some(time)) => fs::precondition::ConditionType::UpdateTime(*time),
+                _ => fs::precondition::ConditionType::Exists(false),
+            };
+            writes.push(fs::Write {
+                operation: Some(fs::write::Operation::Update(fs::Document {
+                    name: layout.membership(key),
+                    fields: membership_fields(key, membership, &batch.id),
+                    ..Default::default()
+                })),
+                update_mask: None,
+                update_transforms: vec![server_time("updatedAt")],
+                current_document: Some(fs::Precondition {
+                    condition_type: Some(precondition),
+                }),
+            });
+        }
+        let shard = rand::random_range(0..self.config.counter_shards.max(1));
+        for (post, delta) in &plan.deltas {
+            writes.push(fs::Write {
+                operation: Some(fs::write::Operation::Update(fs::Document {
+                    name: layout.counter_shard(post, shard),
+                    fields: HashMap::from([("postId".to_string(), string(post))]),
+                    ..Default::default()
+                })),
+                update_mask: Some(fs::DocumentMask {
+                    field_paths: vec!["postId".into()],
+                }),
+                update_transforms: vec![FieldTransform {
+                    field_path: "likes".into(),
+                    transform_type: Some(TransformType::Increment(int(*delta))),
+                }],
+                current_document: None,
+            });
+        }
+        writes.push(self.marker_write(batch, plan, marker));
+        for poison in &batch.poison {
+            writes.push(self.quarantine_write(poison));
+        }
+        writes
+    }
+
+    fn marker_write(&self, batch: &Batch, plan: &Plan, marker: &str) -> fs::Write {
+        let expire = std::time::SystemTime::now() + self.config.marker_ttl;
+        let e = plan.effects;
+        let fields = HashMap::from([
+            ("consumer".to_string(), string(&self.config.consumer)),
+            ("batchId".to_string(), string(&batch.id)),
+            ("messages".to_string(), int(batch.message_count as i64)),
+            ("applied".to_string(), int(e.applied as i64)),
+            ("duplicates".to_string(), int(e.duplicates as i64)),
+            ("stale".to_string(), int(e.stale as i64)),
+            ("poison".to_string(), int(e.poison as i64)),
+            ("posts".to_string(), int(plan.deltas.len() as i64)),
+            ("expireAt".to_string(), timestamp(expire.into())),
+        ]);
+        fs::Write {
+            operation: Some(fs::write::Operation::Update(fs::Document {
+                name: marker.to_string(),
+                fields,
+                ..Default::default()
+            })),
+            update_mask: None,
+            update_transforms: vec![server_time("committedAt")],
+            current_document: Some(fs::Precondition {
+                condition_type: Some(fs::precondition::ConditionType::Exists(false)),
+            }),
+        }
+    }
+
+    fn quarantine_write(&self, poison: &PoisonRecord) -> fs::Write {
+        let attributes = poison
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), string(v)))
+            .collect();
+        let fields = HashMap::from([
+            ("consumer".to_string(), string(&self.config.consumer)),
+            ("messageId".to_string(), string(&poison.message_id)),
+            ("reason".to_string(), string(&poison.reason)),
+            (
+                "data".to_string(),
+                value(ValueType::BytesValue(poison.data.clone())),
+            ),
+            ("dataBytes".to_string(), int(poison.data_len as i64)),
+            (
+                "attributes".to_string(),
+                value(ValueType::MapValue(fs::MapValue { fields: attributes })),
+            ),
+        ]);
+        fs::Write {
+            operation: Some(fs::write::Operation::Update(fs::Document {
+                name: self
+                    .config
+                    .layout
+                    .quarantine(&self.config.consumer, &poison.message_id),
+                fields,
+                ..Default::default()
+            })),
+            update_mask: None,
+            update_transforms: vec![server_time("quarantinedAt")],
+            current_document: None,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Snapshot {
+    transaction: Vec<u8>,
+    marker_exists: bool,
+    memberships: HashMap<MembershipKey, Membership>,
+    update_times: HashMap<MembershipKey, Option<Timestamp>>,
+}
+
+impl CounterStore for FirestoreStore {
+    async fn commit(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
+        let marker = self.config.layout.marker(&self.config.consumer, &batch.id);
+        let snapshot = self.read(batch, &marker).await?;
+        if snapshot.marker_exists {
+            self.rollback(snapshot.transaction).await;
+            return Ok(CommitReport {
+                outcome: CommitOutcome::AlreadyCommitted,
+                effects: Default::default(),
+                increments: 0,
+                rpcs: 2,
+            });
+        }
+        let plan = batch.plan(&snapshot.memberships);
+        let writes = self.writes(batch, &plan, &snapshot, &marker);
+        let request = fs::CommitRequest {
+            database: self.config.layout.database.clone(),
+            writes,
+            transaction: snapshot.transaction,
+            ..Default::default()
+        };
+        self.client()
+            .commit(request)
+            .await
+            .map_err(|s| status_error("Commit", &s))?;
+        Ok(CommitReport {
+            outcome: CommitOutcome::Committed,
+            effects: plan.effects,
+            increments: plan.deltas.len(),
+            rpcs: 2,
+        })
+    }
+
+    async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
+        let shards = list_counter_shards(self, post_id).await?;
+        Ok(shards.values().sum())
+    }
+}
+
+/// Every counter shard of `post_id` with its `likes` value.
+pub async fn list_counter_shards(
+    store: &FirestoreStore,
+    post_id: &str,
+) -> Result<BTreeMap<String, i64>, StoreError> {
+    let op = "RunQuery";
+    let query = fs::StructuredQuery {
+        from: vec![fs::structured_query::CollectionSelector {
+            collection_id: "shards".into(),
+            all_descendants: false,
+        }],
+        ..Default::default()
+    };
+    let request = fs::RunQueryRequest {
+        parent: store.config.layout.counter_parent(post_id),
+        query_type: Some(fs::run_query_request::QueryType::StructuredQuery(query)),
+        ..Default::default()
+    };
+    let mut stream = store
+        .client()
+        .run_query(request)
+        .await
+        .map_err(|s| status_error(op, &s))?
+        .into_inner();
+    let mut shards = BTreeMap::new();
+    while let Some(response) = stream.message().await.map_err(|s| status_error(op, &s))? {
+        if let Some(doc) = response.document {
+            let likes = match doc.fields.get("likes").and_then(|v| v.value_type.as_ref()) {
+                Some(ValueType::IntegerValue(n)) => *n,
+                // An increment that overflowed saturates; a double never comes from us.
+                Some(ValueType::DoubleValue(d)) => *d as i64,
+                _ => 0,
+            };
+            shards.insert(doc.name, likes);
+        }
+    }
+    Ok(shards)
+}
+
+/// Classifies a gRPC failure the way Google's SDKs retry.
+pub fn status_error(op: &'static str, status: &Status) -> StoreError {
+    let class = match status.code() {
+        Code::Aborted
+        | Code::Unavailable
+        | Code::DeadlineExceeded
+        | Code::Internal
+        | Code::ResourceExhausted
+        | Code::Cancelled
+        | Code::Unknown
+        // Preconditions on what this transaction read fail only if another
+        // writer got in between (an optimistic database): re-read and retry.
+        | Code::FailedPrecondition
+        | Code::AlreadyExists => ErrorClass::Transient,
+        _ => ErrorClass::Permanent,
+    };
+    StoreError {
+        op,
+        code: format!("{:?}", status.code()),
+        message: status.message().to_string(),
+        class,
+    }
+}
+
+fn value(v: ValueType) -> fs::Value {
+    fs::Value {
+        value_type: Some(v),
+    }
+}
+
+fn string(s: &str) -> fs::Value {
+    value(ValueType::StringValue(s.to_string()))
+}
+
+fn int(n: i64) -> fs::Value {
+    value(ValueType::IntegerValue(n))
+}
+
+fn timestamp(t: Timestamp) -> fs::Value {
+    value(ValueType::TimestampValue(t))
+}
+
+fn server_time(field: &str) -> FieldTransform {
+    FieldTransform {
+        field_path: field.to_string(),
+        transform_type: Some(TransformType::SetToServerValue(
+            ServerValue::RequestTime as i32,
+        )),
+    }
+}
+
+fn micros_to_timestamp(micros: i64) -> Timestamp {
+    Timestamp {
+        seconds: micros.div_euclid(1_000_000),
+        nanos: (micros.rem_euclid(1_000_000) * 1000) as i32,
+    }
+}
+
+fn timestamp_to_micros(t: &Timestamp) -> i64 {
+    t.seconds * 1_000_000 + i64::from(t.nanos) / 1000
+}
+
+fn membership_fields(
+    key: &MembershipKey,
+    m: &Membership,
+    batch_id: &str,
+) -> HashMap<String, fs::Value> {
+    HashMap::from([
+        ("postId".to_string(), string(&key.post_id)),
+        ("userId".to_string(), string(&key.user_id)),
+        ("liked".to_string(), value(ValueType::BooleanValue(m.liked))),
+        ("seq".to_string(), int(m.version.seq)),
+        (
+            "occurredAt".to_string(),
+            timestamp(micros_to_timestamp(m.version.occurred_at_micros)),
+        ),
+        ("eventId".to_string(), string(&m.version.event_id)),
+        ("batchId".to_string(), string(batch_id)),
+    ])
+}
+
+/// Reads a membership document's state; `None` if it is not one of ours.
+pub fn membership_from_fields(fields: &HashMap<String, fs::Value>) -> Option<Membership> {
+    let get = |name: &str| fields.get(name).and_then(|v| v.value_type.as_ref());
+    let liked = match get("liked")? {
+        ValueType::BooleanValue(b) => *b,
+        _ => return None,
+    };
+    let seq = match get("seq") {
+        Some(ValueType::IntegerValue(n)) => *n,
+        _ => 0,
+    };
+    let occurred_at_micros = match get("occurredAt") {
+        Some(ValueType::TimestampValue(t)) => timestamp_to_micros(t),
+        _ => 0,
+    };
+    let event_id = match get("eventId") {
+        Some(ValueType::StringValue(s)) => s.clone(),
+        _ => String::new(),
+    };
+    Some(Membership {
+        liked,
+        version: Version {
+            seq,
+            occurred_at_micros,
+            event_id,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn membership_fields_round_trip() {
+        let key = MembershipKey {
+            post_id: "p".into(),
+            user_id: "u".into(),
+        };
+        let m = Membership {
+            liked: true,
+            version: Version {
+                seq: 3,
+                occurred_at_micros: -1_500_001,
+                event_id: "e".into(),
+            },
+        };
+        let fields = membership_fields(&key, &m, "b");
+        assert_eq!(membership_from_fields(&fields), Some(m));
+    }
+
+    #[test]
+    fn layout_namespaces_markers_by_consumer() {
+        let layout = Layout::new("proj", "(default)", "hc_");
+        assert_eq!(
+            layout.marker("c1", "abc"),
+            "projects/proj/databases/(default)/documents/hc_batches/c1:abc"
+        );
+        assert_eq!(
+            layout.counter_shard("p1", 3),
+            "projects/proj/databases/(default)/documents/hc_counters/p1/shards/3"
+        );
+    }
+
+    #[test]
+    fn contention_and_unavailability_are_retryable() {
+        assert!(status_error("Commit", &Status::aborted("x")).is_retryable());
+        assert!(status_error("Commit", &Status::unavailable("x")).is_retryable());
+        assert!(!status_error("Commit", &Status::invalid_argument("x")).is_retryable());
+        assert!(!status_error("Commit", &Status::permission_denied("x")).is_retryable());
+    }
+}

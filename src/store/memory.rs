@@ -1,0 +1,148 @@
+//! An in-memory [`CounterStore`] for unit tests, with failure injection.
+//!
+//! Invariant: same semantics as the Firestore store (one atomic apply per
+//! batch, markers make a re-commit a no-op); never used in production.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
+use crate::batch::{Batch, Membership, MembershipKey, PoisonRecord};
+
+/// A failure the next commits will meet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InjectedFailure {
+    /// Fail before applying, with this class.
+    Before(ErrorClass),
+    /// Apply, then report a transient failure (unknown outcome).
+    AfterApply,
+    /// Reject any batch containing this user id permanently.
+    RejectUser(String),
+}
+
+#[derive(Default)]
+struct State {
+    memberships: HashMap<MembershipKey, Membership>,
+    counters: BTreeMap<String, i64>,
+    markers: HashSet<String>,
+    quarantine: Vec<PoisonRecord>,
+    failures: Vec<InjectedFailure>,
+    reject_users: HashSet<String>,
+    commits: u64,
+}
+
+/// The in-memory store; a cheap cloneable handle.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+}
+
+impl MemoryStore {
+    /// Queues a failure for a coming commit (in order).
+    pub fn inject(&self, failure: InjectedFailure) {
+        let mut state = self.state.lock();
+        match failure {
+            InjectedFailure::RejectUser(user) => {
+                state.reject_users.insert(user);
+            }
+            other => state.failures.push(other),
+        }
+    }
+
+    /// Quarantined records.
+    pub fn quarantine(&self) -> Vec<PoisonRecord> {
+        self.state.lock().quarantine.clone()
+    }
+
+    /// Commits that applied writes.
+    pub fn commits(&self) -> u64 {
+        self.state.lock().commits
+    }
+
+    /// Number of liked memberships of `post_id` (to check the shard invariant).
+    pub fn liked_members(&self, post_id: &str) -> i64 {
+        let state = self.state.lock();
+        state
+            .memberships
+            .iter()
+            .filter(|(k, m)| k.post_id == post_id && m.liked)
+            .count() as i64
+    }
+
+    fn fail(class: ErrorClass, message: &str) -> StoreError {
+        StoreError {
+            op: "Commit",
+            code: match class {
+                ErrorClass::Transient => "ABORTED".into(),
+                ErrorClass::Permanent => "INVALID_ARGUMENT".into(),
+            },
+            message: message.into(),
+            class,
+        }
+    }
+}
+
+impl CounterStore for MemoryStore {
+    async fn commit(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
+        let mut state = self.state.lock();
+        let after_apply = match state.failures.first().cloned() {
+            Some(InjectedFailure::Before(class)) => {
+                state.failures.remove(0);
+                return Err(Self::fail(class, "injected"));
+            }
+            Some(InjectedFailure::AfterApply) => {
+                state.failures.remove(0);
+                true
+            }
+            _ => false,
+        };
+        if batch
+            .keys()
+            .any(|k| state.reject_users.contains(&k.user_id))
+        {
+            return Err(Self::fail(ErrorClass::Permanent, "rejected user"));
+        }
+        if state.markers.contains(&batch.id) {
+            return Ok(CommitReport {
+                outcome: CommitOutcome::AlreadyCommitted,
+                effects: Default::default(),
+                increments: 0,
+                rpcs: 1,
+            });
+        }
+        let plan = batch.plan(&state.memberships);
+        for (key, membership) in &plan.memberships {
+            state.memberships.insert(key.clone(), membership.clone());
+        }
+        for (post, delta) in &plan.deltas {
+            *state.counters.entry(post.clone()).or_default() += delta;
+        }
+        state.markers.insert(batch.id.clone());
+        state.quarantine.extend(batch.poison.iter().cloned());
+        state.commits += 1;
+        if after_apply {
+            return Err(Self::fail(
+                ErrorClass::Transient,
+                "applied, answered UNAVAILABLE",
+            ));
+        }
+        Ok(CommitReport {
+            outcome: CommitOutcome::Committed,
+            effects: plan.effects,
+            increments: plan.deltas.len(),
+            rpcs: 2,
+        })
+    }
+
+    async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
+        Ok(self
+            .state
+            .lock()
+            .counters
+            .get(post_id)
+            .copied()
+            .unwrap_or(0))
+    }
+}
