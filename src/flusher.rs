@@ -128,6 +128,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         if taken.is_empty() {
             return;
         }
+        let (messages, bytes) = (taken.len() as u64, taken.bytes as u64);
         let batch = Batch::new(taken.events, taken.poison);
         let started = Instant::now();
         let result = self.commit_isolating(batch).await;
@@ -144,6 +145,8 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                 self.acker.nack(taken.handles);
             }
         }
+        self.stats.in_flight.dec(messages);
+        self.stats.bytes_in_flight.dec(bytes);
     }
 
     /// Commits `batch`; on a permanent rejection, splits it until the

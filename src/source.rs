@@ -137,6 +137,8 @@ impl Source {
 
     fn accept(&self, message: Message, handler: Handler) {
         self.stats.received.add(1);
+        self.stats.in_flight.inc(1);
+        self.stats.bytes_in_flight.inc(message.data.len() as u64);
         let item = to_item(&message);
         let published = message.publish_time.and_then(|t| {
             let d = Duration::new(

@@ -24,6 +24,40 @@ impl Counter {
     }
 }
 
+/// A level that goes up and down, with its high-water mark.
+#[derive(Debug, Default)]
+pub struct Gauge {
+    now: AtomicU64,
+    max: AtomicU64,
+}
+
+impl Gauge {
+    /// Raises the level by `n`.
+    pub fn inc(&self, n: u64) {
+        let level = self.now.fetch_add(n, Ordering::Relaxed) + n;
+        self.max.fetch_max(level, Ordering::Relaxed);
+    }
+
+    /// Lowers the level by `n` (never below zero).
+    pub fn dec(&self, n: u64) {
+        let _ = self
+            .now
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
+
+    /// Current level.
+    pub fn get(&self) -> u64 {
+        self.now.load(Ordering::Relaxed)
+    }
+
+    /// Highest level seen.
+    pub fn max(&self) -> u64 {
+        self.max.load(Ordering::Relaxed)
+    }
+}
+
 /// A latency histogram in microseconds (1 µs .. 1 h, 3 significant digits).
 #[derive(Debug)]
 pub struct Latency(Mutex<Histogram<u64>>);
@@ -100,6 +134,10 @@ pub mod names {
     pub const COUNTER_INCREMENTS: &str = "hotcount_counter_increments_total";
     /// StreamingPull streams re-opened after an error.
     pub const STREAM_RECONNECTS: &str = "hotcount_stream_reconnects_total";
+    /// Messages held (received, not yet acked or nacked).
+    pub const MESSAGES_IN_FLIGHT: &str = "hotcount_messages_in_flight";
+    /// Payload bytes held.
+    pub const BYTES_IN_FLIGHT: &str = "hotcount_bytes_in_flight";
     /// Commit duration, seconds.
     pub const COMMIT_DURATION: &str = "hotcount_commit_duration_seconds";
     /// Publish to commit latency, seconds.
@@ -139,6 +177,10 @@ pub struct Stats {
     pub increments: Counter,
     /// See [`names::STREAM_RECONNECTS`].
     pub reconnects: Counter,
+    /// See [`names::MESSAGES_IN_FLIGHT`].
+    pub in_flight: Gauge,
+    /// See [`names::BYTES_IN_FLIGHT`].
+    pub bytes_in_flight: Gauge,
     /// See [`names::COMMIT_DURATION`].
     pub commit_duration: Latency,
     /// See [`names::PUBLISH_TO_COMMIT`].

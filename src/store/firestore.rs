@@ -121,7 +121,23 @@ impl FirestoreStore {
         &self.config.layout
     }
 
-    fn client(&self) -> fs::firestore_client::FirestoreClient<gcloud_sdk::GoogleAuthMiddleware> {
+    /// Reads one document by full name (`None` when missing).
+    pub async fn get(&self, name: &str) -> Result<Option<fs::Document>, StoreError> {
+        let request = fs::GetDocumentRequest {
+            name: name.to_string(),
+            ..Default::default()
+        };
+        match self.client().get_document(request).await {
+            Ok(doc) => Ok(Some(doc.into_inner())),
+            Err(status) if status.code() == Code::NotFound => Ok(None),
+            Err(status) => Err(status_error("GetDocument", &status)),
+        }
+    }
+
+    /// The raw gRPC client (for tools that read more than the store needs).
+    pub fn client(
+        &self,
+    ) -> fs::firestore_client::FirestoreClient<gcloud_sdk::GoogleAuthMiddleware> {
         self.db.client().get()
     }
 

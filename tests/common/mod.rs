@@ -1,0 +1,301 @@
+//! Test harness: in-process emulators, `hotcount setup`, a publisher, and
+//! the service run as a task; plus an independent model of expected counts.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use google_cloud_pubsub::client::Publisher;
+use google_cloud_pubsub::model::Message;
+use hotcount::config::{Endpoints, RunArgs, Target};
+use hotcount::service;
+use hotcount::setup::{self, SetupArgs};
+use hotcount::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
+use hotcount::store::CounterStore;
+use hotcount::telemetry::Stats;
+use hotcount_emulators::{Emulators, EmulatorsConfig};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub const PROJECT: &str = "hotcount-test";
+pub const TOPIC: &str = "likes";
+pub const SUBSCRIPTION: &str = "likes-hotcount";
+
+/// One like event as the tests see it (built without the service's code).
+#[derive(Clone, Debug)]
+pub struct Ev {
+    pub id: String,
+    pub added: bool,
+    pub post: String,
+    pub user: String,
+    pub seq: i64,
+}
+
+impl Ev {
+    pub fn like(id: &str, post: &str, user: &str, seq: i64) -> Self {
+        Self {
+            id: id.into(),
+            added: true,
+            post: post.into(),
+            user: user.into(),
+            seq,
+        }
+    }
+
+    pub fn unlike(id: &str, post: &str, user: &str, seq: i64) -> Self {
+        Self {
+            id: id.into(),
+            added: false,
+            post: post.into(),
+            user: user.into(),
+            seq,
+        }
+    }
+
+    pub fn json(&self) -> String {
+        serde_json::json!({
+            "version": 1,
+            "eventId": self.id,
+            "type": if self.added { "like.added" } else { "like.removed" },
+            "postId": self.post,
+            "userId": self.user,
+            "occurredAt": "2026-11-30T12:00:00Z",
+            "seq": self.seq,
+        })
+        .to_string()
+    }
+}
+
+/// Expected counts: per (post, user) the newest event by seq (then id) decides.
+pub fn expected(events: &[Ev]) -> BTreeMap<String, i64> {
+    let mut newest: BTreeMap<(String, String), (i64, String, bool)> = BTreeMap::new();
+    for e in events {
+        let key = (e.post.clone(), e.user.clone());
+        let candidate = (e.seq, e.id.clone(), e.added);
+        match newest.get(&key) {
+            Some(current) if (current.0, &current.1) >= (candidate.0, &candidate.1) => {}
+            _ => {
+                newest.insert(key, candidate);
+            }
+        }
+    }
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    for ((post, _), (_, _, liked)) in newest {
+        *counts.entry(post).or_default() += i64::from(liked);
+    }
+    counts
+}
+
+#[derive(Parser)]
+struct RunCli {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Emulators with the topic and subscription set up, and a publisher.
+pub struct Harness {
+    pub emulators: Emulators,
+    pub endpoints: Endpoints,
+    pub publisher: Publisher,
+    pub store: FirestoreStore,
+}
+
+/// Subscription settings of a harness.
+pub struct SubscriptionOptions {
+    pub exactly_once: bool,
+    pub ack_deadline_secs: i32,
+    pub max_delivery_attempts: i32,
+}
+
+impl Default for SubscriptionOptions {
+    fn default() -> Self {
+        Self {
+            exactly_once: false,
+            ack_deadline_secs: 10,
+            max_delivery_attempts: 100,
+        }
+    }
+}
+
+impl Harness {
+    pub async fn start() -> Self {
+        Self::start_with(SubscriptionOptions::default()).await
+    }
+
+    pub async fn start_with(options: SubscriptionOptions) -> Self {
+        hotcount::telemetry::init_tracing(false);
+        let emulators = Emulators::start(EmulatorsConfig::default())
+            .await
+            .expect("emulators start");
+        let endpoints = Endpoints {
+            pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
+            firestore_emulator_host: Some(emulators.firestore_addr().to_string()),
+        };
+        let args = SetupArgs {
+            project: PROJECT.into(),
+            topic: TOPIC.into(),
+            subscription: SUBSCRIPTION.into(),
+            dead_letter_topic: "likes-dead-letter".into(),
+            dead_letter_subscription: "likes-dead-letter-inspect".into(),
+            ack_deadline_secs: options.ack_deadline_secs,
+            min_retry_backoff_secs: 0,
+            max_retry_backoff_secs: 1,
+            max_delivery_attempts: options.max_delivery_attempts,
+            exactly_once: options.exactly_once,
+        };
+        setup::setup(&endpoints, &args).await.expect("setup");
+        let topic = format!("projects/{PROJECT}/topics/{TOPIC}");
+        let publisher = hotcount::connect::publisher(&endpoints, &topic)
+            .await
+            .expect("publisher");
+        let target = Target {
+            project: PROJECT.into(),
+            database: "(default)".into(),
+            collection_prefix: String::new(),
+        };
+        let db = hotcount::connect::firestore(&endpoints, &target)
+            .await
+            .expect("firestore");
+        let store = FirestoreStore::new(
+            db,
+            FirestoreStoreConfig {
+                layout: Layout::new(PROJECT, "(default)", ""),
+                consumer: "reader".into(),
+                counter_shards: 1,
+                marker_ttl: Duration::from_secs(60),
+            },
+        );
+        Self {
+            emulators,
+            endpoints,
+            publisher,
+            store,
+        }
+    }
+
+    /// Default run settings for tests, with `extra` flags appended.
+    pub fn run_args(&self, consumer: &str, extra: &[&str]) -> RunArgs {
+        let mut argv = vec![
+            "hotcount",
+            "--project",
+            PROJECT,
+            "--subscription",
+            SUBSCRIPTION,
+            "--consumer",
+            consumer,
+            "--shards",
+            "4",
+            "--flush-interval-ms",
+            "20",
+            "--streams",
+            "2",
+            "--lease-extension-secs",
+            "10",
+            "--commit-backoff-initial-ms",
+            "5",
+            "--commit-backoff-max-ms",
+            "50",
+        ];
+        argv.extend_from_slice(extra);
+        RunCli::parse_from(argv).run
+    }
+
+    /// Starts a consumer as a task.
+    pub fn spawn(&self, args: RunArgs) -> Running {
+        let config = args.validate().expect("valid test config");
+        let (stop, rx) = watch::channel(false);
+        let stats = Arc::new(Stats::default());
+        let endpoints = self.endpoints.clone();
+        let task_stats = stats.clone();
+        let task = tokio::spawn(async move {
+            service::run(&endpoints, &config, rx, task_stats)
+                .await
+                .expect("service runs");
+        });
+        Running { stop, task, stats }
+    }
+
+    pub async fn publish_raw(&self, payloads: &[Vec<u8>]) -> Vec<String> {
+        let futures: Vec<_> = payloads
+            .iter()
+            .map(|p| self.publisher.publish(Message::new().set_data(p.clone())))
+            .collect();
+        let mut ids = Vec::new();
+        for f in futures {
+            ids.push(f.await.expect("publish"));
+        }
+        ids
+    }
+
+    pub async fn publish(&self, events: &[Ev]) -> Vec<String> {
+        let payloads: Vec<Vec<u8>> = events.iter().map(|e| e.json().into_bytes()).collect();
+        self.publish_raw(&payloads).await
+    }
+
+    pub async fn count(&self, post: &str) -> i64 {
+        self.store.count(post).await.expect("count")
+    }
+
+    pub async fn counts(&self, posts: impl IntoIterator<Item = &String>) -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        for p in posts {
+            out.insert(p.clone(), self.count(p).await);
+        }
+        out
+    }
+
+    /// Waits (bounded) until every post in `expected` has its count.
+    pub async fn wait_for_counts(
+        &self,
+        expected: &BTreeMap<String, i64>,
+        timeout: Duration,
+    ) -> BTreeMap<String, i64> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let actual = self.counts(expected.keys()).await;
+            if &actual == expected || tokio::time::Instant::now() > deadline {
+                return actual;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A consumer running as a task.
+pub struct Running {
+    pub stop: watch::Sender<bool>,
+    pub task: JoinHandle<()>,
+    pub stats: Arc<Stats>,
+}
+
+impl Running {
+    /// Waits (bounded) until `acked` messages were acked by this consumer.
+    pub async fn wait_for_acks(&self, acked: u64, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.stats.acks.get() < acked {
+            if tokio::time::Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
+    /// Graceful stop: drains and returns.
+    pub async fn stop(self) -> Arc<Stats> {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("service stops within 30 s")
+            .expect("service task");
+        self.stats
+    }
+
+    /// Simulates a crash: the task is aborted, nothing is drained.
+    pub async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}

@@ -1,0 +1,331 @@
+//! End-to-end behaviour of the counter service: the real client crates
+//! against the in-process emulators, with counts checked against an
+//! independent model of the expected state.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{expected, Ev, Harness, SubscriptionOptions};
+use gcloud_sdk::tonic::Code;
+use hotcount_emulators::{FaultKind, FaultSpec};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn many_likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
+    (0..users)
+        .map(|u| Ev::like(&format!("{prefix}-{u}"), post, &format!("user-{u}"), 1))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_publisher_retries_and_double_likes_count_once() {
+    let h = Harness::start().await;
+    let mut events = many_likes("p1", 20, "a");
+    // A publisher retry: the same event (same eventId) under a new message id.
+    events.push(events[3].clone());
+    events.push(events[3].clone());
+    // A double like by one user: two distinct events for the same intent.
+    events.push(Ev::like("double-2", "p1", "user-5", 2));
+    events.extend(many_likes("p2", 5, "b"));
+    let want = expected(&events);
+    assert_eq!(want["p1"], 20);
+
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    h.publish(&events).await;
+    assert!(
+        consumer.wait_for_acks(events.len() as u64, WAIT).await,
+        "every message acked"
+    );
+    assert_eq!(h.counts(want.keys()).await, want);
+    let stats = consumer.stop().await;
+    assert_eq!(
+        stats.applied.get(),
+        26,
+        "20 + 5 first likes + the newer double like"
+    );
+    assert_eq!(
+        stats.duplicates.get(),
+        2,
+        "both publisher retries recognised"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn like_unlike_like_out_of_order_and_redelivered_ends_right() {
+    let h = Harness::start().await;
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    let history = vec![
+        Ev::like("l1", "p", "alice", 1),
+        Ev::unlike("u2", "p", "alice", 2),
+        Ev::like("l3", "p", "alice", 3),
+        Ev::like("b1", "p", "bob", 1),
+        Ev::unlike("b2", "p", "bob", 2),
+    ];
+    // Newest first, in separate rounds, so older events meet a stored newer state.
+    let rounds = [
+        vec![history[2].clone(), history[4].clone()],
+        vec![history[0].clone(), history[3].clone()],
+        vec![history[1].clone()],
+    ];
+    // Acked messages come back once more.
+    h.emulators
+        .pubsub_faults()
+        .add(FaultSpec::new(FaultKind::SpuriousRedelivery).times(3))
+        .unwrap();
+    let mut sent = 0;
+    for round in &rounds {
+        h.publish(round).await;
+        sent += round.len() as u64;
+        assert!(consumer.wait_for_acks(sent, WAIT).await);
+    }
+    let want = expected(&history);
+    assert_eq!(want["p"], 1, "alice likes, bob does not");
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    let stats = consumer.stop().await;
+    assert_eq!(
+        stats.applied.get(),
+        2,
+        "only the newest event of each user applied"
+    );
+    assert!(stats.stale.get() >= 3, "older events were no-ops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborted_and_applied_but_unavailable_commits_neither_lose_nor_double() {
+    let h = Harness::start().await;
+    let faults = h.emulators.firestore_faults();
+    faults
+        .add(FaultSpec::error("Commit", Code::Aborted).times(3))
+        .unwrap();
+    faults
+        .add(FaultSpec::error_after_apply("Commit", Code::Unavailable).times(3))
+        .unwrap();
+    let events = many_likes("p", 60, "e");
+    let consumer = h.spawn(h.run_args("c1", &["--max-batch-events", "10"]));
+    h.publish(&events).await;
+    let want = expected(&events);
+    assert!(consumer.wait_for_acks(60, WAIT).await);
+    assert_eq!(h.counts(want.keys()).await, want);
+    let fired = faults.fired();
+    assert_eq!(fired.get(&FaultKind::Error), Some(&3), "ABORTED injected");
+    assert_eq!(
+        fired.get(&FaultKind::ErrorAfterApply),
+        Some(&3),
+        "unknown outcomes injected"
+    );
+    let stats = consumer.stop().await;
+    assert!(stats.commit_retries.get() >= 6);
+    assert_eq!(stats.applied.get(), 60);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_killed_after_commit_before_ack_applies_nothing_twice() {
+    let h = Harness::start().await;
+    let events = many_likes("p", 40, "k");
+    let want = expected(&events);
+    // Every ack is lost: the first consumer commits everything, acks nothing.
+    h.emulators
+        .pubsub_faults()
+        .add(FaultSpec::new(FaultKind::AckLost))
+        .unwrap();
+    let first = h.spawn(h.run_args("c1", &[]));
+    h.publish(&events).await;
+    assert_eq!(
+        h.wait_for_counts(&want, WAIT).await,
+        want,
+        "committed by the first consumer"
+    );
+    assert!(first.wait_for_acks(40, WAIT).await);
+    first.kill().await;
+    h.emulators.pubsub_faults().clear();
+    // Past every ack deadline: everything is redelivered.
+    h.emulators.clock().advance(Duration::from_secs(700));
+
+    let second = h.spawn(h.run_args("c1", &[]));
+    assert!(
+        second.wait_for_acks(40, WAIT).await,
+        "redeliveries processed"
+    );
+    assert_eq!(h.counts(want.keys()).await, want, "nothing applied twice");
+    let stats = second.stop().await;
+    assert_eq!(stats.applied.get(), 0);
+    assert_eq!(stats.duplicates.get(), 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_acked_before_its_batch_commits() {
+    let h = Harness::start().await;
+    let faults = h.emulators.firestore_faults();
+    faults
+        .add(FaultSpec::error("Commit", Code::Unavailable))
+        .unwrap();
+    let events = many_likes("p", 30, "n");
+    let consumer = h.spawn(h.run_args("c1", &["--commit-max-attempts", "100"]));
+    h.publish(&events).await;
+    // While every commit fails, the service must not ack anything.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(1500);
+    while tokio::time::Instant::now() < deadline {
+        assert_eq!(
+            h.emulators.pubsub_counters().get("Acknowledge"),
+            0,
+            "ack before commit"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        h.emulators.firestore_counters().get("Commit") > 0,
+        "commits were attempted"
+    );
+    assert_eq!(consumer.stats.acks.get(), 0);
+    faults.clear();
+    assert!(consumer.wait_for_acks(30, WAIT).await);
+    let want = expected(&events);
+    assert_eq!(h.counts(want.keys()).await, want);
+    consumer.stop().await;
+    assert!(h.emulators.pubsub_counters().get("Acknowledge") > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_is_quarantined_with_reason_and_acked_while_valid_events_count() {
+    let h = Harness::start().await;
+    let consumer = h.spawn(h.run_args("c1", &["--shards", "1"]));
+    let valid = many_likes("p", 10, "v");
+    let mut payloads: Vec<Vec<u8>> = valid.iter().map(|e| e.json().into_bytes()).collect();
+    payloads.push(b"{not json".to_vec());
+    payloads.push(br#"{"eventId":"x","type":"like.added","postId":"a/b","userId":"u","occurredAt":"2026-11-30T12:00:00Z"}"#.to_vec());
+    payloads.push(br#"{"eventId":"y","type":"like.exploded","postId":"p","userId":"u","occurredAt":"2026-11-30T12:00:00Z"}"#.to_vec());
+    payloads.push(vec![0xff, 0xfe, 0x00]);
+    let ids = h.publish_raw(&payloads).await;
+    assert!(consumer.wait_for_acks(14, WAIT).await, "poison acked too");
+    assert_eq!(h.count("p").await, 10);
+    let stats = consumer.stop().await;
+    assert_eq!(stats.poison.get(), 4);
+    // Each poison message has a quarantine record with its reason.
+    let reasons = quarantine_reasons(&h, &ids[10..]).await;
+    assert_eq!(reasons.len(), 4);
+    assert!(reasons[0].contains("not a JSON object"), "{}", reasons[0]);
+    assert!(
+        reasons[1].contains("postId") && reasons[1].contains('/'),
+        "{}",
+        reasons[1]
+    );
+    assert!(reasons[2].contains("unknown event type"), "{}", reasons[2]);
+    assert!(reasons[3].contains("UTF-8"), "{}", reasons[3]);
+}
+
+async fn quarantine_reasons(h: &Harness, message_ids: &[String]) -> Vec<String> {
+    use gcloud_sdk::google::firestore::v1 as fs;
+    let layout = h.store.layout();
+    let mut reasons = Vec::new();
+    for id in message_ids {
+        let doc = h
+            .store
+            .get(&layout.quarantine("c1", id))
+            .await
+            .expect("read quarantine")
+            .expect("quarantine record exists");
+        match doc.fields.get("reason").and_then(|v| v.value_type.clone()) {
+            Some(fs::value::ValueType::StringValue(s)) => reasons.push(s),
+            other => panic!("no reason in quarantine record: {other:?}"),
+        }
+    }
+    reasons
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_competing_consumers_count_exactly() {
+    let h = Harness::start().await;
+    let a = h.spawn(h.run_args("c1", &[]));
+    let b = h.spawn(h.run_args("c1", &[]));
+    let mut events = Vec::new();
+    for p in 0..10 {
+        events.extend(many_likes(&format!("post-{p}"), 30, &format!("p{p}")));
+    }
+    events.extend(events[..50].to_vec());
+    h.publish(&events).await;
+    let want = expected(&events);
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while a.stats.acks.get() + b.stats.acks.get() < events.len() as u64 {
+        assert!(tokio::time::Instant::now() < deadline, "all messages acked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (sa, sb) = (a.stop().await, b.stop().await);
+    assert!(
+        sa.received.get() > 0 && sb.received.get() > 0,
+        "both consumers got work"
+    );
+    assert_eq!(sa.applied.get() + sb.applied.get(), 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_post_gets_one_increment_per_batch_not_per_event() {
+    let h = Harness::start().await;
+    let events = many_likes("viral", 2000, "h");
+    h.publish(&events).await;
+    let before = h.emulators.firestore_counters().get("Commit");
+    let consumer = h.spawn(h.run_args(
+        "c1",
+        &["--max-batch-events", "500", "--flush-interval-ms", "200"],
+    ));
+    assert!(consumer.wait_for_acks(2000, WAIT).await);
+    assert_eq!(h.count("viral").await, 2000);
+    let stats = consumer.stop().await;
+    let commits = h.emulators.firestore_counters().get("Commit") - before;
+    assert_eq!(
+        stats.increments.get(),
+        stats.batches.get(),
+        "one increment per batch"
+    );
+    assert!(commits <= 40, "{commits} commits for 2000 events");
+    assert!(stats.batches.get() <= 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_stays_bounded_under_a_backlog_larger_than_flow_control() {
+    let h = Harness::start().await;
+    let events = many_likes("p", 1500, "m");
+    h.publish(&events).await;
+    let consumer = h.spawn(h.run_args(
+        "c1",
+        &[
+            "--max-outstanding-messages",
+            "50",
+            "--streams",
+            "2",
+            "--max-batch-events",
+            "1000",
+            "--flush-interval-ms",
+            "50",
+        ],
+    ));
+    assert!(consumer.wait_for_acks(1500, WAIT).await);
+    assert_eq!(h.count("p").await, 1500);
+    let stats = consumer.stop().await;
+    let high = stats.in_flight.max();
+    assert!(
+        high <= 100,
+        "held {high} messages with 2 streams x 50 outstanding"
+    );
+    assert!(high > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_subscription_confirms_acks_and_counts_once() {
+    let h = Harness::start_with(SubscriptionOptions {
+        exactly_once: true,
+        ..Default::default()
+    })
+    .await;
+    let mut events = many_likes("p", 25, "x");
+    events.push(events[0].clone());
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(26, WAIT).await);
+    let want: BTreeMap<String, i64> = expected(&events);
+    assert_eq!(h.counts(want.keys()).await, want);
+    let stats = consumer.stop().await;
+    assert_eq!(stats.ack_failures.get(), 0);
+}
