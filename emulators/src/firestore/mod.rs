@@ -1,29 +1,186 @@
-//! The Firestore emulator (stub: to be filled in).
-use std::sync::Arc;
+//! The Firestore emulator: `google.firestore.v1.Firestore` over gRPC with
+//! production (Standard edition) pessimistic transactions, per-document
+//! write counters, and Google-emulator-style reset.
+//!
+//! Invariant: all state lives in one [`engine::Engine`]; the gRPC service,
+//! the admin routes and the library methods are views of it, so what a test
+//! reads through [`Firestore`] is exactly what clients see.
+//!
+//! # Layout
+//! - [`names`]: resource names, ids, field paths.
+//! - [`values`]: value order, equality, validation, field-path access.
+//! - [`store`]: versioned documents by name.
+//! - [`locks`]: the shared-lock table.
+//! - [`transactions`]: transaction ids, age, expiry.
+//! - [`writes`]: one write checked and applied (preconditions, masks).
+//! - [`transforms`]: increment, maximum, minimum, server time, arrays.
+//! - [`query`]: structured queries and aggregations.
+//! - [`engine`]: the state and the wound-wait locking rule.
+//! - [`grpc`]: the gRPC service.
+//! - [`admin`]: HTTP routes (stats, reset).
 
+pub mod admin;
+pub mod engine;
+pub mod grpc;
+pub mod locks;
+pub mod names;
+pub mod query;
+pub mod store;
+pub mod transactions;
+pub mod transforms;
+pub mod values;
+pub mod writes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::middleware;
+use parking_lot::Mutex;
+use tokio::task::JoinHandle;
+
+pub use engine::{DocumentWrites, FirestoreStats};
+
+use crate::proto::firestore::firestore_server::FirestoreServer;
+use crate::proto::firestore_v1::Document;
 use crate::server::Context;
 
-/// Firestore behaviour settings.
-#[derive(Clone, Debug, Default)]
-pub struct FirestoreConfig {}
+/// Largest request the gRPC service decodes (Firestore's limit is 10 MiB).
+const MAX_MESSAGE_BYTES: usize = 11 * 1024 * 1024;
 
-/// The Firestore emulator's state; a cheap cloneable handle.
+/// How often (real time) expired transactions are swept.
+const SWEEP_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Firestore behaviour settings. Durations are on the emulated clock.
+#[derive(Clone, Debug)]
+pub struct FirestoreConfig {
+    /// How long a commit waits for an older transaction's lock (and a plain
+    /// write for any transaction's lock) before it is ABORTED. Default 30 s,
+    /// Google's emulator's value.
+    pub lock_wait_timeout: Duration,
+    /// A transaction unused this long expires (default 60 s, as in production).
+    pub transaction_idle_timeout: Duration,
+    /// A transaction expires this long after it began (default 270 s).
+    pub transaction_max_lifetime: Duration,
+    /// How long superseded document versions stay readable with `read_time`
+    /// (default 60 s).
+    pub version_retention: Duration,
+    /// Most versions kept per document, bounding memory on hot documents
+    /// (default 1024; older `read_time` reads then see the oldest kept).
+    pub max_versions_per_document: usize,
+    /// Refuse commits creating documents beyond this many (RESOURCE_EXHAUSTED);
+    /// `None` = unlimited (default).
+    pub max_documents: Option<usize>,
+}
+
+impl Default for FirestoreConfig {
+    fn default() -> Self {
+        Self {
+            lock_wait_timeout: Duration::from_secs(30),
+            transaction_idle_timeout: Duration::from_secs(60),
+            transaction_max_lifetime: Duration::from_secs(270),
+            version_retention: Duration::from_secs(60),
+            max_versions_per_document: 1024,
+            max_documents: None,
+        }
+    }
+}
+
+/// The Firestore emulator's state and controls; a cheap cloneable handle.
 #[derive(Clone)]
 pub struct Firestore {
     ctx: Arc<Context>,
+    engine: Arc<engine::Engine>,
+    sweeper: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl Firestore {
-    /// A new, empty emulator.
-    pub fn new(ctx: Arc<Context>, _config: FirestoreConfig) -> Self {
-        Self { ctx }
+    /// A new, empty emulator; starts the expiry sweeper when inside a Tokio runtime.
+    pub fn new(ctx: Arc<Context>, config: FirestoreConfig) -> Self {
+        let engine = Arc::new(engine::Engine::new(ctx.clone(), config));
+        let sweeper = tokio::runtime::Handle::try_current().ok().map(|rt| {
+            let weak = Arc::downgrade(&engine);
+            rt.spawn(async move {
+                let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    match weak.upgrade() {
+                        Some(engine) => engine.sweep(),
+                        None => break,
+                    }
+                }
+            })
+        });
+        Self {
+            ctx,
+            engine,
+            sweeper: Arc::new(Mutex::new(sweeper)),
+        }
     }
 
-    /// gRPC and REST routes of this emulator.
+    /// gRPC and HTTP routes of this emulator: the Firestore service (counted
+    /// and fault-injected), the shared admin routes, stats and reset.
     pub fn router(&self) -> axum::Router {
-        crate::server::admin_routes(self.ctx.clone())
+        let service = FirestoreServer::new(grpc::Service::new(self.engine.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let routes = tonic::service::Routes::new(service).into_axum_router();
+        crate::server::grpc_layer(routes, self.ctx.clone())
+            .layer(middleware::from_fn_with_state(
+                self.engine.clone(),
+                grpc::end_failed_commits,
+            ))
+            .merge(crate::server::admin_routes(self.ctx.clone()))
+            .merge(admin::routes(self.engine.clone()))
     }
 
-    /// Closes open streams.
-    pub fn shutdown(&self) {}
+    /// Stops the expiry sweeper (streams are answered at once, none stay open).
+    pub fn shutdown(&self) {
+        if let Some(task) = self.sweeper.lock().take() {
+            task.abort();
+        }
+    }
+
+    /// Totals (commits, documents written, aborted transactions...) and current sizes.
+    pub fn stats(&self) -> FirestoreStats {
+        self.engine.stats()
+    }
+
+    /// The `n` most written documents (by commits that wrote them), most first.
+    pub fn hottest_documents(&self, n: usize) -> Vec<DocumentWrites> {
+        self.engine.hottest(n)
+    }
+
+    /// How many commits wrote the document `name` (full resource name).
+    pub fn document_writes(&self, name: &str) -> u64 {
+        self.engine.document_writes(name)
+    }
+
+    /// Zeroes the totals and the per-document write counters.
+    pub fn reset_stats(&self) {
+        self.engine.reset_stats();
+    }
+
+    /// Deletes every document of `projects/{project}/databases/{database}` and
+    /// ends its transactions, as Google's emulator's reset route does.
+    pub fn reset_database(&self, project: &str, database: &str) -> usize {
+        self.engine
+            .reset_database(&format!("projects/{project}/databases/{database}"))
+    }
+
+    /// Deletes every document of every database and ends every transaction.
+    pub fn reset(&self) -> usize {
+        self.engine.reset_all()
+    }
+
+    /// The current state of a document (full resource name), if it exists.
+    pub fn document(&self, name: &str) -> Option<Document> {
+        self.engine.document(name).map(|d| (*d).clone())
+    }
+
+    /// Ends expired transactions now (the sweeper does it every 250 ms);
+    /// useful right after advancing the clock.
+    pub fn sweep(&self) {
+        self.engine.sweep();
+    }
 }

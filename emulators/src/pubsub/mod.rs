@@ -1,29 +1,251 @@
-//! The Pub/Sub emulator (stub: to be filled in).
-use std::sync::Arc;
+//! The Pub/Sub emulator: `google.pubsub.v1` Publisher and Subscriber over
+//! gRPC, the REST/JSON surface the admin clients use, and records for tests.
+//!
+//! Invariant: both transports only convert; every behaviour lives in one
+//! state machine ([`state`] over [`subscription`]) behind one lock, measured
+//! on the emulator's clock.
+//!
+//! # Layout
+//! - [`names`]: resource names and their validation.
+//! - `resources`: subscription/topic settings, defaults and update masks.
+//! - `subscription`: one subscription's messages, leases, timers, flow control.
+//! - `state`: topics, subscriptions, publish, dead-lettering.
+//! - `grpc`: the Publisher and Subscriber services.
+//! - `stream`: one StreamingPull session.
+//! - `rest`, `json`: the REST/JSON surface.
+//! - `admin`: `/emulator/v1/pubsub/...` records for tests.
+//! - [`stats`]: the record types.
 
+pub mod names;
+pub mod stats;
+
+mod admin;
+mod grpc;
+mod json;
+mod resources;
+mod rest;
+mod state;
+mod stream;
+mod subscription;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tonic::Status;
+
+use crate::proto::pubsub_v1 as pb;
 use crate::server::Context;
+use state::State;
+use subscription::{AckId, AckOutcome, Lease};
+
+pub use stats::{AckRecord, SubscriptionStats, UnackedMessage};
 
 /// Pub/Sub behaviour settings.
-#[derive(Clone, Debug, Default)]
-pub struct PubSubConfig {}
+#[derive(Clone, Debug)]
+pub struct PubSubConfig {
+    /// Close every StreamingPull stream with UNAVAILABLE once it has been open
+    /// this long (emulated time), as the real service does periodically.
+    /// `None` = never.
+    pub stream_max_lifetime: Option<Duration>,
+    /// Longest real time a Pull with no message ready waits before answering
+    /// with no messages.
+    pub pull_max_wait: Duration,
+    /// Most messages in one StreamingPull response.
+    pub max_messages_per_response: usize,
+}
+
+impl Default for PubSubConfig {
+    fn default() -> Self {
+        Self {
+            stream_max_lifetime: None,
+            pull_max_wait: Duration::from_millis(500),
+            max_messages_per_response: 1000,
+        }
+    }
+}
+
+/// What every handler shares: the state, the context and the settings.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    ctx: Arc<Context>,
+    config: PubSubConfig,
+    shutdown: watch::Sender<bool>,
+    next_stream: AtomicU64,
+}
+
+impl Shared {
+    /// Emulated (elapsed, wall) time now.
+    fn now(&self) -> (Duration, SystemTime) {
+        (self.ctx.clock.elapsed(), self.ctx.clock.now_wall())
+    }
+
+    /// Runs `f` on the state at the current emulated time.
+    fn with<R>(&self, f: impl FnOnce(&mut State, Duration, SystemTime) -> R) -> R {
+        let (now, wall) = self.now();
+        let mut state = self.state.lock();
+        f(&mut state, now, wall)
+    }
+
+    /// Acknowledges `ids`. Malformed ids are reported as invalid; the flag
+    /// says whether the subscription has exactly-once delivery.
+    fn ack(&self, sub: &str, ids: &[String]) -> Result<(AckOutcome, bool, bool), Status> {
+        names::parse(sub, names::Kind::Subscription)?;
+        let (parsed, malformed) = parse_ack_ids(ids);
+        let faults = self.ctx.faults.clone();
+        self.with(|state, now, wall| {
+            let exactly_once = state.sub(sub, None)?.policy.exactly_once;
+            let mut outcome = state.ack(sub, &parsed, now, wall, &faults)?;
+            let any_malformed = !malformed.is_empty();
+            outcome.invalid.extend(malformed);
+            Ok((outcome, exactly_once, any_malformed))
+        })
+    }
+
+    /// Modifies ack deadlines of `ids` (0 = nack); same result shape as [`Shared::ack`].
+    fn modack(
+        &self,
+        sub: &str,
+        ids: &[String],
+        seconds: i32,
+    ) -> Result<(AckOutcome, bool, bool), Status> {
+        names::parse(sub, names::Kind::Subscription)?;
+        let seconds = check_modack_seconds(seconds)?;
+        let (parsed, malformed) = parse_ack_ids(ids);
+        self.with(|state, now, wall| {
+            let exactly_once = state.sub(sub, None)?.policy.exactly_once;
+            let mut outcome = state.modack(sub, &parsed, seconds, now, wall)?;
+            let any_malformed = !malformed.is_empty();
+            outcome.invalid.extend(malformed);
+            Ok((outcome, exactly_once, any_malformed))
+        })
+    }
+
+    /// Pull: leases up to `max` messages, waiting a bounded time for the first.
+    async fn pull(&self, sub: &str, max: i32) -> Result<Vec<pb::ReceivedMessage>, Status> {
+        names::parse(sub, names::Kind::Subscription)?;
+        let max = usize::try_from(max)
+            .ok()
+            .filter(|m| *m > 0)
+            .ok_or_else(|| Status::invalid_argument("max_messages must be greater than 0"))?;
+        let give_up = tokio::time::Instant::now() + self.config.pull_max_wait;
+        loop {
+            let notify = self.with(|state, _, _| state.sub(sub, None).map(|s| s.notify.clone()))?;
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let messages = self.with(|state, now, wall| {
+                let deadline = state.sub(sub, None)?.policy.ack_deadline;
+                let lease = Lease {
+                    stream: None,
+                    deadline,
+                    max,
+                };
+                state.take(sub, None, lease, now, wall)
+            })?;
+            if !messages.is_empty() || tokio::time::Instant::now() >= give_up {
+                return Ok(messages);
+            }
+            let nap = tokio::time::Instant::now() + stream::POLL_INTERVAL;
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(nap.min(give_up)) => {}
+            }
+        }
+    }
+}
+
+/// Checks a modack extension: 0..=600 s.
+fn check_modack_seconds(seconds: i32) -> Result<u32, Status> {
+    match u32::try_from(seconds) {
+        Ok(s) if s <= resources::MAX_ACK_DEADLINE_SECS.unsigned_abs() => Ok(s),
+        _ => Err(Status::invalid_argument(format!(
+            "Invalid ack deadline {seconds}: must be between 0 and 600 seconds"
+        ))),
+    }
+}
+
+/// Splits ack ids into parsed and malformed.
+fn parse_ack_ids(ids: &[String]) -> (Vec<AckId>, Vec<String>) {
+    let mut parsed = Vec::with_capacity(ids.len());
+    let mut malformed = Vec::new();
+    for id in ids {
+        match AckId::parse(id) {
+            Some(a) => parsed.push(a),
+            None => malformed.push(id.clone()),
+        }
+    }
+    (parsed, malformed)
+}
 
 /// The Pub/Sub emulator's state; a cheap cloneable handle.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct PubSub {
-    ctx: Arc<Context>,
+    shared: Arc<Shared>,
 }
 
 impl PubSub {
     /// A new, empty emulator.
-    pub fn new(ctx: Arc<Context>, _config: PubSubConfig) -> Self {
-        Self { ctx }
+    pub fn new(ctx: Arc<Context>, config: PubSubConfig) -> Self {
+        let (shutdown, _) = watch::channel(false);
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                ctx,
+                config,
+                shutdown,
+                next_stream: AtomicU64::new(1),
+            }),
+        }
     }
 
-    /// gRPC and REST routes of this emulator.
+    /// gRPC (Publisher, Subscriber), REST (`/v1/...`) and admin
+    /// (`/emulator/v1/...`) routes of this emulator, on one router.
     pub fn router(&self) -> axum::Router {
-        crate::server::admin_routes(self.ctx.clone())
+        let grpc = grpc::routes(self.shared.clone());
+        crate::server::grpc_layer(grpc, self.shared.ctx.clone())
+            .merge(rest::routes(self.shared.clone()))
+            .merge(admin::routes(self.shared.clone()))
+            .merge(crate::server::admin_routes(self.shared.ctx.clone()))
     }
 
-    /// Closes open streams.
-    pub fn shutdown(&self) {}
+    /// Closes open StreamingPull streams (with UNAVAILABLE) so the server can stop.
+    pub fn shutdown(&self) {
+        let _ = self.shared.shutdown.send(true);
+    }
+
+    /// Counters of `subscription` (full name), or None if it does not exist.
+    pub fn stats(&self, subscription: &str) -> Option<SubscriptionStats> {
+        self.shared
+            .with(|state, now, wall| state.stats(subscription, now, wall))
+    }
+
+    /// Counters of every subscription, by full name.
+    pub fn all_stats(&self) -> BTreeMap<String, SubscriptionStats> {
+        self.shared.with(|state, now, wall| {
+            let mut out = BTreeMap::new();
+            for name in state.subscription_names() {
+                if let Some(s) = state.stats(&name, now, wall) {
+                    out.insert(name, s);
+                }
+            }
+            out
+        })
+    }
+
+    /// Every acknowledgement that took effect on `subscription`, oldest first.
+    pub fn ack_log(&self, subscription: &str) -> Option<Vec<AckRecord>> {
+        self.shared.with(|state, _, _| state.ack_log(subscription))
+    }
+
+    /// The messages of `subscription` not acknowledged yet (ready, leased or
+    /// in backoff), in publish order.
+    pub fn unacked(&self, subscription: &str) -> Option<Vec<UnackedMessage>> {
+        self.shared
+            .with(|state, now, wall| state.unacked(subscription, now, wall))
+    }
 }

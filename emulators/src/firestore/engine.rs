@@ -1,0 +1,605 @@
+//! The database engine: the one lock-protected state (documents, transactions,
+//! locks, statistics) every RPC goes through, and the locking rule.
+//!
+//! Invariant: every read and every commit runs inside one critical section
+//! of `state`, so a commit's writes become visible all at once, and a commit
+//! applies only when no other transaction holds a lock on any document it
+//! writes. The only await is between attempts, while a commit waits for an
+//! older transaction's locks.
+//!
+//! # The locking rule (wound-wait)
+//! Reads in a read-write transaction take shared locks (missing documents
+//! and every document a query returns included). A commit needs every
+//! document it writes free of other holders. For each other holder:
+//! - expired: it ends, releasing its locks;
+//! - younger than the committing transaction: it is *wounded* (its locks are
+//!   released at once, its next operation or commit gets ABORTED);
+//! - older (or the commit is a plain, non-transactional write): the commit
+//!   waits until the holder ends, or until the lock wait timeout, then it is
+//!   ABORTED (and a transaction ends).
+//!
+//! Waits only go from younger to older (plain writes hold nothing while they
+//! wait), so there is no deadlock; a retry keeps its first attempt's age, so
+//! every transaction eventually becomes the oldest and commits.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::sync::watch;
+use tonic::Status;
+
+use super::locks::TxnId;
+use super::store::{Micros, ReadAt, Store};
+use super::transactions::{Mode, Transactions, TxnError, CONTENTION_MESSAGE, EXPIRED_MESSAGE};
+use super::writes;
+use super::FirestoreConfig;
+use crate::proto::firestore_v1::{
+    transaction_options, CommitResponse, Document, TransactionOptions, Write,
+};
+use crate::server::Context;
+
+/// How often a waiting commit re-checks (emulated clock moves, expiries).
+const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+/// Which state a read sees.
+#[derive(Clone, Debug)]
+pub enum Consistency {
+    /// The latest committed state, no locks.
+    Latest,
+    /// The state at a time, no locks.
+    ReadTime(Micros),
+    /// Inside an open transaction.
+    Transaction(TxnId),
+    /// Inside a transaction begun by this read.
+    NewTransaction(TransactionOptions),
+}
+
+/// The result of a read and the context it ran in.
+#[derive(Debug)]
+pub struct Snapshot<T> {
+    /// What was read.
+    pub value: T,
+    /// The time the read reflects.
+    pub read_time: Micros,
+    /// The transaction the read began, if it began one.
+    pub new_transaction: Option<TxnId>,
+}
+
+/// Totals since start (or the last reset of statistics).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FirestoreStats {
+    /// Successful atomic write sets: Commit RPCs and each single write of
+    /// CreateDocument, UpdateDocument, DeleteDocument and BatchWrite.
+    pub commits: u64,
+    /// Document writes applied (a commit writing 3 documents counts 3).
+    pub documents_written: u64,
+    /// Transactions begun.
+    pub transactions_begun: u64,
+    /// Transactions ended with ABORTED (wounded, or lock wait timeout).
+    pub aborted_transactions: u64,
+    /// Transactions that expired (idle or total lifetime).
+    pub expired_transactions: u64,
+    /// Transactions rolled back by the client or ended by a failed commit.
+    pub rolled_back_transactions: u64,
+    /// Commits that had to wait for a lock at least once.
+    pub lock_waits: u64,
+    /// Commits aborted because the lock wait timed out.
+    pub lock_timeouts: u64,
+    /// Open transactions now.
+    pub active_transactions: usize,
+    /// Documents locked now.
+    pub locked_documents: usize,
+    /// Documents stored now (all databases).
+    pub documents: usize,
+}
+
+/// How many commits wrote one document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DocumentWrites {
+    /// Full document name.
+    pub name: String,
+    /// Commits that wrote it.
+    pub writes: u64,
+}
+
+struct State {
+    store: Store,
+    txns: Transactions,
+    stats: FirestoreStats,
+    doc_writes: HashMap<String, u64>,
+    last_time: Micros,
+}
+
+/// The engine; shared by the gRPC service and the admin routes.
+pub struct Engine {
+    state: Mutex<State>,
+    wake: watch::Sender<u64>,
+    ctx: Arc<Context>,
+    config: FirestoreConfig,
+}
+
+fn wall_micros(t: SystemTime) -> Micros {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as Micros)
+        .unwrap_or(0)
+}
+
+impl State {
+    fn read_time(&self, wall: Micros) -> Micros {
+        wall.max(self.last_time)
+    }
+
+    fn next_commit_time(&mut self, wall: Micros) -> Micros {
+        let t = wall.max(self.last_time + 1);
+        self.last_time = t;
+        t
+    }
+
+    fn begin(
+        &mut self,
+        database: &str,
+        options: Option<&TransactionOptions>,
+        now: Duration,
+        wall: Micros,
+    ) -> Result<TxnId, Status> {
+        let (mode, retry) = match options.and_then(|o| o.mode.as_ref()) {
+            None => (Mode::ReadWrite, None),
+            Some(transaction_options::Mode::ReadWrite(rw)) => (
+                Mode::ReadWrite,
+                (!rw.retry_transaction.is_empty()).then_some(rw.retry_transaction.as_slice()),
+            ),
+            Some(transaction_options::Mode::ReadOnly(ro)) => {
+                let read_time = match &ro.consistency_selector {
+                    Some(transaction_options::read_only::ConsistencySelector::ReadTime(t)) => {
+                        writes::micros(t)
+                    }
+                    None => self.read_time(wall),
+                };
+                (Mode::ReadOnly { read_time }, None)
+            }
+        };
+        self.stats.transactions_begun += 1;
+        Ok(self.txns.begin(database, mode, retry, now))
+    }
+
+    /// Checks whether `names` may be written by `me` (None = a plain write);
+    /// wounds younger holders and ends expired ones. Returns (clear, released_any).
+    fn clear_to_write(
+        &mut self,
+        names: &[String],
+        me: Option<(&[u8], (u64, u64))>,
+        now: Duration,
+    ) -> (bool, bool) {
+        let mut clear = true;
+        let mut released = false;
+        for name in names {
+            let holders: Vec<TxnId> = self
+                .txns
+                .holders(name)
+                .iter()
+                .filter(|h| me.is_none_or(|(id, _)| h.as_slice() != id))
+                .cloned()
+                .collect();
+            for h in holders {
+                if self.txns.expire_if_due(&h, now) {
+                    self.stats.expired_transactions += 1;
+                    released = true;
+                    continue;
+                }
+                let theirs = self.txns.get(&h).map(|t| t.priority);
+                match (me, theirs) {
+                    (Some((_, mine)), Some(theirs)) if mine < theirs => {
+                        if self.txns.wound(&h) {
+                            self.stats.aborted_transactions += 1;
+                            released = true;
+                        }
+                    }
+                    _ => clear = false,
+                }
+            }
+        }
+        (clear, released)
+    }
+
+    /// Applies `writes` atomically at a new commit time; all or nothing.
+    fn apply(
+        &mut self,
+        writes_: &[Write],
+        names: &[String],
+        wall: Micros,
+        max_documents: Option<usize>,
+    ) -> Result<(CommitResponse, Vec<Option<Arc<Document>>>), Status> {
+        let commit_time = self.next_commit_time(wall);
+        let mut overlay: HashMap<&str, Option<Arc<Document>>> = HashMap::new();
+        let mut results = Vec::with_capacity(writes_.len());
+        let mut states = Vec::with_capacity(writes_.len());
+        let mut created = 0usize;
+        for (w, name) in writes_.iter().zip(names) {
+            let stored;
+            let current = match overlay.get(name.as_str()) {
+                Some(d) => d.as_deref(),
+                None => {
+                    stored = self.store.get(name, ReadAt::Latest);
+                    stored.as_deref()
+                }
+            };
+            let existed = current.is_some();
+            let (new, result) = writes::apply(w, name, current, commit_time)?;
+            let new = new.map(Arc::new);
+            if !existed && new.is_some() {
+                created += 1;
+            }
+            states.push(new.clone());
+            overlay.insert(name, new);
+            results.push(result);
+        }
+        if let Some(max) = max_documents {
+            if created > 0 && self.store.len() + created > max {
+                return Err(Status::resource_exhausted(format!(
+                    "The emulator holds at most {max} documents."
+                )));
+            }
+        }
+        for (name, doc) in overlay {
+            self.store.put(name, doc, commit_time);
+            self.stats.documents_written += 1;
+            *self.doc_writes.entry(name.to_string()).or_default() += 1;
+        }
+        self.stats.commits += 1;
+        Ok((
+            CommitResponse {
+                write_results: results,
+                commit_time: Some(writes::timestamp(commit_time)),
+            },
+            states,
+        ))
+    }
+}
+
+impl Engine {
+    /// An empty engine.
+    pub fn new(ctx: Arc<Context>, config: FirestoreConfig) -> Self {
+        let (wake, _) = watch::channel(0);
+        Self {
+            state: Mutex::new(State {
+                store: Store::new(
+                    config.version_retention.as_micros() as Micros,
+                    config.max_versions_per_document,
+                ),
+                txns: Transactions::new(
+                    config.transaction_idle_timeout,
+                    config.transaction_max_lifetime,
+                ),
+                stats: FirestoreStats::default(),
+                doc_writes: HashMap::new(),
+                last_time: 0,
+            }),
+            wake,
+            ctx,
+            config,
+        }
+    }
+
+    fn now(&self) -> (Duration, Micros) {
+        (
+            self.ctx.clock.elapsed(),
+            wall_micros(self.ctx.clock.now_wall()),
+        )
+    }
+
+    fn notify(&self) {
+        self.wake.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Begins a transaction.
+    pub fn begin(
+        &self,
+        database: &str,
+        options: Option<&TransactionOptions>,
+    ) -> Result<TxnId, Status> {
+        let (now, wall) = self.now();
+        let mut st = self.state.lock();
+        st.begin(database, options, now, wall)
+    }
+
+    /// Rolls back `id`, releasing its locks. An id that already ended is fine.
+    pub fn rollback(&self, database: &str, id: &[u8]) -> Result<(), Status> {
+        let (now, _) = self.now();
+        let mut st = self.state.lock();
+        match st.txns.get(id) {
+            Some(t) if t.database == database => {
+                st.txns.end(id, now);
+                st.stats.rolled_back_transactions += 1;
+                drop(st);
+                self.notify();
+                Ok(())
+            }
+            Some(_) => Err(Status::invalid_argument(EXPIRED_MESSAGE)),
+            None if st.txns.is_retired(id) => Ok(()),
+            None => Err(Status::invalid_argument(EXPIRED_MESSAGE)),
+        }
+    }
+
+    /// Ends `id` after a failed commit the handler never saw (an injected
+    /// error): its locks are released as a failed commit's would be.
+    pub fn end_after_failure(&self, id: &[u8]) {
+        let (now, _) = self.now();
+        let mut st = self.state.lock();
+        if st.txns.end(id, now) {
+            st.stats.rolled_back_transactions += 1;
+            drop(st);
+            self.notify();
+        }
+    }
+
+    /// Runs `f` over the store in the consistency asked for; in a read-write
+    /// transaction, locks the names `f` returns (also on failure of nothing).
+    pub fn read<T>(
+        &self,
+        database: &str,
+        consistency: Consistency,
+        f: impl FnOnce(&Store, ReadAt) -> Result<(T, Vec<String>), Status>,
+    ) -> Result<Snapshot<T>, Status> {
+        let (now, wall) = self.now();
+        let mut st = self.state.lock();
+        let mut new_transaction = None;
+        let txn = match consistency {
+            Consistency::Latest => None,
+            Consistency::ReadTime(t) => {
+                let (value, _) = f(&st.store, ReadAt::Time(t))?;
+                return Ok(Snapshot {
+                    value,
+                    read_time: t,
+                    new_transaction: None,
+                });
+            }
+            Consistency::Transaction(id) => Some(id),
+            Consistency::NewTransaction(options) => {
+                let id = st.begin(database, Some(&options), now, wall)?;
+                new_transaction = Some(id.clone());
+                Some(id)
+            }
+        };
+        let mut lock_for = None;
+        let mut at = ReadAt::Latest;
+        let mut read_time = st.read_time(wall);
+        if let Some(id) = &txn {
+            let t = st.txns.touch(id, database, now).map_err(Status::from)?;
+            match t.mode {
+                Mode::ReadOnly { read_time: rt } => {
+                    at = ReadAt::Time(rt);
+                    read_time = rt;
+                }
+                Mode::ReadWrite => lock_for = Some(id.clone()),
+            }
+        }
+        match f(&st.store, at) {
+            Ok((value, names)) => {
+                if let Some(id) = lock_for {
+                    for name in &names {
+                        st.txns.lock(&id, name);
+                    }
+                }
+                Ok(Snapshot {
+                    value,
+                    read_time,
+                    new_transaction,
+                })
+            }
+            Err(e) => {
+                if let Some(id) = new_transaction {
+                    st.txns.end(&id, now);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Commits `writes` atomically, in a transaction or not, waiting for
+    /// locks as the locking rule says. Returns the response and each write's
+    /// resulting document (`None` when deleted).
+    pub async fn commit(
+        &self,
+        database: &str,
+        mut writes_: Vec<Write>,
+        txn: Option<TxnId>,
+    ) -> Result<(CommitResponse, Vec<Option<Arc<Document>>>), Status> {
+        let mut names = Vec::with_capacity(writes_.len());
+        for w in writes_.iter_mut() {
+            match writes::validate(w, database) {
+                Ok(n) => names.push(n),
+                Err(e) => {
+                    if let Some(id) = &txn {
+                        self.end_failed(database, id);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        let mut rx = self.wake.subscribe();
+        let deadline = self.ctx.clock.elapsed() + self.config.lock_wait_timeout;
+        let mut waited = false;
+        loop {
+            let (now, wall) = self.now();
+            let mut released = false;
+            let outcome = {
+                let mut st = self.state.lock();
+                rx.borrow_and_update();
+                self.attempt(&mut st, database, &writes_, &names, &unique, txn.as_deref(), now, wall, deadline, &mut waited, &mut released)
+            };
+            if released {
+                self.notify();
+            }
+            if let Some(outcome) = outcome {
+                return outcome;
+            }
+            let left = self.ctx.clock.real_duration(deadline.saturating_sub(now));
+            let slice = left.clamp(Duration::from_millis(1), WAIT_SLICE);
+            let _ = tokio::time::timeout(slice, rx.changed()).await;
+        }
+    }
+
+    /// One try of a commit under the state lock; `None` means "wait".
+    #[allow(clippy::too_many_arguments)]
+    fn attempt(
+        &self,
+        st: &mut State,
+        database: &str,
+        writes_: &[Write],
+        names: &[String],
+        unique: &[String],
+        txn: Option<&[u8]>,
+        now: Duration,
+        wall: Micros,
+        deadline: Duration,
+        waited: &mut bool,
+        released: &mut bool,
+    ) -> Option<Result<(CommitResponse, Vec<Option<Arc<Document>>>), Status>> {
+        let me = match txn {
+            None => None,
+            Some(id) => {
+                let t = match st.txns.touch(id, database, now) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        if e == TxnError::Expired {
+                            st.stats.expired_transactions += 1;
+                        }
+                        *released = true;
+                        return Some(Err(e.into()));
+                    }
+                };
+                if matches!(t.mode, Mode::ReadOnly { .. }) && !writes_.is_empty() {
+                    st.txns.end(id, now);
+                    st.stats.rolled_back_transactions += 1;
+                    return Some(Err(Status::invalid_argument(
+                        "Cannot modify entities in a read-only transaction.",
+                    )));
+                }
+                Some((id, t.priority))
+            }
+        };
+        let (clear, freed) = st.clear_to_write(unique, me, now);
+        *released |= freed;
+        if clear {
+            let result = st.apply(writes_, names, wall, self.config.max_documents);
+            if let Some(id) = txn {
+                st.txns.end(id, now);
+                *released = true;
+                if result.is_err() {
+                    st.stats.rolled_back_transactions += 1;
+                }
+            }
+            return Some(result);
+        }
+        if now >= deadline {
+            st.stats.lock_timeouts += 1;
+            if let Some(id) = txn {
+                st.txns.end(id, now);
+                st.stats.aborted_transactions += 1;
+                *released = true;
+            }
+            return Some(Err(Status::aborted(CONTENTION_MESSAGE)));
+        }
+        if !*waited {
+            *waited = true;
+            st.stats.lock_waits += 1;
+        }
+        None
+    }
+
+    fn end_failed(&self, database: &str, id: &[u8]) {
+        let (now, _) = self.now();
+        let mut st = self.state.lock();
+        if st.txns.get(id).is_some_and(|t| t.database == database) && st.txns.end(id, now) {
+            st.stats.rolled_back_transactions += 1;
+            drop(st);
+            self.notify();
+        }
+    }
+
+    /// Ends expired transactions and prunes old versions (the sweeper's tick).
+    pub fn sweep(&self) {
+        let (now, wall) = self.now();
+        let mut st = self.state.lock();
+        let expired = st.txns.expire(now);
+        st.stats.expired_transactions += expired as u64;
+        st.store.prune(wall);
+        drop(st);
+        if expired > 0 {
+            self.notify();
+        }
+    }
+
+    /// Totals and current sizes.
+    pub fn stats(&self) -> FirestoreStats {
+        let st = self.state.lock();
+        FirestoreStats {
+            active_transactions: st.txns.active(),
+            locked_documents: st.txns.locked_documents(),
+            documents: st.store.len(),
+            ..st.stats.clone()
+        }
+    }
+
+    /// The `n` most written documents, most written first.
+    pub fn hottest(&self, n: usize) -> Vec<DocumentWrites> {
+        let st = self.state.lock();
+        let mut all: Vec<DocumentWrites> = st
+            .doc_writes
+            .iter()
+            .map(|(name, writes)| DocumentWrites {
+                name: name.clone(),
+                writes: *writes,
+            })
+            .collect();
+        all.sort_by(|a, b| b.writes.cmp(&a.writes).then_with(|| a.name.cmp(&b.name)));
+        all.truncate(n);
+        all
+    }
+
+    /// How many commits wrote `name`.
+    pub fn document_writes(&self, name: &str) -> u64 {
+        self.state.lock().doc_writes.get(name).copied().unwrap_or(0)
+    }
+
+    /// Zeroes the totals and per-document counters.
+    pub fn reset_stats(&self) {
+        let mut st = self.state.lock();
+        st.stats = FirestoreStats::default();
+        st.doc_writes.clear();
+    }
+
+    /// Deletes every document of `database` (`projects/p/databases/d`) and
+    /// ends its transactions; returns how many documents were removed.
+    pub fn reset_database(&self, database: &str) -> usize {
+        let (now, _) = self.now();
+        let mut st = self.state.lock();
+        let removed = st.store.clear_prefix(&format!("{database}/documents/"));
+        st.txns.end_database(database, now);
+        drop(st);
+        self.notify();
+        removed
+    }
+
+    /// Deletes every document of every database and ends every transaction.
+    pub fn reset_all(&self) -> usize {
+        let (now, _) = self.now();
+        let mut st = self.state.lock();
+        let removed = st.store.clear_prefix("");
+        st.txns.expire(now + self.config.transaction_max_lifetime * 2);
+        drop(st);
+        self.notify();
+        removed
+    }
+
+    /// The current state of document `name`, if it exists.
+    pub fn document(&self, name: &str) -> Option<Arc<Document>> {
+        self.state.lock().store.get(name, ReadAt::Latest)
+    }
+}

@@ -1,0 +1,279 @@
+//! Resource names and field paths: parsing and validating database, parent
+//! and document names, collection and document ids, and dotted field paths.
+//!
+//! Invariant: a [`DocName`] or [`Parent`] only exists with a well-formed
+//! database prefix and valid ids, so the store never sees a malformed key;
+//! every rejection is an INVALID_ARGUMENT, never a panic.
+
+use std::cmp::Ordering;
+
+use tonic::Status;
+
+/// Longest collection id, document id or field name, in bytes.
+pub const MAX_ID_BYTES: usize = 1500;
+
+/// The `projects/{p}/databases/{d}` part of every name, validated.
+pub fn parse_database(database: &str) -> Result<String, Status> {
+    let parts: Vec<&str> = database.split('/').collect();
+    match parts.as_slice() {
+        ["projects", p, "databases", d] if !p.is_empty() && !d.is_empty() => {
+            Ok(database.to_string())
+        }
+        _ => Err(Status::invalid_argument(format!(
+            "Invalid database name: {database:?}; expected projects/{{project}}/databases/{{database}}"
+        ))),
+    }
+}
+
+/// Checks a collection or document id.
+pub fn validate_id(id: &str, what: &str) -> Result<(), Status> {
+    let reason = if id.is_empty() {
+        Some("must not be empty")
+    } else if id.len() > MAX_ID_BYTES {
+        Some("must be at most 1500 bytes")
+    } else if id.contains('/') {
+        Some("must not contain '/'")
+    } else if id == "." || id == ".." {
+        Some("must not be '.' or '..'")
+    } else if is_reserved(id) {
+        Some("must not match __.*__")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Status::invalid_argument(format!(
+            "Invalid {what} id {:?}: {reason}.",
+            truncate(id)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Whether a name matches `__.*__`, the reserved form.
+pub fn is_reserved(name: &str) -> bool {
+    name.len() >= 4 && name.starts_with("__") && name.ends_with("__")
+}
+
+fn truncate(s: &str) -> &str {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// A place documents live under: the database root or a document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parent {
+    /// `projects/{p}/databases/{d}`.
+    pub database: String,
+    /// Ids below `documents/`: empty for the root, else an even number.
+    pub segments: Vec<String>,
+}
+
+impl Parent {
+    /// Parses `projects/{p}/databases/{d}/documents[/{coll}/{id}...]`.
+    pub fn parse(name: &str) -> Result<Self, Status> {
+        let (database, segments) = split(name)?;
+        if segments.len() % 2 != 0 {
+            return Err(Status::invalid_argument(format!(
+                "Invalid parent {name:?}: it must be the database root or a document."
+            )));
+        }
+        Ok(Self { database, segments })
+    }
+
+    /// The full name, `.../documents[/...]`.
+    pub fn name(&self) -> String {
+        join(&self.database, &self.segments)
+    }
+
+    /// The key prefix every document below this parent starts with.
+    pub fn prefix(&self) -> String {
+        let mut p = self.name();
+        p.push('/');
+        p
+    }
+}
+
+/// A document name, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DocName {
+    /// `projects/{p}/databases/{d}`.
+    pub database: String,
+    /// Collection id, document id, ... (even length, at least 2).
+    pub segments: Vec<String>,
+}
+
+impl DocName {
+    /// Parses and validates a full document name.
+    pub fn parse(name: &str) -> Result<Self, Status> {
+        let (database, segments) = split(name)?;
+        if segments.is_empty() || segments.len() % 2 != 0 {
+            return Err(Status::invalid_argument(format!(
+                "Document name {name:?} has {} segment(s) after documents/; a document name needs an even, non-zero number.",
+                segments.len()
+            )));
+        }
+        Ok(Self { database, segments })
+    }
+
+    /// Parses a name and checks it belongs to `database`.
+    pub fn parse_in(name: &str, database: &str) -> Result<Self, Status> {
+        let doc = Self::parse(name)?;
+        if doc.database != database {
+            return Err(Status::invalid_argument(format!(
+                "Document {name:?} is not in database {database:?}."
+            )));
+        }
+        Ok(doc)
+    }
+
+    /// The full name.
+    pub fn name(&self) -> String {
+        join(&self.database, &self.segments)
+    }
+}
+
+fn join(database: &str, segments: &[String]) -> String {
+    let mut s = format!("{database}/documents");
+    for seg in segments {
+        s.push('/');
+        s.push_str(seg);
+    }
+    s
+}
+
+/// Splits `projects/p/databases/d/documents/a/b...` into the database and the
+/// validated ids after `documents`.
+fn split(name: &str) -> Result<(String, Vec<String>), Status> {
+    let bad = || {
+        Status::invalid_argument(format!(
+            "Invalid resource name {:?}; expected projects/{{p}}/databases/{{d}}/documents[/...].",
+            truncate(name)
+        ))
+    };
+    let mut parts = name.split('/');
+    let (Some("projects"), Some(p), Some("databases"), Some(d), Some("documents")) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return Err(bad());
+    };
+    if p.is_empty() || d.is_empty() {
+        return Err(bad());
+    }
+    let mut segments = Vec::new();
+    for (i, seg) in parts.enumerate() {
+        validate_id(seg, if i % 2 == 0 { "collection" } else { "document" })?;
+        segments.push(seg.to_string());
+    }
+    Ok((format!("projects/{p}/databases/{d}"), segments))
+}
+
+/// Orders names segment by segment, as Firestore orders `__name__`.
+pub fn compare_names(a: &str, b: &str) -> Ordering {
+    a.split('/').cmp(b.split('/'))
+}
+
+/// The path of `name` below `prefix` (which ends with `/`), split into ids.
+pub fn relative<'a>(name: &'a str, prefix: &str) -> Option<Vec<&'a str>> {
+    name.strip_prefix(prefix).map(|rest| rest.split('/').collect())
+}
+
+/// Parses a field path: dot-separated names, each plain or backtick-quoted
+/// (inside backticks, `\` escapes the next character).
+pub fn parse_field_path(path: &str) -> Result<Vec<String>, Status> {
+    let bad = |why: &str| Status::invalid_argument(format!("Invalid field path {path:?}: {why}."));
+    let mut out = Vec::new();
+    let mut chars = path.chars().peekable();
+    loop {
+        let mut name = String::new();
+        if chars.peek() == Some(&'`') {
+            chars.next();
+            let mut closed = false;
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => name.push(chars.next().ok_or_else(|| bad("dangling escape"))?),
+                    '`' => {
+                        closed = true;
+                        break;
+                    }
+                    c => name.push(c),
+                }
+            }
+            if !closed {
+                return Err(bad("unterminated backtick"));
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == '.' {
+                    break;
+                }
+                if c == '`' {
+                    return Err(bad("backtick inside an unquoted name"));
+                }
+                name.push(c);
+                chars.next();
+            }
+        }
+        if name.is_empty() {
+            return Err(bad("empty field name"));
+        }
+        out.push(name);
+        match chars.next() {
+            None => return Ok(out),
+            Some('.') => {}
+            Some(_) => return Err(bad("expected '.' after a quoted name")),
+        }
+    }
+}
+
+/// Quotes one field name for a field path when it is not a plain identifier.
+pub fn quote_field_name(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("`{}`", name.replace('\\', "\\\\").replace('`', "\\`"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_document_names() {
+        let d = DocName::parse("projects/p/databases/(default)/documents/c/x/s/y").unwrap();
+        assert_eq!(d.database, "projects/p/databases/(default)");
+        assert_eq!(d.segments, ["c", "x", "s", "y"]);
+        assert!(DocName::parse("projects/p/databases/d/documents/c").is_err());
+        assert!(DocName::parse("projects/p/databases/d/documents/c/..").is_err());
+        assert!(DocName::parse("projects/p/databases/d/documents/c/__x__").is_err());
+        assert!(DocName::parse("projects/p/databases/d/documents/c/").is_err());
+        assert!(DocName::parse(&format!("projects/p/databases/d/documents/c/{}", "a".repeat(1501))).is_err());
+    }
+
+    #[test]
+    fn parses_field_paths() {
+        assert_eq!(parse_field_path("a.b").unwrap(), ["a", "b"]);
+        assert_eq!(parse_field_path("`a.b`.c").unwrap(), ["a.b", "c"]);
+        assert_eq!(parse_field_path("`a\\`b`").unwrap(), ["a`b"]);
+        assert!(parse_field_path("a..b").is_err());
+        assert!(parse_field_path("").is_err());
+        assert!(parse_field_path("`a").is_err());
+    }
+
+    #[test]
+    fn orders_names_by_segment() {
+        assert_eq!(compare_names("a/b/c", "a/b-c"), Ordering::Less);
+        assert_eq!(compare_names("a/b", "a/b/c"), Ordering::Less);
+    }
+}

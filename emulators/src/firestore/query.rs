@@ -1,0 +1,464 @@
+//! Structured queries and aggregations over a snapshot of the store:
+//! collection selection, filters, ordering, cursors, offset, limit,
+//! projection, and count/sum/avg.
+//!
+//! Invariant: a [`Plan`] is validated once (bad operators, cursors or limits
+//! are INVALID_ARGUMENT up front), and evaluating it never fails: it is a
+//! pure function of the documents it is given.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tonic::Status;
+
+use super::names::{parse_field_path, relative, Parent};
+use super::values::{self, as_number, compare, equal, is_nan, is_null, same_class, Number};
+use crate::proto::firestore_v1::structured_aggregation_query::aggregation::Operator as AggOp;
+use crate::proto::firestore_v1::structured_aggregation_query::Aggregation;
+use crate::proto::firestore_v1::structured_query::{
+    composite_filter, field_filter, filter::FilterType, unary_filter, CollectionSelector,
+    Direction, Filter,
+};
+use crate::proto::firestore_v1::{
+    value::ValueType, Cursor, Document, StructuredQuery, Value,
+};
+
+const NAME_FIELD: &str = "__name__";
+
+/// A field a query reads: a document field or the document's name.
+#[derive(Clone, Debug, PartialEq)]
+enum FieldRef {
+    Name,
+    Path(Vec<String>),
+}
+
+impl FieldRef {
+    fn parse(path: &str) -> Result<Self, Status> {
+        if path == NAME_FIELD {
+            Ok(FieldRef::Name)
+        } else {
+            Ok(FieldRef::Path(parse_field_path(path)?))
+        }
+    }
+
+    fn get(&self, doc: &Document) -> Option<Value> {
+        match self {
+            FieldRef::Name => Some(values::value(ValueType::ReferenceValue(doc.name.clone()))),
+            FieldRef::Path(p) => values::get_path(&doc.fields, p).cloned(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Cond {
+    And(Vec<Cond>),
+    Or(Vec<Cond>),
+    Field(FieldRef, field_filter::Operator, Value),
+    Unary(FieldRef, unary_filter::Operator),
+}
+
+/// A validated query, ready to run on any set of documents.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    collection: CollectionSelector,
+    cond: Option<Cond>,
+    order: Vec<(FieldRef, bool)>,
+    start: Option<Cursor>,
+    end: Option<Cursor>,
+    offset: usize,
+    limit: Option<usize>,
+    projection: Option<Vec<Vec<String>>>,
+}
+
+impl Plan {
+    /// Validates `query`.
+    pub fn new(query: &StructuredQuery) -> Result<Self, Status> {
+        let collection = match query.from.as_slice() {
+            [one] => one.clone(),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "A query must select exactly one collection.",
+                ))
+            }
+        };
+        if !collection.all_descendants {
+            super::names::validate_id(&collection.collection_id, "collection")?;
+        }
+        let cond = match &query.r#where {
+            Some(f) => Some(compile(f)?),
+            None => None,
+        };
+        let mut order = Vec::new();
+        for o in &query.order_by {
+            let field = o
+                .field
+                .as_ref()
+                .ok_or_else(|| Status::invalid_argument("order_by needs a field."))?;
+            let descending = o.direction == Direction::Descending as i32;
+            order.push((FieldRef::parse(&field.field_path)?, descending));
+        }
+        if order.is_empty() {
+            let mut inequalities = Vec::new();
+            if let Some(c) = &cond {
+                collect_inequalities(c, &mut inequalities);
+            }
+            inequalities.sort_by(|a, b| match (a, b) {
+                (FieldRef::Path(x), FieldRef::Path(y)) => x.cmp(y),
+                (FieldRef::Name, _) => Ordering::Greater,
+                (_, FieldRef::Name) => Ordering::Less,
+            });
+            inequalities.dedup();
+            order.extend(inequalities.into_iter().map(|f| (f, false)));
+        }
+        if !order.iter().any(|(f, _)| *f == FieldRef::Name) {
+            let descending = order.last().is_some_and(|(_, d)| *d);
+            order.push((FieldRef::Name, descending));
+        }
+        for cursor in [&query.start_at, &query.end_at].into_iter().flatten() {
+            if cursor.values.len() > order.len() {
+                return Err(Status::invalid_argument(
+                    "A cursor has more values than the query has orderings.",
+                ));
+            }
+        }
+        if query.offset < 0 {
+            return Err(Status::invalid_argument("offset must not be negative."));
+        }
+        let limit = match query.limit {
+            Some(l) if l < 0 => {
+                return Err(Status::invalid_argument("limit must not be negative."))
+            }
+            Some(l) => Some(l as usize),
+            None => None,
+        };
+        let projection = match &query.select {
+            Some(p) => {
+                let mut paths = Vec::new();
+                for f in &p.fields {
+                    if f.field_path != NAME_FIELD {
+                        paths.push(parse_field_path(&f.field_path)?);
+                    }
+                }
+                Some(paths)
+            }
+            None => None,
+        };
+        Ok(Self {
+            collection,
+            cond,
+            order,
+            start: query.start_at.clone(),
+            end: query.end_at.clone(),
+            offset: query.offset as usize,
+            limit,
+            projection,
+        })
+    }
+
+    /// Whether document `name` is in the queried collection below `parent`.
+    pub fn selects(&self, parent: &Parent, prefix: &str, name: &str) -> bool {
+        debug_assert_eq!(prefix, parent.prefix());
+        let Some(rel) = relative(name, prefix) else {
+            return false;
+        };
+        let n = rel.len();
+        if n < 2 || n % 2 != 0 {
+            return false;
+        }
+        let id = &self.collection.collection_id;
+        if self.collection.all_descendants {
+            id.is_empty() || rel[n - 2] == id
+        } else {
+            n == 2 && rel[0] == id
+        }
+    }
+
+    /// Runs the query over `candidates` (already restricted to the collection).
+    pub fn run(&self, candidates: Vec<Arc<Document>>) -> Vec<Arc<Document>> {
+        let mut rows: Vec<(Vec<Value>, Arc<Document>)> = Vec::new();
+        'docs: for doc in candidates {
+            if let Some(c) = &self.cond {
+                if !eval(c, &doc) {
+                    continue;
+                }
+            }
+            let mut key = Vec::with_capacity(self.order.len());
+            for (f, _) in &self.order {
+                match f.get(&doc) {
+                    Some(v) => key.push(v),
+                    None => continue 'docs,
+                }
+            }
+            if let Some(c) = &self.start {
+                let o = self.against_cursor(&key, c);
+                if o == Ordering::Less || (o == Ordering::Equal && !c.before) {
+                    continue;
+                }
+            }
+            if let Some(c) = &self.end {
+                let o = self.against_cursor(&key, c);
+                if o == Ordering::Greater || (o == Ordering::Equal && c.before) {
+                    continue;
+                }
+            }
+            rows.push((key, doc));
+        }
+        rows.sort_by(|a, b| self.compare_keys(&a.0, &b.0));
+        let limit = self.limit.unwrap_or(usize::MAX);
+        rows.into_iter()
+            .skip(self.offset)
+            .take(limit)
+            .map(|(_, d)| d)
+            .collect()
+    }
+
+    fn compare_keys(&self, a: &[Value], b: &[Value]) -> Ordering {
+        for ((x, y), (_, desc)) in a.iter().zip(b).zip(&self.order) {
+            let o = compare(x, y);
+            let o = if *desc { o.reverse() } else { o };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+
+    /// Where a row's key sits relative to a cursor (over the cursor's length).
+    fn against_cursor(&self, key: &[Value], cursor: &Cursor) -> Ordering {
+        self.compare_keys(&key[..cursor.values.len().min(key.len())], &cursor.values)
+    }
+
+    /// The document as the query returns it (projection applied).
+    pub fn project(&self, doc: &Document) -> Document {
+        match &self.projection {
+            None => doc.clone(),
+            Some(paths) => Document {
+                name: doc.name.clone(),
+                fields: values::project(&doc.fields, paths),
+                create_time: doc.create_time,
+                update_time: doc.update_time,
+            },
+        }
+    }
+}
+
+fn compile(filter: &Filter) -> Result<Cond, Status> {
+    match &filter.filter_type {
+        None => Err(Status::invalid_argument("A filter needs a type.")),
+        Some(FilterType::CompositeFilter(c)) => {
+            let mut parts = Vec::with_capacity(c.filters.len());
+            for f in &c.filters {
+                parts.push(compile(f)?);
+            }
+            match composite_filter::Operator::try_from(c.op) {
+                Ok(composite_filter::Operator::And) => Ok(Cond::And(parts)),
+                Ok(composite_filter::Operator::Or) => Ok(Cond::Or(parts)),
+                _ => Err(Status::invalid_argument("Unknown composite filter operator.")),
+            }
+        }
+        Some(FilterType::FieldFilter(f)) => {
+            let field = f
+                .field
+                .as_ref()
+                .ok_or_else(|| Status::invalid_argument("A field filter needs a field."))?;
+            let field = FieldRef::parse(&field.field_path)?;
+            let op = field_filter::Operator::try_from(f.op)
+                .ok()
+                .filter(|op| *op != field_filter::Operator::Unspecified)
+                .ok_or_else(|| Status::invalid_argument("Unknown field filter operator."))?;
+            let value = f
+                .value
+                .clone()
+                .ok_or_else(|| Status::invalid_argument("A field filter needs a value."))?;
+            use field_filter::Operator as O;
+            if matches!(op, O::In | O::NotIn | O::ArrayContainsAny) {
+                match &value.value_type {
+                    Some(ValueType::ArrayValue(a)) if !a.values.is_empty() => {}
+                    _ => {
+                        return Err(Status::invalid_argument(format!(
+                            "A {} filter needs a non-empty array value.",
+                            op.as_str_name()
+                        )))
+                    }
+                }
+            }
+            Ok(Cond::Field(field, op, value))
+        }
+        Some(FilterType::UnaryFilter(u)) => {
+            let Some(unary_filter::OperandType::Field(field)) = &u.operand_type else {
+                return Err(Status::invalid_argument("A unary filter needs a field."));
+            };
+            let op = unary_filter::Operator::try_from(u.op)
+                .ok()
+                .filter(|op| *op != unary_filter::Operator::Unspecified)
+                .ok_or_else(|| Status::invalid_argument("Unknown unary filter operator."))?;
+            Ok(Cond::Unary(FieldRef::parse(&field.field_path)?, op))
+        }
+    }
+}
+
+fn collect_inequalities(c: &Cond, out: &mut Vec<FieldRef>) {
+    use field_filter::Operator as O;
+    match c {
+        Cond::And(parts) | Cond::Or(parts) => {
+            for p in parts {
+                collect_inequalities(p, out);
+            }
+        }
+        Cond::Field(f, op, _) => {
+            if matches!(
+                op,
+                O::LessThan | O::LessThanOrEqual | O::GreaterThan | O::GreaterThanOrEqual
+                    | O::NotEqual | O::NotIn
+            ) {
+                out.push(f.clone());
+            }
+        }
+        Cond::Unary(f, op) => {
+            if matches!(
+                op,
+                unary_filter::Operator::IsNotNan | unary_filter::Operator::IsNotNull
+            ) {
+                out.push(f.clone());
+            }
+        }
+    }
+}
+
+fn array_values(v: &Value) -> &[Value] {
+    match &v.value_type {
+        Some(ValueType::ArrayValue(a)) => &a.values,
+        _ => &[],
+    }
+}
+
+fn eval(c: &Cond, doc: &Document) -> bool {
+    use field_filter::Operator as O;
+    match c {
+        Cond::And(parts) => parts.iter().all(|p| eval(p, doc)),
+        Cond::Or(parts) => parts.iter().any(|p| eval(p, doc)),
+        Cond::Unary(f, op) => {
+            let v = f.get(doc);
+            match op {
+                unary_filter::Operator::IsNan => v.as_ref().is_some_and(is_nan),
+                unary_filter::Operator::IsNull => v.as_ref().is_some_and(is_null),
+                unary_filter::Operator::IsNotNan => {
+                    v.as_ref().is_some_and(|v| !is_nan(v) && !is_null(v))
+                }
+                unary_filter::Operator::IsNotNull => v.as_ref().is_some_and(|v| !is_null(v)),
+                unary_filter::Operator::Unspecified => false,
+            }
+        }
+        Cond::Field(f, op, operand) => {
+            let Some(v) = f.get(doc) else {
+                return false;
+            };
+            let ordered = |want: &[Ordering]| {
+                same_class(&v, operand)
+                    && !is_nan(&v)
+                    && !is_nan(operand)
+                    && want.contains(&compare(&v, operand))
+            };
+            match op {
+                O::LessThan => ordered(&[Ordering::Less]),
+                O::LessThanOrEqual => ordered(&[Ordering::Less, Ordering::Equal]),
+                O::GreaterThan => ordered(&[Ordering::Greater]),
+                O::GreaterThanOrEqual => ordered(&[Ordering::Greater, Ordering::Equal]),
+                O::Equal => equal(&v, operand),
+                O::NotEqual => !is_null(&v) && !equal(&v, operand),
+                O::ArrayContains => array_values(&v).iter().any(|e| equal(e, operand)),
+                O::In => array_values(operand).iter().any(|e| equal(&v, e)),
+                O::ArrayContainsAny => array_values(&v)
+                    .iter()
+                    .any(|e| array_values(operand).iter().any(|o| equal(e, o))),
+                O::NotIn => !is_null(&v) && !array_values(operand).iter().any(|e| equal(&v, e)),
+                O::Unspecified => false,
+            }
+        }
+    }
+}
+
+/// Computes aggregations over the documents a query returned.
+pub fn aggregate(
+    aggregations: &[Aggregation],
+    docs: &[Arc<Document>],
+) -> Result<HashMap<String, Value>, Status> {
+    let mut out = HashMap::new();
+    for (i, a) in aggregations.iter().enumerate() {
+        let alias = if a.alias.is_empty() {
+            format!("field_{}", i + 1)
+        } else {
+            a.alias.clone()
+        };
+        let field_of = |f: &Option<crate::proto::firestore_v1::structured_query::FieldReference>| {
+            f.as_ref()
+                .ok_or_else(|| Status::invalid_argument("sum and avg need a field."))
+                .and_then(|f| FieldRef::parse(&f.field_path))
+        };
+        let v = match &a.operator {
+            None => return Err(Status::invalid_argument("An aggregation needs an operator.")),
+            Some(AggOp::Count(c)) => {
+                let mut n = docs.len() as i64;
+                if let Some(up_to) = c.up_to {
+                    if up_to <= 0 {
+                        return Err(Status::invalid_argument("count up_to must be positive."));
+                    }
+                    n = n.min(up_to);
+                }
+                values::int(n)
+            }
+            Some(AggOp::Sum(s)) => sum(&field_of(&s.field)?, docs),
+            Some(AggOp::Avg(s)) => avg(&field_of(&s.field)?, docs),
+        };
+        if out.insert(alias.clone(), v).is_some() {
+            return Err(Status::invalid_argument(format!(
+                "Duplicate aggregation alias {alias:?}."
+            )));
+        }
+    }
+    Ok(out)
+}
+
+fn numbers<'a>(f: &'a FieldRef, docs: &'a [Arc<Document>]) -> impl Iterator<Item = Number> + 'a {
+    docs.iter().filter_map(|d| f.get(d).as_ref().and_then(as_number))
+}
+
+/// Integer sum while every value is an integer and it does not overflow; else double.
+fn sum(f: &FieldRef, docs: &[Arc<Document>]) -> Value {
+    let mut int_sum: Option<i64> = Some(0);
+    let mut float_sum = 0.0f64;
+    for n in numbers(f, docs) {
+        match n {
+            Number::Int(i) => {
+                int_sum = int_sum.and_then(|s| s.checked_add(i));
+                float_sum += i as f64;
+            }
+            Number::Double(d) => {
+                int_sum = None;
+                float_sum += d;
+            }
+        }
+    }
+    match int_sum {
+        Some(s) => values::int(s),
+        None => values::double(float_sum),
+    }
+}
+
+fn avg(f: &FieldRef, docs: &[Arc<Document>]) -> Value {
+    let mut total = 0.0f64;
+    let mut count = 0u64;
+    for n in numbers(f, docs) {
+        total += match n {
+            Number::Int(i) => i as f64,
+            Number::Double(d) => d,
+        };
+        count += 1;
+    }
+    if count == 0 {
+        values::null()
+    } else {
+        values::double(total / count as f64)
+    }
+}

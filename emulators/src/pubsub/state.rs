@@ -1,0 +1,523 @@
+//! Topics and subscriptions, and the operations both transports (gRPC and
+//! REST) share: one state machine behind one lock.
+//!
+//! Invariant: every stored name is valid, every subscription's config is
+//! normalized, and a topic's `subs` set names exactly the subscriptions
+//! attached to it. Operations tick a subscription's timers before acting, so
+//! they always see leases and backoffs as of the emulated `now`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tonic::Status;
+
+use super::names::{self, Kind};
+use super::resources;
+use super::stats::{AckRecord, SubscriptionStats, UnackedMessage};
+use super::subscription::{AckId, AckOutcome, Forward, Lease, Stored, Subscription};
+use crate::faults::Faults;
+use crate::proto::pubsub_v1 as pb;
+
+/// Largest publish request the real service accepts.
+const MAX_PUBLISH_BYTES: usize = 10 * 1024 * 1024;
+/// Default and largest page of a List call.
+const MAX_PAGE: usize = 1000;
+
+#[derive(Debug)]
+struct Topic {
+    config: pb::Topic,
+    subs: BTreeSet<String>,
+}
+
+/// The whole emulated Pub/Sub.
+#[derive(Debug, Default)]
+pub(super) struct State {
+    topics: BTreeMap<String, Topic>,
+    subs: BTreeMap<String, Subscription>,
+    next_seq: u64,
+    next_uid: u64,
+}
+
+fn not_found(what: &str, name: &str) -> Status {
+    Status::not_found(format!(
+        "Resource not found (resource={}).",
+        short(what, name)
+    ))
+}
+
+fn short<'a>(_what: &str, name: &'a str) -> &'a str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
+/// Pages through `items` (sorted by name) after `token`.
+fn page<T>(
+    items: impl Iterator<Item = (String, T)>,
+    page_size: i32,
+    token: &str,
+) -> (Vec<T>, String) {
+    let size = usize::try_from(page_size)
+        .ok()
+        .filter(|s| *s > 0)
+        .unwrap_or(MAX_PAGE)
+        .min(MAX_PAGE);
+    let mut out = Vec::new();
+    let mut last = String::new();
+    let mut more = false;
+    for (name, item) in items {
+        if !token.is_empty() && name.as_str() <= token {
+            continue;
+        }
+        if out.len() == size {
+            more = true;
+            break;
+        }
+        last = name;
+        out.push(item);
+    }
+    (out, if more { last } else { String::new() })
+}
+
+impl State {
+    // ---- topics ----
+
+    pub fn create_topic(&mut self, mut topic: pb::Topic) -> Result<pb::Topic, Status> {
+        resources::normalize_topic(&mut topic)?;
+        if self.topics.contains_key(&topic.name) {
+            return Err(Status::already_exists("Topic already exists"));
+        }
+        self.topics.insert(
+            topic.name.clone(),
+            Topic {
+                config: topic.clone(),
+                subs: BTreeSet::new(),
+            },
+        );
+        Ok(topic)
+    }
+
+    pub fn get_topic(&self, name: &str) -> Result<pb::Topic, Status> {
+        names::parse(name, Kind::Topic)?;
+        self.topics
+            .get(name)
+            .map(|t| t.config.clone())
+            .ok_or_else(|| not_found("topic", name))
+    }
+
+    pub fn update_topic(&mut self, topic: pb::Topic, mask: &[String]) -> Result<pb::Topic, Status> {
+        names::parse(&topic.name, Kind::Topic)?;
+        let entry = self
+            .topics
+            .get_mut(&topic.name)
+            .ok_or_else(|| not_found("topic", &topic.name))?;
+        let next = resources::update_topic(&entry.config, topic, mask)?;
+        entry.config = next.clone();
+        Ok(next)
+    }
+
+    pub fn list_topics(
+        &self,
+        project: &str,
+        page_size: i32,
+        token: &str,
+    ) -> Result<(Vec<pb::Topic>, String), Status> {
+        let project = names::parse_project(project)?;
+        let prefix = format!("projects/{project}/topics/");
+        let items = self
+            .topics
+            .range(prefix.clone()..)
+            .take_while(|(n, _)| n.starts_with(&prefix))
+            .map(|(n, t)| (n.clone(), t.config.clone()));
+        Ok(page(items, page_size, token))
+    }
+
+    pub fn topic_subscriptions(
+        &self,
+        topic: &str,
+        page_size: i32,
+        token: &str,
+    ) -> Result<(Vec<String>, String), Status> {
+        names::parse(topic, Kind::Topic)?;
+        let entry = self
+            .topics
+            .get(topic)
+            .ok_or_else(|| not_found("topic", topic))?;
+        let items = entry.subs.iter().map(|s| (s.clone(), s.clone()));
+        Ok(page(items, page_size, token))
+    }
+
+    pub fn delete_topic(&mut self, name: &str) -> Result<(), Status> {
+        names::parse(name, Kind::Topic)?;
+        let topic = self
+            .topics
+            .remove(name)
+            .ok_or_else(|| not_found("topic", name))?;
+        for sub in topic.subs {
+            if let Some(s) = self.subs.get_mut(&sub) {
+                let mut config = s.config.clone();
+                config.topic = names::DELETED_TOPIC.to_string();
+                s.set_config(config);
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes `messages` to `topic`; returns their ids in order.
+    pub fn publish(
+        &mut self,
+        topic: &str,
+        messages: Vec<pb::PubsubMessage>,
+        now: Duration,
+        wall: SystemTime,
+    ) -> Result<Vec<String>, Status> {
+        names::parse(topic, Kind::Topic)?;
+        if !self.topics.contains_key(topic) {
+            return Err(not_found("topic", topic));
+        }
+        check_publish(&messages)?;
+        Ok(self.append(topic, messages, now, wall))
+    }
+
+    /// Appends checked messages to an existing topic and its subscriptions.
+    fn append(
+        &mut self,
+        topic: &str,
+        messages: Vec<pb::PubsubMessage>,
+        now: Duration,
+        wall: SystemTime,
+    ) -> Vec<String> {
+        let Some(entry) = self.topics.get(topic) else {
+            return Vec::new();
+        };
+        let mut ids = Vec::with_capacity(messages.len());
+        let mut stored = Vec::with_capacity(messages.len());
+        for mut message in messages {
+            self.next_seq += 1;
+            let seq = self.next_seq;
+            message.message_id = seq.to_string();
+            message.publish_time = Some(prost_types::Timestamp::from(wall));
+            let size = message_size(&message);
+            ids.push(message.message_id.clone());
+            stored.push(Arc::new(Stored {
+                seq,
+                message,
+                published_at: now,
+                publish_wall: wall,
+                size,
+            }));
+        }
+        for name in &entry.subs {
+            if let Some(sub) = self.subs.get_mut(name) {
+                for msg in &stored {
+                    sub.add(msg.clone());
+                }
+                sub.wake();
+            }
+        }
+        ids
+    }
+
+    /// Forwards dead-lettered messages of `source` to their dead-letter topics.
+    fn forward(&mut self, source: &str, forwards: Vec<Forward>, now: Duration, wall: SystemTime) {
+        let (project, id) = match names::parse(source, Kind::Subscription) {
+            Ok(n) => (n.project.to_string(), n.id.to_string()),
+            Err(_) => return,
+        };
+        for f in forwards {
+            let mut message = f.msg.message.clone();
+            message.message_id.clear();
+            message.publish_time = None;
+            let attrs = &mut message.attributes;
+            attrs.insert(
+                "CloudPubSubDeadLetterSourceDeliveryCount".into(),
+                f.deliveries.to_string(),
+            );
+            attrs.insert("CloudPubSubDeadLetterSourceSubscription".into(), id.clone());
+            attrs.insert(
+                "CloudPubSubDeadLetterSourceSubscriptionProject".into(),
+                project.clone(),
+            );
+            let published = chrono::DateTime::<chrono::Utc>::from(f.msg.publish_wall);
+            attrs.insert(
+                "CloudPubSubDeadLetterSourceTopicPublishTime".into(),
+                published.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            );
+            self.append(&f.topic, vec![message], now, wall);
+        }
+    }
+
+    // ---- subscriptions ----
+
+    pub fn create_subscription(
+        &mut self,
+        mut config: pb::Subscription,
+    ) -> Result<pb::Subscription, Status> {
+        resources::normalize_subscription(&mut config)?;
+        if self.subs.contains_key(&config.name) {
+            return Err(Status::already_exists("Subscription already exists"));
+        }
+        if !self.topics.contains_key(&config.topic) {
+            return Err(not_found("topic", &config.topic));
+        }
+        self.check_dead_letter_topic(&config)?;
+        self.next_uid += 1;
+        if let Some(topic) = self.topics.get_mut(&config.topic) {
+            topic.subs.insert(config.name.clone());
+        }
+        self.subs.insert(
+            config.name.clone(),
+            Subscription::new(config.clone(), self.next_uid),
+        );
+        Ok(config)
+    }
+
+    fn check_dead_letter_topic(&self, config: &pb::Subscription) -> Result<(), Status> {
+        match &config.dead_letter_policy {
+            Some(p) if !self.topics.contains_key(&p.dead_letter_topic) => {
+                Err(not_found("topic", &p.dead_letter_topic))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub fn get_subscription(&self, name: &str) -> Result<pb::Subscription, Status> {
+        names::parse(name, Kind::Subscription)?;
+        self.subs
+            .get(name)
+            .map(|s| s.config.clone())
+            .ok_or_else(|| not_found("subscription", name))
+    }
+
+    pub fn update_subscription(
+        &mut self,
+        update: pb::Subscription,
+        mask: &[String],
+    ) -> Result<pb::Subscription, Status> {
+        names::parse(&update.name, Kind::Subscription)?;
+        let current = self.get_subscription(&update.name)?;
+        let next = resources::update_subscription(&current, update, mask)?;
+        self.check_dead_letter_topic(&next)?;
+        if let Some(sub) = self.subs.get_mut(&next.name) {
+            sub.set_config(next.clone());
+        }
+        Ok(next)
+    }
+
+    pub fn list_subscriptions(
+        &self,
+        project: &str,
+        page_size: i32,
+        token: &str,
+    ) -> Result<(Vec<pb::Subscription>, String), Status> {
+        let project = names::parse_project(project)?;
+        let prefix = format!("projects/{project}/subscriptions/");
+        let items = self
+            .subs
+            .range(prefix.clone()..)
+            .take_while(|(n, _)| n.starts_with(&prefix))
+            .map(|(n, s)| (n.clone(), s.config.clone()));
+        Ok(page(items, page_size, token))
+    }
+
+    pub fn delete_subscription(&mut self, name: &str) -> Result<(), Status> {
+        names::parse(name, Kind::Subscription)?;
+        let sub = self
+            .subs
+            .remove(name)
+            .ok_or_else(|| not_found("subscription", name))?;
+        if let Some(topic) = self.topics.get_mut(&sub.config.topic) {
+            topic.subs.remove(name);
+        }
+        sub.wake();
+        Ok(())
+    }
+
+    /// The subscription `name`, NOT_FOUND if it is gone (or was recreated
+    /// since `uid` was taken).
+    pub fn sub(&self, name: &str, uid: Option<u64>) -> Result<&Subscription, Status> {
+        match self.subs.get(name) {
+            Some(s) if uid.is_none_or(|u| u == s.uid) => Ok(s),
+            _ => Err(not_found("subscription", name)),
+        }
+    }
+
+    fn sub_mut(&mut self, name: &str, uid: Option<u64>) -> Result<&mut Subscription, Status> {
+        match self.subs.get_mut(name) {
+            Some(s) if uid.is_none_or(|u| u == s.uid) => Ok(s),
+            _ => Err(not_found("subscription", name)),
+        }
+    }
+
+    fn dead_letter_ok(&self, name: &str) -> bool {
+        let topic = self
+            .subs
+            .get(name)
+            .and_then(|s| s.policy.dead_letter.as_ref())
+            .map(|(t, _)| t.as_str());
+        topic.is_some_and(|t| self.topics.contains_key(t))
+    }
+
+    /// Runs `name`'s due timers (lease expiry, backoff end, dead-lettering).
+    pub fn tick(
+        &mut self,
+        name: &str,
+        uid: Option<u64>,
+        now: Duration,
+        wall: SystemTime,
+    ) -> Result<(), Status> {
+        let dl_ok = self.dead_letter_ok(name);
+        let forwards = self.sub_mut(name, uid)?.tick(now, dl_ok);
+        if !forwards.is_empty() {
+            self.forward(name, forwards, now, wall);
+        }
+        Ok(())
+    }
+
+    /// Leases ready messages of `name` (after running its timers).
+    pub fn take(
+        &mut self,
+        name: &str,
+        uid: Option<u64>,
+        lease: Lease,
+        now: Duration,
+        wall: SystemTime,
+    ) -> Result<Vec<pb::ReceivedMessage>, Status> {
+        self.tick(name, uid, now, wall)?;
+        Ok(self.sub_mut(name, uid)?.take(now, lease))
+    }
+
+    /// Acknowledges `ids` on `name`.
+    pub fn ack(
+        &mut self,
+        name: &str,
+        ids: &[AckId],
+        now: Duration,
+        wall: SystemTime,
+        faults: &Faults,
+    ) -> Result<AckOutcome, Status> {
+        self.tick(name, None, now, wall)?;
+        Ok(self.sub_mut(name, None)?.ack(ids, now, faults))
+    }
+
+    /// Modifies the ack deadline of `ids` on `name` (0 = nack).
+    pub fn modack(
+        &mut self,
+        name: &str,
+        ids: &[AckId],
+        seconds: u32,
+        now: Duration,
+        wall: SystemTime,
+    ) -> Result<AckOutcome, Status> {
+        self.tick(name, None, now, wall)?;
+        let dl_ok = self.dead_letter_ok(name);
+        let (outcome, forwards) = self.sub_mut(name, None)?.modack(ids, seconds, now, dl_ok);
+        if !forwards.is_empty() {
+            self.forward(name, forwards, now, wall);
+        }
+        Ok(outcome)
+    }
+
+    /// Seeks `name` to `time`.
+    pub fn seek(&mut self, name: &str, time: SystemTime, now: Duration) -> Result<(), Status> {
+        names::parse(name, Kind::Subscription)?;
+        self.sub_mut(name, None)?.seek(time, now);
+        Ok(())
+    }
+
+    /// Registers stream `id` on `name`; returns the subscription's uid.
+    pub fn open_stream(
+        &mut self,
+        name: &str,
+        id: u64,
+        max_messages: i64,
+        max_bytes: i64,
+    ) -> Result<u64, Status> {
+        let sub = self.sub_mut(name, None)?;
+        sub.open_stream(id, max_messages, max_bytes);
+        Ok(sub.uid)
+    }
+
+    /// Unregisters stream `id` (no-op if the subscription is gone).
+    pub fn close_stream(&mut self, name: &str, uid: u64, id: u64) {
+        if let Ok(sub) = self.sub_mut(name, Some(uid)) {
+            sub.close_stream(id);
+        }
+    }
+
+    // ---- records ----
+
+    pub fn stats(
+        &mut self,
+        name: &str,
+        now: Duration,
+        wall: SystemTime,
+    ) -> Option<SubscriptionStats> {
+        self.tick(name, None, now, wall).ok()?;
+        self.subs.get(name).map(Subscription::stats)
+    }
+
+    pub fn subscription_names(&self) -> Vec<String> {
+        self.subs.keys().cloned().collect()
+    }
+
+    pub fn ack_log(&self, name: &str) -> Option<Vec<AckRecord>> {
+        self.subs.get(name).map(Subscription::ack_log)
+    }
+
+    pub fn unacked(
+        &mut self,
+        name: &str,
+        now: Duration,
+        wall: SystemTime,
+    ) -> Option<Vec<UnackedMessage>> {
+        self.tick(name, None, now, wall).ok()?;
+        self.subs.get(name).map(|s| s.unacked(now))
+    }
+}
+
+/// Bytes a message counts for size limits and flow control.
+fn message_size(m: &pb::PubsubMessage) -> u64 {
+    let attrs: usize = m.attributes.iter().map(|(k, v)| k.len() + v.len()).sum();
+    (m.data.len() + attrs + m.ordering_key.len()) as u64
+}
+
+/// The checks the real service makes on a publish request.
+fn check_publish(messages: &[pb::PubsubMessage]) -> Result<(), Status> {
+    if messages.is_empty() {
+        return Err(Status::invalid_argument(
+            "The request must contain at least one message.",
+        ));
+    }
+    let mut total = 0usize;
+    for m in messages {
+        if m.data.is_empty() && m.attributes.is_empty() {
+            return Err(Status::invalid_argument(
+                "Some messages are empty: a message needs data or at least one attribute.",
+            ));
+        }
+        if m.attributes.len() > 100 {
+            return Err(Status::invalid_argument(
+                "A message may have at most 100 attributes.",
+            ));
+        }
+        for (k, v) in &m.attributes {
+            if k.is_empty() || k.len() > 256 || v.len() > 1024 || k.starts_with("goog") {
+                return Err(Status::invalid_argument(format!(
+                    "Invalid attribute {k:?}: keys must be 1..=256 bytes and not start with \"goog\", values at most 1024 bytes."
+                )));
+            }
+        }
+        if m.ordering_key.len() > 1024 {
+            return Err(Status::invalid_argument(
+                "An ordering key may be at most 1024 bytes.",
+            ));
+        }
+        total += message_size(m) as usize;
+    }
+    if total > MAX_PUBLISH_BYTES {
+        return Err(Status::invalid_argument(
+            "The request is larger than the 10 MB limit.",
+        ));
+    }
+    Ok(())
+}

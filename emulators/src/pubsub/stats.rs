@@ -1,0 +1,64 @@
+//! What the emulator records for tests: per-subscription counters, the ack
+//! log and the messages not yet acknowledged.
+//!
+//! Invariant: these are copies taken under the state lock at one instant;
+//! they never alias live state, so reading them cannot disturb delivery.
+
+use serde::Serialize;
+
+/// Counters of one subscription since it was created.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SubscriptionStats {
+    /// Messages that reached this subscription (publishes to its topic, Seek replays excluded).
+    pub published: u64,
+    /// Deliveries handed to a Pull or StreamingPull (first deliveries and redeliveries).
+    pub delivered: u64,
+    /// Deliveries of a message that had been delivered before.
+    pub redeliveries: u64,
+    /// Messages acknowledged (acks that took effect).
+    pub acks: u64,
+    /// Nacks (ModifyAckDeadline 0) that took effect.
+    pub nacks: u64,
+    /// Leases that ran out before an ack.
+    pub expiries: u64,
+    /// Messages forwarded to the dead-letter topic (and acked here).
+    pub dead_lettered: u64,
+    /// Messages dropped because they outlived the retention duration.
+    pub retention_dropped: u64,
+    /// Acks answered OK but dropped by an `ack_lost` fault.
+    pub acks_lost: u64,
+    /// Acked messages delivered again by a `spurious_redelivery` fault.
+    pub spurious_redeliveries: u64,
+    /// Messages not yet acknowledged (ready, leased or in backoff).
+    pub unacked: u64,
+    /// Of those, the ones leased to a consumer right now.
+    pub outstanding: u64,
+    /// StreamingPull streams open on this subscription right now.
+    pub open_streams: u64,
+    /// The most messages ever outstanding on one stream at once (flow-control check).
+    pub max_stream_outstanding_messages: u64,
+}
+
+/// One acknowledgement that took effect.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AckRecord {
+    /// The acknowledged message.
+    pub message_id: String,
+    /// When, in emulated seconds since the emulator started.
+    pub ack_time_secs: f64,
+    /// Which delivery of the message was acknowledged (1 = first).
+    pub delivery_attempt: u32,
+}
+
+/// A message of a subscription that is not acknowledged yet.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct UnackedMessage {
+    /// The message id.
+    pub message_id: String,
+    /// `ready` (waiting for a consumer), `leased` (outstanding) or `backoff`.
+    pub state: &'static str,
+    /// Deliveries so far.
+    pub deliveries: u32,
+    /// For leased messages: emulated seconds until the lease runs out.
+    pub deadline_in_secs: Option<f64>,
+}

@@ -1,0 +1,572 @@
+//! One subscription's messages and leases: the delivery state machine.
+//!
+//! Invariant: every unacked message is in exactly one phase: ready (its seq is
+//! in `ready`), leased to one delivery (one valid ack id, one deadline), or
+//! waiting out a retry backoff. Only ready messages are handed out, so no
+//! message is delivered twice at once; a message leaves only by ack,
+//! dead-lettering, retention or Seek. Timers live in a heap keyed by due time
+//! and are checked lazily against the entry's current phase, so every
+//! operation costs O(log n), never a scan of the backlog.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::Notify;
+
+use super::resources::Policy;
+use super::stats::{AckRecord, SubscriptionStats, UnackedMessage};
+use crate::faults::{FaultKind, Faults};
+use crate::proto::pubsub_v1 as pb;
+
+/// How many recently acked ack ids are remembered, so a retried ack of an
+/// already acked message still succeeds under exactly-once delivery.
+const RECENT_ACKS: usize = 1 << 20;
+
+/// A published message as stored once and shared by every subscription.
+#[derive(Debug)]
+pub(super) struct Stored {
+    /// Global publish sequence number (also the message id).
+    pub seq: u64,
+    /// The message, with `message_id` and `publish_time` set.
+    pub message: pb::PubsubMessage,
+    /// Emulated time of publishing (for retention).
+    pub published_at: Duration,
+    /// Emulated wall time of publishing (for Seek).
+    pub publish_wall: SystemTime,
+    /// Size counted by flow control.
+    pub size: u64,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Ready,
+    Leased {
+        gen: u64,
+        deadline: Duration,
+        stream: Option<u64>,
+    },
+    Waiting {
+        until: Duration,
+    },
+}
+
+#[derive(Debug)]
+struct Entry {
+    msg: Arc<Stored>,
+    deliveries: u32,
+    phase: Phase,
+}
+
+/// Flow-control budget of one StreamingPull stream.
+#[derive(Debug, Default)]
+struct Budget {
+    max_messages: u64,
+    max_bytes: u64,
+    messages: u64,
+    bytes: u64,
+}
+
+impl Budget {
+    fn has_room(&self, size: u64) -> bool {
+        let messages_ok = self.max_messages == 0 || self.messages < self.max_messages;
+        let bytes_ok =
+            self.max_bytes == 0 || self.bytes == 0 || self.bytes + size <= self.max_bytes;
+        messages_ok && bytes_ok
+    }
+}
+
+/// How a batch of messages is leased.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Lease {
+    /// The stream taking them (flow control applies), or None for Pull.
+    pub stream: Option<u64>,
+    /// Lease length.
+    pub deadline: Duration,
+    /// At most this many messages.
+    pub max: usize,
+}
+
+/// A parsed ack id: `{seq}-{gen}`.
+#[derive(Clone, Debug)]
+pub(super) struct AckId {
+    pub raw: String,
+    seq: u64,
+    gen: u64,
+}
+
+impl AckId {
+    /// Parses an ack id; None when malformed.
+    pub fn parse(raw: &str) -> Option<Self> {
+        let (seq, gen) = raw.split_once('-')?;
+        Some(Self {
+            raw: raw.to_string(),
+            seq: seq.parse().ok()?,
+            gen: gen.parse().ok()?,
+        })
+    }
+}
+
+/// Which ack ids of a request took effect and which were invalid.
+#[derive(Debug, Default)]
+pub(super) struct AckOutcome {
+    /// Ack ids that were applied (or were harmless no-ops).
+    pub ok: Vec<String>,
+    /// Ack ids that are unknown, stale or expired.
+    pub invalid: Vec<String>,
+}
+
+/// A message to forward to a dead-letter topic.
+#[derive(Debug)]
+pub(super) struct Forward {
+    pub topic: String,
+    pub msg: Arc<Stored>,
+    pub deliveries: u32,
+}
+
+/// One subscription: its settings and its messages.
+#[derive(Debug)]
+pub(super) struct Subscription {
+    pub config: pb::Subscription,
+    pub policy: Policy,
+    /// Distinguishes a subscription from a later one with the same name.
+    pub uid: u64,
+    pub notify: Arc<Notify>,
+    entries: HashMap<u64, Entry>,
+    ready: BTreeSet<u64>,
+    timers: BinaryHeap<Reverse<(Duration, u64, u64)>>,
+    acked: BTreeMap<u64, Arc<Stored>>,
+    recent_acks: HashMap<u64, u64>,
+    recent_order: VecDeque<u64>,
+    streams: HashMap<u64, Budget>,
+    next_gen: u64,
+    stats: SubscriptionStats,
+    ack_log: Vec<AckRecord>,
+}
+
+impl Subscription {
+    /// A new, empty subscription with a normalized config.
+    pub fn new(config: pb::Subscription, uid: u64) -> Self {
+        Self {
+            policy: Policy::of(&config),
+            config,
+            uid,
+            notify: Arc::new(Notify::new()),
+            entries: HashMap::new(),
+            ready: BTreeSet::new(),
+            timers: BinaryHeap::new(),
+            acked: BTreeMap::new(),
+            recent_acks: HashMap::new(),
+            recent_order: VecDeque::new(),
+            streams: HashMap::new(),
+            next_gen: 1,
+            stats: SubscriptionStats::default(),
+            ack_log: Vec::new(),
+        }
+    }
+
+    /// Replaces the settings (UpdateSubscription).
+    pub fn set_config(&mut self, config: pb::Subscription) {
+        self.policy = Policy::of(&config);
+        self.config = config;
+        self.notify.notify_waiters();
+    }
+
+    /// Adds a newly published message, ready at once.
+    pub fn add(&mut self, msg: Arc<Stored>) {
+        let seq = msg.seq;
+        self.entries.insert(
+            seq,
+            Entry {
+                msg,
+                deliveries: 0,
+                phase: Phase::Ready,
+            },
+        );
+        self.ready.insert(seq);
+        self.stats.published += 1;
+    }
+
+    /// Wakes every stream and Pull waiting on this subscription.
+    pub fn wake(&self) {
+        self.notify.notify_waiters();
+    }
+
+    /// The earliest pending timer (lease deadline or backoff end), if any.
+    pub fn next_due(&self) -> Option<Duration> {
+        self.timers.peek().map(|Reverse((due, _, _))| *due)
+    }
+
+    /// Expires leases and ends backoffs that are due at `now`. Returns the
+    /// messages to dead-letter.
+    pub fn tick(&mut self, now: Duration, dead_letter_ok: bool) -> Vec<Forward> {
+        let mut forwards = Vec::new();
+        let mut woke = false;
+        while let Some(Reverse((due, seq, gen))) = self.timers.peek().copied() {
+            if due > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(entry) = self.entries.get_mut(&seq) else {
+                continue;
+            };
+            match entry.phase {
+                Phase::Leased {
+                    gen: current,
+                    deadline,
+                    stream,
+                } if current == gen && deadline <= now => {
+                    let size = entry.msg.size;
+                    self.release(stream, size);
+                    self.stats.expiries += 1;
+                    forwards.extend(self.requeue(seq, now, dead_letter_ok));
+                    woke = true;
+                }
+                Phase::Waiting { until } if until <= now => {
+                    entry.phase = Phase::Ready;
+                    self.ready.insert(seq);
+                    woke = true;
+                }
+                _ => {}
+            }
+        }
+        if woke {
+            self.wake();
+        }
+        forwards
+    }
+
+    /// Leases up to `lease.max` ready messages, within the stream's flow control.
+    pub fn take(&mut self, now: Duration, lease: Lease) -> Vec<pb::ReceivedMessage> {
+        let mut out = Vec::new();
+        while out.len() < lease.max {
+            let Some(&seq) = self.ready.first() else {
+                break;
+            };
+            let Some(entry) = self.entries.get(&seq) else {
+                self.ready.remove(&seq);
+                continue;
+            };
+            if entry.msg.published_at + self.policy.retention < now {
+                self.ready.remove(&seq);
+                self.entries.remove(&seq);
+                self.stats.retention_dropped += 1;
+                continue;
+            }
+            let size = entry.msg.size;
+            if let Some(budget) = lease.stream.and_then(|id| self.streams.get_mut(&id)) {
+                if !budget.has_room(size) {
+                    break;
+                }
+                budget.messages += 1;
+                budget.bytes += size;
+                self.stats.max_stream_outstanding_messages = self
+                    .stats
+                    .max_stream_outstanding_messages
+                    .max(budget.messages);
+            }
+            self.ready.remove(&seq);
+            let gen = self.next_gen;
+            self.next_gen += 1;
+            let deadline = now + lease.deadline;
+            let Some(entry) = self.entries.get_mut(&seq) else {
+                continue;
+            };
+            entry.deliveries += 1;
+            entry.phase = Phase::Leased {
+                gen,
+                deadline,
+                stream: lease.stream,
+            };
+            self.timers.push(Reverse((deadline, seq, gen)));
+            self.stats.delivered += 1;
+            if entry.deliveries > 1 {
+                self.stats.redeliveries += 1;
+            }
+            let delivery_attempt = if self.policy.dead_letter.is_some() {
+                i32::try_from(entry.deliveries).unwrap_or(i32::MAX)
+            } else {
+                0
+            };
+            out.push(pb::ReceivedMessage {
+                ack_id: format!("{seq}-{gen}"),
+                message: Some(entry.msg.message.clone()),
+                delivery_attempt,
+            });
+        }
+        out
+    }
+
+    /// Applies acknowledgements. Under exactly-once delivery only the newest,
+    /// unexpired ack id of a message is valid.
+    pub fn ack(&mut self, ids: &[AckId], now: Duration, faults: &Faults) -> AckOutcome {
+        let mut outcome = AckOutcome::default();
+        let mut freed = false;
+        for id in ids {
+            let leased_by_id = self.entries.get(&id.seq).is_some_and(|e| {
+                matches!(e.phase, Phase::Leased { gen, deadline, .. } if gen == id.gen && deadline > now)
+            });
+            let exists = self.entries.contains_key(&id.seq);
+            let valid = if self.policy.exactly_once {
+                leased_by_id
+            } else {
+                exists
+            };
+            if valid {
+                freed |= self.apply_ack(id, now, faults);
+                outcome.ok.push(id.raw.clone());
+            } else if !self.policy.exactly_once || self.recent_acks.get(&id.seq) == Some(&id.gen) {
+                outcome.ok.push(id.raw.clone());
+            } else {
+                outcome.invalid.push(id.raw.clone());
+            }
+        }
+        if freed {
+            self.wake();
+        }
+        outcome
+    }
+
+    /// Acks one message (subject to the `ack_lost` and `spurious_redelivery`
+    /// faults). Returns whether a stream's flow-control room was freed.
+    fn apply_ack(&mut self, id: &AckId, now: Duration, faults: &Faults) -> bool {
+        if faults.fire(FaultKind::AckLost, "Acknowledge").is_some() {
+            self.stats.acks_lost += 1;
+            return false;
+        }
+        let Some(entry) = self.entries.remove(&id.seq) else {
+            return false;
+        };
+        let mut freed = false;
+        match entry.phase {
+            Phase::Ready => {
+                self.ready.remove(&id.seq);
+            }
+            Phase::Leased { stream, .. } => freed = self.release(stream, entry.msg.size),
+            Phase::Waiting { .. } => {}
+        }
+        self.stats.acks += 1;
+        self.ack_log.push(AckRecord {
+            message_id: entry.msg.message.message_id.clone(),
+            ack_time_secs: now.as_secs_f64(),
+            delivery_attempt: entry.deliveries,
+        });
+        self.remember_ack(id);
+        if self.policy.retain_acked {
+            self.acked.insert(id.seq, entry.msg.clone());
+        }
+        if faults
+            .fire(FaultKind::SpuriousRedelivery, "Acknowledge")
+            .is_some()
+        {
+            self.stats.spurious_redeliveries += 1;
+            self.entries.insert(
+                id.seq,
+                Entry {
+                    msg: entry.msg,
+                    deliveries: entry.deliveries,
+                    phase: Phase::Ready,
+                },
+            );
+            self.ready.insert(id.seq);
+            freed = true;
+        }
+        freed
+    }
+
+    fn remember_ack(&mut self, id: &AckId) {
+        if !self.policy.exactly_once {
+            return;
+        }
+        self.recent_acks.insert(id.seq, id.gen);
+        self.recent_order.push_back(id.seq);
+        if self.recent_order.len() > RECENT_ACKS {
+            if let Some(old) = self.recent_order.pop_front() {
+                self.recent_acks.remove(&old);
+            }
+        }
+    }
+
+    /// Extends (or with 0 s, nacks) leases. Ids that are not the current,
+    /// unexpired lease of their message are reported invalid and ignored.
+    pub fn modack(
+        &mut self,
+        ids: &[AckId],
+        seconds: u32,
+        now: Duration,
+        dead_letter_ok: bool,
+    ) -> (AckOutcome, Vec<Forward>) {
+        let mut outcome = AckOutcome::default();
+        let mut forwards = Vec::new();
+        for id in ids {
+            let Some(entry) = self.entries.get_mut(&id.seq) else {
+                outcome.invalid.push(id.raw.clone());
+                continue;
+            };
+            let Phase::Leased {
+                gen,
+                deadline,
+                stream,
+            } = &mut entry.phase
+            else {
+                outcome.invalid.push(id.raw.clone());
+                continue;
+            };
+            if *gen != id.gen || *deadline <= now {
+                outcome.invalid.push(id.raw.clone());
+                continue;
+            }
+            outcome.ok.push(id.raw.clone());
+            if seconds > 0 {
+                *deadline = now + Duration::from_secs(seconds.into());
+                self.timers.push(Reverse((*deadline, id.seq, id.gen)));
+                continue;
+            }
+            let (stream, size) = (*stream, entry.msg.size);
+            self.release(stream, size);
+            self.stats.nacks += 1;
+            forwards.extend(self.requeue(id.seq, now, dead_letter_ok));
+        }
+        self.wake();
+        (outcome, forwards)
+    }
+
+    /// After a nack or an expiry: dead-letter, back off, or make ready.
+    fn requeue(&mut self, seq: u64, now: Duration, dead_letter_ok: bool) -> Option<Forward> {
+        let entry = self.entries.get_mut(&seq)?;
+        if let Some((topic, max)) = &self.policy.dead_letter {
+            if entry.deliveries >= *max && dead_letter_ok {
+                let topic = topic.clone();
+                let entry = self.entries.remove(&seq)?;
+                self.stats.dead_lettered += 1;
+                return Some(Forward {
+                    topic,
+                    msg: entry.msg,
+                    deliveries: entry.deliveries,
+                });
+            }
+        }
+        let backoff = self.policy.backoff_after(entry.deliveries);
+        if backoff.is_zero() {
+            entry.phase = Phase::Ready;
+            self.ready.insert(seq);
+        } else {
+            let until = now + backoff;
+            entry.phase = Phase::Waiting { until };
+            self.timers.push(Reverse((until, seq, 0)));
+        }
+        None
+    }
+
+    /// Frees a stream's flow-control room for one message. Returns whether it did.
+    fn release(&mut self, stream: Option<u64>, size: u64) -> bool {
+        let Some(budget) = stream.and_then(|id| self.streams.get_mut(&id)) else {
+            return false;
+        };
+        budget.messages = budget.messages.saturating_sub(1);
+        budget.bytes = budget.bytes.saturating_sub(size);
+        true
+    }
+
+    /// Registers a stream with its flow-control limits (<= 0 = unlimited).
+    pub fn open_stream(&mut self, id: u64, max_messages: i64, max_bytes: i64) {
+        let limit = |v: i64| u64::try_from(v).unwrap_or(0);
+        self.streams.insert(
+            id,
+            Budget {
+                max_messages: limit(max_messages),
+                max_bytes: limit(max_bytes),
+                ..Budget::default()
+            },
+        );
+    }
+
+    /// Forgets a closed stream; its leases stay until acked or expired.
+    pub fn close_stream(&mut self, id: u64) {
+        self.streams.remove(&id);
+    }
+
+    /// Seeks to a time: retained messages published before it become acked,
+    /// the others unacked and ready (acked ones only if retained).
+    pub fn seek(&mut self, time: SystemTime, now: Duration) {
+        let mut all: BTreeMap<u64, (Arc<Stored>, u32)> = BTreeMap::new();
+        for (seq, msg) in std::mem::take(&mut self.acked) {
+            all.insert(seq, (msg, 0));
+        }
+        for (seq, entry) in self.entries.drain() {
+            all.insert(seq, (entry.msg, entry.deliveries));
+        }
+        self.ready.clear();
+        self.timers.clear();
+        for budget in self.streams.values_mut() {
+            budget.messages = 0;
+            budget.bytes = 0;
+        }
+        for (seq, (msg, deliveries)) in all {
+            if msg.published_at + self.policy.retention < now {
+                continue;
+            }
+            if msg.publish_wall < time {
+                if self.policy.retain_acked {
+                    self.acked.insert(seq, msg);
+                }
+                continue;
+            }
+            self.entries.insert(
+                seq,
+                Entry {
+                    msg,
+                    deliveries,
+                    phase: Phase::Ready,
+                },
+            );
+            self.ready.insert(seq);
+        }
+        self.wake();
+    }
+
+    /// The counters, with the current backlog figures filled in.
+    pub fn stats(&self) -> SubscriptionStats {
+        let mut stats = self.stats.clone();
+        stats.unacked = self.entries.len() as u64;
+        stats.outstanding = self
+            .entries
+            .values()
+            .filter(|e| matches!(e.phase, Phase::Leased { .. }))
+            .count() as u64;
+        stats.open_streams = self.streams.len() as u64;
+        stats
+    }
+
+    /// The acks that took effect, oldest first.
+    pub fn ack_log(&self) -> Vec<AckRecord> {
+        self.ack_log.clone()
+    }
+
+    /// The messages not acknowledged yet, in publish order.
+    pub fn unacked(&self, now: Duration) -> Vec<UnackedMessage> {
+        let mut seqs: Vec<&u64> = self.entries.keys().collect();
+        seqs.sort();
+        let mut out = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            let Some(entry) = self.entries.get(seq) else {
+                continue;
+            };
+            let (state, deadline_in_secs) = match entry.phase {
+                Phase::Ready => ("ready", None),
+                Phase::Leased { deadline, .. } => {
+                    ("leased", Some(deadline.saturating_sub(now).as_secs_f64()))
+                }
+                Phase::Waiting { .. } => ("backoff", None),
+            };
+            out.push(UnackedMessage {
+                message_id: entry.msg.message.message_id.clone(),
+                state,
+                deliveries: entry.deliveries,
+                deadline_in_secs,
+            });
+        }
+        out
+    }
+}

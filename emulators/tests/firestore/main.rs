@@ -1,0 +1,15 @@
+//! Firestore emulator tests, with the real `firestore` client crate and raw
+//! tonic clients against an emulator per test (ephemeral loopback port).
+//!
+//! - `documents`: CRUD, preconditions, transforms, validation.
+//! - `queries`: queries and aggregations.
+//! - `transactions`: pessimistic locking, expiry, read-only transactions.
+//! - `faults`: injected faults seen from the client side.
+//! - `admin`: stats and reset routes.
+
+mod admin;
+mod documents;
+mod faults;
+mod queries;
+mod support;
+mod transactions;

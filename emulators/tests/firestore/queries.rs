@@ -1,0 +1,281 @@
+//! Queries (filters, order, limit, offset, cursors, projection) and
+//! aggregations (count, sum, avg).
+
+use firestore::{FirestoreQueryCursor, FirestoreValue};
+use gcloud_sdk::google::firestore::v1::structured_aggregation_query::aggregation::{
+    Avg, Count, Operator, Sum,
+};
+use gcloud_sdk::google::firestore::v1::structured_aggregation_query::{
+    Aggregation, QueryType as AggQueryType,
+};
+use gcloud_sdk::google::firestore::v1::structured_query::{
+    field_filter, filter::FilterType, CollectionSelector, FieldFilter, FieldReference, Filter,
+};
+use gcloud_sdk::google::firestore::v1::{
+    run_aggregation_query_request, run_query_request, value::ValueType, ArrayValue,
+    RunAggregationQueryRequest, RunQueryRequest, StructuredAggregationQuery, StructuredQuery,
+    Value,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::support::*;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Item {
+    n: i64,
+    tag: String,
+    tags: Vec<String>,
+}
+
+async fn seed(emu: &hotcount_emulators::Emulators) -> firestore::FirestoreDb {
+    let db = client(emu).await;
+    for n in 0..10i64 {
+        let item = Item {
+            n,
+            tag: if n % 2 == 0 { "even" } else { "odd" }.to_string(),
+            tags: vec![format!("t{}", n % 3)],
+        };
+        let _: Item = db
+            .fluent()
+            .insert()
+            .into("items")
+            .document_id(format!("i{n:02}"))
+            .object(&item)
+            .execute()
+            .await
+            .unwrap();
+    }
+    db
+}
+
+fn field_filter(field: &str, op: field_filter::Operator, value: Value) -> Filter {
+    Filter {
+        filter_type: Some(FilterType::FieldFilter(FieldFilter {
+            field: Some(FieldReference {
+                field_path: field.to_string(),
+            }),
+            op: op as i32,
+            value: Some(value),
+        })),
+    }
+}
+
+fn array(values: Vec<Value>) -> Value {
+    Value {
+        value_type: Some(ValueType::ArrayValue(ArrayValue { values })),
+    }
+}
+
+fn items_query(filter: Option<Filter>) -> StructuredQuery {
+    StructuredQuery {
+        from: vec![CollectionSelector {
+            collection_id: "items".into(),
+            all_descendants: false,
+        }],
+        r#where: filter,
+        ..Default::default()
+    }
+}
+
+async fn run(raw: &mut Raw, query: StructuredQuery) -> (Vec<i64>, usize) {
+    let mut stream = raw
+        .run_query(RunQueryRequest {
+            parent: format!("{DATABASE}/documents"),
+            query_type: Some(run_query_request::QueryType::StructuredQuery(query)),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ns = Vec::new();
+    let mut responses = 0;
+    while let Some(r) = stream.message().await.unwrap() {
+        responses += 1;
+        assert!(r.read_time.is_some());
+        if let Some(d) = r.document {
+            ns.push(int_field(&d, "n").unwrap_or(-1));
+        }
+    }
+    (ns, responses)
+}
+
+#[tokio::test]
+async fn queries_filter_order_limit_and_offset() {
+    let emu = start().await;
+    let db = seed(&emu).await;
+    let got: Vec<Item> = db
+        .fluent()
+        .select()
+        .from("items")
+        .filter(|q| {
+            q.for_all([
+                q.field("n").greater_than_or_equal(3),
+                q.field("tag").eq("odd"),
+            ])
+        })
+        .order(|o| o.fields([o.field("n").desc()]))
+        .limit(2)
+        .offset(1)
+        .obj()
+        .query()
+        .await
+        .unwrap();
+    let ns: Vec<i64> = got.iter().map(|i| i.n).collect();
+    assert_eq!(ns, vec![7, 5]);
+
+    let any: Vec<Item> = db
+        .fluent()
+        .select()
+        .from("items")
+        .filter(|q| q.for_any([q.field("n").eq(1), q.field("n").eq(8)]))
+        .obj()
+        .query()
+        .await
+        .unwrap();
+    assert_eq!(any.len(), 2);
+
+    let after: Vec<Item> = db
+        .fluent()
+        .select()
+        .from("items")
+        .order(|o| o.fields([o.field("n").asc()]))
+        .start_at(FirestoreQueryCursor::AfterValue(vec![FirestoreValue::from(
+            Value {
+                value_type: Some(ValueType::IntegerValue(7)),
+            },
+        )]))
+        .obj()
+        .query()
+        .await
+        .unwrap();
+    assert_eq!(after.iter().map(|i| i.n).collect::<Vec<_>>(), vec![8, 9]);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn membership_filters_and_empty_results_answer_with_read_time() {
+    let emu = start().await;
+    let _db = seed(&emu).await;
+    let mut raw = raw(&emu).await;
+    use field_filter::Operator as O;
+    let (ns, _) = run(
+        &mut raw,
+        items_query(Some(field_filter("n", O::In, array(vec![int(1), int(4)])))),
+    )
+    .await;
+    assert_eq!(ns, vec![1, 4]);
+    let (ns, _) = run(
+        &mut raw,
+        items_query(Some(field_filter(
+            "n",
+            O::NotIn,
+            array((0..8).map(int).collect()),
+        ))),
+    )
+    .await;
+    assert_eq!(ns, vec![8, 9]);
+    let (ns, _) = run(
+        &mut raw,
+        items_query(Some(field_filter("tags", O::ArrayContains, string("t2")))),
+    )
+    .await;
+    assert_eq!(ns, vec![2, 5, 8]);
+    let (ns, _) = run(
+        &mut raw,
+        items_query(Some(field_filter("n", O::NotEqual, int(0)))),
+    )
+    .await;
+    assert_eq!(ns.len(), 9);
+    let (ns, responses) = run(
+        &mut raw,
+        items_query(Some(field_filter("n", O::GreaterThan, int(100)))),
+    )
+    .await;
+    assert!(ns.is_empty());
+    assert_eq!(responses, 1, "an empty result still answers once");
+    // Type classes: a string bound matches no numbers.
+    let (ns, _) = run(
+        &mut raw,
+        items_query(Some(field_filter("n", O::LessThan, string("z")))),
+    )
+    .await;
+    assert!(ns.is_empty());
+    emu.shutdown().await;
+}
+
+#[derive(Debug, Deserialize)]
+struct Aggs {
+    count: usize,
+    total: i64,
+    mean: f64,
+}
+
+#[tokio::test]
+async fn aggregations_count_sum_and_avg() {
+    let emu = start().await;
+    let db = seed(&emu).await;
+    let aggs: Vec<Aggs> = db
+        .fluent()
+        .select()
+        .from("items")
+        .aggregate(|a| {
+            a.fields([
+                a.field("count").count(),
+                a.field("total").sum("n"),
+                a.field("mean").avg("n"),
+            ])
+        })
+        .obj()
+        .query()
+        .await
+        .unwrap();
+    assert_eq!(aggs.len(), 1);
+    assert_eq!(aggs[0].count, 10);
+    assert_eq!(aggs[0].total, 45);
+    assert!((aggs[0].mean - 4.5).abs() < 1e-9);
+
+    let mut raw = raw(&emu).await;
+    let field = |f: &str| {
+        Some(FieldReference {
+            field_path: f.to_string(),
+        })
+    };
+    let query = StructuredAggregationQuery {
+        aggregations: vec![
+            Aggregation {
+                alias: "c".into(),
+                operator: Some(Operator::Count(Count { up_to: Some(3) })),
+            },
+            Aggregation {
+                alias: "s".into(),
+                operator: Some(Operator::Sum(Sum { field: field("tag") })),
+            },
+            Aggregation {
+                alias: "a".into(),
+                operator: Some(Operator::Avg(Avg { field: field("nope") })),
+            },
+        ],
+        query_type: Some(AggQueryType::StructuredQuery(items_query(None))),
+    };
+    let mut stream = raw
+        .run_aggregation_query(RunAggregationQueryRequest {
+            parent: format!("{DATABASE}/documents"),
+            query_type: Some(
+                run_aggregation_query_request::QueryType::StructuredAggregationQuery(query),
+            ),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let r = stream.message().await.unwrap().unwrap();
+    let fields = r.result.unwrap().aggregate_fields;
+    assert_eq!(fields["c"], int(3));
+    assert_eq!(fields["s"], int(0), "non-numbers are skipped; empty sum is 0");
+    assert_eq!(
+        fields["a"].value_type,
+        Some(ValueType::NullValue(0)),
+        "avg of nothing is null"
+    );
+    emu.shutdown().await;
+}

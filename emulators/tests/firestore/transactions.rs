@@ -1,0 +1,350 @@
+//! Pessimistic transactions: no lost updates, older wins, wounding, lock
+//! waits and timeouts, expiry, read-only transactions.
+
+use std::time::{Duration, Instant};
+
+use firestore::errors::{BackoffError, FirestoreError};
+use firestore::FirestoreTransactionOptions;
+use gcloud_sdk::google::firestore::v1::batch_get_documents_request::ConsistencySelector;
+use gcloud_sdk::google::firestore::v1::transaction_options::{Mode, ReadOnly};
+use gcloud_sdk::google::firestore::v1::{
+    BatchGetDocumentsRequest, BeginTransactionRequest, RollbackRequest, TransactionOptions,
+};
+use hotcount_emulators::firestore::FirestoreConfig;
+use serde::{Deserialize, Serialize};
+use tonic::Code;
+
+use crate::support::*;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Counter {
+    value: i64,
+}
+
+const CONTENTION: &str = "Too much contention on these documents. Please try again.";
+const EXPIRED: &str = "The referenced transaction has expired or is no longer valid.";
+
+#[tokio::test]
+async fn concurrent_read_modify_write_transactions_lose_no_update() {
+    const N: i64 = 12;
+    let emu = start().await;
+    let db = client(&emu).await;
+    let _: Counter = db
+        .fluent()
+        .insert()
+        .into("counters")
+        .document_id("hot")
+        .object(&Counter { value: 0 })
+        .execute()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..N {
+        let db = db.clone();
+        tasks.push(tokio::spawn(async move {
+            let options = FirestoreTransactionOptions {
+                max_retries: 200,
+                ..FirestoreTransactionOptions::new()
+            };
+            db.run_transaction_with_options(
+                |db, transaction| {
+                    Box::pin(async move {
+                        let current: Counter = db
+                            .fluent()
+                            .select()
+                            .by_id_in("counters")
+                            .obj()
+                            .one("hot")
+                            .await
+                            .map_err(BackoffError::transient)?
+                            .unwrap_or(Counter { value: 0 });
+                        db.fluent()
+                            .update()
+                            .in_col("counters")
+                            .document_id("hot")
+                            .object(&Counter {
+                                value: current.value + 1,
+                            })
+                            .add_to_transaction(transaction)
+                            .map_err(BackoffError::permanent)?;
+                        Ok::<(), BackoffError<FirestoreError>>(())
+                    })
+                },
+                options,
+            )
+            .await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let end: Option<Counter> = db
+        .fluent()
+        .select()
+        .by_id_in("counters")
+        .obj()
+        .one("hot")
+        .await
+        .unwrap();
+    assert_eq!(end.unwrap().value, N);
+    let name = doc_name("counters", "hot");
+    assert_eq!(emu.firestore().document_writes(&name), N as u64 + 1);
+    let stats = emu.firestore().stats();
+    eprintln!(
+        "{N} contending transactions done in {:?}: {stats:?}",
+        started.elapsed()
+    );
+    assert_eq!(stats.active_transactions, 0);
+    assert_eq!(stats.locked_documents, 0);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn older_transaction_wins_and_the_waiting_younger_is_aborted_promptly() {
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("counters", "d");
+    commit(&mut raw, vec![update(&name, &[("v", int(0))])], vec![])
+        .await
+        .unwrap();
+    let older = begin(&mut raw).await;
+    let younger = begin(&mut raw).await;
+    read_in(&mut raw, &older, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    read_in(&mut raw, &younger, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+
+    let mut raw2 = raw.clone();
+    let name2 = name.clone();
+    let young_commit = tokio::spawn(async move {
+        commit(&mut raw2, vec![update(&name2, &[("v", int(2))])], younger).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!young_commit.is_finished(), "the younger waits for the older");
+
+    let started = Instant::now();
+    commit(&mut raw, vec![update(&name, &[("v", int(1))])], older)
+        .await
+        .expect("the older commits");
+    let err = young_commit.await.unwrap().unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(err.code(), Code::Aborted);
+    assert_eq!(err.message(), CONTENTION);
+    let doc = emu.firestore().document(&name).unwrap();
+    assert_eq!(int_field(&doc, "v"), Some(1));
+    assert_eq!(emu.firestore().stats().aborted_transactions, 1);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn older_commit_wounds_a_younger_lock_holder() {
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("counters", "w");
+    let older = begin(&mut raw).await;
+    let younger = begin(&mut raw).await;
+    read_in(&mut raw, &younger, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    commit(&mut raw, vec![update(&name, &[("v", int(1))])], older)
+        .await
+        .expect("the older does not wait for a younger holder");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let err = read_in(&mut raw, &younger, std::slice::from_ref(&name))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Aborted);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn younger_commit_waits_for_an_idle_older_holder_until_the_lock_timeout() {
+    let emu = start_with(FirestoreConfig {
+        lock_wait_timeout: Duration::from_secs(5),
+        ..Default::default()
+    })
+    .await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("counters", "t");
+    let older = begin(&mut raw).await;
+    let younger = begin(&mut raw).await;
+    read_in(&mut raw, &older, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    let mut raw2 = raw.clone();
+    let name2 = name.clone();
+    let waiting = tokio::spawn(async move {
+        commit(&mut raw2, vec![update(&name2, &[("v", int(1))])], younger).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished());
+    emu.clock().advance(Duration::from_secs(6));
+    let err = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the lock wait ends on the emulated clock")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Aborted);
+    let stats = emu.firestore().stats();
+    assert_eq!(stats.lock_timeouts, 1);
+    // The older one still holds its lock and can commit.
+    commit(&mut raw, vec![update(&name, &[("v", int(2))])], older)
+        .await
+        .unwrap();
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn plain_write_waits_for_a_transaction_lock_until_rollback() {
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("counters", "p");
+    let tx = begin(&mut raw).await;
+    read_in(&mut raw, &tx, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    let mut raw2 = raw.clone();
+    let name2 = name.clone();
+    let plain = tokio::spawn(async move {
+        commit(&mut raw2, vec![update(&name2, &[("v", int(1))])], vec![]).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!plain.is_finished(), "a plain write waits for the lock");
+    raw.rollback(RollbackRequest {
+        database: DATABASE.into(),
+        transaction: tx,
+        request_options: None,
+    })
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(2), plain)
+        .await
+        .expect("released by rollback")
+        .unwrap()
+        .unwrap();
+    assert_eq!(emu.firestore().stats().lock_waits, 1);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_or_expired_transaction_is_invalid_argument_and_releases_locks() {
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("counters", "e");
+    let err = commit(&mut raw, vec![], b"no-such-transaction".to_vec())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(err.message(), EXPIRED);
+
+    let tx = begin(&mut raw).await;
+    read_in(&mut raw, &tx, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    emu.clock().advance(Duration::from_secs(61));
+    // A plain write no longer waits: the idle transaction expired.
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        commit(&mut raw, vec![update(&name, &[("v", int(1))])], vec![]),
+    )
+    .await
+    .expect("not blocked by an expired transaction")
+    .unwrap();
+    let err = commit(&mut raw, vec![update(&name, &[("v", int(2))])], tx)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(err.message(), EXPIRED);
+
+    // Total lifetime: used every 50 s, still expires after 270 s.
+    let tx = begin(&mut raw).await;
+    for _ in 0..5 {
+        emu.clock().advance(Duration::from_secs(50));
+        read_in(&mut raw, &tx, std::slice::from_ref(&name))
+            .await
+            .unwrap();
+    }
+    emu.clock().advance(Duration::from_secs(30));
+    let err = read_in(&mut raw, &tx, std::slice::from_ref(&name))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn read_only_transaction_cannot_write_and_reads_its_snapshot() {
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("counters", "ro");
+    commit(&mut raw, vec![update(&name, &[("v", int(1))])], vec![])
+        .await
+        .unwrap();
+    let ro = raw
+        .begin_transaction(BeginTransactionRequest {
+            database: DATABASE.into(),
+            options: Some(TransactionOptions {
+                mode: Some(Mode::ReadOnly(ReadOnly {
+                    consistency_selector: None,
+                })),
+            }),
+            request_options: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .transaction;
+    // A later write is not visible in the snapshot, and does not wait.
+    commit(&mut raw, vec![update(&name, &[("v", int(2))])], vec![])
+        .await
+        .unwrap();
+    let docs = read_in(&mut raw, &ro, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    assert_eq!(int_field(&docs[0], "v"), Some(1));
+    let err = commit(&mut raw, vec![update(&name, &[("v", int(3))])], ro)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn batch_get_with_new_transaction_answers_the_transaction_first() {
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("counters", "n");
+    let mut stream = raw
+        .batch_get_documents(BatchGetDocumentsRequest {
+            database: DATABASE.into(),
+            documents: vec![name.clone(), name.clone()],
+            mask: None,
+            request_options: None,
+            consistency_selector: Some(ConsistencySelector::NewTransaction(
+                TransactionOptions::default(),
+            )),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert!(!first.transaction.is_empty());
+    assert!(first.result.is_none() && first.read_time.is_none());
+    let second = stream.message().await.unwrap().unwrap();
+    assert!(second.transaction.is_empty());
+    assert!(second.read_time.is_some());
+    assert!(stream.message().await.unwrap().is_none(), "duplicates elided");
+    // The missing document is locked: commit in the transaction works.
+    commit(
+        &mut raw,
+        vec![update(&name, &[("v", int(1))])],
+        first.transaction,
+    )
+    .await
+    .unwrap();
+    emu.shutdown().await;
+}
