@@ -114,7 +114,12 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             tokio::select! {
                 _ = self.aggregator.woken(shard) => {}
                 _ = tokio::time::sleep_until(sleep_until) => {}
-                _ = stop.changed() => {}
+                changed = stop.changed() => {
+                    // A dropped sender means the owner is gone: stop too.
+                    if changed.is_err() {
+                        break;
+                    }
+                }
             }
         }
         while self.aggregator.len(shard) > 0 {
@@ -195,11 +200,9 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                         attempt,
                         "batch committed"
                     );
-                    return Ok(match report.outcome {
-                        CommitOutcome::Committed => report.effects,
-                        // Counted by the attempt that committed; the retry only learned it.
-                        CommitOutcome::AlreadyCommitted => Effects::default(),
-                    });
+                    // An attempt that committed but was answered with an error
+                    // counted nothing; its effects come back from the marker.
+                    return Ok(report.effects);
                 }
                 Err(error) if error.is_retryable() && attempt < self.config.commit_max_attempts => {
                     self.stats.commit_retries.add(1);

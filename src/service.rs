@@ -96,12 +96,16 @@ pub async fn run(
     // The flusher stops only after the source has stopped, so nothing new
     // arrives while the shards drain.
     let (flush_stop_tx, flush_stop) = watch::channel(false);
-    let flushing = tokio::spawn(flusher.run(flush_stop));
+    // In a JoinSet, so dropping this future (a crash in tests) ends it too.
+    let mut flushing = tokio::task::JoinSet::new();
+    flushing.spawn(flusher.run(flush_stop));
     let closing = source.run(stop).await;
     let _ = flush_stop_tx.send(true);
     aggregator.wake_all();
-    if let Err(error) = flushing.await {
-        tracing::error!(%error, "flusher task failed");
+    while let Some(result) = flushing.join_next().await {
+        if let Err(error) = result {
+            tracing::error!(%error, "flusher task failed");
+        }
     }
     closing.wait().await;
     tracing::info!(

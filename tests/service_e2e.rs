@@ -138,15 +138,36 @@ async fn consumer_killed_after_commit_before_ack_applies_nothing_twice() {
         "committed by the first consumer"
     );
     assert!(first.wait_for_acks(40, WAIT).await);
+    // The client sends acks in the background: wait until the emulator has
+    // received (and lost) all of them, then crash.
+    let sub = format!(
+        "projects/{}/subscriptions/{}",
+        common::PROJECT,
+        common::SUBSCRIPTION
+    );
+    let lost = || h.emulators.pubsub().stats(&sub).map_or(0, |s| s.acks_lost);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while lost() < 40 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "acks reached the emulator"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     first.kill().await;
     h.emulators.pubsub_faults().clear();
     // Past every ack deadline: everything is redelivered.
     h.emulators.clock().advance(Duration::from_secs(700));
 
     let second = h.spawn(h.run_args("c1", &[]));
+    let done = second.wait_for_acks(40, WAIT).await;
     assert!(
-        second.wait_for_acks(40, WAIT).await,
-        "redeliveries processed"
+        done,
+        "redeliveries processed: consumer acked {} of {} received; emulator {:?}; unacked {:?}",
+        second.stats.acks.get(),
+        second.stats.received.get(),
+        h.emulators.pubsub().stats(&sub),
+        h.emulators.pubsub().unacked(&sub)
     );
     assert_eq!(h.counts(want.keys()).await, want, "nothing applied twice");
     let stats = second.stop().await;
@@ -237,8 +258,10 @@ async fn quarantine_reasons(h: &Harness, message_ids: &[String]) -> Vec<String> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_competing_consumers_count_exactly() {
     let h = Harness::start().await;
-    let a = h.spawn(h.run_args("c1", &[]));
-    let b = h.spawn(h.run_args("c1", &[]));
+    // Small flow-control windows, so neither consumer can take the whole backlog.
+    let args = ["--max-outstanding-messages", "20", "--streams", "1"];
+    let a = h.spawn(h.run_args("c1", &args));
+    let b = h.spawn(h.run_args("c1", &args));
     let mut events = Vec::new();
     for p in 0..10 {
         events.extend(many_likes(&format!("post-{p}"), 30, &format!("p{p}")));

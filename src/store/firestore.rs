@@ -20,7 +20,7 @@ use fs::document_transform::FieldTransform;
 use fs::value::ValueType;
 
 use super::{CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
-use crate::batch::{Batch, Membership, MembershipKey, Plan, PoisonRecord};
+use crate::batch::{Batch, Effects, Membership, MembershipKey, Plan, PoisonRecord};
 use crate::event::Version;
 
 /// Where hotcount's documents live in one database.
@@ -203,7 +203,7 @@ impl FirestoreStore {
                 continue;
             };
             if doc.name == marker {
-                snapshot.marker_exists = true;
+                snapshot.marker = Some(effects_from_fields(&doc.fields));
             } else if let Some(key) = names.get(&doc.name) {
                 snapshot.update_times.insert(key.clone(), doc.update_time);
                 if let Some(m) = membership_from_fields(&doc.fields) {
@@ -341,7 +341,8 @@ impl FirestoreStore {
 #[derive(Default)]
 struct Snapshot {
     transaction: Vec<u8>,
-    marker_exists: bool,
+    /// The effects recorded by an earlier attempt that committed.
+    marker: Option<Effects>,
     memberships: HashMap<MembershipKey, Membership>,
     update_times: HashMap<MembershipKey, Option<Timestamp>>,
 }
@@ -350,11 +351,11 @@ impl CounterStore for FirestoreStore {
     async fn commit(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
         let marker = self.config.layout.marker(&self.config.consumer, &batch.id);
         let snapshot = self.read(batch, &marker).await?;
-        if snapshot.marker_exists {
+        if let Some(effects) = snapshot.marker {
             self.rollback(snapshot.transaction).await;
             return Ok(CommitReport {
                 outcome: CommitOutcome::AlreadyCommitted,
-                effects: Default::default(),
+                effects,
                 increments: 0,
                 rpcs: 2,
             });
@@ -503,6 +504,20 @@ fn membership_fields(
         ("eventId".to_string(), string(&m.version.event_id)),
         ("batchId".to_string(), string(batch_id)),
     ])
+}
+
+/// The effects a batch marker recorded.
+fn effects_from_fields(fields: &HashMap<String, fs::Value>) -> Effects {
+    let get = |name: &str| match fields.get(name).and_then(|v| v.value_type.as_ref()) {
+        Some(ValueType::IntegerValue(n)) => u64::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    Effects {
+        applied: get("applied"),
+        duplicates: get("duplicates"),
+        stale: get("stale"),
+        poison: get("poison"),
+    }
 }
 
 /// Reads a membership document's state; `None` if it is not one of ours.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
-use crate::batch::{Batch, Membership, MembershipKey, PoisonRecord};
+use crate::batch::{Batch, Effects, Membership, MembershipKey, PoisonRecord};
 
 /// A failure the next commits will meet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub enum InjectedFailure {
 struct State {
     memberships: HashMap<MembershipKey, Membership>,
     counters: BTreeMap<String, i64>,
-    markers: HashSet<String>,
+    markers: HashMap<String, Effects>,
     quarantine: Vec<PoisonRecord>,
     failures: Vec<InjectedFailure>,
     reject_users: HashSet<String>,
@@ -104,10 +104,10 @@ impl CounterStore for MemoryStore {
         {
             return Err(Self::fail(ErrorClass::Permanent, "rejected user"));
         }
-        if state.markers.contains(&batch.id) {
+        if let Some(effects) = state.markers.get(&batch.id).copied() {
             return Ok(CommitReport {
                 outcome: CommitOutcome::AlreadyCommitted,
-                effects: Default::default(),
+                effects,
                 increments: 0,
                 rpcs: 1,
             });
@@ -119,7 +119,7 @@ impl CounterStore for MemoryStore {
         for (post, delta) in &plan.deltas {
             *state.counters.entry(post.clone()).or_default() += delta;
         }
-        state.markers.insert(batch.id.clone());
+        state.markers.insert(batch.id.clone(), plan.effects);
         state.quarantine.extend(batch.poison.iter().cloned());
         state.commits += 1;
         if after_apply {

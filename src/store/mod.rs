@@ -28,7 +28,8 @@ pub enum CommitOutcome {
 pub struct CommitReport {
     /// Committed now or earlier.
     pub outcome: CommitOutcome,
-    /// Per-event effects (zero for [`CommitOutcome::AlreadyCommitted`]).
+    /// Per-event effects; for [`CommitOutcome::AlreadyCommitted`], the ones
+    /// the committing attempt recorded in the batch marker.
     pub effects: Effects,
     /// Counter increments written (one per post with a non-zero delta).
     pub increments: usize,

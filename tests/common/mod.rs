@@ -125,7 +125,6 @@ impl Harness {
     }
 
     pub async fn start_with(options: SubscriptionOptions) -> Self {
-        hotcount::telemetry::init_tracing(false);
         let emulators = Emulators::start(EmulatorsConfig::default())
             .await
             .expect("emulators start");
@@ -177,28 +176,29 @@ impl Harness {
 
     /// Default run settings for tests, with `extra` flags appended.
     pub fn run_args(&self, consumer: &str, extra: &[&str]) -> RunArgs {
-        let mut argv = vec![
-            "hotcount",
-            "--project",
-            PROJECT,
-            "--subscription",
-            SUBSCRIPTION,
-            "--consumer",
-            consumer,
-            "--shards",
-            "4",
-            "--flush-interval-ms",
-            "20",
-            "--streams",
-            "2",
-            "--lease-extension-secs",
-            "10",
-            "--commit-backoff-initial-ms",
-            "5",
-            "--commit-backoff-max-ms",
-            "50",
+        let mut flags: Vec<(&str, &str)> = vec![
+            ("--project", PROJECT),
+            ("--subscription", SUBSCRIPTION),
+            ("--consumer", consumer),
+            ("--shards", "4"),
+            ("--flush-interval-ms", "20"),
+            ("--streams", "2"),
+            ("--lease-extension-secs", "10"),
+            ("--commit-backoff-initial-ms", "5"),
+            ("--commit-backoff-max-ms", "50"),
         ];
-        argv.extend_from_slice(extra);
+        for pair in extra.chunks(2) {
+            let (flag, value) = (pair[0], pair.get(1).copied().unwrap_or(""));
+            match flags.iter_mut().find(|(f, _)| *f == flag) {
+                Some(slot) => slot.1 = value,
+                None => flags.push((flag, value)),
+            }
+        }
+        let mut argv = vec!["hotcount"];
+        for (flag, value) in flags {
+            argv.push(flag);
+            argv.push(value);
+        }
         RunCli::parse_from(argv).run
     }
 
