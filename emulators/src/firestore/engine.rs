@@ -431,19 +431,7 @@ impl Engine {
             let outcome = {
                 let mut st = self.state.lock();
                 rx.borrow_and_update();
-                self.attempt(
-                    &mut st,
-                    database,
-                    &writes_,
-                    &names,
-                    &unique,
-                    txn.as_deref(),
-                    now,
-                    wall,
-                    deadline,
-                    &mut waited,
-                    &mut released,
-                )
+                self.attempt(&mut st, database, &writes_, &names, &unique, txn.as_deref(), now, wall, deadline, &mut waited, &mut released)
             };
             if released {
                 self.notify();
@@ -604,8 +592,7 @@ impl Engine {
         let (now, _) = self.now();
         let mut st = self.state.lock();
         let removed = st.store.clear_prefix("");
-        st.txns
-            .expire(now + self.config.transaction_max_lifetime * 2);
+        st.txns.expire(now + self.config.transaction_max_lifetime * 2);
         drop(st);
         self.notify();
         removed
