@@ -302,6 +302,20 @@ async fn hot_post_gets_one_increment_per_batch_not_per_event() {
         stats.batches.get(),
         "one increment per batch"
     );
+    // Counted on the emulator's side: writes to the hot post's counter shards.
+    let layout = h.store.layout();
+    let shard_writes: u64 = (0..8)
+        .map(|k| {
+            h.emulators
+                .firestore()
+                .document_writes(&layout.counter_shard("viral", k))
+        })
+        .sum();
+    assert_eq!(shard_writes, stats.increments.get());
+    assert!(
+        shard_writes <= 40,
+        "{shard_writes} counter writes for 2000 events"
+    );
     assert!(commits <= 40, "{commits} commits for 2000 events");
     assert!(stats.batches.get() <= 40);
 }
