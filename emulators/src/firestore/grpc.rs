@@ -16,7 +16,9 @@ use rand::Rng;
 use tonic::{Code, Status};
 
 use super::engine::{Consistency, Engine, Snapshot};
-use super::names::{compare_names, parse_database, parse_field_path, relative, validate_id, DocName, Parent};
+use super::names::{
+    compare_names, parse_database, parse_field_path, relative, validate_id, DocName, Parent,
+};
 use super::query::{aggregate, Plan};
 use super::store::ReadAt;
 use super::values;
@@ -81,7 +83,9 @@ fn masked(doc: &Document, mask: &Option<Vec<Vec<String>>>) -> Document {
 
 fn txn_id(id: Vec<u8>) -> Result<Consistency, Status> {
     if id.is_empty() {
-        return Err(Status::invalid_argument("The transaction id must not be empty."));
+        return Err(Status::invalid_argument(
+            "The transaction id must not be empty.",
+        ));
     }
     Ok(Consistency::Transaction(id))
 }
@@ -165,23 +169,25 @@ impl FirestoreRpc for Service {
         let prefix = parent.prefix();
         let collection = req.collection_id.clone();
         let token = req.page_token.clone();
-        let snap = self.engine.read(&parent.database, consistency, |store, at| {
-            let mut docs: Vec<Arc<Document>> = store
-                .scan(&prefix, at)
-                .filter(|d| {
-                    relative(&d.name, &prefix).is_some_and(|rel| {
-                        rel.len() == 2 && (collection.is_empty() || rel[0] == collection)
+        let snap = self
+            .engine
+            .read(&parent.database, consistency, |store, at| {
+                let mut docs: Vec<Arc<Document>> = store
+                    .scan(&prefix, at)
+                    .filter(|d| {
+                        relative(&d.name, &prefix).is_some_and(|rel| {
+                            rel.len() == 2 && (collection.is_empty() || rel[0] == collection)
+                        })
                     })
-                })
-                .filter(|d| token.is_empty() || compare_names(&d.name, &token).is_gt())
-                .cloned()
-                .collect();
-            docs.sort_by(|a, b| compare_names(&a.name, &b.name));
-            let more = docs.len() > page_size;
-            docs.truncate(page_size);
-            let names = docs.iter().map(|d| d.name.clone()).collect();
-            Ok(((docs, more), names))
-        })?;
+                    .filter(|d| token.is_empty() || compare_names(&d.name, &token).is_gt())
+                    .cloned()
+                    .collect();
+                docs.sort_by(|a, b| compare_names(&a.name, &b.name));
+                let more = docs.len() > page_size;
+                docs.truncate(page_size);
+                let names = docs.iter().map(|d| d.name.clone()).collect();
+                Ok(((docs, more), names))
+            })?;
         let (docs, more) = snap.value;
         let next_page_token = match (more, docs.last()) {
             (true, Some(last)) => last.name.clone(),
@@ -209,11 +215,11 @@ impl FirestoreRpc for Service {
             current_document: req.current_document,
             operation: Some(Operation::Update(doc)),
         };
-        let (_, states) = self
+        let committed = self
             .engine
             .commit(&name.database, vec![write], None)
             .await?;
-        match states.into_iter().next().flatten() {
+        match committed.documents.into_iter().next().flatten() {
             Some(doc) => Ok(tonic::Response::new(masked(&doc, &mask))),
             None => Err(Status::internal("the update left no document")),
         }
@@ -254,9 +260,7 @@ impl FirestoreRpc for Service {
         let mask = mask_paths(req.mask.as_ref())?;
         let consistency = match req.consistency_selector {
             None => Consistency::Latest,
-            Some(batch_get_documents_request::ConsistencySelector::Transaction(id)) => {
-                txn_id(id)?
-            }
+            Some(batch_get_documents_request::ConsistencySelector::Transaction(id)) => txn_id(id)?,
             Some(batch_get_documents_request::ConsistencySelector::NewTransaction(o)) => {
                 Consistency::NewTransaction(o)
             }
@@ -300,7 +304,9 @@ impl FirestoreRpc for Service {
         let req = request.into_inner();
         let database = parse_database(&req.database)?;
         let transaction = self.engine.begin(&database, req.options.as_ref())?;
-        Ok(tonic::Response::new(BeginTransactionResponse { transaction }))
+        Ok(tonic::Response::new(BeginTransactionResponse {
+            transaction,
+        }))
     }
 
     async fn commit(
@@ -310,8 +316,8 @@ impl FirestoreRpc for Service {
         let req = request.into_inner();
         let database = parse_database(&req.database)?;
         let txn = (!req.transaction.is_empty()).then_some(req.transaction);
-        let (response, _) = self.engine.commit(&database, req.writes, txn).await?;
-        Ok(tonic::Response::new(response))
+        let committed = self.engine.commit(&database, req.writes, txn).await?;
+        Ok(tonic::Response::new(committed.response))
     }
 
     async fn rollback(
@@ -321,7 +327,9 @@ impl FirestoreRpc for Service {
         let req = request.into_inner();
         let database = parse_database(&req.database)?;
         if req.transaction.is_empty() {
-            return Err(Status::invalid_argument("The transaction id must not be empty."));
+            return Err(Status::invalid_argument(
+                "The transaction id must not be empty.",
+            ));
         }
         self.engine.rollback(&database, &req.transaction)?;
         Ok(tonic::Response::new(()))
@@ -350,11 +358,12 @@ impl FirestoreRpc for Service {
             }
         };
         let snap: Snapshot<Vec<Arc<Document>>> =
-            self.engine.read(&parent.database, consistency, |store, at| {
-                let docs = run_plan(store, at, &parent, &plan);
-                let names = docs.iter().map(|d| d.name.clone()).collect();
-                Ok((docs, names))
-            })?;
+            self.engine
+                .read(&parent.database, consistency, |store, at| {
+                    let docs = run_plan(store, at, &parent, &plan);
+                    let names = docs.iter().map(|d| d.name.clone()).collect();
+                    Ok((docs, names))
+                })?;
         let read_time = Some(timestamp(snap.read_time));
         let mut out = Vec::with_capacity(snap.value.len() + 1);
         if let Some(id) = snap.new_transaction {
@@ -390,11 +399,15 @@ impl FirestoreRpc for Service {
         let Some(run_aggregation_query_request::QueryType::StructuredAggregationQuery(agg)) =
             req.query_type
         else {
-            return Err(Status::invalid_argument("A structured aggregation query is required."));
+            return Err(Status::invalid_argument(
+                "A structured aggregation query is required.",
+            ));
         };
         let Some(structured_aggregation_query::QueryType::StructuredQuery(query)) = &agg.query_type
         else {
-            return Err(Status::invalid_argument("An aggregation needs a structured query."));
+            return Err(Status::invalid_argument(
+                "An aggregation needs a structured query.",
+            ));
         };
         let plan = Plan::new(query)?;
         let consistency = match req.consistency_selector {
@@ -409,12 +422,14 @@ impl FirestoreRpc for Service {
                 Consistency::ReadTime(micros(&t))
             }
         };
-        let snap = self.engine.read(&parent.database, consistency, |store, at| {
-            let docs = run_plan(store, at, &parent, &plan);
-            let fields = aggregate(&agg.aggregations, &docs)?;
-            let names = docs.iter().map(|d| d.name.clone()).collect();
-            Ok((fields, names))
-        })?;
+        let snap = self
+            .engine
+            .read(&parent.database, consistency, |store, at| {
+                let docs = run_plan(store, at, &parent, &plan);
+                let fields = aggregate(&agg.aggregations, &docs)?;
+                let names = docs.iter().map(|d| d.name.clone()).collect();
+                Ok((fields, names))
+            })?;
         let response = RunAggregationQueryResponse {
             result: Some(AggregationResult {
                 aggregate_fields: snap.value,
@@ -435,10 +450,10 @@ impl FirestoreRpc for Service {
         let mut response = BatchWriteResponse::default();
         for write in req.writes {
             match self.engine.commit(&database, vec![write], None).await {
-                Ok((mut commit, _)) => {
+                Ok(mut committed) => {
                     response
                         .write_results
-                        .push(commit.write_results.pop().unwrap_or_default());
+                        .push(committed.response.write_results.pop().unwrap_or_default());
                     response.status.push(Default::default());
                 }
                 Err(status) => {
@@ -478,11 +493,11 @@ impl FirestoreRpc for Service {
             operation: Some(Operation::Update(doc)),
             ..Default::default()
         };
-        let (_, states) = self
+        let committed = self
             .engine
             .commit(&parent.database, vec![write], None)
             .await?;
-        match states.into_iter().next().flatten() {
+        match committed.documents.into_iter().next().flatten() {
             Some(doc) => Ok(tonic::Response::new(masked(&doc, &mask))),
             None => Err(Status::internal("the create left no document")),
         }
@@ -501,19 +516,22 @@ impl FirestoreRpc for Service {
             }
         };
         let prefix = parent.prefix();
-        let snap = self.engine.read(&parent.database, consistency, |store, at| {
-            let mut ids: Vec<String> = Vec::new();
-            for d in store.scan(&prefix, at) {
-                if let Some(first) = relative(&d.name, &prefix).and_then(|r| r.first().copied()) {
-                    if ids.last().map(String::as_str) != Some(first) {
-                        ids.push(first.to_string());
+        let snap = self
+            .engine
+            .read(&parent.database, consistency, |store, at| {
+                let mut ids: Vec<String> = Vec::new();
+                for d in store.scan(&prefix, at) {
+                    if let Some(first) = relative(&d.name, &prefix).and_then(|r| r.first().copied())
+                    {
+                        if ids.last().map(String::as_str) != Some(first) {
+                            ids.push(first.to_string());
+                        }
                     }
                 }
-            }
-            ids.sort();
-            ids.dedup();
-            Ok((ids, Vec::new()))
-        })?;
+                ids.sort();
+                ids.dedup();
+                Ok((ids, Vec::new()))
+            })?;
         let mut ids: Vec<String> = snap
             .value
             .into_iter()
@@ -549,7 +567,8 @@ pub async fn end_failed_commits(
     let bytes = match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
         Ok(b) => b,
         Err(_) => {
-            return Status::new(Code::InvalidArgument, "request too large or unreadable").into_http()
+            return Status::new(Code::InvalidArgument, "request too large or unreadable")
+                .into_http()
         }
     };
     let txn = commit_transaction(&bytes);

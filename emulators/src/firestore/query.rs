@@ -20,9 +20,7 @@ use crate::proto::firestore_v1::structured_query::{
     composite_filter, field_filter, filter::FilterType, unary_filter, CollectionSelector,
     Direction, Filter,
 };
-use crate::proto::firestore_v1::{
-    value::ValueType, Cursor, Document, StructuredQuery, Value,
-};
+use crate::proto::firestore_v1::{value::ValueType, Cursor, Document, StructuredQuery, Value};
 
 const NAME_FIELD: &str = "__name__";
 
@@ -254,7 +252,9 @@ fn compile(filter: &Filter) -> Result<Cond, Status> {
             match composite_filter::Operator::try_from(c.op) {
                 Ok(composite_filter::Operator::And) => Ok(Cond::And(parts)),
                 Ok(composite_filter::Operator::Or) => Ok(Cond::Or(parts)),
-                _ => Err(Status::invalid_argument("Unknown composite filter operator.")),
+                _ => Err(Status::invalid_argument(
+                    "Unknown composite filter operator.",
+                )),
             }
         }
         Some(FilterType::FieldFilter(f)) => {
@@ -309,8 +309,12 @@ fn collect_inequalities(c: &Cond, out: &mut Vec<FieldRef>) {
         Cond::Field(f, op, _) => {
             if matches!(
                 op,
-                O::LessThan | O::LessThanOrEqual | O::GreaterThan | O::GreaterThanOrEqual
-                    | O::NotEqual | O::NotIn
+                O::LessThan
+                    | O::LessThanOrEqual
+                    | O::GreaterThan
+                    | O::GreaterThanOrEqual
+                    | O::NotEqual
+                    | O::NotIn
             ) {
                 out.push(f.clone());
             }
@@ -391,13 +395,18 @@ pub fn aggregate(
         } else {
             a.alias.clone()
         };
-        let field_of = |f: &Option<crate::proto::firestore_v1::structured_query::FieldReference>| {
-            f.as_ref()
-                .ok_or_else(|| Status::invalid_argument("sum and avg need a field."))
-                .and_then(|f| FieldRef::parse(&f.field_path))
-        };
+        let field_of =
+            |f: &Option<crate::proto::firestore_v1::structured_query::FieldReference>| {
+                f.as_ref()
+                    .ok_or_else(|| Status::invalid_argument("sum and avg need a field."))
+                    .and_then(|f| FieldRef::parse(&f.field_path))
+            };
         let v = match &a.operator {
-            None => return Err(Status::invalid_argument("An aggregation needs an operator.")),
+            None => {
+                return Err(Status::invalid_argument(
+                    "An aggregation needs an operator.",
+                ))
+            }
             Some(AggOp::Count(c)) => {
                 let mut n = docs.len() as i64;
                 if let Some(up_to) = c.up_to {
@@ -421,7 +430,8 @@ pub fn aggregate(
 }
 
 fn numbers<'a>(f: &'a FieldRef, docs: &'a [Arc<Document>]) -> impl Iterator<Item = Number> + 'a {
-    docs.iter().filter_map(|d| f.get(d).as_ref().and_then(as_number))
+    docs.iter()
+        .filter_map(|d| f.get(d).as_ref().and_then(as_number))
 }
 
 /// Integer sum while every value is an integer and it does not overflow; else double.

@@ -39,13 +39,7 @@ impl Entry {
     fn at(&self, at: ReadAt) -> Option<&Arc<Document>> {
         match at {
             ReadAt::Latest => self.versions.back()?.doc.as_ref(),
-            ReadAt::Time(t) => self
-                .versions
-                .iter()
-                .rev()
-                .find(|v| v.at <= t)?
-                .doc
-                .as_ref(),
+            ReadAt::Time(t) => self.versions.iter().rev().find(|v| v.at <= t)?.doc.as_ref(),
         }
     }
 }

@@ -131,7 +131,12 @@ impl Transactions {
 
     /// Looks up an open transaction for an operation, marking it used.
     /// Unknown or expired -> INVALID_ARGUMENT; wounded -> ABORTED (and it ends).
-    pub fn touch(&mut self, id: &[u8], database: &str, now: Duration) -> Result<&mut Txn, TxnError> {
+    pub fn touch(
+        &mut self,
+        id: &[u8],
+        database: &str,
+        now: Duration,
+    ) -> Result<&mut Txn, TxnError> {
         let Some(txn) = self.active.get(id) else {
             return Err(TxnError::Invalid);
         };
@@ -146,10 +151,7 @@ impl Transactions {
             self.end(id, now);
             return Err(TxnError::Expired);
         }
-        let txn = self
-            .active
-            .get_mut(id)
-            .ok_or(TxnError::Invalid)?;
+        let txn = self.active.get_mut(id).ok_or(TxnError::Invalid)?;
         txn.last_used = now;
         Ok(txn)
     }

@@ -56,7 +56,10 @@ async fn commit_applied_but_answered_unavailable_is_applied() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
-    let doc = emu.firestore().document(&name).expect("the write was applied");
+    let doc = emu
+        .firestore()
+        .document(&name)
+        .expect("the write was applied");
     assert_eq!(int_field(&doc, "v"), Some(7));
     assert_eq!(emu.firestore().stats().commits, 1);
     emu.shutdown().await;

@@ -139,11 +139,11 @@ async fn queries_filter_order_limit_and_offset() {
         .select()
         .from("items")
         .order(|o| o.fields([o.field("n").asc()]))
-        .start_at(FirestoreQueryCursor::AfterValue(vec![FirestoreValue::from(
-            Value {
+        .start_at(FirestoreQueryCursor::AfterValue(vec![
+            FirestoreValue::from(Value {
                 value_type: Some(ValueType::IntegerValue(7)),
-            },
-        )]))
+            }),
+        ]))
         .obj()
         .query()
         .await
@@ -248,11 +248,15 @@ async fn aggregations_count_sum_and_avg() {
             },
             Aggregation {
                 alias: "s".into(),
-                operator: Some(Operator::Sum(Sum { field: field("tag") })),
+                operator: Some(Operator::Sum(Sum {
+                    field: field("tag"),
+                })),
             },
             Aggregation {
                 alias: "a".into(),
-                operator: Some(Operator::Avg(Avg { field: field("nope") })),
+                operator: Some(Operator::Avg(Avg {
+                    field: field("nope"),
+                })),
             },
         ],
         query_type: Some(AggQueryType::StructuredQuery(items_query(None))),
@@ -271,7 +275,11 @@ async fn aggregations_count_sum_and_avg() {
     let r = stream.message().await.unwrap().unwrap();
     let fields = r.result.unwrap().aggregate_fields;
     assert_eq!(fields["c"], int(3));
-    assert_eq!(fields["s"], int(0), "non-numbers are skipped; empty sum is 0");
+    assert_eq!(
+        fields["s"],
+        int(0),
+        "non-numbers are skipped; empty sum is 0"
+    );
     assert_eq!(
         fields["a"].value_type,
         Some(ValueType::NullValue(0)),

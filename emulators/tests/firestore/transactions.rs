@@ -123,7 +123,10 @@ async fn older_transaction_wins_and_the_waiting_younger_is_aborted_promptly() {
         commit(&mut raw2, vec![update(&name2, &[("v", int(2))])], younger).await
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!young_commit.is_finished(), "the younger waits for the older");
+    assert!(
+        !young_commit.is_finished(),
+        "the younger waits for the older"
+    );
 
     let started = Instant::now();
     commit(&mut raw, vec![update(&name, &[("v", int(1))])], older)
@@ -337,7 +340,10 @@ async fn batch_get_with_new_transaction_answers_the_transaction_first() {
     let second = stream.message().await.unwrap().unwrap();
     assert!(second.transaction.is_empty());
     assert!(second.read_time.is_some());
-    assert!(stream.message().await.unwrap().is_none(), "duplicates elided");
+    assert!(
+        stream.message().await.unwrap().is_none(),
+        "duplicates elided"
+    );
     // The missing document is locked: commit in the transaction works.
     commit(
         &mut raw,
