@@ -16,7 +16,9 @@
 //!   released at once, its next operation or commit gets ABORTED);
 //! - older (or the commit is a plain, non-transactional write): the commit
 //!   waits until the holder ends, or until the lock wait timeout, then it is
-//!   ABORTED (and a transaction ends).
+//!   ABORTED (and a transaction ends). With
+//!   `FirestoreConfig::younger_waits_for_older = false` a transaction does
+//!   not wait: it is ABORTED at once (plain writes still wait).
 //!
 //! Waits only go from younger to older (plain writes hold nothing while they
 //! wait), so there is no deadlock; a retry keeps its first attempt's age, so
@@ -520,8 +522,11 @@ impl Engine {
             }
             return (Some(result), released || p.txn.is_some());
         }
-        if now >= p.deadline {
-            st.stats.lock_timeouts += 1;
+        let die = p.txn.is_some() && !self.config.younger_waits_for_older;
+        if die || now >= p.deadline {
+            if !die {
+                st.stats.lock_timeouts += 1;
+            }
             if let Some(id) = p.txn {
                 st.txns.end(id, now);
                 st.stats.aborted_transactions += 1;

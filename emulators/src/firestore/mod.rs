@@ -57,6 +57,13 @@ pub struct FirestoreConfig {
     /// write for any transaction's lock) before it is ABORTED. Default 30 s,
     /// Google's emulator's value.
     pub lock_wait_timeout: Duration,
+    /// When a transaction's commit finds an *older* transaction holding a
+    /// lock on a document it writes: `true` (default, production's
+    /// wound-wait) waits until the older one ends (then proceeds) or wounds
+    /// it by writing the document (then gets ABORTED), bounded by
+    /// `lock_wait_timeout`; `false` answers ABORTED at once (wait-die), for
+    /// tests that want contention to fail fast.
+    pub younger_waits_for_older: bool,
     /// A transaction unused this long expires (default 60 s, as in production).
     pub transaction_idle_timeout: Duration,
     /// A transaction expires this long after it began (default 270 s).
@@ -76,6 +83,7 @@ impl Default for FirestoreConfig {
     fn default() -> Self {
         Self {
             lock_wait_timeout: Duration::from_secs(30),
+            younger_waits_for_older: true,
             transaction_idle_timeout: Duration::from_secs(60),
             transaction_max_lifetime: Duration::from_secs(270),
             version_retention: Duration::from_secs(60),

@@ -354,3 +354,32 @@ async fn batch_get_with_new_transaction_answers_the_transaction_first() {
     .unwrap();
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn without_waiting_a_younger_commit_conflicting_with_an_older_is_aborted_at_once() {
+    let emu = start_with(FirestoreConfig {
+        younger_waits_for_older: false,
+        ..Default::default()
+    })
+    .await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("counters", "die");
+    let older = begin(&mut raw).await;
+    let younger = begin(&mut raw).await;
+    read_in(&mut raw, &older, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    read_in(&mut raw, &younger, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = commit(&mut raw, vec![update(&name, &[("v", int(2))])], younger)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Aborted);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    commit(&mut raw, vec![update(&name, &[("v", int(1))])], older)
+        .await
+        .unwrap();
+    emu.shutdown().await;
+}
