@@ -57,6 +57,56 @@ fn stream<T: Send + 'static>(items: Vec<T>) -> RpcStream<T> {
     Box::pin(futures::stream::iter(items.into_iter().map(Ok)))
 }
 
+/// A streamed answer whose first message carries a transaction begun by the
+/// read: if the answer is dropped before that message leaves (an injected
+/// error after the handler ran, a cancelled call), the transaction ends, so
+/// a transaction the client never learned of holds no locks.
+struct Answer<T> {
+    items: std::vec::IntoIter<T>,
+    unclaimed: Option<(Arc<Engine>, Vec<u8>)>,
+}
+
+impl<T: Unpin> Stream for Answer<T> {
+    type Item = Result<T, Status>;
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let next = this.items.next();
+        if next.is_some() {
+            this.unclaimed = None;
+        }
+        std::task::Poll::Ready(next.map(Ok))
+    }
+}
+
+impl<T> Drop for Answer<T> {
+    fn drop(&mut self) {
+        if let Some((engine, id)) = self.unclaimed.take() {
+            engine.end_after_failure(&id);
+        }
+    }
+}
+
+impl Service {
+    /// Streams `items`; `new_transaction` is the transaction the first one carries.
+    fn answer<T: Unpin + Send + 'static>(
+        &self,
+        items: Vec<T>,
+        new_transaction: Option<Vec<u8>>,
+    ) -> RpcStream<T> {
+        match new_transaction {
+            None => stream(items),
+            Some(id) => Box::pin(Answer {
+                items: items.into_iter(),
+                unclaimed: Some((self.engine.clone(), id)),
+            }),
+        }
+    }
+}
+
 fn mask_paths(mask: Option<&DocumentMask>) -> Result<Option<Vec<Vec<String>>>, Status> {
     match mask {
         None => Ok(None),
@@ -277,9 +327,9 @@ impl FirestoreRpc for Service {
         })?;
         let read_time = Some(timestamp(snap.read_time));
         let mut out = Vec::with_capacity(snap.value.len() + 1);
-        if let Some(id) = snap.new_transaction {
+        if let Some(id) = &snap.new_transaction {
             out.push(BatchGetDocumentsResponse {
-                transaction: id,
+                transaction: id.clone(),
                 ..Default::default()
             });
         }
@@ -294,7 +344,7 @@ impl FirestoreRpc for Service {
                 result: Some(result),
             });
         }
-        Ok(tonic::Response::new(stream(out)))
+        Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
     }
 
     async fn begin_transaction(
@@ -366,9 +416,9 @@ impl FirestoreRpc for Service {
                 })?;
         let read_time = Some(timestamp(snap.read_time));
         let mut out = Vec::with_capacity(snap.value.len() + 1);
-        if let Some(id) = snap.new_transaction {
+        if let Some(id) = &snap.new_transaction {
             out.push(RunQueryResponse {
-                transaction: id,
+                transaction: id.clone(),
                 ..Default::default()
             });
         }
@@ -385,7 +435,7 @@ impl FirestoreRpc for Service {
                 ..Default::default()
             });
         }
-        Ok(tonic::Response::new(stream(out)))
+        Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
     }
 
     type RunAggregationQueryStream = RpcStream<RunAggregationQueryResponse>;
@@ -434,11 +484,13 @@ impl FirestoreRpc for Service {
             result: Some(AggregationResult {
                 aggregate_fields: snap.value,
             }),
-            transaction: snap.new_transaction.unwrap_or_default(),
+            transaction: snap.new_transaction.clone().unwrap_or_default(),
             read_time: Some(timestamp(snap.read_time)),
             explain_metrics: None,
         };
-        Ok(tonic::Response::new(stream(vec![response])))
+        Ok(tonic::Response::new(
+            self.answer(vec![response], snap.new_transaction),
+        ))
     }
 
     async fn batch_write(

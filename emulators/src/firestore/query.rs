@@ -72,6 +72,11 @@ pub struct Plan {
 impl Plan {
     /// Validates `query`.
     pub fn new(query: &StructuredQuery) -> Result<Self, Status> {
+        if query.find_nearest.is_some() {
+            return Err(Status::unimplemented(
+                "find_nearest (vector search) is not supported by this emulator.",
+            ));
+        }
         let collection = match query.from.as_slice() {
             [one] => one.clone(),
             _ => {
