@@ -288,7 +288,7 @@ impl Engine {
         Self {
             state: Mutex::new(State {
                 store: Store::new(
-                    config.version_retention.as_micros() as Micros,
+                    Micros::try_from(config.version_retention.as_micros()).unwrap_or(Micros::MAX),
                     config.max_versions_per_document,
                 ),
                 txns: Transactions::new(
@@ -450,7 +450,11 @@ impl Engine {
             names: &names,
             unique: &unique,
             txn: txn.as_deref(),
-            deadline: self.ctx.clock.elapsed() + self.config.lock_wait_timeout,
+            deadline: self
+                .ctx
+                .clock
+                .elapsed()
+                .saturating_add(self.config.lock_wait_timeout),
         };
         let mut rx = self.wake.subscribe();
         let mut waited = false;
@@ -622,8 +626,7 @@ impl Engine {
         let (now, _) = self.now();
         let mut st = self.state.lock();
         let removed = st.store.clear_prefix("");
-        st.txns
-            .expire(now + self.config.transaction_max_lifetime * 2);
+        st.txns.end_all(now);
         drop(st);
         self.notify();
         removed

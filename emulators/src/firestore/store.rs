@@ -80,7 +80,7 @@ impl Store {
         let was_live = entry.versions.back().is_some_and(|v| v.doc.is_some());
         let is_live = doc.is_some();
         entry.versions.push_back(Version { at, doc });
-        let horizon = at - self.retention;
+        let horizon = at.saturating_sub(self.retention);
         while entry.versions.len() > 1
             && (entry.versions.len() > self.max_versions || entry.versions[1].at <= horizon)
         {
@@ -127,7 +127,7 @@ impl Store {
 
     /// Drops tombstones whose history is entirely older than the horizon.
     pub fn prune(&mut self, now: Micros) {
-        let horizon = now - self.retention;
+        let horizon = now.saturating_sub(self.retention);
         self.docs.retain(|_, e| {
             e.versions
                 .back()

@@ -246,6 +246,14 @@ impl Transactions {
         }
     }
 
+    /// Ends every open transaction (a full reset).
+    pub fn end_all(&mut self, now: Duration) {
+        let ids: Vec<TxnId> = self.active.keys().cloned().collect();
+        for id in ids {
+            self.end(&id, now);
+        }
+    }
+
     /// Open transactions (wounded ones included until their next use).
     pub fn active(&self) -> usize {
         self.active.len()
