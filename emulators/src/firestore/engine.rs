@@ -358,7 +358,8 @@ impl Engine {
     }
 
     /// Runs `f` over the store in the consistency asked for; in a read-write
-    /// transaction, locks the names `f` returns (also on failure of nothing).
+    /// transaction, locks the names `f` returns. If `f` fails, a transaction
+    /// this read began ends, and nothing is locked.
     pub fn read<T>(
         &self,
         database: &str,
@@ -389,7 +390,15 @@ impl Engine {
         let mut at = ReadAt::Latest;
         let mut read_time = st.read_time(wall);
         if let Some(id) = &txn {
-            let t = st.txns.touch(id, database, now).map_err(Status::from)?;
+            let t = match st.txns.touch(id, database, now) {
+                Ok(t) => t,
+                Err(e) => {
+                    if e == TxnError::Expired {
+                        st.stats.expired_transactions += 1;
+                    }
+                    return Err(e.into());
+                }
+            };
             match t.mode {
                 Mode::ReadOnly { read_time: rt } => {
                     at = ReadAt::Time(rt);

@@ -6,6 +6,20 @@
 //! the admin routes and the library methods are views of it, so what a test
 //! reads through [`Firestore`] is exactly what clients see.
 //!
+//! # Pointing the `firestore` client crate at it
+//! Without touching the process environment (tests run in parallel):
+//! ```ignore
+//! let options = firestore::FirestoreDbOptions::new("my-project".to_string())
+//!     .with_firebase_api_url(emulators.firestore_endpoint());
+//! let db = firestore::FirestoreDb::with_options_auth(
+//!     options,
+//!     gcloud_sdk::google_cloud_auth::credentials::anonymous::Builder::new().build(),
+//! )
+//! .await?;
+//! ```
+//! or set `FIRESTORE_EMULATOR_HOST` to [`crate::Emulators::firestore_addr`].
+//! See `emulators/docs/firestore.md` for the locking rule and admin routes.
+//!
 //! # Layout
 //! - [`names`]: resource names, ids, field paths.
 //! - [`values`]: value order, equality, validation, field-path access.

@@ -477,3 +477,154 @@ fn avg(f: &FieldRef, docs: &[Arc<Document>]) -> Value {
         values::double(total / count as f64)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::firestore_v1::structured_query::{
+        CompositeFilter, FieldFilter, FieldReference, Order, UnaryFilter,
+    };
+
+    fn doc(id: &str, fields: &[(&str, Value)]) -> Arc<Document> {
+        Arc::new(Document {
+            name: format!("projects/p/databases/d/documents/c/{id}"),
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            ..Default::default()
+        })
+    }
+
+    fn field(path: &str) -> Option<FieldReference> {
+        Some(FieldReference {
+            field_path: path.into(),
+        })
+    }
+
+    fn cmp(path: &str, op: field_filter::Operator, v: Value) -> Filter {
+        Filter {
+            filter_type: Some(FilterType::FieldFilter(FieldFilter {
+                field: field(path),
+                op: op as i32,
+                value: Some(v),
+            })),
+        }
+    }
+
+    fn query(filter: Option<Filter>) -> StructuredQuery {
+        StructuredQuery {
+            from: vec![CollectionSelector {
+                collection_id: "c".into(),
+                all_descendants: false,
+            }],
+            r#where: filter,
+            ..Default::default()
+        }
+    }
+
+    fn ids(docs: Vec<Arc<Document>>) -> Vec<String> {
+        docs.iter()
+            .map(|d| d.name.rsplit('/').next().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    fn docs() -> Vec<Arc<Document>> {
+        vec![
+            doc("a", &[("n", values::int(3))]),
+            doc("b", &[("n", values::double(1.5))]),
+            doc("c", &[("n", values::double(f64::NAN))]),
+            doc("d", &[("n", values::null())]),
+            doc("e", &[]),
+            doc("f", &[("n", values::int(3))]),
+        ]
+    }
+
+    #[test]
+    fn inequality_orders_by_its_field_then_name_and_skips_other_types() {
+        let plan = Plan::new(&query(Some(cmp(
+            "n",
+            field_filter::Operator::GreaterThan,
+            values::int(0),
+        ))))
+        .unwrap();
+        assert_eq!(ids(plan.run(docs())), ["b", "a", "f"]);
+    }
+
+    #[test]
+    fn unary_filters_and_or() {
+        let unary = |op: unary_filter::Operator| Filter {
+            filter_type: Some(FilterType::UnaryFilter(UnaryFilter {
+                op: op as i32,
+                operand_type: Some(unary_filter::OperandType::Field(FieldReference {
+                    field_path: "n".into(),
+                })),
+            })),
+        };
+        let or = Filter {
+            filter_type: Some(FilterType::CompositeFilter(CompositeFilter {
+                op: composite_filter::Operator::Or as i32,
+                filters: vec![
+                    unary(unary_filter::Operator::IsNan),
+                    unary(unary_filter::Operator::IsNull),
+                ],
+            })),
+        };
+        let plan = Plan::new(&query(Some(or))).unwrap();
+        assert_eq!(ids(plan.run(docs())), ["c", "d"]);
+    }
+
+    #[test]
+    fn cursors_compare_on_their_prefix() {
+        let mut q = query(None);
+        q.order_by = vec![Order {
+            field: field("n"),
+            direction: Direction::Ascending as i32,
+        }];
+        q.start_at = Some(Cursor {
+            values: vec![values::int(3)],
+            before: false,
+        });
+        let plan = Plan::new(&q).unwrap();
+        assert!(
+            ids(plan.run(docs())).is_empty(),
+            "startAfter(3) skips every 3"
+        );
+        q.start_at = Some(Cursor {
+            values: vec![values::int(3)],
+            before: true,
+        });
+        q.limit = Some(1);
+        let plan = Plan::new(&q).unwrap();
+        assert_eq!(ids(plan.run(docs())), ["a"]);
+    }
+
+    #[test]
+    fn rejects_bad_queries() {
+        let mut q = query(Some(cmp("n", field_filter::Operator::In, values::int(1))));
+        assert!(Plan::new(&q).is_err());
+        q.r#where = None;
+        q.limit = Some(-1);
+        assert!(Plan::new(&q).is_err());
+        q.limit = None;
+        q.from.clear();
+        assert!(Plan::new(&q).is_err());
+    }
+
+    #[test]
+    fn sum_switches_to_double_on_overflow() {
+        let docs = vec![
+            doc("a", &[("n", values::int(i64::MAX))]),
+            doc("b", &[("n", values::int(1))]),
+        ];
+        assert!(matches!(
+            sum(&FieldRef::Name, &docs).value_type,
+            Some(ValueType::IntegerValue(0))
+        ));
+        let f = FieldRef::Path(vec!["n".into()]);
+        assert!(matches!(
+            sum(&f, &docs).value_type,
+            Some(ValueType::DoubleValue(_))
+        ));
+    }
+}
