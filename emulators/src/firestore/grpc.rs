@@ -158,7 +158,7 @@ fn run_plan(
 ) -> Vec<Arc<Document>> {
     let prefix = parent.prefix();
     let candidates = store
-        .scan(&prefix, at)
+        .scan(&plan.scan_prefix(parent), at)
         .filter(|d| plan.selects(parent, &prefix, &d.name))
         .cloned()
         .collect();
@@ -218,12 +218,17 @@ impl FirestoreRpc for Service {
         };
         let prefix = parent.prefix();
         let collection = req.collection_id.clone();
+        let scan_prefix = if collection.is_empty() {
+            prefix.clone()
+        } else {
+            format!("{prefix}{collection}/")
+        };
         let token = req.page_token.clone();
         let snap = self
             .engine
             .read(&parent.database, consistency, |store, at| {
                 let mut docs: Vec<Arc<Document>> = store
-                    .scan(&prefix, at)
+                    .scan(&scan_prefix, at)
                     .filter(|d| {
                         relative(&d.name, &prefix).is_some_and(|rel| {
                             rel.len() == 2 && (collection.is_empty() || rel[0] == collection)

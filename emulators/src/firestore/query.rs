@@ -159,6 +159,16 @@ impl Plan {
         })
     }
 
+    /// The narrowest key prefix holding every candidate below `parent`.
+    pub fn scan_prefix(&self, parent: &Parent) -> String {
+        let mut prefix = parent.prefix();
+        if !self.collection.all_descendants {
+            prefix.push_str(&self.collection.collection_id);
+            prefix.push('/');
+        }
+        prefix
+    }
+
     /// Whether document `name` is in the queried collection below `parent`.
     pub fn selects(&self, parent: &Parent, prefix: &str, name: &str) -> bool {
         debug_assert_eq!(prefix, parent.prefix());
