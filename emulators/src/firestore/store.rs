@@ -196,7 +196,7 @@ mod tests {
         s.put("b", None, 3);
         s.put("b", doc("v2"), 4);
         s.prune(100);
-        assert!(s.docs.get("a").is_none());
+        assert!(!s.docs.contains_key("a"));
         assert_eq!(s.get("b", ReadAt::Latest).unwrap().name, "v2");
     }
 
