@@ -229,17 +229,17 @@ impl State {
     /// Applies `writes` atomically at a new commit time; all or nothing.
     fn apply(
         &mut self,
-        writes_: &[Write],
+        batch: &[Write],
         names: &[String],
         wall: Micros,
         max_documents: Option<usize>,
     ) -> Result<Committed, Status> {
         let commit_time = self.next_commit_time(wall);
         let mut overlay: HashMap<&str, Option<Arc<Document>>> = HashMap::new();
-        let mut results = Vec::with_capacity(writes_.len());
-        let mut states = Vec::with_capacity(writes_.len());
+        let mut results = Vec::with_capacity(batch.len());
+        let mut states = Vec::with_capacity(batch.len());
         let mut created = 0usize;
-        for (w, name) in writes_.iter().zip(names) {
+        for (w, name) in batch.iter().zip(names) {
             let stored;
             let current = match overlay.get(name.as_str()) {
                 Some(d) => d.as_deref(),
@@ -435,11 +435,11 @@ impl Engine {
     pub async fn commit(
         &self,
         database: &str,
-        mut writes_: Vec<Write>,
+        mut batch: Vec<Write>,
         txn: Option<TxnId>,
     ) -> Result<Committed, Status> {
-        let mut names = Vec::with_capacity(writes_.len());
-        for w in writes_.iter_mut() {
+        let mut names = Vec::with_capacity(batch.len());
+        for w in batch.iter_mut() {
             match writes::validate(w, database) {
                 Ok(n) => names.push(n),
                 Err(e) => {
@@ -455,7 +455,7 @@ impl Engine {
         unique.dedup();
         let pending = Pending {
             database,
-            writes: &writes_,
+            writes: &batch,
             names: &names,
             unique: &unique,
             txn: txn.as_deref(),
