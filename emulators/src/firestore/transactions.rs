@@ -216,7 +216,8 @@ impl Transactions {
         }
     }
 
-    /// Ends every expired transaction and forgets old retired ids; returns how many expired.
+    /// Ends every expired transaction and forgets ids retired longer than the
+    /// idle timeout (a retry names its attempt within seconds); returns how many expired.
     pub fn expire(&mut self, now: Duration) -> usize {
         let due: Vec<TxnId> = self
             .active
@@ -227,7 +228,7 @@ impl Transactions {
         for id in &due {
             self.end(id, now);
         }
-        let keep = self.total;
+        let keep = self.idle;
         self.retired
             .retain(|_, (_, ended)| now.saturating_sub(*ended) <= keep);
         due.len()
