@@ -16,7 +16,9 @@
 //!   released at once, its next operation or commit gets ABORTED);
 //! - older (or the commit is a plain, non-transactional write): the commit
 //!   waits until the holder ends, or until the lock wait timeout, then it is
-//!   ABORTED (and a transaction ends).
+//!   ABORTED (and a transaction ends). With
+//!   `FirestoreConfig::younger_waits_for_older = false` a transaction does
+//!   not wait: it is ABORTED at once (plain writes still wait).
 //!
 //! Waits only go from younger to older (plain writes hold nothing while they
 //! wait), so there is no deadlock; a retry keeps its first attempt's age, so
@@ -94,6 +96,26 @@ pub struct FirestoreStats {
     pub locked_documents: usize,
     /// Documents stored now (all databases).
     pub documents: usize,
+}
+
+/// A successful commit: the response, and each write's resulting document
+/// (`None` when it deleted it).
+#[derive(Debug)]
+pub struct Committed {
+    /// What the client gets.
+    pub response: CommitResponse,
+    /// The state each write left its document in.
+    pub documents: Vec<Option<Arc<Document>>>,
+}
+
+/// One commit in progress, as `attempt` needs it.
+struct Pending<'a> {
+    database: &'a str,
+    writes: &'a [Write],
+    names: &'a [String],
+    unique: &'a [String],
+    txn: Option<&'a [u8]>,
+    deadline: Duration,
 }
 
 /// How many commits wrote one document.
@@ -207,17 +229,17 @@ impl State {
     /// Applies `writes` atomically at a new commit time; all or nothing.
     fn apply(
         &mut self,
-        writes_: &[Write],
+        batch: &[Write],
         names: &[String],
         wall: Micros,
         max_documents: Option<usize>,
-    ) -> Result<(CommitResponse, Vec<Option<Arc<Document>>>), Status> {
+    ) -> Result<Committed, Status> {
         let commit_time = self.next_commit_time(wall);
         let mut overlay: HashMap<&str, Option<Arc<Document>>> = HashMap::new();
-        let mut results = Vec::with_capacity(writes_.len());
-        let mut states = Vec::with_capacity(writes_.len());
+        let mut results = Vec::with_capacity(batch.len());
+        let mut states = Vec::with_capacity(batch.len());
         let mut created = 0usize;
-        for (w, name) in writes_.iter().zip(names) {
+        for (w, name) in batch.iter().zip(names) {
             let stored;
             let current = match overlay.get(name.as_str()) {
                 Some(d) => d.as_deref(),
@@ -249,13 +271,13 @@ impl State {
             *self.doc_writes.entry(name.to_string()).or_default() += 1;
         }
         self.stats.commits += 1;
-        Ok((
-            CommitResponse {
+        Ok(Committed {
+            response: CommitResponse {
                 write_results: results,
                 commit_time: Some(writes::timestamp(commit_time)),
             },
-            states,
-        ))
+            documents: states,
+        })
     }
 }
 
@@ -266,7 +288,7 @@ impl Engine {
         Self {
             state: Mutex::new(State {
                 store: Store::new(
-                    config.version_retention.as_micros() as Micros,
+                    Micros::try_from(config.version_retention.as_micros()).unwrap_or(Micros::MAX),
                     config.max_versions_per_document,
                 ),
                 txns: Transactions::new(
@@ -336,7 +358,8 @@ impl Engine {
     }
 
     /// Runs `f` over the store in the consistency asked for; in a read-write
-    /// transaction, locks the names `f` returns (also on failure of nothing).
+    /// transaction, locks the names `f` returns. If `f` fails, a transaction
+    /// this read began ends, and nothing is locked.
     pub fn read<T>(
         &self,
         database: &str,
@@ -367,7 +390,15 @@ impl Engine {
         let mut at = ReadAt::Latest;
         let mut read_time = st.read_time(wall);
         if let Some(id) = &txn {
-            let t = st.txns.touch(id, database, now).map_err(Status::from)?;
+            let t = match st.txns.touch(id, database, now) {
+                Ok(t) => t,
+                Err(e) => {
+                    if e == TxnError::Expired {
+                        st.stats.expired_transactions += 1;
+                    }
+                    return Err(e.into());
+                }
+            };
             match t.mode {
                 Mode::ReadOnly { read_time: rt } => {
                     at = ReadAt::Time(rt);
@@ -404,11 +435,11 @@ impl Engine {
     pub async fn commit(
         &self,
         database: &str,
-        mut writes_: Vec<Write>,
+        mut batch: Vec<Write>,
         txn: Option<TxnId>,
-    ) -> Result<(CommitResponse, Vec<Option<Arc<Document>>>), Status> {
-        let mut names = Vec::with_capacity(writes_.len());
-        for w in writes_.iter_mut() {
+    ) -> Result<Committed, Status> {
+        let mut names = Vec::with_capacity(batch.len());
+        for w in batch.iter_mut() {
             match writes::validate(w, database) {
                 Ok(n) => names.push(n),
                 Err(e) => {
@@ -422,16 +453,26 @@ impl Engine {
         let mut unique = names.clone();
         unique.sort_unstable();
         unique.dedup();
+        let pending = Pending {
+            database,
+            writes: &batch,
+            names: &names,
+            unique: &unique,
+            txn: txn.as_deref(),
+            deadline: self
+                .ctx
+                .clock
+                .elapsed()
+                .saturating_add(self.config.lock_wait_timeout),
+        };
         let mut rx = self.wake.subscribe();
-        let deadline = self.ctx.clock.elapsed() + self.config.lock_wait_timeout;
         let mut waited = false;
         loop {
             let (now, wall) = self.now();
-            let mut released = false;
-            let outcome = {
+            let (outcome, released) = {
                 let mut st = self.state.lock();
                 rx.borrow_and_update();
-                self.attempt(&mut st, database, &writes_, &names, &unique, txn.as_deref(), now, wall, deadline, &mut waited, &mut released)
+                self.attempt(&mut st, &pending, now, wall, &mut waited)
             };
             if released {
                 self.notify();
@@ -439,78 +480,80 @@ impl Engine {
             if let Some(outcome) = outcome {
                 return outcome;
             }
-            let left = self.ctx.clock.real_duration(deadline.saturating_sub(now));
+            let left = self
+                .ctx
+                .clock
+                .real_duration(pending.deadline.saturating_sub(now));
             let slice = left.clamp(Duration::from_millis(1), WAIT_SLICE);
             let _ = tokio::time::timeout(slice, rx.changed()).await;
         }
     }
 
-    /// One try of a commit under the state lock; `None` means "wait".
-    #[allow(clippy::too_many_arguments)]
+    /// One try of a commit under the state lock: the outcome (`None` means
+    /// "wait and try again") and whether any lock was released.
     fn attempt(
         &self,
         st: &mut State,
-        database: &str,
-        writes_: &[Write],
-        names: &[String],
-        unique: &[String],
-        txn: Option<&[u8]>,
+        p: &Pending<'_>,
         now: Duration,
         wall: Micros,
-        deadline: Duration,
         waited: &mut bool,
-        released: &mut bool,
-    ) -> Option<Result<(CommitResponse, Vec<Option<Arc<Document>>>), Status>> {
-        let me = match txn {
+    ) -> (Option<Result<Committed, Status>>, bool) {
+        let me = match p.txn {
             None => None,
             Some(id) => {
-                let t = match st.txns.touch(id, database, now) {
+                let t = match st.txns.touch(id, p.database, now) {
                     Ok(t) => t,
                     Err(e) => {
                         if e == TxnError::Expired {
                             st.stats.expired_transactions += 1;
                         }
-                        *released = true;
-                        return Some(Err(e.into()));
+                        return (Some(Err(e.into())), true);
                     }
                 };
-                if matches!(t.mode, Mode::ReadOnly { .. }) && !writes_.is_empty() {
+                if matches!(t.mode, Mode::ReadOnly { .. }) && !p.writes.is_empty() {
                     st.txns.end(id, now);
                     st.stats.rolled_back_transactions += 1;
-                    return Some(Err(Status::invalid_argument(
-                        "Cannot modify entities in a read-only transaction.",
-                    )));
+                    return (
+                        Some(Err(Status::invalid_argument(
+                            "Cannot modify entities in a read-only transaction.",
+                        ))),
+                        false,
+                    );
                 }
                 Some((id, t.priority))
             }
         };
-        let (clear, freed) = st.clear_to_write(unique, me, now);
-        *released |= freed;
+        let (clear, released) = st.clear_to_write(p.unique, me, now);
         if clear {
-            let result = st.apply(writes_, names, wall, self.config.max_documents);
-            if let Some(id) = txn {
+            let result = st.apply(p.writes, p.names, wall, self.config.max_documents);
+            if let Some(id) = p.txn {
                 st.txns.end(id, now);
-                *released = true;
                 if result.is_err() {
                     st.stats.rolled_back_transactions += 1;
                 }
             }
-            return Some(result);
+            return (Some(result), released || p.txn.is_some());
         }
-        if now >= deadline {
-            st.stats.lock_timeouts += 1;
-            if let Some(id) = txn {
+        let die = p.txn.is_some() && !self.config.younger_waits_for_older;
+        if die || now >= p.deadline {
+            if !die {
+                st.stats.lock_timeouts += 1;
+            }
+            if let Some(id) = p.txn {
                 st.txns.end(id, now);
                 st.stats.aborted_transactions += 1;
-                *released = true;
             }
-            return Some(Err(Status::aborted(CONTENTION_MESSAGE)));
+            return (
+                Some(Err(Status::aborted(CONTENTION_MESSAGE))),
+                released || p.txn.is_some(),
+            );
         }
         if !*waited {
             *waited = true;
             st.stats.lock_waits += 1;
         }
-        None
+        (None, released)
     }
 
     fn end_failed(&self, database: &str, id: &[u8]) {
@@ -592,7 +635,7 @@ impl Engine {
         let (now, _) = self.now();
         let mut st = self.state.lock();
         let removed = st.store.clear_prefix("");
-        st.txns.expire(now + self.config.transaction_max_lifetime * 2);
+        st.txns.end_all(now);
         drop(st);
         self.notify();
         removed

@@ -16,7 +16,9 @@ use rand::Rng;
 use tonic::{Code, Status};
 
 use super::engine::{Consistency, Engine, Snapshot};
-use super::names::{compare_names, parse_database, parse_field_path, relative, validate_id, DocName, Parent};
+use super::names::{
+    compare_names, parse_database, parse_field_path, relative, validate_id, DocName, Parent,
+};
 use super::query::{aggregate, Plan};
 use super::store::ReadAt;
 use super::values;
@@ -55,6 +57,56 @@ fn stream<T: Send + 'static>(items: Vec<T>) -> RpcStream<T> {
     Box::pin(futures::stream::iter(items.into_iter().map(Ok)))
 }
 
+/// A streamed answer whose first message carries a transaction begun by the
+/// read: if the answer is dropped before that message leaves (an injected
+/// error after the handler ran, a cancelled call), the transaction ends, so
+/// a transaction the client never learned of holds no locks.
+struct Answer<T> {
+    items: std::vec::IntoIter<T>,
+    unclaimed: Option<(Arc<Engine>, Vec<u8>)>,
+}
+
+impl<T: Unpin> Stream for Answer<T> {
+    type Item = Result<T, Status>;
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let next = this.items.next();
+        if next.is_some() {
+            this.unclaimed = None;
+        }
+        std::task::Poll::Ready(next.map(Ok))
+    }
+}
+
+impl<T> Drop for Answer<T> {
+    fn drop(&mut self) {
+        if let Some((engine, id)) = self.unclaimed.take() {
+            engine.end_after_failure(&id);
+        }
+    }
+}
+
+impl Service {
+    /// Streams `items`; `new_transaction` is the transaction the first one carries.
+    fn answer<T: Unpin + Send + 'static>(
+        &self,
+        items: Vec<T>,
+        new_transaction: Option<Vec<u8>>,
+    ) -> RpcStream<T> {
+        match new_transaction {
+            None => stream(items),
+            Some(id) => Box::pin(Answer {
+                items: items.into_iter(),
+                unclaimed: Some((self.engine.clone(), id)),
+            }),
+        }
+    }
+}
+
 fn mask_paths(mask: Option<&DocumentMask>) -> Result<Option<Vec<Vec<String>>>, Status> {
     match mask {
         None => Ok(None),
@@ -81,7 +133,9 @@ fn masked(doc: &Document, mask: &Option<Vec<Vec<String>>>) -> Document {
 
 fn txn_id(id: Vec<u8>) -> Result<Consistency, Status> {
     if id.is_empty() {
-        return Err(Status::invalid_argument("The transaction id must not be empty."));
+        return Err(Status::invalid_argument(
+            "The transaction id must not be empty.",
+        ));
     }
     Ok(Consistency::Transaction(id))
 }
@@ -104,7 +158,7 @@ fn run_plan(
 ) -> Vec<Arc<Document>> {
     let prefix = parent.prefix();
     let candidates = store
-        .scan(&prefix, at)
+        .scan(&plan.scan_prefix(parent), at)
         .filter(|d| plan.selects(parent, &prefix, &d.name))
         .cloned()
         .collect();
@@ -164,24 +218,31 @@ impl FirestoreRpc for Service {
         };
         let prefix = parent.prefix();
         let collection = req.collection_id.clone();
+        let scan_prefix = if collection.is_empty() {
+            prefix.clone()
+        } else {
+            format!("{prefix}{collection}/")
+        };
         let token = req.page_token.clone();
-        let snap = self.engine.read(&parent.database, consistency, |store, at| {
-            let mut docs: Vec<Arc<Document>> = store
-                .scan(&prefix, at)
-                .filter(|d| {
-                    relative(&d.name, &prefix).is_some_and(|rel| {
-                        rel.len() == 2 && (collection.is_empty() || rel[0] == collection)
+        let snap = self
+            .engine
+            .read(&parent.database, consistency, |store, at| {
+                let mut docs: Vec<Arc<Document>> = store
+                    .scan(&scan_prefix, at)
+                    .filter(|d| {
+                        relative(&d.name, &prefix).is_some_and(|rel| {
+                            rel.len() == 2 && (collection.is_empty() || rel[0] == collection)
+                        })
                     })
-                })
-                .filter(|d| token.is_empty() || compare_names(&d.name, &token).is_gt())
-                .cloned()
-                .collect();
-            docs.sort_by(|a, b| compare_names(&a.name, &b.name));
-            let more = docs.len() > page_size;
-            docs.truncate(page_size);
-            let names = docs.iter().map(|d| d.name.clone()).collect();
-            Ok(((docs, more), names))
-        })?;
+                    .filter(|d| token.is_empty() || compare_names(&d.name, &token).is_gt())
+                    .cloned()
+                    .collect();
+                docs.sort_by(|a, b| compare_names(&a.name, &b.name));
+                let more = docs.len() > page_size;
+                docs.truncate(page_size);
+                let names = docs.iter().map(|d| d.name.clone()).collect();
+                Ok(((docs, more), names))
+            })?;
         let (docs, more) = snap.value;
         let next_page_token = match (more, docs.last()) {
             (true, Some(last)) => last.name.clone(),
@@ -209,11 +270,11 @@ impl FirestoreRpc for Service {
             current_document: req.current_document,
             operation: Some(Operation::Update(doc)),
         };
-        let (_, states) = self
+        let committed = self
             .engine
             .commit(&name.database, vec![write], None)
             .await?;
-        match states.into_iter().next().flatten() {
+        match committed.documents.into_iter().next().flatten() {
             Some(doc) => Ok(tonic::Response::new(masked(&doc, &mask))),
             None => Err(Status::internal("the update left no document")),
         }
@@ -254,9 +315,7 @@ impl FirestoreRpc for Service {
         let mask = mask_paths(req.mask.as_ref())?;
         let consistency = match req.consistency_selector {
             None => Consistency::Latest,
-            Some(batch_get_documents_request::ConsistencySelector::Transaction(id)) => {
-                txn_id(id)?
-            }
+            Some(batch_get_documents_request::ConsistencySelector::Transaction(id)) => txn_id(id)?,
             Some(batch_get_documents_request::ConsistencySelector::NewTransaction(o)) => {
                 Consistency::NewTransaction(o)
             }
@@ -273,9 +332,9 @@ impl FirestoreRpc for Service {
         })?;
         let read_time = Some(timestamp(snap.read_time));
         let mut out = Vec::with_capacity(snap.value.len() + 1);
-        if let Some(id) = snap.new_transaction {
+        if let Some(id) = &snap.new_transaction {
             out.push(BatchGetDocumentsResponse {
-                transaction: id,
+                transaction: id.clone(),
                 ..Default::default()
             });
         }
@@ -290,7 +349,7 @@ impl FirestoreRpc for Service {
                 result: Some(result),
             });
         }
-        Ok(tonic::Response::new(stream(out)))
+        Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
     }
 
     async fn begin_transaction(
@@ -300,7 +359,9 @@ impl FirestoreRpc for Service {
         let req = request.into_inner();
         let database = parse_database(&req.database)?;
         let transaction = self.engine.begin(&database, req.options.as_ref())?;
-        Ok(tonic::Response::new(BeginTransactionResponse { transaction }))
+        Ok(tonic::Response::new(BeginTransactionResponse {
+            transaction,
+        }))
     }
 
     async fn commit(
@@ -310,8 +371,8 @@ impl FirestoreRpc for Service {
         let req = request.into_inner();
         let database = parse_database(&req.database)?;
         let txn = (!req.transaction.is_empty()).then_some(req.transaction);
-        let (response, _) = self.engine.commit(&database, req.writes, txn).await?;
-        Ok(tonic::Response::new(response))
+        let committed = self.engine.commit(&database, req.writes, txn).await?;
+        Ok(tonic::Response::new(committed.response))
     }
 
     async fn rollback(
@@ -321,7 +382,9 @@ impl FirestoreRpc for Service {
         let req = request.into_inner();
         let database = parse_database(&req.database)?;
         if req.transaction.is_empty() {
-            return Err(Status::invalid_argument("The transaction id must not be empty."));
+            return Err(Status::invalid_argument(
+                "The transaction id must not be empty.",
+            ));
         }
         self.engine.rollback(&database, &req.transaction)?;
         Ok(tonic::Response::new(()))
@@ -350,16 +413,17 @@ impl FirestoreRpc for Service {
             }
         };
         let snap: Snapshot<Vec<Arc<Document>>> =
-            self.engine.read(&parent.database, consistency, |store, at| {
-                let docs = run_plan(store, at, &parent, &plan);
-                let names = docs.iter().map(|d| d.name.clone()).collect();
-                Ok((docs, names))
-            })?;
+            self.engine
+                .read(&parent.database, consistency, |store, at| {
+                    let docs = run_plan(store, at, &parent, &plan);
+                    let names = docs.iter().map(|d| d.name.clone()).collect();
+                    Ok((docs, names))
+                })?;
         let read_time = Some(timestamp(snap.read_time));
         let mut out = Vec::with_capacity(snap.value.len() + 1);
-        if let Some(id) = snap.new_transaction {
+        if let Some(id) = &snap.new_transaction {
             out.push(RunQueryResponse {
-                transaction: id,
+                transaction: id.clone(),
                 ..Default::default()
             });
         }
@@ -376,7 +440,7 @@ impl FirestoreRpc for Service {
                 ..Default::default()
             });
         }
-        Ok(tonic::Response::new(stream(out)))
+        Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
     }
 
     type RunAggregationQueryStream = RpcStream<RunAggregationQueryResponse>;
@@ -390,11 +454,15 @@ impl FirestoreRpc for Service {
         let Some(run_aggregation_query_request::QueryType::StructuredAggregationQuery(agg)) =
             req.query_type
         else {
-            return Err(Status::invalid_argument("A structured aggregation query is required."));
+            return Err(Status::invalid_argument(
+                "A structured aggregation query is required.",
+            ));
         };
         let Some(structured_aggregation_query::QueryType::StructuredQuery(query)) = &agg.query_type
         else {
-            return Err(Status::invalid_argument("An aggregation needs a structured query."));
+            return Err(Status::invalid_argument(
+                "An aggregation needs a structured query.",
+            ));
         };
         let plan = Plan::new(query)?;
         let consistency = match req.consistency_selector {
@@ -409,21 +477,25 @@ impl FirestoreRpc for Service {
                 Consistency::ReadTime(micros(&t))
             }
         };
-        let snap = self.engine.read(&parent.database, consistency, |store, at| {
-            let docs = run_plan(store, at, &parent, &plan);
-            let fields = aggregate(&agg.aggregations, &docs)?;
-            let names = docs.iter().map(|d| d.name.clone()).collect();
-            Ok((fields, names))
-        })?;
+        let snap = self
+            .engine
+            .read(&parent.database, consistency, |store, at| {
+                let docs = run_plan(store, at, &parent, &plan);
+                let fields = aggregate(&agg.aggregations, &docs)?;
+                let names = docs.iter().map(|d| d.name.clone()).collect();
+                Ok((fields, names))
+            })?;
         let response = RunAggregationQueryResponse {
             result: Some(AggregationResult {
                 aggregate_fields: snap.value,
             }),
-            transaction: snap.new_transaction.unwrap_or_default(),
+            transaction: snap.new_transaction.clone().unwrap_or_default(),
             read_time: Some(timestamp(snap.read_time)),
             explain_metrics: None,
         };
-        Ok(tonic::Response::new(stream(vec![response])))
+        Ok(tonic::Response::new(
+            self.answer(vec![response], snap.new_transaction),
+        ))
     }
 
     async fn batch_write(
@@ -435,10 +507,10 @@ impl FirestoreRpc for Service {
         let mut response = BatchWriteResponse::default();
         for write in req.writes {
             match self.engine.commit(&database, vec![write], None).await {
-                Ok((mut commit, _)) => {
+                Ok(mut committed) => {
                     response
                         .write_results
-                        .push(commit.write_results.pop().unwrap_or_default());
+                        .push(committed.response.write_results.pop().unwrap_or_default());
                     response.status.push(Default::default());
                 }
                 Err(status) => {
@@ -478,11 +550,11 @@ impl FirestoreRpc for Service {
             operation: Some(Operation::Update(doc)),
             ..Default::default()
         };
-        let (_, states) = self
+        let committed = self
             .engine
             .commit(&parent.database, vec![write], None)
             .await?;
-        match states.into_iter().next().flatten() {
+        match committed.documents.into_iter().next().flatten() {
             Some(doc) => Ok(tonic::Response::new(masked(&doc, &mask))),
             None => Err(Status::internal("the create left no document")),
         }
@@ -501,19 +573,22 @@ impl FirestoreRpc for Service {
             }
         };
         let prefix = parent.prefix();
-        let snap = self.engine.read(&parent.database, consistency, |store, at| {
-            let mut ids: Vec<String> = Vec::new();
-            for d in store.scan(&prefix, at) {
-                if let Some(first) = relative(&d.name, &prefix).and_then(|r| r.first().copied()) {
-                    if ids.last().map(String::as_str) != Some(first) {
-                        ids.push(first.to_string());
+        let snap = self
+            .engine
+            .read(&parent.database, consistency, |store, at| {
+                let mut ids: Vec<String> = Vec::new();
+                for d in store.scan(&prefix, at) {
+                    if let Some(first) = relative(&d.name, &prefix).and_then(|r| r.first().copied())
+                    {
+                        if ids.last().map(String::as_str) != Some(first) {
+                            ids.push(first.to_string());
+                        }
                     }
                 }
-            }
-            ids.sort();
-            ids.dedup();
-            Ok((ids, Vec::new()))
-        })?;
+                ids.sort();
+                ids.dedup();
+                Ok((ids, Vec::new()))
+            })?;
         let mut ids: Vec<String> = snap
             .value
             .into_iter()
@@ -549,7 +624,8 @@ pub async fn end_failed_commits(
     let bytes = match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
         Ok(b) => b,
         Err(_) => {
-            return Status::new(Code::InvalidArgument, "request too large or unreadable").into_http()
+            return Status::new(Code::InvalidArgument, "request too large or unreadable")
+                .into_http()
         }
     };
     let txn = commit_transaction(&bytes);

@@ -6,6 +6,20 @@
 //! the admin routes and the library methods are views of it, so what a test
 //! reads through [`Firestore`] is exactly what clients see.
 //!
+//! # Pointing the `firestore` client crate at it
+//! Without touching the process environment (tests run in parallel):
+//! ```ignore
+//! let options = firestore::FirestoreDbOptions::new("my-project".to_string())
+//!     .with_firebase_api_url(emulators.firestore_endpoint());
+//! let db = firestore::FirestoreDb::with_options_auth(
+//!     options,
+//!     gcloud_sdk::google_cloud_auth::credentials::anonymous::Builder::new().build(),
+//! )
+//! .await?;
+//! ```
+//! or set `FIRESTORE_EMULATOR_HOST` to [`crate::Emulators::firestore_addr`].
+//! See `emulators/docs/firestore.md` for the locking rule and admin routes.
+//!
 //! # Layout
 //! - [`names`]: resource names, ids, field paths.
 //! - [`values`]: value order, equality, validation, field-path access.
@@ -57,6 +71,13 @@ pub struct FirestoreConfig {
     /// write for any transaction's lock) before it is ABORTED. Default 30 s,
     /// Google's emulator's value.
     pub lock_wait_timeout: Duration,
+    /// When a transaction's commit finds an *older* transaction holding a
+    /// lock on a document it writes: `true` (default, production's
+    /// wound-wait) waits until the older one ends (then proceeds) or wounds
+    /// it by writing the document (then gets ABORTED), bounded by
+    /// `lock_wait_timeout`; `false` answers ABORTED at once (wait-die), for
+    /// tests that want contention to fail fast.
+    pub younger_waits_for_older: bool,
     /// A transaction unused this long expires (default 60 s, as in production).
     pub transaction_idle_timeout: Duration,
     /// A transaction expires this long after it began (default 270 s).
@@ -76,6 +97,7 @@ impl Default for FirestoreConfig {
     fn default() -> Self {
         Self {
             lock_wait_timeout: Duration::from_secs(30),
+            younger_waits_for_older: true,
             transaction_idle_timeout: Duration::from_secs(60),
             transaction_max_lifetime: Duration::from_secs(270),
             version_retention: Duration::from_secs(60),

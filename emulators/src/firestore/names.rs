@@ -180,7 +180,8 @@ pub fn compare_names(a: &str, b: &str) -> Ordering {
 
 /// The path of `name` below `prefix` (which ends with `/`), split into ids.
 pub fn relative<'a>(name: &'a str, prefix: &str) -> Option<Vec<&'a str>> {
-    name.strip_prefix(prefix).map(|rest| rest.split('/').collect())
+    name.strip_prefix(prefix)
+        .map(|rest| rest.split('/').collect())
 }
 
 /// Parses a field path: dot-separated names, each plain or backtick-quoted
@@ -258,7 +259,11 @@ mod tests {
         assert!(DocName::parse("projects/p/databases/d/documents/c/..").is_err());
         assert!(DocName::parse("projects/p/databases/d/documents/c/__x__").is_err());
         assert!(DocName::parse("projects/p/databases/d/documents/c/").is_err());
-        assert!(DocName::parse(&format!("projects/p/databases/d/documents/c/{}", "a".repeat(1501))).is_err());
+        assert!(DocName::parse(&format!(
+            "projects/p/databases/d/documents/c/{}",
+            "a".repeat(1501)
+        ))
+        .is_err());
     }
 
     #[test]

@@ -20,9 +20,7 @@ use crate::proto::firestore_v1::structured_query::{
     composite_filter, field_filter, filter::FilterType, unary_filter, CollectionSelector,
     Direction, Filter,
 };
-use crate::proto::firestore_v1::{
-    value::ValueType, Cursor, Document, StructuredQuery, Value,
-};
+use crate::proto::firestore_v1::{value::ValueType, Cursor, Document, StructuredQuery, Value};
 
 const NAME_FIELD: &str = "__name__";
 
@@ -74,6 +72,11 @@ pub struct Plan {
 impl Plan {
     /// Validates `query`.
     pub fn new(query: &StructuredQuery) -> Result<Self, Status> {
+        if query.find_nearest.is_some() {
+            return Err(Status::unimplemented(
+                "find_nearest (vector search) is not supported by this emulator.",
+            ));
+        }
         let collection = match query.from.as_slice() {
             [one] => one.clone(),
             _ => {
@@ -154,6 +157,16 @@ impl Plan {
             limit,
             projection,
         })
+    }
+
+    /// The narrowest key prefix holding every candidate below `parent`.
+    pub fn scan_prefix(&self, parent: &Parent) -> String {
+        let mut prefix = parent.prefix();
+        if !self.collection.all_descendants {
+            prefix.push_str(&self.collection.collection_id);
+            prefix.push('/');
+        }
+        prefix
     }
 
     /// Whether document `name` is in the queried collection below `parent`.
@@ -254,7 +267,9 @@ fn compile(filter: &Filter) -> Result<Cond, Status> {
             match composite_filter::Operator::try_from(c.op) {
                 Ok(composite_filter::Operator::And) => Ok(Cond::And(parts)),
                 Ok(composite_filter::Operator::Or) => Ok(Cond::Or(parts)),
-                _ => Err(Status::invalid_argument("Unknown composite filter operator.")),
+                _ => Err(Status::invalid_argument(
+                    "Unknown composite filter operator.",
+                )),
             }
         }
         Some(FilterType::FieldFilter(f)) => {
@@ -309,8 +324,12 @@ fn collect_inequalities(c: &Cond, out: &mut Vec<FieldRef>) {
         Cond::Field(f, op, _) => {
             if matches!(
                 op,
-                O::LessThan | O::LessThanOrEqual | O::GreaterThan | O::GreaterThanOrEqual
-                    | O::NotEqual | O::NotIn
+                O::LessThan
+                    | O::LessThanOrEqual
+                    | O::GreaterThan
+                    | O::GreaterThanOrEqual
+                    | O::NotEqual
+                    | O::NotIn
             ) {
                 out.push(f.clone());
             }
@@ -391,13 +410,18 @@ pub fn aggregate(
         } else {
             a.alias.clone()
         };
-        let field_of = |f: &Option<crate::proto::firestore_v1::structured_query::FieldReference>| {
-            f.as_ref()
-                .ok_or_else(|| Status::invalid_argument("sum and avg need a field."))
-                .and_then(|f| FieldRef::parse(&f.field_path))
-        };
+        let field_of =
+            |f: &Option<crate::proto::firestore_v1::structured_query::FieldReference>| {
+                f.as_ref()
+                    .ok_or_else(|| Status::invalid_argument("sum and avg need a field."))
+                    .and_then(|f| FieldRef::parse(&f.field_path))
+            };
         let v = match &a.operator {
-            None => return Err(Status::invalid_argument("An aggregation needs an operator.")),
+            None => {
+                return Err(Status::invalid_argument(
+                    "An aggregation needs an operator.",
+                ))
+            }
             Some(AggOp::Count(c)) => {
                 let mut n = docs.len() as i64;
                 if let Some(up_to) = c.up_to {
@@ -421,7 +445,8 @@ pub fn aggregate(
 }
 
 fn numbers<'a>(f: &'a FieldRef, docs: &'a [Arc<Document>]) -> impl Iterator<Item = Number> + 'a {
-    docs.iter().filter_map(|d| f.get(d).as_ref().and_then(as_number))
+    docs.iter()
+        .filter_map(|d| f.get(d).as_ref().and_then(as_number))
 }
 
 /// Integer sum while every value is an integer and it does not overflow; else double.
@@ -460,5 +485,156 @@ fn avg(f: &FieldRef, docs: &[Arc<Document>]) -> Value {
         values::null()
     } else {
         values::double(total / count as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::firestore_v1::structured_query::{
+        CompositeFilter, FieldFilter, FieldReference, Order, UnaryFilter,
+    };
+
+    fn doc(id: &str, fields: &[(&str, Value)]) -> Arc<Document> {
+        Arc::new(Document {
+            name: format!("projects/p/databases/d/documents/c/{id}"),
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            ..Default::default()
+        })
+    }
+
+    fn field(path: &str) -> Option<FieldReference> {
+        Some(FieldReference {
+            field_path: path.into(),
+        })
+    }
+
+    fn cmp(path: &str, op: field_filter::Operator, v: Value) -> Filter {
+        Filter {
+            filter_type: Some(FilterType::FieldFilter(FieldFilter {
+                field: field(path),
+                op: op as i32,
+                value: Some(v),
+            })),
+        }
+    }
+
+    fn query(filter: Option<Filter>) -> StructuredQuery {
+        StructuredQuery {
+            from: vec![CollectionSelector {
+                collection_id: "c".into(),
+                all_descendants: false,
+            }],
+            r#where: filter,
+            ..Default::default()
+        }
+    }
+
+    fn ids(docs: Vec<Arc<Document>>) -> Vec<String> {
+        docs.iter()
+            .map(|d| d.name.rsplit('/').next().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    fn docs() -> Vec<Arc<Document>> {
+        vec![
+            doc("a", &[("n", values::int(3))]),
+            doc("b", &[("n", values::double(1.5))]),
+            doc("c", &[("n", values::double(f64::NAN))]),
+            doc("d", &[("n", values::null())]),
+            doc("e", &[]),
+            doc("f", &[("n", values::int(3))]),
+        ]
+    }
+
+    #[test]
+    fn inequality_orders_by_its_field_then_name_and_skips_other_types() {
+        let plan = Plan::new(&query(Some(cmp(
+            "n",
+            field_filter::Operator::GreaterThan,
+            values::int(0),
+        ))))
+        .unwrap();
+        assert_eq!(ids(plan.run(docs())), ["b", "a", "f"]);
+    }
+
+    #[test]
+    fn unary_filters_and_or() {
+        let unary = |op: unary_filter::Operator| Filter {
+            filter_type: Some(FilterType::UnaryFilter(UnaryFilter {
+                op: op as i32,
+                operand_type: Some(unary_filter::OperandType::Field(FieldReference {
+                    field_path: "n".into(),
+                })),
+            })),
+        };
+        let or = Filter {
+            filter_type: Some(FilterType::CompositeFilter(CompositeFilter {
+                op: composite_filter::Operator::Or as i32,
+                filters: vec![
+                    unary(unary_filter::Operator::IsNan),
+                    unary(unary_filter::Operator::IsNull),
+                ],
+            })),
+        };
+        let plan = Plan::new(&query(Some(or))).unwrap();
+        assert_eq!(ids(plan.run(docs())), ["c", "d"]);
+    }
+
+    #[test]
+    fn cursors_compare_on_their_prefix() {
+        let mut q = query(None);
+        q.order_by = vec![Order {
+            field: field("n"),
+            direction: Direction::Ascending as i32,
+        }];
+        q.start_at = Some(Cursor {
+            values: vec![values::int(3)],
+            before: false,
+        });
+        let plan = Plan::new(&q).unwrap();
+        assert!(
+            ids(plan.run(docs())).is_empty(),
+            "startAfter(3) skips every 3"
+        );
+        q.start_at = Some(Cursor {
+            values: vec![values::int(3)],
+            before: true,
+        });
+        q.limit = Some(1);
+        let plan = Plan::new(&q).unwrap();
+        assert_eq!(ids(plan.run(docs())), ["a"]);
+    }
+
+    #[test]
+    fn rejects_bad_queries() {
+        let mut q = query(Some(cmp("n", field_filter::Operator::In, values::int(1))));
+        assert!(Plan::new(&q).is_err());
+        q.r#where = None;
+        q.limit = Some(-1);
+        assert!(Plan::new(&q).is_err());
+        q.limit = None;
+        q.from.clear();
+        assert!(Plan::new(&q).is_err());
+    }
+
+    #[test]
+    fn sum_switches_to_double_on_overflow() {
+        let docs = vec![
+            doc("a", &[("n", values::int(i64::MAX))]),
+            doc("b", &[("n", values::int(1))]),
+        ];
+        assert!(matches!(
+            sum(&FieldRef::Name, &docs).value_type,
+            Some(ValueType::IntegerValue(0))
+        ));
+        let f = FieldRef::Path(vec!["n".into()]);
+        assert!(matches!(
+            sum(&f, &docs).value_type,
+            Some(ValueType::DoubleValue(_))
+        ));
     }
 }

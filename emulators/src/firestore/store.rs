@@ -39,13 +39,7 @@ impl Entry {
     fn at(&self, at: ReadAt) -> Option<&Arc<Document>> {
         match at {
             ReadAt::Latest => self.versions.back()?.doc.as_ref(),
-            ReadAt::Time(t) => self
-                .versions
-                .iter()
-                .rev()
-                .find(|v| v.at <= t)?
-                .doc
-                .as_ref(),
+            ReadAt::Time(t) => self.versions.iter().rev().find(|v| v.at <= t)?.doc.as_ref(),
         }
     }
 }
@@ -59,6 +53,8 @@ pub struct Store {
     /// Most versions kept per document.
     max_versions: usize,
     live: usize,
+    /// Deletions in time order, so pruning visits only deleted names.
+    tombstones: VecDeque<(Micros, String)>,
 }
 
 impl Store {
@@ -69,6 +65,7 @@ impl Store {
             retention,
             max_versions: max_versions.max(1),
             live: 0,
+            tombstones: VecDeque::new(),
         }
     }
 
@@ -86,7 +83,7 @@ impl Store {
         let was_live = entry.versions.back().is_some_and(|v| v.doc.is_some());
         let is_live = doc.is_some();
         entry.versions.push_back(Version { at, doc });
-        let horizon = at - self.retention;
+        let horizon = at.saturating_sub(self.retention);
         while entry.versions.len() > 1
             && (entry.versions.len() > self.max_versions || entry.versions[1].at <= horizon)
         {
@@ -96,6 +93,9 @@ impl Store {
             (false, true) => self.live += 1,
             (true, false) => self.live -= 1,
             _ => {}
+        }
+        if !is_live {
+            self.tombstones.push_back((at, name.to_string()));
         }
     }
 
@@ -131,14 +131,26 @@ impl Store {
         removed
     }
 
-    /// Drops tombstones whose history is entirely older than the horizon.
+    /// Forgets deleted documents whose deletion is older than the horizon
+    /// (and that were not written again since). Visits only deletions.
     pub fn prune(&mut self, now: Micros) {
-        let horizon = now - self.retention;
-        self.docs.retain(|_, e| {
-            e.versions
-                .back()
-                .is_some_and(|v| v.doc.is_some() || v.at > horizon)
-        });
+        let horizon = now.saturating_sub(self.retention);
+        while let Some((at, _)) = self.tombstones.front() {
+            if *at > horizon {
+                break;
+            }
+            let Some((at, name)) = self.tombstones.pop_front() else {
+                break;
+            };
+            let gone = self
+                .docs
+                .get(&name)
+                .and_then(|e| e.versions.back())
+                .is_some_and(|v| v.doc.is_none() && v.at <= at);
+            if gone {
+                self.docs.remove(&name);
+            }
+        }
     }
 
     /// Number of existing documents.
@@ -174,6 +186,18 @@ mod tests {
         assert!(s.get("a", ReadAt::Latest).is_none());
         assert!(s.get("a", ReadAt::Time(5)).is_none());
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn prune_forgets_old_deletions_only() {
+        let mut s = Store::new(10, 100);
+        s.put("a", doc("v1"), 1);
+        s.put("a", None, 2);
+        s.put("b", None, 3);
+        s.put("b", doc("v2"), 4);
+        s.prune(100);
+        assert!(!s.docs.contains_key("a"));
+        assert_eq!(s.get("b", ReadAt::Latest).unwrap().name, "v2");
     }
 
     #[test]

@@ -131,7 +131,12 @@ impl Transactions {
 
     /// Looks up an open transaction for an operation, marking it used.
     /// Unknown or expired -> INVALID_ARGUMENT; wounded -> ABORTED (and it ends).
-    pub fn touch(&mut self, id: &[u8], database: &str, now: Duration) -> Result<&mut Txn, TxnError> {
+    pub fn touch(
+        &mut self,
+        id: &[u8],
+        database: &str,
+        now: Duration,
+    ) -> Result<&mut Txn, TxnError> {
         let Some(txn) = self.active.get(id) else {
             return Err(TxnError::Invalid);
         };
@@ -146,10 +151,7 @@ impl Transactions {
             self.end(id, now);
             return Err(TxnError::Expired);
         }
-        let txn = self
-            .active
-            .get_mut(id)
-            .ok_or(TxnError::Invalid)?;
+        let txn = self.active.get_mut(id).ok_or(TxnError::Invalid)?;
         txn.last_used = now;
         Ok(txn)
     }
@@ -214,7 +216,8 @@ impl Transactions {
         }
     }
 
-    /// Ends every expired transaction and forgets old retired ids; returns how many expired.
+    /// Ends every expired transaction and forgets ids retired longer than the
+    /// idle timeout (a retry names its attempt within seconds); returns how many expired.
     pub fn expire(&mut self, now: Duration) -> usize {
         let due: Vec<TxnId> = self
             .active
@@ -225,7 +228,7 @@ impl Transactions {
         for id in &due {
             self.end(id, now);
         }
-        let keep = self.total;
+        let keep = self.idle;
         self.retired
             .retain(|_, (_, ended)| now.saturating_sub(*ended) <= keep);
         due.len()
@@ -239,6 +242,14 @@ impl Transactions {
             .filter(|(_, t)| t.database == database)
             .map(|(id, _)| id.clone())
             .collect();
+        for id in ids {
+            self.end(&id, now);
+        }
+    }
+
+    /// Ends every open transaction (a full reset).
+    pub fn end_all(&mut self, now: Duration) {
+        let ids: Vec<TxnId> = self.active.keys().cloned().collect();
         for id in ids {
             self.end(&id, now);
         }

@@ -9,9 +9,7 @@ use tonic::Status;
 
 use super::names::parse_field_path;
 use super::values::{self, as_number, equal, get_path, set_path, Fields, Number};
-use crate::proto::firestore_v1::document_transform::field_transform::{
-    ServerValue, TransformType,
-};
+use crate::proto::firestore_v1::document_transform::field_transform::{ServerValue, TransformType};
 use crate::proto::firestore_v1::document_transform::FieldTransform;
 use crate::proto::firestore_v1::{value::ValueType, Value};
 
@@ -81,7 +79,9 @@ fn current_array(current: Option<&Value>) -> Vec<Value> {
 
 fn operand_number(operand: &Value) -> Result<Number, Status> {
     as_number(operand).ok_or_else(|| {
-        Status::invalid_argument("The operand of a numeric transform must be an integer or a double.")
+        Status::invalid_argument(
+            "The operand of a numeric transform must be an integer or a double.",
+        )
     })
 }
 

@@ -162,8 +162,9 @@ pub fn compare(a: &Value, b: &Value) -> Ordering {
         (Some(V::ReferenceValue(x)), Some(V::ReferenceValue(y))) => {
             super::names::compare_names(x, y)
         }
-        (Some(V::GeoPointValue(x)), Some(V::GeoPointValue(y))) => cmp_f64(x.latitude, y.latitude)
-            .then_with(|| cmp_f64(x.longitude, y.longitude)),
+        (Some(V::GeoPointValue(x)), Some(V::GeoPointValue(y))) => {
+            cmp_f64(x.latitude, y.latitude).then_with(|| cmp_f64(x.longitude, y.longitude))
+        }
         (Some(V::ArrayValue(x)), Some(V::ArrayValue(y))) => compare_arrays(&x.values, &y.values),
         (Some(V::MapValue(x)), Some(V::MapValue(y))) => compare_maps(&x.fields, &y.fields),
         _ => match (as_number(a), as_number(b)) {
@@ -301,9 +302,7 @@ pub fn validate_value(v: &mut Value, in_array: bool) -> Result<(), Status> {
             ts.nanos -= ts.nanos % 1000;
             Ok(())
         }
-        Some(ValueType::ReferenceValue(r)) => {
-            super::names::DocName::parse(r).map(|_| ())
-        }
+        Some(ValueType::ReferenceValue(r)) => super::names::DocName::parse(r).map(|_| ()),
         Some(ValueType::GeoPointValue(g)) => {
             if !(-90.0..=90.0).contains(&g.latitude) || !(-180.0..=180.0).contains(&g.longitude) {
                 return Err(Status::invalid_argument("Geo point out of range."));

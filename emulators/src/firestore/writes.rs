@@ -85,9 +85,9 @@ fn check_precondition(write: &Write, name: &str, current: Option<&Document>) -> 
         (ConditionType::Exists(false), Some(_)) => Err(Status::already_exists(format!(
             "Document already exists: {name}"
         ))),
-        (ConditionType::Exists(true), None) => Err(Status::not_found(format!(
-            "No document to update: {name}"
-        ))),
+        (ConditionType::Exists(true), None) => {
+            Err(Status::not_found(format!("No document to update: {name}")))
+        }
         (ConditionType::UpdateTime(want), Some(doc)) => {
             let have = doc.update_time.as_ref().map(micros);
             if have == Some(micros(want)) {
@@ -228,7 +228,10 @@ mod tests {
         w.current_document = Some(Precondition {
             condition_type: Some(ConditionType::Exists(true)),
         });
-        assert_eq!(apply(&w, NAME, None, 10).unwrap_err().code(), tonic::Code::NotFound);
+        assert_eq!(
+            apply(&w, NAME, None, 10).unwrap_err().code(),
+            tonic::Code::NotFound
+        );
         w.current_document = Some(Precondition {
             condition_type: Some(ConditionType::UpdateTime(timestamp(5))),
         });

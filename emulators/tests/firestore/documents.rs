@@ -397,3 +397,39 @@ async fn invalid_ids_and_values_are_rejected() {
     assert_eq!(emu.firestore().stats().documents, 0);
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn batch_write_is_not_atomic_and_answers_per_write() {
+    use gcloud_sdk::google::firestore::v1::BatchWriteRequest;
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let taken = doc_name("posts", "taken");
+    commit(&mut raw, vec![update(&taken, &[("v", int(1))])], vec![])
+        .await
+        .unwrap();
+    let mut conflict = update(&taken, &[("v", int(2))]);
+    conflict.current_document = Some(Precondition {
+        condition_type: Some(ConditionType::Exists(false)),
+    });
+    let fresh = doc_name("posts", "fresh");
+    let response = raw
+        .batch_write(BatchWriteRequest {
+            database: DATABASE.into(),
+            writes: vec![conflict, update(&fresh, &[("v", int(3))])],
+            labels: Default::default(),
+            request_options: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.status.len(), 2);
+    assert_eq!(response.status[0].code, Code::AlreadyExists as i32);
+    assert_eq!(response.status[1].code, Code::Ok as i32);
+    assert!(response.write_results[1].update_time.is_some());
+    assert!(emu.firestore().document(&fresh).is_some());
+    assert_eq!(
+        int_field(&emu.firestore().document(&taken).unwrap(), "v"),
+        Some(1)
+    );
+    emu.shutdown().await;
+}

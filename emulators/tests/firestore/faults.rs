@@ -56,7 +56,10 @@ async fn commit_applied_but_answered_unavailable_is_applied() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
-    let doc = emu.firestore().document(&name).expect("the write was applied");
+    let doc = emu
+        .firestore()
+        .document(&name)
+        .expect("the write was applied");
     assert_eq!(int_field(&doc, "v"), Some(7));
     assert_eq!(emu.firestore().stats().commits, 1);
     emu.shutdown().await;
@@ -80,5 +83,44 @@ async fn latency_fault_delays_the_rpc() {
     assert_eq!(err.code(), Code::NotFound);
     assert!(started.elapsed() >= Duration::from_millis(150));
     assert_eq!(emu.firestore_counters().get("GetDocument"), 1);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn transaction_begun_by_a_read_answered_with_an_error_holds_no_lock() {
+    use gcloud_sdk::google::firestore::v1::batch_get_documents_request::ConsistencySelector;
+    use gcloud_sdk::google::firestore::v1::{BatchGetDocumentsRequest, TransactionOptions};
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("faults", "b");
+    emu.firestore_faults()
+        .add(
+            FaultSpec::new(FaultKind::ErrorAfterApply)
+                .method("BatchGetDocuments")
+                .code(Code::Unavailable)
+                .times(1),
+        )
+        .unwrap();
+    let err = raw
+        .batch_get_documents(BatchGetDocumentsRequest {
+            database: DATABASE.into(),
+            documents: vec![name.clone()],
+            mask: None,
+            request_options: None,
+            consistency_selector: Some(ConsistencySelector::NewTransaction(
+                TransactionOptions::default(),
+            )),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        commit(&mut raw, vec![update(&name, &[("v", int(1))])], vec![]),
+    )
+    .await
+    .expect("no lock left behind")
+    .unwrap();
+    assert_eq!(emu.firestore().stats().active_transactions, 0);
     emu.shutdown().await;
 }

@@ -139,11 +139,11 @@ async fn queries_filter_order_limit_and_offset() {
         .select()
         .from("items")
         .order(|o| o.fields([o.field("n").asc()]))
-        .start_at(FirestoreQueryCursor::AfterValue(vec![FirestoreValue::from(
-            Value {
+        .start_at(FirestoreQueryCursor::AfterValue(vec![
+            FirestoreValue::from(Value {
                 value_type: Some(ValueType::IntegerValue(7)),
-            },
-        )]))
+            }),
+        ]))
         .obj()
         .query()
         .await
@@ -248,11 +248,15 @@ async fn aggregations_count_sum_and_avg() {
             },
             Aggregation {
                 alias: "s".into(),
-                operator: Some(Operator::Sum(Sum { field: field("tag") })),
+                operator: Some(Operator::Sum(Sum {
+                    field: field("tag"),
+                })),
             },
             Aggregation {
                 alias: "a".into(),
-                operator: Some(Operator::Avg(Avg { field: field("nope") })),
+                operator: Some(Operator::Avg(Avg {
+                    field: field("nope"),
+                })),
             },
         ],
         query_type: Some(AggQueryType::StructuredQuery(items_query(None))),
@@ -271,11 +275,170 @@ async fn aggregations_count_sum_and_avg() {
     let r = stream.message().await.unwrap().unwrap();
     let fields = r.result.unwrap().aggregate_fields;
     assert_eq!(fields["c"], int(3));
-    assert_eq!(fields["s"], int(0), "non-numbers are skipped; empty sum is 0");
+    assert_eq!(
+        fields["s"],
+        int(0),
+        "non-numbers are skipped; empty sum is 0"
+    );
     assert_eq!(
         fields["a"].value_type,
         Some(ValueType::NullValue(0)),
         "avg of nothing is null"
     );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn collection_groups_listing_pages_and_projection() {
+    use gcloud_sdk::google::firestore::v1::structured_query::{Direction, Order, Projection};
+    use gcloud_sdk::google::firestore::v1::{
+        Cursor, ListCollectionIdsRequest, ListDocumentsRequest,
+    };
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let mut writes = Vec::new();
+    for (path, n) in [
+        ("posts/a", 1),
+        ("posts/b", 2),
+        ("posts/c", 3),
+        ("posts/a/likes/x", 10),
+        ("posts/b/likes/y", 20),
+        ("users/u/likes/z", 30),
+    ] {
+        writes.push(update(
+            &format!("{DATABASE}/documents/{path}"),
+            &[("n", int(n)), ("other", string("o"))],
+        ));
+    }
+    commit(&mut raw, writes, vec![]).await.unwrap();
+
+    let mut group = items_query(None);
+    group.from = vec![CollectionSelector {
+        collection_id: "likes".into(),
+        all_descendants: true,
+    }];
+    let (ns, _) = run(&mut raw, group.clone()).await;
+    assert_eq!(ns, vec![10, 20, 30]);
+
+    // Descending order, end_before cursor, projection.
+    let mut q = items_query(None);
+    q.from[0].collection_id = "posts".into();
+    q.order_by = vec![Order {
+        field: Some(FieldReference {
+            field_path: "n".into(),
+        }),
+        direction: Direction::Descending as i32,
+    }];
+    q.end_at = Some(Cursor {
+        values: vec![int(1)],
+        before: true,
+    });
+    q.select = Some(Projection {
+        fields: vec![FieldReference {
+            field_path: "n".into(),
+        }],
+    });
+    let mut stream = raw
+        .run_query(RunQueryRequest {
+            parent: format!("{DATABASE}/documents"),
+            query_type: Some(run_query_request::QueryType::StructuredQuery(q)),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = Vec::new();
+    while let Some(r) = stream.message().await.unwrap() {
+        let d = r.document.unwrap();
+        assert_eq!(d.fields.len(), 1, "projection keeps only n");
+        got.push(int_field(&d, "n").unwrap());
+    }
+    assert_eq!(got, vec![3, 2]);
+
+    let page = raw
+        .list_documents(ListDocumentsRequest {
+            parent: format!("{DATABASE}/documents"),
+            collection_id: "posts".into(),
+            page_size: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(page.documents.len(), 2);
+    let rest = raw
+        .list_documents(ListDocumentsRequest {
+            parent: format!("{DATABASE}/documents"),
+            collection_id: "posts".into(),
+            page_size: 2,
+            page_token: page.next_page_token,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(rest.documents.len(), 1);
+    assert!(rest.documents[0].name.ends_with("posts/c"));
+    assert!(rest.next_page_token.is_empty());
+
+    let ids = raw
+        .list_collection_ids(ListCollectionIdsRequest {
+            parent: format!("{DATABASE}/documents"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .collection_ids;
+    assert_eq!(ids, vec!["posts", "users"]);
+    let ids = raw
+        .list_collection_ids(ListCollectionIdsRequest {
+            parent: format!("{DATABASE}/documents/posts/a"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .collection_ids;
+    assert_eq!(ids, vec!["likes"]);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_query_in_a_transaction_locks_the_documents_it_returns() {
+    use std::time::Duration;
+    let emu = start().await;
+    let _db = seed(&emu).await;
+    let mut raw = raw(&emu).await;
+    let tx = begin(&mut raw).await;
+    let mut stream = raw
+        .run_query(RunQueryRequest {
+            parent: format!("{DATABASE}/documents"),
+            query_type: Some(run_query_request::QueryType::StructuredQuery(items_query(
+                Some(field_filter("n", field_filter::Operator::Equal, int(3))),
+            ))),
+            consistency_selector: Some(run_query_request::ConsistencySelector::Transaction(
+                tx.clone(),
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    while stream.message().await.unwrap().is_some() {}
+    assert_eq!(emu.firestore().stats().locked_documents, 1);
+    let mut raw2 = raw.clone();
+    let plain = tokio::spawn(async move {
+        commit(
+            &mut raw2,
+            vec![update(&doc_name("items", "i03"), &[("n", int(33))])],
+            vec![],
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!plain.is_finished(), "the returned document is locked");
+    commit(&mut raw, vec![], tx).await.unwrap();
+    plain.await.unwrap().unwrap();
     emu.shutdown().await;
 }

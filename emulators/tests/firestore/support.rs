@@ -181,6 +181,10 @@ pub async fn http(emu: &Emulators, method: &str, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
     (status, body)
 }

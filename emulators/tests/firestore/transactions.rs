@@ -123,7 +123,10 @@ async fn older_transaction_wins_and_the_waiting_younger_is_aborted_promptly() {
         commit(&mut raw2, vec![update(&name2, &[("v", int(2))])], younger).await
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!young_commit.is_finished(), "the younger waits for the older");
+    assert!(
+        !young_commit.is_finished(),
+        "the younger waits for the older"
+    );
 
     let started = Instant::now();
     commit(&mut raw, vec![update(&name, &[("v", int(1))])], older)
@@ -337,7 +340,10 @@ async fn batch_get_with_new_transaction_answers_the_transaction_first() {
     let second = stream.message().await.unwrap().unwrap();
     assert!(second.transaction.is_empty());
     assert!(second.read_time.is_some());
-    assert!(stream.message().await.unwrap().is_none(), "duplicates elided");
+    assert!(
+        stream.message().await.unwrap().is_none(),
+        "duplicates elided"
+    );
     // The missing document is locked: commit in the transaction works.
     commit(
         &mut raw,
@@ -346,5 +352,34 @@ async fn batch_get_with_new_transaction_answers_the_transaction_first() {
     )
     .await
     .unwrap();
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_waiting_a_younger_commit_conflicting_with_an_older_is_aborted_at_once() {
+    let emu = start_with(FirestoreConfig {
+        younger_waits_for_older: false,
+        ..Default::default()
+    })
+    .await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("counters", "die");
+    let older = begin(&mut raw).await;
+    let younger = begin(&mut raw).await;
+    read_in(&mut raw, &older, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    read_in(&mut raw, &younger, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = commit(&mut raw, vec![update(&name, &[("v", int(2))])], younger)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Aborted);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    commit(&mut raw, vec![update(&name, &[("v", int(1))])], older)
+        .await
+        .unwrap();
     emu.shutdown().await;
 }
