@@ -12,10 +12,10 @@ use crate::event::{check_id, MAX_EVENT_ID_BYTES};
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Endpoints {
     /// Pub/Sub emulator address (`host:port`); unset = Google's endpoint with ADC.
-    #[arg(long, env = "PUBSUB_EMULATOR_HOST")]
+    #[arg(long, env = "PUBSUB_EMULATOR_HOST", global = true)]
     pub pubsub_emulator_host: Option<String>,
     /// Firestore emulator address (`host:port`); unset = Google's endpoint with ADC.
-    #[arg(long, env = "FIRESTORE_EMULATOR_HOST")]
+    #[arg(long, env = "FIRESTORE_EMULATOR_HOST", global = true)]
     pub firestore_emulator_host: Option<String>,
 }
 
