@@ -33,6 +33,17 @@ pub struct Target {
     pub collection_prefix: String,
 }
 
+/// How events become transactions.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Buffer per post, one transaction per batch (the design).
+    Batched,
+    /// The naive baseline: one transaction per event, several in flight,
+    /// same parsing and membership semantics, ack after commit. Exists only
+    /// to be measured against (docs/BENCHMARKS.md).
+    PerEvent,
+}
+
 /// Settings of `hotcount run`, as given on the command line or in the environment.
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunArgs {
@@ -90,6 +101,12 @@ pub struct RunArgs {
     /// Log as JSON lines.
     #[arg(long, env = "HOTCOUNT_LOG_JSON", default_value_t = false)]
     pub log_json: bool,
+    /// `batched` (the design) or `per-event` (the naive baseline, for benchmarks).
+    #[arg(long, env = "HOTCOUNT_STRATEGY", value_enum, default_value_t = Strategy::Batched)]
+    pub strategy: Strategy,
+    /// Transactions in flight with `--strategy per-event`.
+    #[arg(long, env = "HOTCOUNT_PER_EVENT_CONCURRENCY", default_value_t = 64)]
+    pub per_event_concurrency: usize,
 }
 
 /// Validated settings.
@@ -129,6 +146,10 @@ pub struct Config {
     pub commit_backoff_max: Duration,
     /// Batch marker lifetime.
     pub marker_ttl: Duration,
+    /// Batched or per-event.
+    pub strategy: Strategy,
+    /// Transactions in flight with the per-event strategy.
+    pub per_event_concurrency: usize,
 }
 
 /// A setting that is out of range, with what is allowed.
@@ -282,6 +303,13 @@ impl RunArgs {
             marker_ttl: Duration::from_secs(
                 86_400 * range("marker-ttl-days", self.marker_ttl_days, 1, 3650)?,
             ),
+            strategy: self.strategy,
+            per_event_concurrency: range(
+                "per-event-concurrency",
+                self.per_event_concurrency,
+                1,
+                4096,
+            )?,
         })
     }
 }
