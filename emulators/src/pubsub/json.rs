@@ -63,7 +63,8 @@ fn get_str(obj: &Map<String, Value>, key: &str) -> Result<String, Status> {
     }
 }
 
-fn get_bool(obj: &Map<String, Value>, key: &str) -> Result<bool, Status> {
+/// A boolean field (absent = false).
+pub fn get_bool(obj: &Map<String, Value>, key: &str) -> Result<bool, Status> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),

@@ -142,12 +142,13 @@ pub(super) struct Subscription {
     streams: HashMap<u64, Budget>,
     next_gen: u64,
     stats: SubscriptionStats,
-    ack_log: Vec<AckRecord>,
+    ack_log: VecDeque<AckRecord>,
+    ack_log_capacity: usize,
 }
 
 impl Subscription {
     /// A new, empty subscription with a normalized config.
-    pub fn new(config: pb::Subscription, uid: u64) -> Self {
+    pub fn new(config: pb::Subscription, uid: u64, ack_log_capacity: usize) -> Self {
         Self {
             policy: Policy::of(&config),
             config,
@@ -162,7 +163,8 @@ impl Subscription {
             streams: HashMap::new(),
             next_gen: 1,
             stats: SubscriptionStats::default(),
-            ack_log: Vec::new(),
+            ack_log: VecDeque::new(),
+            ack_log_capacity,
         }
     }
 
@@ -347,11 +349,17 @@ impl Subscription {
             Phase::Waiting { .. } => {}
         }
         self.stats.acks += 1;
-        self.ack_log.push(AckRecord {
-            message_id: entry.msg.message.message_id.clone(),
-            ack_time_secs: now.as_secs_f64(),
-            delivery_attempt: entry.deliveries,
-        });
+        if self.ack_log.len() >= self.ack_log_capacity {
+            self.ack_log.pop_front();
+            self.stats.ack_log_dropped += 1;
+        }
+        if self.ack_log_capacity > 0 {
+            self.ack_log.push_back(AckRecord {
+                message_id: entry.msg.message.message_id.clone(),
+                ack_time_secs: now.as_secs_f64(),
+                delivery_attempt: entry.deliveries,
+            });
+        }
         self.remember_ack(id);
         if self.policy.retain_acked {
             self.acked.insert(id.seq, entry.msg.clone());
@@ -541,7 +549,7 @@ impl Subscription {
 
     /// The acks that took effect, oldest first.
     pub fn ack_log(&self) -> Vec<AckRecord> {
-        self.ack_log.clone()
+        self.ack_log.iter().cloned().collect()
     }
 
     /// The messages not acknowledged yet, in publish order.
