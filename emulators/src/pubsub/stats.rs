@@ -57,7 +57,8 @@ pub struct AckRecord {
 pub struct UnackedMessage {
     /// The message id.
     pub message_id: String,
-    /// `ready` (waiting for a consumer), `leased` (outstanding) or `backoff`.
+    /// `ready` (waiting for a consumer), `blocked` (behind an earlier message
+    /// of its ordering key), `leased` (outstanding) or `backoff`.
     pub state: &'static str,
     /// Deliveries so far.
     pub deliveries: u32,

@@ -7,6 +7,12 @@
 //! dead-lettering, retention or Seek. Timers live in a heap keyed by due time
 //! and are checked lazily against the entry's current phase, so every
 //! operation costs O(log n), never a scan of the backlog.
+//!
+//! With message ordering on, each ordering key keeps its unacked messages in
+//! publish order; the leased ones form a prefix of that queue and only the
+//! first unleased one may be ready (the rest are blocked), so a key's
+//! messages go out in order, and a nack or expiry sends the failed message
+//! and every later leased message of its key back to the queue together.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -42,6 +48,8 @@ pub(super) struct Stored {
 #[derive(Debug)]
 enum Phase {
     Ready,
+    /// Behind an earlier unleased message of the same ordering key.
+    Blocked,
     Leased {
         gen: u64,
         deadline: Duration,
@@ -57,6 +65,14 @@ struct Entry {
     msg: Arc<Stored>,
     deliveries: u32,
     phase: Phase,
+}
+
+/// The unacked messages of one ordering key, in publish order; the first
+/// `leased` are leased.
+#[derive(Debug, Default)]
+struct KeyQueue {
+    queue: VecDeque<u64>,
+    leased: usize,
 }
 
 /// Flow-control budget of one StreamingPull stream.
@@ -140,6 +156,7 @@ pub(super) struct Subscription {
     recent_acks: HashMap<u64, u64>,
     recent_order: VecDeque<u64>,
     streams: HashMap<u64, Budget>,
+    keys: HashMap<String, KeyQueue>,
     next_gen: u64,
     stats: SubscriptionStats,
     ack_log: VecDeque<AckRecord>,
@@ -161,6 +178,7 @@ impl Subscription {
             recent_acks: HashMap::new(),
             recent_order: VecDeque::new(),
             streams: HashMap::new(),
+            keys: HashMap::new(),
             next_gen: 1,
             stats: SubscriptionStats::default(),
             ack_log: VecDeque::new(),
@@ -177,17 +195,107 @@ impl Subscription {
 
     /// Adds a newly published message, ready at once.
     pub fn add(&mut self, msg: Arc<Stored>) {
+        self.enqueue(msg, 0);
+        self.stats.published += 1;
+    }
+
+    /// Makes a message unacked and ready (or blocked behind its ordering key).
+    fn enqueue(&mut self, msg: Arc<Stored>, deliveries: u32) {
         let seq = msg.seq;
+        let mut phase = Phase::Ready;
+        if let Some(key) = self.key_of(&msg) {
+            let kq = self.keys.entry(key).or_default();
+            if kq.queue.len() > kq.leased {
+                phase = Phase::Blocked;
+            }
+            kq.queue.push_back(seq);
+        }
+        if matches!(phase, Phase::Ready) {
+            self.ready.insert(seq);
+        }
         self.entries.insert(
             seq,
             Entry {
                 msg,
-                deliveries: 0,
-                phase: Phase::Ready,
+                deliveries,
+                phase,
             },
         );
-        self.ready.insert(seq);
-        self.stats.published += 1;
+    }
+
+    /// The ordering key that orders `msg` here, if ordering applies.
+    fn key_of(&self, msg: &Stored) -> Option<String> {
+        let key = &msg.message.ordering_key;
+        (self.policy.ordering && !key.is_empty()).then(|| key.clone())
+    }
+
+    /// Unblocks the first unleased message of `key`, if blocked.
+    fn unblock_head(&mut self, key: &str) {
+        let Some(kq) = self.keys.get(key) else { return };
+        let Some(&next) = kq.queue.get(kq.leased) else {
+            return;
+        };
+        if let Some(entry) = self.entries.get_mut(&next) {
+            if matches!(entry.phase, Phase::Blocked) {
+                entry.phase = Phase::Ready;
+                self.ready.insert(next);
+            }
+        }
+    }
+
+    /// Key bookkeeping after `seq` (of `key`) was leased: it heads the
+    /// unleased part, so the prefix grows by one and the next one unblocks.
+    fn key_leased(&mut self, key: &str) {
+        if let Some(kq) = self.keys.get_mut(key) {
+            kq.leased = (kq.leased + 1).min(kq.queue.len());
+        }
+        self.unblock_head(key);
+    }
+
+    /// Key bookkeeping after `seq` left the subscription (ack, dead letter, retention).
+    fn key_removed(&mut self, key: &str, seq: u64) {
+        let Some(kq) = self.keys.get_mut(key) else {
+            return;
+        };
+        let Some(pos) = kq.queue.iter().position(|s| *s == seq) else {
+            return;
+        };
+        kq.queue.remove(pos);
+        if pos < kq.leased {
+            kq.leased -= 1;
+        }
+        if kq.queue.is_empty() {
+            self.keys.remove(key);
+        } else if pos >= kq.leased {
+            self.unblock_head(key);
+        }
+    }
+
+    /// Key bookkeeping when leased `seq` failed (nack or expiry): every later
+    /// leased message of its key loses its lease and is blocked behind it.
+    fn key_failed(&mut self, key: &str, seq: u64) {
+        let Some(kq) = self.keys.get_mut(key) else {
+            return;
+        };
+        let Some(pos) = kq.queue.iter().position(|s| *s == seq) else {
+            return;
+        };
+        let later: Vec<u64> = kq
+            .queue
+            .range(pos + 1..kq.leased.max(pos + 1))
+            .copied()
+            .collect();
+        kq.leased = pos.min(kq.leased);
+        for other in later {
+            let Some(entry) = self.entries.get_mut(&other) else {
+                continue;
+            };
+            if let Phase::Leased { stream, .. } = entry.phase {
+                let size = entry.msg.size;
+                entry.phase = Phase::Blocked;
+                self.release(stream, size);
+            }
+        }
     }
 
     /// Wakes every stream and Pull waiting on this subscription.
@@ -252,7 +360,11 @@ impl Subscription {
             };
             if entry.msg.published_at + self.policy.retention < now {
                 self.ready.remove(&seq);
-                self.entries.remove(&seq);
+                if let Some(entry) = self.entries.remove(&seq) {
+                    if let Some(key) = self.key_of(&entry.msg) {
+                        self.key_removed(&key, seq);
+                    }
+                }
                 self.stats.retention_dropped += 1;
                 continue;
             }
@@ -291,9 +403,14 @@ impl Subscription {
             } else {
                 0
             };
+            let msg = entry.msg.clone();
+            if let Some(key) = self.key_of(&msg) {
+                self.key_leased(&key);
+            }
+            let message = msg.message.clone();
             out.push(pb::ReceivedMessage {
                 ack_id: format!("{seq}-{gen}"),
-                message: Some(entry.msg.message.clone()),
+                message: Some(message),
                 delivery_attempt,
             });
         }
@@ -346,7 +463,10 @@ impl Subscription {
                 self.ready.remove(&id.seq);
             }
             Phase::Leased { stream, .. } => freed = self.release(stream, entry.msg.size),
-            Phase::Waiting { .. } => {}
+            Phase::Waiting { .. } | Phase::Blocked => {}
+        }
+        if let Some(key) = self.key_of(&entry.msg) {
+            self.key_removed(&key, id.seq);
         }
         self.stats.acks += 1;
         if self.ack_log.len() >= self.ack_log_capacity {
@@ -369,15 +489,7 @@ impl Subscription {
             .is_some()
         {
             self.stats.spurious_redeliveries += 1;
-            self.entries.insert(
-                id.seq,
-                Entry {
-                    msg: entry.msg,
-                    deliveries: entry.deliveries,
-                    phase: Phase::Ready,
-                },
-            );
-            self.ready.insert(id.seq);
+            self.enqueue(entry.msg, entry.deliveries);
             freed = true;
         }
         freed
@@ -442,11 +554,18 @@ impl Subscription {
 
     /// After a nack or an expiry: dead-letter, back off, or make ready.
     fn requeue(&mut self, seq: u64, now: Duration, dead_letter_ok: bool) -> Option<Forward> {
+        let key = self.entries.get(&seq).and_then(|e| self.key_of(&e.msg));
+        if let Some(key) = &key {
+            self.key_failed(key, seq);
+        }
         let entry = self.entries.get_mut(&seq)?;
         if let Some((topic, max)) = &self.policy.dead_letter {
             if entry.deliveries >= *max && dead_letter_ok {
                 let topic = topic.clone();
                 let entry = self.entries.remove(&seq)?;
+                if let Some(key) = &key {
+                    self.key_removed(key, seq);
+                }
                 self.stats.dead_lettered += 1;
                 return Some(Forward {
                     topic,
@@ -507,6 +626,7 @@ impl Subscription {
         }
         self.ready.clear();
         self.timers.clear();
+        self.keys.clear();
         for budget in self.streams.values_mut() {
             budget.messages = 0;
             budget.bytes = 0;
@@ -521,15 +641,7 @@ impl Subscription {
                 }
                 continue;
             }
-            self.entries.insert(
-                seq,
-                Entry {
-                    msg,
-                    deliveries,
-                    phase: Phase::Ready,
-                },
-            );
-            self.ready.insert(seq);
+            self.enqueue(msg, deliveries);
         }
         self.wake();
     }
@@ -563,6 +675,7 @@ impl Subscription {
             };
             let (state, deadline_in_secs) = match entry.phase {
                 Phase::Ready => ("ready", None),
+                Phase::Blocked => ("blocked", None),
                 Phase::Leased { deadline, .. } => {
                     ("leased", Some(deadline.saturating_sub(now).as_secs_f64()))
                 }
