@@ -1002,3 +1002,95 @@ async fn ordered_key_waits_behind_a_message_in_backoff() {
         .collect();
     assert_eq!(data, [&b"first"[..], &b"second"[..]]);
 }
+
+#[tokio::test]
+async fn exactly_once_stream_acks_are_confirmed_with_invalid_ids_listed() {
+    let env = Env::start().await;
+    let (topic, sub) = env
+        .subscription("eod-stream", |r| r.set_enable_exactly_once_delivery(true))
+        .await;
+    env.publish(&topic, &["x"]).await;
+    let mut raw = env.raw_subscriber().await;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    tx.send(pb::StreamingPullRequest {
+        subscription: sub.clone(),
+        stream_ack_deadline_seconds: 10,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut responses = raw
+        .streaming_pull(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = responses.message().await.unwrap().unwrap();
+    assert!(
+        first
+            .subscription_properties
+            .unwrap()
+            .exactly_once_delivery_enabled
+    );
+    let ack_id = first.received_messages[0].ack_id.clone();
+    tx.send(pb::StreamingPullRequest {
+        ack_ids: vec![ack_id.clone(), "999-1".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let confirmation = responses
+        .message()
+        .await
+        .unwrap()
+        .unwrap()
+        .acknowledge_confirmation
+        .unwrap();
+    assert_eq!(confirmation.ack_ids, [ack_id]);
+    assert_eq!(confirmation.invalid_ack_ids, ["999-1"]);
+    // Setting the subscription again mid-stream aborts the stream.
+    tx.send(pb::StreamingPullRequest {
+        subscription: sub,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let end = tokio::time::timeout(PATIENCE, responses.message())
+        .await
+        .unwrap();
+    assert_eq!(end.unwrap_err().code(), Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn flow_control_by_bytes_holds_back_the_next_message() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("flow-bytes", |r| r).await;
+    env.publish(&topic, &["0123456789", "0123456789", "0123456789"])
+        .await;
+    let mut raw = env.raw_subscriber().await;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    tx.send(pb::StreamingPullRequest {
+        subscription: sub.clone(),
+        stream_ack_deadline_seconds: 60,
+        max_outstanding_bytes: 25,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut responses = raw
+        .streaming_pull(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = responses.message().await.unwrap().unwrap();
+    assert_eq!(first.received_messages.len(), 2, "20 of 25 bytes");
+    let more = tokio::time::timeout(Duration::from_millis(300), responses.message()).await;
+    assert!(more.is_err(), "third message would exceed the byte limit");
+    tx.send(pb::StreamingPullRequest {
+        ack_ids: vec![first.received_messages[0].ack_id.clone()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let next = responses.message().await.unwrap().unwrap();
+    assert_eq!(next.received_messages.len(), 1);
+}

@@ -691,3 +691,114 @@ impl Subscription {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn sub(edit: impl FnOnce(&mut pb::Subscription)) -> Subscription {
+        let mut config = pb::Subscription {
+            name: "projects/p/subscriptions/sub".into(),
+            topic: "projects/p/topics/top".into(),
+            ..Default::default()
+        };
+        edit(&mut config);
+        super::super::resources::normalize_subscription(&mut config).unwrap();
+        Subscription::new(config, 1, 100)
+    }
+
+    fn stored(seq: u64) -> Arc<Stored> {
+        Arc::new(Stored {
+            seq,
+            message: pb::PubsubMessage {
+                data: b"0123456789".to_vec(),
+                message_id: seq.to_string(),
+                ..Default::default()
+            },
+            published_at: Duration::ZERO,
+            publish_wall: SystemTime::UNIX_EPOCH,
+            size: 10,
+        })
+    }
+
+    fn lease(stream: Option<u64>) -> Lease {
+        Lease {
+            stream,
+            deadline: 10 * SEC,
+            max: 100,
+        }
+    }
+
+    fn ids(got: &[pb::ReceivedMessage]) -> Vec<AckId> {
+        got.iter()
+            .map(|m| AckId::parse(&m.ack_id).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn leased_message_is_not_handed_out_again_until_it_expires() {
+        let mut s = sub(|_| {});
+        s.add(stored(1));
+        assert_eq!(s.take(SEC, lease(None)).len(), 1);
+        assert!(s.take(2 * SEC, lease(None)).is_empty());
+        assert!(s.tick(12 * SEC, false).is_empty());
+        let again = s.take(12 * SEC, lease(None));
+        assert_eq!(again.len(), 1);
+        assert_eq!(s.stats().expiries, 1);
+    }
+
+    #[test]
+    fn exactly_once_accepts_only_the_newest_unexpired_ack_id() {
+        let mut s = sub(|c| c.enable_exactly_once_delivery = true);
+        let faults = Faults::default();
+        s.add(stored(1));
+        let old = ids(&s.take(SEC, lease(None)));
+        s.tick(12 * SEC, false);
+        let new = ids(&s.take(12 * SEC, lease(None)));
+        assert_eq!(s.ack(&old, 13 * SEC, &faults).invalid.len(), 1);
+        assert_eq!(s.ack(&new, 13 * SEC, &faults).ok.len(), 1);
+        assert_eq!(
+            s.ack(&new, 14 * SEC, &faults).ok.len(),
+            1,
+            "retried ack is fine"
+        );
+        assert_eq!(s.stats().acks, 1);
+    }
+
+    #[test]
+    fn stream_budget_caps_outstanding_messages() {
+        let mut s = sub(|_| {});
+        let faults = Faults::default();
+        for seq in 1..=5 {
+            s.add(stored(seq));
+        }
+        s.open_stream(7, 2, 0);
+        let got = s.take(SEC, lease(Some(7)));
+        assert_eq!(got.len(), 2);
+        assert!(s.take(SEC, lease(Some(7))).is_empty());
+        s.ack(&ids(&got[..1]), SEC, &faults);
+        assert_eq!(s.take(SEC, lease(Some(7))).len(), 1);
+        assert_eq!(s.stats().max_stream_outstanding_messages, 2);
+    }
+
+    #[test]
+    fn nack_past_max_attempts_dead_letters() {
+        let mut s = sub(|c| {
+            c.dead_letter_policy = Some(pb::DeadLetterPolicy {
+                dead_letter_topic: "projects/p/topics/dlq".into(),
+                max_delivery_attempts: 5,
+            })
+        });
+        s.add(stored(1));
+        for attempt in 1..=5 {
+            let got = s.take(SEC, lease(None));
+            assert_eq!(got[0].delivery_attempt, attempt);
+            let (_, forwards) = s.modack(&ids(&got), 0, SEC, true);
+            assert_eq!(forwards.len(), usize::from(attempt == 5));
+        }
+        assert_eq!(s.stats().dead_lettered, 1);
+        assert_eq!(s.stats().unacked, 0);
+    }
+}
