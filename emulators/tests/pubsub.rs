@@ -1094,3 +1094,58 @@ async fn flow_control_by_bytes_holds_back_the_next_message() {
     let next = responses.message().await.unwrap().unwrap();
     assert_eq!(next.received_messages.len(), 1);
 }
+
+#[tokio::test]
+async fn rest_admin_updates_and_lists_subscriptions() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("updatable", |r| r).await;
+    let updated = env
+        .subs
+        .update_subscription()
+        .set_subscription(
+            google_cloud_pubsub::model::Subscription::new()
+                .set_name(&sub)
+                .set_ack_deadline_seconds(30),
+        )
+        .set_update_mask(google_cloud_wkt::FieldMask::default().set_paths(["ack_deadline_seconds"]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(updated.ack_deadline_seconds, 30);
+    assert_eq!(updated.topic, topic);
+    let listed = env
+        .subs
+        .list_subscriptions()
+        .set_project(format!("projects/{PROJECT}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.subscriptions.len(), 1);
+    assert_eq!(listed.subscriptions[0].ack_deadline_seconds, 30);
+    let err = env
+        .subs
+        .update_subscription()
+        .set_subscription(google_cloud_pubsub::model::Subscription::new().set_name(&sub))
+        .set_update_mask(google_cloud_wkt::FieldMask::default().set_paths(["topic"]))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.status().unwrap().code,
+        google_cloud_gax::error::rpc::Code::InvalidArgument
+    );
+    env.topics
+        .delete_topic()
+        .set_topic(&topic)
+        .send()
+        .await
+        .unwrap();
+    let got = env
+        .subs
+        .get_subscription()
+        .set_subscription(&sub)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.topic, "_deleted-topic_");
+}
