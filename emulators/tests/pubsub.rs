@@ -358,7 +358,7 @@ async fn exactly_once_unary_ack_of_unknown_id_carries_error_info() {
     let err = raw
         .acknowledge(pb::AcknowledgeRequest {
             subscription: sub.clone(),
-            ack_ids: vec!["42-7".into()],
+            ack_ids: vec!["1-42-7".into()],
         })
         .await
         .unwrap_err();
@@ -367,7 +367,7 @@ async fn exactly_once_unary_ack_of_unknown_id_carries_error_info() {
     let info =
         gcloud_sdk::google::rpc::ErrorInfo::decode(status.details[0].value.as_slice()).unwrap();
     assert_eq!(info.reason, "EXACTLY_ONCE_ACKID_FAILURE");
-    assert_eq!(info.metadata["42-7"], "PERMANENT_FAILURE_INVALID_ACK_ID");
+    assert_eq!(info.metadata["1-42-7"], "PERMANENT_FAILURE_INVALID_ACK_ID");
 }
 
 #[tokio::test]
@@ -377,7 +377,7 @@ async fn at_least_once_ack_of_unknown_id_is_ok() {
     let mut raw = env.raw_subscriber().await;
     raw.acknowledge(pb::AcknowledgeRequest {
         subscription: sub.clone(),
-        ack_ids: vec!["42-7".into()],
+        ack_ids: vec!["1-42-7".into()],
     })
     .await
     .unwrap();
@@ -1033,7 +1033,7 @@ async fn exactly_once_stream_acks_are_confirmed_with_invalid_ids_listed() {
     );
     let ack_id = first.received_messages[0].ack_id.clone();
     tx.send(pb::StreamingPullRequest {
-        ack_ids: vec![ack_id.clone(), "999-1".into()],
+        ack_ids: vec![ack_id.clone(), "1-999-1".into()],
         ..Default::default()
     })
     .await
@@ -1046,7 +1046,7 @@ async fn exactly_once_stream_acks_are_confirmed_with_invalid_ids_listed() {
         .acknowledge_confirmation
         .unwrap();
     assert_eq!(confirmation.ack_ids, [ack_id]);
-    assert_eq!(confirmation.invalid_ack_ids, ["999-1"]);
+    assert_eq!(confirmation.invalid_ack_ids, ["1-999-1"]);
     // Setting the subscription again mid-stream aborts the stream.
     tx.send(pb::StreamingPullRequest {
         subscription: sub,
@@ -1148,4 +1148,39 @@ async fn rest_admin_updates_and_lists_subscriptions() {
         .await
         .unwrap();
     assert_eq!(got.topic, "_deleted-topic_");
+}
+
+#[tokio::test]
+async fn ack_id_of_one_subscription_does_not_ack_on_another() {
+    let env = Env::start().await;
+    let (topic, sub_a) = env.subscription("fan-a", |r| r).await;
+    let sub_b = format!("projects/{PROJECT}/subscriptions/fan-b");
+    env.subs
+        .create_subscription()
+        .set_name(&sub_b)
+        .set_topic(&topic)
+        .send()
+        .await
+        .unwrap();
+    env.publish(&topic, &["both"]).await;
+    let mut raw = env.raw_subscriber().await;
+    let got = raw
+        .pull(pb::PullRequest {
+            subscription: sub_a.clone(),
+            max_messages: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .received_messages;
+    raw.acknowledge(pb::AcknowledgeRequest {
+        subscription: sub_b.clone(),
+        ack_ids: vec![got[0].ack_id.clone()],
+    })
+    .await
+    .unwrap();
+    let pubsub = env.emu.pubsub();
+    assert_eq!(pubsub.stats(&sub_b).unwrap().unacked, 1);
+    assert_eq!(pubsub.stats(&sub_a).unwrap().outstanding, 1);
 }

@@ -104,10 +104,13 @@ pub(super) struct Lease {
     pub max: usize,
 }
 
-/// A parsed ack id: `{seq}-{gen}`.
+/// A parsed ack id: `{subscription uid}-{seq}-{gen}`. The uid keeps an ack
+/// id from acking the same message on another subscription (or on a later
+/// subscription of the same name).
 #[derive(Clone, Debug)]
 pub(super) struct AckId {
     pub raw: String,
+    uid: u64,
     seq: u64,
     gen: u64,
 }
@@ -115,9 +118,15 @@ pub(super) struct AckId {
 impl AckId {
     /// Parses an ack id; None when malformed.
     pub fn parse(raw: &str) -> Option<Self> {
-        let (seq, gen) = raw.split_once('-')?;
+        let mut parts = raw.split('-');
+        let (Some(uid), Some(seq), Some(gen), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
         Some(Self {
             raw: raw.to_string(),
+            uid: uid.parse().ok()?,
             seq: seq.parse().ok()?,
             gen: gen.parse().ok()?,
         })
@@ -409,7 +418,7 @@ impl Subscription {
             }
             let message = msg.message.clone();
             out.push(pb::ReceivedMessage {
-                ack_id: format!("{seq}-{gen}"),
+                ack_id: format!("{}-{seq}-{gen}", self.uid),
                 message: Some(message),
                 delivery_attempt,
             });
@@ -423,6 +432,14 @@ impl Subscription {
         let mut outcome = AckOutcome::default();
         let mut freed = false;
         for id in ids {
+            if id.uid != self.uid {
+                if self.policy.exactly_once {
+                    outcome.invalid.push(id.raw.clone());
+                } else {
+                    outcome.ok.push(id.raw.clone());
+                }
+                continue;
+            }
             let leased_by_id = self.entries.get(&id.seq).is_some_and(|e| {
                 matches!(e.phase, Phase::Leased { gen, deadline, .. } if gen == id.gen && deadline > now)
             });
@@ -520,7 +537,8 @@ impl Subscription {
         let mut outcome = AckOutcome::default();
         let mut forwards = Vec::new();
         for id in ids {
-            let Some(entry) = self.entries.get_mut(&id.seq) else {
+            let entry = self.entries.get_mut(&id.seq).filter(|_| id.uid == self.uid);
+            let Some(entry) = entry else {
                 outcome.invalid.push(id.raw.clone());
                 continue;
             };
