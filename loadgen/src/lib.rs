@@ -17,10 +17,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// pub mod chart;
+pub mod chart;
 pub mod publish;
 pub mod readback;
-// pub mod report;
+pub mod report;
 pub mod truth;
 pub mod verify;
 pub mod workload;
