@@ -1,5 +1,5 @@
 //! Line charts rendered to PNG with no font or system library: axes, grid,
-//! one polyline, and tick labels in a built-in 3x5 pixel font.
+//! one polyline, and tick labels in a built-in 5-pixel-high font.
 //!
 //! Invariant: rendering is pure and total: any finite or non-finite input
 //! yields a valid PNG of the requested size (non-finite points are skipped).
@@ -217,10 +217,10 @@ impl Canvas {
     fn text(&mut self, x: usize, y: usize, text: &str, color: Rgb) {
         let mut cursor = x;
         for ch in text.chars() {
-            let rows = glyph(ch);
+            let (rows, width) = glyph(ch);
             for (r, bits) in rows.iter().enumerate() {
-                for col in 0..3 {
-                    if bits & (0b100 >> col) != 0 {
+                for col in 0..width {
+                    if bits & (1 << (width - 1 - col)) != 0 {
                         for sy in 0..SCALE {
                             for sx in 0..SCALE {
                                 self.set(cursor + col * SCALE + sx, y + r * SCALE + sy, color);
@@ -229,19 +229,24 @@ impl Canvas {
                     }
                 }
             }
-            cursor += 4 * SCALE;
+            cursor += (width + 1) * SCALE;
         }
     }
 }
 
 /// Width in pixels of `text` in the built-in font.
 fn text_width(text: &str) -> usize {
-    (text.chars().count() * 4 * SCALE).saturating_sub(SCALE)
+    let columns: usize = text.chars().map(|c| glyph(c).1 + 1).sum();
+    (columns * SCALE).saturating_sub(SCALE)
 }
 
-/// A 3x5 glyph, one row per byte, bit 2 = leftmost column. Unknown characters are blank.
-fn glyph(ch: char) -> [u8; 5] {
-    match ch {
+/// A glyph five rows high and 3 (or 5) columns wide, one row per byte, the
+/// highest of `width` bits the leftmost column. Unknown characters are blank.
+fn glyph(ch: char) -> ([u8; 5], usize) {
+    if ch == 'm' {
+        return ([0b00000, 0b00000, 0b11010, 0b10101, 0b10101], 5);
+    }
+    let rows = match ch {
         '0' => [0b111, 0b101, 0b101, 0b101, 0b111],
         '1' => [0b010, 0b110, 0b010, 0b010, 0b111],
         '2' => [0b111, 0b001, 0b111, 0b100, 0b111],
@@ -256,12 +261,12 @@ fn glyph(ch: char) -> [u8; 5] {
         '%' => [0b101, 0b001, 0b010, 0b100, 0b101],
         '-' => [0b000, 0b000, 0b111, 0b000, 0b000],
         '/' => [0b001, 0b001, 0b010, 0b100, 0b100],
-        'm' => [0b000, 0b000, 0b110, 0b111, 0b101],
         's' => [0b000, 0b011, 0b110, 0b001, 0b110],
         'k' => [0b100, 0b101, 0b110, 0b101, 0b101],
         'p' => [0b000, 0b111, 0b101, 0b111, 0b100],
         _ => [0; 5],
-    }
+    };
+    (rows, 3)
 }
 
 #[cfg(test)]

@@ -299,6 +299,9 @@ fn print_verify(r: &VerifyReport, show: usize) {
         r.shards_read,
         r.memberships_read
     );
+    if !r.consistent_snapshot {
+        println!("note: shards and memberships were not read at one read time; while the service is still committing, invariant violations may be artefacts");
+    }
 }
 
 /// The command line, quoted where a shell would need it.

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use firestore::FirestoreDb;
 use gcloud_sdk::google::firestore::v1 as fs;
+use gcloud_sdk::prost_types::Timestamp;
 use gcloud_sdk::tonic::{Code, Status};
 use hotcount::config::Target;
 use hotcount::store::firestore::{membership_from_fields, Layout};
@@ -82,13 +83,67 @@ pub async fn connect(
         .map_err(|e| ReadError::Connect(e.to_string()))
 }
 
+/// Counter shards and memberships read at one point in time, so the shard
+/// invariant can be checked while the service is still committing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Sum of the counter shards per post.
+    pub counts: BTreeMap<String, i64>,
+    /// Counter shard documents read.
+    pub shards_read: usize,
+    /// Every membership document.
+    pub memberships: Vec<MembershipRow>,
+    /// Whether both reads used the same read time (false if the server
+    /// refused a read at the first read's time and a current read was used).
+    pub consistent: bool,
+}
+
+/// Reads memberships, then counter shards at the memberships' read time.
+pub async fn read_snapshot(db: &FirestoreDb, layout: &Layout) -> Result<Snapshot, ReadError> {
+    let (docs, read_time) =
+        run_query(db, &layout.root(), &layout.collection("likes"), false, None).await?;
+    let memberships = docs.iter().filter_map(membership_row).collect();
+    let at = read_time.clone();
+    let shards = match run_query(db, &layout.root(), "shards", true, at).await {
+        Ok((docs, _)) => (docs, read_time.is_some()),
+        Err(ReadError::Query { code, .. })
+            if read_time.is_some()
+                && matches!(
+                    code,
+                    Code::InvalidArgument | Code::FailedPrecondition | Code::Unimplemented
+                ) =>
+        {
+            tracing::warn!(
+                ?code,
+                "reading at a fixed time was refused; reading the shards now"
+            );
+            (
+                run_query(db, &layout.root(), "shards", true, None).await?.0,
+                false,
+            )
+        }
+        Err(e) => return Err(e),
+    };
+    let (counts, shards_read) = sum_shards(layout, &shards.0);
+    Ok(Snapshot {
+        counts,
+        shards_read,
+        memberships,
+        consistent: shards.1,
+    })
+}
+
 /// Sum of the counter shards per post, and how many shard documents were read.
 pub async fn read_counts(
     db: &FirestoreDb,
     layout: &Layout,
 ) -> Result<(BTreeMap<String, i64>, usize), ReadError> {
+    let (docs, _) = run_query(db, &layout.root(), "shards", true, None).await?;
+    Ok(sum_shards(layout, &docs))
+}
+
+fn sum_shards(layout: &Layout, docs: &[fs::Document]) -> (BTreeMap<String, i64>, usize) {
     let prefix = format!("{}/{}/", layout.root(), layout.collection("counters"));
-    let docs = run_query(db, &layout.root(), "shards", true).await?;
     let mut counts: BTreeMap<String, i64> = BTreeMap::new();
     let mut shards = 0;
     for doc in docs {
@@ -103,7 +158,7 @@ pub async fn read_counts(
         *counts.entry(post.to_string()).or_default() += likes;
         shards += 1;
     }
-    Ok((counts, shards))
+    (counts, shards)
 }
 
 /// The post id of a shard document named `{prefix}{post}/shards/{k}`.
@@ -118,7 +173,7 @@ pub async fn read_memberships(
     db: &FirestoreDb,
     layout: &Layout,
 ) -> Result<Vec<MembershipRow>, ReadError> {
-    let docs = run_query(db, &layout.root(), &layout.collection("likes"), false).await?;
+    let (docs, _) = run_query(db, &layout.root(), &layout.collection("likes"), false, None).await?;
     Ok(docs.iter().filter_map(membership_row).collect())
 }
 
@@ -148,12 +203,15 @@ pub fn membership_row(doc: &fs::Document) -> Option<MembershipRow> {
     })
 }
 
+/// Runs a query over one collection (id), returning its documents and the
+/// read time the server reported.
 async fn run_query(
     db: &FirestoreDb,
     parent: &str,
     collection_id: &str,
     all_descendants: bool,
-) -> Result<Vec<fs::Document>, ReadError> {
+    read_time: Option<Timestamp>,
+) -> Result<(Vec<fs::Document>, Option<Timestamp>), ReadError> {
     let error = |s: Status| ReadError::Query {
         collection: collection_id.to_string(),
         code: s.code(),
@@ -169,6 +227,7 @@ async fn run_query(
     let request = fs::RunQueryRequest {
         parent: parent.to_string(),
         query_type: Some(fs::run_query_request::QueryType::StructuredQuery(query)),
+        consistency_selector: read_time.map(fs::run_query_request::ConsistencySelector::ReadTime),
         ..Default::default()
     };
     let mut stream = db
@@ -179,12 +238,16 @@ async fn run_query(
         .map_err(error)?
         .into_inner();
     let mut docs = Vec::new();
+    let mut read_time = None;
     while let Some(response) = stream.message().await.map_err(error)? {
+        if read_time.is_none() {
+            read_time = response.read_time;
+        }
         if let Some(doc) = response.document {
             docs.push(doc);
         }
     }
-    Ok(docs)
+    Ok((docs, read_time))
 }
 
 /// Liked memberships per post.

@@ -56,6 +56,9 @@ pub struct VerifyReport {
     pub shards_read: usize,
     /// Membership documents read.
     pub memberships_read: usize,
+    /// Whether shards and memberships were read at one read time; if not,
+    /// invariant violations may be an artefact of commits between the reads.
+    pub consistent_snapshot: bool,
 }
 
 impl VerifyReport {
@@ -93,11 +96,10 @@ pub async fn verify(
     target: &Target,
     truth: &Truth,
 ) -> Result<VerifyReport, VerifyError> {
-    let layout = readback::layout(target);
-    let (counts, shards_read) = readback::read_counts(db, &layout).await?;
-    let memberships = readback::read_memberships(db, &layout).await?;
-    let mut report = compare(truth, &counts, &memberships);
-    report.shards_read = shards_read;
+    let snapshot = readback::read_snapshot(db, &readback::layout(target)).await?;
+    let mut report = compare(truth, &snapshot.counts, &snapshot.memberships);
+    report.shards_read = snapshot.shards_read;
+    report.consistent_snapshot = snapshot.consistent;
     Ok(report)
 }
 
