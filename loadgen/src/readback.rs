@@ -103,8 +103,7 @@ pub async fn read_snapshot(db: &FirestoreDb, layout: &Layout) -> Result<Snapshot
     let (docs, read_time) =
         run_query(db, &layout.root(), &layout.collection("likes"), false, None).await?;
     let memberships = docs.iter().filter_map(membership_row).collect();
-    let at = read_time.clone();
-    let shards = match run_query(db, &layout.root(), "shards", true, at).await {
+    let shards = match run_query(db, &layout.root(), "shards", true, read_time).await {
         Ok((docs, _)) => (docs, read_time.is_some()),
         Err(ReadError::Query { code, .. })
             if read_time.is_some()
