@@ -288,7 +288,7 @@ fn print_verify(r: &VerifyReport, show: usize) {
         );
     }
     println!(
-        "{}: {} posts checked, {} exact, {} mismatched, {} invariant violations; expected total {}, counted {}; {} shards, {} memberships read",
+        "{}: {} posts checked, {} exact, {} mismatched, {} invariant violations; expected total {}, counted {}; {} shards, {} memberships read ({} expected)",
         if r.is_exact() { "EXACT" } else { "NOT EXACT" },
         r.posts_checked,
         r.posts_exact,
@@ -297,7 +297,8 @@ fn print_verify(r: &VerifyReport, show: usize) {
         r.expected_total,
         r.actual_total,
         r.shards_read,
-        r.memberships_read
+        r.memberships_read,
+        r.memberships_expected
     );
     if !r.consistent_snapshot {
         println!("note: shards and memberships were not read at one read time; while the service is still committing, invariant violations may be artefacts");

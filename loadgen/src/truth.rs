@@ -23,6 +23,10 @@ pub struct Truth {
     pub counts: BTreeMap<String, i64>,
     /// Expected number of liked memberships, all posts together.
     pub total: i64,
+    /// Expected membership documents: distinct (post, user) pairs touched
+    /// (the first event of a pair is always a like, so each gets a document).
+    #[serde(default)]
+    pub memberships: u64,
 }
 
 /// The truth file could not be read or written.
@@ -92,6 +96,7 @@ impl Truth {
             messages: messages.len() as u64,
             counts,
             total,
+            memberships: newest.len() as u64,
         }
     }
 
@@ -179,6 +184,7 @@ mod tests {
         assert_eq!(t.expected("q"), 0);
         assert!(t.counts.contains_key("q"), "touched posts are checked too");
         assert_eq!(t.total, 2);
+        assert_eq!(t.memberships, 3);
     }
 
     #[test]

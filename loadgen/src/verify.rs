@@ -56,6 +56,8 @@ pub struct VerifyReport {
     pub shards_read: usize,
     /// Membership documents read.
     pub memberships_read: usize,
+    /// Membership documents the truth expects (one per (post, user) touched).
+    pub memberships_expected: u64,
     /// Whether shards and memberships were read at one read time; if not,
     /// invariant violations may be an artefact of commits between the reads.
     pub consistent_snapshot: bool,
@@ -118,6 +120,7 @@ pub fn compare(
         expected_total: truth.total,
         actual_total: counts.values().sum(),
         memberships_read: memberships.len(),
+        memberships_expected: truth.memberships,
         ..Default::default()
     };
     for post in posts {
@@ -156,6 +159,7 @@ mod tests {
         Truth {
             config: WorkloadConfig::default(),
             messages: 0,
+            memberships: 0,
             total: counts.values().sum(),
             counts,
         }
