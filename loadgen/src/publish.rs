@@ -276,7 +276,7 @@ fn progress_bar(len: u64, wanted: bool) -> ProgressBar {
     }
     let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
     if let Ok(style) = ProgressStyle::with_template(
-        "{elapsed_precise} [{wide_bar}] {pos}/{len} ({per_sec}, eta {eta})",
+        "{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} published, eta {eta}",
     ) {
         bar.set_style(style);
     }
