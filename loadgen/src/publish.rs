@@ -7,8 +7,9 @@
 //! a cancelled run has published exactly a prefix of the workload.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::io::IsTerminal as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures::stream::{FuturesUnordered, StreamExt as _};
@@ -17,6 +18,7 @@ use google_cloud_pubsub::model::Message;
 use hotcount::config::Endpoints;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::workload::{Origin, Workload};
 
@@ -104,6 +106,30 @@ pub fn topic_name(project: &str, topic: &str) -> Result<String, String> {
     Ok(format!("projects/{project}/topics/{topic}"))
 }
 
+/// Where messages go: the official [`Publisher`], or a fake in tests.
+pub trait MessageSink {
+    /// Why a publish failed after the client's retries.
+    type Error: std::fmt::Display;
+
+    /// Hands `message` over; the future resolves to its message id once the
+    /// service has it, or to the final error.
+    fn send(
+        &self,
+        message: Message,
+    ) -> impl Future<Output = Result<String, Self::Error>> + Send + 'static;
+}
+
+impl MessageSink for Publisher {
+    type Error = google_cloud_pubsub::error::PublishError;
+
+    fn send(
+        &self,
+        message: Message,
+    ) -> impl Future<Output = Result<String, Self::Error>> + Send + 'static {
+        self.publish(message)
+    }
+}
+
 /// Connects a publisher to `topic` (full name) and publishes `workload`.
 pub async fn connect_and_publish(
     endpoints: &Endpoints,
@@ -118,8 +144,8 @@ pub async fn connect_and_publish(
 
 /// Publishes `workload` in order until done, or until `shutdown` turns true
 /// (then the publishes in flight are still awaited and counted).
-pub async fn publish(
-    publisher: &Publisher,
+pub async fn publish<S: MessageSink>(
+    sink: &S,
     workload: &Workload,
     options: &PublishOptions,
     mut shutdown: watch::Receiver<bool>,
@@ -158,7 +184,7 @@ pub async fn publish(
             }
             let wait = async {
                 match due {
-                    Some(d) if !full => tokio::time::sleep_until(d.into()).await,
+                    Some(d) if !full => tokio::time::sleep_until(d).await,
                     _ => std::future::pending().await,
                 }
             };
@@ -180,7 +206,7 @@ pub async fn publish(
         let msg = Message::new()
             .set_data(data)
             .set_attributes(message.attributes.clone());
-        let fut = publisher.publish(msg);
+        let fut = sink.send(msg);
         in_flight.push(async move { (index, fut.await) });
         report.attempted += 1;
     }
@@ -286,6 +312,8 @@ fn progress_bar(len: u64, wanted: bool) -> ProgressBar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
 
     #[test]
     fn restamp_changes_only_occurred_at() {
@@ -315,6 +343,129 @@ mod tests {
             }
         }
         assert_eq!(checked, 60);
+    }
+
+    /// Records what it is sent; fails every `fail_every`-th message; each
+    /// publish takes `latency` (of paused tokio time).
+    #[derive(Clone, Default)]
+    struct FakeSink {
+        sent: Arc<Mutex<Vec<Vec<u8>>>>,
+        in_flight: Arc<AtomicUsize>,
+        max_in_flight: Arc<AtomicUsize>,
+        fail_every: usize,
+        latency: Duration,
+    }
+
+    impl MessageSink for FakeSink {
+        type Error = String;
+
+        fn send(
+            &self,
+            message: Message,
+        ) -> impl Future<Output = Result<String, String>> + Send + 'static {
+            let n = {
+                let mut sent = self.sent.lock().unwrap();
+                sent.push(message.data.to_vec());
+                sent.len()
+            };
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            let (in_flight, latency, fail_every) =
+                (self.in_flight.clone(), self.latency, self.fail_every);
+            async move {
+                tokio::time::sleep(latency).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                if fail_every > 0 && n % fail_every == 0 {
+                    Err(format!("NOT_FOUND #{n}"))
+                } else {
+                    Ok(n.to_string())
+                }
+            }
+        }
+    }
+
+    fn small_workload(events: u64) -> Workload {
+        crate::workload::generate(&crate::WorkloadConfig {
+            events,
+            ..Default::default()
+        })
+    }
+
+    fn options(rate_per_sec: u64, max_in_flight: usize) -> PublishOptions {
+        PublishOptions {
+            rate_per_sec,
+            max_in_flight,
+            stamp_at_publish: false,
+            progress: false,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_message_is_sent_in_workload_order_and_counted() {
+        let w = small_workload(1_000);
+        let sink = FakeSink {
+            latency: Duration::from_millis(5),
+            ..Default::default()
+        };
+        let (_tx, rx) = watch::channel(false);
+        let r = publish(&sink, &w, &options(0, 64), rx).await.unwrap();
+        assert_eq!((r.attempted, r.published, r.failed), (1_000, 1_000, 0));
+        assert!(!r.cancelled);
+        let sent = sink.sent.lock().unwrap();
+        let expected: Vec<_> = w.messages.iter().map(|m| m.data.clone()).collect();
+        assert_eq!(*sent, expected);
+        assert!(sink.max_in_flight.load(Ordering::SeqCst) <= 64);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_publishes_are_reported_with_their_index() {
+        let w = small_workload(100);
+        let sink = FakeSink {
+            fail_every: 10,
+            ..Default::default()
+        };
+        let (_tx, rx) = watch::channel(false);
+        let r = publish(&sink, &w, &options(0, 8), rx).await.unwrap();
+        assert_eq!((r.published, r.failed), (90, 10));
+        assert_eq!(
+            r.failed_indices,
+            (0..10).map(|k| k * 10 + 9).collect::<Vec<_>>()
+        );
+        assert_eq!(r.errors.len(), MAX_ERRORS_KEPT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_paces_the_publishes() {
+        let w = small_workload(500);
+        let sink = FakeSink::default();
+        let (_tx, rx) = watch::channel(false);
+        let r = publish(&sink, &w, &options(1_000, 100), rx).await.unwrap();
+        assert_eq!(r.published, 500);
+        let secs = r.elapsed.as_secs_f64();
+        assert!((0.49..0.52).contains(&secs), "{secs}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancellation_stops_after_a_prefix_and_awaits_those_in_flight() {
+        let w = small_workload(1_000);
+        let sink = FakeSink {
+            latency: Duration::from_millis(50),
+            ..Default::default()
+        };
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let _ = tx.send(true);
+        });
+        let r = publish(&sink, &w, &options(1_000, 1_000), rx)
+            .await
+            .unwrap();
+        assert!(r.cancelled);
+        assert!((240..=260).contains(&r.attempted), "{}", r.attempted);
+        assert_eq!(r.published, r.attempted, "in-flight publishes were awaited");
+        let sent = sink.sent.lock().unwrap();
+        assert_eq!(sent.len() as u64, r.attempted);
+        assert_eq!(sent.last(), Some(&w.messages[sent.len() - 1].data));
     }
 
     #[test]
