@@ -5,7 +5,7 @@
 //! - [`workload`]: deterministic Zipf workloads with duplicates and poison.
 //! - [`truth`]: the exact expected count per post, and its JSON file.
 //! - [`publish`]: paced, bounded, cancellable publishing with a report.
-//! - [`readback`]: reads counter shards and memberships back.
+//! - [`readback`]: reads counter shards and memberships back, at one read time.
 //! - [`verify`]: compares Firestore with the truth and checks the shard invariant.
 //! - [`report`]: end-to-end latency and throughput into Markdown and a PNG.
 //! - [`chart`]: the dependency-light PNG percentile plot.

@@ -2,8 +2,9 @@
 //! document under one collection prefix, with plain RunQuery calls.
 //!
 //! Invariant: only documents of the given layout are returned (a collection
-//! group query on `shards` is filtered to `{prefix}counters/*/shards/*`), and
-//! nothing is ever written.
+//! group query on `shards` is filtered to `{prefix}counters/*/shards/*`);
+//! a [`Snapshot`] reads both at one read time when the server allows it, and
+//! says so; nothing is ever written.
 
 use std::collections::{BTreeMap, HashMap};
 
