@@ -300,6 +300,10 @@ fn print_verify(r: &VerifyReport, show: usize) {
         r.memberships_read,
         r.memberships_expected
     );
+    println!(
+        "quarantine: {} records for {} poison messages published",
+        r.quarantined, r.poison_expected
+    );
     if !r.consistent_snapshot {
         println!("note: shards and memberships were not read at one read time; while the service is still committing, invariant violations may be artefacts");
     }

@@ -94,6 +94,8 @@ pub struct Snapshot {
     pub shards_read: usize,
     /// Every membership document.
     pub memberships: Vec<MembershipRow>,
+    /// Quarantine records (all consumers) under the prefix.
+    pub quarantined: usize,
     /// Whether both reads used the same read time (false if the server
     /// refused a read at the first read's time and a current read was used).
     pub consistent: bool,
@@ -125,10 +127,16 @@ pub async fn read_snapshot(db: &FirestoreDb, layout: &Layout) -> Result<Snapshot
         Err(e) => return Err(e),
     };
     let (counts, shards_read) = sum_shards(layout, &shards.0);
+    let quarantine = layout.collection("quarantine");
+    let quarantined = run_query(db, &layout.root(), &quarantine, false, None)
+        .await?
+        .0
+        .len();
     Ok(Snapshot {
         counts,
         shards_read,
         memberships,
+        quarantined,
         consistent: shards.1,
     })
 }

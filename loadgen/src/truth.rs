@@ -27,6 +27,9 @@ pub struct Truth {
     /// (the first event of a pair is always a like, so each gets a document).
     #[serde(default)]
     pub memberships: u64,
+    /// Poison messages covered (each should leave one quarantine record).
+    #[serde(default)]
+    pub poison: u64,
 }
 
 /// The truth file could not be read or written.
@@ -62,7 +65,9 @@ impl Truth {
     pub fn compute(config: WorkloadConfig, messages: &[OutMessage]) -> Self {
         // (post, user) -> (newest seq, liked at that seq)
         let mut newest: HashMap<(&str, &str), (i64, bool)> = HashMap::new();
+        let mut poison = 0;
         for message in messages {
+            poison += u64::from(matches!(message.origin, Origin::Poison { .. }));
             let origin = match &message.origin {
                 Origin::Duplicate { of } => match messages.get(*of) {
                     Some(original) => &original.origin,
@@ -97,6 +102,7 @@ impl Truth {
             counts,
             total,
             memberships: newest.len() as u64,
+            poison,
         }
     }
 
@@ -215,7 +221,7 @@ mod tests {
     fn poison_is_excluded() {
         let t = truth(&[poison(), event("p", "a", 1, true), poison()]);
         assert_eq!(t.counts, BTreeMap::from([("p".to_string(), 1)]));
-        assert_eq!(t.messages, 3);
+        assert_eq!((t.messages, t.poison), (3, 2));
     }
 
     #[test]

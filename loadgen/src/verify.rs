@@ -58,6 +58,11 @@ pub struct VerifyReport {
     pub memberships_read: usize,
     /// Membership documents the truth expects (one per (post, user) touched).
     pub memberships_expected: u64,
+    /// Quarantine records found under the prefix (informational: not part of
+    /// [`VerifyReport::is_exact`]).
+    pub quarantined: usize,
+    /// Poison messages the truth covers (each should be quarantined once).
+    pub poison_expected: u64,
     /// Whether shards and memberships were read at one read time; if not,
     /// invariant violations may be an artefact of commits between the reads.
     pub consistent_snapshot: bool,
@@ -102,6 +107,7 @@ pub async fn verify(
     let mut report = compare(truth, &snapshot.counts, &snapshot.memberships);
     report.shards_read = snapshot.shards_read;
     report.consistent_snapshot = snapshot.consistent;
+    report.quarantined = snapshot.quarantined;
     Ok(report)
 }
 
@@ -121,6 +127,7 @@ pub fn compare(
         actual_total: counts.values().sum(),
         memberships_read: memberships.len(),
         memberships_expected: truth.memberships,
+        poison_expected: truth.poison,
         ..Default::default()
     };
     for post in posts {
@@ -160,6 +167,7 @@ mod tests {
             config: WorkloadConfig::default(),
             messages: 0,
             memberships: 0,
+            poison: 0,
             total: counts.values().sum(),
             counts,
         }
