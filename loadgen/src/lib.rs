@@ -46,6 +46,7 @@
 #![warn(missing_docs)]
 
 pub mod chart;
+pub mod demo;
 pub mod publish;
 pub mod readback;
 pub mod report;
