@@ -1184,3 +1184,67 @@ async fn ack_id_of_one_subscription_does_not_ack_on_another() {
     assert_eq!(pubsub.stats(&sub_b).unwrap().unacked, 1);
     assert_eq!(pubsub.stats(&sub_a).unwrap().outstanding, 1);
 }
+
+#[tokio::test]
+async fn seek_to_snapshot_restores_its_unacked_messages_and_later_ones() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("snap", |r| r).await;
+    let before = env.publish(&topic, &["before-snapshot"]).await;
+    let snapshot = format!("projects/{PROJECT}/snapshots/snap-1");
+    let created = env
+        .subs
+        .create_snapshot()
+        .set_name(&snapshot)
+        .set_subscription(&sub)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.topic, topic);
+    let after = env.publish(&topic, &["after-snapshot"]).await;
+    let mut stream = env.stream(&sub);
+    for _ in 0..2 {
+        next(&mut stream).await.1.ack();
+    }
+    eventually(|| env.emu.pubsub().stats(&sub).unwrap().unacked == 0).await;
+    env.subs
+        .seek()
+        .set_subscription(&sub)
+        .set_snapshot(&snapshot)
+        .send()
+        .await
+        .unwrap();
+    let mut replayed = BTreeSet::new();
+    for _ in 0..2 {
+        let (m, h) = next(&mut stream).await;
+        replayed.insert(m.message_id.clone());
+        h.ack();
+    }
+    assert_eq!(replayed, before.into_iter().chain(after).collect());
+    let other = env.topic("other-topic").await;
+    let foreign = format!("projects/{PROJECT}/subscriptions/foreign");
+    env.subs
+        .create_subscription()
+        .set_name(&foreign)
+        .set_topic(&other)
+        .send()
+        .await
+        .unwrap();
+    let err = env
+        .subs
+        .seek()
+        .set_subscription(&foreign)
+        .set_snapshot(&snapshot)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.status().unwrap().code,
+        google_cloud_gax::error::rpc::Code::InvalidArgument
+    );
+    env.subs
+        .delete_snapshot()
+        .set_snapshot(&snapshot)
+        .send()
+        .await
+        .unwrap();
+}

@@ -273,6 +273,50 @@ impl Subscriber for Service {
         Ok(Response::new(stream))
     }
 
+    async fn create_snapshot(
+        &self,
+        req: Request<pb::CreateSnapshotRequest>,
+    ) -> Result<Response<pb::Snapshot>, Status> {
+        let req = req.into_inner();
+        self.shared
+            .with(|s, _, wall| s.create_snapshot(req, wall))
+            .map(Response::new)
+    }
+
+    async fn get_snapshot(
+        &self,
+        req: Request<pb::GetSnapshotRequest>,
+    ) -> Result<Response<pb::Snapshot>, Status> {
+        let name = req.into_inner().snapshot;
+        self.shared
+            .with(|s, _, _| s.get_snapshot(&name))
+            .map(Response::new)
+    }
+
+    async fn list_snapshots(
+        &self,
+        req: Request<pb::ListSnapshotsRequest>,
+    ) -> Result<Response<pb::ListSnapshotsResponse>, Status> {
+        let req = req.into_inner();
+        let (snapshots, next_page_token) = self
+            .shared
+            .with(|s, _, _| s.list_snapshots(&req.project, req.page_size, &req.page_token))?;
+        Ok(Response::new(pb::ListSnapshotsResponse {
+            snapshots,
+            next_page_token,
+        }))
+    }
+
+    async fn delete_snapshot(
+        &self,
+        req: Request<pb::DeleteSnapshotRequest>,
+    ) -> Result<Response<()>, Status> {
+        let name = req.into_inner().snapshot;
+        self.shared
+            .with(|s, _, _| s.delete_snapshot(&name))
+            .map(Response::new)
+    }
+
     async fn seek(
         &self,
         req: Request<pb::SeekRequest>,
@@ -282,10 +326,10 @@ impl Subscriber for Service {
         let time = match req.target {
             Some(pb::seek_request::Target::Time(t)) => std::time::SystemTime::try_from(t)
                 .map_err(|_| Status::invalid_argument("invalid seek time"))?,
-            Some(pb::seek_request::Target::Snapshot(_)) => {
-                return Err(Status::unimplemented(
-                    "seek to a snapshot is not supported by this emulator",
-                ))
+            Some(pb::seek_request::Target::Snapshot(snapshot)) => {
+                self.shared
+                    .with(|s, now, _| s.seek_snapshot(&req.subscription, &snapshot, now))?;
+                return Ok(Response::new(pb::SeekResponse {}));
             }
             None => return Err(Status::invalid_argument("seek needs a time or a snapshot")),
         };

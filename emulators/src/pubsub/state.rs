@@ -28,13 +28,26 @@ const MAX_PAGE: usize = 1000;
 struct Topic {
     config: pb::Topic,
     subs: BTreeSet<String>,
+    snapshots: BTreeSet<String>,
 }
+
+/// A snapshot: the unacked messages of a subscription when it was taken, plus
+/// every message published to its topic since.
+#[derive(Debug)]
+struct Snapshot {
+    config: pb::Snapshot,
+    messages: BTreeMap<u64, Arc<Stored>>,
+}
+
+/// How long a snapshot lives (the real service: 7 days from its oldest message).
+const SNAPSHOT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The whole emulated Pub/Sub.
 #[derive(Debug, Default)]
 pub(super) struct State {
     topics: BTreeMap<String, Topic>,
     subs: BTreeMap<String, Subscription>,
+    snapshots: BTreeMap<String, Snapshot>,
     next_seq: u64,
     next_uid: u64,
     ack_log_capacity: usize,
@@ -100,6 +113,7 @@ impl State {
             Topic {
                 config: topic.clone(),
                 subs: BTreeSet::new(),
+                snapshots: BTreeSet::new(),
             },
         );
         Ok(topic)
@@ -221,6 +235,13 @@ impl State {
                     sub.add(msg.clone());
                 }
                 sub.wake();
+            }
+        }
+        for name in &entry.snapshots {
+            if let Some(snapshot) = self.snapshots.get_mut(name) {
+                for msg in &stored {
+                    snapshot.messages.insert(msg.seq, msg.clone());
+                }
             }
         }
         ids
@@ -451,6 +472,109 @@ impl State {
         if let Ok(sub) = self.sub_mut(name, Some(uid)) {
             sub.close_stream(id);
         }
+    }
+
+    // ---- snapshots ----
+
+    pub fn create_snapshot(
+        &mut self,
+        req: pb::CreateSnapshotRequest,
+        wall: SystemTime,
+    ) -> Result<pb::Snapshot, Status> {
+        names::parse(&req.name, Kind::Snapshot)?;
+        names::parse(&req.subscription, Kind::Subscription)?;
+        if self.snapshots.contains_key(&req.name) {
+            return Err(Status::already_exists("Snapshot already exists"));
+        }
+        let sub = self.sub(&req.subscription, None)?;
+        let topic = sub.config.topic.clone();
+        let messages = sub.unacked_messages();
+        let oldest = messages
+            .values()
+            .map(|m| m.publish_wall)
+            .min()
+            .unwrap_or(wall);
+        let config = pb::Snapshot {
+            name: req.name.clone(),
+            topic: topic.clone(),
+            expire_time: Some(prost_types::Timestamp::from(oldest + SNAPSHOT_TTL)),
+            labels: req.labels,
+        };
+        let topic_entry = self
+            .topics
+            .get_mut(&topic)
+            .ok_or_else(|| Status::failed_precondition("the subscription's topic was deleted"))?;
+        topic_entry.snapshots.insert(req.name.clone());
+        self.snapshots.insert(
+            req.name,
+            Snapshot {
+                config: config.clone(),
+                messages,
+            },
+        );
+        Ok(config)
+    }
+
+    pub fn get_snapshot(&self, name: &str) -> Result<pb::Snapshot, Status> {
+        names::parse(name, Kind::Snapshot)?;
+        self.snapshots
+            .get(name)
+            .map(|s| s.config.clone())
+            .ok_or_else(|| not_found("snapshot", name))
+    }
+
+    pub fn list_snapshots(
+        &self,
+        project: &str,
+        page_size: i32,
+        token: &str,
+    ) -> Result<(Vec<pb::Snapshot>, String), Status> {
+        let project = names::parse_project(project)?;
+        let prefix = format!("projects/{project}/snapshots/");
+        let items = self
+            .snapshots
+            .range(prefix.clone()..)
+            .take_while(|(n, _)| n.starts_with(&prefix))
+            .map(|(n, s)| (n.clone(), s.config.clone()));
+        Ok(page(items, page_size, token))
+    }
+
+    pub fn delete_snapshot(&mut self, name: &str) -> Result<(), Status> {
+        names::parse(name, Kind::Snapshot)?;
+        let snapshot = self
+            .snapshots
+            .remove(name)
+            .ok_or_else(|| not_found("snapshot", name))?;
+        if let Some(topic) = self.topics.get_mut(&snapshot.config.topic) {
+            topic.snapshots.remove(name);
+        }
+        Ok(())
+    }
+
+    /// Seeks `name` to snapshot `snapshot` (which must be of the same topic).
+    pub fn seek_snapshot(
+        &mut self,
+        name: &str,
+        snapshot: &str,
+        now: Duration,
+    ) -> Result<(), Status> {
+        names::parse(name, Kind::Subscription)?;
+        names::parse(snapshot, Kind::Snapshot)?;
+        let snap = self
+            .snapshots
+            .get(snapshot)
+            .ok_or_else(|| not_found("snapshot", snapshot))?;
+        let sub = self
+            .subs
+            .get_mut(name)
+            .ok_or_else(|| not_found("subscription", name))?;
+        if snap.config.topic != sub.config.topic {
+            return Err(Status::invalid_argument(
+                "The snapshot and the subscription must be of the same topic",
+            ));
+        }
+        sub.seek_to(&snap.messages, now);
+        Ok(())
     }
 
     // ---- records ----

@@ -635,6 +635,48 @@ impl Subscription {
     /// Seeks to a time: retained messages published before it become acked,
     /// the others unacked and ready (acked ones only if retained).
     pub fn seek(&mut self, time: SystemTime, now: Duration) {
+        let all = self.drain_all();
+        let mut unacked = Vec::new();
+        for (seq, (msg, deliveries)) in all {
+            if msg.published_at + self.policy.retention < now {
+                continue;
+            }
+            if msg.publish_wall < time {
+                if self.policy.retain_acked {
+                    self.acked.insert(seq, msg);
+                }
+            } else {
+                unacked.push((msg, deliveries));
+            }
+        }
+        for (msg, deliveries) in unacked {
+            self.enqueue(msg, deliveries);
+        }
+        self.wake();
+    }
+
+    /// Seeks to a snapshot: exactly `snapshot`'s messages become unacked and
+    /// ready; every other retained message becomes acked.
+    pub fn seek_to(&mut self, snapshot: &BTreeMap<u64, Arc<Stored>>, now: Duration) {
+        let all = self.drain_all();
+        for (seq, (msg, _)) in &all {
+            if self.policy.retain_acked && !snapshot.contains_key(seq) {
+                self.acked.insert(*seq, msg.clone());
+            }
+        }
+        for (seq, msg) in snapshot {
+            if msg.published_at + self.policy.retention < now {
+                continue;
+            }
+            let deliveries = all.get(seq).map_or(0, |(_, d)| *d);
+            self.enqueue(msg.clone(), deliveries);
+        }
+        self.wake();
+    }
+
+    /// Empties every message structure (for Seek); returns the unacked and
+    /// retained acked messages with their delivery counts.
+    fn drain_all(&mut self) -> BTreeMap<u64, (Arc<Stored>, u32)> {
         let mut all: BTreeMap<u64, (Arc<Stored>, u32)> = BTreeMap::new();
         for (seq, msg) in std::mem::take(&mut self.acked) {
             all.insert(seq, (msg, 0));
@@ -649,19 +691,15 @@ impl Subscription {
             budget.messages = 0;
             budget.bytes = 0;
         }
-        for (seq, (msg, deliveries)) in all {
-            if msg.published_at + self.policy.retention < now {
-                continue;
-            }
-            if msg.publish_wall < time {
-                if self.policy.retain_acked {
-                    self.acked.insert(seq, msg);
-                }
-                continue;
-            }
-            self.enqueue(msg, deliveries);
-        }
-        self.wake();
+        all
+    }
+
+    /// The unacked messages right now (for a snapshot).
+    pub fn unacked_messages(&self) -> BTreeMap<u64, Arc<Stored>> {
+        self.entries
+            .iter()
+            .map(|(seq, e)| (*seq, e.msg.clone()))
+            .collect()
     }
 
     /// The counters, with the current backlog figures filled in.
