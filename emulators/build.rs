@@ -177,38 +177,6 @@ fn main() {
                 true,
             ),
             ("seek", "Seek", "SeekRequest", "SeekResponse", false, false),
-            (
-                "create_snapshot",
-                "CreateSnapshot",
-                "CreateSnapshotRequest",
-                "Snapshot",
-                false,
-                false,
-            ),
-            (
-                "get_snapshot",
-                "GetSnapshot",
-                "GetSnapshotRequest",
-                "Snapshot",
-                false,
-                false,
-            ),
-            (
-                "list_snapshots",
-                "ListSnapshots",
-                "ListSnapshotsRequest",
-                "ListSnapshotsResponse",
-                false,
-                false,
-            ),
-            (
-                "delete_snapshot",
-                "DeleteSnapshot",
-                "DeleteSnapshotRequest",
-                "()",
-                false,
-                false,
-            ),
         ],
     );
     let fs = "gcloud_sdk::google::firestore::v1";

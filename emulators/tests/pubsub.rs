@@ -338,9 +338,13 @@ async fn exactly_once_confirmed_ack_succeeds_and_stale_ack_id_is_rejected() {
     let (Handler::ExactlyOnce(stale), Handler::ExactlyOnce(fresh)) = (stale, fresh) else {
         panic!("exactly-once handlers")
     };
+    let err = stale
+        .confirmed_ack()
+        .await
+        .expect_err("stale ack id rejected");
     assert!(
-        stale.confirmed_ack().await.is_err(),
-        "stale ack id rejected"
+        format!("{err:?}").contains("PERMANENT_FAILURE_INVALID_ACK_ID"),
+        "{err:?}"
     );
     fresh.confirmed_ack().await.expect("newest ack id is valid");
     let log = env.emu.pubsub().ack_log(&sub).unwrap();

@@ -273,50 +273,6 @@ impl Subscriber for Service {
         Ok(Response::new(stream))
     }
 
-    async fn create_snapshot(
-        &self,
-        req: Request<pb::CreateSnapshotRequest>,
-    ) -> Result<Response<pb::Snapshot>, Status> {
-        let req = req.into_inner();
-        self.shared
-            .with(|s, _, wall| s.create_snapshot(req, wall))
-            .map(Response::new)
-    }
-
-    async fn get_snapshot(
-        &self,
-        req: Request<pb::GetSnapshotRequest>,
-    ) -> Result<Response<pb::Snapshot>, Status> {
-        let name = req.into_inner().snapshot;
-        self.shared
-            .with(|s, _, _| s.get_snapshot(&name))
-            .map(Response::new)
-    }
-
-    async fn list_snapshots(
-        &self,
-        req: Request<pb::ListSnapshotsRequest>,
-    ) -> Result<Response<pb::ListSnapshotsResponse>, Status> {
-        let req = req.into_inner();
-        let (snapshots, next_page_token) = self
-            .shared
-            .with(|s, _, _| s.list_snapshots(&req.project, req.page_size, &req.page_token))?;
-        Ok(Response::new(pb::ListSnapshotsResponse {
-            snapshots,
-            next_page_token,
-        }))
-    }
-
-    async fn delete_snapshot(
-        &self,
-        req: Request<pb::DeleteSnapshotRequest>,
-    ) -> Result<Response<()>, Status> {
-        let name = req.into_inner().snapshot;
-        self.shared
-            .with(|s, _, _| s.delete_snapshot(&name))
-            .map(Response::new)
-    }
-
     async fn seek(
         &self,
         req: Request<pb::SeekRequest>,
