@@ -60,15 +60,11 @@ pub(super) fn exactly_once_failure(invalid: &[String]) -> Status {
 }
 
 /// The unary answer to an ack or modack outcome.
-pub(super) fn unary_ack_result(
-    outcome: &AckOutcome,
-    exactly_once: bool,
-    any_malformed: bool,
-) -> Result<(), Status> {
-    if exactly_once && !outcome.invalid.is_empty() {
+pub(super) fn unary_ack_result(outcome: &AckOutcome) -> Result<(), Status> {
+    if outcome.exactly_once && !outcome.invalid.is_empty() {
         return Err(exactly_once_failure(&outcome.invalid));
     }
-    if any_malformed {
+    if outcome.malformed {
         return Err(Status::invalid_argument("Invalid ack ID."));
     }
     Ok(())
@@ -231,10 +227,10 @@ impl Subscriber for Service {
         if req.ack_ids.is_empty() {
             return Err(Status::invalid_argument("ack_ids must not be empty"));
         }
-        let (outcome, exactly_once, malformed) =
+        let outcome =
             self.shared
                 .modack(&req.subscription, &req.ack_ids, req.ack_deadline_seconds)?;
-        unary_ack_result(&outcome, exactly_once, malformed).map(Response::new)
+        unary_ack_result(&outcome).map(Response::new)
     }
 
     async fn acknowledge(
@@ -245,9 +241,8 @@ impl Subscriber for Service {
         if req.ack_ids.is_empty() {
             return Err(Status::invalid_argument("ack_ids must not be empty"));
         }
-        let (outcome, exactly_once, malformed) =
-            self.shared.ack(&req.subscription, &req.ack_ids)?;
-        unary_ack_result(&outcome, exactly_once, malformed).map(Response::new)
+        let outcome = self.shared.ack(&req.subscription, &req.ack_ids)?;
+        unary_ack_result(&outcome).map(Response::new)
     }
 
     async fn pull(

@@ -95,37 +95,29 @@ impl Shared {
         f(&mut state, now, wall)
     }
 
-    /// Acknowledges `ids`. Malformed ids are reported as invalid; the flag
-    /// says whether the subscription has exactly-once delivery.
-    fn ack(&self, sub: &str, ids: &[String]) -> Result<(AckOutcome, bool, bool), Status> {
+    /// Acknowledges `ids`; malformed ids are reported as invalid.
+    fn ack(&self, sub: &str, ids: &[String]) -> Result<AckOutcome, Status> {
         names::parse(sub, names::Kind::Subscription)?;
         let (parsed, malformed) = parse_ack_ids(ids);
         let faults = self.ctx.faults.clone();
         self.with(|state, now, wall| {
-            let exactly_once = state.sub(sub, None)?.policy.exactly_once;
             let mut outcome = state.ack(sub, &parsed, now, wall, &faults)?;
-            let any_malformed = !malformed.is_empty();
+            outcome.malformed = !malformed.is_empty();
             outcome.invalid.extend(malformed);
-            Ok((outcome, exactly_once, any_malformed))
+            Ok(outcome)
         })
     }
 
-    /// Modifies ack deadlines of `ids` (0 = nack); same result shape as [`Shared::ack`].
-    fn modack(
-        &self,
-        sub: &str,
-        ids: &[String],
-        seconds: i32,
-    ) -> Result<(AckOutcome, bool, bool), Status> {
+    /// Modifies ack deadlines of `ids` (0 = nack); malformed ids are reported as invalid.
+    fn modack(&self, sub: &str, ids: &[String], seconds: i32) -> Result<AckOutcome, Status> {
         names::parse(sub, names::Kind::Subscription)?;
         let seconds = check_modack_seconds(seconds)?;
         let (parsed, malformed) = parse_ack_ids(ids);
         self.with(|state, now, wall| {
-            let exactly_once = state.sub(sub, None)?.policy.exactly_once;
             let mut outcome = state.modack(sub, &parsed, seconds, now, wall)?;
-            let any_malformed = !malformed.is_empty();
+            outcome.malformed = !malformed.is_empty();
             outcome.invalid.extend(malformed);
-            Ok((outcome, exactly_once, any_malformed))
+            Ok(outcome)
         })
     }
 

@@ -300,8 +300,7 @@ async fn subscription(
             if ids.is_empty() {
                 return Err(Status::invalid_argument("ack_ids must not be empty"));
             }
-            let (outcome, eod, malformed) = shared.ack(name, &ids)?;
-            unary_ack_result(&outcome, eod, malformed)?;
+            unary_ack_result(&shared.ack(name, &ids)?)?;
             Ok(json!({}))
         }
         (Some("modifyAckDeadline"), "POST") => {
@@ -311,8 +310,7 @@ async fn subscription(
                 return Err(Status::invalid_argument("ack_ids must not be empty"));
             }
             let secs = i32::try_from(j::get_i64(&obj, "ackDeadlineSeconds")?).unwrap_or(-1);
-            let (outcome, eod, malformed) = shared.modack(name, &ids, secs)?;
-            unary_ack_result(&outcome, eod, malformed)?;
+            unary_ack_result(&shared.modack(name, &ids, secs)?)?;
             Ok(json!({}))
         }
         (Some("seek"), "POST") => {

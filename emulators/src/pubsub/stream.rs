@@ -175,8 +175,8 @@ impl Session {
         let mut response = pb::StreamingPullResponse::default();
         let mut exactly_once = false;
         if !req.ack_ids.is_empty() {
-            let (outcome, eod, _) = self.shared.ack(&self.sub, &req.ack_ids)?;
-            exactly_once = eod;
+            let outcome = self.shared.ack(&self.sub, &req.ack_ids)?;
+            exactly_once = outcome.exactly_once;
             response.acknowledge_confirmation = Some(AcknowledgeConfirmation {
                 ack_ids: outcome.ok,
                 invalid_ack_ids: outcome.invalid,
@@ -197,8 +197,8 @@ impl Session {
                 }
             }
             for (secs, ids) in by_seconds {
-                let (outcome, eod, _) = self.shared.modack(&self.sub, &ids, secs)?;
-                exactly_once = eod;
+                let outcome = self.shared.modack(&self.sub, &ids, secs)?;
+                exactly_once = outcome.exactly_once;
                 confirmation.ack_ids.extend(outcome.ok);
                 confirmation.invalid_ack_ids.extend(outcome.invalid);
             }

@@ -138,8 +138,12 @@ impl AckId {
 pub(super) struct AckOutcome {
     /// Ack ids that were applied (or were harmless no-ops).
     pub ok: Vec<String>,
-    /// Ack ids that are unknown, stale or expired.
+    /// Ack ids that are unknown, stale, expired or malformed.
     pub invalid: Vec<String>,
+    /// Some ack ids were malformed (INVALID_ARGUMENT whatever the delivery mode).
+    pub malformed: bool,
+    /// The subscription has exactly-once delivery (invalid ids are reported).
+    pub exactly_once: bool,
 }
 
 /// A message to forward to a dead-letter topic.
@@ -429,7 +433,10 @@ impl Subscription {
     /// Applies acknowledgements. Under exactly-once delivery only the newest,
     /// unexpired ack id of a message is valid.
     pub fn ack(&mut self, ids: &[AckId], now: Duration, faults: &Faults) -> AckOutcome {
-        let mut outcome = AckOutcome::default();
+        let mut outcome = AckOutcome {
+            exactly_once: self.policy.exactly_once,
+            ..AckOutcome::default()
+        };
         let mut freed = false;
         for id in ids {
             if id.uid != self.uid {
@@ -534,7 +541,10 @@ impl Subscription {
         now: Duration,
         dead_letter_ok: bool,
     ) -> (AckOutcome, Vec<Forward>) {
-        let mut outcome = AckOutcome::default();
+        let mut outcome = AckOutcome {
+            exactly_once: self.policy.exactly_once,
+            ..AckOutcome::default()
+        };
         let mut forwards = Vec::new();
         for id in ids {
             let entry = self.entries.get_mut(&id.seq).filter(|_| id.uid == self.uid);
