@@ -475,6 +475,7 @@ impl Subscription {
     /// faults). Returns whether a stream's flow-control room was freed.
     fn apply_ack(&mut self, id: &AckId, now: Duration, faults: &Faults) -> bool {
         if faults.fire(FaultKind::AckLost, "Acknowledge").is_some() {
+            tracing::info!(subscription = %self.config.name, ack_id = %id.raw, "fault: ack lost");
             self.stats.acks_lost += 1;
             return false;
         }
@@ -512,6 +513,7 @@ impl Subscription {
             .fire(FaultKind::SpuriousRedelivery, "Acknowledge")
             .is_some()
         {
+            tracing::info!(subscription = %self.config.name, ack_id = %id.raw, "fault: spurious redelivery");
             self.stats.spurious_redeliveries += 1;
             self.enqueue(entry.msg, entry.deliveries);
             freed = true;
