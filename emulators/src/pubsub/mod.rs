@@ -9,6 +9,7 @@
 //! - [`names`]: resource names and their validation.
 //! - `resources`: subscription/topic settings, defaults and update masks.
 //! - `subscription`: one subscription's messages, leases, timers, flow control.
+//! - `ordering`: which message of each ordering key may go out next.
 //! - `state`: topics, subscriptions, publish, dead-lettering.
 //! - `grpc`: the Publisher and Subscriber services.
 //! - `stream`: one StreamingPull session.
@@ -22,6 +23,7 @@ pub mod stats;
 mod admin;
 mod grpc;
 mod json;
+mod ordering;
 mod resources;
 mod rest;
 mod state;

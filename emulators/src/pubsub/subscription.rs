@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::Notify;
 
+use super::ordering::Keys;
 use super::resources::Policy;
 use super::stats::{AckRecord, SubscriptionStats, UnackedMessage};
 use crate::faults::{FaultKind, Faults};
@@ -65,14 +66,6 @@ struct Entry {
     msg: Arc<Stored>,
     deliveries: u32,
     phase: Phase,
-}
-
-/// The unacked messages of one ordering key, in publish order; the first
-/// `leased` are leased.
-#[derive(Debug, Default)]
-struct KeyQueue {
-    queue: VecDeque<u64>,
-    leased: usize,
 }
 
 /// Flow-control budget of one StreamingPull stream.
@@ -169,7 +162,7 @@ pub(super) struct Subscription {
     recent_acks: HashMap<u64, u64>,
     recent_order: VecDeque<u64>,
     streams: HashMap<u64, Budget>,
-    keys: HashMap<String, KeyQueue>,
+    keys: Keys,
     next_gen: u64,
     stats: SubscriptionStats,
     ack_log: VecDeque<AckRecord>,
@@ -191,7 +184,7 @@ impl Subscription {
             recent_acks: HashMap::new(),
             recent_order: VecDeque::new(),
             streams: HashMap::new(),
-            keys: HashMap::new(),
+            keys: Keys::default(),
             next_gen: 1,
             stats: SubscriptionStats::default(),
             ack_log: VecDeque::new(),
@@ -217,11 +210,9 @@ impl Subscription {
         let seq = msg.seq;
         let mut phase = Phase::Ready;
         if let Some(key) = self.key_of(&msg) {
-            let kq = self.keys.entry(key).or_default();
-            if kq.queue.len() > kq.leased {
+            if !self.keys.push(key, seq) {
                 phase = Phase::Blocked;
             }
-            kq.queue.push_back(seq);
         }
         if matches!(phase, Phase::Ready) {
             self.ready.insert(seq);
@@ -242,65 +233,21 @@ impl Subscription {
         (self.policy.ordering && !key.is_empty()).then(|| key.clone())
     }
 
-    /// Unblocks the first unleased message of `key`, if blocked.
-    fn unblock_head(&mut self, key: &str) {
-        let Some(kq) = self.keys.get(key) else { return };
-        let Some(&next) = kq.queue.get(kq.leased) else {
-            return;
-        };
-        if let Some(entry) = self.entries.get_mut(&next) {
+    /// Makes `seq` ready if it is blocked (it became the head of its key).
+    fn unblock(&mut self, seq: Option<u64>) {
+        let Some(seq) = seq else { return };
+        if let Some(entry) = self.entries.get_mut(&seq) {
             if matches!(entry.phase, Phase::Blocked) {
                 entry.phase = Phase::Ready;
-                self.ready.insert(next);
+                self.ready.insert(seq);
             }
         }
     }
 
-    /// Key bookkeeping after `seq` (of `key`) was leased: it heads the
-    /// unleased part, so the prefix grows by one and the next one unblocks.
-    fn key_leased(&mut self, key: &str) {
-        if let Some(kq) = self.keys.get_mut(key) {
-            kq.leased = (kq.leased + 1).min(kq.queue.len());
-        }
-        self.unblock_head(key);
-    }
-
-    /// Key bookkeeping after `seq` left the subscription (ack, dead letter, retention).
-    fn key_removed(&mut self, key: &str, seq: u64) {
-        let Some(kq) = self.keys.get_mut(key) else {
-            return;
-        };
-        let Some(pos) = kq.queue.iter().position(|s| *s == seq) else {
-            return;
-        };
-        kq.queue.remove(pos);
-        if pos < kq.leased {
-            kq.leased -= 1;
-        }
-        if kq.queue.is_empty() {
-            self.keys.remove(key);
-        } else if pos >= kq.leased {
-            self.unblock_head(key);
-        }
-    }
-
-    /// Key bookkeeping when leased `seq` failed (nack or expiry): every later
-    /// leased message of its key loses its lease and is blocked behind it.
-    fn key_failed(&mut self, key: &str, seq: u64) {
-        let Some(kq) = self.keys.get_mut(key) else {
-            return;
-        };
-        let Some(pos) = kq.queue.iter().position(|s| *s == seq) else {
-            return;
-        };
-        let later: Vec<u64> = kq
-            .queue
-            .range(pos + 1..kq.leased.max(pos + 1))
-            .copied()
-            .collect();
-        kq.leased = pos.min(kq.leased);
-        for other in later {
-            let Some(entry) = self.entries.get_mut(&other) else {
+    /// Takes the leases of messages queued behind a failed one of their key.
+    fn block(&mut self, seqs: Vec<u64>) {
+        for seq in seqs {
+            let Some(entry) = self.entries.get_mut(&seq) else {
                 continue;
             };
             if let Phase::Leased { stream, .. } = entry.phase {
@@ -375,7 +322,8 @@ impl Subscription {
                 self.ready.remove(&seq);
                 if let Some(entry) = self.entries.remove(&seq) {
                     if let Some(key) = self.key_of(&entry.msg) {
-                        self.key_removed(&key, seq);
+                        let head = self.keys.removed(&key, seq);
+                        self.unblock(head);
                     }
                 }
                 self.stats.retention_dropped += 1;
@@ -418,7 +366,8 @@ impl Subscription {
             };
             let msg = entry.msg.clone();
             if let Some(key) = self.key_of(&msg) {
-                self.key_leased(&key);
+                let head = self.keys.leased(&key);
+                self.unblock(head);
             }
             let message = msg.message.clone();
             out.push(pb::ReceivedMessage {
@@ -491,7 +440,8 @@ impl Subscription {
             Phase::Waiting { .. } | Phase::Blocked => {}
         }
         if let Some(key) = self.key_of(&entry.msg) {
-            self.key_removed(&key, id.seq);
+            let head = self.keys.removed(&key, id.seq);
+            self.unblock(head);
         }
         self.stats.acks += 1;
         if self.ack_log.len() >= self.ack_log_capacity {
@@ -586,7 +536,8 @@ impl Subscription {
     fn requeue(&mut self, seq: u64, now: Duration, dead_letter_ok: bool) -> Option<Forward> {
         let key = self.entries.get(&seq).and_then(|e| self.key_of(&e.msg));
         if let Some(key) = &key {
-            self.key_failed(key, seq);
+            let later = self.keys.failed(key, seq);
+            self.block(later);
         }
         let entry = self.entries.get_mut(&seq)?;
         if let Some((topic, max)) = &self.policy.dead_letter {
@@ -594,7 +545,8 @@ impl Subscription {
                 let topic = topic.clone();
                 let entry = self.entries.remove(&seq)?;
                 if let Some(key) = &key {
-                    self.key_removed(key, seq);
+                    let head = self.keys.removed(key, seq);
+                    self.unblock(head);
                 }
                 self.stats.dead_lettered += 1;
                 return Some(Forward {
