@@ -200,3 +200,16 @@ async fn rest_admin_updates_and_lists_subscriptions() {
         .unwrap();
     assert_eq!(got.topic, "_deleted-topic_");
 }
+
+#[tokio::test]
+async fn shutdown_closes_open_streams_promptly() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("closing", |r| r).await;
+    env.publish(&topic, &["x"]).await;
+    let mut stream = env.stream(&sub);
+    next(&mut stream).await.1.ack();
+    let start = Instant::now();
+    env.emu.shutdown().await;
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(1), "shutdown took {took:?}");
+}

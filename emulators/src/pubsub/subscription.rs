@@ -1,18 +1,13 @@
 //! One subscription's messages and leases: the delivery state machine.
 //!
 //! Invariant: every unacked message is in exactly one phase: ready (its seq is
-//! in `ready`), leased to one delivery (one valid ack id, one deadline), or
+//! in `ready`), blocked behind an earlier message of its ordering key (see
+//! `ordering`), leased to one delivery (one valid ack id, one deadline), or
 //! waiting out a retry backoff. Only ready messages are handed out, so no
 //! message is delivered twice at once; a message leaves only by ack,
 //! dead-lettering, retention or Seek. Timers live in a heap keyed by due time
 //! and are checked lazily against the entry's current phase, so every
 //! operation costs O(log n), never a scan of the backlog.
-//!
-//! With message ordering on, each ordering key keeps its unacked messages in
-//! publish order; the leased ones form a prefix of that queue and only the
-//! first unleased one may be ready (the rest are blocked), so a key's
-//! messages go out in order, and a nack or expiry sends the failed message
-//! and every later leased message of its key back to the queue together.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
