@@ -715,3 +715,64 @@ async fn seek_to_snapshot_restores_its_unacked_messages_and_later_ones() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_message_is_lost_under_expiry_churn() {
+    // Leases of 10 emulated seconds last 1.25 s here, shorter than the
+    // client's 3 s extension period: what one slow consumer holds expires and
+    // is redelivered to the others while everyone keeps acking (stale ack ids
+    // included). Every message must end up acked, none lost.
+    let env = Env::with_config(EmulatorsConfig {
+        time_scale: 8.0,
+        ..Default::default()
+    })
+    .await;
+    let (topic, sub) = env.subscription("churn", |r| r).await;
+    let payloads: Vec<String> = (0..200).map(|i| format!("m{i}")).collect();
+    let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    let published: BTreeSet<String> = env.publish(&topic, &refs).await.into_iter().collect();
+    let mut consumers = Vec::new();
+    for i in 0..3u64 {
+        let mut stream = env
+            .subscriber
+            .subscribe(&sub)
+            .set_max_lease_extension(Duration::from_secs(10))
+            .set_max_outstanding_messages(20)
+            .build();
+        consumers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while let Ok(Some(Ok((_, h)))) = tokio::time::timeout(PATIENCE, stream.next()).await {
+                n += 1;
+                // Consumer 0 holds its first messages past their leases.
+                let hold = if i == 0 && n <= 3 { 2000 } else { n % 20 };
+                tokio::time::sleep(Duration::from_millis(hold)).await;
+                h.ack();
+            }
+        }));
+    }
+    let pubsub = env.emu.pubsub().clone();
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while pubsub.stats(&sub).unwrap().unacked > 0 {
+        if Instant::now() > give_up {
+            let unacked = pubsub.unacked(&sub).unwrap();
+            panic!(
+                "messages left unacked: {:?}\n{:?}",
+                pubsub.stats(&sub),
+                &unacked[..unacked.len().min(5)]
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for c in consumers {
+        c.abort();
+    }
+    let acked: BTreeSet<String> = pubsub
+        .ack_log(&sub)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.message_id)
+        .collect();
+    assert_eq!(acked, published);
+    let stats = pubsub.stats(&sub).unwrap();
+    assert!(stats.expiries > 0, "the churn really happened: {stats:?}");
+}
