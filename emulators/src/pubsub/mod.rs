@@ -2,7 +2,7 @@
 //! gRPC, the REST/JSON surface the admin clients use, and records for tests.
 //!
 //! Invariant: both transports only convert; every behaviour lives in one
-//! state machine ([`state`] over [`subscription`]) behind one lock, measured
+//! state machine (`state` over `subscription`) behind one lock, measured
 //! on the emulator's clock.
 //!
 //! # Layout

@@ -53,15 +53,10 @@ pub(super) struct State {
     ack_log_capacity: usize,
 }
 
-fn not_found(what: &str, name: &str) -> Status {
-    Status::not_found(format!(
-        "Resource not found (resource={}).",
-        short(what, name)
-    ))
-}
-
-fn short<'a>(_what: &str, name: &'a str) -> &'a str {
-    name.rsplit('/').next().unwrap_or(name)
+/// NOT_FOUND as the real service words it.
+fn not_found(name: &str) -> Status {
+    let short = name.rsplit('/').next().unwrap_or(name);
+    Status::not_found(format!("Resource not found (resource={short})."))
 }
 
 /// Pages through `items` (sorted by name) after `token`.
@@ -124,7 +119,7 @@ impl State {
         self.topics
             .get(name)
             .map(|t| t.config.clone())
-            .ok_or_else(|| not_found("topic", name))
+            .ok_or_else(|| not_found(name))
     }
 
     pub fn update_topic(&mut self, topic: pb::Topic, mask: &[String]) -> Result<pb::Topic, Status> {
@@ -132,7 +127,7 @@ impl State {
         let entry = self
             .topics
             .get_mut(&topic.name)
-            .ok_or_else(|| not_found("topic", &topic.name))?;
+            .ok_or_else(|| not_found(&topic.name))?;
         let next = resources::update_topic(&entry.config, topic, mask)?;
         entry.config = next.clone();
         Ok(next)
@@ -161,20 +156,14 @@ impl State {
         token: &str,
     ) -> Result<(Vec<String>, String), Status> {
         names::parse(topic, Kind::Topic)?;
-        let entry = self
-            .topics
-            .get(topic)
-            .ok_or_else(|| not_found("topic", topic))?;
+        let entry = self.topics.get(topic).ok_or_else(|| not_found(topic))?;
         let items = entry.subs.iter().map(|s| (s.clone(), s.clone()));
         Ok(page(items, page_size, token))
     }
 
     pub fn delete_topic(&mut self, name: &str) -> Result<(), Status> {
         names::parse(name, Kind::Topic)?;
-        let topic = self
-            .topics
-            .remove(name)
-            .ok_or_else(|| not_found("topic", name))?;
+        let topic = self.topics.remove(name).ok_or_else(|| not_found(name))?;
         for sub in topic.subs {
             if let Some(s) = self.subs.get_mut(&sub) {
                 let mut config = s.config.clone();
@@ -195,7 +184,7 @@ impl State {
     ) -> Result<Vec<String>, Status> {
         names::parse(topic, Kind::Topic)?;
         if !self.topics.contains_key(topic) {
-            return Err(not_found("topic", topic));
+            return Err(not_found(topic));
         }
         check_publish(&messages)?;
         Ok(self.append(topic, messages, now, wall))
@@ -287,7 +276,7 @@ impl State {
             return Err(Status::already_exists("Subscription already exists"));
         }
         if !self.topics.contains_key(&config.topic) {
-            return Err(not_found("topic", &config.topic));
+            return Err(not_found(&config.topic));
         }
         self.check_dead_letter_topic(&config)?;
         self.next_uid += 1;
@@ -304,7 +293,7 @@ impl State {
     fn check_dead_letter_topic(&self, config: &pb::Subscription) -> Result<(), Status> {
         match &config.dead_letter_policy {
             Some(p) if !self.topics.contains_key(&p.dead_letter_topic) => {
-                Err(not_found("topic", &p.dead_letter_topic))
+                Err(not_found(&p.dead_letter_topic))
             }
             _ => Ok(()),
         }
@@ -315,7 +304,7 @@ impl State {
         self.subs
             .get(name)
             .map(|s| s.config.clone())
-            .ok_or_else(|| not_found("subscription", name))
+            .ok_or_else(|| not_found(name))
     }
 
     pub fn update_subscription(
@@ -351,10 +340,7 @@ impl State {
 
     pub fn delete_subscription(&mut self, name: &str) -> Result<(), Status> {
         names::parse(name, Kind::Subscription)?;
-        let sub = self
-            .subs
-            .remove(name)
-            .ok_or_else(|| not_found("subscription", name))?;
+        let sub = self.subs.remove(name).ok_or_else(|| not_found(name))?;
         if let Some(topic) = self.topics.get_mut(&sub.config.topic) {
             topic.subs.remove(name);
         }
@@ -367,14 +353,14 @@ impl State {
     pub fn sub(&self, name: &str, uid: Option<u64>) -> Result<&Subscription, Status> {
         match self.subs.get(name) {
             Some(s) if uid.is_none_or(|u| u == s.uid) => Ok(s),
-            _ => Err(not_found("subscription", name)),
+            _ => Err(not_found(name)),
         }
     }
 
     fn sub_mut(&mut self, name: &str, uid: Option<u64>) -> Result<&mut Subscription, Status> {
         match self.subs.get_mut(name) {
             Some(s) if uid.is_none_or(|u| u == s.uid) => Ok(s),
-            _ => Err(not_found("subscription", name)),
+            _ => Err(not_found(name)),
         }
     }
 
@@ -520,7 +506,7 @@ impl State {
         self.snapshots
             .get(name)
             .map(|s| s.config.clone())
-            .ok_or_else(|| not_found("snapshot", name))
+            .ok_or_else(|| not_found(name))
     }
 
     pub fn list_snapshots(
@@ -541,10 +527,7 @@ impl State {
 
     pub fn delete_snapshot(&mut self, name: &str) -> Result<(), Status> {
         names::parse(name, Kind::Snapshot)?;
-        let snapshot = self
-            .snapshots
-            .remove(name)
-            .ok_or_else(|| not_found("snapshot", name))?;
+        let snapshot = self.snapshots.remove(name).ok_or_else(|| not_found(name))?;
         if let Some(topic) = self.topics.get_mut(&snapshot.config.topic) {
             topic.snapshots.remove(name);
         }
@@ -563,11 +546,8 @@ impl State {
         let snap = self
             .snapshots
             .get(snapshot)
-            .ok_or_else(|| not_found("snapshot", snapshot))?;
-        let sub = self
-            .subs
-            .get_mut(name)
-            .ok_or_else(|| not_found("subscription", name))?;
+            .ok_or_else(|| not_found(snapshot))?;
+        let sub = self.subs.get_mut(name).ok_or_else(|| not_found(name))?;
         if snap.config.topic != sub.config.topic {
             return Err(Status::invalid_argument(
                 "The snapshot and the subscription must be of the same topic",
