@@ -213,3 +213,23 @@ async fn shutdown_closes_open_streams_promptly() {
     let took = start.elapsed();
     assert!(took < Duration::from_secs(1), "shutdown took {took:?}");
 }
+
+#[tokio::test]
+async fn rest_exactly_once_ack_failure_carries_error_info() {
+    let env = Env::start().await;
+    let (_, sub) = env
+        .subscription("rest-eod", |r| r.set_enable_exactly_once_delivery(true))
+        .await;
+    let url = format!("{}/v1/{sub}:acknowledge", env.emu.pubsub_endpoint());
+    let (code, body) = raw_http("POST", &url, r#"{"ackIds":["1-5-5"]}"#).await;
+    assert_eq!(code, 400, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let detail = &v["error"]["details"][0];
+    assert_eq!(v["error"]["status"], "INVALID_ARGUMENT");
+    assert_eq!(detail["@type"], "type.googleapis.com/google.rpc.ErrorInfo");
+    assert_eq!(detail["reason"], "EXACTLY_ONCE_ACKID_FAILURE");
+    assert_eq!(
+        detail["metadata"]["1-5-5"],
+        "PERMANENT_FAILURE_INVALID_ACK_ID"
+    );
+}
