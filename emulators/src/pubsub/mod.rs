@@ -6,7 +6,7 @@
 //! on the emulator's clock.
 //!
 //! # Layout
-//! - [`names`]: resource names and their validation.
+//! - `names`: resource names and their validation.
 //! - `resources`: subscription/topic settings, defaults and update masks.
 //! - `subscription`: one subscription's messages, leases, timers, flow control.
 //! - `ordering`: which message of each ordering key may go out next.
@@ -15,18 +15,17 @@
 //! - `stream`: one StreamingPull session.
 //! - `rest`, `json`: the REST/JSON surface.
 //! - `admin`: `/emulator/v1/pubsub/...` records for tests.
-//! - [`stats`]: the record types.
-
-pub mod names;
-pub mod stats;
+//! - `stats`: the record types ([`SubscriptionStats`], [`AckRecord`], [`UnackedMessage`]).
 
 mod admin;
 mod grpc;
 mod json;
+mod names;
 mod ordering;
 mod resources;
 mod rest;
 mod state;
+mod stats;
 mod stream;
 mod subscription;
 
