@@ -67,7 +67,10 @@ pub struct DemoSummary {
 impl DemoSummary {
     /// Every count exact, the invariant kept, everything published and drained.
     pub fn is_success(&self) -> bool {
-        self.verify.is_exact() && self.drained && self.publish.failed == 0 && !self.publish.cancelled
+        self.verify.is_exact()
+            && self.drained
+            && self.publish.failed == 0
+            && !self.publish.cancelled
     }
 
     /// Messages per second from the first publish to the drained backlog.
@@ -108,15 +111,27 @@ impl DemoError {
 }
 
 /// Runs the whole demo; `cancel` stops publishing early.
-pub async fn run(config: &DemoConfig, cancel: watch::Receiver<bool>) -> Result<DemoSummary, DemoError> {
-    config.workload.validate().map_err(|e| DemoError::Invalid(e.to_string()))?;
-    let service_config = config.run.validate().map_err(|e| DemoError::Invalid(e.to_string()))?;
+pub async fn run(
+    config: &DemoConfig,
+    cancel: watch::Receiver<bool>,
+) -> Result<DemoSummary, DemoError> {
+    config
+        .workload
+        .validate()
+        .map_err(|e| DemoError::Invalid(e.to_string()))?;
+    let service_config = config
+        .run
+        .validate()
+        .map_err(|e| DemoError::Invalid(e.to_string()))?;
     let emulators = Emulators::start(EmulatorsConfig::default())
         .await
         .map_err(|e| DemoError::Start(format!("emulators: {e}")))?;
     if config.store_rtt_ms > 0 {
         let rtt = FaultSpec::latency("*", Duration::from_millis(config.store_rtt_ms));
-        emulators.firestore_faults().add(rtt).map_err(DemoError::Start)?;
+        emulators
+            .firestore_faults()
+            .add(rtt)
+            .map_err(DemoError::Start)?;
     }
     let endpoints = Endpoints {
         pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
@@ -151,7 +166,9 @@ pub async fn run(config: &DemoConfig, cancel: watch::Receiver<bool>) -> Result<D
     let service = {
         let (endpoints, stats) = (endpoints.clone(), stats.clone());
         let service_config = service_config.clone();
-        tokio::spawn(async move { hotcount::service::run(&endpoints, &service_config, stop, stats).await })
+        tokio::spawn(async move {
+            hotcount::service::run(&endpoints, &service_config, stop, stats).await
+        })
     };
 
     let workload = generate(&config.workload);
@@ -162,8 +179,14 @@ pub async fn run(config: &DemoConfig, cancel: watch::Receiver<bool>) -> Result<D
     };
     let topic = format!("projects/{}/topics/{topic_id}", target.project);
     let started = Instant::now();
-    let published = publish::connect_and_publish(&endpoints, &topic, &workload, &options, cancel).await?;
-    let drained = wait_for_drain(&emulators, &service_config.subscription, config.drain_timeout).await;
+    let published =
+        publish::connect_and_publish(&endpoints, &topic, &workload, &options, cancel).await?;
+    let drained = wait_for_drain(
+        &emulators,
+        &service_config.subscription,
+        config.drain_timeout,
+    )
+    .await;
     let elapsed = started.elapsed();
     let _ = stop_tx.send(true);
     match service.await {
@@ -180,7 +203,9 @@ pub async fn run(config: &DemoConfig, cancel: watch::Receiver<bool>) -> Result<D
         .first()
         .map_or(0, |d| d.writes);
     let verify = verify::connect_and_verify(&endpoints, target, &workload.truth).await?;
-    let db = readback::connect(&endpoints, target).await.map_err(verify::VerifyError::from)?;
+    let db = readback::connect(&endpoints, target)
+        .await
+        .map_err(verify::VerifyError::from)?;
     let rows = readback::read_memberships(&db, &readback::layout(target))
         .await
         .map_err(verify::VerifyError::from)?;
@@ -191,7 +216,12 @@ pub async fn run(config: &DemoConfig, cancel: watch::Receiver<bool>) -> Result<D
         settings: settings(config),
         workload: Some(config.workload.clone()),
     };
-    let files = report::write_report(&config.out_dir, &measurements, &info, &report::Machine::detect())?;
+    let files = report::write_report(
+        &config.out_dir,
+        &measurements,
+        &info,
+        &report::Machine::detect(),
+    )?;
     emulators.shutdown().await;
     Ok(DemoSummary {
         publish: published,
@@ -212,13 +242,25 @@ fn settings(config: &DemoConfig) -> Vec<(String, String)> {
     vec![
         ("shards".into(), r.shards.to_string()),
         ("counter shards".into(), r.counter_shards.to_string()),
-        ("flush interval (ms)".into(), r.flush_interval_ms.to_string()),
+        (
+            "flush interval (ms)".into(),
+            r.flush_interval_ms.to_string(),
+        ),
         ("max batch events".into(), r.max_batch_events.to_string()),
         ("streams".into(), r.streams.to_string()),
-        ("max outstanding messages".into(), r.max_outstanding_messages.to_string()),
+        (
+            "max outstanding messages".into(),
+            r.max_outstanding_messages.to_string(),
+        ),
         ("strategy".into(), format!("{:?}", r.strategy)),
-        ("publish rate (/s, 0 = max)".into(), config.rate_per_sec.to_string()),
-        ("store RTT injected (ms)".into(), config.store_rtt_ms.to_string()),
+        (
+            "publish rate (/s, 0 = max)".into(),
+            config.rate_per_sec.to_string(),
+        ),
+        (
+            "store RTT injected (ms)".into(),
+            config.store_rtt_ms.to_string(),
+        ),
         ("emulators".into(), "in-process, loopback".into()),
     ]
 }
@@ -227,7 +269,10 @@ fn settings(config: &DemoConfig) -> Vec<(String, String)> {
 async fn wait_for_drain(emulators: &Emulators, subscription: &str, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
-        let unacked = emulators.pubsub().stats(subscription).map_or(u64::MAX, |s| s.unacked);
+        let unacked = emulators
+            .pubsub()
+            .stats(subscription)
+            .map_or(u64::MAX, |s| s.unacked);
         if unacked == 0 {
             return true;
         }
@@ -252,19 +297,37 @@ pub fn render(summary: &DemoSummary) -> String {
     row("poison quarantined", s.poison.get().to_string());
     row("batches committed", s.batches.get().to_string());
     row("Firestore commits", summary.commits.to_string());
-    row("store RPCs per 1k events", format!("{:.1}", summary.store_rpcs as f64 * 1000.0 / events));
-    row("writes to the hottest document", summary.hottest_document_writes.to_string());
-    row("throughput (publish -> drained)", format!("{:.0} events/s", summary.throughput()));
+    row(
+        "store RPCs per 1k events",
+        format!("{:.1}", summary.store_rpcs as f64 * 1000.0 / events),
+    );
+    row(
+        "writes to the hottest document",
+        summary.hottest_document_writes.to_string(),
+    );
+    row(
+        "throughput (publish -> drained)",
+        format!("{:.0} events/s", summary.throughput()),
+    );
     row(
         "latency p50 / p90 / p99 / max",
         format!(
             "{:.1} / {:.1} / {:.1} / {:.1} ms",
-            summary.latency.p50_ms, summary.latency.p90_ms, summary.latency.p99_ms, summary.latency.max_ms
+            summary.latency.p50_ms,
+            summary.latency.p90_ms,
+            summary.latency.p99_ms,
+            summary.latency.max_ms
         ),
     );
-    row("posts verified exact", format!("{} of {}", v.posts_exact, v.posts_checked));
+    row(
+        "posts verified exact",
+        format!("{} of {}", v.posts_exact, v.posts_checked),
+    );
     row("count mismatches", v.mismatches.len().to_string());
-    row("shard/membership invariant breaks", v.invariant_violations.len().to_string());
+    row(
+        "shard/membership invariant breaks",
+        v.invariant_violations.len().to_string(),
+    );
     row("report", summary.report.markdown.display().to_string());
     out
 }

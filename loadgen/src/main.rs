@@ -28,6 +28,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The main job: emulators in-process, consumer, viral workload, counts verified.
+    Demo(DemoArgs),
     /// Generate a workload, write its truth file, publish it to a topic.
     Publish(PublishArgs),
     /// Compare every post's count and membership documents with a truth file.
@@ -52,6 +54,52 @@ enum Command {
         #[arg(long, env = "LOADGEN_TRUTH")]
         truth: Option<PathBuf>,
     },
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// The consumer's settings (defaults as `hotcount run`).
+    #[command(flatten)]
+    run: hotcount::config::RunArgs,
+    /// Messages to publish (valid + duplicates + poison).
+    #[arg(long, default_value_t = 200_000)]
+    events: u64,
+    /// Distinct posts.
+    #[arg(long, default_value_t = 10_000)]
+    posts: u32,
+    /// Distinct users.
+    #[arg(long, default_value_t = 100_000)]
+    users: u32,
+    /// Zipf exponent of post popularity.
+    #[arg(long, default_value_t = 1.1)]
+    zipf: f64,
+    /// Probability that an event on a liked (post, user) is an unlike.
+    #[arg(long, default_value_t = 0.05)]
+    unlike_fraction: f64,
+    /// Fraction of messages republished verbatim (publisher retries).
+    #[arg(long, default_value_t = 0.05)]
+    duplicate_fraction: f64,
+    /// Fraction of poison messages.
+    #[arg(long, default_value_t = 0.01)]
+    poison_fraction: f64,
+    /// Seed of the workload.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Publish rate, messages per second (0 = as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Added latency per Firestore RPC in milliseconds, to model real round trips.
+    #[arg(long, default_value_t = 0)]
+    store_rtt_ms: u64,
+    /// Where the report is written.
+    #[arg(long, default_value = "reports/demo")]
+    out: PathBuf,
+    /// Longest wait for the backlog to drain, in seconds.
+    #[arg(long, default_value_t = 600)]
+    drain_timeout_secs: u64,
+    /// Do not draw a progress bar.
+    #[arg(long)]
+    no_progress: bool,
 }
 
 #[derive(Args, Debug)]
@@ -147,6 +195,7 @@ fn main() -> ExitCode {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Demo(args) => run_demo(args).await,
         Command::Publish(args) => run_publish(&cli.endpoints, args).await,
         Command::Verify {
             target,
@@ -382,5 +431,49 @@ mod tests {
             err.to_string(),
             "invalid --poison-fraction: 1.5 is outside 0..=1"
         );
+    }
+}
+
+async fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let config = hotcount_loadgen::demo::DemoConfig {
+        workload: WorkloadConfig {
+            events: args.events,
+            posts: args.posts,
+            users: args.users,
+            zipf_exponent: args.zipf,
+            unlike_fraction: args.unlike_fraction,
+            duplicate_fraction: args.duplicate_fraction,
+            poison_fraction: args.poison_fraction,
+            seed: args.seed,
+        },
+        run: args.run,
+        rate_per_sec: args.rate,
+        store_rtt_ms: args.store_rtt_ms,
+        out_dir: args.out,
+        drain_timeout: std::time::Duration::from_secs(args.drain_timeout_secs),
+        progress: !args.no_progress,
+    };
+    let (cancel_tx, cancel) = watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = cancel_tx.send(true);
+        }
+    });
+    eprintln!(
+        "hotcount demo: {} messages over {} posts (Zipf {}), emulators in-process...",
+        config.workload.events, config.workload.posts, config.workload.zipf_exponent
+    );
+    let summary = hotcount_loadgen::demo::run(&config, cancel).await?;
+    print!("{}", hotcount_loadgen::demo::render(&summary));
+    if summary.is_success() {
+        println!("RESULT: every count exact");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        print_verify(&summary.verify, 20);
+        println!(
+            "RESULT: FAILED (drained: {}, publish failures: {})",
+            summary.drained, summary.publish.failed
+        );
+        Ok(ExitCode::from(1))
     }
 }
