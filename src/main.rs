@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
 use hotcount::store::CounterStore;
-use hotcount::{connect, service, setup, telemetry};
+use hotcount::{connect, reconcile, service, setup, telemetry};
 use tokio::sync::watch;
 
 /// Exactly-once like counter for viral posts.
@@ -34,6 +34,17 @@ enum Command {
     },
     /// Create the topic, dead-letter topic and subscriptions (idempotent).
     Setup(setup::SetupArgs),
+    /// Compare each post's counter shards with its liked memberships; fix with --repair.
+    Reconcile {
+        #[command(flatten)]
+        target: Target,
+        /// Only these posts (repeatable); default: every post with shards or likes.
+        #[arg(long = "post")]
+        posts: Vec<String>,
+        /// Write a correcting increment for each difference (one transaction per post).
+        #[arg(long)]
+        repair: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -74,20 +85,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Count { target, post_ids } => {
-            let db = connect::firestore(&cli.endpoints, &target).await?;
-            let store = FirestoreStore::new(
-                db,
-                FirestoreStoreConfig {
-                    layout: Layout::new(
-                        &target.project,
-                        &target.database,
-                        &target.collection_prefix,
-                    ),
-                    consumer: String::new(),
-                    counter_shards: 1,
-                    marker_ttl: std::time::Duration::ZERO,
-                },
-            );
+            let store = tool_store(&cli.endpoints, &target).await?;
             for post in post_ids {
                 let count = store
                     .count(&post)
@@ -97,6 +95,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Reconcile {
+            target,
+            posts,
+            repair,
+        } => reconcile(&cli.endpoints, &target, posts, repair).await,
         Command::Setup(args) => {
             for (name, created) in setup::setup(&cli.endpoints, &args).await? {
                 let what = match created {
@@ -108,6 +111,64 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A store for the operator tools (reads, and repairs that name their shard).
+async fn tool_store(endpoints: &Endpoints, target: &Target) -> anyhow::Result<FirestoreStore> {
+    let db = connect::firestore(endpoints, target).await?;
+    Ok(FirestoreStore::new(
+        db,
+        FirestoreStoreConfig {
+            layout: Layout::new(&target.project, &target.database, &target.collection_prefix),
+            consumer: String::new(),
+            counter_shards: 1,
+            marker_ttl: std::time::Duration::ZERO,
+        },
+    ))
+}
+
+async fn reconcile(
+    endpoints: &Endpoints,
+    target: &Target,
+    posts: Vec<String>,
+    repair: bool,
+) -> anyhow::Result<()> {
+    let store = tool_store(endpoints, target).await?;
+    let reports = if posts.is_empty() {
+        reconcile::reconcile_all(&store, repair).await?
+    } else {
+        let mut reports = Vec::new();
+        for post in posts {
+            let report = reconcile::reconcile_post(&store, &post, repair)
+                .await
+                .with_context(|| format!("reconciling {post}"))?;
+            reports.push(report);
+        }
+        reports
+    };
+    println!("post\tshards\tliked\tdifference\tstatus");
+    let mut unrepaired = 0;
+    for r in &reports {
+        let status = match (r.difference(), r.repaired) {
+            (0, false) => "ok",
+            (_, true) => "repaired",
+            _ => {
+                unrepaired += 1;
+                "differs"
+            }
+        };
+        println!(
+            "{}\t{}\t{}\t{:+}\t{status}",
+            r.post_id,
+            r.shards_sum,
+            r.liked,
+            r.difference()
+        );
+    }
+    if unrepaired > 0 {
+        anyhow::bail!("{unrepaired} post(s) differ; run again with --repair to fix them");
+    }
+    Ok(())
 }
 
 async fn wait_for_signal() {

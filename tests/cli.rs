@@ -10,10 +10,17 @@ use common::{Ev, Harness};
 
 fn hotcount(h: &Harness) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hotcount"));
-    cmd.env("PUBSUB_EMULATOR_HOST", h.emulators.pubsub_addr().to_string())
-        .env("FIRESTORE_EMULATOR_HOST", h.emulators.firestore_addr().to_string())
-        .env("HOTCOUNT_PROJECT", common::PROJECT)
-        .env("RUST_LOG", "warn");
+    cmd.env(
+        "PUBSUB_EMULATOR_HOST",
+        h.emulators.pubsub_addr().to_string(),
+    )
+    .env(
+        "FIRESTORE_EMULATOR_HOST",
+        h.emulators.firestore_addr().to_string(),
+    )
+    .env("HOTCOUNT_PROJECT", common::PROJECT)
+    .env("HOTCOUNT_METRICS_ADDR", "127.0.0.1:0")
+    .env("RUST_LOG", "warn");
     cmd
 }
 
@@ -49,45 +56,91 @@ async fn setup_is_idempotent() {
     let mut cmd = hotcount(&h);
     cmd.args(["setup", "--topic", "other", "--subscription", "other-sub"]);
     let first = output(cmd);
-    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     let text = String::from_utf8_lossy(&first.stdout);
-    assert!(text.contains("created\tprojects/hotcount-test/topics/other"), "{text}");
+    assert!(
+        text.contains("created\tprojects/hotcount-test/topics/other"),
+        "{text}"
+    );
     let mut cmd = hotcount(&h);
     cmd.args(["setup", "--topic", "other", "--subscription", "other-sub"]);
     let second = output(cmd);
     assert!(second.status.success());
     let text = String::from_utf8_lossy(&second.stdout);
-    assert_eq!(text.lines().filter(|l| l.starts_with("exists\t")).count(), 4, "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("exists\t")).count(),
+        4,
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_acks_and_exits_zero() {
     let h = Harness::start().await;
     let events: Vec<Ev> = (0..200)
-        .map(|i| Ev::like(&format!("e{i}"), &format!("post-{}", i % 7), &format!("u{i}"), 1))
+        .map(|i| {
+            Ev::like(
+                &format!("e{i}"),
+                &format!("post-{}", i % 7),
+                &format!("u{i}"),
+                1,
+            )
+        })
         .collect();
     h.publish(&events).await;
     let mut cmd = hotcount(&h);
-    cmd.args(["run", "--consumer", "cli", "--flush-interval-ms", "5000", "--max-batch-events", "10000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "run",
+        "--consumer",
+        "cli",
+        "--flush-interval-ms",
+        "5000",
+        "--max-batch-events",
+        "10000",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("hotcount run starts");
     // With a 5 s flush interval nothing is committed yet: wait until
     // everything is buffered, then ask for a graceful stop.
-    let sub = format!("projects/{}/subscriptions/{}", common::PROJECT, common::SUBSCRIPTION);
+    let sub = format!(
+        "projects/{}/subscriptions/{}",
+        common::PROJECT,
+        common::SUBSCRIPTION
+    );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while h.emulators.pubsub().stats(&sub).map_or(0, |s| s.outstanding) < 200 {
-        assert!(tokio::time::Instant::now() < deadline, "all messages leased");
+    while h
+        .emulators
+        .pubsub()
+        .stats(&sub)
+        .map_or(0, |s| s.outstanding)
+        < 200
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "all messages leased"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(h.count("post-0").await, 0, "nothing flushed before the signal");
+    assert_eq!(
+        h.count("post-0").await,
+        0,
+        "nothing flushed before the signal"
+    );
     signal(&child, "-TERM");
     let status = wait_with_timeout(&mut child, Duration::from_secs(30));
     assert!(status.success(), "exit status {status:?}");
     let want = common::expected(&events);
     assert_eq!(h.counts(want.keys()).await, want, "drained at shutdown");
     let stats = h.emulators.pubsub().stats(&sub).expect("subscription");
-    assert_eq!(stats.unacked, 0, "every message acked before exit: {stats:?}");
+    assert_eq!(
+        stats.unacked, 0,
+        "every message acked before exit: {stats:?}"
+    );
 
     let mut cmd = hotcount(&h);
     cmd.args(["count", "post-0", "post-1", "never-liked"]);
