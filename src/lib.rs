@@ -17,6 +17,8 @@
 //! - [`telemetry`]: every metric name, the Prometheus exposition, and tracing setup.
 //! - [`http`]: the `/metrics`, `/healthz` and `/readyz` endpoint.
 //! - [`reconcile`]: counter shards vs liked memberships, reported and repaired.
+//! - [`replay`]: a time window re-read through an isolated, Seeked subscription.
+//! - [`dlq`]: dead letters inspected and replayed to the main topic.
 //!
 //! # Invariants
 //! - An ack leaves the service only for a message whose effects are
@@ -41,10 +43,12 @@ pub mod aggregator;
 pub mod batch;
 pub mod config;
 pub mod connect;
+pub mod dlq;
 pub mod event;
 pub mod flusher;
 pub mod http;
 pub mod reconcile;
+pub mod replay;
 pub mod service;
 pub mod setup;
 pub mod source;

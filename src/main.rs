@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
 use hotcount::store::CounterStore;
-use hotcount::{connect, reconcile, service, setup, telemetry};
+use hotcount::{connect, dlq, reconcile, replay, service, setup, telemetry};
 use tokio::sync::watch;
 
 /// Exactly-once like counter for viral posts.
@@ -44,6 +44,30 @@ enum Command {
         /// Write a correcting increment for each difference (one transaction per post).
         #[arg(long)]
         repair: bool,
+    },
+    /// Replay a time window of the topic through an isolated subscription.
+    Replay(replay::ReplayArgs),
+    /// Inspect or replay dead-lettered messages.
+    Dlq {
+        #[command(flatten)]
+        args: dlq::DlqArgs,
+        #[command(subcommand)]
+        action: DlqAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DlqAction {
+    /// Show dead letters (message id, source attributes, delivery counts, payload preview); acks nothing.
+    Inspect,
+    /// Republish selected dead letters to the main topic and ack them.
+    Replay {
+        /// Dead-letter message ids to replay (repeatable).
+        #[arg(long = "message-id", required_unless_present = "all")]
+        message_ids: Vec<String>,
+        /// Replay every dead letter read.
+        #[arg(long, conflicts_with = "message_ids")]
+        all: bool,
     },
 }
 
@@ -100,6 +124,58 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             posts,
             repair,
         } => reconcile(&cli.endpoints, &target, posts, repair).await,
+        Command::Replay(args) => {
+            let report = replay::run(&cli.endpoints, &args).await?;
+            print_replay(&report);
+            if report.ending == replay::Ending::Paused {
+                anyhow::bail!(
+                    "replay paused: divergence {:.4} exceeds --max-divergence {}",
+                    report.divergence(),
+                    args.max_divergence
+                );
+            }
+            Ok(())
+        }
+        Command::Dlq { args, action } => match action {
+            DlqAction::Inspect => {
+                let letters = dlq::inspect(&cli.endpoints, &args).await?;
+                for l in &letters {
+                    println!("message {}", l.message_id);
+                    println!("  published: {}", l.publish_time.as_deref().unwrap_or("-"));
+                    let count = l
+                        .source_delivery_count
+                        .map_or("-".into(), |n| n.to_string());
+                    println!("  source delivery count: {count}");
+                    let attempt = l.delivery_attempt.map_or("-".into(), |n| n.to_string());
+                    println!("  delivery attempt here: {attempt}");
+                    for (k, v) in &l.attributes {
+                        println!("  attribute {k}={v}");
+                    }
+                    println!("  data ({} bytes): {}", l.data.len(), l.preview(120));
+                }
+                println!("{} dead letter(s); none acked", letters.len());
+                Ok(())
+            }
+            DlqAction::Replay { message_ids, all } => {
+                let selection = if all {
+                    dlq::Selection::All
+                } else {
+                    dlq::Selection::Ids(message_ids.iter().cloned().collect())
+                };
+                let replayed = dlq::replay(&cli.endpoints, &args, &selection).await?;
+                for r in &replayed {
+                    println!("replayed\t{}\t{}", r.dead_letter_id, r.message_id);
+                }
+                if let dlq::Selection::Ids(ids) = &selection {
+                    let done: std::collections::BTreeSet<&String> =
+                        replayed.iter().map(|r| &r.dead_letter_id).collect();
+                    for id in ids.iter().filter(|id| !done.contains(id)) {
+                        println!("not found\t{id}");
+                    }
+                }
+                Ok(())
+            }
+        },
         Command::Setup(args) => {
             for (name, created) in setup::setup(&cli.endpoints, &args).await? {
                 let what = match created {
@@ -169,6 +245,37 @@ async fn reconcile(
         anyhow::bail!("{unrepaired} post(s) differ; run again with --repair to fix them");
     }
     Ok(())
+}
+
+fn print_replay(report: &replay::ReplayReport) {
+    let e = &report.effects;
+    let mode = if report.dry_run {
+        "dry run (nothing written)"
+    } else {
+        "committed"
+    };
+    println!("replay\t{mode}");
+    println!(
+        "subscription\t{} ({})",
+        report.subscription,
+        if report.deleted { "deleted" } else { "kept" }
+    );
+    println!("ending\t{:?}", report.ending);
+    println!(
+        "messages\t{}\tskipped outside the window\t{}",
+        report.messages, report.skipped
+    );
+    println!(
+        "applied\t{}\tduplicates\t{}\tstale\t{}\tpoison\t{}\tdivergence\t{:.4}",
+        e.applied,
+        e.duplicates,
+        e.stale,
+        e.poison,
+        report.divergence()
+    );
+    for (post, delta) in &report.deltas {
+        println!("delta\t{post}\t{delta:+}");
+    }
 }
 
 async fn wait_for_signal() {

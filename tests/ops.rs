@@ -8,7 +8,7 @@ mod scrape;
 use std::time::Duration;
 
 use common::{expected, Ev, Harness};
-use hotcount::reconcile;
+use hotcount::{reconcile, replay};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -127,4 +127,208 @@ async fn corrupt(h: &Harness, post: &str, k: u32, delta: i64) {
         })
         .await
         .expect("corrupting commit");
+}
+
+/// A subscription that keeps acked messages, created before the traffic:
+/// stands in for topic message retention, which the emulator does not keep
+/// for subscriptions created later (Google does, with `--message-retention-duration`).
+async fn archive(h: &Harness, id: &str) {
+    use google_cloud_pubsub::model::Subscription;
+    let admin = hotcount::connect::subscription_admin(&h.endpoints)
+        .await
+        .unwrap();
+    admin
+        .create_subscription()
+        .with_request(
+            Subscription::new()
+                .set_name(format!("projects/{}/subscriptions/{id}", common::PROJECT))
+                .set_topic(format!(
+                    "projects/{}/topics/{}",
+                    common::PROJECT,
+                    common::TOPIC
+                ))
+                .set_retain_acked_messages(true),
+        )
+        .send()
+        .await
+        .expect("archive subscription");
+}
+
+fn rfc3339(t: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339()
+}
+
+fn replay_args(
+    h: &Harness,
+    from: std::time::SystemTime,
+    to: std::time::SystemTime,
+    extra: &[&str],
+) -> replay::ReplayArgs {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        replay: replay::ReplayArgs,
+    }
+    let _ = h;
+    let (from, to) = (rfc3339(from), rfc3339(to));
+    let mut flags: Vec<(&str, &str)> = vec![
+        ("--project", common::PROJECT),
+        ("--consumer", "c1"),
+        ("--from", &from),
+        ("--to", &to),
+        ("--idle-ms", "1500"),
+        ("--end-grace-ms", "200"),
+        ("--max-events-per-sec", "10000"),
+        ("--chunk-events", "7"),
+    ];
+    let mut switches = Vec::new();
+    let mut rest = extra.iter();
+    while let Some(flag) = rest.next() {
+        if *flag == "--dry-run" {
+            switches.push(*flag);
+            continue;
+        }
+        let value = rest.next().expect("flag value");
+        match flags.iter_mut().find(|(f, _)| f == flag) {
+            Some(slot) => slot.1 = value,
+            None => flags.push((flag, value)),
+        }
+    }
+    let mut argv = vec!["hotcount"];
+    for (flag, value) in flags {
+        argv.push(flag);
+        argv.push(value);
+    }
+    argv.extend(switches);
+    <Cli as clap::Parser>::parse_from(argv).replay
+}
+
+fn history() -> Vec<Ev> {
+    let mut events = likes("r1", 15, "r");
+    events.extend(likes("r2", 4, "s"));
+    events.push(Ev::unlike("s-1-off", "r2", "user-1", 2));
+    events.push(events[2].clone()); // a publisher retry
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_processed_traffic_leaves_every_count_unchanged() {
+    let h = Harness::start().await;
+    archive(&h, "likes-archive").await;
+    let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    let events = history();
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(events.len() as u64, WAIT).await);
+    consumer.stop().await;
+    let want = expected(&events);
+    assert_eq!(h.counts(want.keys()).await, want);
+    let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+
+    let args = replay_args(&h, from, to, &["--replay-subscription", "likes-archive"]);
+    let report = replay::run(&h.endpoints, &args).await.expect("replay");
+    assert_eq!(report.messages, events.len() as u64, "{report:?}");
+    assert_eq!(report.effects.applied, 0, "{report:?}");
+    assert_eq!(
+        report.effects.duplicates + report.effects.stale,
+        events.len() as u64
+    );
+    assert!(report.deltas.is_empty());
+    assert_eq!(report.ending, replay::Ending::Drained);
+    assert!(!report.deleted, "an existing subscription is kept");
+    assert_eq!(
+        h.counts(want.keys()).await,
+        want,
+        "counts unchanged by the replay"
+    );
+
+    // Without a name, replay creates its own subscription and deletes it.
+    let args = replay_args(&h, from, to, &["--idle-ms", "300"]);
+    let report = replay::run(&h.endpoints, &args).await.expect("replay");
+    assert!(
+        report.subscription.contains("/likes-hotcount-replay-"),
+        "{}",
+        report.subscription
+    );
+    assert!(report.deleted);
+    assert!(
+        h.emulators.pubsub().stats(&report.subscription).is_none(),
+        "cleaned up"
+    );
+    assert_eq!(h.counts(want.keys()).await, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_reports_changes_and_writes_nothing_and_divergence_pauses() {
+    let h = Harness::start().await;
+    archive(&h, "likes-archive").await;
+    let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
+    // Never processed by a consumer: replaying it would change counts.
+    let events = history();
+    h.publish(&events).await;
+    let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+    let want = expected(&events);
+    let zero: std::collections::BTreeMap<String, i64> =
+        want.keys().map(|k| (k.clone(), 0)).collect();
+
+    let commits_before = h.emulators.firestore_counters().get("Commit");
+    let dry = replay_args(
+        &h,
+        from,
+        to,
+        &["--replay-subscription", "likes-archive", "--dry-run"],
+    );
+    let report = replay::run(&h.endpoints, &dry).await.expect("dry run");
+    assert!(report.dry_run);
+    assert_eq!(report.messages, events.len() as u64);
+    assert_eq!(report.deltas, want, "reports exactly what would change");
+    assert_eq!(report.effects.duplicates, 1, "the publisher retry");
+    assert_eq!(
+        h.counts(want.keys()).await,
+        zero,
+        "a dry run changes nothing"
+    );
+    assert_eq!(
+        h.emulators.firestore_counters().get("Commit"),
+        commits_before,
+        "no commit at all"
+    );
+
+    let guarded = replay_args(
+        &h,
+        from,
+        to,
+        &[
+            "--replay-subscription",
+            "likes-archive",
+            "--max-divergence",
+            "0.5",
+        ],
+    );
+    let report = replay::run(&h.endpoints, &guarded)
+        .await
+        .expect("guarded replay");
+    assert_eq!(report.ending, replay::Ending::Paused);
+    assert_eq!(report.messages, 0, "the diverging chunk was not committed");
+    assert_eq!(h.counts(want.keys()).await, zero);
+
+    let full = replay_args(
+        &h,
+        from,
+        to,
+        &[
+            "--replay-subscription",
+            "likes-archive",
+            "--max-divergence",
+            "1",
+        ],
+    );
+    let report = replay::run(&h.endpoints, &full).await.expect("replay");
+    assert_eq!(report.ending, replay::Ending::Drained);
+    assert_eq!(report.deltas, want);
+    assert_eq!(
+        h.counts(want.keys()).await,
+        want,
+        "the real run applies what the dry run showed"
+    );
 }
