@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use google_cloud_pubsub::model::Message;
 use google_cloud_pubsub::subscriber::handler::Handler;
-use google_cloud_pubsub::subscriber::ShutdownBehavior;
+use google_cloud_pubsub::subscriber::{MessageStream, ShutdownBehavior, ShutdownToken};
 use tokio::time::Instant;
 
 use crate::config::{check_pubsub_id, Endpoints};
@@ -162,12 +162,19 @@ fn subscription(args: &DlqArgs) -> Result<String, DlqError> {
 
 /// Reads up to `max_messages` dead letters and nacks them all (they stay).
 pub async fn inspect(endpoints: &Endpoints, args: &DlqArgs) -> Result<Vec<DeadLetter>, DlqError> {
-    let held = read(endpoints, args).await?;
+    let (token, held) = read(endpoints, args).await?;
     let letters = held.iter().map(|(l, _)| l.clone()).collect();
     for (_, handler) in held {
         handler.nack();
     }
+    close(token).await;
     Ok(letters)
+}
+
+/// Waits until the stream's acks and nacks reach Pub/Sub (call once every
+/// handler is resolved).
+async fn close(token: ShutdownToken) {
+    token.shutdown().await;
 }
 
 /// Republishes the selected dead letters to the main topic and acks them;
@@ -180,7 +187,7 @@ pub async fn replay(
     check_pubsub_id(&args.topic).map_err(DlqError::Invalid)?;
     let topic = format!("projects/{}/topics/{}", args.project, args.topic);
     let publisher = connect::publisher(endpoints, &topic).await?;
-    let held = read(endpoints, args).await?;
+    let (token, held) = read(endpoints, args).await?;
     let mut replayed = Vec::new();
     let mut failure = None;
     for (letter, handler) in held {
@@ -215,6 +222,7 @@ pub async fn replay(
             }
         }
     }
+    close(token).await;
     match failure {
         Some(error) => Err(error),
         None => Ok(replayed),
@@ -222,19 +230,22 @@ pub async fn replay(
 }
 
 /// Holds up to `max_messages` distinct dead letters with their handlers,
-/// reading until nothing arrives for `wait_ms`.
+/// reading until nothing arrives for `wait_ms`. The stream is closed before
+/// this returns (its lease loop lives on until every handler is resolved),
+/// so a nacked message is not redelivered to this reader.
 async fn read(
     endpoints: &Endpoints,
     args: &DlqArgs,
-) -> Result<Vec<(DeadLetter, Handler)>, DlqError> {
+) -> Result<(ShutdownToken, Vec<(DeadLetter, Handler)>), DlqError> {
     let name = subscription(args)?;
     let subscriber = connect::subscriber(endpoints).await?;
     let max = args.max_messages.max(1);
     let mut stream = subscriber
         .subscribe(name)
         .set_max_outstanding_messages(i64::try_from(max).unwrap_or(i64::MAX))
-        .set_shutdown_behavior(ShutdownBehavior::NackImmediately)
+        .set_shutdown_behavior(ShutdownBehavior::WaitForProcessing)
         .build();
+    let token = stream.shutdown_token();
     let wait = Duration::from_millis(args.wait_ms.max(1));
     let mut held: Vec<(DeadLetter, Handler)> = Vec::new();
     let mut seen = BTreeSet::new();
@@ -262,7 +273,19 @@ async fn read(
             Ok(None) | Err(_) => break,
         }
     }
-    Ok(held)
+    close_reading(stream).await;
+    Ok((token, held))
+}
+
+/// How long a closed stream is given to reach the server before handlers
+/// are resolved (a message nacked earlier could be redelivered to it).
+const CLOSE_GRACE: Duration = Duration::from_millis(300);
+
+async fn close_reading(stream: MessageStream) {
+    // Dropping the stream signals its shutdown; with `WaitForProcessing` the
+    // lease loop keeps the held messages leased until they are resolved.
+    drop(stream);
+    tokio::time::sleep(CLOSE_GRACE).await;
 }
 
 #[cfg(test)]

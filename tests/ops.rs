@@ -8,7 +8,7 @@ mod scrape;
 use std::time::Duration;
 
 use common::{expected, Ev, Harness};
-use hotcount::{reconcile, replay};
+use hotcount::{dlq, reconcile, replay};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -331,4 +331,104 @@ async fn dry_run_reports_changes_and_writes_nothing_and_divergence_pauses() {
         want,
         "the real run applies what the dry run showed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_shown_with_their_source_and_selected_ones_replay_through_the_normal_path()
+{
+    let h = Harness::start_with(common::SubscriptionOptions {
+        max_delivery_attempts: 5,
+        ..Default::default()
+    })
+    .await;
+    let events = likes("dl", 3, "d");
+    h.publish(&events).await;
+    // A consumer that fails every message: Pub/Sub dead-letters each after 5 deliveries.
+    let subscriber = hotcount::connect::subscriber(&h.endpoints).await.unwrap();
+    let main = format!(
+        "projects/{}/subscriptions/{}",
+        common::PROJECT,
+        common::SUBSCRIPTION
+    );
+    let inspect_sub = format!(
+        "projects/{}/subscriptions/likes-dead-letter-inspect",
+        common::PROJECT
+    );
+    let mut stream = subscriber.subscribe(main).build();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while h
+        .emulators
+        .pubsub()
+        .stats(&inspect_sub)
+        .map_or(0, |s| s.unacked)
+        < 3
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "dead-lettered in time"
+        );
+        if let Ok(Some(Ok((_, handler)))) =
+            tokio::time::timeout(Duration::from_millis(100), stream.next()).await
+        {
+            handler.nack();
+        }
+    }
+    drop(stream);
+
+    let args = dlq_args();
+    let letters = dlq::inspect(&h.endpoints, &args).await.expect("inspect");
+    assert_eq!(letters.len(), 3);
+    for letter in &letters {
+        assert_eq!(letter.source_delivery_count, Some(5), "{letter:?}");
+        assert_eq!(
+            letter
+                .attributes
+                .get("CloudPubSubDeadLetterSourceSubscription")
+                .map(String::as_str),
+            Some(common::SUBSCRIPTION)
+        );
+        assert!(
+            letter.preview(200).contains("\"postId\":\"dl\""),
+            "{}",
+            letter.preview(200)
+        );
+    }
+    assert_eq!(
+        dlq::inspect(&h.endpoints, &args).await.unwrap().len(),
+        3,
+        "inspect acks nothing"
+    );
+
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    let chosen: std::collections::BTreeSet<String> = letters
+        .iter()
+        .take(2)
+        .map(|l| l.message_id.clone())
+        .collect();
+    let replayed = dlq::replay(&h.endpoints, &args, &dlq::Selection::Ids(chosen.clone()))
+        .await
+        .expect("replay");
+    assert_eq!(
+        replayed
+            .iter()
+            .map(|r| r.dead_letter_id.clone())
+            .collect::<std::collections::BTreeSet<_>>(),
+        chosen
+    );
+    assert!(consumer.wait_for_acks(2, WAIT).await);
+    assert_eq!(h.count("dl").await, 2, "the two replayed likes counted");
+    consumer.stop().await;
+    let left = dlq::inspect(&h.endpoints, &args).await.unwrap();
+    assert_eq!(left.len(), 1, "the unselected dead letter stays");
+    assert!(!chosen.contains(&left[0].message_id));
+}
+
+fn dlq_args() -> dlq::DlqArgs {
+    dlq::DlqArgs {
+        project: common::PROJECT.into(),
+        dead_letter_subscription: "likes-dead-letter-inspect".into(),
+        topic: common::TOPIC.into(),
+        max_messages: 100,
+        wait_ms: 1000,
+    }
 }
