@@ -48,20 +48,18 @@ enum Command {
     /// Replay a time window of the topic through an isolated subscription.
     Replay(replay::ReplayArgs),
     /// Inspect or replay dead-lettered messages.
-    Dlq {
-        #[command(flatten)]
-        args: dlq::DlqArgs,
-        #[command(subcommand)]
-        action: DlqAction,
-    },
+    #[command(subcommand)]
+    Dlq(DlqAction),
 }
 
 #[derive(Subcommand, Debug)]
 enum DlqAction {
     /// Show dead letters (message id, source attributes, delivery counts, payload preview); acks nothing.
-    Inspect,
+    Inspect(dlq::DlqArgs),
     /// Republish selected dead letters to the main topic and ack them.
     Replay {
+        #[command(flatten)]
+        args: dlq::DlqArgs,
         /// Dead-letter message ids to replay (repeatable).
         #[arg(long = "message-id", required_unless_present = "all")]
         message_ids: Vec<String>,
@@ -136,8 +134,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Dlq { args, action } => match action {
-            DlqAction::Inspect => {
+        Command::Dlq(action) => match action {
+            DlqAction::Inspect(args) => {
                 let letters = dlq::inspect(&cli.endpoints, &args).await?;
                 for l in &letters {
                     println!("message {}", l.message_id);
@@ -156,7 +154,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 println!("{} dead letter(s); none acked", letters.len());
                 Ok(())
             }
-            DlqAction::Replay { message_ids, all } => {
+            DlqAction::Replay {
+                args,
+                message_ids,
+                all,
+            } => {
                 let selection = if all {
                     dlq::Selection::All
                 } else {

@@ -2,6 +2,8 @@
 //! endpoint, reconcile, replay and the dead-letter tools.
 
 mod common;
+#[path = "support/corrupt.rs"]
+mod corrupt;
 #[path = "support/scrape.rs"]
 mod scrape;
 
@@ -65,8 +67,8 @@ async fn reconcile_finds_and_repairs_a_corrupted_shard() {
     assert!(clean.iter().all(|r| r.difference() == 0), "{clean:?}");
 
     // Corrupt: a lost increment on one shard, a phantom one on another post.
-    corrupt(&h, "hot", 0, -4).await;
-    corrupt(&h, "calm", 5, 3).await;
+    corrupt::counter_shard(&h.store, "hot", 0, -4).await;
+    corrupt::counter_shard(&h.store, "calm", 5, 3).await;
     assert_eq!(h.count("hot").await, 5);
 
     let report = reconcile::reconcile_post(&h.store, "hot", false)
@@ -95,38 +97,6 @@ async fn reconcile_finds_and_repairs_a_corrupted_shard() {
         again.iter().all(|r| r.difference() == 0 && !r.repaired),
         "{again:?}"
     );
-}
-
-/// Adds `delta` to counter shard `k` of `post` behind hotcount's back.
-async fn corrupt(h: &Harness, post: &str, k: u32, delta: i64) {
-    use fs::document_transform::field_transform::TransformType;
-    use gcloud_sdk::google::firestore::v1 as fs;
-    let name = h.store.layout().counter_shard(post, k);
-    let write = fs::Write {
-        operation: Some(fs::write::Operation::Update(fs::Document {
-            name,
-            ..Default::default()
-        })),
-        update_mask: Some(fs::DocumentMask {
-            field_paths: vec![],
-        }),
-        update_transforms: vec![fs::document_transform::FieldTransform {
-            field_path: "likes".into(),
-            transform_type: Some(TransformType::Increment(fs::Value {
-                value_type: Some(fs::value::ValueType::IntegerValue(delta)),
-            })),
-        }],
-        current_document: None,
-    };
-    h.store
-        .client()
-        .commit(fs::CommitRequest {
-            database: h.store.layout().database.clone(),
-            writes: vec![write],
-            ..Default::default()
-        })
-        .await
-        .expect("corrupting commit");
 }
 
 /// A subscription that keeps acked messages, created before the traffic:
