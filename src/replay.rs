@@ -82,6 +82,9 @@ pub struct ReplayArgs {
     /// Counter shards per post (as the service's `--counter-shards`).
     #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = 8)]
     pub counter_shards: u32,
+    /// Batch marker lifetime, in days (as the service's `--marker-ttl-days`).
+    #[arg(long, env = "HOTCOUNT_MARKER_TTL_DAYS", default_value_t = 40)]
+    pub marker_ttl_days: u64,
     /// Keep the replay subscription afterwards.
     #[arg(long)]
     pub keep_subscription: bool,
@@ -300,7 +303,7 @@ async fn open_store(
             layout: Layout::new(&t.project, &t.database, &t.collection_prefix),
             consumer: args.consumer.clone(),
             counter_shards: args.counter_shards.max(1),
-            marker_ttl: Duration::from_secs(40 * 86_400),
+            marker_ttl: Duration::from_secs(86_400 * args.marker_ttl_days.clamp(1, 3650)),
         },
     ))
 }

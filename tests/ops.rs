@@ -194,9 +194,29 @@ async fn replaying_processed_traffic_leaves_every_count_unchanged() {
     let want = expected(&events);
     assert_eq!(h.counts(want.keys()).await, want);
     let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+    // Traffic after the window: never processed, and the replay must not apply it.
+    h.emulators.clock().advance(Duration::from_secs(2));
+    h.publish(&[Ev::like("late", "r1", "late-user", 1)]).await;
 
-    let args = replay_args(&h, from, to, &["--replay-subscription", "likes-archive"]);
+    let args = replay_args(
+        &h,
+        from,
+        to,
+        &[
+            "--replay-subscription",
+            "likes-archive",
+            "--max-events-per-sec",
+            "20",
+        ],
+    );
+    let started = std::time::Instant::now();
     let report = replay::run(&h.endpoints, &args).await.expect("replay");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "21 messages at 20 per second take over a second"
+    );
+    assert_eq!(report.ending, replay::Ending::WindowEnd, "{report:?}");
+    assert_eq!(report.skipped, 1, "the late message is outside the window");
     assert_eq!(report.messages, events.len() as u64, "{report:?}");
     assert_eq!(report.effects.applied, 0, "{report:?}");
     assert_eq!(
@@ -204,7 +224,6 @@ async fn replaying_processed_traffic_leaves_every_count_unchanged() {
         events.len() as u64
     );
     assert!(report.deltas.is_empty());
-    assert_eq!(report.ending, replay::Ending::Drained);
     assert!(!report.deleted, "an existing subscription is kept");
     assert_eq!(
         h.counts(want.keys()).await,
