@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use google_cloud_gax::error::rpc::Code;
-use google_cloud_pubsub::model::{Message, Subscription};
+use google_cloud_pubsub::model::{ExpirationPolicy, Message, Subscription};
 use google_cloud_pubsub::subscriber::handler::Handler;
 use google_cloud_pubsub::subscriber::ShutdownBehavior;
 use tokio::time::Instant;
@@ -272,10 +272,15 @@ async fn create(
     subscription: &str,
     topic: &str,
 ) -> Result<bool, ReplayError> {
+    // If this process dies before cleaning up, Pub/Sub deletes the
+    // subscription after a day without subscribers (the shortest TTL allowed).
     let config = Subscription::new()
         .set_name(subscription.to_string())
         .set_topic(topic.to_string())
-        .set_ack_deadline_seconds(60);
+        .set_ack_deadline_seconds(60)
+        .set_expiration_policy(
+            ExpirationPolicy::new().set_ttl(google_cloud_wkt::Duration::clamp(86_400, 0)),
+        );
     match admin
         .create_subscription()
         .with_request(config)
