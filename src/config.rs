@@ -12,10 +12,10 @@ use crate::event::{check_id, MAX_EVENT_ID_BYTES};
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Endpoints {
     /// Pub/Sub emulator address (`host:port`); unset = Google's endpoint with ADC.
-    #[arg(long, env = "PUBSUB_EMULATOR_HOST")]
+    #[arg(long, env = "PUBSUB_EMULATOR_HOST", global = true)]
     pub pubsub_emulator_host: Option<String>,
     /// Firestore emulator address (`host:port`); unset = Google's endpoint with ADC.
-    #[arg(long, env = "FIRESTORE_EMULATOR_HOST")]
+    #[arg(long, env = "FIRESTORE_EMULATOR_HOST", global = true)]
     pub firestore_emulator_host: Option<String>,
 }
 
@@ -31,6 +31,17 @@ pub struct Target {
     /// Prefix of every Firestore collection hotcount writes (e.g. `hc_`).
     #[arg(long, env = "HOTCOUNT_COLLECTION_PREFIX", default_value = "")]
     pub collection_prefix: String,
+}
+
+/// How events become transactions.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Buffer per post, one transaction per batch (the design).
+    Batched,
+    /// The naive baseline: one transaction per event, several in flight,
+    /// same parsing and membership semantics, ack after commit. Exists only
+    /// to be measured against (docs/BENCHMARKS.md).
+    PerEvent,
 }
 
 /// Settings of `hotcount run`, as given on the command line or in the environment.
@@ -90,6 +101,12 @@ pub struct RunArgs {
     /// Log as JSON lines.
     #[arg(long, env = "HOTCOUNT_LOG_JSON", default_value_t = false)]
     pub log_json: bool,
+    /// `batched` (the design) or `per-event` (the naive baseline, for benchmarks).
+    #[arg(long, env = "HOTCOUNT_STRATEGY", value_enum, default_value_t = Strategy::Batched)]
+    pub strategy: Strategy,
+    /// Transactions in flight with `--strategy per-event`.
+    #[arg(long, env = "HOTCOUNT_PER_EVENT_CONCURRENCY", default_value_t = 64)]
+    pub per_event_concurrency: usize,
     /// Address of the `/metrics`, `/healthz` and `/readyz` endpoint
     /// (`host:port`, port 0 picks one; `off` disables it). Loopback only
     /// unless `--metrics-allow-remote`.
@@ -137,6 +154,10 @@ pub struct Config {
     pub commit_backoff_max: Duration,
     /// Batch marker lifetime.
     pub marker_ttl: Duration,
+    /// Batched or per-event.
+    pub strategy: Strategy,
+    /// Transactions in flight with the per-event strategy.
+    pub per_event_concurrency: usize,
     /// Where the metrics endpoint listens; `None` = no endpoint.
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
@@ -317,6 +338,13 @@ impl RunArgs {
             marker_ttl: Duration::from_secs(
                 86_400 * range("marker-ttl-days", self.marker_ttl_days, 1, 3650)?,
             ),
+            strategy: self.strategy,
+            per_event_concurrency: range(
+                "per-event-concurrency",
+                self.per_event_concurrency,
+                1,
+                4096,
+            )?,
             metrics_addr,
         })
     }

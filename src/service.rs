@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::acker::{Acker, PubSubHandle};
 use crate::aggregator::Aggregator;
-use crate::config::{Config, Endpoints, Target};
+use crate::config::{Config, Endpoints, Strategy, Target};
 use crate::connect;
 use crate::flusher::{FlushConfig, Flusher};
 use crate::source::{Source, SourceConfig};
@@ -90,8 +90,19 @@ async fn run_pipeline(
 ) -> Result<Arc<Stats>, ServiceError> {
     let store = Arc::new(open_store(endpoints, config).await?);
     let subscriber = connect::subscriber(endpoints).await?;
-    let aggregator: Arc<Aggregator<PubSubHandle>> =
-        Arc::new(Aggregator::new(config.shards, config.max_batch_events));
+    let (aggregator, flush_interval) = match config.strategy {
+        Strategy::Batched => (
+            Aggregator::new(config.shards, config.max_batch_events),
+            config.flush_interval,
+        ),
+        // One message per batch, flushed at once, round robin over
+        // `per_event_concurrency` shards: one transaction per event.
+        Strategy::PerEvent => (
+            Aggregator::per_message(config.per_event_concurrency),
+            std::time::Duration::ZERO,
+        ),
+    };
+    let aggregator: Arc<Aggregator<PubSubHandle>> = Arc::new(aggregator);
     let probe = Arc::downgrade(&aggregator);
     stats.buffered.set(Arc::new(move || match probe.upgrade() {
         Some(aggregator) => (0..aggregator.shard_count())
@@ -106,7 +117,7 @@ async fn run_pipeline(
         acker,
         stats.clone(),
         FlushConfig {
-            flush_interval: config.flush_interval,
+            flush_interval,
             commit_max_attempts: config.commit_max_attempts,
             backoff_initial: config.commit_backoff_initial,
             backoff_max: config.commit_backoff_max,
@@ -124,7 +135,7 @@ async fn run_pipeline(
         aggregator.clone(),
         stats.clone(),
     );
-    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, "hotcount running");
+    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, strategy = ?config.strategy, "hotcount running");
 
     // The flusher stops only after the source has stopped, so nothing new
     // arrives while the shards drain.

@@ -366,3 +366,39 @@ async fn exactly_once_subscription_confirms_acks_and_counts_once() {
     let stats = consumer.stop().await;
     assert_eq!(stats.ack_failures.get(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_event_baseline_counts_exactly_with_one_transaction_per_event() {
+    let h = Harness::start().await;
+    let mut events = many_likes("viral", 120, "pe");
+    events.push(events[0].clone());
+    events.push(Ev::unlike("pe-un", "viral", "user-1", 2));
+    let want = expected(&events);
+    let before = h.emulators.firestore_counters().get("Commit");
+    let consumer = h.spawn(h.run_args(
+        "c1",
+        &[
+            "--strategy",
+            "per-event",
+            "--per-event-concurrency",
+            "8",
+            "--counter-shards",
+            "1",
+        ],
+    ));
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(events.len() as u64, WAIT).await);
+    assert_eq!(h.counts(want.keys()).await, want);
+    let stats = consumer.stop().await;
+    let commits = h.emulators.firestore_counters().get("Commit") - before;
+    assert!(
+        commits >= events.len() as u64,
+        "{commits} commits for {} events",
+        events.len()
+    );
+    assert_eq!(
+        stats.batches.get(),
+        events.len() as u64,
+        "one batch per event"
+    );
+}

@@ -358,7 +358,7 @@ async fn exactly_once_unary_ack_of_unknown_id_carries_error_info() {
     let err = raw
         .acknowledge(pb::AcknowledgeRequest {
             subscription: sub.clone(),
-            ack_ids: vec!["42-7".into()],
+            ack_ids: vec!["1-42-7".into()],
         })
         .await
         .unwrap_err();
@@ -367,7 +367,7 @@ async fn exactly_once_unary_ack_of_unknown_id_carries_error_info() {
     let info =
         gcloud_sdk::google::rpc::ErrorInfo::decode(status.details[0].value.as_slice()).unwrap();
     assert_eq!(info.reason, "EXACTLY_ONCE_ACKID_FAILURE");
-    assert_eq!(info.metadata["42-7"], "PERMANENT_FAILURE_INVALID_ACK_ID");
+    assert_eq!(info.metadata["1-42-7"], "PERMANENT_FAILURE_INVALID_ACK_ID");
 }
 
 #[tokio::test]
@@ -377,7 +377,7 @@ async fn at_least_once_ack_of_unknown_id_is_ok() {
     let mut raw = env.raw_subscriber().await;
     raw.acknowledge(pb::AcknowledgeRequest {
         subscription: sub.clone(),
-        ack_ids: vec!["42-7".into()],
+        ack_ids: vec!["1-42-7".into()],
     })
     .await
     .unwrap();
@@ -861,4 +861,326 @@ async fn raw_http(method: &str, url: &str, body: &str) -> (u16, String) {
     let status = response[9..12].parse().unwrap();
     let body = response.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
     (status, body.to_string())
+}
+
+#[tokio::test]
+async fn ordered_key_is_redelivered_together_after_a_nack() {
+    let env = Env::start().await;
+    let topic = env.topic("ordered-topic").await;
+    let sub = format!("projects/{PROJECT}/subscriptions/ordered");
+    let mut raw = env.raw_subscriber().await;
+    raw.create_subscription(pb::Subscription {
+        name: sub.clone(),
+        topic: topic.clone(),
+        enable_message_ordering: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let message = |data: &str, key: &str| pb::PubsubMessage {
+        data: data.as_bytes().to_vec(),
+        ordering_key: key.into(),
+        ..Default::default()
+    };
+    let mut publisher = env.raw_publisher().await;
+    for (data, key) in [("a1", "a"), ("b1", "b"), ("a2", "a"), ("a3", "a")] {
+        publisher
+            .publish(pb::PublishRequest {
+                topic: topic.clone(),
+                messages: vec![message(data, key)],
+            })
+            .await
+            .unwrap();
+    }
+    let puller = raw.clone();
+    let pull = |max: i32| {
+        let mut raw = puller.clone();
+        let sub = sub.clone();
+        async move {
+            let got = raw
+                .pull(pb::PullRequest {
+                    subscription: sub,
+                    max_messages: max,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .received_messages;
+            let data: Vec<String> = got
+                .iter()
+                .map(|m| String::from_utf8_lossy(&m.message.as_ref().unwrap().data).into_owned())
+                .collect();
+            (data, got)
+        }
+    };
+    let (data, got) = pull(10).await;
+    assert_eq!(data, ["a1", "b1", "a2", "a3"]);
+    // Nack a2: a3 (leased after it) comes back with it, in order; a1 and b1 stay leased.
+    raw.modify_ack_deadline(pb::ModifyAckDeadlineRequest {
+        subscription: sub.clone(),
+        ack_ids: vec![got[2].ack_id.clone()],
+        ack_deadline_seconds: 0,
+    })
+    .await
+    .unwrap();
+    let (data, _) = pull(10).await;
+    assert_eq!(data, ["a2", "a3"]);
+    let states: Vec<&str> = env
+        .emu
+        .pubsub()
+        .unacked(&sub)
+        .unwrap()
+        .iter()
+        .map(|m| m.state)
+        .collect();
+    assert_eq!(states, ["leased"; 4]);
+}
+
+#[tokio::test]
+async fn ordered_key_waits_behind_a_message_in_backoff() {
+    let env = Env::start().await;
+    let topic = env.topic("ordered-backoff-topic").await;
+    let sub = format!("projects/{PROJECT}/subscriptions/ordered-backoff");
+    let mut raw = env.raw_subscriber().await;
+    raw.create_subscription(pb::Subscription {
+        name: sub.clone(),
+        topic: topic.clone(),
+        enable_message_ordering: true,
+        retry_policy: Some(pb::RetryPolicy {
+            minimum_backoff: Some(prost_types::Duration {
+                seconds: 20,
+                nanos: 0,
+            }),
+            maximum_backoff: None,
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut publisher = env.raw_publisher().await;
+    let publish = |data: &'static str| pb::PublishRequest {
+        topic: topic.clone(),
+        messages: vec![pb::PubsubMessage {
+            data: data.as_bytes().to_vec(),
+            ordering_key: "k".into(),
+            ..Default::default()
+        }],
+    };
+    publisher.publish(publish("first")).await.unwrap();
+    let puller = raw.clone();
+    let pull = || {
+        let mut raw = puller.clone();
+        let sub = sub.clone();
+        async move {
+            raw.pull(pb::PullRequest {
+                subscription: sub,
+                max_messages: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .received_messages
+        }
+    };
+    let got = pull().await;
+    raw.modify_ack_deadline(pb::ModifyAckDeadlineRequest {
+        subscription: sub.clone(),
+        ack_ids: vec![got[0].ack_id.clone()],
+        ack_deadline_seconds: 0,
+    })
+    .await
+    .unwrap();
+    publisher.publish(publish("second")).await.unwrap();
+    assert!(pull().await.is_empty(), "second waits behind first");
+    env.emu.clock().advance(Duration::from_secs(21));
+    let got = pull().await;
+    let data: Vec<&[u8]> = got
+        .iter()
+        .map(|m| m.message.as_ref().unwrap().data.as_slice())
+        .collect();
+    assert_eq!(data, [&b"first"[..], &b"second"[..]]);
+}
+
+#[tokio::test]
+async fn exactly_once_stream_acks_are_confirmed_with_invalid_ids_listed() {
+    let env = Env::start().await;
+    let (topic, sub) = env
+        .subscription("eod-stream", |r| r.set_enable_exactly_once_delivery(true))
+        .await;
+    env.publish(&topic, &["x"]).await;
+    let mut raw = env.raw_subscriber().await;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    tx.send(pb::StreamingPullRequest {
+        subscription: sub.clone(),
+        stream_ack_deadline_seconds: 10,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut responses = raw
+        .streaming_pull(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = responses.message().await.unwrap().unwrap();
+    assert!(
+        first
+            .subscription_properties
+            .unwrap()
+            .exactly_once_delivery_enabled
+    );
+    let ack_id = first.received_messages[0].ack_id.clone();
+    tx.send(pb::StreamingPullRequest {
+        ack_ids: vec![ack_id.clone(), "1-999-1".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let confirmation = responses
+        .message()
+        .await
+        .unwrap()
+        .unwrap()
+        .acknowledge_confirmation
+        .unwrap();
+    assert_eq!(confirmation.ack_ids, [ack_id]);
+    assert_eq!(confirmation.invalid_ack_ids, ["1-999-1"]);
+    // Setting the subscription again mid-stream aborts the stream.
+    tx.send(pb::StreamingPullRequest {
+        subscription: sub,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let end = tokio::time::timeout(PATIENCE, responses.message())
+        .await
+        .unwrap();
+    assert_eq!(end.unwrap_err().code(), Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn flow_control_by_bytes_holds_back_the_next_message() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("flow-bytes", |r| r).await;
+    env.publish(&topic, &["0123456789", "0123456789", "0123456789"])
+        .await;
+    let mut raw = env.raw_subscriber().await;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    tx.send(pb::StreamingPullRequest {
+        subscription: sub.clone(),
+        stream_ack_deadline_seconds: 60,
+        max_outstanding_bytes: 25,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut responses = raw
+        .streaming_pull(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = responses.message().await.unwrap().unwrap();
+    assert_eq!(first.received_messages.len(), 2, "20 of 25 bytes");
+    let more = tokio::time::timeout(Duration::from_millis(300), responses.message()).await;
+    assert!(more.is_err(), "third message would exceed the byte limit");
+    tx.send(pb::StreamingPullRequest {
+        ack_ids: vec![first.received_messages[0].ack_id.clone()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let next = responses.message().await.unwrap().unwrap();
+    assert_eq!(next.received_messages.len(), 1);
+}
+
+#[tokio::test]
+async fn rest_admin_updates_and_lists_subscriptions() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("updatable", |r| r).await;
+    let updated = env
+        .subs
+        .update_subscription()
+        .set_subscription(
+            google_cloud_pubsub::model::Subscription::new()
+                .set_name(&sub)
+                .set_ack_deadline_seconds(30),
+        )
+        .set_update_mask(google_cloud_wkt::FieldMask::default().set_paths(["ack_deadline_seconds"]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(updated.ack_deadline_seconds, 30);
+    assert_eq!(updated.topic, topic);
+    let listed = env
+        .subs
+        .list_subscriptions()
+        .set_project(format!("projects/{PROJECT}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.subscriptions.len(), 1);
+    assert_eq!(listed.subscriptions[0].ack_deadline_seconds, 30);
+    let err = env
+        .subs
+        .update_subscription()
+        .set_subscription(google_cloud_pubsub::model::Subscription::new().set_name(&sub))
+        .set_update_mask(google_cloud_wkt::FieldMask::default().set_paths(["topic"]))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.status().unwrap().code,
+        google_cloud_gax::error::rpc::Code::InvalidArgument
+    );
+    env.topics
+        .delete_topic()
+        .set_topic(&topic)
+        .send()
+        .await
+        .unwrap();
+    let got = env
+        .subs
+        .get_subscription()
+        .set_subscription(&sub)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.topic, "_deleted-topic_");
+}
+
+#[tokio::test]
+async fn ack_id_of_one_subscription_does_not_ack_on_another() {
+    let env = Env::start().await;
+    let (topic, sub_a) = env.subscription("fan-a", |r| r).await;
+    let sub_b = format!("projects/{PROJECT}/subscriptions/fan-b");
+    env.subs
+        .create_subscription()
+        .set_name(&sub_b)
+        .set_topic(&topic)
+        .send()
+        .await
+        .unwrap();
+    env.publish(&topic, &["both"]).await;
+    let mut raw = env.raw_subscriber().await;
+    let got = raw
+        .pull(pb::PullRequest {
+            subscription: sub_a.clone(),
+            max_messages: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .received_messages;
+    raw.acknowledge(pb::AcknowledgeRequest {
+        subscription: sub_b.clone(),
+        ack_ids: vec![got[0].ack_id.clone()],
+    })
+    .await
+    .unwrap();
+    let pubsub = env.emu.pubsub();
+    assert_eq!(pubsub.stats(&sub_b).unwrap().unacked, 1);
+    assert_eq!(pubsub.stats(&sub_a).unwrap().outstanding, 1);
 }

@@ -73,10 +73,24 @@ struct Shard<H> {
     wake: Notify,
 }
 
+/// How messages are spread over shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// By post: one post, one shard (the batched design).
+    ByPost,
+    /// Round robin by message, whatever the post: the per-event baseline,
+    /// where concurrent transactions on one hot post contend as in a naive
+    /// consumer. Breaks the "no contention inside one process" invariant on
+    /// purpose; used only to be measured against.
+    PerMessage,
+}
+
 /// The sharded buffers.
 pub struct Aggregator<H> {
     shards: Box<[Shard<H>]>,
     max_batch_events: usize,
+    routing: Routing,
+    next: std::sync::atomic::AtomicUsize,
 }
 
 impl<H> Aggregator<H> {
@@ -95,7 +109,23 @@ impl<H> Aggregator<H> {
         Self {
             shards,
             max_batch_events: max_batch_events.max(1),
+            routing: Routing::ByPost,
+            next: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// `shards` buffers of one message each, routed round robin: the
+    /// per-event baseline (one transaction per event, `shards` in flight).
+    pub fn per_message(shards: usize) -> Self {
+        Self {
+            routing: Routing::PerMessage,
+            ..Self::new(shards, 1)
+        }
+    }
+
+    /// How this aggregator routes messages.
+    pub fn routing(&self) -> Routing {
+        self.routing
     }
 
     /// Number of shards.
@@ -103,8 +133,13 @@ impl<H> Aggregator<H> {
         self.shards.len()
     }
 
-    /// The shard of `item`: by post for events, by message id for poison.
+    /// The shard of `item`: by post for events, by message id for poison
+    /// (round robin for [`Routing::PerMessage`]).
     pub fn shard_of(&self, item: &Item) -> usize {
+        if self.routing == Routing::PerMessage {
+            let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return n % self.shards.len();
+        }
         let hash = match item {
             Item::Event(e) => fnv1a64(e.post_id.as_bytes(), b""),
             Item::Poison(p) => fnv1a64(p.message_id.as_bytes(), b"poison"),
@@ -315,6 +350,21 @@ mod tests {
         assert_eq!(t.events.len(), 1);
         assert_eq!(t.poison.len(), 1);
         assert_eq!(t.handles, vec!["a", "b"]);
+    }
+
+    #[test]
+    fn per_message_routing_spreads_one_post_over_all_shards() {
+        let agg: Aggregator<u32> = Aggregator::per_message(4);
+        for i in 0..8 {
+            agg.add(Pending {
+                handle: i,
+                item: event("hot", &format!("u{i}")),
+                bytes: 1,
+                published: None,
+            });
+        }
+        assert!((0..4).all(|s| agg.len(s) == 2));
+        assert!(agg.is_full(0), "one message is a full batch");
     }
 
     #[tokio::test(start_paused = true)]

@@ -229,112 +229,129 @@ impl FirestoreStore {
         snapshot: &Snapshot,
         marker: &str,
     ) -> Vec<fs::Write> {
-        let layout = &self.config.layout;
-        let mut writes = Vec::with_capacity(plan.memberships.len() + plan.deltas.len() + 2);
-        for (key, membership) in &plan.memberships {
-            let precondition = match snapshot.update_times.get(key) {
-                Some(Some(time)) => fs::precondition::ConditionType::UpdateTime(*time),
-                _ => fs::precondition::ConditionType::Exists(false),
-            };
-            writes.push(fs::Write {
-                operation: Some(fs::write::Operation::Update(fs::Document {
-                    name: layout.membership(key),
-                    fields: membership_fields(key, membership, &batch.id),
-                    ..Default::default()
-                })),
-                update_mask: None,
-                update_transforms: vec![server_time("updatedAt")],
-                current_document: Some(fs::Precondition {
-                    condition_type: Some(precondition),
-                }),
-            });
-        }
-        let shard = rand::random_range(0..self.config.counter_shards.max(1));
-        for (post, delta) in &plan.deltas {
-            writes.push(fs::Write {
-                operation: Some(fs::write::Operation::Update(fs::Document {
-                    name: layout.counter_shard(post, shard),
-                    fields: HashMap::from([("postId".to_string(), string(post))]),
-                    ..Default::default()
-                })),
-                update_mask: Some(fs::DocumentMask {
-                    field_paths: vec!["postId".into()],
-                }),
-                update_transforms: vec![FieldTransform {
-                    field_path: "likes".into(),
-                    transform_type: Some(TransformType::Increment(int(*delta))),
-                }],
-                current_document: None,
-            });
-        }
-        writes.push(self.marker_write(batch, plan, marker));
-        for poison in &batch.poison {
-            writes.push(self.quarantine_write(poison));
-        }
-        writes
+        build_writes(&self.config, batch, plan, &snapshot.update_times, marker)
     }
+}
 
-    fn marker_write(&self, batch: &Batch, plan: &Plan, marker: &str) -> fs::Write {
-        let expire = std::time::SystemTime::now() + self.config.marker_ttl;
-        let e = plan.effects;
-        let fields = HashMap::from([
-            ("consumer".to_string(), string(&self.config.consumer)),
-            ("batchId".to_string(), string(&batch.id)),
-            ("messages".to_string(), int(batch.message_count as i64)),
-            ("applied".to_string(), int(e.applied as i64)),
-            ("duplicates".to_string(), int(e.duplicates as i64)),
-            ("stale".to_string(), int(e.stale as i64)),
-            ("poison".to_string(), int(e.poison as i64)),
-            ("posts".to_string(), int(plan.deltas.len() as i64)),
-            ("expireAt".to_string(), timestamp(expire.into())),
-        ]);
-        fs::Write {
+/// The writes of one batch's commit: changed memberships (each with a
+/// precondition on what was read), one increment per post on one random
+/// counter shard, the marker (create-if-absent) and quarantine records.
+pub fn build_writes(
+    config: &FirestoreStoreConfig,
+    batch: &Batch,
+    plan: &Plan,
+    update_times: &HashMap<MembershipKey, Option<Timestamp>>,
+    marker: &str,
+) -> Vec<fs::Write> {
+    let layout = &config.layout;
+    let mut writes = Vec::with_capacity(plan.memberships.len() + plan.deltas.len() + 2);
+    for (key, membership) in &plan.memberships {
+        let precondition = match update_times.get(key) {
+            Some(Some(time)) => fs::precondition::ConditionType::UpdateTime(*time),
+            _ => fs::precondition::ConditionType::Exists(false),
+        };
+        writes.push(fs::Write {
             operation: Some(fs::write::Operation::Update(fs::Document {
-                name: marker.to_string(),
-                fields,
+                name: layout.membership(key),
+                fields: membership_fields(key, membership, &batch.id),
                 ..Default::default()
             })),
             update_mask: None,
-            update_transforms: vec![server_time("committedAt")],
+            update_transforms: vec![server_time("updatedAt")],
             current_document: Some(fs::Precondition {
-                condition_type: Some(fs::precondition::ConditionType::Exists(false)),
+                condition_type: Some(precondition),
             }),
-        }
+        });
     }
-
-    fn quarantine_write(&self, poison: &PoisonRecord) -> fs::Write {
-        let attributes = poison
-            .attributes
-            .iter()
-            .map(|(k, v)| (k.clone(), string(v)))
-            .collect();
-        let fields = HashMap::from([
-            ("consumer".to_string(), string(&self.config.consumer)),
-            ("messageId".to_string(), string(&poison.message_id)),
-            ("reason".to_string(), string(&poison.reason)),
-            (
-                "data".to_string(),
-                value(ValueType::BytesValue(poison.data.clone())),
-            ),
-            ("dataBytes".to_string(), int(poison.data_len as i64)),
-            (
-                "attributes".to_string(),
-                value(ValueType::MapValue(fs::MapValue { fields: attributes })),
-            ),
-        ]);
-        fs::Write {
+    let shard = rand::random_range(0..config.counter_shards.max(1));
+    for (post, delta) in &plan.deltas {
+        writes.push(fs::Write {
             operation: Some(fs::write::Operation::Update(fs::Document {
-                name: self
-                    .config
-                    .layout
-                    .quarantine(&self.config.consumer, &poison.message_id),
-                fields,
+                name: layout.counter_shard(post, shard),
+                fields: HashMap::from([("postId".to_string(), string(post))]),
                 ..Default::default()
             })),
-            update_mask: None,
-            update_transforms: vec![server_time("quarantinedAt")],
+            update_mask: Some(fs::DocumentMask {
+                field_paths: vec!["postId".into()],
+            }),
+            update_transforms: vec![FieldTransform {
+                field_path: "likes".into(),
+                transform_type: Some(TransformType::Increment(int(*delta))),
+            }],
             current_document: None,
-        }
+        });
+    }
+    writes.push(marker_write(config, batch, plan, marker));
+    for poison in &batch.poison {
+        writes.push(quarantine_write(config, poison));
+    }
+    writes
+}
+
+fn marker_write(
+    config: &FirestoreStoreConfig,
+    batch: &Batch,
+    plan: &Plan,
+    marker: &str,
+) -> fs::Write {
+    let expire = std::time::SystemTime::now() + config.marker_ttl;
+    let e = plan.effects;
+    let fields = HashMap::from([
+        ("consumer".to_string(), string(&config.consumer)),
+        ("batchId".to_string(), string(&batch.id)),
+        ("messages".to_string(), int(batch.message_count as i64)),
+        ("applied".to_string(), int(e.applied as i64)),
+        ("duplicates".to_string(), int(e.duplicates as i64)),
+        ("stale".to_string(), int(e.stale as i64)),
+        ("poison".to_string(), int(e.poison as i64)),
+        ("posts".to_string(), int(plan.deltas.len() as i64)),
+        ("expireAt".to_string(), timestamp(expire.into())),
+    ]);
+    fs::Write {
+        operation: Some(fs::write::Operation::Update(fs::Document {
+            name: marker.to_string(),
+            fields,
+            ..Default::default()
+        })),
+        update_mask: None,
+        update_transforms: vec![server_time("committedAt")],
+        current_document: Some(fs::Precondition {
+            condition_type: Some(fs::precondition::ConditionType::Exists(false)),
+        }),
+    }
+}
+
+fn quarantine_write(config: &FirestoreStoreConfig, poison: &PoisonRecord) -> fs::Write {
+    let attributes = poison
+        .attributes
+        .iter()
+        .map(|(k, v)| (k.clone(), string(v)))
+        .collect();
+    let fields = HashMap::from([
+        ("consumer".to_string(), string(&config.consumer)),
+        ("messageId".to_string(), string(&poison.message_id)),
+        ("reason".to_string(), string(&poison.reason)),
+        (
+            "data".to_string(),
+            value(ValueType::BytesValue(poison.data.clone())),
+        ),
+        ("dataBytes".to_string(), int(poison.data_len as i64)),
+        (
+            "attributes".to_string(),
+            value(ValueType::MapValue(fs::MapValue { fields: attributes })),
+        ),
+    ]);
+    fs::Write {
+        operation: Some(fs::write::Operation::Update(fs::Document {
+            name: config
+                .layout
+                .quarantine(&config.consumer, &poison.message_id),
+            fields,
+            ..Default::default()
+        })),
+        update_mask: None,
+        update_transforms: vec![server_time("quarantinedAt")],
+        current_document: None,
     }
 }
 

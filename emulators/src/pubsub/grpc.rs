@@ -255,9 +255,12 @@ impl Subscriber for Service {
         req: Request<pb::PullRequest>,
     ) -> Result<Response<pb::PullResponse>, Status> {
         let req = req.into_inner();
+        // Deprecated in the API but still sent by older clients; honoured.
+        #[allow(deprecated)]
+        let return_immediately = req.return_immediately;
         let received_messages = self
             .shared
-            .pull(&req.subscription, req.max_messages)
+            .pull(&req.subscription, req.max_messages, return_immediately)
             .await?;
         Ok(Response::new(pb::PullResponse { received_messages }))
     }

@@ -36,9 +36,9 @@ fn parse_duration(v: &Value, field: &str) -> Result<prost_types::Duration, Statu
     let secs: f64 = s
         .strip_suffix('s')
         .and_then(|n| n.parse().ok())
-        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
         .ok_or_else(|| bad(field))?;
-    Ok(to_proto(Duration::from_secs_f64(secs)))
+    let d = Duration::try_from_secs_f64(secs).map_err(|_| bad(field))?;
+    Ok(to_proto(d))
 }
 
 /// RFC 3339 for a timestamp.
@@ -63,7 +63,8 @@ fn get_str(obj: &Map<String, Value>, key: &str) -> Result<String, Status> {
     }
 }
 
-fn get_bool(obj: &Map<String, Value>, key: &str) -> Result<bool, Status> {
+/// A boolean field (absent = false).
+pub fn get_bool(obj: &Map<String, Value>, key: &str) -> Result<bool, Status> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
@@ -442,6 +443,8 @@ mod tests {
             500_000_000
         );
         assert!(parse_duration(&json!("10"), "x").is_err());
+        assert!(parse_duration(&json!("1e300s"), "x").is_err());
+        assert!(parse_duration(&json!("-1s"), "x").is_err());
     }
 
     #[test]

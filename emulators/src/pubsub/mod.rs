@@ -56,6 +56,9 @@ pub struct PubSubConfig {
     pub pull_max_wait: Duration,
     /// Most messages in one StreamingPull response.
     pub max_messages_per_response: usize,
+    /// Most ack records kept per subscription (oldest dropped first, counted
+    /// in `SubscriptionStats::ack_log_dropped`).
+    pub ack_log_capacity: usize,
 }
 
 impl Default for PubSubConfig {
@@ -64,6 +67,7 @@ impl Default for PubSubConfig {
             stream_max_lifetime: None,
             pull_max_wait: Duration::from_millis(500),
             max_messages_per_response: 1000,
+            ack_log_capacity: 1_000_000,
         }
     }
 }
@@ -126,7 +130,12 @@ impl Shared {
     }
 
     /// Pull: leases up to `max` messages, waiting a bounded time for the first.
-    async fn pull(&self, sub: &str, max: i32) -> Result<Vec<pb::ReceivedMessage>, Status> {
+    async fn pull(
+        &self,
+        sub: &str,
+        max: i32,
+        return_immediately: bool,
+    ) -> Result<Vec<pb::ReceivedMessage>, Status> {
         names::parse(sub, names::Kind::Subscription)?;
         let max = usize::try_from(max)
             .ok()
@@ -147,7 +156,8 @@ impl Shared {
                 };
                 state.take(sub, None, lease, now, wall)
             })?;
-            if !messages.is_empty() || tokio::time::Instant::now() >= give_up {
+            if !messages.is_empty() || return_immediately || tokio::time::Instant::now() >= give_up
+            {
                 return Ok(messages);
             }
             let nap = tokio::time::Instant::now() + stream::POLL_INTERVAL;
@@ -194,7 +204,7 @@ impl PubSub {
         let (shutdown, _) = watch::channel(false);
         Self {
             shared: Arc::new(Shared {
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State::new(config.ack_log_capacity)),
                 ctx,
                 config,
                 shutdown,

@@ -259,7 +259,8 @@ async fn subscription(
         (Some("pull"), "POST") => {
             let obj = j::object(body)?;
             let max = i32::try_from(j::get_i64(&obj, "maxMessages")?).unwrap_or(i32::MAX);
-            let messages = shared.pull(name, max).await?;
+            let now = j::get_bool(&obj, "returnImmediately")?;
+            let messages = shared.pull(name, max, now).await?;
             let received: Vec<Value> = messages.iter().map(j::received).collect();
             let mut out = Map::new();
             if !received.is_empty() {

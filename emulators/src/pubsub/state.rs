@@ -37,6 +37,7 @@ pub(super) struct State {
     subs: BTreeMap<String, Subscription>,
     next_seq: u64,
     next_uid: u64,
+    ack_log_capacity: usize,
 }
 
 fn not_found(what: &str, name: &str) -> Status {
@@ -79,6 +80,14 @@ fn page<T>(
 }
 
 impl State {
+    /// An empty emulator whose subscriptions keep at most `ack_log_capacity` ack records.
+    pub fn new(ack_log_capacity: usize) -> Self {
+        Self {
+            ack_log_capacity,
+            ..Self::default()
+        }
+    }
+
     // ---- topics ----
 
     pub fn create_topic(&mut self, mut topic: pb::Topic) -> Result<pb::Topic, Status> {
@@ -266,7 +275,7 @@ impl State {
         }
         self.subs.insert(
             config.name.clone(),
-            Subscription::new(config.clone(), self.next_uid),
+            Subscription::new(config.clone(), self.next_uid, self.ack_log_capacity),
         );
         Ok(config)
     }

@@ -29,6 +29,8 @@ pub struct SubscriptionStats {
     pub acks_lost: u64,
     /// Acked messages delivered again by a `spurious_redelivery` fault.
     pub spurious_redeliveries: u64,
+    /// Oldest ack-log records dropped to respect `PubSubConfig::ack_log_capacity`.
+    pub ack_log_dropped: u64,
     /// Messages not yet acknowledged (ready, leased or in backoff).
     pub unacked: u64,
     /// Of those, the ones leased to a consumer right now.
@@ -55,7 +57,8 @@ pub struct AckRecord {
 pub struct UnackedMessage {
     /// The message id.
     pub message_id: String,
-    /// `ready` (waiting for a consumer), `leased` (outstanding) or `backoff`.
+    /// `ready` (waiting for a consumer), `blocked` (behind an earlier message
+    /// of its ordering key), `leased` (outstanding) or `backoff`.
     pub state: &'static str,
     /// Deliveries so far.
     pub deliveries: u32,

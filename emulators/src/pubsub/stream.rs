@@ -205,9 +205,14 @@ impl Session {
             response.modify_ack_deadline_confirmation = Some(confirmation);
         }
         if exactly_once {
+            let ordering = self.shared.with(|s, _, _| {
+                s.sub(&self.sub, None)
+                    .map(|sub| sub.policy.ordering)
+                    .unwrap_or(false)
+            });
             response.subscription_properties = Some(SubscriptionProperties {
                 exactly_once_delivery_enabled: true,
-                message_ordering_enabled: false,
+                message_ordering_enabled: ordering,
             });
             tx.send(Ok(response))
                 .await

@@ -7,6 +7,12 @@
 //! dead-lettering, retention or Seek. Timers live in a heap keyed by due time
 //! and are checked lazily against the entry's current phase, so every
 //! operation costs O(log n), never a scan of the backlog.
+//!
+//! With message ordering on, each ordering key keeps its unacked messages in
+//! publish order; the leased ones form a prefix of that queue and only the
+//! first unleased one may be ready (the rest are blocked), so a key's
+//! messages go out in order, and a nack or expiry sends the failed message
+//! and every later leased message of its key back to the queue together.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -42,6 +48,8 @@ pub(super) struct Stored {
 #[derive(Debug)]
 enum Phase {
     Ready,
+    /// Behind an earlier unleased message of the same ordering key.
+    Blocked,
     Leased {
         gen: u64,
         deadline: Duration,
@@ -57,6 +65,14 @@ struct Entry {
     msg: Arc<Stored>,
     deliveries: u32,
     phase: Phase,
+}
+
+/// The unacked messages of one ordering key, in publish order; the first
+/// `leased` are leased.
+#[derive(Debug, Default)]
+struct KeyQueue {
+    queue: VecDeque<u64>,
+    leased: usize,
 }
 
 /// Flow-control budget of one StreamingPull stream.
@@ -88,10 +104,13 @@ pub(super) struct Lease {
     pub max: usize,
 }
 
-/// A parsed ack id: `{seq}-{gen}`.
+/// A parsed ack id: `{subscription uid}-{seq}-{gen}`. The uid keeps an ack
+/// id from acking the same message on another subscription (or on a later
+/// subscription of the same name).
 #[derive(Clone, Debug)]
 pub(super) struct AckId {
     pub raw: String,
+    uid: u64,
     seq: u64,
     gen: u64,
 }
@@ -99,9 +118,15 @@ pub(super) struct AckId {
 impl AckId {
     /// Parses an ack id; None when malformed.
     pub fn parse(raw: &str) -> Option<Self> {
-        let (seq, gen) = raw.split_once('-')?;
+        let mut parts = raw.split('-');
+        let (Some(uid), Some(seq), Some(gen), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
         Some(Self {
             raw: raw.to_string(),
+            uid: uid.parse().ok()?,
             seq: seq.parse().ok()?,
             gen: gen.parse().ok()?,
         })
@@ -140,14 +165,16 @@ pub(super) struct Subscription {
     recent_acks: HashMap<u64, u64>,
     recent_order: VecDeque<u64>,
     streams: HashMap<u64, Budget>,
+    keys: HashMap<String, KeyQueue>,
     next_gen: u64,
     stats: SubscriptionStats,
-    ack_log: Vec<AckRecord>,
+    ack_log: VecDeque<AckRecord>,
+    ack_log_capacity: usize,
 }
 
 impl Subscription {
     /// A new, empty subscription with a normalized config.
-    pub fn new(config: pb::Subscription, uid: u64) -> Self {
+    pub fn new(config: pb::Subscription, uid: u64, ack_log_capacity: usize) -> Self {
         Self {
             policy: Policy::of(&config),
             config,
@@ -160,9 +187,11 @@ impl Subscription {
             recent_acks: HashMap::new(),
             recent_order: VecDeque::new(),
             streams: HashMap::new(),
+            keys: HashMap::new(),
             next_gen: 1,
             stats: SubscriptionStats::default(),
-            ack_log: Vec::new(),
+            ack_log: VecDeque::new(),
+            ack_log_capacity,
         }
     }
 
@@ -175,17 +204,107 @@ impl Subscription {
 
     /// Adds a newly published message, ready at once.
     pub fn add(&mut self, msg: Arc<Stored>) {
+        self.enqueue(msg, 0);
+        self.stats.published += 1;
+    }
+
+    /// Makes a message unacked and ready (or blocked behind its ordering key).
+    fn enqueue(&mut self, msg: Arc<Stored>, deliveries: u32) {
         let seq = msg.seq;
+        let mut phase = Phase::Ready;
+        if let Some(key) = self.key_of(&msg) {
+            let kq = self.keys.entry(key).or_default();
+            if kq.queue.len() > kq.leased {
+                phase = Phase::Blocked;
+            }
+            kq.queue.push_back(seq);
+        }
+        if matches!(phase, Phase::Ready) {
+            self.ready.insert(seq);
+        }
         self.entries.insert(
             seq,
             Entry {
                 msg,
-                deliveries: 0,
-                phase: Phase::Ready,
+                deliveries,
+                phase,
             },
         );
-        self.ready.insert(seq);
-        self.stats.published += 1;
+    }
+
+    /// The ordering key that orders `msg` here, if ordering applies.
+    fn key_of(&self, msg: &Stored) -> Option<String> {
+        let key = &msg.message.ordering_key;
+        (self.policy.ordering && !key.is_empty()).then(|| key.clone())
+    }
+
+    /// Unblocks the first unleased message of `key`, if blocked.
+    fn unblock_head(&mut self, key: &str) {
+        let Some(kq) = self.keys.get(key) else { return };
+        let Some(&next) = kq.queue.get(kq.leased) else {
+            return;
+        };
+        if let Some(entry) = self.entries.get_mut(&next) {
+            if matches!(entry.phase, Phase::Blocked) {
+                entry.phase = Phase::Ready;
+                self.ready.insert(next);
+            }
+        }
+    }
+
+    /// Key bookkeeping after `seq` (of `key`) was leased: it heads the
+    /// unleased part, so the prefix grows by one and the next one unblocks.
+    fn key_leased(&mut self, key: &str) {
+        if let Some(kq) = self.keys.get_mut(key) {
+            kq.leased = (kq.leased + 1).min(kq.queue.len());
+        }
+        self.unblock_head(key);
+    }
+
+    /// Key bookkeeping after `seq` left the subscription (ack, dead letter, retention).
+    fn key_removed(&mut self, key: &str, seq: u64) {
+        let Some(kq) = self.keys.get_mut(key) else {
+            return;
+        };
+        let Some(pos) = kq.queue.iter().position(|s| *s == seq) else {
+            return;
+        };
+        kq.queue.remove(pos);
+        if pos < kq.leased {
+            kq.leased -= 1;
+        }
+        if kq.queue.is_empty() {
+            self.keys.remove(key);
+        } else if pos >= kq.leased {
+            self.unblock_head(key);
+        }
+    }
+
+    /// Key bookkeeping when leased `seq` failed (nack or expiry): every later
+    /// leased message of its key loses its lease and is blocked behind it.
+    fn key_failed(&mut self, key: &str, seq: u64) {
+        let Some(kq) = self.keys.get_mut(key) else {
+            return;
+        };
+        let Some(pos) = kq.queue.iter().position(|s| *s == seq) else {
+            return;
+        };
+        let later: Vec<u64> = kq
+            .queue
+            .range(pos + 1..kq.leased.max(pos + 1))
+            .copied()
+            .collect();
+        kq.leased = pos.min(kq.leased);
+        for other in later {
+            let Some(entry) = self.entries.get_mut(&other) else {
+                continue;
+            };
+            if let Phase::Leased { stream, .. } = entry.phase {
+                let size = entry.msg.size;
+                entry.phase = Phase::Blocked;
+                self.release(stream, size);
+            }
+        }
     }
 
     /// Wakes every stream and Pull waiting on this subscription.
@@ -250,7 +369,11 @@ impl Subscription {
             };
             if entry.msg.published_at + self.policy.retention < now {
                 self.ready.remove(&seq);
-                self.entries.remove(&seq);
+                if let Some(entry) = self.entries.remove(&seq) {
+                    if let Some(key) = self.key_of(&entry.msg) {
+                        self.key_removed(&key, seq);
+                    }
+                }
                 self.stats.retention_dropped += 1;
                 continue;
             }
@@ -289,9 +412,14 @@ impl Subscription {
             } else {
                 0
             };
+            let msg = entry.msg.clone();
+            if let Some(key) = self.key_of(&msg) {
+                self.key_leased(&key);
+            }
+            let message = msg.message.clone();
             out.push(pb::ReceivedMessage {
-                ack_id: format!("{seq}-{gen}"),
-                message: Some(entry.msg.message.clone()),
+                ack_id: format!("{}-{seq}-{gen}", self.uid),
+                message: Some(message),
                 delivery_attempt,
             });
         }
@@ -304,6 +432,14 @@ impl Subscription {
         let mut outcome = AckOutcome::default();
         let mut freed = false;
         for id in ids {
+            if id.uid != self.uid {
+                if self.policy.exactly_once {
+                    outcome.invalid.push(id.raw.clone());
+                } else {
+                    outcome.ok.push(id.raw.clone());
+                }
+                continue;
+            }
             let leased_by_id = self.entries.get(&id.seq).is_some_and(|e| {
                 matches!(e.phase, Phase::Leased { gen, deadline, .. } if gen == id.gen && deadline > now)
             });
@@ -344,14 +480,23 @@ impl Subscription {
                 self.ready.remove(&id.seq);
             }
             Phase::Leased { stream, .. } => freed = self.release(stream, entry.msg.size),
-            Phase::Waiting { .. } => {}
+            Phase::Waiting { .. } | Phase::Blocked => {}
+        }
+        if let Some(key) = self.key_of(&entry.msg) {
+            self.key_removed(&key, id.seq);
         }
         self.stats.acks += 1;
-        self.ack_log.push(AckRecord {
-            message_id: entry.msg.message.message_id.clone(),
-            ack_time_secs: now.as_secs_f64(),
-            delivery_attempt: entry.deliveries,
-        });
+        if self.ack_log.len() >= self.ack_log_capacity {
+            self.ack_log.pop_front();
+            self.stats.ack_log_dropped += 1;
+        }
+        if self.ack_log_capacity > 0 {
+            self.ack_log.push_back(AckRecord {
+                message_id: entry.msg.message.message_id.clone(),
+                ack_time_secs: now.as_secs_f64(),
+                delivery_attempt: entry.deliveries,
+            });
+        }
         self.remember_ack(id);
         if self.policy.retain_acked {
             self.acked.insert(id.seq, entry.msg.clone());
@@ -361,15 +506,7 @@ impl Subscription {
             .is_some()
         {
             self.stats.spurious_redeliveries += 1;
-            self.entries.insert(
-                id.seq,
-                Entry {
-                    msg: entry.msg,
-                    deliveries: entry.deliveries,
-                    phase: Phase::Ready,
-                },
-            );
-            self.ready.insert(id.seq);
+            self.enqueue(entry.msg, entry.deliveries);
             freed = true;
         }
         freed
@@ -400,7 +537,8 @@ impl Subscription {
         let mut outcome = AckOutcome::default();
         let mut forwards = Vec::new();
         for id in ids {
-            let Some(entry) = self.entries.get_mut(&id.seq) else {
+            let entry = self.entries.get_mut(&id.seq).filter(|_| id.uid == self.uid);
+            let Some(entry) = entry else {
                 outcome.invalid.push(id.raw.clone());
                 continue;
             };
@@ -434,11 +572,18 @@ impl Subscription {
 
     /// After a nack or an expiry: dead-letter, back off, or make ready.
     fn requeue(&mut self, seq: u64, now: Duration, dead_letter_ok: bool) -> Option<Forward> {
+        let key = self.entries.get(&seq).and_then(|e| self.key_of(&e.msg));
+        if let Some(key) = &key {
+            self.key_failed(key, seq);
+        }
         let entry = self.entries.get_mut(&seq)?;
         if let Some((topic, max)) = &self.policy.dead_letter {
             if entry.deliveries >= *max && dead_letter_ok {
                 let topic = topic.clone();
                 let entry = self.entries.remove(&seq)?;
+                if let Some(key) = &key {
+                    self.key_removed(key, seq);
+                }
                 self.stats.dead_lettered += 1;
                 return Some(Forward {
                     topic,
@@ -499,6 +644,7 @@ impl Subscription {
         }
         self.ready.clear();
         self.timers.clear();
+        self.keys.clear();
         for budget in self.streams.values_mut() {
             budget.messages = 0;
             budget.bytes = 0;
@@ -513,15 +659,7 @@ impl Subscription {
                 }
                 continue;
             }
-            self.entries.insert(
-                seq,
-                Entry {
-                    msg,
-                    deliveries,
-                    phase: Phase::Ready,
-                },
-            );
-            self.ready.insert(seq);
+            self.enqueue(msg, deliveries);
         }
         self.wake();
     }
@@ -541,7 +679,7 @@ impl Subscription {
 
     /// The acks that took effect, oldest first.
     pub fn ack_log(&self) -> Vec<AckRecord> {
-        self.ack_log.clone()
+        self.ack_log.iter().cloned().collect()
     }
 
     /// The messages not acknowledged yet, in publish order.
@@ -555,6 +693,7 @@ impl Subscription {
             };
             let (state, deadline_in_secs) = match entry.phase {
                 Phase::Ready => ("ready", None),
+                Phase::Blocked => ("blocked", None),
                 Phase::Leased { deadline, .. } => {
                     ("leased", Some(deadline.saturating_sub(now).as_secs_f64()))
                 }
@@ -568,5 +707,116 @@ impl Subscription {
             });
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn sub(edit: impl FnOnce(&mut pb::Subscription)) -> Subscription {
+        let mut config = pb::Subscription {
+            name: "projects/p/subscriptions/sub".into(),
+            topic: "projects/p/topics/top".into(),
+            ..Default::default()
+        };
+        edit(&mut config);
+        super::super::resources::normalize_subscription(&mut config).unwrap();
+        Subscription::new(config, 1, 100)
+    }
+
+    fn stored(seq: u64) -> Arc<Stored> {
+        Arc::new(Stored {
+            seq,
+            message: pb::PubsubMessage {
+                data: b"0123456789".to_vec(),
+                message_id: seq.to_string(),
+                ..Default::default()
+            },
+            published_at: Duration::ZERO,
+            publish_wall: SystemTime::UNIX_EPOCH,
+            size: 10,
+        })
+    }
+
+    fn lease(stream: Option<u64>) -> Lease {
+        Lease {
+            stream,
+            deadline: 10 * SEC,
+            max: 100,
+        }
+    }
+
+    fn ids(got: &[pb::ReceivedMessage]) -> Vec<AckId> {
+        got.iter()
+            .map(|m| AckId::parse(&m.ack_id).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn leased_message_is_not_handed_out_again_until_it_expires() {
+        let mut s = sub(|_| {});
+        s.add(stored(1));
+        assert_eq!(s.take(SEC, lease(None)).len(), 1);
+        assert!(s.take(2 * SEC, lease(None)).is_empty());
+        assert!(s.tick(12 * SEC, false).is_empty());
+        let again = s.take(12 * SEC, lease(None));
+        assert_eq!(again.len(), 1);
+        assert_eq!(s.stats().expiries, 1);
+    }
+
+    #[test]
+    fn exactly_once_accepts_only_the_newest_unexpired_ack_id() {
+        let mut s = sub(|c| c.enable_exactly_once_delivery = true);
+        let faults = Faults::default();
+        s.add(stored(1));
+        let old = ids(&s.take(SEC, lease(None)));
+        s.tick(12 * SEC, false);
+        let new = ids(&s.take(12 * SEC, lease(None)));
+        assert_eq!(s.ack(&old, 13 * SEC, &faults).invalid.len(), 1);
+        assert_eq!(s.ack(&new, 13 * SEC, &faults).ok.len(), 1);
+        assert_eq!(
+            s.ack(&new, 14 * SEC, &faults).ok.len(),
+            1,
+            "retried ack is fine"
+        );
+        assert_eq!(s.stats().acks, 1);
+    }
+
+    #[test]
+    fn stream_budget_caps_outstanding_messages() {
+        let mut s = sub(|_| {});
+        let faults = Faults::default();
+        for seq in 1..=5 {
+            s.add(stored(seq));
+        }
+        s.open_stream(7, 2, 0);
+        let got = s.take(SEC, lease(Some(7)));
+        assert_eq!(got.len(), 2);
+        assert!(s.take(SEC, lease(Some(7))).is_empty());
+        s.ack(&ids(&got[..1]), SEC, &faults);
+        assert_eq!(s.take(SEC, lease(Some(7))).len(), 1);
+        assert_eq!(s.stats().max_stream_outstanding_messages, 2);
+    }
+
+    #[test]
+    fn nack_past_max_attempts_dead_letters() {
+        let mut s = sub(|c| {
+            c.dead_letter_policy = Some(pb::DeadLetterPolicy {
+                dead_letter_topic: "projects/p/topics/dlq".into(),
+                max_delivery_attempts: 5,
+            })
+        });
+        s.add(stored(1));
+        for attempt in 1..=5 {
+            let got = s.take(SEC, lease(None));
+            assert_eq!(got[0].delivery_attempt, attempt);
+            let (_, forwards) = s.modack(&ids(&got), 0, SEC, true);
+            assert_eq!(forwards.len(), usize::from(attempt == 5));
+        }
+        assert_eq!(s.stats().dead_lettered, 1);
+        assert_eq!(s.stats().unacked, 0);
     }
 }
