@@ -1,178 +1,9 @@
-//! The Pub/Sub emulator against Google's own Rust clients (`google-cloud-pubsub`:
-//! gRPC Publisher/Subscriber, REST TopicAdmin/SubscriptionAdmin), plus a raw
-//! gRPC client where the protocol itself is under test.
-use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+//! Delivery semantics of the Pub/Sub emulator, proven with Google's own Rust
+//! clients (`google-cloud-pubsub`) and, where the protocol itself is under
+//! test, a raw gRPC client.
+mod pubsub_support;
 
-use gcloud_sdk::google::pubsub::v1 as pb;
-use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
-use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
-use google_cloud_auth::credentials::anonymous::Builder as Anonymous;
-use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
-use google_cloud_pubsub::model::{DeadLetterPolicy, Message};
-use google_cloud_pubsub::subscriber::handler::Handler;
-use google_cloud_pubsub::subscriber::MessageStream;
-use hotcount_emulators::{Emulators, EmulatorsConfig, FaultKind, FaultSpec};
-use prost::Message as _;
-use tonic::transport::Channel;
-use tonic::Code;
-
-const PROJECT: &str = "test-project";
-/// Longest real time any single wait in these tests may take.
-const PATIENCE: Duration = Duration::from_secs(10);
-
-struct Env {
-    emu: Emulators,
-    topics: TopicAdmin,
-    subs: SubscriptionAdmin,
-    subscriber: Subscriber,
-}
-
-impl Env {
-    async fn start() -> Self {
-        Self::with_config(EmulatorsConfig::default()).await
-    }
-
-    async fn with_config(config: EmulatorsConfig) -> Self {
-        let emu = Emulators::start(config).await.unwrap();
-        let endpoint = emu.pubsub_endpoint();
-        let topics = TopicAdmin::builder()
-            .with_endpoint(&endpoint)
-            .with_credentials(Anonymous::new().build())
-            .build()
-            .await
-            .unwrap();
-        let subs = SubscriptionAdmin::builder()
-            .with_endpoint(&endpoint)
-            .with_credentials(Anonymous::new().build())
-            .build()
-            .await
-            .unwrap();
-        let subscriber = Subscriber::builder()
-            .with_endpoint(&endpoint)
-            .with_credentials(Anonymous::new().build())
-            .build()
-            .await
-            .unwrap();
-        Self {
-            emu,
-            topics,
-            subs,
-            subscriber,
-        }
-    }
-
-    async fn topic(&self, id: &str) -> String {
-        let name = format!("projects/{PROJECT}/topics/{id}");
-        self.topics
-            .create_topic()
-            .set_name(&name)
-            .send()
-            .await
-            .unwrap();
-        name
-    }
-
-    /// A topic and a subscription on it; `edit` adjusts the subscription.
-    async fn subscription(
-        &self,
-        id: &str,
-        edit: impl FnOnce(
-            google_cloud_pubsub::builder::subscription_admin::CreateSubscription,
-        )
-            -> google_cloud_pubsub::builder::subscription_admin::CreateSubscription,
-    ) -> (String, String) {
-        let topic = self.topic(&format!("{id}-topic")).await;
-        let name = format!("projects/{PROJECT}/subscriptions/{id}");
-        let request = self
-            .subs
-            .create_subscription()
-            .set_name(&name)
-            .set_topic(&topic);
-        edit(request).send().await.unwrap();
-        (topic, name)
-    }
-
-    async fn publisher(&self, topic: &str) -> Publisher {
-        Publisher::builder(topic)
-            .with_endpoint(self.emu.pubsub_endpoint())
-            .with_credentials(Anonymous::new().build())
-            .set_delay_threshold(Duration::from_millis(1))
-            .build()
-            .await
-            .unwrap()
-    }
-
-    async fn publish(&self, topic: &str, payloads: &[&str]) -> Vec<String> {
-        let publisher = self.publisher(topic).await;
-        let futures: Vec<_> = payloads
-            .iter()
-            .map(|p| publisher.publish(Message::new().set_data(p.to_string())))
-            .collect();
-        let mut ids = Vec::new();
-        for f in futures {
-            ids.push(f.await.unwrap());
-        }
-        ids
-    }
-
-    fn stream(&self, sub: &str) -> MessageStream {
-        self.subscriber
-            .subscribe(sub)
-            .set_max_lease_extension(Duration::from_secs(10))
-            .build()
-    }
-
-    async fn raw_subscriber(&self) -> SubscriberClient<Channel> {
-        SubscriberClient::connect(self.emu.pubsub_endpoint())
-            .await
-            .unwrap()
-    }
-
-    async fn raw_publisher(&self) -> PublisherClient<Channel> {
-        PublisherClient::connect(self.emu.pubsub_endpoint())
-            .await
-            .unwrap()
-    }
-}
-
-async fn next(stream: &mut MessageStream) -> (Message, Handler) {
-    tokio::time::timeout(PATIENCE, stream.next())
-        .await
-        .expect("a message within the patience window")
-        .expect("the stream is open")
-        .expect("no stream error")
-}
-
-/// Waits (bounded) until `cond` holds: client acks are asynchronous.
-async fn eventually(cond: impl Fn() -> bool) {
-    let give_up = Instant::now() + PATIENCE;
-    while !cond() {
-        assert!(Instant::now() < give_up, "condition never became true");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Receives nothing for `wait`.
-async fn quiet(stream: &mut MessageStream, wait: Duration) -> bool {
-    tokio::time::timeout(wait, stream.next()).await.is_err()
-}
-
-fn data(m: &Message) -> String {
-    String::from_utf8_lossy(&m.data).into_owned()
-}
-
-fn with_dead_letter(
-    dlq: &str,
-    attempts: i32,
-) -> impl FnOnce(
-    google_cloud_pubsub::builder::subscription_admin::CreateSubscription,
-) -> google_cloud_pubsub::builder::subscription_admin::CreateSubscription {
-    let policy = DeadLetterPolicy::new()
-        .set_dead_letter_topic(dlq)
-        .set_max_delivery_attempts(attempts);
-    move |r| r.set_dead_letter_policy(policy)
-}
+use pubsub_support::*;
 
 #[tokio::test]
 async fn redelivers_after_ack_deadline_expires() {
@@ -338,9 +169,13 @@ async fn exactly_once_confirmed_ack_succeeds_and_stale_ack_id_is_rejected() {
     let (Handler::ExactlyOnce(stale), Handler::ExactlyOnce(fresh)) = (stale, fresh) else {
         panic!("exactly-once handlers")
     };
+    let err = stale
+        .confirmed_ack()
+        .await
+        .expect_err("stale ack id rejected");
     assert!(
-        stale.confirmed_ack().await.is_err(),
-        "stale ack id rejected"
+        format!("{err:?}").contains("PERMANENT_FAILURE_INVALID_ACK_ID"),
+        "{err:?}"
     );
     fresh.confirmed_ack().await.expect("newest ack id is valid");
     let log = env.emu.pubsub().ack_log(&sub).unwrap();
@@ -504,96 +339,6 @@ async fn seek_to_time_replays_acked_messages() {
 }
 
 #[tokio::test]
-async fn creating_an_existing_topic_or_subscription_is_already_exists() {
-    let env = Env::start().await;
-    let (topic, sub) = env.subscription("dup", |r| r).await;
-    let err = env
-        .topics
-        .create_topic()
-        .set_name(&topic)
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(err.http_status_code(), Some(409));
-    assert_eq!(
-        err.status().unwrap().code,
-        google_cloud_gax::error::rpc::Code::AlreadyExists
-    );
-    let err = env
-        .subs
-        .create_subscription()
-        .set_name(&sub)
-        .set_topic(&topic)
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.status().unwrap().code,
-        google_cloud_gax::error::rpc::Code::AlreadyExists
-    );
-    let missing = format!("projects/{PROJECT}/subscriptions/orphan");
-    let err = env
-        .subs
-        .create_subscription()
-        .set_name(&missing)
-        .set_topic(format!("projects/{PROJECT}/topics/nope"))
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.status().unwrap().code,
-        google_cloud_gax::error::rpc::Code::NotFound
-    );
-    let got = env
-        .subs
-        .get_subscription()
-        .set_subscription(&sub)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.ack_deadline_seconds, 10);
-}
-
-#[tokio::test]
-async fn invalid_names_and_settings_are_invalid_argument() {
-    let env = Env::start().await;
-    let err = env
-        .topics
-        .create_topic()
-        .set_name(format!("projects/{PROJECT}/topics/goog-reserved"))
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.status().unwrap().code,
-        google_cloud_gax::error::rpc::Code::InvalidArgument
-    );
-    let topic = env.topic("valid-topic").await;
-    let err = env
-        .subs
-        .create_subscription()
-        .set_name(format!("projects/{PROJECT}/subscriptions/bad-deadline"))
-        .set_topic(&topic)
-        .set_ack_deadline_seconds(601)
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.status().unwrap().code,
-        google_cloud_gax::error::rpc::Code::InvalidArgument
-    );
-    let mut raw = env.raw_publisher().await;
-    let err = raw
-        .create_topic(pb::Topic {
-            name: "projects/p/topics/1starts-with-digit".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::InvalidArgument);
-}
-
-#[tokio::test]
 async fn streaming_pull_checks_its_first_request() {
     let env = Env::start().await;
     let (_, sub) = env.subscription("first-req", |r| r).await;
@@ -610,134 +355,6 @@ async fn streaming_pull_checks_its_first_request() {
     let err = raw.streaming_pull(open(5)).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(raw.streaming_pull(open(10)).await.is_ok());
-}
-
-#[tokio::test]
-async fn injected_error_reaches_the_publisher() {
-    let env = Env::start().await;
-    let topic = env.topic("err-topic").await;
-    env.emu
-        .pubsub_faults()
-        .add(FaultSpec::error("Publish", Code::PermissionDenied).times(1))
-        .unwrap();
-    let publisher = env.publisher(&topic).await;
-    let err = publisher
-        .publish(Message::new().set_data("x"))
-        .await
-        .unwrap_err();
-    assert!(format!("{err:?}").contains("PermissionDenied"), "{err:?}");
-    assert!(publisher
-        .publish(Message::new().set_data("y"))
-        .await
-        .is_ok());
-}
-
-#[tokio::test]
-async fn injected_latency_slows_the_call() {
-    let env = Env::start().await;
-    let topic = env.topic("slow-topic").await;
-    let publisher = env.publisher(&topic).await;
-    publisher
-        .publish(Message::new().set_data("warm"))
-        .await
-        .unwrap();
-    env.emu
-        .pubsub_faults()
-        .add(FaultSpec::latency("Publish", Duration::from_millis(300)).times(1))
-        .unwrap();
-    let start = Instant::now();
-    publisher
-        .publish(Message::new().set_data("x"))
-        .await
-        .unwrap();
-    assert!(start.elapsed() >= Duration::from_millis(300));
-}
-
-#[tokio::test]
-async fn dropped_stream_reconnects_and_keeps_receiving() {
-    let env = Env::start().await;
-    let (topic, sub) = env.subscription("drop", |r| r).await;
-    env.publish(&topic, &["before"]).await;
-    let mut stream = env.stream(&sub);
-    let (_, h) = next(&mut stream).await;
-    h.ack();
-    env.emu
-        .pubsub_faults()
-        .add(FaultSpec::new(FaultKind::DropStream).times(1))
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    env.publish(&topic, &["after"]).await;
-    let (m, h) = next(&mut stream).await;
-    assert_eq!(data(&m), "after");
-    h.ack();
-    assert_eq!(env.emu.pubsub_faults().fired()[&FaultKind::DropStream], 1);
-    assert!(
-        env.emu.pubsub_counters().get("StreamingPull") >= 2,
-        "client reconnected"
-    );
-}
-
-#[tokio::test]
-async fn lost_ack_message_returns_after_deadline() {
-    let env = Env::start().await;
-    let (topic, sub) = env.subscription("lost-ack", |r| r).await;
-    let ids = env.publish(&topic, &["again"]).await;
-    env.emu
-        .pubsub_faults()
-        .add(FaultSpec::new(FaultKind::AckLost).times(1))
-        .unwrap();
-    let mut stream = env.stream(&sub);
-    let (_, h) = next(&mut stream).await;
-    h.ack();
-    eventually(|| env.emu.pubsub().stats(&sub).unwrap().acks_lost == 1).await;
-    env.emu.clock().advance(Duration::from_secs(11));
-    let (m, h) = next(&mut stream).await;
-    assert_eq!(m.message_id, ids[0]);
-    h.ack();
-}
-
-#[tokio::test]
-async fn spurious_redelivery_delivers_an_acked_message_again() {
-    let env = Env::start().await;
-    let (topic, sub) = env.subscription("spurious", |r| r).await;
-    let ids = env.publish(&topic, &["twice"]).await;
-    env.emu
-        .pubsub_faults()
-        .add(FaultSpec::new(FaultKind::SpuriousRedelivery).times(1))
-        .unwrap();
-    let mut stream = env.stream(&sub);
-    let (_, h) = next(&mut stream).await;
-    h.ack();
-    let (m, h) = next(&mut stream).await;
-    assert_eq!(m.message_id, ids[0]);
-    h.ack();
-    let pubsub = env.emu.pubsub();
-    eventually(|| pubsub.stats(&sub).unwrap().acks == 2).await;
-    assert_eq!(pubsub.stats(&sub).unwrap().spurious_redeliveries, 1);
-}
-
-#[tokio::test]
-async fn error_after_apply_on_publish_makes_a_publisher_duplicate() {
-    let env = Env::start().await;
-    let (topic, sub) = env.subscription("dup-publish", |r| r).await;
-    env.emu
-        .pubsub_faults()
-        .add(FaultSpec::error_after_apply("Publish", Code::Unavailable).times(1))
-        .unwrap();
-    let publisher = env.publisher(&topic).await;
-    publisher
-        .publish(Message::new().set_data("once"))
-        .await
-        .expect("the client retries UNAVAILABLE");
-    let mut stream = env.stream(&sub);
-    let mut ids = Vec::new();
-    for _ in 0..2 {
-        let (m, h) = next(&mut stream).await;
-        assert_eq!(data(&m), "once");
-        ids.push(m.message_id.clone());
-        h.ack();
-    }
-    assert_ne!(ids[0], ids[1], "two messages with two ids");
 }
 
 #[tokio::test]
@@ -766,101 +383,6 @@ async fn deleted_subscription_ends_the_stream_with_not_found() {
         .await
         .unwrap();
     assert_eq!(end.unwrap_err().code(), Code::NotFound);
-}
-
-#[tokio::test]
-async fn stream_max_lifetime_closes_streams_with_unavailable() {
-    let mut config = EmulatorsConfig::default();
-    config.pubsub.stream_max_lifetime = Some(Duration::from_secs(60));
-    let env = Env::with_config(config).await;
-    let (_, sub) = env.subscription("lifetime", |r| r).await;
-    let mut raw = env.raw_subscriber().await;
-    let first = pb::StreamingPullRequest {
-        subscription: sub,
-        stream_ack_deadline_seconds: 10,
-        ..Default::default()
-    };
-    use futures::StreamExt as _;
-    let mut responses = raw
-        .streaming_pull(futures::stream::iter(vec![first]).chain(futures::stream::pending()))
-        .await
-        .unwrap()
-        .into_inner();
-    env.emu.clock().advance(Duration::from_secs(61));
-    let end = tokio::time::timeout(PATIENCE, responses.message())
-        .await
-        .unwrap();
-    assert_eq!(end.unwrap_err().code(), Code::Unavailable);
-}
-
-#[tokio::test]
-async fn rest_publish_pull_and_ack_round_trip() {
-    let env = Env::start().await;
-    let (topic, sub) = env.subscription("rest", |r| r).await;
-    let base = env.emu.pubsub_endpoint();
-    let http = |method: &str, path: String, body: &str| {
-        let method = method.to_string();
-        let body = body.to_string();
-        let url = format!("{base}/v1/{path}");
-        async move { raw_http(&method, &url, &body).await }
-    };
-    let (code, body) = http(
-        "POST",
-        format!("{topic}:publish"),
-        r#"{"messages":[{"data":"aGk=","attributes":{"k":"v"}}]}"#,
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
-    let (code, body) = http("POST", format!("{sub}:pull"), r#"{"maxMessages":5}"#).await;
-    assert_eq!(code, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let received = &v["receivedMessages"][0];
-    assert_eq!(received["message"]["data"], "aGk=");
-    assert_eq!(received["message"]["attributes"]["k"], "v");
-    let ack_id = received["ackId"].as_str().unwrap();
-    let (code, _) = http(
-        "POST",
-        format!("{sub}:acknowledge"),
-        &format!(r#"{{"ackIds":["{ack_id}"]}}"#),
-    )
-    .await;
-    assert_eq!(code, 200);
-    let (code, body) = http("GET", format!("projects/{PROJECT}/subscriptions/nope"), "").await;
-    assert_eq!(code, 404);
-    assert!(body.contains("\"NOT_FOUND\""), "{body}");
-    let (code, body) = http("GET", "projects/test-project/subscriptions".into(), "").await;
-    assert_eq!(code, 200);
-    assert!(body.contains(&sub));
-    assert_eq!(env.emu.pubsub().stats(&sub).unwrap().acks, 1);
-    let acks: HashMap<String, serde_json::Value> = serde_json::from_str(
-        &raw_http(
-            "GET",
-            &format!("{base}/emulator/v1/pubsub/acks?subscription={sub}"),
-            "",
-        )
-        .await
-        .1,
-    )
-    .unwrap();
-    assert_eq!(acks["acks"].as_array().unwrap().len(), 1);
-}
-
-/// A minimal HTTP/1.1 request (no client crate needed): returns (status, body).
-async fn raw_http(method: &str, url: &str, body: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_once('/').unwrap();
-    let mut conn = tokio::net::TcpStream::connect(host).await.unwrap();
-    let request = format!(
-        "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    conn.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    conn.read_to_string(&mut response).await.unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    (status, body.to_string())
 }
 
 #[tokio::test]
@@ -1096,61 +618,6 @@ async fn flow_control_by_bytes_holds_back_the_next_message() {
 }
 
 #[tokio::test]
-async fn rest_admin_updates_and_lists_subscriptions() {
-    let env = Env::start().await;
-    let (topic, sub) = env.subscription("updatable", |r| r).await;
-    let updated = env
-        .subs
-        .update_subscription()
-        .set_subscription(
-            google_cloud_pubsub::model::Subscription::new()
-                .set_name(&sub)
-                .set_ack_deadline_seconds(30),
-        )
-        .set_update_mask(google_cloud_wkt::FieldMask::default().set_paths(["ack_deadline_seconds"]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(updated.ack_deadline_seconds, 30);
-    assert_eq!(updated.topic, topic);
-    let listed = env
-        .subs
-        .list_subscriptions()
-        .set_project(format!("projects/{PROJECT}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(listed.subscriptions.len(), 1);
-    assert_eq!(listed.subscriptions[0].ack_deadline_seconds, 30);
-    let err = env
-        .subs
-        .update_subscription()
-        .set_subscription(google_cloud_pubsub::model::Subscription::new().set_name(&sub))
-        .set_update_mask(google_cloud_wkt::FieldMask::default().set_paths(["topic"]))
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.status().unwrap().code,
-        google_cloud_gax::error::rpc::Code::InvalidArgument
-    );
-    env.topics
-        .delete_topic()
-        .set_topic(&topic)
-        .send()
-        .await
-        .unwrap();
-    let got = env
-        .subs
-        .get_subscription()
-        .set_subscription(&sub)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.topic, "_deleted-topic_");
-}
-
-#[tokio::test]
 async fn ack_id_of_one_subscription_does_not_ack_on_another() {
     let env = Env::start().await;
     let (topic, sub_a) = env.subscription("fan-a", |r| r).await;
@@ -1183,4 +650,129 @@ async fn ack_id_of_one_subscription_does_not_ack_on_another() {
     let pubsub = env.emu.pubsub();
     assert_eq!(pubsub.stats(&sub_b).unwrap().unacked, 1);
     assert_eq!(pubsub.stats(&sub_a).unwrap().outstanding, 1);
+}
+
+#[tokio::test]
+async fn seek_to_snapshot_restores_its_unacked_messages_and_later_ones() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("snap", |r| r).await;
+    let before = env.publish(&topic, &["before-snapshot"]).await;
+    let snapshot = format!("projects/{PROJECT}/snapshots/snap-1");
+    let created = env
+        .subs
+        .create_snapshot()
+        .set_name(&snapshot)
+        .set_subscription(&sub)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.topic, topic);
+    let after = env.publish(&topic, &["after-snapshot"]).await;
+    let mut stream = env.stream(&sub);
+    for _ in 0..2 {
+        next(&mut stream).await.1.ack();
+    }
+    eventually(|| env.emu.pubsub().stats(&sub).unwrap().unacked == 0).await;
+    env.subs
+        .seek()
+        .set_subscription(&sub)
+        .set_snapshot(&snapshot)
+        .send()
+        .await
+        .unwrap();
+    let mut replayed = BTreeSet::new();
+    for _ in 0..2 {
+        let (m, h) = next(&mut stream).await;
+        replayed.insert(m.message_id.clone());
+        h.ack();
+    }
+    assert_eq!(replayed, before.into_iter().chain(after).collect());
+    let other = env.topic("other-topic").await;
+    let foreign = format!("projects/{PROJECT}/subscriptions/foreign");
+    env.subs
+        .create_subscription()
+        .set_name(&foreign)
+        .set_topic(&other)
+        .send()
+        .await
+        .unwrap();
+    let err = env
+        .subs
+        .seek()
+        .set_subscription(&foreign)
+        .set_snapshot(&snapshot)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.status().unwrap().code,
+        google_cloud_gax::error::rpc::Code::InvalidArgument
+    );
+    env.subs
+        .delete_snapshot()
+        .set_snapshot(&snapshot)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_message_is_lost_under_expiry_churn() {
+    // Leases of 10 emulated seconds last 1.25 s here, shorter than the
+    // client's 3 s extension period: what one slow consumer holds expires and
+    // is redelivered to the others while everyone keeps acking (stale ack ids
+    // included). Every message must end up acked, none lost.
+    let env = Env::with_config(EmulatorsConfig {
+        time_scale: 8.0,
+        ..Default::default()
+    })
+    .await;
+    let (topic, sub) = env.subscription("churn", |r| r).await;
+    let payloads: Vec<String> = (0..200).map(|i| format!("m{i}")).collect();
+    let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    let published: BTreeSet<String> = env.publish(&topic, &refs).await.into_iter().collect();
+    let mut consumers = Vec::new();
+    for i in 0..3u64 {
+        let mut stream = env
+            .subscriber
+            .subscribe(&sub)
+            .set_max_lease_extension(Duration::from_secs(10))
+            .set_max_outstanding_messages(20)
+            .build();
+        consumers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while let Ok(Some(Ok((_, h)))) = tokio::time::timeout(PATIENCE, stream.next()).await {
+                n += 1;
+                // Consumer 0 holds its first messages past their leases.
+                let hold = if i == 0 && n <= 3 { 2000 } else { n % 20 };
+                tokio::time::sleep(Duration::from_millis(hold)).await;
+                h.ack();
+            }
+        }));
+    }
+    let pubsub = env.emu.pubsub().clone();
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while pubsub.stats(&sub).unwrap().unacked > 0 {
+        if Instant::now() > give_up {
+            let unacked = pubsub.unacked(&sub).unwrap();
+            panic!(
+                "messages left unacked: {:?}\n{:?}",
+                pubsub.stats(&sub),
+                &unacked[..unacked.len().min(5)]
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for c in consumers {
+        c.abort();
+    }
+    let acked: BTreeSet<String> = pubsub
+        .ack_log(&sub)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.message_id)
+        .collect();
+    assert_eq!(acked, published);
+    let stats = pubsub.stats(&sub).unwrap();
+    assert!(stats.expiries > 0, "the churn really happened: {stats:?}");
 }

@@ -60,15 +60,11 @@ pub(super) fn exactly_once_failure(invalid: &[String]) -> Status {
 }
 
 /// The unary answer to an ack or modack outcome.
-pub(super) fn unary_ack_result(
-    outcome: &AckOutcome,
-    exactly_once: bool,
-    any_malformed: bool,
-) -> Result<(), Status> {
-    if exactly_once && !outcome.invalid.is_empty() {
+pub(super) fn unary_ack_result(outcome: &AckOutcome) -> Result<(), Status> {
+    if outcome.exactly_once && !outcome.invalid.is_empty() {
         return Err(exactly_once_failure(&outcome.invalid));
     }
-    if any_malformed {
+    if outcome.malformed {
         return Err(Status::invalid_argument("Invalid ack ID."));
     }
     Ok(())
@@ -231,10 +227,10 @@ impl Subscriber for Service {
         if req.ack_ids.is_empty() {
             return Err(Status::invalid_argument("ack_ids must not be empty"));
         }
-        let (outcome, exactly_once, malformed) =
+        let outcome =
             self.shared
                 .modack(&req.subscription, &req.ack_ids, req.ack_deadline_seconds)?;
-        unary_ack_result(&outcome, exactly_once, malformed).map(Response::new)
+        unary_ack_result(&outcome).map(Response::new)
     }
 
     async fn acknowledge(
@@ -245,9 +241,8 @@ impl Subscriber for Service {
         if req.ack_ids.is_empty() {
             return Err(Status::invalid_argument("ack_ids must not be empty"));
         }
-        let (outcome, exactly_once, malformed) =
-            self.shared.ack(&req.subscription, &req.ack_ids)?;
-        unary_ack_result(&outcome, exactly_once, malformed).map(Response::new)
+        let outcome = self.shared.ack(&req.subscription, &req.ack_ids)?;
+        unary_ack_result(&outcome).map(Response::new)
     }
 
     async fn pull(
@@ -282,10 +277,10 @@ impl Subscriber for Service {
         let time = match req.target {
             Some(pb::seek_request::Target::Time(t)) => std::time::SystemTime::try_from(t)
                 .map_err(|_| Status::invalid_argument("invalid seek time"))?,
-            Some(pb::seek_request::Target::Snapshot(_)) => {
-                return Err(Status::unimplemented(
-                    "seek to a snapshot is not supported by this emulator",
-                ))
+            Some(pb::seek_request::Target::Snapshot(snapshot)) => {
+                self.shared
+                    .with(|s, now, _| s.seek_snapshot(&req.subscription, &snapshot, now))?;
+                return Ok(Response::new(pb::SeekResponse {}));
             }
             None => return Err(Status::invalid_argument("seek needs a time or a snapshot")),
         };

@@ -189,6 +189,31 @@ pub fn parse_topic(obj: &Map<String, Value>, name: &str) -> Result<pb::Topic, St
     })
 }
 
+/// A snapshot as JSON.
+pub fn snapshot(s: &pb::Snapshot) -> Value {
+    let mut out = Map::new();
+    out.insert("name".into(), json!(s.name));
+    out.insert("topic".into(), json!(s.topic));
+    if let Some(t) = &s.expire_time {
+        out.insert("expireTime".into(), timestamp(t));
+    }
+    insert_labels(&mut out, &s.labels);
+    Value::Object(out)
+}
+
+/// A CreateSnapshot request from JSON (the name comes from the path).
+pub fn parse_create_snapshot(
+    obj: &Map<String, Value>,
+    name: &str,
+) -> Result<pb::CreateSnapshotRequest, Status> {
+    Ok(pb::CreateSnapshotRequest {
+        name: name.to_string(),
+        subscription: get_str(obj, "subscription")?,
+        labels: get_map(obj, "labels")?,
+        ..Default::default()
+    })
+}
+
 /// A subscription as JSON.
 pub fn subscription(s: &pb::Subscription, int_enums: bool) -> Value {
     let mut out = Map::new();

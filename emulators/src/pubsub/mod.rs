@@ -2,29 +2,30 @@
 //! gRPC, the REST/JSON surface the admin clients use, and records for tests.
 //!
 //! Invariant: both transports only convert; every behaviour lives in one
-//! state machine ([`state`] over [`subscription`]) behind one lock, measured
+//! state machine (`state` over `subscription`) behind one lock, measured
 //! on the emulator's clock.
 //!
 //! # Layout
-//! - [`names`]: resource names and their validation.
+//! - `names`: resource names and their validation.
 //! - `resources`: subscription/topic settings, defaults and update masks.
 //! - `subscription`: one subscription's messages, leases, timers, flow control.
+//! - `ordering`: which message of each ordering key may go out next.
 //! - `state`: topics, subscriptions, publish, dead-lettering.
 //! - `grpc`: the Publisher and Subscriber services.
 //! - `stream`: one StreamingPull session.
 //! - `rest`, `json`: the REST/JSON surface.
 //! - `admin`: `/emulator/v1/pubsub/...` records for tests.
-//! - [`stats`]: the record types.
-
-pub mod names;
-pub mod stats;
+//! - `stats`: the record types ([`SubscriptionStats`], [`AckRecord`], [`UnackedMessage`]).
 
 mod admin;
 mod grpc;
 mod json;
+mod names;
+mod ordering;
 mod resources;
 mod rest;
 mod state;
+mod stats;
 mod stream;
 mod subscription;
 
@@ -95,37 +96,29 @@ impl Shared {
         f(&mut state, now, wall)
     }
 
-    /// Acknowledges `ids`. Malformed ids are reported as invalid; the flag
-    /// says whether the subscription has exactly-once delivery.
-    fn ack(&self, sub: &str, ids: &[String]) -> Result<(AckOutcome, bool, bool), Status> {
+    /// Acknowledges `ids`; malformed ids are reported as invalid.
+    fn ack(&self, sub: &str, ids: &[String]) -> Result<AckOutcome, Status> {
         names::parse(sub, names::Kind::Subscription)?;
         let (parsed, malformed) = parse_ack_ids(ids);
         let faults = self.ctx.faults.clone();
         self.with(|state, now, wall| {
-            let exactly_once = state.sub(sub, None)?.policy.exactly_once;
             let mut outcome = state.ack(sub, &parsed, now, wall, &faults)?;
-            let any_malformed = !malformed.is_empty();
+            outcome.malformed = !malformed.is_empty();
             outcome.invalid.extend(malformed);
-            Ok((outcome, exactly_once, any_malformed))
+            Ok(outcome)
         })
     }
 
-    /// Modifies ack deadlines of `ids` (0 = nack); same result shape as [`Shared::ack`].
-    fn modack(
-        &self,
-        sub: &str,
-        ids: &[String],
-        seconds: i32,
-    ) -> Result<(AckOutcome, bool, bool), Status> {
+    /// Modifies ack deadlines of `ids` (0 = nack); malformed ids are reported as invalid.
+    fn modack(&self, sub: &str, ids: &[String], seconds: i32) -> Result<AckOutcome, Status> {
         names::parse(sub, names::Kind::Subscription)?;
         let seconds = check_modack_seconds(seconds)?;
         let (parsed, malformed) = parse_ack_ids(ids);
         self.with(|state, now, wall| {
-            let exactly_once = state.sub(sub, None)?.policy.exactly_once;
             let mut outcome = state.modack(sub, &parsed, seconds, now, wall)?;
-            let any_malformed = !malformed.is_empty();
+            outcome.malformed = !malformed.is_empty();
             outcome.invalid.extend(malformed);
-            Ok((outcome, exactly_once, any_malformed))
+            Ok(outcome)
         })
     }
 

@@ -13,6 +13,8 @@ pub enum Kind {
     Topic,
     /// `projects/{p}/subscriptions/{s}`.
     Subscription,
+    /// `projects/{p}/snapshots/{s}`.
+    Snapshot,
 }
 
 impl Kind {
@@ -20,6 +22,7 @@ impl Kind {
         match self {
             Kind::Topic => "topics",
             Kind::Subscription => "subscriptions",
+            Kind::Snapshot => "snapshots",
         }
     }
 }

@@ -76,6 +76,8 @@ enum Target<'a> {
     TopicSubscriptions(String),
     Subscriptions(&'a str),
     Subscription(String, Option<&'a str>),
+    Snapshots(&'a str),
+    Snapshot(String),
 }
 
 fn parse_path(path: &str) -> Option<Target<'_>> {
@@ -97,6 +99,10 @@ fn parse_path(path: &str) -> Option<Target<'_>> {
             format!("projects/{p}/subscriptions/{s}"),
             verb,
         )),
+        ["projects", p, "snapshots"] if verb.is_none() => Some(Target::Snapshots(p)),
+        ["projects", p, "snapshots", s] if verb.is_none() => {
+            Some(Target::Snapshot(format!("projects/{p}/snapshots/{s}")))
+        }
         _ => None,
     }
 }
@@ -201,6 +207,27 @@ async fn route(
             let subs: Vec<Value> = subs.iter().map(|x| j::subscription(x, int_enums)).collect();
             Ok(list("subscriptions", subs, next))
         }
+        (Target::Snapshots(p), "GET") => {
+            let (snaps, next) = shared
+                .with(|s, _, _| s.list_snapshots(&format!("projects/{p}"), page_size, &token))?;
+            Ok(list(
+                "snapshots",
+                snaps.iter().map(j::snapshot).collect(),
+                next,
+            ))
+        }
+        (Target::Snapshot(name), "PUT") => {
+            let req = j::parse_create_snapshot(&j::object(body)?, &name)?;
+            let snap = shared.with(|s, _, wall| s.create_snapshot(req, wall))?;
+            Ok(j::snapshot(&snap))
+        }
+        (Target::Snapshot(name), "GET") => {
+            Ok(j::snapshot(&shared.with(|s, _, _| s.get_snapshot(&name))?))
+        }
+        (Target::Snapshot(name), "DELETE") => {
+            shared.with(|s, _, _| s.delete_snapshot(&name))?;
+            Ok(json!({}))
+        }
         (Target::Subscription(name, verb), m) => {
             subscription(shared, &name, verb, m, body, int_enums).await
         }
@@ -273,8 +300,7 @@ async fn subscription(
             if ids.is_empty() {
                 return Err(Status::invalid_argument("ack_ids must not be empty"));
             }
-            let (outcome, eod, malformed) = shared.ack(name, &ids)?;
-            unary_ack_result(&outcome, eod, malformed)?;
+            unary_ack_result(&shared.ack(name, &ids)?)?;
             Ok(json!({}))
         }
         (Some("modifyAckDeadline"), "POST") => {
@@ -284,17 +310,15 @@ async fn subscription(
                 return Err(Status::invalid_argument("ack_ids must not be empty"));
             }
             let secs = i32::try_from(j::get_i64(&obj, "ackDeadlineSeconds")?).unwrap_or(-1);
-            let (outcome, eod, malformed) = shared.modack(name, &ids, secs)?;
-            unary_ack_result(&outcome, eod, malformed)?;
+            unary_ack_result(&shared.modack(name, &ids, secs)?)?;
             Ok(json!({}))
         }
         (Some("seek"), "POST") => {
             names::parse(name, Kind::Subscription)?;
             let obj = j::object(body)?;
-            if obj.contains_key("snapshot") {
-                return Err(Status::unimplemented(
-                    "seek to a snapshot is not supported by this emulator",
-                ));
+            if let Some(snapshot) = obj.get("snapshot").and_then(Value::as_str) {
+                shared.with(|s, now, _| s.seek_snapshot(name, snapshot, now))?;
+                return Ok(json!({}));
             }
             let time = obj
                 .get("time")

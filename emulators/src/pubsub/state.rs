@@ -28,27 +28,35 @@ const MAX_PAGE: usize = 1000;
 struct Topic {
     config: pb::Topic,
     subs: BTreeSet<String>,
+    snapshots: BTreeSet<String>,
 }
+
+/// A snapshot: the unacked messages of a subscription when it was taken, plus
+/// every message published to its topic since.
+#[derive(Debug)]
+struct Snapshot {
+    config: pb::Snapshot,
+    messages: BTreeMap<u64, Arc<Stored>>,
+}
+
+/// How long a snapshot lives (the real service: 7 days from its oldest message).
+const SNAPSHOT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The whole emulated Pub/Sub.
 #[derive(Debug, Default)]
 pub(super) struct State {
     topics: BTreeMap<String, Topic>,
     subs: BTreeMap<String, Subscription>,
+    snapshots: BTreeMap<String, Snapshot>,
     next_seq: u64,
     next_uid: u64,
     ack_log_capacity: usize,
 }
 
-fn not_found(what: &str, name: &str) -> Status {
-    Status::not_found(format!(
-        "Resource not found (resource={}).",
-        short(what, name)
-    ))
-}
-
-fn short<'a>(_what: &str, name: &'a str) -> &'a str {
-    name.rsplit('/').next().unwrap_or(name)
+/// NOT_FOUND as the real service words it.
+fn not_found(name: &str) -> Status {
+    let short = name.rsplit('/').next().unwrap_or(name);
+    Status::not_found(format!("Resource not found (resource={short})."))
 }
 
 /// Pages through `items` (sorted by name) after `token`.
@@ -100,6 +108,7 @@ impl State {
             Topic {
                 config: topic.clone(),
                 subs: BTreeSet::new(),
+                snapshots: BTreeSet::new(),
             },
         );
         Ok(topic)
@@ -110,7 +119,7 @@ impl State {
         self.topics
             .get(name)
             .map(|t| t.config.clone())
-            .ok_or_else(|| not_found("topic", name))
+            .ok_or_else(|| not_found(name))
     }
 
     pub fn update_topic(&mut self, topic: pb::Topic, mask: &[String]) -> Result<pb::Topic, Status> {
@@ -118,7 +127,7 @@ impl State {
         let entry = self
             .topics
             .get_mut(&topic.name)
-            .ok_or_else(|| not_found("topic", &topic.name))?;
+            .ok_or_else(|| not_found(&topic.name))?;
         let next = resources::update_topic(&entry.config, topic, mask)?;
         entry.config = next.clone();
         Ok(next)
@@ -147,20 +156,14 @@ impl State {
         token: &str,
     ) -> Result<(Vec<String>, String), Status> {
         names::parse(topic, Kind::Topic)?;
-        let entry = self
-            .topics
-            .get(topic)
-            .ok_or_else(|| not_found("topic", topic))?;
+        let entry = self.topics.get(topic).ok_or_else(|| not_found(topic))?;
         let items = entry.subs.iter().map(|s| (s.clone(), s.clone()));
         Ok(page(items, page_size, token))
     }
 
     pub fn delete_topic(&mut self, name: &str) -> Result<(), Status> {
         names::parse(name, Kind::Topic)?;
-        let topic = self
-            .topics
-            .remove(name)
-            .ok_or_else(|| not_found("topic", name))?;
+        let topic = self.topics.remove(name).ok_or_else(|| not_found(name))?;
         for sub in topic.subs {
             if let Some(s) = self.subs.get_mut(&sub) {
                 let mut config = s.config.clone();
@@ -181,7 +184,7 @@ impl State {
     ) -> Result<Vec<String>, Status> {
         names::parse(topic, Kind::Topic)?;
         if !self.topics.contains_key(topic) {
-            return Err(not_found("topic", topic));
+            return Err(not_found(topic));
         }
         check_publish(&messages)?;
         Ok(self.append(topic, messages, now, wall))
@@ -221,6 +224,13 @@ impl State {
                     sub.add(msg.clone());
                 }
                 sub.wake();
+            }
+        }
+        for name in &entry.snapshots {
+            if let Some(snapshot) = self.snapshots.get_mut(name) {
+                for msg in &stored {
+                    snapshot.messages.insert(msg.seq, msg.clone());
+                }
             }
         }
         ids
@@ -266,7 +276,7 @@ impl State {
             return Err(Status::already_exists("Subscription already exists"));
         }
         if !self.topics.contains_key(&config.topic) {
-            return Err(not_found("topic", &config.topic));
+            return Err(not_found(&config.topic));
         }
         self.check_dead_letter_topic(&config)?;
         self.next_uid += 1;
@@ -283,7 +293,7 @@ impl State {
     fn check_dead_letter_topic(&self, config: &pb::Subscription) -> Result<(), Status> {
         match &config.dead_letter_policy {
             Some(p) if !self.topics.contains_key(&p.dead_letter_topic) => {
-                Err(not_found("topic", &p.dead_letter_topic))
+                Err(not_found(&p.dead_letter_topic))
             }
             _ => Ok(()),
         }
@@ -294,7 +304,7 @@ impl State {
         self.subs
             .get(name)
             .map(|s| s.config.clone())
-            .ok_or_else(|| not_found("subscription", name))
+            .ok_or_else(|| not_found(name))
     }
 
     pub fn update_subscription(
@@ -330,10 +340,7 @@ impl State {
 
     pub fn delete_subscription(&mut self, name: &str) -> Result<(), Status> {
         names::parse(name, Kind::Subscription)?;
-        let sub = self
-            .subs
-            .remove(name)
-            .ok_or_else(|| not_found("subscription", name))?;
+        let sub = self.subs.remove(name).ok_or_else(|| not_found(name))?;
         if let Some(topic) = self.topics.get_mut(&sub.config.topic) {
             topic.subs.remove(name);
         }
@@ -346,14 +353,14 @@ impl State {
     pub fn sub(&self, name: &str, uid: Option<u64>) -> Result<&Subscription, Status> {
         match self.subs.get(name) {
             Some(s) if uid.is_none_or(|u| u == s.uid) => Ok(s),
-            _ => Err(not_found("subscription", name)),
+            _ => Err(not_found(name)),
         }
     }
 
     fn sub_mut(&mut self, name: &str, uid: Option<u64>) -> Result<&mut Subscription, Status> {
         match self.subs.get_mut(name) {
             Some(s) if uid.is_none_or(|u| u == s.uid) => Ok(s),
-            _ => Err(not_found("subscription", name)),
+            _ => Err(not_found(name)),
         }
     }
 
@@ -451,6 +458,103 @@ impl State {
         if let Ok(sub) = self.sub_mut(name, Some(uid)) {
             sub.close_stream(id);
         }
+    }
+
+    // ---- snapshots ----
+
+    pub fn create_snapshot(
+        &mut self,
+        req: pb::CreateSnapshotRequest,
+        wall: SystemTime,
+    ) -> Result<pb::Snapshot, Status> {
+        names::parse(&req.name, Kind::Snapshot)?;
+        names::parse(&req.subscription, Kind::Subscription)?;
+        if self.snapshots.contains_key(&req.name) {
+            return Err(Status::already_exists("Snapshot already exists"));
+        }
+        let sub = self.sub(&req.subscription, None)?;
+        let topic = sub.config.topic.clone();
+        let messages = sub.unacked_messages();
+        let oldest = messages
+            .values()
+            .map(|m| m.publish_wall)
+            .min()
+            .unwrap_or(wall);
+        let config = pb::Snapshot {
+            name: req.name.clone(),
+            topic: topic.clone(),
+            expire_time: Some(prost_types::Timestamp::from(oldest + SNAPSHOT_TTL)),
+            labels: req.labels,
+        };
+        let topic_entry = self
+            .topics
+            .get_mut(&topic)
+            .ok_or_else(|| Status::failed_precondition("the subscription's topic was deleted"))?;
+        topic_entry.snapshots.insert(req.name.clone());
+        self.snapshots.insert(
+            req.name,
+            Snapshot {
+                config: config.clone(),
+                messages,
+            },
+        );
+        Ok(config)
+    }
+
+    pub fn get_snapshot(&self, name: &str) -> Result<pb::Snapshot, Status> {
+        names::parse(name, Kind::Snapshot)?;
+        self.snapshots
+            .get(name)
+            .map(|s| s.config.clone())
+            .ok_or_else(|| not_found(name))
+    }
+
+    pub fn list_snapshots(
+        &self,
+        project: &str,
+        page_size: i32,
+        token: &str,
+    ) -> Result<(Vec<pb::Snapshot>, String), Status> {
+        let project = names::parse_project(project)?;
+        let prefix = format!("projects/{project}/snapshots/");
+        let items = self
+            .snapshots
+            .range(prefix.clone()..)
+            .take_while(|(n, _)| n.starts_with(&prefix))
+            .map(|(n, s)| (n.clone(), s.config.clone()));
+        Ok(page(items, page_size, token))
+    }
+
+    pub fn delete_snapshot(&mut self, name: &str) -> Result<(), Status> {
+        names::parse(name, Kind::Snapshot)?;
+        let snapshot = self.snapshots.remove(name).ok_or_else(|| not_found(name))?;
+        if let Some(topic) = self.topics.get_mut(&snapshot.config.topic) {
+            topic.snapshots.remove(name);
+        }
+        Ok(())
+    }
+
+    /// Seeks `name` to snapshot `snapshot` (which must be of the same topic).
+    pub fn seek_snapshot(
+        &mut self,
+        name: &str,
+        snapshot: &str,
+        now: Duration,
+    ) -> Result<(), Status> {
+        names::parse(name, Kind::Subscription)?;
+        names::parse(snapshot, Kind::Snapshot)?;
+        let snap = self
+            .snapshots
+            .get(snapshot)
+            .ok_or_else(|| not_found(snapshot))?;
+        let sub = self.subs.get_mut(name).ok_or_else(|| not_found(name))?;
+        if snap.config.topic != sub.config.topic {
+            return Err(Status::invalid_argument(
+                "The snapshot and the subscription must be of the same topic",
+            ));
+        }
+        sub.seek_to(&snap.messages, now);
+        Ok(())
     }
 
     // ---- records ----

@@ -52,6 +52,14 @@ pub(super) async fn open(
             first.max_outstanding_bytes,
         )
     })?;
+    tracing::debug!(
+        subscription = %first.subscription,
+        stream = id,
+        client_id = %first.client_id,
+        max_outstanding_messages = first.max_outstanding_messages,
+        max_outstanding_bytes = first.max_outstanding_bytes,
+        "StreamingPull opened"
+    );
     let (tx, rx) = mpsc::channel(4);
     let session = Session {
         shared,
@@ -100,7 +108,14 @@ impl Session {
     ) {
         let (stop_tx, mut stop_rx) = oneshot::channel();
         let reader = tokio::spawn(self.clone().read(first, inbound, tx.clone(), stop_tx));
-        if let Some(status) = self.write(&tx, &mut stop_rx).await {
+        let end = self.write(&tx, &mut stop_rx).await;
+        tracing::debug!(
+            subscription = %self.sub,
+            stream = self.id,
+            code = ?end.as_ref().map(Status::code),
+            "StreamingPull closed"
+        );
+        if let Some(status) = end {
             let _ = tx.send(Err(status)).await;
         }
         reader.abort();
@@ -175,8 +190,8 @@ impl Session {
         let mut response = pb::StreamingPullResponse::default();
         let mut exactly_once = false;
         if !req.ack_ids.is_empty() {
-            let (outcome, eod, _) = self.shared.ack(&self.sub, &req.ack_ids)?;
-            exactly_once = eod;
+            let outcome = self.shared.ack(&self.sub, &req.ack_ids)?;
+            exactly_once = outcome.exactly_once;
             response.acknowledge_confirmation = Some(AcknowledgeConfirmation {
                 ack_ids: outcome.ok,
                 invalid_ack_ids: outcome.invalid,
@@ -197,8 +212,8 @@ impl Session {
                 }
             }
             for (secs, ids) in by_seconds {
-                let (outcome, eod, _) = self.shared.modack(&self.sub, &ids, secs)?;
-                exactly_once = eod;
+                let outcome = self.shared.modack(&self.sub, &ids, secs)?;
+                exactly_once = outcome.exactly_once;
                 confirmation.ack_ids.extend(outcome.ok);
                 confirmation.invalid_ack_ids.extend(outcome.invalid);
             }
@@ -242,6 +257,7 @@ impl Session {
                 .fire(FaultKind::DropStream, "StreamingPull")
                 .is_some()
             {
+                tracing::info!(subscription = %self.sub, stream = self.id, "fault: stream dropped");
                 return Some(unavailable("stream dropped by an injected fault"));
             }
             if let Some(life) = shared.config.stream_max_lifetime {

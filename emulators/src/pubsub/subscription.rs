@@ -1,18 +1,13 @@
 //! One subscription's messages and leases: the delivery state machine.
 //!
 //! Invariant: every unacked message is in exactly one phase: ready (its seq is
-//! in `ready`), leased to one delivery (one valid ack id, one deadline), or
+//! in `ready`), blocked behind an earlier message of its ordering key (see
+//! `ordering`), leased to one delivery (one valid ack id, one deadline), or
 //! waiting out a retry backoff. Only ready messages are handed out, so no
 //! message is delivered twice at once; a message leaves only by ack,
 //! dead-lettering, retention or Seek. Timers live in a heap keyed by due time
 //! and are checked lazily against the entry's current phase, so every
 //! operation costs O(log n), never a scan of the backlog.
-//!
-//! With message ordering on, each ordering key keeps its unacked messages in
-//! publish order; the leased ones form a prefix of that queue and only the
-//! first unleased one may be ready (the rest are blocked), so a key's
-//! messages go out in order, and a nack or expiry sends the failed message
-//! and every later leased message of its key back to the queue together.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -21,6 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::Notify;
 
+use super::ordering::Keys;
 use super::resources::Policy;
 use super::stats::{AckRecord, SubscriptionStats, UnackedMessage};
 use crate::faults::{FaultKind, Faults};
@@ -65,14 +61,6 @@ struct Entry {
     msg: Arc<Stored>,
     deliveries: u32,
     phase: Phase,
-}
-
-/// The unacked messages of one ordering key, in publish order; the first
-/// `leased` are leased.
-#[derive(Debug, Default)]
-struct KeyQueue {
-    queue: VecDeque<u64>,
-    leased: usize,
 }
 
 /// Flow-control budget of one StreamingPull stream.
@@ -138,8 +126,12 @@ impl AckId {
 pub(super) struct AckOutcome {
     /// Ack ids that were applied (or were harmless no-ops).
     pub ok: Vec<String>,
-    /// Ack ids that are unknown, stale or expired.
+    /// Ack ids that are unknown, stale, expired or malformed.
     pub invalid: Vec<String>,
+    /// Some ack ids were malformed (INVALID_ARGUMENT whatever the delivery mode).
+    pub malformed: bool,
+    /// The subscription has exactly-once delivery (invalid ids are reported).
+    pub exactly_once: bool,
 }
 
 /// A message to forward to a dead-letter topic.
@@ -165,7 +157,7 @@ pub(super) struct Subscription {
     recent_acks: HashMap<u64, u64>,
     recent_order: VecDeque<u64>,
     streams: HashMap<u64, Budget>,
-    keys: HashMap<String, KeyQueue>,
+    keys: Keys,
     next_gen: u64,
     stats: SubscriptionStats,
     ack_log: VecDeque<AckRecord>,
@@ -187,7 +179,7 @@ impl Subscription {
             recent_acks: HashMap::new(),
             recent_order: VecDeque::new(),
             streams: HashMap::new(),
-            keys: HashMap::new(),
+            keys: Keys::default(),
             next_gen: 1,
             stats: SubscriptionStats::default(),
             ack_log: VecDeque::new(),
@@ -213,11 +205,9 @@ impl Subscription {
         let seq = msg.seq;
         let mut phase = Phase::Ready;
         if let Some(key) = self.key_of(&msg) {
-            let kq = self.keys.entry(key).or_default();
-            if kq.queue.len() > kq.leased {
+            if !self.keys.push(key, seq) {
                 phase = Phase::Blocked;
             }
-            kq.queue.push_back(seq);
         }
         if matches!(phase, Phase::Ready) {
             self.ready.insert(seq);
@@ -238,65 +228,21 @@ impl Subscription {
         (self.policy.ordering && !key.is_empty()).then(|| key.clone())
     }
 
-    /// Unblocks the first unleased message of `key`, if blocked.
-    fn unblock_head(&mut self, key: &str) {
-        let Some(kq) = self.keys.get(key) else { return };
-        let Some(&next) = kq.queue.get(kq.leased) else {
-            return;
-        };
-        if let Some(entry) = self.entries.get_mut(&next) {
+    /// Makes `seq` ready if it is blocked (it became the head of its key).
+    fn unblock(&mut self, seq: Option<u64>) {
+        let Some(seq) = seq else { return };
+        if let Some(entry) = self.entries.get_mut(&seq) {
             if matches!(entry.phase, Phase::Blocked) {
                 entry.phase = Phase::Ready;
-                self.ready.insert(next);
+                self.ready.insert(seq);
             }
         }
     }
 
-    /// Key bookkeeping after `seq` (of `key`) was leased: it heads the
-    /// unleased part, so the prefix grows by one and the next one unblocks.
-    fn key_leased(&mut self, key: &str) {
-        if let Some(kq) = self.keys.get_mut(key) {
-            kq.leased = (kq.leased + 1).min(kq.queue.len());
-        }
-        self.unblock_head(key);
-    }
-
-    /// Key bookkeeping after `seq` left the subscription (ack, dead letter, retention).
-    fn key_removed(&mut self, key: &str, seq: u64) {
-        let Some(kq) = self.keys.get_mut(key) else {
-            return;
-        };
-        let Some(pos) = kq.queue.iter().position(|s| *s == seq) else {
-            return;
-        };
-        kq.queue.remove(pos);
-        if pos < kq.leased {
-            kq.leased -= 1;
-        }
-        if kq.queue.is_empty() {
-            self.keys.remove(key);
-        } else if pos >= kq.leased {
-            self.unblock_head(key);
-        }
-    }
-
-    /// Key bookkeeping when leased `seq` failed (nack or expiry): every later
-    /// leased message of its key loses its lease and is blocked behind it.
-    fn key_failed(&mut self, key: &str, seq: u64) {
-        let Some(kq) = self.keys.get_mut(key) else {
-            return;
-        };
-        let Some(pos) = kq.queue.iter().position(|s| *s == seq) else {
-            return;
-        };
-        let later: Vec<u64> = kq
-            .queue
-            .range(pos + 1..kq.leased.max(pos + 1))
-            .copied()
-            .collect();
-        kq.leased = pos.min(kq.leased);
-        for other in later {
-            let Some(entry) = self.entries.get_mut(&other) else {
+    /// Takes the leases of messages queued behind a failed one of their key.
+    fn block(&mut self, seqs: Vec<u64>) {
+        for seq in seqs {
+            let Some(entry) = self.entries.get_mut(&seq) else {
                 continue;
             };
             if let Phase::Leased { stream, .. } = entry.phase {
@@ -371,7 +317,8 @@ impl Subscription {
                 self.ready.remove(&seq);
                 if let Some(entry) = self.entries.remove(&seq) {
                     if let Some(key) = self.key_of(&entry.msg) {
-                        self.key_removed(&key, seq);
+                        let head = self.keys.removed(&key, seq);
+                        self.unblock(head);
                     }
                 }
                 self.stats.retention_dropped += 1;
@@ -414,7 +361,8 @@ impl Subscription {
             };
             let msg = entry.msg.clone();
             if let Some(key) = self.key_of(&msg) {
-                self.key_leased(&key);
+                let head = self.keys.leased(&key);
+                self.unblock(head);
             }
             let message = msg.message.clone();
             out.push(pb::ReceivedMessage {
@@ -429,7 +377,10 @@ impl Subscription {
     /// Applies acknowledgements. Under exactly-once delivery only the newest,
     /// unexpired ack id of a message is valid.
     pub fn ack(&mut self, ids: &[AckId], now: Duration, faults: &Faults) -> AckOutcome {
-        let mut outcome = AckOutcome::default();
+        let mut outcome = AckOutcome {
+            exactly_once: self.policy.exactly_once,
+            ..AckOutcome::default()
+        };
         let mut freed = false;
         for id in ids {
             if id.uid != self.uid {
@@ -468,6 +419,7 @@ impl Subscription {
     /// faults). Returns whether a stream's flow-control room was freed.
     fn apply_ack(&mut self, id: &AckId, now: Duration, faults: &Faults) -> bool {
         if faults.fire(FaultKind::AckLost, "Acknowledge").is_some() {
+            tracing::info!(subscription = %self.config.name, ack_id = %id.raw, "fault: ack lost");
             self.stats.acks_lost += 1;
             return false;
         }
@@ -483,7 +435,8 @@ impl Subscription {
             Phase::Waiting { .. } | Phase::Blocked => {}
         }
         if let Some(key) = self.key_of(&entry.msg) {
-            self.key_removed(&key, id.seq);
+            let head = self.keys.removed(&key, id.seq);
+            self.unblock(head);
         }
         self.stats.acks += 1;
         if self.ack_log.len() >= self.ack_log_capacity {
@@ -505,6 +458,7 @@ impl Subscription {
             .fire(FaultKind::SpuriousRedelivery, "Acknowledge")
             .is_some()
         {
+            tracing::info!(subscription = %self.config.name, ack_id = %id.raw, "fault: spurious redelivery");
             self.stats.spurious_redeliveries += 1;
             self.enqueue(entry.msg, entry.deliveries);
             freed = true;
@@ -534,7 +488,10 @@ impl Subscription {
         now: Duration,
         dead_letter_ok: bool,
     ) -> (AckOutcome, Vec<Forward>) {
-        let mut outcome = AckOutcome::default();
+        let mut outcome = AckOutcome {
+            exactly_once: self.policy.exactly_once,
+            ..AckOutcome::default()
+        };
         let mut forwards = Vec::new();
         for id in ids {
             let entry = self.entries.get_mut(&id.seq).filter(|_| id.uid == self.uid);
@@ -574,7 +531,8 @@ impl Subscription {
     fn requeue(&mut self, seq: u64, now: Duration, dead_letter_ok: bool) -> Option<Forward> {
         let key = self.entries.get(&seq).and_then(|e| self.key_of(&e.msg));
         if let Some(key) = &key {
-            self.key_failed(key, seq);
+            let later = self.keys.failed(key, seq);
+            self.block(later);
         }
         let entry = self.entries.get_mut(&seq)?;
         if let Some((topic, max)) = &self.policy.dead_letter {
@@ -582,7 +540,8 @@ impl Subscription {
                 let topic = topic.clone();
                 let entry = self.entries.remove(&seq)?;
                 if let Some(key) = &key {
-                    self.key_removed(key, seq);
+                    let head = self.keys.removed(key, seq);
+                    self.unblock(head);
                 }
                 self.stats.dead_lettered += 1;
                 return Some(Forward {
@@ -635,6 +594,48 @@ impl Subscription {
     /// Seeks to a time: retained messages published before it become acked,
     /// the others unacked and ready (acked ones only if retained).
     pub fn seek(&mut self, time: SystemTime, now: Duration) {
+        let all = self.drain_all();
+        let mut unacked = Vec::new();
+        for (seq, (msg, deliveries)) in all {
+            if msg.published_at + self.policy.retention < now {
+                continue;
+            }
+            if msg.publish_wall < time {
+                if self.policy.retain_acked {
+                    self.acked.insert(seq, msg);
+                }
+            } else {
+                unacked.push((msg, deliveries));
+            }
+        }
+        for (msg, deliveries) in unacked {
+            self.enqueue(msg, deliveries);
+        }
+        self.wake();
+    }
+
+    /// Seeks to a snapshot: exactly `snapshot`'s messages become unacked and
+    /// ready; every other retained message becomes acked.
+    pub fn seek_to(&mut self, snapshot: &BTreeMap<u64, Arc<Stored>>, now: Duration) {
+        let all = self.drain_all();
+        for (seq, (msg, _)) in &all {
+            if self.policy.retain_acked && !snapshot.contains_key(seq) {
+                self.acked.insert(*seq, msg.clone());
+            }
+        }
+        for (seq, msg) in snapshot {
+            if msg.published_at + self.policy.retention < now {
+                continue;
+            }
+            let deliveries = all.get(seq).map_or(0, |(_, d)| *d);
+            self.enqueue(msg.clone(), deliveries);
+        }
+        self.wake();
+    }
+
+    /// Empties every message structure (for Seek); returns the unacked and
+    /// retained acked messages with their delivery counts.
+    fn drain_all(&mut self) -> BTreeMap<u64, (Arc<Stored>, u32)> {
         let mut all: BTreeMap<u64, (Arc<Stored>, u32)> = BTreeMap::new();
         for (seq, msg) in std::mem::take(&mut self.acked) {
             all.insert(seq, (msg, 0));
@@ -649,19 +650,15 @@ impl Subscription {
             budget.messages = 0;
             budget.bytes = 0;
         }
-        for (seq, (msg, deliveries)) in all {
-            if msg.published_at + self.policy.retention < now {
-                continue;
-            }
-            if msg.publish_wall < time {
-                if self.policy.retain_acked {
-                    self.acked.insert(seq, msg);
-                }
-                continue;
-            }
-            self.enqueue(msg, deliveries);
-        }
-        self.wake();
+        all
+    }
+
+    /// The unacked messages right now (for a snapshot).
+    pub fn unacked_messages(&self) -> BTreeMap<u64, Arc<Stored>> {
+        self.entries
+            .iter()
+            .map(|(seq, e)| (*seq, e.msg.clone()))
+            .collect()
     }
 
     /// The counters, with the current backlog figures filled in.

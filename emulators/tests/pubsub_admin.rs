@@ -1,0 +1,235 @@
+//! The admin surface: REST (as `TopicAdmin`/`SubscriptionAdmin` and `gcloud`
+//! use it), resource names and the documented error codes.
+mod pubsub_support;
+
+use pubsub_support::*;
+
+#[tokio::test]
+async fn creating_an_existing_topic_or_subscription_is_already_exists() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("dup", |r| r).await;
+    let err = env
+        .topics
+        .create_topic()
+        .set_name(&topic)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.http_status_code(), Some(409));
+    assert_eq!(
+        err.status().unwrap().code,
+        google_cloud_gax::error::rpc::Code::AlreadyExists
+    );
+    let err = env
+        .subs
+        .create_subscription()
+        .set_name(&sub)
+        .set_topic(&topic)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.status().unwrap().code,
+        google_cloud_gax::error::rpc::Code::AlreadyExists
+    );
+    let missing = format!("projects/{PROJECT}/subscriptions/orphan");
+    let err = env
+        .subs
+        .create_subscription()
+        .set_name(&missing)
+        .set_topic(format!("projects/{PROJECT}/topics/nope"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.status().unwrap().code,
+        google_cloud_gax::error::rpc::Code::NotFound
+    );
+    let got = env
+        .subs
+        .get_subscription()
+        .set_subscription(&sub)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.ack_deadline_seconds, 10);
+}
+
+#[tokio::test]
+async fn invalid_names_and_settings_are_invalid_argument() {
+    let env = Env::start().await;
+    let err = env
+        .topics
+        .create_topic()
+        .set_name(format!("projects/{PROJECT}/topics/goog-reserved"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.status().unwrap().code,
+        google_cloud_gax::error::rpc::Code::InvalidArgument
+    );
+    let topic = env.topic("valid-topic").await;
+    let err = env
+        .subs
+        .create_subscription()
+        .set_name(format!("projects/{PROJECT}/subscriptions/bad-deadline"))
+        .set_topic(&topic)
+        .set_ack_deadline_seconds(601)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.status().unwrap().code,
+        google_cloud_gax::error::rpc::Code::InvalidArgument
+    );
+    let mut raw = env.raw_publisher().await;
+    let err = raw
+        .create_topic(pb::Topic {
+            name: "projects/p/topics/1starts-with-digit".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn rest_publish_pull_and_ack_round_trip() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("rest", |r| r).await;
+    let base = env.emu.pubsub_endpoint();
+    let http = |method: &str, path: String, body: &str| {
+        let method = method.to_string();
+        let body = body.to_string();
+        let url = format!("{base}/v1/{path}");
+        async move { raw_http(&method, &url, &body).await }
+    };
+    let (code, body) = http(
+        "POST",
+        format!("{topic}:publish"),
+        r#"{"messages":[{"data":"aGk=","attributes":{"k":"v"}}]}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = http("POST", format!("{sub}:pull"), r#"{"maxMessages":5}"#).await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let received = &v["receivedMessages"][0];
+    assert_eq!(received["message"]["data"], "aGk=");
+    assert_eq!(received["message"]["attributes"]["k"], "v");
+    let ack_id = received["ackId"].as_str().unwrap();
+    let (code, _) = http(
+        "POST",
+        format!("{sub}:acknowledge"),
+        &format!(r#"{{"ackIds":["{ack_id}"]}}"#),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, body) = http("GET", format!("projects/{PROJECT}/subscriptions/nope"), "").await;
+    assert_eq!(code, 404);
+    assert!(body.contains("\"NOT_FOUND\""), "{body}");
+    let (code, body) = http("GET", "projects/test-project/subscriptions".into(), "").await;
+    assert_eq!(code, 200);
+    assert!(body.contains(&sub));
+    assert_eq!(env.emu.pubsub().stats(&sub).unwrap().acks, 1);
+    let acks: HashMap<String, serde_json::Value> = serde_json::from_str(
+        &raw_http(
+            "GET",
+            &format!("{base}/emulator/v1/pubsub/acks?subscription={sub}"),
+            "",
+        )
+        .await
+        .1,
+    )
+    .unwrap();
+    assert_eq!(acks["acks"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn rest_admin_updates_and_lists_subscriptions() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("updatable", |r| r).await;
+    let updated = env
+        .subs
+        .update_subscription()
+        .set_subscription(
+            google_cloud_pubsub::model::Subscription::new()
+                .set_name(&sub)
+                .set_ack_deadline_seconds(30),
+        )
+        .set_update_mask(google_cloud_wkt::FieldMask::default().set_paths(["ack_deadline_seconds"]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(updated.ack_deadline_seconds, 30);
+    assert_eq!(updated.topic, topic);
+    let listed = env
+        .subs
+        .list_subscriptions()
+        .set_project(format!("projects/{PROJECT}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.subscriptions.len(), 1);
+    assert_eq!(listed.subscriptions[0].ack_deadline_seconds, 30);
+    let err = env
+        .subs
+        .update_subscription()
+        .set_subscription(google_cloud_pubsub::model::Subscription::new().set_name(&sub))
+        .set_update_mask(google_cloud_wkt::FieldMask::default().set_paths(["topic"]))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.status().unwrap().code,
+        google_cloud_gax::error::rpc::Code::InvalidArgument
+    );
+    env.topics
+        .delete_topic()
+        .set_topic(&topic)
+        .send()
+        .await
+        .unwrap();
+    let got = env
+        .subs
+        .get_subscription()
+        .set_subscription(&sub)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.topic, "_deleted-topic_");
+}
+
+#[tokio::test]
+async fn shutdown_closes_open_streams_promptly() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("closing", |r| r).await;
+    env.publish(&topic, &["x"]).await;
+    let mut stream = env.stream(&sub);
+    next(&mut stream).await.1.ack();
+    let start = Instant::now();
+    env.emu.shutdown().await;
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(1), "shutdown took {took:?}");
+}
+
+#[tokio::test]
+async fn rest_exactly_once_ack_failure_carries_error_info() {
+    let env = Env::start().await;
+    let (_, sub) = env
+        .subscription("rest-eod", |r| r.set_enable_exactly_once_delivery(true))
+        .await;
+    let url = format!("{}/v1/{sub}:acknowledge", env.emu.pubsub_endpoint());
+    let (code, body) = raw_http("POST", &url, r#"{"ackIds":["1-5-5"]}"#).await;
+    assert_eq!(code, 400, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let detail = &v["error"]["details"][0];
+    assert_eq!(v["error"]["status"], "INVALID_ARGUMENT");
+    assert_eq!(detail["@type"], "type.googleapis.com/google.rpc.ErrorInfo");
+    assert_eq!(detail["reason"], "EXACTLY_ONCE_ACKID_FAILURE");
+    assert_eq!(
+        detail["metadata"]["1-5-5"],
+        "PERMANENT_FAILURE_INVALID_ACK_ID"
+    );
+}

@@ -1,0 +1,246 @@
+//! The exact expected like count of every post, from the generated events alone.
+//!
+//! Invariant: a post's expected count is the number of its (post, user)
+//! pairs whose newest event (highest `seq`) is a `like.added`; duplicates
+//! and poison never change it. No code of the service is used to compute it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::workload::{Origin, OutMessage, WorkloadConfig};
+
+/// Expected counts, serialisable as the `--truth` file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Truth {
+    /// The settings the workload was generated from, for the record.
+    pub config: WorkloadConfig,
+    /// Messages the truth covers (a prefix of the workload when publishing stopped early).
+    pub messages: u64,
+    /// Expected count per post touched by a valid event (zero included).
+    pub counts: BTreeMap<String, i64>,
+    /// Expected number of liked memberships, all posts together.
+    pub total: i64,
+    /// Expected membership documents: distinct (post, user) pairs touched
+    /// (the first event of a pair is always a like, so each gets a document).
+    #[serde(default)]
+    pub memberships: u64,
+    /// Poison messages covered (each should leave one quarantine record).
+    #[serde(default)]
+    pub poison: u64,
+}
+
+/// The truth file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum TruthError {
+    /// The file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a truth file.
+    #[error("{path} is not a truth file: {source}")]
+    Format {
+        /// The file.
+        path: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
+impl TruthError {
+    /// A missing or corrupt file stays so: never retryable.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+impl Truth {
+    /// Computes the expected counts of `messages` (all of them).
+    pub fn compute(config: WorkloadConfig, messages: &[OutMessage]) -> Self {
+        // (post, user) -> (newest seq, liked at that seq)
+        let mut newest: HashMap<(&str, &str), (i64, bool)> = HashMap::new();
+        let mut poison = 0;
+        for message in messages {
+            poison += u64::from(matches!(message.origin, Origin::Poison { .. }));
+            let origin = match &message.origin {
+                Origin::Duplicate { of } => match messages.get(*of) {
+                    Some(original) => &original.origin,
+                    None => continue,
+                },
+                other => other,
+            };
+            let Origin::Event {
+                post_id,
+                user_id,
+                seq,
+                liked,
+            } = origin
+            else {
+                continue;
+            };
+            let entry = newest
+                .entry((post_id.as_str(), user_id.as_str()))
+                .or_insert((*seq, *liked));
+            if *seq > entry.0 {
+                *entry = (*seq, *liked);
+            }
+        }
+        let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+        for ((post, _), (_, liked)) in &newest {
+            *counts.entry((*post).to_string()).or_default() += i64::from(*liked);
+        }
+        let total = counts.values().sum();
+        Self {
+            config,
+            messages: messages.len() as u64,
+            counts,
+            total,
+            memberships: newest.len() as u64,
+            poison,
+        }
+    }
+
+    /// The expected count of `post_id` (0 for a post never touched).
+    pub fn expected(&self, post_id: &str) -> i64 {
+        self.counts.get(post_id).copied().unwrap_or(0)
+    }
+
+    /// Writes the truth as pretty JSON to `path`.
+    pub fn save(&self, path: &Path) -> Result<(), TruthError> {
+        let text = serde_json::to_string_pretty(self).map_err(|source| TruthError::Format {
+            path: path.display().to_string(),
+            source,
+        })?;
+        std::fs::write(path, text).map_err(|source| TruthError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Reads a truth file written by [`Truth::save`].
+    pub fn load(path: &Path) -> Result<Self, TruthError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TruthError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| TruthError::Format {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::PoisonKind;
+
+    fn event(post: &str, user: &str, seq: i64, liked: bool) -> OutMessage {
+        OutMessage {
+            data: Vec::new(),
+            attributes: BTreeMap::new(),
+            origin: Origin::Event {
+                post_id: post.into(),
+                user_id: user.into(),
+                seq,
+                liked,
+            },
+        }
+    }
+
+    fn duplicate(of: usize) -> OutMessage {
+        OutMessage {
+            data: Vec::new(),
+            attributes: BTreeMap::new(),
+            origin: Origin::Duplicate { of },
+        }
+    }
+
+    fn poison() -> OutMessage {
+        OutMessage {
+            data: b"{".to_vec(),
+            attributes: BTreeMap::new(),
+            origin: Origin::Poison {
+                kind: PoisonKind::BadJson,
+            },
+        }
+    }
+
+    fn truth(messages: &[OutMessage]) -> Truth {
+        Truth::compute(WorkloadConfig::default(), messages)
+    }
+
+    #[test]
+    fn like_unlike_relike_counts_the_newest_state() {
+        let t = truth(&[
+            event("p", "a", 1, true),
+            event("p", "a", 2, false),
+            event("p", "b", 1, true),
+            event("p", "a", 3, true),
+            event("q", "a", 1, true),
+            event("q", "a", 2, false),
+        ]);
+        assert_eq!(t.expected("p"), 2);
+        assert_eq!(t.expected("q"), 0);
+        assert!(t.counts.contains_key("q"), "touched posts are checked too");
+        assert_eq!(t.total, 2);
+        assert_eq!(t.memberships, 3);
+    }
+
+    #[test]
+    fn double_like_counts_once() {
+        let t = truth(&[event("p", "a", 1, true), event("p", "a", 2, true)]);
+        assert_eq!(t.expected("p"), 1);
+    }
+
+    #[test]
+    fn late_duplicate_of_an_old_event_changes_nothing() {
+        let t = truth(&[
+            event("p", "a", 1, true),
+            event("p", "a", 2, false),
+            duplicate(0),
+            duplicate(1),
+            duplicate(0),
+        ]);
+        assert_eq!(t.expected("p"), 0);
+    }
+
+    #[test]
+    fn out_of_order_events_use_the_highest_seq() {
+        let t = truth(&[event("p", "a", 2, false), event("p", "a", 1, true)]);
+        assert_eq!(t.expected("p"), 0);
+    }
+
+    #[test]
+    fn poison_is_excluded() {
+        let t = truth(&[poison(), event("p", "a", 1, true), poison()]);
+        assert_eq!(t.counts, BTreeMap::from([("p".to_string(), 1)]));
+        assert_eq!((t.messages, t.poison), (3, 2));
+    }
+
+    #[test]
+    fn truth_file_round_trips() {
+        let w = crate::workload::generate(&WorkloadConfig {
+            events: 500,
+            ..WorkloadConfig::default()
+        });
+        let dir = std::env::temp_dir().join(format!("hotcount-truth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("truth.json");
+        w.truth.save(&path).unwrap();
+        let loaded = Truth::load(&path).unwrap();
+        assert_eq!(loaded.counts, w.truth.counts);
+        assert_eq!((loaded.total, loaded.messages), (w.truth.total, 500));
+        assert_eq!(loaded.config.seed, w.truth.config.seed);
+        assert!((loaded.config.zipf_exponent - w.truth.config.zipf_exponent).abs() < 1e-12);
+        std::fs::write(&path, "[]").unwrap();
+        assert!(matches!(Truth::load(&path), Err(TruthError::Format { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

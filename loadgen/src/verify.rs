@@ -1,0 +1,226 @@
+//! Compares what hotcount stored with the [`Truth`], post by post, and checks
+//! the shard invariant of every post seen anywhere.
+//!
+//! Invariant: a [`VerifyReport`] is exact only if every post in the truth,
+//! the counter shards or the memberships has sum(shards) == expected, and
+//! sum(shards) == its memberships with `liked == true`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use firestore::FirestoreDb;
+use hotcount::config::{Endpoints, Target};
+
+use crate::readback::{self, MembershipRow, ReadError};
+use crate::truth::Truth;
+
+/// A post whose stored count differs from the truth.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The post.
+    pub post_id: String,
+    /// Count from the truth (0 for a post absent from it).
+    pub expected: i64,
+    /// Sum of its counter shards.
+    pub actual: i64,
+    /// Its membership documents with `liked == true`.
+    pub liked_members: i64,
+}
+
+/// A post whose shards disagree with its memberships.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvariantViolation {
+    /// The post.
+    pub post_id: String,
+    /// Sum of its counter shards.
+    pub shard_sum: i64,
+    /// Its membership documents with `liked == true`.
+    pub liked_members: i64,
+}
+
+/// The outcome of a verification.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Posts compared (truth, shards and memberships together).
+    pub posts_checked: usize,
+    /// Posts whose count is exact.
+    pub posts_exact: usize,
+    /// Posts whose count differs from the truth, by post id.
+    pub mismatches: Vec<Mismatch>,
+    /// Posts where sum(shards) != liked memberships, by post id.
+    pub invariant_violations: Vec<InvariantViolation>,
+    /// Expected likes, all posts together.
+    pub expected_total: i64,
+    /// Stored likes (sum of all shards), all posts together.
+    pub actual_total: i64,
+    /// Counter shard documents read.
+    pub shards_read: usize,
+    /// Membership documents read.
+    pub memberships_read: usize,
+    /// Membership documents the truth expects (one per (post, user) touched).
+    pub memberships_expected: u64,
+    /// Quarantine records found under the prefix (informational: not part of
+    /// [`VerifyReport::is_exact`]).
+    pub quarantined: usize,
+    /// Poison messages the truth covers (each should be quarantined once).
+    pub poison_expected: u64,
+    /// Whether shards and memberships were read at one read time; if not,
+    /// invariant violations may be an artefact of commits between the reads.
+    pub consistent_snapshot: bool,
+}
+
+impl VerifyReport {
+    /// Every post exact and the invariant kept everywhere.
+    pub fn is_exact(&self) -> bool {
+        self.mismatches.is_empty() && self.invariant_violations.is_empty()
+    }
+}
+
+/// Verification could not read what it needs.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("verify: {0}")]
+pub struct VerifyError(#[from] pub ReadError);
+
+impl VerifyError {
+    /// Whether reading again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.0.is_retryable()
+    }
+}
+
+/// Connects to Firestore for `target` and verifies it against `truth`.
+pub async fn connect_and_verify(
+    endpoints: &Endpoints,
+    target: &Target,
+    truth: &Truth,
+) -> Result<VerifyReport, VerifyError> {
+    let db = readback::connect(endpoints, target).await?;
+    verify(&db, target, truth).await
+}
+
+/// Reads every counter shard and membership of `target` and compares them with `truth`.
+pub async fn verify(
+    db: &FirestoreDb,
+    target: &Target,
+    truth: &Truth,
+) -> Result<VerifyReport, VerifyError> {
+    let snapshot = readback::read_snapshot(db, &readback::layout(target)).await?;
+    let mut report = compare(truth, &snapshot.counts, &snapshot.memberships);
+    report.shards_read = snapshot.shards_read;
+    report.consistent_snapshot = snapshot.consistent;
+    report.quarantined = snapshot.quarantined;
+    Ok(report)
+}
+
+/// Compares stored shard sums and memberships with `truth` (pure).
+pub fn compare(
+    truth: &Truth,
+    counts: &BTreeMap<String, i64>,
+    memberships: &[MembershipRow],
+) -> VerifyReport {
+    let liked = readback::liked_per_post(memberships);
+    let mut posts: BTreeSet<&str> = truth.counts.keys().map(String::as_str).collect();
+    posts.extend(counts.keys().map(String::as_str));
+    posts.extend(liked.keys().copied());
+    let mut report = VerifyReport {
+        posts_checked: posts.len(),
+        expected_total: truth.total,
+        actual_total: counts.values().sum(),
+        memberships_read: memberships.len(),
+        memberships_expected: truth.memberships,
+        poison_expected: truth.poison,
+        ..Default::default()
+    };
+    for post in posts {
+        let expected = truth.expected(post);
+        let actual = counts.get(post).copied().unwrap_or(0);
+        let liked_members = liked.get(post).copied().unwrap_or(0);
+        if actual != liked_members {
+            report.invariant_violations.push(InvariantViolation {
+                post_id: post.to_string(),
+                shard_sum: actual,
+                liked_members,
+            });
+        }
+        if actual == expected {
+            report.posts_exact += 1;
+        } else {
+            report.mismatches.push(Mismatch {
+                post_id: post.to_string(),
+                expected,
+                actual,
+                liked_members,
+            });
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::WorkloadConfig;
+
+    fn truth(counts: &[(&str, i64)]) -> Truth {
+        let counts: BTreeMap<String, i64> =
+            counts.iter().map(|(p, n)| (p.to_string(), *n)).collect();
+        Truth {
+            config: WorkloadConfig::default(),
+            messages: 0,
+            memberships: 0,
+            poison: 0,
+            total: counts.values().sum(),
+            counts,
+        }
+    }
+
+    fn row(post: &str, user: &str, liked: bool) -> MembershipRow {
+        MembershipRow {
+            post_id: post.into(),
+            user_id: user.into(),
+            liked,
+            occurred_at_micros: 0,
+            updated_at_micros: None,
+        }
+    }
+
+    #[test]
+    fn exact_store_verifies() {
+        let t = truth(&[("a", 2), ("b", 0)]);
+        let counts = BTreeMap::from([("a".to_string(), 2)]);
+        let rows = [
+            row("a", "1", true),
+            row("a", "2", true),
+            row("b", "1", false),
+        ];
+        let r = compare(&t, &counts, &rows);
+        assert!(r.is_exact(), "{r:?}");
+        assert_eq!((r.posts_checked, r.posts_exact), (2, 2));
+    }
+
+    #[test]
+    fn overcount_is_a_mismatch_and_an_invariant_violation() {
+        let t = truth(&[("a", 1)]);
+        let counts = BTreeMap::from([("a".to_string(), 2)]);
+        let r = compare(&t, &counts, &[row("a", "1", true)]);
+        assert!(!r.is_exact());
+        assert_eq!(
+            r.mismatches,
+            vec![Mismatch {
+                post_id: "a".into(),
+                expected: 1,
+                actual: 2,
+                liked_members: 1
+            }]
+        );
+        assert_eq!(r.invariant_violations.len(), 1);
+    }
+
+    #[test]
+    fn posts_unknown_to_the_truth_are_checked() {
+        let t = truth(&[]);
+        let counts = BTreeMap::from([("ghost".to_string(), 1)]);
+        let r = compare(&t, &counts, &[row("ghost", "1", true)]);
+        assert_eq!(r.mismatches[0].post_id, "ghost");
+        assert!(r.invariant_violations.is_empty());
+    }
+}
