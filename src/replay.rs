@@ -215,7 +215,8 @@ pub async fn run(endpoints: &Endpoints, args: &ReplayArgs) -> Result<ReplayRepor
         });
     }
     let invalid = |flag| move |reason| ReplayError::Invalid { flag, reason };
-    check_pubsub_id(&args.topic).map_err(invalid("topic"))?;
+    let topic_id = args.topic.rsplit('/').next().unwrap_or_default();
+    check_pubsub_id(topic_id).map_err(invalid("topic"))?;
     let project = &args.target.project;
     let id = match &args.replay_subscription {
         Some(id) => id.clone(),
@@ -224,12 +225,14 @@ pub async fn run(endpoints: &Endpoints, args: &ReplayArgs) -> Result<ReplayRepor
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_secs();
-            format!("{}-replay-{secs}", args.subscription)
+            // A full `projects/*/subscriptions/*` name contributes its id.
+            let base = args.subscription.rsplit('/').next().unwrap_or_default();
+            format!("{base}-replay-{secs}")
         }
     };
     check_pubsub_id(&id).map_err(invalid("replay-subscription"))?;
     let subscription = format!("projects/{project}/subscriptions/{id}");
-    let topic = format!("projects/{project}/topics/{}", args.topic);
+    let topic = format!("projects/{project}/topics/{topic_id}");
 
     let admin = connect::subscription_admin(endpoints).await?;
     let created = create(&admin, &subscription, &topic).await?;
