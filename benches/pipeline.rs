@@ -65,7 +65,12 @@ fn decode_validate_aggregate(c: &mut Criterion) {
         let agg: Aggregator<u32> = Aggregator::new(16, 1000);
         b.iter(|| {
             for (i, p) in payloads.iter().enumerate() {
-                agg.add(Pending { handle: i as u32, item: to_item(p), bytes: p.len(), published: None });
+                agg.add(Pending {
+                    handle: i as u32,
+                    item: to_item(p),
+                    bytes: p.len(),
+                    published: None,
+                });
             }
             for s in 0..16 {
                 while !agg.take(s).is_empty() {}
@@ -88,7 +93,10 @@ fn decode_validate_aggregate(c: &mut Criterion) {
 }
 
 fn batch_building(c: &mut Criterion) {
-    let events: Vec<LikeEvent> = payloads().iter().filter_map(|p| event::parse(p).ok()).collect();
+    let events: Vec<LikeEvent> = payloads()
+        .iter()
+        .filter_map(|p| event::parse(p).ok())
+        .collect();
     let config = FirestoreStoreConfig {
         layout: Layout::new("bench", "(default)", ""),
         consumer: "bench".into(),
@@ -137,7 +145,12 @@ fn hot_post_contention(c: &mut Criterion) {
                     let (agg, events) = (agg.clone(), events.clone());
                     s.spawn(move || {
                         for (i, e) in events.iter().enumerate() {
-                            agg.add(Pending { handle: i as u32, item: Item::Event(e.clone()), bytes: 1, published: None });
+                            agg.add(Pending {
+                                handle: i as u32,
+                                item: Item::Event(e.clone()),
+                                bytes: 1,
+                                published: None,
+                            });
                         }
                     });
                 }
@@ -156,7 +169,9 @@ fn hot_post_contention(c: &mut Criterion) {
                     s.spawn(move || {
                         for (i, e) in events.iter().enumerate() {
                             let mut m = map.lock().expect("not poisoned");
-                            m.entry(e.post_id.clone()).or_default().push((i as u32, e.clone()));
+                            m.entry(e.post_id.clone())
+                                .or_default()
+                                .push((i as u32, e.clone()));
                         }
                     });
                 }

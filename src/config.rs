@@ -107,6 +107,14 @@ pub struct RunArgs {
     /// Transactions in flight with `--strategy per-event`.
     #[arg(long, env = "HOTCOUNT_PER_EVENT_CONCURRENCY", default_value_t = 64)]
     pub per_event_concurrency: usize,
+    /// Address of the `/metrics`, `/healthz` and `/readyz` endpoint
+    /// (`host:port`, port 0 picks one; `off` disables it). Loopback only
+    /// unless `--metrics-allow-remote`.
+    #[arg(long, env = "HOTCOUNT_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    pub metrics_addr: String,
+    /// Allow a non-loopback `--metrics-addr` (e.g. `0.0.0.0:8080` for Cloud Run probes).
+    #[arg(long, env = "HOTCOUNT_METRICS_ALLOW_REMOTE", default_value_t = false)]
+    pub metrics_allow_remote: bool,
 }
 
 /// Validated settings.
@@ -150,6 +158,8 @@ pub struct Config {
     pub strategy: Strategy,
     /// Transactions in flight with the per-event strategy.
     pub per_event_concurrency: usize,
+    /// Where the metrics endpoint listens; `None` = no endpoint.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// A setting that is out of range, with what is allowed.
@@ -222,6 +232,30 @@ pub fn subscription_name(project: &str, subscription: &str) -> Result<String, St
     Ok(format!("projects/{project}/subscriptions/{id}"))
 }
 
+/// Parses `--metrics-addr`: `off` (or empty) disables the endpoint; a
+/// non-loopback address needs `allow_remote`.
+pub fn metrics_addr(
+    value: &str,
+    allow_remote: bool,
+) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    if value.is_empty() || value.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let addr: std::net::SocketAddr = value.parse().map_err(|_| ConfigError {
+        flag: "metrics-addr",
+        reason: format!("{value:?} is not host:port (an IP address and a port) or off"),
+    })?;
+    if !addr.ip().is_loopback() && !allow_remote {
+        return Err(ConfigError {
+            flag: "metrics-addr",
+            reason: format!(
+                "{addr} is not a loopback address; add --metrics-allow-remote to expose it"
+            ),
+        });
+    }
+    Ok(Some(addr))
+}
+
 impl RunArgs {
     /// Checks every setting; the first problem is reported with its flag.
     pub fn validate(&self) -> Result<Config, ConfigError> {
@@ -253,6 +287,7 @@ impl RunArgs {
                 flag: "subscription",
                 reason,
             })?;
+        let metrics_addr = metrics_addr(&self.metrics_addr, self.metrics_allow_remote)?;
         Ok(Config {
             project: t.project.clone(),
             database: t.database.clone(),
@@ -310,6 +345,7 @@ impl RunArgs {
                 1,
                 4096,
             )?,
+            metrics_addr,
         })
     }
 }
@@ -353,6 +389,24 @@ mod tests {
             parse(&["--subscription", "goog-x"]).unwrap_err().flag,
             "subscription"
         );
+    }
+
+    #[test]
+    fn metrics_endpoint_is_loopback_unless_remote_is_allowed() {
+        assert_eq!(
+            parse(&[]).unwrap().metrics_addr,
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        assert_eq!(
+            parse(&["--metrics-addr", "off"]).unwrap().metrics_addr,
+            None
+        );
+        assert_eq!(
+            parse(&["--metrics-addr", "0.0.0.0:8080"]).unwrap_err().flag,
+            "metrics-addr"
+        );
+        assert!(parse(&["--metrics-addr", "0.0.0.0:8080", "--metrics-allow-remote"]).is_ok());
+        assert!(parse(&["--metrics-addr", "[::1]:0"]).is_ok());
     }
 
     #[test]

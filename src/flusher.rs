@@ -134,6 +134,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             return;
         }
         let (messages, bytes) = (taken.len() as u64, taken.bytes as u64);
+        self.stats.batch_size.record(messages);
         let batch = Batch::new(taken.events, taken.poison);
         let started = Instant::now();
         let result = self.commit_isolating(batch).await;
@@ -188,6 +189,9 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                 Ok(report) => {
                     self.stats.store_rpcs.add(u64::from(report.rpcs));
                     self.stats.batches.add(1);
+                    if report.outcome == CommitOutcome::AlreadyCommitted {
+                        self.stats.already_committed.add(1);
+                    }
                     self.stats.increments.add(report.increments as u64);
                     tracing::debug!(
                         batch = %batch.id,

@@ -14,7 +14,11 @@
 //! - [`service`]: wires the stages and shuts them down in order.
 //! - [`setup`]: creates the topic, subscriptions and dead-letter topic.
 //! - [`connect`]: clients for Google or the emulators.
-//! - [`telemetry`]: every metric name, and tracing setup.
+//! - [`telemetry`]: every metric name, the Prometheus exposition, and tracing setup.
+//! - [`http`]: the `/metrics`, `/healthz` and `/readyz` endpoint.
+//! - [`reconcile`]: counter shards vs liked memberships, reported and repaired.
+//! - [`replay`]: a time window re-read through an isolated, Seeked subscription.
+//! - [`dlq`]: dead letters inspected and replayed to the main topic.
 //!
 //! # Invariants
 //! - An ack leaves the service only for a message whose effects are
@@ -39,8 +43,12 @@ pub mod aggregator;
 pub mod batch;
 pub mod config;
 pub mod connect;
+pub mod dlq;
 pub mod event;
 pub mod flusher;
+pub mod http;
+pub mod reconcile;
+pub mod replay;
 pub mod service;
 pub mod setup;
 pub mod source;

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
 use hotcount::store::CounterStore;
-use hotcount::{connect, service, setup, telemetry};
+use hotcount::{connect, dlq, reconcile, replay, service, setup, telemetry};
 use tokio::sync::watch;
 
 /// Exactly-once like counter for viral posts.
@@ -34,6 +34,39 @@ enum Command {
     },
     /// Create the topic, dead-letter topic and subscriptions (idempotent).
     Setup(setup::SetupArgs),
+    /// Compare each post's counter shards with its liked memberships; fix with --repair.
+    Reconcile {
+        #[command(flatten)]
+        target: Target,
+        /// Only these posts (repeatable); default: every post with shards or likes.
+        #[arg(long = "post")]
+        posts: Vec<String>,
+        /// Write a correcting increment for each difference (one transaction per post).
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Replay a time window of the topic through an isolated subscription.
+    Replay(replay::ReplayArgs),
+    /// Inspect or replay dead-lettered messages.
+    #[command(subcommand)]
+    Dlq(DlqAction),
+}
+
+#[derive(Subcommand, Debug)]
+enum DlqAction {
+    /// Show dead letters (message id, source attributes, delivery counts, payload preview); acks nothing.
+    Inspect(dlq::DlqArgs),
+    /// Republish selected dead letters to the main topic and ack them.
+    Replay {
+        #[command(flatten)]
+        args: dlq::DlqArgs,
+        /// Dead-letter message ids to replay (repeatable).
+        #[arg(long = "message-id", required_unless_present = "all")]
+        message_ids: Vec<String>,
+        /// Replay every dead letter read.
+        #[arg(long, conflicts_with = "message_ids")]
+        all: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -74,20 +107,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Count { target, post_ids } => {
-            let db = connect::firestore(&cli.endpoints, &target).await?;
-            let store = FirestoreStore::new(
-                db,
-                FirestoreStoreConfig {
-                    layout: Layout::new(
-                        &target.project,
-                        &target.database,
-                        &target.collection_prefix,
-                    ),
-                    consumer: String::new(),
-                    counter_shards: 1,
-                    marker_ttl: std::time::Duration::ZERO,
-                },
-            );
+            let store = tool_store(&cli.endpoints, &target).await?;
             for post in post_ids {
                 let count = store
                     .count(&post)
@@ -97,6 +117,67 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Reconcile {
+            target,
+            posts,
+            repair,
+        } => reconcile(&cli.endpoints, &target, posts, repair).await,
+        Command::Replay(args) => {
+            let report = replay::run(&cli.endpoints, &args).await?;
+            print_replay(&report);
+            if report.ending == replay::Ending::Paused {
+                anyhow::bail!(
+                    "replay paused: divergence {:.4} exceeds --max-divergence {}",
+                    report.divergence(),
+                    args.max_divergence
+                );
+            }
+            Ok(())
+        }
+        Command::Dlq(action) => match action {
+            DlqAction::Inspect(args) => {
+                let letters = dlq::inspect(&cli.endpoints, &args).await?;
+                for l in &letters {
+                    println!("message {}", l.message_id);
+                    println!("  published: {}", l.publish_time.as_deref().unwrap_or("-"));
+                    let count = l
+                        .source_delivery_count
+                        .map_or("-".into(), |n| n.to_string());
+                    println!("  source delivery count: {count}");
+                    let attempt = l.delivery_attempt.map_or("-".into(), |n| n.to_string());
+                    println!("  delivery attempt here: {attempt}");
+                    for (k, v) in &l.attributes {
+                        println!("  attribute {k}={v}");
+                    }
+                    println!("  data ({} bytes): {}", l.data.len(), l.preview(120));
+                }
+                println!("{} dead letter(s); none acked", letters.len());
+                Ok(())
+            }
+            DlqAction::Replay {
+                args,
+                message_ids,
+                all,
+            } => {
+                let selection = if all {
+                    dlq::Selection::All
+                } else {
+                    dlq::Selection::Ids(message_ids.iter().cloned().collect())
+                };
+                let replayed = dlq::replay(&cli.endpoints, &args, &selection).await?;
+                for r in &replayed {
+                    println!("replayed\t{}\t{}", r.dead_letter_id, r.message_id);
+                }
+                if let dlq::Selection::Ids(ids) = &selection {
+                    let done: std::collections::BTreeSet<&String> =
+                        replayed.iter().map(|r| &r.dead_letter_id).collect();
+                    for id in ids.iter().filter(|id| !done.contains(id)) {
+                        println!("not found\t{id}");
+                    }
+                }
+                Ok(())
+            }
+        },
         Command::Setup(args) => {
             for (name, created) in setup::setup(&cli.endpoints, &args).await? {
                 let what = match created {
@@ -107,6 +188,95 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// A store for the operator tools (reads, and repairs that name their shard).
+async fn tool_store(endpoints: &Endpoints, target: &Target) -> anyhow::Result<FirestoreStore> {
+    let db = connect::firestore(endpoints, target).await?;
+    Ok(FirestoreStore::new(
+        db,
+        FirestoreStoreConfig {
+            layout: Layout::new(&target.project, &target.database, &target.collection_prefix),
+            consumer: String::new(),
+            counter_shards: 1,
+            marker_ttl: std::time::Duration::ZERO,
+        },
+    ))
+}
+
+async fn reconcile(
+    endpoints: &Endpoints,
+    target: &Target,
+    posts: Vec<String>,
+    repair: bool,
+) -> anyhow::Result<()> {
+    let store = tool_store(endpoints, target).await?;
+    let reports = if posts.is_empty() {
+        reconcile::reconcile_all(&store, repair).await?
+    } else {
+        let mut reports = Vec::new();
+        for post in posts {
+            let report = reconcile::reconcile_post(&store, &post, repair)
+                .await
+                .with_context(|| format!("reconciling {post}"))?;
+            reports.push(report);
+        }
+        reports
+    };
+    println!("post\tshards\tliked\tdifference\tstatus");
+    let mut unrepaired = 0;
+    for r in &reports {
+        let status = match (r.difference(), r.repaired) {
+            (0, false) => "ok",
+            (_, true) => "repaired",
+            _ => {
+                unrepaired += 1;
+                "differs"
+            }
+        };
+        println!(
+            "{}\t{}\t{}\t{:+}\t{status}",
+            r.post_id,
+            r.shards_sum,
+            r.liked,
+            r.difference()
+        );
+    }
+    if unrepaired > 0 {
+        anyhow::bail!("{unrepaired} post(s) differ; run again with --repair to fix them");
+    }
+    Ok(())
+}
+
+fn print_replay(report: &replay::ReplayReport) {
+    let e = &report.effects;
+    let mode = if report.dry_run {
+        "dry run (nothing written)"
+    } else {
+        "committed"
+    };
+    println!("replay\t{mode}");
+    println!(
+        "subscription\t{} ({})",
+        report.subscription,
+        if report.deleted { "deleted" } else { "kept" }
+    );
+    println!("ending\t{:?}", report.ending);
+    println!(
+        "messages\t{}\tskipped outside the window\t{}",
+        report.messages, report.skipped
+    );
+    println!(
+        "applied\t{}\tduplicates\t{}\tstale\t{}\tpoison\t{}\tdivergence\t{:.4}",
+        e.applied,
+        e.duplicates,
+        e.stale,
+        e.poison,
+        report.divergence()
+    );
+    for (post, delta) in &report.deltas {
+        println!("delta\t{post}\t{delta:+}");
     }
 }
 

@@ -24,6 +24,9 @@ pub enum ServiceError {
     /// A client could not be built.
     #[error(transparent)]
     Connect(#[from] connect::ConnectError),
+    /// The metrics endpoint could not bind.
+    #[error(transparent)]
+    Http(#[from] crate::http::HttpError),
 }
 
 impl ServiceError {
@@ -56,7 +59,30 @@ pub async fn open_store(
 }
 
 /// Runs the service until `stop` turns true, then drains. Returns the stats.
+///
+/// With `config.metrics_addr` set, the metrics endpoint serves from start
+/// (liveness at once; readiness once the source runs) until the drain ends;
+/// its bound address is in `stats.metrics_addr`.
 pub async fn run(
+    endpoints: &Endpoints,
+    config: &Config,
+    stop: watch::Receiver<bool>,
+    stats: Arc<Stats>,
+) -> Result<Arc<Stats>, ServiceError> {
+    let (http_stop_tx, http_stop) = watch::channel(false);
+    let http = match config.metrics_addr {
+        Some(addr) => Some(crate::http::serve(addr, stats.clone(), http_stop).await?),
+        None => None,
+    };
+    let result = run_pipeline(endpoints, config, stop, stats).await;
+    let _ = http_stop_tx.send(true);
+    if let Some(task) = http {
+        let _ = task.await;
+    }
+    result
+}
+
+async fn run_pipeline(
     endpoints: &Endpoints,
     config: &Config,
     stop: watch::Receiver<bool>,
@@ -77,6 +103,13 @@ pub async fn run(
         ),
     };
     let aggregator: Arc<Aggregator<PubSubHandle>> = Arc::new(aggregator);
+    let probe = Arc::downgrade(&aggregator);
+    stats.buffered.set(Arc::new(move || match probe.upgrade() {
+        Some(aggregator) => (0..aggregator.shard_count())
+            .map(|shard| aggregator.len(shard) as u64)
+            .collect(),
+        None => Vec::new(),
+    }));
     let acker = Arc::new(Acker::new(stats.clone()));
     let flusher = Flusher::new(
         aggregator.clone(),
@@ -110,7 +143,9 @@ pub async fn run(
     // In a JoinSet, so dropping this future (a crash in tests) ends it too.
     let mut flushing = tokio::task::JoinSet::new();
     flushing.spawn(flusher.run(flush_stop));
+    stats.set_ready(true);
     let closing = source.run(stop).await;
+    stats.set_ready(false);
     let _ = flush_stop_tx.send(true);
     aggregator.wake_all();
     while let Some(result) = flushing.join_next().await {
@@ -119,6 +154,7 @@ pub async fn run(
         }
     }
     closing.wait().await;
+    stats.buffered.clear();
     tracing::info!(
         received = stats.received.get(),
         applied = stats.applied.get(),

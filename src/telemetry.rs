@@ -1,9 +1,13 @@
 //! Every metric hotcount keeps, named once here, and the tracing setup.
 //!
 //! Invariant: counters only grow; labels never carry post or user ids.
-//! The `*_NAME` constants are the Prometheus names the exporter uses.
+//! The constants in [`names`] are the Prometheus names the exporter uses,
+//! and [`Stats::render_prometheus`] is the only place that writes them.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
@@ -100,6 +104,78 @@ impl Latency {
     pub fn count(&self) -> u64 {
         self.0.lock().len()
     }
+
+    /// Sum of the samples in seconds (approximate: HDR mean times count).
+    fn sum_seconds(&self) -> f64 {
+        let h = self.0.lock();
+        h.mean() * h.len() as f64 / 1e6
+    }
+}
+
+/// A distribution of sizes (e.g. messages per batch), 1 .. 10^7, HDR-backed.
+#[derive(Debug)]
+pub struct Sizes(Mutex<Histogram<u64>>);
+
+impl Default for Sizes {
+    fn default() -> Self {
+        let histogram = Histogram::new_with_bounds(1, 10_000_000, 3)
+            .unwrap_or_else(|_| Histogram::new(3).expect("3 significant figures is valid"));
+        Self(Mutex::new(histogram))
+    }
+}
+
+impl Sizes {
+    /// Records one sample (0 is recorded as 1, the histogram's floor).
+    pub fn record(&self, n: u64) {
+        self.0.lock().saturating_record(n.max(1));
+    }
+
+    /// The value at `quantile` (0.0..=1.0).
+    pub fn quantile(&self, quantile: f64) -> u64 {
+        self.0.lock().value_at_quantile(quantile)
+    }
+
+    /// Samples recorded.
+    pub fn count(&self) -> u64 {
+        self.0.lock().len()
+    }
+
+    /// Sum of the samples (approximate: HDR mean times count).
+    pub fn sum(&self) -> f64 {
+        let h = self.0.lock();
+        h.mean() * h.len() as f64
+    }
+}
+
+/// Reads a per-shard level at scrape time (set by the service, cleared when it stops).
+#[derive(Default)]
+pub struct ShardLevels(parking_lot::RwLock<Option<LevelProbe>>);
+
+/// A function returning one level per shard.
+pub type LevelProbe = Arc<dyn Fn() -> Vec<u64> + Send + Sync>;
+
+impl std::fmt::Debug for ShardLevels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ShardLevels").field(&self.read()).finish()
+    }
+}
+
+impl ShardLevels {
+    /// Installs the probe (replacing any earlier one).
+    pub fn set(&self, probe: LevelProbe) {
+        *self.0.write() = Some(probe);
+    }
+
+    /// Removes the probe: every shard reads as absent.
+    pub fn clear(&self) {
+        *self.0.write() = None;
+    }
+
+    /// The current level of each shard (empty without a probe).
+    pub fn read(&self) -> Vec<u64> {
+        let probe = self.0.read().clone();
+        probe.map(|p| p()).unwrap_or_default()
+    }
 }
 
 /// Prometheus names of the counters in [`Stats`].
@@ -142,7 +218,21 @@ pub mod names {
     pub const COMMIT_DURATION: &str = "hotcount_commit_duration_seconds";
     /// Publish to commit latency, seconds.
     pub const PUBLISH_TO_COMMIT: &str = "hotcount_publish_to_commit_seconds";
+    /// Commit attempts by outcome (label `outcome`: `committed`,
+    /// `already_committed`, `retry`, `failed`).
+    pub const COMMITS: &str = "hotcount_commits_total";
+    /// Messages per batch.
+    pub const BATCH_SIZE: &str = "hotcount_batch_size_messages";
+    /// Messages buffered in each aggregator shard (label `shard`).
+    pub const BUFFERED_EVENTS: &str = "hotcount_buffered_events";
+    /// Highest number of messages held at once since start.
+    pub const MESSAGES_IN_FLIGHT_MAX: &str = "hotcount_messages_in_flight_max";
+    /// 1 once the store and subscriber are built and the source runs.
+    pub const READY: &str = "hotcount_ready";
 }
+
+/// The quantiles each summary exports.
+pub const SUMMARY_QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 1.0];
 
 /// The service's counters and histograms.
 #[derive(Debug, Default)]
@@ -185,6 +275,17 @@ pub struct Stats {
     pub commit_duration: Latency,
     /// See [`names::PUBLISH_TO_COMMIT`].
     pub publish_to_commit: Latency,
+    /// Batches found already committed by an earlier attempt (part of
+    /// [`Stats::batches`]); see [`names::COMMITS`].
+    pub already_committed: Counter,
+    /// See [`names::BATCH_SIZE`].
+    pub batch_size: Sizes,
+    /// See [`names::BUFFERED_EVENTS`].
+    pub buffered: ShardLevels,
+    /// See [`names::READY`].
+    pub ready: AtomicBool,
+    /// The address the metrics endpoint listens on, once bound.
+    pub metrics_addr: OnceLock<SocketAddr>,
 }
 
 impl Stats {
@@ -194,6 +295,181 @@ impl Stats {
         self.duplicates.add(effects.duplicates);
         self.stale.add(effects.stale);
         self.poison.add(effects.poison);
+    }
+
+    /// Whether the service is ready (see [`names::READY`]).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Marks the service ready or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of every metric.
+    pub fn render_prometheus(&self) -> String {
+        use names::*;
+        let mut out = Exposition::default();
+        let counters: [(&str, &str, &Counter); 15] = [
+            (
+                EVENTS_RECEIVED,
+                "Messages received from Pub/Sub.",
+                &self.received,
+            ),
+            (
+                EVENTS_APPLIED,
+                "Events that changed a membership.",
+                &self.applied,
+            ),
+            (
+                EVENTS_DUPLICATE,
+                "Events that were duplicates of the stored state.",
+                &self.duplicates,
+            ),
+            (
+                EVENTS_STALE,
+                "Events older than the stored state.",
+                &self.stale,
+            ),
+            (
+                EVENTS_POISON,
+                "Messages quarantined as poison.",
+                &self.poison,
+            ),
+            (
+                BATCHES_COMMITTED,
+                "Batches committed (including ones found already committed).",
+                &self.batches,
+            ),
+            (
+                COMMIT_RETRIES,
+                "Commit attempts that failed and were retried.",
+                &self.commit_retries,
+            ),
+            (
+                BATCHES_FAILED,
+                "Batches given up on (nacked).",
+                &self.batches_failed,
+            ),
+            (
+                EVENTS_ISOLATED,
+                "Events isolated after a permanent store error.",
+                &self.isolated,
+            ),
+            (ACKS, "Acks sent.", &self.acks),
+            (NACKS, "Nacks sent.", &self.nacks),
+            (
+                ACK_FAILURES,
+                "Acks whose confirmation failed (exactly-once subscriptions).",
+                &self.ack_failures,
+            ),
+            (STORE_RPCS, "Store round trips.", &self.store_rpcs),
+            (
+                COUNTER_INCREMENTS,
+                "Counter shard increments written.",
+                &self.increments,
+            ),
+            (
+                STREAM_RECONNECTS,
+                "StreamingPull streams re-opened after an error.",
+                &self.reconnects,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            out.header(name, help, "counter");
+            out.sample(name, "", counter.get() as f64);
+        }
+        let batches = self.batches.get();
+        let already = self.already_committed.get().min(batches);
+        out.header(COMMITS, "Commit attempts by outcome.", "counter");
+        for (outcome, n) in [
+            ("committed", batches - already),
+            ("already_committed", already),
+            ("retry", self.commit_retries.get()),
+            ("failed", self.batches_failed.get()),
+        ] {
+            out.sample(COMMITS, &format!("outcome=\"{outcome}\""), n as f64);
+        }
+        out.header(
+            MESSAGES_IN_FLIGHT,
+            "Messages held (received, not yet acked or nacked).",
+            "gauge",
+        );
+        out.sample(MESSAGES_IN_FLIGHT, "", self.in_flight.get() as f64);
+        out.header(
+            MESSAGES_IN_FLIGHT_MAX,
+            "Highest number of messages held at once since start.",
+            "gauge",
+        );
+        out.sample(MESSAGES_IN_FLIGHT_MAX, "", self.in_flight.max() as f64);
+        out.header(BYTES_IN_FLIGHT, "Payload bytes held.", "gauge");
+        out.sample(BYTES_IN_FLIGHT, "", self.bytes_in_flight.get() as f64);
+        out.header(
+            BUFFERED_EVENTS,
+            "Messages buffered in each aggregator shard.",
+            "gauge",
+        );
+        for (shard, level) in self.buffered.read().into_iter().enumerate() {
+            out.sample(BUFFERED_EVENTS, &format!("shard=\"{shard}\""), level as f64);
+        }
+        out.header(
+            READY,
+            "1 once the store and subscriber are built and the source runs.",
+            "gauge",
+        );
+        out.sample(READY, "", f64::from(u8::from(self.is_ready())));
+        for (name, help, latency) in [
+            (
+                COMMIT_DURATION,
+                "Duration of a batch commit, retries included, in seconds.",
+                &self.commit_duration,
+            ),
+            (
+                PUBLISH_TO_COMMIT,
+                "Time from publish to the commit of the message's batch, in seconds.",
+                &self.publish_to_commit,
+            ),
+        ] {
+            out.header(name, help, "summary");
+            for q in SUMMARY_QUANTILES {
+                let value = latency.quantile(q).as_secs_f64();
+                out.sample(name, &format!("quantile=\"{q}\""), value);
+            }
+            out.sample(&format!("{name}_sum"), "", latency.sum_seconds());
+            out.sample(&format!("{name}_count"), "", latency.count() as f64);
+        }
+        out.header(BATCH_SIZE, "Messages per batch.", "summary");
+        for q in SUMMARY_QUANTILES {
+            let value = self.batch_size.quantile(q) as f64;
+            out.sample(BATCH_SIZE, &format!("quantile=\"{q}\""), value);
+        }
+        out.sample(&format!("{BATCH_SIZE}_sum"), "", self.batch_size.sum());
+        out.sample(
+            &format!("{BATCH_SIZE}_count"),
+            "",
+            self.batch_size.count() as f64,
+        );
+        out.0
+    }
+}
+
+/// A Prometheus text exposition being written.
+#[derive(Default)]
+struct Exposition(String);
+
+impl Exposition {
+    fn header(&mut self, name: &str, help: &str, kind: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &str, value: f64) {
+        if labels.is_empty() {
+            let _ = writeln!(self.0, "{name} {value}");
+        } else {
+            let _ = writeln!(self.0, "{name}{{{labels}}} {value}");
+        }
     }
 }
 
@@ -211,4 +487,37 @@ pub fn init_tracing(json: bool) {
     } else {
         builder.try_init()
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_help_type_and_labelled_samples() {
+        let stats = Stats::default();
+        stats.received.add(3);
+        stats.batches.add(2);
+        stats.already_committed.add(1);
+        stats.batch_size.record(10);
+        stats
+            .commit_duration
+            .record(std::time::Duration::from_millis(5));
+        stats.buffered.set(Arc::new(|| vec![4, 0]));
+        let text = stats.render_prometheus();
+        assert!(text.contains(
+            "# TYPE hotcount_events_received_total counter\nhotcount_events_received_total 3\n"
+        ));
+        assert!(text.contains("hotcount_commits_total{outcome=\"committed\"} 1\n"));
+        assert!(text.contains("hotcount_commits_total{outcome=\"already_committed\"} 1\n"));
+        assert!(text.contains("hotcount_buffered_events{shard=\"0\"} 4\n"));
+        assert!(text.contains("hotcount_batch_size_messages_count 1\n"));
+        assert!(text.contains("hotcount_commit_duration_seconds{quantile=\"0.5\"} 0.005"));
+        assert!(text.contains("hotcount_ready 0\n"));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (series, value) = line.rsplit_once(' ').expect("name value");
+            assert!(series.starts_with("hotcount_"), "{line}");
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
 }

@@ -2,6 +2,8 @@
 //! `run` until SIGTERM (drains and exits 0), `count`, and start-up validation.
 
 mod common;
+#[path = "support/scrape.rs"]
+mod scrape;
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -19,6 +21,7 @@ fn hotcount(h: &Harness) -> Command {
         h.emulators.firestore_addr().to_string(),
     )
     .env("HOTCOUNT_PROJECT", common::PROJECT)
+    .env("HOTCOUNT_METRICS_ADDR", "127.0.0.1:0")
     .env("RUST_LOG", "warn");
     cmd
 }
@@ -91,7 +94,12 @@ async fn sigterm_drains_acks_and_exits_zero() {
         })
         .collect();
     h.publish(&events).await;
+    // A known port, so the test can read what the service itself received.
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
     let mut cmd = hotcount(&h);
+    cmd.env("HOTCOUNT_METRICS_ADDR", metrics.to_string());
     cmd.args([
         "run",
         "--consumer",
@@ -122,6 +130,22 @@ async fn sigterm_drains_acks_and_exits_zero() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "all messages leased"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Leased by the client library is not yet handed to the service: wait
+    // until the service counted every message as received (buffered).
+    loop {
+        if let Ok(stream) = tokio::net::TcpStream::connect(metrics).await {
+            drop(stream);
+            let (_, body) = scrape::get(metrics, "/metrics").await;
+            if scrape::value(&body, "hotcount_events_received_total") == Some(200.0) {
+                break;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "every message received by the service"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

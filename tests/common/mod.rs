@@ -186,6 +186,7 @@ impl Harness {
             ("--lease-extension-secs", "10"),
             ("--commit-backoff-initial-ms", "5"),
             ("--commit-backoff-max-ms", "50"),
+            ("--metrics-addr", "127.0.0.1:0"),
         ];
         for pair in extra.chunks(2) {
             let (flag, value) = (pair[0], pair.get(1).copied().unwrap_or(""));

@@ -1,0 +1,423 @@
+//! Operations features against the in-process emulators: the metrics
+//! endpoint, reconcile, replay and the dead-letter tools.
+
+mod common;
+#[path = "support/corrupt.rs"]
+mod corrupt;
+#[path = "support/scrape.rs"]
+mod scrape;
+
+use std::time::Duration;
+
+use common::{expected, Ev, Harness};
+use hotcount::{dlq, reconcile, replay};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
+    (0..users)
+        .map(|u| Ev::like(&format!("{prefix}-{u}"), post, &format!("user-{u}"), 1))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_exports_counts_and_readiness() {
+    let h = Harness::start().await;
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    let addr = scrape::metrics_addr(&consumer.stats).await;
+    assert_eq!(scrape::get(addr, "/healthz").await.0, 200);
+    let events = likes("p", 12, "m");
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(12, WAIT).await);
+    let (status, _) = scrape::get(addr, "/readyz").await;
+    assert_eq!(status, 200, "ready while the source runs");
+    let (status, body) = scrape::get(addr, "/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        scrape::value(&body, "hotcount_events_received_total"),
+        Some(12.0)
+    );
+    assert_eq!(
+        scrape::value(&body, "hotcount_events_applied_total"),
+        Some(12.0)
+    );
+    assert_eq!(scrape::value(&body, "hotcount_acks_total"), Some(12.0));
+    assert!(scrape::value(&body, "hotcount_commits_total{outcome=\"committed\"}").unwrap() >= 1.0);
+    assert!(scrape::value(&body, "hotcount_batch_size_messages_count").unwrap() >= 1.0);
+    assert!(scrape::value(&body, "hotcount_buffered_events{shard=\"3\"}").is_some());
+    assert_eq!(scrape::value(&body, "hotcount_ready"), Some(1.0));
+    consumer.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_finds_and_repairs_a_corrupted_shard() {
+    let h = Harness::start().await;
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    let mut events = likes("hot", 9, "a");
+    events.extend(likes("calm", 3, "b"));
+    events.push(Ev::unlike("b-0-off", "calm", "user-0", 2));
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(events.len() as u64, WAIT).await);
+    consumer.stop().await;
+    let want = expected(&events);
+    assert_eq!(h.counts(want.keys()).await, want);
+
+    let clean = reconcile::reconcile_all(&h.store, false).await.unwrap();
+    assert_eq!(clean.len(), 2);
+    assert!(clean.iter().all(|r| r.difference() == 0), "{clean:?}");
+
+    // Corrupt: a lost increment on one shard, a phantom one on another post.
+    corrupt::counter_shard(&h.store, "hot", 0, -4).await;
+    corrupt::counter_shard(&h.store, "calm", 5, 3).await;
+    assert_eq!(h.count("hot").await, 5);
+
+    let report = reconcile::reconcile_post(&h.store, "hot", false)
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.liked, report.shards_sum, report.repaired),
+        (9, 5, false)
+    );
+    assert_eq!(h.count("hot").await, 5, "a report changes nothing");
+
+    let all = reconcile::reconcile_all(&h.store, true).await.unwrap();
+    let repaired: Vec<_> = all
+        .iter()
+        .filter(|r| r.repaired)
+        .map(|r| (r.post_id.as_str(), r.difference()))
+        .collect();
+    assert_eq!(repaired, vec![("calm", -3), ("hot", 4)]);
+    assert_eq!(
+        h.counts(want.keys()).await,
+        want,
+        "counts equal liked memberships again"
+    );
+    let again = reconcile::reconcile_all(&h.store, true).await.unwrap();
+    assert!(
+        again.iter().all(|r| r.difference() == 0 && !r.repaired),
+        "{again:?}"
+    );
+}
+
+/// A subscription that keeps acked messages, created before the traffic:
+/// stands in for topic message retention, which the emulator does not keep
+/// for subscriptions created later (Google does, with `--message-retention-duration`).
+async fn archive(h: &Harness, id: &str) {
+    use google_cloud_pubsub::model::Subscription;
+    let admin = hotcount::connect::subscription_admin(&h.endpoints)
+        .await
+        .unwrap();
+    admin
+        .create_subscription()
+        .with_request(
+            Subscription::new()
+                .set_name(format!("projects/{}/subscriptions/{id}", common::PROJECT))
+                .set_topic(format!(
+                    "projects/{}/topics/{}",
+                    common::PROJECT,
+                    common::TOPIC
+                ))
+                .set_retain_acked_messages(true),
+        )
+        .send()
+        .await
+        .expect("archive subscription");
+}
+
+fn rfc3339(t: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339()
+}
+
+fn replay_args(
+    h: &Harness,
+    from: std::time::SystemTime,
+    to: std::time::SystemTime,
+    extra: &[&str],
+) -> replay::ReplayArgs {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        replay: replay::ReplayArgs,
+    }
+    let _ = h;
+    let (from, to) = (rfc3339(from), rfc3339(to));
+    let mut flags: Vec<(&str, &str)> = vec![
+        ("--project", common::PROJECT),
+        ("--consumer", "c1"),
+        ("--from", &from),
+        ("--to", &to),
+        ("--idle-ms", "1500"),
+        ("--end-grace-ms", "200"),
+        ("--max-events-per-sec", "10000"),
+        ("--chunk-events", "7"),
+    ];
+    let mut switches = Vec::new();
+    let mut rest = extra.iter();
+    while let Some(flag) = rest.next() {
+        if *flag == "--dry-run" {
+            switches.push(*flag);
+            continue;
+        }
+        let value = rest.next().expect("flag value");
+        match flags.iter_mut().find(|(f, _)| f == flag) {
+            Some(slot) => slot.1 = value,
+            None => flags.push((flag, value)),
+        }
+    }
+    let mut argv = vec!["hotcount"];
+    for (flag, value) in flags {
+        argv.push(flag);
+        argv.push(value);
+    }
+    argv.extend(switches);
+    <Cli as clap::Parser>::parse_from(argv).replay
+}
+
+fn history() -> Vec<Ev> {
+    let mut events = likes("r1", 15, "r");
+    events.extend(likes("r2", 4, "s"));
+    events.push(Ev::unlike("s-1-off", "r2", "user-1", 2));
+    events.push(events[2].clone()); // a publisher retry
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_processed_traffic_leaves_every_count_unchanged() {
+    let h = Harness::start().await;
+    archive(&h, "likes-archive").await;
+    let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    let events = history();
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(events.len() as u64, WAIT).await);
+    consumer.stop().await;
+    let want = expected(&events);
+    assert_eq!(h.counts(want.keys()).await, want);
+    let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+    // Traffic after the window: never processed, and the replay must not apply it.
+    h.emulators.clock().advance(Duration::from_secs(2));
+    h.publish(&[Ev::like("late", "r1", "late-user", 1)]).await;
+
+    let args = replay_args(
+        &h,
+        from,
+        to,
+        &[
+            "--replay-subscription",
+            "likes-archive",
+            "--max-events-per-sec",
+            "20",
+        ],
+    );
+    let started = std::time::Instant::now();
+    let report = replay::run(&h.endpoints, &args).await.expect("replay");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "21 messages at 20 per second take over a second"
+    );
+    assert_eq!(report.ending, replay::Ending::WindowEnd, "{report:?}");
+    assert_eq!(report.skipped, 1, "the late message is outside the window");
+    assert_eq!(report.messages, events.len() as u64, "{report:?}");
+    assert_eq!(report.effects.applied, 0, "{report:?}");
+    assert_eq!(
+        report.effects.duplicates + report.effects.stale,
+        events.len() as u64
+    );
+    assert!(report.deltas.is_empty());
+    assert!(!report.deleted, "an existing subscription is kept");
+    assert_eq!(
+        h.counts(want.keys()).await,
+        want,
+        "counts unchanged by the replay"
+    );
+
+    // Without a name, replay creates its own subscription and deletes it.
+    let args = replay_args(&h, from, to, &["--idle-ms", "300"]);
+    let report = replay::run(&h.endpoints, &args).await.expect("replay");
+    assert!(
+        report.subscription.contains("/likes-hotcount-replay-"),
+        "{}",
+        report.subscription
+    );
+    assert!(report.deleted);
+    assert!(
+        h.emulators.pubsub().stats(&report.subscription).is_none(),
+        "cleaned up"
+    );
+    assert_eq!(h.counts(want.keys()).await, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_reports_changes_and_writes_nothing_and_divergence_pauses() {
+    let h = Harness::start().await;
+    archive(&h, "likes-archive").await;
+    let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
+    // Never processed by a consumer: replaying it would change counts.
+    let events = history();
+    h.publish(&events).await;
+    let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+    let want = expected(&events);
+    let zero: std::collections::BTreeMap<String, i64> =
+        want.keys().map(|k| (k.clone(), 0)).collect();
+
+    let commits_before = h.emulators.firestore_counters().get("Commit");
+    let dry = replay_args(
+        &h,
+        from,
+        to,
+        &["--replay-subscription", "likes-archive", "--dry-run"],
+    );
+    let report = replay::run(&h.endpoints, &dry).await.expect("dry run");
+    assert!(report.dry_run);
+    assert_eq!(report.messages, events.len() as u64);
+    assert_eq!(report.deltas, want, "reports exactly what would change");
+    assert_eq!(report.effects.duplicates, 1, "the publisher retry");
+    assert_eq!(
+        h.counts(want.keys()).await,
+        zero,
+        "a dry run changes nothing"
+    );
+    assert_eq!(
+        h.emulators.firestore_counters().get("Commit"),
+        commits_before,
+        "no commit at all"
+    );
+
+    let guarded = replay_args(
+        &h,
+        from,
+        to,
+        &[
+            "--replay-subscription",
+            "likes-archive",
+            "--max-divergence",
+            "0.5",
+        ],
+    );
+    let report = replay::run(&h.endpoints, &guarded)
+        .await
+        .expect("guarded replay");
+    assert_eq!(report.ending, replay::Ending::Paused);
+    assert_eq!(report.messages, 0, "the diverging chunk was not committed");
+    assert_eq!(h.counts(want.keys()).await, zero);
+
+    let full = replay_args(
+        &h,
+        from,
+        to,
+        &[
+            "--replay-subscription",
+            "likes-archive",
+            "--max-divergence",
+            "1",
+        ],
+    );
+    let report = replay::run(&h.endpoints, &full).await.expect("replay");
+    assert_eq!(report.ending, replay::Ending::Drained);
+    assert_eq!(report.deltas, want);
+    assert_eq!(
+        h.counts(want.keys()).await,
+        want,
+        "the real run applies what the dry run showed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_shown_with_their_source_and_selected_ones_replay_through_the_normal_path()
+{
+    let h = Harness::start_with(common::SubscriptionOptions {
+        max_delivery_attempts: 5,
+        ..Default::default()
+    })
+    .await;
+    let events = likes("dl", 3, "d");
+    h.publish(&events).await;
+    // A consumer that fails every message: Pub/Sub dead-letters each after 5 deliveries.
+    let subscriber = hotcount::connect::subscriber(&h.endpoints).await.unwrap();
+    let main = format!(
+        "projects/{}/subscriptions/{}",
+        common::PROJECT,
+        common::SUBSCRIPTION
+    );
+    let inspect_sub = format!(
+        "projects/{}/subscriptions/likes-dead-letter-inspect",
+        common::PROJECT
+    );
+    let mut stream = subscriber.subscribe(main).build();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while h
+        .emulators
+        .pubsub()
+        .stats(&inspect_sub)
+        .map_or(0, |s| s.unacked)
+        < 3
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "dead-lettered in time"
+        );
+        if let Ok(Some(Ok((_, handler)))) =
+            tokio::time::timeout(Duration::from_millis(100), stream.next()).await
+        {
+            handler.nack();
+        }
+    }
+    drop(stream);
+
+    let args = dlq_args();
+    let letters = dlq::inspect(&h.endpoints, &args).await.expect("inspect");
+    assert_eq!(letters.len(), 3);
+    for letter in &letters {
+        assert_eq!(letter.source_delivery_count, Some(5), "{letter:?}");
+        assert_eq!(
+            letter
+                .attributes
+                .get("CloudPubSubDeadLetterSourceSubscription")
+                .map(String::as_str),
+            Some(common::SUBSCRIPTION)
+        );
+        assert!(
+            letter.preview(200).contains("\"postId\":\"dl\""),
+            "{}",
+            letter.preview(200)
+        );
+    }
+    assert_eq!(
+        dlq::inspect(&h.endpoints, &args).await.unwrap().len(),
+        3,
+        "inspect acks nothing"
+    );
+
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    let chosen: std::collections::BTreeSet<String> = letters
+        .iter()
+        .take(2)
+        .map(|l| l.message_id.clone())
+        .collect();
+    let replayed = dlq::replay(&h.endpoints, &args, &dlq::Selection::Ids(chosen.clone()))
+        .await
+        .expect("replay");
+    assert_eq!(
+        replayed
+            .iter()
+            .map(|r| r.dead_letter_id.clone())
+            .collect::<std::collections::BTreeSet<_>>(),
+        chosen
+    );
+    assert!(consumer.wait_for_acks(2, WAIT).await);
+    assert_eq!(h.count("dl").await, 2, "the two replayed likes counted");
+    consumer.stop().await;
+    let left = dlq::inspect(&h.endpoints, &args).await.unwrap();
+    assert_eq!(left.len(), 1, "the unselected dead letter stays");
+    assert!(!chosen.contains(&left[0].message_id));
+}
+
+fn dlq_args() -> dlq::DlqArgs {
+    dlq::DlqArgs {
+        project: common::PROJECT.into(),
+        dead_letter_subscription: "likes-dead-letter-inspect".into(),
+        topic: common::TOPIC.into(),
+        max_messages: 100,
+        wait_ms: 1000,
+    }
+}
