@@ -17,6 +17,9 @@ use hotcount::store::firestore::{build_writes, FirestoreStoreConfig, Layout};
 
 const PAYLOADS: usize = 10_000;
 
+/// The naive baseline: one global lock over a map of post id -> events.
+type NaiveMap = Mutex<HashMap<String, Vec<(u32, LikeEvent)>>>;
+
 /// Realistic payloads: a skewed post popularity (post 0 takes about half).
 fn payloads() -> Vec<Vec<u8>> {
     (0..PAYLOADS)
@@ -78,7 +81,7 @@ fn decode_validate_aggregate(c: &mut Criterion) {
         })
     });
     group.bench_function("naive_mutex_hashmap", |b| {
-        let map: Mutex<HashMap<String, Vec<(u32, LikeEvent)>>> = Mutex::new(HashMap::new());
+        let map: NaiveMap = Mutex::new(HashMap::new());
         b.iter(|| {
             for (i, p) in payloads.iter().enumerate() {
                 if let Ok(e) = event::parse(p) {
@@ -161,7 +164,7 @@ fn hot_post_contention(c: &mut Criterion) {
         })
     });
     group.bench_function("naive_mutex_hashmap", |b| {
-        let map: Arc<Mutex<HashMap<String, Vec<(u32, LikeEvent)>>>> = Arc::default();
+        let map: Arc<NaiveMap> = Arc::default();
         b.iter(|| {
             std::thread::scope(|s| {
                 for _ in 0..THREADS {
