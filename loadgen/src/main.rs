@@ -388,6 +388,50 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+async fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let config = hotcount_loadgen::demo::DemoConfig {
+        workload: WorkloadConfig {
+            events: args.events,
+            posts: args.posts,
+            users: args.users,
+            zipf_exponent: args.zipf,
+            unlike_fraction: args.unlike_fraction,
+            duplicate_fraction: args.duplicate_fraction,
+            poison_fraction: args.poison_fraction,
+            seed: args.seed,
+        },
+        run: args.run,
+        rate_per_sec: args.rate,
+        store_rtt_ms: args.store_rtt_ms,
+        out_dir: args.out,
+        drain_timeout: std::time::Duration::from_secs(args.drain_timeout_secs),
+        progress: !args.no_progress,
+    };
+    let (cancel_tx, cancel) = watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = cancel_tx.send(true);
+        }
+    });
+    eprintln!(
+        "hotcount demo: {} messages over {} posts (Zipf {}), emulators in-process...",
+        config.workload.events, config.workload.posts, config.workload.zipf_exponent
+    );
+    let summary = hotcount_loadgen::demo::run(&config, cancel).await?;
+    print!("{}", hotcount_loadgen::demo::render(&summary));
+    if summary.is_success() {
+        println!("RESULT: every count exact");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        print_verify(&summary.verify, 20);
+        println!(
+            "RESULT: FAILED (drained: {}, publish failures: {})",
+            summary.drained, summary.publish.failed
+        );
+        Ok(ExitCode::from(1))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,49 +475,5 @@ mod tests {
             err.to_string(),
             "invalid --poison-fraction: 1.5 is outside 0..=1"
         );
-    }
-}
-
-async fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let config = hotcount_loadgen::demo::DemoConfig {
-        workload: WorkloadConfig {
-            events: args.events,
-            posts: args.posts,
-            users: args.users,
-            zipf_exponent: args.zipf,
-            unlike_fraction: args.unlike_fraction,
-            duplicate_fraction: args.duplicate_fraction,
-            poison_fraction: args.poison_fraction,
-            seed: args.seed,
-        },
-        run: args.run,
-        rate_per_sec: args.rate,
-        store_rtt_ms: args.store_rtt_ms,
-        out_dir: args.out,
-        drain_timeout: std::time::Duration::from_secs(args.drain_timeout_secs),
-        progress: !args.no_progress,
-    };
-    let (cancel_tx, cancel) = watch::channel(false);
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            let _ = cancel_tx.send(true);
-        }
-    });
-    eprintln!(
-        "hotcount demo: {} messages over {} posts (Zipf {}), emulators in-process...",
-        config.workload.events, config.workload.posts, config.workload.zipf_exponent
-    );
-    let summary = hotcount_loadgen::demo::run(&config, cancel).await?;
-    print!("{}", hotcount_loadgen::demo::render(&summary));
-    if summary.is_success() {
-        println!("RESULT: every count exact");
-        Ok(ExitCode::SUCCESS)
-    } else {
-        print_verify(&summary.verify, 20);
-        println!(
-            "RESULT: FAILED (drained: {}, publish failures: {})",
-            summary.drained, summary.publish.failed
-        );
-        Ok(ExitCode::from(1))
     }
 }
