@@ -58,7 +58,7 @@ pub async fn reconcile_post(
     if !repair {
         let txn = begin(store, false).await?;
         let result = read_post(store, post_id, &txn).await;
-        rollback(store, txn).await;
+        store.rollback(txn).await;
         let (liked, shards) = result?;
         return Ok(PostReport {
             post_id: post_id.to_string(),
@@ -85,7 +85,7 @@ async fn repair_once(store: &FirestoreStore, post_id: &str) -> Result<PostReport
     let (liked, shards) = match read_post(store, post_id, &txn).await {
         Ok(read) => read,
         Err(error) => {
-            rollback(store, txn).await;
+            store.rollback(txn).await;
             return Err(error);
         }
     };
@@ -97,7 +97,7 @@ async fn repair_once(store: &FirestoreStore, post_id: &str) -> Result<PostReport
     };
     let difference = report.difference();
     if difference == 0 {
-        rollback(store, txn).await;
+        store.rollback(txn).await;
         return Ok(report);
     }
     let layout = store.layout();
@@ -130,7 +130,7 @@ pub async fn reconcile_all(
 ) -> Result<Vec<PostReport>, StoreError> {
     let txn = begin(store, false).await?;
     let scanned = scan_all(store, &txn).await;
-    rollback(store, txn).await;
+    store.rollback(txn).await;
     let (liked, sums) = scanned?;
     let mut posts: BTreeMap<String, (i64, i64)> = BTreeMap::new();
     for (post, n) in liked {
@@ -170,7 +170,7 @@ async fn scan_all(store: &FirestoreStore, txn: &[u8]) -> Result<Scan, StoreError
         ..Default::default()
     };
     let mut liked: HashMap<String, i64> = HashMap::new();
-    for doc in run_query(store, &layout.root(), likes, txn).await? {
+    for doc in store.run_query(&layout.root(), likes, Some(txn)).await? {
         if let Some(ValueType::StringValue(post)) =
             doc.fields.get("postId").and_then(|v| v.value_type.as_ref())
         {
@@ -183,7 +183,7 @@ async fn scan_all(store: &FirestoreStore, txn: &[u8]) -> Result<Scan, StoreError
     };
     let counters = format!("{}/{}/", layout.root(), layout.collection("counters"));
     let mut sums: HashMap<String, i64> = HashMap::new();
-    for doc in run_query(store, &layout.root(), shards, txn).await? {
+    for doc in store.run_query(&layout.root(), shards, Some(txn)).await? {
         // `{root}/{prefix}counters/{post}/shards/{k}`: other prefixes' shards are skipped.
         let Some(rest) = doc.name.strip_prefix(&counters) else {
             continue;
@@ -222,7 +222,10 @@ async fn read_post(
         ..Default::default()
     };
     let mut shards = BTreeMap::new();
-    for doc in run_query(store, &layout.counter_parent(post_id), shards_query, txn).await? {
+    for doc in store
+        .run_query(&layout.counter_parent(post_id), shards_query, Some(txn))
+        .await?
+    {
         let likes = likes_of(&doc);
         shards.insert(doc.name, likes);
     }
@@ -246,45 +249,6 @@ async fn begin(store: &FirestoreStore, read_write: bool) -> Result<Vec<u8>, Stor
         .await
         .map_err(|s| status_error("BeginTransaction", &s))?;
     Ok(response.into_inner().transaction)
-}
-
-async fn rollback(store: &FirestoreStore, transaction: Vec<u8>) {
-    let request = fs::RollbackRequest {
-        database: store.layout().database.clone(),
-        transaction,
-        ..Default::default()
-    };
-    if let Err(status) = store.client().rollback(request).await {
-        tracing::debug!(code = ?status.code(), "rollback failed; the transaction expires on its own");
-    }
-}
-
-async fn run_query(
-    store: &FirestoreStore,
-    parent: &str,
-    query: fs::StructuredQuery,
-    txn: &[u8],
-) -> Result<Vec<fs::Document>, StoreError> {
-    let op = "RunQuery";
-    let request = fs::RunQueryRequest {
-        parent: parent.to_string(),
-        query_type: Some(fs::run_query_request::QueryType::StructuredQuery(query)),
-        consistency_selector: Some(fs::run_query_request::ConsistencySelector::Transaction(
-            txn.to_vec(),
-        )),
-        ..Default::default()
-    };
-    let mut stream = store
-        .client()
-        .run_query(request)
-        .await
-        .map_err(|s| status_error(op, &s))?
-        .into_inner();
-    let mut documents = Vec::new();
-    while let Some(response) = stream.message().await.map_err(|s| status_error(op, &s))? {
-        documents.extend(response.document);
-    }
-    Ok(documents)
 }
 
 async fn count(

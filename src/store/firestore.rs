@@ -141,7 +141,9 @@ impl FirestoreStore {
         self.db.client().get()
     }
 
-    async fn rollback(&self, transaction: Vec<u8>) {
+    /// Ends `transaction` without writing, releasing its locks (best effort:
+    /// a failed rollback leaves the transaction to expire on its own).
+    pub async fn rollback(&self, transaction: Vec<u8>) {
         let request = fs::RollbackRequest {
             database: self.config.layout.database.clone(),
             transaction,
@@ -150,6 +152,35 @@ impl FirestoreStore {
         if let Err(status) = self.client().rollback(request).await {
             tracing::debug!(code = ?status.code(), "rollback failed; the transaction expires on its own");
         }
+    }
+
+    /// Runs `query` under `parent` (inside `transaction` when given) and
+    /// returns every document it yields.
+    pub async fn run_query(
+        &self,
+        parent: &str,
+        query: fs::StructuredQuery,
+        transaction: Option<&[u8]>,
+    ) -> Result<Vec<fs::Document>, StoreError> {
+        let op = "RunQuery";
+        let request = fs::RunQueryRequest {
+            parent: parent.to_string(),
+            query_type: Some(fs::run_query_request::QueryType::StructuredQuery(query)),
+            consistency_selector: transaction
+                .map(|t| fs::run_query_request::ConsistencySelector::Transaction(t.to_vec())),
+            ..Default::default()
+        };
+        let mut stream = self
+            .client()
+            .run_query(request)
+            .await
+            .map_err(|s| status_error(op, &s))?
+            .into_inner();
+        let mut documents = Vec::new();
+        while let Some(response) = stream.message().await.map_err(|s| status_error(op, &s))? {
+            documents.extend(response.document);
+        }
+        Ok(documents)
     }
 
     /// Reads the memberships and the marker, opening a read-write transaction.
@@ -408,7 +439,6 @@ pub async fn list_counter_shards(
     store: &FirestoreStore,
     post_id: &str,
 ) -> Result<BTreeMap<String, i64>, StoreError> {
-    let op = "RunQuery";
     let query = fs::StructuredQuery {
         from: vec![fs::structured_query::CollectionSelector {
             collection_id: "shards".into(),
@@ -416,28 +446,16 @@ pub async fn list_counter_shards(
         }],
         ..Default::default()
     };
-    let request = fs::RunQueryRequest {
-        parent: store.config.layout.counter_parent(post_id),
-        query_type: Some(fs::run_query_request::QueryType::StructuredQuery(query)),
-        ..Default::default()
-    };
-    let mut stream = store
-        .client()
-        .run_query(request)
-        .await
-        .map_err(|s| status_error(op, &s))?
-        .into_inner();
+    let parent = store.config.layout.counter_parent(post_id);
     let mut shards = BTreeMap::new();
-    while let Some(response) = stream.message().await.map_err(|s| status_error(op, &s))? {
-        if let Some(doc) = response.document {
-            let likes = match doc.fields.get("likes").and_then(|v| v.value_type.as_ref()) {
-                Some(ValueType::IntegerValue(n)) => *n,
-                // An increment that overflowed saturates; a double never comes from us.
-                Some(ValueType::DoubleValue(d)) => *d as i64,
-                _ => 0,
-            };
-            shards.insert(doc.name, likes);
-        }
+    for doc in store.run_query(&parent, query, None).await? {
+        let likes = match doc.fields.get("likes").and_then(|v| v.value_type.as_ref()) {
+            Some(ValueType::IntegerValue(n)) => *n,
+            // An increment that overflowed saturates; a double never comes from us.
+            Some(ValueType::DoubleValue(d)) => *d as i64,
+            _ => 0,
+        };
+        shards.insert(doc.name, likes);
     }
     Ok(shards)
 }
