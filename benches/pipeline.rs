@@ -51,7 +51,12 @@ fn parse_via_value_map(data: &[u8]) -> Option<(String, String, String, i64)> {
         Some(serde_json::Value::String(s)) => Some(s),
         _ => None,
     };
-    let (_kind, event_id, post_id, user_id) = (take("type")?, take("eventId")?, take("postId")?, take("userId")?);
+    let (_kind, event_id, post_id, user_id) = (
+        take("type")?,
+        take("eventId")?,
+        take("postId")?,
+        take("userId")?,
+    );
     let at = chrono::DateTime::parse_from_rfc3339(&take("occurredAt")?).ok()?;
     Some((event_id, post_id, user_id, at.timestamp_micros()))
 }

@@ -268,18 +268,24 @@ impl<'de> serde::de::Visitor<'de> for RawVisitor {
         while let Some(Key(key)) = access.next_key::<Key<'de>>()? {
             let bit = match key.as_ref() {
                 "type" => Some((0, access.next_value::<StrValue<'de>>()?.0, &mut raw.kind)),
-                "eventId" => Some((1, access.next_value::<StrValue<'de>>()?.0, &mut raw.event_id)),
+                "eventId" => Some((
+                    1,
+                    access.next_value::<StrValue<'de>>()?.0,
+                    &mut raw.event_id,
+                )),
                 "postId" => Some((2, access.next_value::<StrValue<'de>>()?.0, &mut raw.post_id)),
                 "userId" => Some((3, access.next_value::<StrValue<'de>>()?.0, &mut raw.user_id)),
-                "occurredAt" => {
-                    Some((4, access.next_value::<StrValue<'de>>()?.0, &mut raw.occurred_at))
-                }
+                "occurredAt" => Some((
+                    4,
+                    access.next_value::<StrValue<'de>>()?.0,
+                    &mut raw.occurred_at,
+                )),
                 _ => None,
             };
             let duplicate = match bit {
                 Some((bit, value, slot)) => {
                     *slot = value;
-                    std::mem::replace(&mut seen, seen | 1 << bit) & 1 << bit != 0
+                    mark(&mut seen, bit)
                 }
                 None => {
                     let (bit, slot) = match key.as_ref() {
@@ -291,10 +297,10 @@ impl<'de> serde::de::Visitor<'de> for RawVisitor {
                     match slot {
                         Some(slot) => {
                             *slot = Some(access.next_value::<Value>()?);
-                            std::mem::replace(&mut seen, seen | 1 << bit) & 1 << bit != 0
+                            mark(&mut seen, bit)
                         }
                         None => {
-                            access.next_value::<serde::de::IgnoredAny>()?;
+                            access.next_value::<Skip>()?;
                             let again = unknown.iter().any(|k| *k == key);
                             if !again {
                                 unknown.push(key.clone());
@@ -312,6 +318,61 @@ impl<'de> serde::de::Visitor<'de> for RawVisitor {
         }
         Ok(raw)
     }
+}
+
+/// Any JSON value, read and dropped. Unlike `serde::de::IgnoredAny` (which
+/// serde_json skips without a depth limit), it goes through
+/// `deserialize_any`, so nesting deeper than serde_json's recursion limit
+/// (128) is `NotJson`, as for the fields that are read.
+struct Skip;
+
+impl<'de> Deserialize<'de> for Skip {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Skip;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_unit<E>(self) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_none<E>(self) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+                while seq.next_element::<Skip>()?.is_some() {}
+                Ok(Skip)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+                while map.next_entry::<Skip, Skip>()?.is_some() {}
+                Ok(Skip)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// Sets `bit` in `seen`; true when it was set already (a duplicate key).
+fn mark(seen: &mut u8, bit: u32) -> bool {
+    let was = *seen & (1 << bit) != 0;
+    *seen |= 1 << bit;
+    was
 }
 
 /// An object key, borrowed when it has no escapes.
@@ -381,17 +442,14 @@ impl<'de> Deserialize<'de> for StrValue<'de> {
                 self,
                 mut seq: A,
             ) -> Result<StrValue<'de>, A::Error> {
-                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                while seq.next_element::<Skip>()?.is_some() {}
                 Ok(StrValue(StrField::Other))
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
             ) -> Result<StrValue<'de>, A::Error> {
-                while map
-                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                    .is_some()
-                {}
+                while map.next_entry::<Skip, Skip>()?.is_some() {}
                 Ok(StrValue(StrField::Other))
             }
         }
