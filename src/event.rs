@@ -301,7 +301,7 @@ impl<'de> serde::de::Visitor<'de> for RawVisitor {
                         }
                         None => {
                             access.next_value::<Skip>()?;
-                            let again = unknown.iter().any(|k| *k == key);
+                            let again = unknown.contains(&key);
                             if !again {
                                 unknown.push(key.clone());
                             }
