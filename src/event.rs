@@ -187,7 +187,14 @@ pub fn check_id(id: &str, max_bytes: usize) -> Result<(), IdProblem> {
     if id.len() >= 4 && id.starts_with("__") && id.ends_with("__") {
         return Err(IdProblem::Reserved);
     }
-    if id.chars().any(char::is_control) {
+    // ASCII fast path (the common case): C0 controls and DEL; otherwise
+    // every char, which also catches the C1 controls U+0080..=U+009F.
+    let control = if id.is_ascii() {
+        id.bytes().any(|b| b < 0x20 || b == 0x7f)
+    } else {
+        id.chars().any(char::is_control)
+    };
+    if control {
         return Err(IdProblem::ControlChar);
     }
     Ok(())
@@ -610,6 +617,8 @@ mod tests {
             ("", IdProblem::Empty),
             ("a\u{0}b", IdProblem::ControlChar),
             ("a\nb", IdProblem::ControlChar),
+            ("a\u{7f}b", IdProblem::ControlChar),
+            ("\u{e9}\u{85}", IdProblem::ControlChar),
         ] {
             let json = serde_json::json!({
                 "eventId": "e", "type": "like.added", "postId": id, "userId": "u",
