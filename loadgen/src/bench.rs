@@ -274,7 +274,9 @@ async fn run_one(
     let service = {
         let (endpoints, service_config) = (endpoints.clone(), service_config.clone());
         let stats = Arc::new(Stats::default());
-        tokio::spawn(async move { hotcount::service::run(&endpoints, &service_config, stop, stats).await })
+        tokio::spawn(async move {
+            hotcount::service::run(&endpoints, &service_config, stop, stats).await
+        })
     };
     let (cancel_tx, cancel) = watch::channel(false);
     let topic = format!("projects/{}/topics/likes", target.project);
@@ -359,10 +361,7 @@ async fn run_one(
 }
 
 fn acked(emulators: &Emulators, subscription: &str) -> u64 {
-    emulators
-        .pubsub()
-        .stats(subscription)
-        .map_or(0, |s| s.acks)
+    emulators.pubsub().stats(subscription).map_or(0, |s| s.acks)
 }
 
 /// Waits until `total` messages are acked, or the deadline; true if all were.
