@@ -187,7 +187,14 @@ pub fn check_id(id: &str, max_bytes: usize) -> Result<(), IdProblem> {
     if id.len() >= 4 && id.starts_with("__") && id.ends_with("__") {
         return Err(IdProblem::Reserved);
     }
-    if id.chars().any(char::is_control) {
+    // ASCII fast path (the common case): C0 controls and DEL; otherwise
+    // every char, which also catches the C1 controls U+0080..=U+009F.
+    let control = if id.is_ascii() {
+        id.bytes().any(|b| b < 0x20 || b == 0x7f)
+    } else {
+        id.chars().any(char::is_control)
+    };
+    if control {
         return Err(IdProblem::ControlChar);
     }
     Ok(())
@@ -199,12 +206,11 @@ pub fn parse(data: &[u8]) -> Result<LikeEvent, Poison> {
         return Err(Poison::TooLarge(data.len()));
     }
     let text = std::str::from_utf8(data).map_err(|_| Poison::NotUtf8)?;
-    let object: UniqueObject =
-        serde_json::from_str(text).map_err(|e| match duplicate_field(&e) {
-            Some(field) => Poison::DuplicateField(field),
-            None => Poison::NotJson(e.to_string()),
-        })?;
-    from_object(object.0)
+    let raw: Raw<'_> = serde_json::from_str(text).map_err(|e| match duplicate_field(&e) {
+        Some(field) => Poison::DuplicateField(field),
+        None => Poison::NotJson(e.to_string()),
+    })?;
+    raw.validate()
 }
 
 const DUPLICATE_MARKER: &str = "duplicate field ";
@@ -216,104 +222,313 @@ fn duplicate_field(e: &serde_json::Error) -> Option<String> {
     Some(rest[..end].trim_matches('`').to_string())
 }
 
-/// A top-level JSON object whose keys are unique (serde_json keeps the last
-/// duplicate silently; an event with two `postId`s is ambiguous, so poison).
-struct UniqueObject(serde_json::Map<String, Value>);
+/// A key or string value, borrowed from the payload unless it had escapes.
+type Text<'a> = std::borrow::Cow<'a, str>;
 
-impl<'de> Deserialize<'de> for UniqueObject {
+/// One string field as found: absent, `null`, a string, or anything else
+/// (the wrong type; its value is consumed and dropped).
+#[derive(Debug, Default)]
+enum StrField<'a> {
+    #[default]
+    Absent,
+    Null,
+    Str(Text<'a>),
+    Other,
+}
+
+/// The top-level object of a payload, typed and borrowing: the five string
+/// fields as found, the rare fields as JSON values, unknown fields skipped.
+/// Keys must be unique (serde_json would keep the last duplicate silently;
+/// an event with two `postId`s is ambiguous, so poison). Validation happens
+/// after the whole object is read, so a syntax error anywhere is `NotJson`
+/// and a duplicate key is `DuplicateField`, whatever the fields hold.
+#[derive(Debug, Default)]
+struct Raw<'a> {
+    kind: StrField<'a>,
+    event_id: StrField<'a>,
+    post_id: StrField<'a>,
+    user_id: StrField<'a>,
+    occurred_at: StrField<'a>,
+    version: Option<Value>,
+    seq: Option<Value>,
+    producer: Option<Value>,
+}
+
+impl<'de> Deserialize<'de> for Raw<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(RawVisitor)
+    }
+}
+
+struct RawVisitor;
+
+impl<'de> serde::de::Visitor<'de> for RawVisitor {
+    type Value = Raw<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut access: A) -> Result<Raw<'de>, A::Error> {
+        let mut raw = Raw::default();
+        // Known fields seen, as bits; unknown keys seen (rare), for duplicates.
+        let mut seen = 0u8;
+        let mut unknown: Vec<Text<'de>> = Vec::new();
+        while let Some(Key(key)) = access.next_key::<Key<'de>>()? {
+            let bit = match key.as_ref() {
+                "type" => Some((0, access.next_value::<StrValue<'de>>()?.0, &mut raw.kind)),
+                "eventId" => Some((
+                    1,
+                    access.next_value::<StrValue<'de>>()?.0,
+                    &mut raw.event_id,
+                )),
+                "postId" => Some((2, access.next_value::<StrValue<'de>>()?.0, &mut raw.post_id)),
+                "userId" => Some((3, access.next_value::<StrValue<'de>>()?.0, &mut raw.user_id)),
+                "occurredAt" => Some((
+                    4,
+                    access.next_value::<StrValue<'de>>()?.0,
+                    &mut raw.occurred_at,
+                )),
+                _ => None,
+            };
+            let duplicate = match bit {
+                Some((bit, value, slot)) => {
+                    *slot = value;
+                    mark(&mut seen, bit)
+                }
+                None => {
+                    let (bit, slot) = match key.as_ref() {
+                        "version" => (5, Some(&mut raw.version)),
+                        "seq" => (6, Some(&mut raw.seq)),
+                        "producer" => (7, Some(&mut raw.producer)),
+                        _ => (8, None),
+                    };
+                    match slot {
+                        Some(slot) => {
+                            *slot = Some(access.next_value::<Value>()?);
+                            mark(&mut seen, bit)
+                        }
+                        None => {
+                            access.next_value::<Skip>()?;
+                            let again = unknown.contains(&key);
+                            if !again {
+                                unknown.push(key.clone());
+                            }
+                            again
+                        }
+                    }
+                }
+            };
+            if duplicate {
+                return Err(serde::de::Error::custom(format!(
+                    "{DUPLICATE_MARKER}`{key}`"
+                )));
+            }
+        }
+        Ok(raw)
+    }
+}
+
+/// Any JSON value, read and dropped. Unlike `serde::de::IgnoredAny` (which
+/// serde_json skips without a depth limit), it goes through
+/// `deserialize_any`, so nesting deeper than serde_json's recursion limit
+/// (128) is `NotJson`, as for the fields that are read.
+struct Skip;
+
+impl<'de> Deserialize<'de> for Skip {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Visitor;
         impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = UniqueObject;
+            type Value = Skip;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_unit<E>(self) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_none<E>(self) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+                while seq.next_element::<Skip>()?.is_some() {}
+                Ok(Skip)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+                while map.next_entry::<Skip, Skip>()?.is_some() {}
+                Ok(Skip)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// Sets `bit` in `seen`; true when it was set already (a duplicate key).
+fn mark(seen: &mut u8, bit: u32) -> bool {
+    let was = *seen & (1 << bit) != 0;
+    *seen |= 1 << bit;
+    was
+}
+
+/// An object key, borrowed when it has no escapes.
+struct Key<'a>(Text<'a>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Text::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Text::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Text::Owned(v)))
+            }
+        }
+        d.deserialize_str(Visitor)
+    }
+}
+
+/// A value expected to be a string: any JSON value is accepted and classified.
+struct StrValue<'a>(StrField<'a>);
+
+impl<'de> Deserialize<'de> for StrValue<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = StrValue<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<StrValue<'de>, E> {
+                Ok(StrValue(StrField::Str(Text::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<StrValue<'de>, E> {
+                Ok(StrValue(StrField::Str(Text::Owned(v.to_string()))))
+            }
+            fn visit_string<E>(self, v: String) -> Result<StrValue<'de>, E> {
+                Ok(StrValue(StrField::Str(Text::Owned(v))))
+            }
+            fn visit_unit<E>(self) -> Result<StrValue<'de>, E> {
+                Ok(StrValue(StrField::Null))
+            }
+            fn visit_none<E>(self) -> Result<StrValue<'de>, E> {
+                Ok(StrValue(StrField::Null))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<StrValue<'de>, E> {
+                Ok(StrValue(StrField::Other))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<StrValue<'de>, E> {
+                Ok(StrValue(StrField::Other))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<StrValue<'de>, E> {
+                Ok(StrValue(StrField::Other))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<StrValue<'de>, E> {
+                Ok(StrValue(StrField::Other))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<StrValue<'de>, A::Error> {
+                while seq.next_element::<Skip>()?.is_some() {}
+                Ok(StrValue(StrField::Other))
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
-                mut access: A,
-            ) -> Result<UniqueObject, A::Error> {
-                let mut map = serde_json::Map::new();
-                while let Some(key) = access.next_key::<String>()? {
-                    let value: Value = access.next_value()?;
-                    if map.contains_key(&key) {
-                        return Err(serde::de::Error::custom(format!(
-                            "{DUPLICATE_MARKER}`{key}`"
-                        )));
-                    }
-                    map.insert(key, value);
-                }
-                Ok(UniqueObject(map))
+                mut map: A,
+            ) -> Result<StrValue<'de>, A::Error> {
+                while map.next_entry::<Skip, Skip>()?.is_some() {}
+                Ok(StrValue(StrField::Other))
             }
         }
-        d.deserialize_map(Visitor)
+        d.deserialize_any(Visitor)
     }
 }
 
-fn from_object(mut o: serde_json::Map<String, Value>) -> Result<LikeEvent, Poison> {
-    if let Some(v) = o.remove("version").filter(|v| !v.is_null()) {
-        match v.as_u64() {
-            Some(SCHEMA_VERSION) => {}
-            _ => return Err(Poison::UnsupportedVersion(v.to_string())),
+impl<'a> Raw<'a> {
+    /// The checks, in the order the schema lists them.
+    fn validate(self) -> Result<LikeEvent, Poison> {
+        if let Some(v) = self.version.filter(|v| !v.is_null()) {
+            match v.as_u64() {
+                Some(SCHEMA_VERSION) => {}
+                _ => return Err(Poison::UnsupportedVersion(v.to_string())),
+            }
         }
+        let kind = match required_str(self.kind, "type")?.as_ref() {
+            "like.added" => LikeKind::Added,
+            "like.removed" => LikeKind::Removed,
+            other => return Err(Poison::UnknownType(truncate(other, 64))),
+        };
+        let event_id = required_str(self.event_id, "eventId")?;
+        check_id(&event_id, MAX_EVENT_ID_BYTES).map_err(|reason| Poison::UnsafeId {
+            field: "eventId",
+            reason,
+        })?;
+        let post_id = required_str(self.post_id, "postId")?;
+        check_id(&post_id, MAX_ID_BYTES).map_err(|reason| Poison::UnsafeId {
+            field: "postId",
+            reason,
+        })?;
+        let user_id = required_str(self.user_id, "userId")?;
+        check_id(&user_id, MAX_ID_BYTES).map_err(|reason| Poison::UnsafeId {
+            field: "userId",
+            reason,
+        })?;
+        let occurred = required_str(self.occurred_at, "occurredAt")?;
+        let occurred_at_micros = parse_timestamp(&occurred)?;
+        let seq = match self.seq.filter(|v| !v.is_null()) {
+            None => 0,
+            Some(v) => v.as_i64().filter(|s| *s >= 0).ok_or(Poison::BadSeq)?,
+        };
+        let producer = match self.producer.filter(|v| !v.is_null()) {
+            None => None,
+            Some(Value::String(p)) if p.len() <= MAX_EVENT_ID_BYTES => Some(p),
+            Some(_) => {
+                return Err(Poison::WrongType {
+                    field: "producer",
+                    expected: "a string of at most 256 bytes",
+                })
+            }
+        };
+        Ok(LikeEvent {
+            kind,
+            post_id: post_id.into_owned(),
+            user_id: user_id.into_owned(),
+            version: Version {
+                seq,
+                occurred_at_micros,
+                event_id: event_id.into_owned(),
+            },
+            producer,
+        })
     }
-    let kind = match required_str(&mut o, "type")?.as_str() {
-        "like.added" => LikeKind::Added,
-        "like.removed" => LikeKind::Removed,
-        other => return Err(Poison::UnknownType(truncate(other, 64))),
-    };
-    let event_id = required_str(&mut o, "eventId")?;
-    check_id(&event_id, MAX_EVENT_ID_BYTES).map_err(|reason| Poison::UnsafeId {
-        field: "eventId",
-        reason,
-    })?;
-    let post_id = required_str(&mut o, "postId")?;
-    check_id(&post_id, MAX_ID_BYTES).map_err(|reason| Poison::UnsafeId {
-        field: "postId",
-        reason,
-    })?;
-    let user_id = required_str(&mut o, "userId")?;
-    check_id(&user_id, MAX_ID_BYTES).map_err(|reason| Poison::UnsafeId {
-        field: "userId",
-        reason,
-    })?;
-    let occurred = required_str(&mut o, "occurredAt")?;
-    let occurred_at_micros = parse_timestamp(&occurred)?;
-    let seq = match o.remove("seq").filter(|v| !v.is_null()) {
-        None => 0,
-        Some(v) => v.as_i64().filter(|s| *s >= 0).ok_or(Poison::BadSeq)?,
-    };
-    let producer = match o.remove("producer").filter(|v| !v.is_null()) {
-        None => None,
-        Some(Value::String(p)) if p.len() <= MAX_EVENT_ID_BYTES => Some(p),
-        Some(_) => {
-            return Err(Poison::WrongType {
-                field: "producer",
-                expected: "a string of at most 256 bytes",
-            })
-        }
-    };
-    Ok(LikeEvent {
-        kind,
-        post_id,
-        user_id,
-        version: Version {
-            seq,
-            occurred_at_micros,
-            event_id,
-        },
-        producer,
-    })
 }
 
-fn required_str(
-    o: &mut serde_json::Map<String, Value>,
-    field: &'static str,
-) -> Result<String, Poison> {
-    match o.remove(field) {
-        None | Some(Value::Null) => Err(Poison::MissingField(field)),
-        Some(Value::String(s)) => Ok(s),
-        Some(_) => Err(Poison::WrongType {
-            field,
+fn required_str<'a>(field: StrField<'a>, name: &'static str) -> Result<Text<'a>, Poison> {
+    match field {
+        StrField::Absent | StrField::Null => Err(Poison::MissingField(name)),
+        StrField::Str(s) => Ok(s),
+        StrField::Other => Err(Poison::WrongType {
+            field: name,
             expected: "a string",
         }),
     }
@@ -402,6 +617,8 @@ mod tests {
             ("", IdProblem::Empty),
             ("a\u{0}b", IdProblem::ControlChar),
             ("a\nb", IdProblem::ControlChar),
+            ("a\u{7f}b", IdProblem::ControlChar),
+            ("\u{e9}\u{85}", IdProblem::ControlChar),
         ] {
             let json = serde_json::json!({
                 "eventId": "e", "type": "like.added", "postId": id, "userId": "u",
@@ -477,6 +694,43 @@ mod tests {
                 expected: "a string"
             }
         );
+    }
+
+    #[test]
+    fn duplicate_unknown_or_escaped_keys_are_poison() {
+        assert_eq!(
+            parse(payload(r#","x":1,"x":[2]"#).as_bytes()).unwrap_err(),
+            Poison::DuplicateField("x".into())
+        );
+        assert_eq!(
+            parse(payload(r#","post\u0049d":"p2""#).as_bytes()).unwrap_err(),
+            Poison::DuplicateField("postId".into())
+        );
+        assert_eq!(
+            parse(payload(r#","seq":1,"seq":2"#).as_bytes()).unwrap_err(),
+            Poison::DuplicateField("seq".into())
+        );
+    }
+
+    #[test]
+    fn null_or_escaped_string_fields_are_handled() {
+        let null_user = payload("").replace(r#""userId":"u1""#, r#""userId":null"#);
+        assert_eq!(
+            parse(null_user.as_bytes()).unwrap_err(),
+            Poison::MissingField("userId")
+        );
+        let escaped = payload("").replace(r#""postId":"p1""#, r#""postId":"p\u00e9\"x""#);
+        assert_eq!(parse(escaped.as_bytes()).unwrap().post_id, "p\u{e9}\"x");
+        let obj_type = payload("").replace(r#""type":"like.added""#, r#""type":{"a":[1]}"#);
+        assert_eq!(
+            parse(obj_type.as_bytes()).unwrap_err(),
+            Poison::WrongType {
+                field: "type",
+                expected: "a string"
+            }
+        );
+        let null_seq = payload(r#","seq":null,"producer":null,"version":null"#);
+        assert_eq!(parse(null_seq.as_bytes()).unwrap().version.seq, 0);
     }
 
     #[test]

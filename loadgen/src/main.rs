@@ -30,6 +30,8 @@ struct Cli {
 enum Command {
     /// The main job: emulators in-process, consumer, viral workload, counts verified.
     Demo(DemoArgs),
+    /// Both strategies side by side on the same workload, emulators with an injected store RTT.
+    Bench(hotcount_loadgen::bench::BenchArgs),
     /// Generate a workload, write its truth file, publish it to a topic.
     Publish(PublishArgs),
     /// Compare every post's count and membership documents with a truth file.
@@ -196,6 +198,7 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(args) => run_demo(args).await,
+        Command::Bench(args) => Ok(hotcount_loadgen::bench::run_command(args).await?),
         Command::Publish(args) => run_publish(&cli.endpoints, args).await,
         Command::Verify {
             target,

@@ -1,0 +1,614 @@
+//! The end-to-end benchmark: both strategies (`batched`, `per-event`) on the
+//! same generated workload, each in a fresh pair of in-process emulators with
+//! an injected round trip per Firestore RPC, printed side by side.
+//!
+//! Invariant: every figure comes from outside the service under test (the
+//! emulators' RPC and write counters, the Pub/Sub subscription's acks, the
+//! membership documents' commit times, `/proc/self/status`), and a count is
+//! called exact only for a run that published and drained everything; a run
+//! stopped by `max_secs` is reported as partial, its throughput measured over
+//! the messages it acked, and only the shard invariant is checked for it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hotcount::config::{Endpoints, RunArgs, Strategy};
+use hotcount::setup::{self, SetupArgs};
+use hotcount::telemetry::Stats;
+use hotcount_emulators::{Emulators, EmulatorsConfig, FaultSpec};
+use tokio::sync::watch;
+
+use crate::publish::{self, PublishOptions};
+use crate::report::{self, Percentiles};
+use crate::{generate, readback, verify, Workload, WorkloadConfig};
+
+/// The workload shapes the benchmark runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Case {
+    /// Zipf 1.1 over the posts.
+    Zipf,
+    /// One viral post takes about half the events (Zipf exponent chosen so
+    /// that the most popular post's share is 50%).
+    Viral,
+}
+
+/// What the benchmark runs.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Consumer settings shared by both strategies (the strategy is overridden per run).
+    pub run: RunArgs,
+    /// Messages per workload (valid + duplicates + poison).
+    pub events: u64,
+    /// Distinct posts.
+    pub posts: u32,
+    /// Distinct users.
+    pub users: u32,
+    /// Seed (the same workload for both strategies).
+    pub seed: u64,
+    /// Injected latency per Firestore RPC, in milliseconds.
+    pub store_rtt_ms: u64,
+    /// Longest run per strategy and case, in seconds (publish + drain).
+    pub max_secs: u64,
+    /// Publish rate, messages per second (0 = as fast as possible).
+    pub rate_per_sec: u64,
+    /// The workloads to run.
+    pub cases: Vec<Case>,
+    /// The strategies to run, in order.
+    pub strategies: Vec<Strategy>,
+}
+
+/// How a run's counts were checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Everything published and drained; every post's count exact, the
+    /// shard invariant kept.
+    Exact,
+    /// Everything drained but some counts or the invariant are wrong.
+    Wrong {
+        /// Posts whose count differs from the truth.
+        mismatches: usize,
+        /// Posts whose shards do not sum to their liked memberships.
+        invariant_breaks: usize,
+    },
+    /// Stopped by `max_secs` before draining: counts cannot be compared with
+    /// the truth of the whole workload; the shard invariant was checked.
+    Partial {
+        /// Posts whose shards do not sum to their liked memberships.
+        invariant_breaks: usize,
+    },
+}
+
+/// What one strategy measured on one case.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    /// Workload shape.
+    pub case: Case,
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Messages published.
+    pub published: u64,
+    /// Messages acked by the subscription (emulator) at the end of the measured window.
+    pub acked: u64,
+    /// From the first publish to drained (or to `max_secs`).
+    pub elapsed: Duration,
+    /// Whether the run published and drained everything.
+    pub completed: bool,
+    /// Firestore RPCs served by the emulator in the measured window.
+    pub store_rpcs: u64,
+    /// Firestore commits served by the emulator in the measured window.
+    pub commits: u64,
+    /// The most written document and its writes in the measured window.
+    pub hottest_document: String,
+    /// Writes to the most written document.
+    pub hottest_writes: u64,
+    /// Publish -> commit latency over the final membership writes.
+    pub latency: Percentiles,
+    /// Peak resident set of the whole process during the run (consumer,
+    /// emulators and publisher share it), bytes.
+    pub peak_rss_bytes: u64,
+    /// The count check.
+    pub verdict: Verdict,
+}
+
+impl RunResult {
+    /// Acked messages per second over the measured window.
+    pub fn events_per_sec(&self) -> f64 {
+        self.acked as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Store RPCs per 1,000 acked messages.
+    pub fn rpcs_per_1k(&self) -> f64 {
+        self.store_rpcs as f64 * 1000.0 / self.acked.max(1) as f64
+    }
+
+    /// Writes per second to the most written document.
+    pub fn hottest_writes_per_sec(&self) -> f64 {
+        self.hottest_writes as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The benchmark failed to run (a wrong count is a [`Verdict`], not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Emulators, setup or clients.
+    #[error("starting: {0}")]
+    Start(String),
+    /// Settings.
+    #[error("invalid settings: {0}")]
+    Invalid(String),
+    /// Publishing.
+    #[error(transparent)]
+    Publish(#[from] publish::PublishError),
+    /// Reading back.
+    #[error(transparent)]
+    Verify(#[from] verify::VerifyError),
+}
+
+impl BenchError {
+    /// Whether running again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            BenchError::Publish(e) => e.is_retryable(),
+            BenchError::Verify(e) => e.is_retryable(),
+            _ => false,
+        }
+    }
+}
+
+/// The Zipf exponent that gives the most popular of `posts` posts the
+/// share `share` of the events (bisection; 0 when one post).
+pub fn exponent_for_top_share(posts: u32, share: f64) -> f64 {
+    let top = |s: f64| {
+        let total: f64 = (1..=posts).map(|k| 1.0 / f64::from(k).powf(s)).sum();
+        1.0 / total
+    };
+    let (mut lo, mut hi) = (0.0_f64, 10.0_f64);
+    for _ in 0..60 {
+        let mid = (lo + hi) / 2.0;
+        if top(mid) < share {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
+}
+
+/// The workload of `case`.
+pub fn workload_config(config: &BenchConfig, case: Case) -> WorkloadConfig {
+    let zipf_exponent = match case {
+        Case::Zipf => 1.1,
+        Case::Viral => exponent_for_top_share(config.posts, 0.5),
+    };
+    WorkloadConfig {
+        events: config.events,
+        posts: config.posts,
+        users: config.users,
+        zipf_exponent,
+        unlike_fraction: 0.05,
+        duplicate_fraction: 0.05,
+        poison_fraction: 0.01,
+        seed: config.seed,
+    }
+}
+
+/// Runs every case with every strategy; `on_result` sees each run as it ends.
+pub async fn run(
+    config: &BenchConfig,
+    mut on_result: impl FnMut(&RunResult),
+) -> Result<Vec<RunResult>, BenchError> {
+    config
+        .run
+        .validate()
+        .map_err(|e| BenchError::Invalid(e.to_string()))?;
+    let mut results = Vec::new();
+    for &case in &config.cases {
+        let workload_config = workload_config(config, case);
+        workload_config
+            .validate()
+            .map_err(|e| BenchError::Invalid(e.to_string()))?;
+        let workload = Arc::new(generate(&workload_config));
+        for &strategy in &config.strategies {
+            let result = run_one(config, case, strategy, workload.clone()).await?;
+            on_result(&result);
+            results.push(result);
+        }
+    }
+    Ok(results)
+}
+
+/// One strategy on one workload, in fresh emulators.
+async fn run_one(
+    config: &BenchConfig,
+    case: Case,
+    strategy: Strategy,
+    workload: Arc<Workload>,
+) -> Result<RunResult, BenchError> {
+    let mut run_args = config.run.clone();
+    run_args.strategy = strategy;
+    run_args.metrics_addr = "off".into();
+    let service_config = run_args
+        .validate()
+        .map_err(|e| BenchError::Invalid(e.to_string()))?;
+    let emulators = Emulators::start(EmulatorsConfig::default())
+        .await
+        .map_err(|e| BenchError::Start(format!("emulators: {e}")))?;
+    if config.store_rtt_ms > 0 {
+        let rtt = FaultSpec::latency("*", Duration::from_millis(config.store_rtt_ms));
+        emulators
+            .firestore_faults()
+            .add(rtt)
+            .map_err(BenchError::Start)?;
+    }
+    let endpoints = Endpoints {
+        pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
+        firestore_emulator_host: Some(emulators.firestore_addr().to_string()),
+    };
+    let target = run_args.target.clone();
+    let subscription = service_config.subscription.clone();
+    let setup_args = SetupArgs {
+        project: target.project.clone(),
+        topic: "likes".into(),
+        subscription: subscription
+            .rsplit('/')
+            .next()
+            .unwrap_or("likes-hotcount")
+            .to_string(),
+        dead_letter_topic: "likes-dead-letter".into(),
+        dead_letter_subscription: "likes-dead-letter-inspect".into(),
+        ack_deadline_secs: 60,
+        min_retry_backoff_secs: 1,
+        max_retry_backoff_secs: 60,
+        max_delivery_attempts: 20,
+        exactly_once: false,
+    };
+    setup::setup(&endpoints, &setup_args)
+        .await
+        .map_err(|e| BenchError::Start(format!("setup: {e}")))?;
+    emulators.firestore().reset_stats();
+    let rpcs_before = emulators.firestore_counters().total();
+    let commits_before = emulators.firestore_counters().get("Commit");
+    reset_peak_rss();
+
+    let (stop_tx, stop) = watch::channel(false);
+    let service = {
+        let (endpoints, service_config) = (endpoints.clone(), service_config.clone());
+        let stats = Arc::new(Stats::default());
+        tokio::spawn(async move {
+            hotcount::service::run(&endpoints, &service_config, stop, stats).await
+        })
+    };
+    let (cancel_tx, cancel) = watch::channel(false);
+    let topic = format!("projects/{}/topics/likes", target.project);
+    let started = Instant::now();
+    let publishing = {
+        let (endpoints, workload) = (endpoints.clone(), workload.clone());
+        let options = PublishOptions {
+            rate_per_sec: config.rate_per_sec,
+            progress: false,
+            ..PublishOptions::default()
+        };
+        tokio::spawn(async move {
+            publish::connect_and_publish(&endpoints, &topic, &workload, &options, cancel).await
+        })
+    };
+    let deadline = started + Duration::from_secs(config.max_secs);
+    let total = workload.messages.len() as u64;
+    let completed = wait_for_acks(&emulators, &subscription, total, deadline).await;
+    let elapsed = started.elapsed();
+    // The measured window ends here, before the consumer drains.
+    let acked = acked(&emulators, &subscription);
+    let store_rpcs = emulators.firestore_counters().total() - rpcs_before;
+    let commits = emulators.firestore_counters().get("Commit") - commits_before;
+    let hottest = emulators.firestore().hottest_documents(1);
+    let (hottest_document, hottest_writes) = hottest
+        .first()
+        .map_or((String::new(), 0), |d| (d.name.clone(), d.writes));
+    let peak_rss_bytes = peak_rss_bytes();
+
+    let _ = cancel_tx.send(true);
+    let published = match publishing.await {
+        Ok(Ok(report)) => report.published,
+        Ok(Err(e)) => return Err(e.into()),
+        Err(e) => return Err(BenchError::Start(format!("publisher task: {e}"))),
+    };
+    let _ = stop_tx.send(true);
+    match service.await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(BenchError::Start(format!("consumer: {e}"))),
+        Err(e) => return Err(BenchError::Start(format!("consumer task: {e}"))),
+    }
+    // Reading back is not part of the measured window: no RTT for it.
+    emulators.firestore_faults().clear();
+
+    let report = verify::connect_and_verify(&endpoints, &target, &workload.truth).await?;
+    let completed = completed && published == total;
+    let verdict = if !completed {
+        Verdict::Partial {
+            invariant_breaks: report.invariant_violations.len(),
+        }
+    } else if report.is_exact() {
+        Verdict::Exact
+    } else {
+        Verdict::Wrong {
+            mismatches: report.mismatches.len(),
+            invariant_breaks: report.invariant_violations.len(),
+        }
+    };
+    let db = readback::connect(&endpoints, &target)
+        .await
+        .map_err(verify::VerifyError::from)?;
+    let rows = readback::read_memberships(&db, &readback::layout(&target))
+        .await
+        .map_err(verify::VerifyError::from)?;
+    let latency = report::percentiles(&report::measure(&rows).latency_micros);
+    emulators.shutdown().await;
+    Ok(RunResult {
+        case,
+        strategy,
+        published,
+        acked,
+        elapsed,
+        completed,
+        store_rpcs,
+        commits,
+        hottest_document,
+        hottest_writes,
+        latency,
+        peak_rss_bytes,
+        verdict,
+    })
+}
+
+fn acked(emulators: &Emulators, subscription: &str) -> u64 {
+    emulators.pubsub().stats(subscription).map_or(0, |s| s.acks)
+}
+
+/// Waits until `total` messages are acked, or the deadline; true if all were.
+async fn wait_for_acks(
+    emulators: &Emulators,
+    subscription: &str,
+    total: u64,
+    deadline: Instant,
+) -> bool {
+    loop {
+        if acked(emulators, subscription) >= total {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Resets the process's peak RSS (`VmHWM`) to its current RSS (Linux 4.0+;
+/// elsewhere a no-op, and the peak then covers the whole process lifetime).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// `VmHWM` of this process, in bytes (0 when unknown).
+pub fn peak_rss_bytes() -> u64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn strategy_name(s: Strategy) -> &'static str {
+    match s {
+        Strategy::Batched => "batched",
+        Strategy::PerEvent => "per-event",
+    }
+}
+
+fn verdict_text(v: &Verdict) -> String {
+    match v {
+        Verdict::Exact => "EXACT".into(),
+        Verdict::Wrong {
+            mismatches,
+            invariant_breaks,
+        } => format!("WRONG ({mismatches} posts, {invariant_breaks} invariant breaks)"),
+        Verdict::Partial { invariant_breaks } => {
+            format!("partial run; invariant breaks: {invariant_breaks}")
+        }
+    }
+}
+
+/// The side-by-side table of one case (Markdown), with the ratios when
+/// both strategies ran.
+pub fn render(results: &[RunResult], case: Case) -> String {
+    let runs: Vec<&RunResult> = results.iter().filter(|r| r.case == case).collect();
+    if runs.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("\n### {case:?}\n\n| metric |");
+    for r in &runs {
+        out.push_str(&format!(" {} |", strategy_name(r.strategy)));
+    }
+    out.push_str("\n|---|");
+    for _ in &runs {
+        out.push_str("---:|");
+    }
+    out.push('\n');
+    let mut row = |name: &str, f: &dyn Fn(&RunResult) -> String| {
+        out.push_str(&format!("| {name} |"));
+        for r in &runs {
+            out.push_str(&format!(" {} |", f(r)));
+        }
+        out.push('\n');
+    };
+    row("messages acked / published", &|r| {
+        format!("{} / {}", r.acked, r.published)
+    });
+    row("measured window (s)", &|r| {
+        format!(
+            "{:.1}{}",
+            r.elapsed.as_secs_f64(),
+            if r.completed { "" } else { " (capped)" }
+        )
+    });
+    row("events/s (acked / window)", &|r| {
+        format!("{:.0}", r.events_per_sec())
+    });
+    row("store RPCs per 1,000 events", &|r| {
+        format!("{:.1}", r.rpcs_per_1k())
+    });
+    row("commits", &|r| r.commits.to_string());
+    row("hottest document writes/s", &|r| {
+        format!("{:.1}", r.hottest_writes_per_sec())
+    });
+    row("hottest document", &|r| {
+        r.hottest_document
+            .split("/documents/")
+            .nth(1)
+            .unwrap_or(&r.hottest_document)
+            .to_string()
+    });
+    row("publish->commit p50 / p99 (ms)", &|r| {
+        format!("{:.0} / {:.0}", r.latency.p50_ms, r.latency.p99_ms)
+    });
+    row("peak RSS, whole process (MiB)", &|r| {
+        format!("{:.0}", r.peak_rss_bytes as f64 / (1024.0 * 1024.0))
+    });
+    row("counts", &|r| verdict_text(&r.verdict));
+    let find = |s| runs.iter().find(|r| r.strategy == s);
+    if let (Some(b), Some(p)) = (find(Strategy::Batched), find(Strategy::PerEvent)) {
+        out.push_str(&format!(
+            "\nbatched / per-event: throughput x{:.1}, store RPCs per event x{:.3}\n",
+            b.events_per_sec() / p.events_per_sec().max(1e-9),
+            b.rpcs_per_1k() / p.rpcs_per_1k().max(1e-9),
+        ));
+    }
+    out
+}
+
+/// `hotcount-loadgen bench`: the flags.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Consumer settings shared by both strategies (`--strategy` is ignored: see `--strategies`).
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Strategies to run, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Strategy::Batched, Strategy::PerEvent])]
+    pub strategies: Vec<Strategy>,
+    /// Workloads to run.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Case::Zipf, Case::Viral])]
+    pub cases: Vec<Case>,
+    /// Messages per workload (valid + 5% duplicates + 1% poison).
+    #[arg(long, default_value_t = 100_000)]
+    pub events: u64,
+    /// Distinct posts.
+    #[arg(long, default_value_t = 100_000)]
+    pub posts: u32,
+    /// Distinct users.
+    #[arg(long, default_value_t = 100_000)]
+    pub users: u32,
+    /// Seed of the workload (the same for every strategy).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Injected latency per Firestore RPC, in milliseconds (models the real round trip).
+    #[arg(long, default_value_t = 10)]
+    pub store_rtt_ms: u64,
+    /// Longest run per strategy and workload, in seconds; a slower run is
+    /// stopped and measured over what it acked (reported as partial).
+    #[arg(long, default_value_t = 60)]
+    pub max_secs: u64,
+    /// Publish rate in messages per second (0 = as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Also write the tables to this Markdown file.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// Runs `hotcount-loadgen bench` and prints the tables; exit 1 when a
+/// completed run's counts are wrong or a partial run broke the invariant.
+pub async fn run_command(args: BenchArgs) -> Result<std::process::ExitCode, BenchError> {
+    let config = BenchConfig {
+        run: args.run,
+        events: args.events,
+        posts: args.posts,
+        users: args.users,
+        seed: args.seed,
+        store_rtt_ms: args.store_rtt_ms,
+        max_secs: args.max_secs,
+        rate_per_sec: args.rate,
+        cases: args.cases,
+        strategies: args.strategies,
+    };
+    eprintln!(
+        "hotcount bench: {} messages over {} posts, store RTT {} ms, at most {} s per run",
+        config.events, config.posts, config.store_rtt_ms, config.max_secs
+    );
+    let results = run(&config, |r| {
+        eprintln!(
+            "  {:?} {}: {:.0} events/s, {:.1} RPCs/1k, {}",
+            r.case,
+            strategy_name(r.strategy),
+            r.events_per_sec(),
+            r.rpcs_per_1k(),
+            verdict_text(&r.verdict)
+        );
+    })
+    .await?;
+    let mut tables = format!(
+        "store RTT {} ms per RPC; {} messages, {} posts, {} users, seed {}; publish rate {}; cap {} s per run; shards {}, counter shards {}, flush interval {} ms, max batch {}, streams {}, per-event concurrency {}\n",
+        config.store_rtt_ms,
+        config.events,
+        config.posts,
+        config.users,
+        config.seed,
+        if config.rate_per_sec == 0 { "max".to_string() } else { format!("{}/s", config.rate_per_sec) },
+        config.max_secs,
+        config.run.shards,
+        config.run.counter_shards,
+        config.run.flush_interval_ms,
+        config.run.max_batch_events,
+        config.run.streams,
+        config.run.per_event_concurrency,
+    );
+    for &case in &config.cases {
+        tables.push_str(&render(&results, case));
+    }
+    print!("{tables}");
+    if let Some(path) = &args.out {
+        if let Err(e) = std::fs::write(path, &tables) {
+            eprintln!("warning: writing {}: {e}", path.display());
+        }
+    }
+    let bad = results.iter().any(|r| match r.verdict {
+        Verdict::Exact => false,
+        Verdict::Wrong { .. } => true,
+        Verdict::Partial { invariant_breaks } => invariant_breaks > 0,
+    });
+    Ok(if bad {
+        std::process::ExitCode::from(1)
+    } else {
+        std::process::ExitCode::SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn viral_exponent_gives_the_top_post_half_the_events() {
+        let s = exponent_for_top_share(100_000, 0.5);
+        let total: f64 = (1..=100_000u32).map(|k| 1.0 / f64::from(k).powf(s)).sum();
+        assert!((1.0 / total - 0.5).abs() < 1e-6, "share {}", 1.0 / total);
+    }
+
+    #[test]
+    fn peak_rss_is_read_from_proc() {
+        if std::path::Path::new("/proc/self/status").exists() {
+            assert!(peak_rss_bytes() > 0);
+        }
+    }
+}
