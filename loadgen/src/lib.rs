@@ -8,6 +8,7 @@
 //! - [`readback`]: reads counter shards and memberships back, at one read time.
 //! - [`verify`]: compares Firestore with the truth and checks the shard invariant.
 //! - [`report`]: end-to-end latency and throughput into Markdown and a PNG.
+//! - [`chaos`]: kill -9, injected faults and a replay against consumer processes, verified.
 //! - [`chart`]: the dependency-light PNG percentile plot.
 //!
 //! # Use from code (`hotcount demo`, tests)
@@ -45,6 +46,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod chaos;
 pub mod chart;
 pub mod demo;
 pub mod publish;
