@@ -18,7 +18,11 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(poison) => {
             let reason = poison.to_string();
-            assert!(!reason.is_empty() && reason.len() <= 512, "reason {} bytes", reason.len());
+            assert!(
+                !reason.is_empty() && reason.len() <= 512,
+                "reason {} bytes",
+                reason.len()
+            );
         }
     }
 });
