@@ -81,6 +81,8 @@ pub struct ChaosConfig {
     pub log_dir: Option<PathBuf>,
     /// Seed of the kill schedule and the shuffle.
     pub seed: u64,
+    /// Print a status line to stderr every 10 s.
+    pub progress: bool,
 }
 
 impl ChaosConfig {
@@ -108,6 +110,7 @@ impl ChaosConfig {
             timeout: Duration::from_secs(150),
             log_dir: None,
             seed: 6,
+            progress: false,
         }
     }
 }
@@ -369,6 +372,14 @@ pub async fn run(
         chaos_stop.clone(),
     ));
 
+    let reporter = config.progress.then(|| {
+        tokio::spawn(progress_loop(
+            emulators.clone(),
+            subscription.clone(),
+            tally.clone(),
+            started,
+        ))
+    });
     let options = PublishOptions {
         rate_per_sec: config.rate_per_sec,
         stamp_at_publish: false,
@@ -416,6 +427,9 @@ pub async fn run(
         }
     }
     let drained = drain(&emulators, &subscription, deadline, &cancel).await;
+    if let Some(reporter) = reporter {
+        reporter.abort();
+    }
     for c in &mut consumers {
         if let Some(mut child) = c.child.take() {
             let _ = child.kill().await;
@@ -569,6 +583,28 @@ async fn spike_loop(
         }
         emulators.clock().advance(LEASE_JUMP);
         tally.spikes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Prints the subscription's state and the kill count every 10 s.
+async fn progress_loop(
+    emulators: Arc<Emulators>,
+    subscription: String,
+    tally: Arc<Tally>,
+    started: Instant,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let s = emulators.pubsub().stats(&subscription).unwrap_or_default();
+        eprintln!(
+            "[{:>5.0}s] published {} acked {} unacked {} redeliveries {} kills {}",
+            started.elapsed().as_secs_f64(),
+            s.published,
+            s.acks,
+            s.unacked,
+            s.redeliveries,
+            tally.kills.load(Ordering::Relaxed)
+        );
     }
 }
 
@@ -795,6 +831,7 @@ impl ChaosArgs {
             timeout: Duration::from_secs(self.timeout_secs),
             log_dir: self.log_dir.clone(),
             seed: self.seed,
+            progress: true,
         }
     }
 }
