@@ -18,6 +18,10 @@ pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 pub const MAX_ID_BYTES: usize = 512;
 /// Longest accepted event id or producer name, in bytes.
 pub const MAX_EVENT_ID_BYTES: usize = 256;
+/// Longest piece of the payload quoted in a poison reason, in bytes (the
+/// reason is stored and logged; the payload itself is kept, truncated, in
+/// the quarantine record).
+pub const MAX_REASON_DETAIL_BYTES: usize = 128;
 /// The only schema version understood.
 pub const SCHEMA_VERSION: u64 = 1;
 
@@ -207,8 +211,8 @@ pub fn parse(data: &[u8]) -> Result<LikeEvent, Poison> {
     }
     let text = std::str::from_utf8(data).map_err(|_| Poison::NotUtf8)?;
     let raw: Raw<'_> = serde_json::from_str(text).map_err(|e| match duplicate_field(&e) {
-        Some(field) => Poison::DuplicateField(field),
-        None => Poison::NotJson(e.to_string()),
+        Some(field) => Poison::DuplicateField(truncate(&field, MAX_REASON_DETAIL_BYTES)),
+        None => Poison::NotJson(truncate(&e.to_string(), MAX_REASON_DETAIL_BYTES)),
     })?;
     raw.validate()
 }
@@ -470,13 +474,23 @@ impl<'a> Raw<'a> {
         if let Some(v) = self.version.filter(|v| !v.is_null()) {
             match v.as_u64() {
                 Some(SCHEMA_VERSION) => {}
-                _ => return Err(Poison::UnsupportedVersion(v.to_string())),
+                _ => {
+                    return Err(Poison::UnsupportedVersion(truncate(
+                        &v.to_string(),
+                        MAX_REASON_DETAIL_BYTES,
+                    )))
+                }
             }
         }
         let kind = match required_str(self.kind, "type")?.as_ref() {
             "like.added" => LikeKind::Added,
             "like.removed" => LikeKind::Removed,
-            other => return Err(Poison::UnknownType(truncate(other, 64))),
+            other => {
+                return Err(Poison::UnknownType(truncate(
+                    other,
+                    MAX_REASON_DETAIL_BYTES,
+                )))
+            }
         };
         let event_id = required_str(self.event_id, "eventId")?;
         check_id(&event_id, MAX_EVENT_ID_BYTES).map_err(|reason| Poison::UnsafeId {
@@ -751,6 +765,51 @@ mod tests {
             "]".repeat(5000)
         ));
         assert!(parse(deep_field.as_bytes()).is_err());
+    }
+
+    /// Found by the fuzz driver (tests/fuzz_parser.rs): reasons quoted
+    /// attacker-sized values verbatim.
+    #[test]
+    fn poison_reasons_stay_short_whatever_the_payload() {
+        let big = "x".repeat(60_000);
+        let cases = [
+            payload(&format!(r#","version":"{big}""#)),
+            payload(&format!(r#","{big}":1,"{big}":2"#)),
+            format!(r#""{big}""#),
+            payload("").replace("like.added", &big),
+        ];
+        for case in cases {
+            let reason = parse(case.as_bytes()).unwrap_err().to_string();
+            assert!(
+                reason.len() <= 256,
+                "{} bytes: {:.80}",
+                reason.len(),
+                reason
+            );
+        }
+    }
+
+    #[test]
+    fn hostile_numbers_and_encodings_are_poison_not_panics() {
+        for extra in [
+            r#","seq":9223372036854775808"#,
+            r#","seq":-9223372036854775809"#,
+            r#","seq":1.5"#,
+            r#","seq":"3""#,
+            r#","version":1.0"#,
+            r#","version":18446744073709551616"#,
+        ] {
+            assert!(parse(payload(extra).as_bytes()).is_err(), "{extra}");
+        }
+        let lone_surrogate = payload("").replace("u1", r"\ud800");
+        assert!(parse(lone_surrogate.as_bytes()).is_err());
+        let bom = format!("\u{feff}{}", payload(""));
+        assert!(parse(bom.as_bytes()).is_err());
+        let time = payload("").replace("2026-11-30T10:00:00Z", "+275760-09-13T00:00:00Z");
+        assert!(matches!(
+            parse(time.as_bytes()).unwrap_err(),
+            Poison::BadTimestamp(_)
+        ));
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! - [`verify`]: compares Firestore with the truth and checks the shard invariant.
 //! - [`report`]: end-to-end latency and throughput into Markdown and a PNG.
 //! - [`bench`]: both strategies side by side on the emulators (`hotcount-loadgen bench`).
+//! - [`chaos`]: kill -9, injected faults and a replay against consumer processes, verified.
 //! - [`chart`]: the dependency-light PNG percentile plot.
+//! - [`demo`]: the one-command demo (emulators, consumer, workload, verify, report).
 //!
 //! # Use from code (`hotcount demo`, tests)
 //! ```no_run
@@ -47,6 +49,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod chaos;
 pub mod chart;
 pub mod demo;
 pub mod publish;

@@ -34,6 +34,8 @@ enum Command {
     Bench(hotcount_loadgen::bench::BenchArgs),
     /// Generate a workload, write its truth file, publish it to a topic.
     Publish(PublishArgs),
+    /// Consumer processes under kill -9, injected faults and a replay; counts verified.
+    Chaos(hotcount_loadgen::chaos::ChaosArgs),
     /// Compare every post's count and membership documents with a truth file.
     Verify {
         #[command(flatten)]
@@ -199,6 +201,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(args) => run_demo(args).await,
         Command::Bench(args) => Ok(hotcount_loadgen::bench::run_command(args).await?),
+        Command::Chaos(args) => run_chaos(args).await,
         Command::Publish(args) => run_publish(&cli.endpoints, args).await,
         Command::Verify {
             target,
@@ -389,6 +392,29 @@ async fn wait_for_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+async fn run_chaos(args: hotcount_loadgen::chaos::ChaosArgs) -> anyhow::Result<ExitCode> {
+    use hotcount_loadgen::chaos;
+    let config = args.config();
+    let (cancel_tx, cancel) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        let _ = cancel_tx.send(true);
+    });
+    eprintln!(
+        "hotcount chaos: {} messages, {} consumer processes ({}), emulators in-process...",
+        config.workload.events,
+        config.consumers,
+        config.hotcount_bin.display()
+    );
+    let summary = chaos::run(&config, cancel).await?;
+    print!("{}", chaos::render(&summary));
+    Ok(if summary.is_success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 async fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {

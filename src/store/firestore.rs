@@ -474,6 +474,13 @@ pub fn status_error(op: &'static str, status: &Status) -> StoreError {
         // writer got in between (an optimistic database): re-read and retry.
         | Code::FailedPrecondition
         | Code::AlreadyExists => ErrorClass::Transient,
+        // The transaction outlived its lease (a long stall, e.g. a latency
+        // spike): Google's SDKs retry the whole transaction on this one
+        // INVALID_ARGUMENT. Treating it as permanent would quarantine valid
+        // events (found by the chaos run).
+        Code::InvalidArgument if is_expired_transaction(status.message()) => {
+            ErrorClass::Transient
+        }
         _ => ErrorClass::Permanent,
     };
     StoreError {
@@ -482,6 +489,13 @@ pub fn status_error(op: &'static str, status: &Status) -> StoreError {
         message: status.message().to_string(),
         class,
     }
+}
+
+/// Whether `message` is Firestore's "transaction expired" INVALID_ARGUMENT.
+fn is_expired_transaction(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("transaction has expired")
+        || message.contains("transaction is no longer valid")
 }
 
 fn value(v: ValueType) -> fs::Value {
@@ -625,5 +639,16 @@ mod tests {
         assert!(status_error("Commit", &Status::unavailable("x")).is_retryable());
         assert!(!status_error("Commit", &Status::invalid_argument("x")).is_retryable());
         assert!(!status_error("Commit", &Status::permission_denied("x")).is_retryable());
+    }
+
+    #[test]
+    fn expired_transaction_is_retried_not_quarantined() {
+        let expired = Status::invalid_argument(
+            "The referenced transaction has expired or is no longer valid.",
+        );
+        assert!(status_error("Commit", &expired).is_retryable());
+        assert!(
+            !status_error("Commit", &Status::invalid_argument("bad document id")).is_retryable()
+        );
     }
 }

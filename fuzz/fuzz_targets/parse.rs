@@ -1,0 +1,28 @@
+//! Fuzzes the event parser: never panics; a parsed event always has safe ids
+//! and round-trips; a poison reason is always short.
+#![no_main]
+
+use hotcount::batch::MembershipKey;
+use hotcount::event::{check_id, parse, to_json, MAX_EVENT_ID_BYTES, MAX_ID_BYTES};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    match parse(data) {
+        Ok(event) => {
+            assert!(check_id(&event.post_id, MAX_ID_BYTES).is_ok());
+            assert!(check_id(&event.user_id, MAX_ID_BYTES).is_ok());
+            assert!(check_id(event.event_id(), MAX_EVENT_ID_BYTES).is_ok());
+            let doc_id = MembershipKey::of(&event).doc_id();
+            assert!(check_id(&doc_id, 1500).is_ok(), "unsafe doc id {doc_id:?}");
+            assert_eq!(parse(to_json(&event).as_bytes()).as_ref(), Ok(&event));
+        }
+        Err(poison) => {
+            let reason = poison.to_string();
+            assert!(
+                !reason.is_empty() && reason.len() <= 512,
+                "reason {} bytes",
+                reason.len()
+            );
+        }
+    }
+});

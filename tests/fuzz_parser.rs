@@ -1,0 +1,277 @@
+//! A stable-toolchain fuzz driver for the event parser (the cargo-fuzz
+//! target in `fuzz/` needs nightly): mutates the seed corpus in
+//! `fuzz/corpus/parse` and generates structured events for
+//! `HOTCOUNT_FUZZ_SECS` seconds (default 3), catching panics.
+//!
+//! Checked for every input: no panic; a parsed event has ids safe as
+//! Firestore document ids (so is its membership document id) and round-trips
+//! through `to_json`; a poison reason is non-empty and short.
+//!
+//! Long run: `HOTCOUNT_FUZZ_SECS=600 cargo test --test fuzz_parser -- --nocapture`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hotcount::batch::MembershipKey;
+use hotcount::event::{check_id, parse, to_json, MAX_EVENT_ID_BYTES, MAX_ID_BYTES};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Longest poison reason allowed (it is stored in the quarantine record and logged).
+const MAX_REASON_BYTES: usize = 512;
+
+fn check(data: &[u8]) {
+    match parse(data) {
+        Ok(event) => {
+            assert!(check_id(&event.post_id, MAX_ID_BYTES).is_ok());
+            assert!(check_id(&event.user_id, MAX_ID_BYTES).is_ok());
+            assert!(check_id(event.event_id(), MAX_EVENT_ID_BYTES).is_ok());
+            let doc_id = MembershipKey::of(&event).doc_id();
+            assert!(check_id(&doc_id, 1500).is_ok(), "unsafe doc id {doc_id:?}");
+            assert_eq!(parse(to_json(&event).as_bytes()).as_ref(), Ok(&event));
+        }
+        Err(poison) => {
+            let reason = poison.to_string();
+            assert!(
+                !reason.is_empty() && reason.len() <= MAX_REASON_BYTES,
+                "reason of {} bytes: {:.200}",
+                reason.len(),
+                reason
+            );
+        }
+    }
+}
+
+fn corpus() -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/parse");
+    let mut seeds: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .expect("fuzz/corpus/parse exists")
+        .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+        .collect();
+    seeds.sort();
+    assert!(seeds.len() >= 10, "seed corpus too small");
+    seeds
+}
+
+const TOKENS: &[&str] = &[
+    "\"postId\"",
+    "\"userId\"",
+    "\"eventId\"",
+    "\"type\"",
+    "\"seq\"",
+    "\"version\"",
+    "\"occurredAt\"",
+    "\"producer\"",
+    "\"like.added\"",
+    "\"like.removed\"",
+    "\"/\"",
+    "\"..\"",
+    "\".\"",
+    "\"__x__\"",
+    "\"__\"",
+    "\"\\u0000\"",
+    "\"\\n\"",
+    "\"\\ud800\"",
+    "1e309",
+    "-1",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-0",
+    "0.5",
+    "null",
+    "true",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    "\"",
+    "\\",
+    "\"2026-11-30T10:00:00Z\"",
+    "\"0000-01-01T00:00:00Z\"",
+    "\"9999-12-31T23:59:59.999999999+23:59\"",
+    "\u{feff}",
+    "\u{202e}",
+    "\u{10ffff}",
+];
+
+fn mutate(rng: &mut StdRng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
+    for _ in 0..rng.random_range(1..=4) {
+        let len = input.len();
+        match rng.random_range(0..9) {
+            0 if len > 0 => {
+                let i = rng.random_range(0..len);
+                input[i] ^= 1 << rng.random_range(0..8);
+            }
+            1 if len > 0 => {
+                let i = rng.random_range(0..len);
+                input[i] = rng.random();
+            }
+            2 if len > 0 => {
+                let a = rng.random_range(0..len);
+                let b = (a + rng.random_range(0..16)).min(len);
+                input.drain(a..b);
+            }
+            3 => {
+                let i = rng.random_range(0..=len);
+                let token = TOKENS[rng.random_range(0..TOKENS.len())].as_bytes();
+                input.splice(i..i, token.iter().copied());
+            }
+            4 if len > 0 => {
+                // Duplicate a slice (duplicated keys, deep nesting).
+                let a = rng.random_range(0..len);
+                let b = (a + rng.random_range(1..64)).min(len);
+                let piece = input[a..b].to_vec();
+                let times = rng.random_range(1..=8);
+                for _ in 0..times {
+                    input.splice(b..b, piece.iter().copied());
+                }
+            }
+            5 => {
+                // Splice with another seed.
+                let other = &seeds[rng.random_range(0..seeds.len())];
+                let cut = rng.random_range(0..=len);
+                let from = rng.random_range(0..=other.len());
+                input.truncate(cut);
+                input.extend_from_slice(&other[from..]);
+            }
+            6 => {
+                let i = rng.random_range(0..=len);
+                let n = rng.random_range(1..8);
+                let bytes: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+                input.splice(i..i, bytes);
+            }
+            7 if len > 0 && rng.random_bool(0.05) => {
+                // Blow up: a huge run of one byte.
+                let i = rng.random_range(0..len);
+                let n = rng.random_range(1_000..80_000);
+                input.splice(i..i, std::iter::repeat_n(input[i], n));
+            }
+            _ => {
+                let digits = rng.random_range(1..40);
+                let i = rng.random_range(0..=len);
+                let num: String = (0..digits)
+                    .map(|_| char::from(b'0' + rng.random_range(0..10u8)))
+                    .collect();
+                input.splice(i..i, num.into_bytes());
+            }
+        }
+    }
+    input.truncate(200_000);
+}
+
+/// A structured event with hostile values in random fields.
+fn structured(rng: &mut StdRng) -> Vec<u8> {
+    let ids = [
+        "p1",
+        "a/b",
+        "..",
+        ".",
+        "__x__",
+        "__",
+        "____",
+        "",
+        "a\u{1}b",
+        "x\u{7f}",
+        "\u{0}",
+        "é中😀",
+        "\u{202e}rtl",
+        "a.b.c",
+        "5.p.u",
+    ];
+    let pick = |rng: &mut StdRng| -> serde_json::Value {
+        match rng.random_range(0..8) {
+            0 => serde_json::Value::Null,
+            1 => rng.random::<i64>().into(),
+            2 => rng.random::<f64>().into(),
+            3 => "x".repeat(rng.random_range(0..3000)).into(),
+            4 => serde_json::json!([1, {"a": null}]),
+            _ => ids[rng.random_range(0..ids.len())].into(),
+        }
+    };
+    let mut o = serde_json::Map::new();
+    for field in [
+        "eventId",
+        "type",
+        "postId",
+        "userId",
+        "occurredAt",
+        "seq",
+        "version",
+        "producer",
+    ] {
+        let value = if rng.random_bool(0.6) {
+            match field {
+                "type" => "like.added".into(),
+                "occurredAt" => "2026-11-30T10:00:00Z".into(),
+                "seq" => rng.random_range(-2i64..5).into(),
+                "version" => 1.into(),
+                _ => format!("{field}-{}", rng.random_range(0..9)).into(),
+            }
+        } else {
+            pick(rng)
+        };
+        if rng.random_bool(0.95) {
+            o.insert(field.into(), value);
+        }
+    }
+    serde_json::Value::Object(o).to_string().into_bytes()
+}
+
+#[test]
+fn parser_survives_mutated_and_structured_hostile_input() {
+    let secs: u64 = std::env::var("HOTCOUNT_FUZZ_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let seed: u64 = std::env::var("HOTCOUNT_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed);
+    let seeds = corpus();
+    for s in &seeds {
+        check(s);
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Failures are collected and reported below; keep the hook quiet meanwhile.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let started = Instant::now();
+    let budget = Duration::from_secs(secs);
+    let (mut execs, mut parsed) = (0u64, 0u64);
+    let mut failures = Vec::new();
+    while started.elapsed() < budget && failures.len() < 5 {
+        for _ in 0..256 {
+            let input = if rng.random_bool(0.2) {
+                structured(&mut rng)
+            } else {
+                let mut input = seeds[rng.random_range(0..seeds.len())].clone();
+                mutate(&mut rng, &mut input, &seeds);
+                input
+            };
+            execs += 1;
+            parsed += u64::from(parse(&input).is_ok());
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| check(&input))) {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failures.push(format!(
+                    "{what}\n  input ({} bytes): {:?}",
+                    input.len(),
+                    String::from_utf8_lossy(&input[..input.len().min(300)])
+                ));
+            }
+        }
+    }
+    std::panic::set_hook(hook);
+    println!(
+        "fuzz_parser: {execs} inputs in {:.1}s (seed {seed:#x}), {parsed} parsed as events, {} failures",
+        started.elapsed().as_secs_f64(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
