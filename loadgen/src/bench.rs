@@ -12,10 +12,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotcount::config::{Endpoints, RunArgs, Strategy};
-use hotcount::setup::{self, SetupArgs};
+use hotcount::config::{RunArgs, Strategy};
 use hotcount::telemetry::Stats;
-use hotcount_emulators::{Emulators, EmulatorsConfig, FaultSpec};
+use hotcount_emulators::Emulators;
 use tokio::sync::watch;
 
 use crate::publish::{self, PublishOptions};
@@ -230,41 +229,15 @@ async fn run_one(
     let service_config = run_args
         .validate()
         .map_err(|e| BenchError::Invalid(e.to_string()))?;
-    let emulators = Emulators::start(EmulatorsConfig::default())
-        .await
-        .map_err(|e| BenchError::Start(format!("emulators: {e}")))?;
-    if config.store_rtt_ms > 0 {
-        let rtt = FaultSpec::latency("*", Duration::from_millis(config.store_rtt_ms));
-        emulators
-            .firestore_faults()
-            .add(rtt)
-            .map_err(BenchError::Start)?;
-    }
-    let endpoints = Endpoints {
-        pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
-        firestore_emulator_host: Some(emulators.firestore_addr().to_string()),
-    };
+    let (emulators, endpoints) = crate::demo::start_stage(
+        &service_config,
+        &run_args.target.project,
+        config.store_rtt_ms,
+    )
+    .await
+    .map_err(BenchError::Start)?;
     let target = run_args.target.clone();
     let subscription = service_config.subscription.clone();
-    let setup_args = SetupArgs {
-        project: target.project.clone(),
-        topic: "likes".into(),
-        subscription: subscription
-            .rsplit('/')
-            .next()
-            .unwrap_or("likes-hotcount")
-            .to_string(),
-        dead_letter_topic: "likes-dead-letter".into(),
-        dead_letter_subscription: "likes-dead-letter-inspect".into(),
-        ack_deadline_secs: 60,
-        min_retry_backoff_secs: 1,
-        max_retry_backoff_secs: 60,
-        max_delivery_attempts: 20,
-        exactly_once: false,
-    };
-    setup::setup(&endpoints, &setup_args)
-        .await
-        .map_err(|e| BenchError::Start(format!("setup: {e}")))?;
     emulators.firestore().reset_stats();
     let rpcs_before = emulators.firestore_counters().total();
     let commits_before = emulators.firestore_counters().get("Commit");
@@ -279,7 +252,11 @@ async fn run_one(
         })
     };
     let (cancel_tx, cancel) = watch::channel(false);
-    let topic = format!("projects/{}/topics/likes", target.project);
+    let topic = format!(
+        "projects/{}/topics/{}",
+        target.project,
+        crate::demo::TOPIC_ID
+    );
     let started = Instant::now();
     let publishing = {
         let (endpoints, workload) = (endpoints.clone(), workload.clone());

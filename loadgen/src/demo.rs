@@ -123,43 +123,14 @@ pub async fn run(
         .run
         .validate()
         .map_err(|e| DemoError::Invalid(e.to_string()))?;
-    let emulators = Emulators::start(EmulatorsConfig::default())
-        .await
-        .map_err(|e| DemoError::Start(format!("emulators: {e}")))?;
-    if config.store_rtt_ms > 0 {
-        let rtt = FaultSpec::latency("*", Duration::from_millis(config.store_rtt_ms));
-        emulators
-            .firestore_faults()
-            .add(rtt)
-            .map_err(DemoError::Start)?;
-    }
-    let endpoints = Endpoints {
-        pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
-        firestore_emulator_host: Some(emulators.firestore_addr().to_string()),
-    };
+    let (emulators, endpoints) = start_stage(
+        &service_config,
+        &config.run.target.project,
+        config.store_rtt_ms,
+    )
+    .await
+    .map_err(DemoError::Start)?;
     let target = &config.run.target;
-    let topic_id = "likes";
-    let subscription_id = service_config
-        .subscription
-        .rsplit('/')
-        .next()
-        .unwrap_or("likes-hotcount")
-        .to_string();
-    let setup_args = SetupArgs {
-        project: target.project.clone(),
-        topic: topic_id.into(),
-        subscription: subscription_id,
-        dead_letter_topic: "likes-dead-letter".into(),
-        dead_letter_subscription: "likes-dead-letter-inspect".into(),
-        ack_deadline_secs: 60,
-        min_retry_backoff_secs: 1,
-        max_retry_backoff_secs: 60,
-        max_delivery_attempts: 20,
-        exactly_once: false,
-    };
-    setup::setup(&endpoints, &setup_args)
-        .await
-        .map_err(|e| DemoError::Start(format!("setup: {e}")))?;
 
     let stats = Arc::new(Stats::default());
     let (stop_tx, stop) = watch::channel(false);
@@ -177,7 +148,7 @@ pub async fn run(
         progress: config.progress,
         ..PublishOptions::default()
     };
-    let topic = format!("projects/{}/topics/{topic_id}", target.project);
+    let topic = format!("projects/{}/topics/{TOPIC_ID}", target.project);
     let started = Instant::now();
     let published =
         publish::connect_and_publish(&endpoints, &topic, &workload, &options, cancel).await?;
@@ -263,6 +234,53 @@ fn settings(config: &DemoConfig) -> Vec<(String, String)> {
         ),
         ("emulators".into(), "in-process, loopback".into()),
     ]
+}
+
+/// The topic every in-process run publishes to.
+pub const TOPIC_ID: &str = "likes";
+
+/// Starts both emulators in-process, adds `store_rtt_ms` to every Firestore
+/// RPC (0 = none) and sets up [`TOPIC_ID`] with the subscription of
+/// `service_config`. Shared by the demo and the benchmark; the error says
+/// which step failed.
+pub async fn start_stage(
+    service_config: &hotcount::config::Config,
+    project: &str,
+    store_rtt_ms: u64,
+) -> Result<(Emulators, Endpoints), String> {
+    let emulators = Emulators::start(EmulatorsConfig::default())
+        .await
+        .map_err(|e| format!("emulators: {e}"))?;
+    if store_rtt_ms > 0 {
+        let rtt = FaultSpec::latency("*", Duration::from_millis(store_rtt_ms));
+        emulators.firestore_faults().add(rtt)?;
+    }
+    let endpoints = Endpoints {
+        pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
+        firestore_emulator_host: Some(emulators.firestore_addr().to_string()),
+    };
+    let subscription_id = service_config
+        .subscription
+        .rsplit('/')
+        .next()
+        .unwrap_or("likes-hotcount")
+        .to_string();
+    let setup_args = SetupArgs {
+        project: project.to_string(),
+        topic: TOPIC_ID.into(),
+        subscription: subscription_id,
+        dead_letter_topic: "likes-dead-letter".into(),
+        dead_letter_subscription: "likes-dead-letter-inspect".into(),
+        ack_deadline_secs: 60,
+        min_retry_backoff_secs: 1,
+        max_retry_backoff_secs: 60,
+        max_delivery_attempts: 20,
+        exactly_once: false,
+    };
+    setup::setup(&endpoints, &setup_args)
+        .await
+        .map_err(|e| format!("setup: {e}"))?;
+    Ok((emulators, endpoints))
 }
 
 /// Waits until the subscription has nothing unacked (bounded).
