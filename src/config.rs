@@ -57,16 +57,33 @@ pub struct RunArgs {
     /// Replicas on one subscription share it; another subscription needs another.
     #[arg(long, env = "HOTCOUNT_CONSUMER", default_value = "hotcount")]
     pub consumer: String,
-    /// In-memory aggregator shards (one batch in flight per shard).
+    /// In-memory aggregator shards, by post (a shard is in at most one batch in flight).
     #[arg(long, env = "HOTCOUNT_SHARDS", default_value_t = 16)]
     pub shards: usize,
-    /// Counter shard documents per post.
-    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = 8)]
+    /// Counter shard documents per post, at most (a quiet post uses one; a
+    /// post uses more as its increment rate grows).
+    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = 16)]
     pub counter_shards: u32,
-    /// Flush a shard when its oldest event is this old, in milliseconds.
+    /// Increments per second one counter shard document should take; a post
+    /// spreads over rate / this many shards (0 = every post uses all shards).
+    #[arg(
+        long,
+        env = "HOTCOUNT_COUNTER_SHARD_TARGET_WRITES_PER_SEC",
+        default_value_t = crate::store::counter_shards::DEFAULT_TARGET_WRITES_PER_SEC
+    )]
+    pub counter_shard_target_writes_per_sec: u32,
+    /// Flush when the oldest buffered event is this old, in milliseconds
+    /// (the longest an event waits in memory while a commit slot is free).
     #[arg(long, env = "HOTCOUNT_FLUSH_INTERVAL_MS", default_value_t = 100)]
     pub flush_interval_ms: u64,
-    /// Flush a shard when it holds this many messages.
+    /// With no commit in flight, flush once the oldest event is this old,
+    /// in milliseconds (group commit: batches grow while commits are in flight).
+    #[arg(long, env = "HOTCOUNT_FLUSH_MIN_WAIT_MS", default_value_t = 5)]
+    pub flush_min_wait_ms: u64,
+    /// Batches committed at once, at most (each a transaction over disjoint posts).
+    #[arg(long, env = "HOTCOUNT_MAX_COMMITS_IN_FLIGHT", default_value_t = 4)]
+    pub max_commits_in_flight: usize,
+    /// Flush at once when this many messages are buffered; the largest batch.
     #[arg(long, env = "HOTCOUNT_MAX_BATCH_EVENTS", default_value_t = 1000)]
     pub max_batch_events: usize,
     /// Flow control: messages outstanding per stream (server-side).
@@ -132,10 +149,16 @@ pub struct Config {
     pub consumer: String,
     /// Aggregator shards.
     pub shards: usize,
-    /// Counter shards per post.
+    /// Counter shards per post, at most.
     pub counter_shards: u32,
-    /// Flush interval.
+    /// Increments per second per counter shard document (0 = fixed count).
+    pub counter_shard_target_writes_per_sec: u32,
+    /// Longest wait of a buffered event while a commit slot is free.
     pub flush_interval: Duration,
+    /// Wait before an eager flush when no commit is in flight.
+    pub flush_min_wait: Duration,
+    /// Batches committed at once, at most.
+    pub max_commits_in_flight: usize,
     /// Messages per batch at most.
     pub max_batch_events: usize,
     /// Flow control, messages per stream.
@@ -296,12 +319,30 @@ impl RunArgs {
             consumer: self.consumer.clone(),
             shards: range("shards", self.shards, 1, 4096)?,
             counter_shards: range("counter-shards", self.counter_shards, 1, 1000)?,
+            counter_shard_target_writes_per_sec: range(
+                "counter-shard-target-writes-per-sec",
+                self.counter_shard_target_writes_per_sec,
+                0,
+                10_000,
+            )?,
             flush_interval: Duration::from_millis(range(
                 "flush-interval-ms",
                 self.flush_interval_ms,
                 1,
                 60_000,
             )?),
+            flush_min_wait: Duration::from_millis(range(
+                "flush-min-wait-ms",
+                self.flush_min_wait_ms,
+                0,
+                self.flush_interval_ms,
+            )?),
+            max_commits_in_flight: range(
+                "max-commits-in-flight",
+                self.max_commits_in_flight,
+                1,
+                256,
+            )?,
             max_batch_events: range("max-batch-events", self.max_batch_events, 1, 10_000)?,
             max_outstanding_messages: range(
                 "max-outstanding-messages",

@@ -1,13 +1,24 @@
-//! When to flush, and what a flush does: take a shard's buffer, commit it as
-//! one batch (retrying transient failures, isolating permanent ones), then
-//! hand the handles to the acker.
+//! When to flush, and what a flush does: take one batch from the shards
+//! that have none in flight, commit it as one transaction (retrying
+//! transient failures, isolating permanent ones), then hand the handles to
+//! the acker.
 //!
-//! Invariants: a shard has at most one batch in flight (its task commits
-//! before it takes again), so batches in one process touch disjoint posts;
-//! handles go to [`Acker::ack`] only after the store reports the batch
-//! committed, and to [`Acker::nack`] when it gives up; at shutdown every
-//! shard is drained before the flusher returns.
+//! The flush size adapts to the store (group commit): a batch is taken when
+//! a commit slot is free and (a) the store is idle and the oldest message
+//! has waited `flush_min_wait`, or (b) a full batch is buffered, or (c) the
+//! oldest message has waited `flush_interval`, or (d) the service stops.
+//! While commits are in flight messages accumulate, so batches grow when
+//! commits are slow or queued and stay small (low latency) when they are
+//! fast; the rate of commits, and so of writes to any one counter, is at
+//! most `max_commits_in_flight / commit latency` whatever the event rate.
+//!
+//! Invariants: a shard is in at most one batch in flight (shards are marked
+//! busy from take to commit), so batches in flight in one process touch
+//! disjoint posts; handles go to [`Acker::ack`] only after the store reports
+//! the batch committed, and to [`Acker::nack`] when it gives up; at shutdown
+//! every shard is drained and every commit finished before the flusher returns.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +26,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::acker::{AckHandle, Acker};
-use crate::aggregator::Aggregator;
+use crate::aggregator::{Aggregator, FreeView, Taken};
 use crate::batch::{Batch, Effects, PoisonRecord};
 use crate::event::to_json;
 use crate::store::{CommitOutcome, CounterStore, StoreError};
@@ -24,8 +35,14 @@ use crate::telemetry::Stats;
 /// Flush and retry settings.
 #[derive(Clone, Debug)]
 pub struct FlushConfig {
-    /// Flush a shard once its oldest message is this old.
+    /// Flush once the oldest buffered message is this old, whatever else.
     pub flush_interval: Duration,
+    /// With no commit in flight, flush once the oldest message is this old.
+    pub flush_min_wait: Duration,
+    /// Batches being committed at once, at most.
+    pub max_commits_in_flight: usize,
+    /// Messages per batch, at most (a full batch flushes at once).
+    pub max_batch_events: usize,
     /// Commit attempts per batch before giving up (nack).
     pub commit_max_attempts: u32,
     /// First retry backoff; doubles per attempt, with jitter.
@@ -38,11 +55,46 @@ impl Default for FlushConfig {
     fn default() -> Self {
         Self {
             flush_interval: Duration::from_millis(100),
+            flush_min_wait: Duration::from_millis(5),
+            max_commits_in_flight: 4,
+            max_batch_events: 1000,
             commit_max_attempts: 8,
             backoff_initial: Duration::from_millis(20),
             backoff_max: Duration::from_secs(2),
         }
     }
+}
+
+/// What the flush loop does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Take a batch now.
+    Flush,
+    /// Wait for a wake-up, a commit to finish, or this deadline.
+    WaitUntil(Option<Instant>),
+}
+
+/// The flush rule (see the module docs), pure so it can be tested alone.
+pub fn decide(
+    config: &FlushConfig,
+    free: FreeView,
+    in_flight: usize,
+    stopping: bool,
+    now: Instant,
+) -> Decision {
+    let Some(oldest) = free.oldest else {
+        return Decision::WaitUntil(None);
+    };
+    if free.messages == 0 || in_flight >= config.max_commits_in_flight.max(1) {
+        return Decision::WaitUntil(None);
+    }
+    let full = free.messages >= config.max_batch_events.max(1);
+    let overdue = oldest + config.flush_interval;
+    let eager = oldest + config.flush_min_wait.min(config.flush_interval);
+    if stopping || full || overdue <= now || (in_flight == 0 && eager <= now) {
+        return Decision::Flush;
+    }
+    Decision::WaitUntil(Some(if in_flight == 0 { eager } else { overdue }))
 }
 
 /// The flush loop over every shard of one aggregator.
@@ -84,55 +136,74 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         }
     }
 
-    /// Runs one task per shard until `stop` turns true, then drains every shard.
-    pub async fn run(self, stop: watch::Receiver<bool>) {
-        let mut tasks = tokio::task::JoinSet::new();
-        for shard in 0..self.aggregator.shard_count() {
-            let flusher = self.clone();
-            let stop = stop.clone();
-            tasks.spawn(async move { flusher.run_shard(shard, stop).await });
-        }
-        while tasks.join_next().await.is_some() {}
-        self.acker.drain().await;
-    }
-
-    async fn run_shard(&self, shard: usize, mut stop: watch::Receiver<bool>) {
+    /// Flushes by [`decide`] until `stop` turns true, then drains every
+    /// shard and waits for every commit.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut busy = vec![false; self.aggregator.shard_count()];
+        let mut in_flight = tokio::task::JoinSet::new();
+        let mut held: HashMap<tokio::task::Id, Vec<usize>> = HashMap::new();
+        let mut stopping = false;
         loop {
-            if *stop.borrow() {
+            stopping |= *stop.borrow();
+            let now = Instant::now();
+            let free = self.aggregator.free_view(&busy);
+            let deadline = match decide(&self.config, free, in_flight.len(), stopping, now) {
+                Decision::Flush => {
+                    let (taken, shards) = self.aggregator.take_merged(&busy, now);
+                    if !taken.is_empty() {
+                        for &shard in &shards {
+                            busy[shard] = true;
+                        }
+                        let flusher = self.clone();
+                        let task =
+                            in_flight.spawn(async move { flusher.commit_taken(taken).await });
+                        held.insert(task.id(), shards);
+                        continue;
+                    }
+                    None
+                }
+                Decision::WaitUntil(deadline) => deadline,
+            };
+            if stopping && in_flight.is_empty() && free.messages == 0 {
                 break;
             }
-            let due = self
-                .aggregator
-                .oldest(shard)
-                .map(|oldest| oldest + self.config.flush_interval);
-            let ready = self.aggregator.is_full(shard) || due.is_some_and(|d| d <= Instant::now());
-            if ready {
-                self.flush(shard).await;
-                continue;
-            }
-            let sleep_until = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            let sleep_until = deadline.unwrap_or_else(|| now + Duration::from_secs(3600));
             tokio::select! {
-                _ = self.aggregator.woken(shard) => {}
+                _ = self.aggregator.woken() => {}
+                Some(done) = in_flight.join_next_with_id(), if !in_flight.is_empty() => {
+                    let id = match done {
+                        Ok((id, ())) => id,
+                        Err(error) => {
+                            tracing::error!(%error, "commit task failed; its messages are redelivered");
+                            error.id()
+                        }
+                    };
+                    for shard in held.remove(&id).unwrap_or_default() {
+                        busy[shard] = false;
+                    }
+                }
                 _ = tokio::time::sleep_until(sleep_until) => {}
-                changed = stop.changed() => {
+                changed = stop.changed(), if !stopping => {
                     // A dropped sender means the owner is gone: stop too.
                     if changed.is_err() {
-                        break;
+                        stopping = true;
                     }
                 }
             }
         }
-        while self.aggregator.len(shard) > 0 {
-            self.flush(shard).await;
+        self.acker.drain().await;
+    }
+
+    /// Takes one batch from `shard` alone and commits it (tests and tools).
+    pub async fn flush(&self, shard: usize) {
+        let taken = self.aggregator.take(shard);
+        if !taken.is_empty() {
+            self.commit_taken(taken).await;
         }
     }
 
-    /// Takes one batch from `shard`, commits it, acks or nacks its messages.
-    pub async fn flush(&self, shard: usize) {
-        let taken = self.aggregator.take(shard);
-        if taken.is_empty() {
-            return;
-        }
+    /// Commits what was taken; acks or nacks its messages.
+    async fn commit_taken(&self, taken: Taken<H>) {
         let (messages, bytes) = (taken.len() as u64, taken.bytes as u64);
         self.stats.batch_size.record(messages);
         let batch = Batch::new(taken.events, taken.poison);
@@ -286,14 +357,24 @@ mod tests {
 
     impl Rig {
         fn new() -> Self {
-            let agg = Arc::new(Aggregator::new(1, 100));
+            Self::with(
+                1,
+                FlushConfig {
+                    max_batch_events: 100,
+                    ..FlushConfig::default()
+                },
+            )
+        }
+
+        fn with(shards: usize, config: FlushConfig) -> Self {
+            let agg = Arc::new(Aggregator::new(shards, config.max_batch_events));
             let store = Arc::new(MemoryStore::default());
             let stats = Arc::new(Stats::default());
             let config = FlushConfig {
                 backoff_initial: Duration::from_millis(1),
                 backoff_max: Duration::from_millis(2),
                 commit_max_attempts: 3,
-                ..FlushConfig::default()
+                ..config
             };
             let flusher = Flusher::new(
                 agg.clone(),
@@ -395,20 +476,153 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn shard_flushes_when_oldest_reaches_interval_and_drains_at_stop() {
+    async fn a_lone_event_flushes_after_the_min_wait_and_the_rest_drains_at_stop() {
         let mut rig = Rig::new();
         let (stop_tx, stop) = watch::channel(false);
         let task = tokio::spawn(rig.flusher.clone().run(stop));
         rig.like("p", "u1", 1);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(3)).await;
         assert!(rig.fates.lock().is_empty(), "not due yet");
-        tokio::time::sleep(Duration::from_millis(60)).await;
-        assert_eq!(rig.fates.lock().len(), 1, "flushed at the interval");
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        assert_eq!(rig.fates.lock().len(), 1, "flushed after the min wait");
         rig.like("p", "u2", 1);
         stop_tx.send(true).unwrap();
         task.await.unwrap();
         assert_eq!(rig.fates.lock().len(), 2, "drained at shutdown");
         assert_eq!(rig.store.count("p").await.unwrap(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_min_wait_equal_to_the_interval_a_shard_flushes_at_the_interval() {
+        let mut rig = Rig::with(
+            1,
+            FlushConfig {
+                flush_min_wait: Duration::from_millis(100),
+                ..FlushConfig::default()
+            },
+        );
+        let (stop_tx, stop) = watch::channel(false);
+        let task = tokio::spawn(rig.flusher.clone().run(stop));
+        rig.like("p", "u1", 1);
+        tokio::time::sleep(Duration::from_millis(95)).await;
+        assert!(rig.fates.lock().is_empty(), "not due yet");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(rig.fates.lock().len(), 1, "flushed at the interval");
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+    }
+
+    fn view(messages: usize, oldest: Instant) -> FreeView {
+        FreeView {
+            messages,
+            oldest: Some(oldest),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_store_flushes_after_the_min_wait_a_busy_one_after_the_interval() {
+        let config = FlushConfig::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            decide(&config, view(3, t0), 0, false, t0),
+            Decision::WaitUntil(Some(t0 + config.flush_min_wait))
+        );
+        assert_eq!(
+            decide(&config, view(3, t0), 0, false, t0 + ms(5)),
+            Decision::Flush
+        );
+        assert_eq!(
+            decide(&config, view(3, t0), 1, false, t0 + ms(5)),
+            Decision::WaitUntil(Some(t0 + config.flush_interval)),
+            "a commit in flight: let the batch grow"
+        );
+        assert_eq!(
+            decide(&config, view(3, t0), 1, false, t0 + ms(100)),
+            Decision::Flush
+        );
+        assert_eq!(
+            decide(&config, view(1000, t0), 1, false, t0),
+            Decision::Flush,
+            "a full batch goes at once"
+        );
+        assert_eq!(
+            decide(&config, view(5000, t0), 4, false, t0 + ms(500)),
+            Decision::WaitUntil(None),
+            "no free commit slot"
+        );
+        assert_eq!(
+            decide(&config, view(1, t0), 1, true, t0),
+            Decision::Flush,
+            "stopping flushes whatever is buffered"
+        );
+        assert_eq!(
+            decide(&config, FreeView::default(), 0, true, t0),
+            Decision::WaitUntil(None)
+        );
+    }
+
+    /// Feeds `posts` round robin, `per_milli` likes per millisecond, `total` in all.
+    async fn feed(rig: &mut Rig, posts: usize, per_milli: usize, total: usize) {
+        for i in 0..total {
+            rig.like(&format!("p{}", i % posts), &format!("u{i}"), 1);
+            if (i + 1) % per_milli == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_grow_while_commits_are_in_flight() {
+        let mut rig = Rig::with(
+            8,
+            FlushConfig {
+                max_commits_in_flight: 1,
+                ..FlushConfig::default()
+            },
+        );
+        rig.store.set_delay(Duration::from_millis(50));
+        let (stop_tx, stop) = watch::channel(false);
+        let task = tokio::spawn(rig.flusher.clone().run(stop));
+        feed(&mut rig, 20, 1, 1000).await;
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+        let commits = rig.store.commits();
+        // One commit at a time of 50 ms: the first event waits 5 ms, then
+        // each batch holds what arrived during the previous commit (~50).
+        assert!(
+            (15..=25).contains(&commits),
+            "{commits} commits for 1000 events"
+        );
+        assert_eq!(rig.fates.lock().len(), 1000);
+        assert!(rig.fates.lock().iter().all(|(_, f)| *f == Fate::Acked));
+        let mut total = 0;
+        for p in 0..20 {
+            total += rig.store.count(&format!("p{p}")).await.unwrap();
+        }
+        assert_eq!(total, 1000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_post_is_never_in_two_commits_at_once() {
+        let mut rig = Rig::with(
+            16,
+            FlushConfig {
+                max_batch_events: 40,
+                ..FlushConfig::default()
+            },
+        );
+        rig.store.set_delay(Duration::from_millis(30));
+        let (stop_tx, stop) = watch::channel(false);
+        let task = tokio::spawn(rig.flusher.clone().run(stop));
+        feed(&mut rig, 50, 3, 3000).await;
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+        let seen = rig.store.concurrency();
+        assert!(seen.max_commits_in_flight > 1, "{seen:?}");
+        assert!(seen.max_commits_in_flight <= 4, "{seen:?}");
+        assert_eq!(seen.post_overlaps, 0, "{seen:?}");
+        assert_eq!(rig.fates.lock().len(), 3000);
     }
 
     #[test]

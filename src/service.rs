@@ -2,7 +2,7 @@
 //! shuts it down in pipeline order.
 //!
 //! Invariant: at shutdown the source stops pulling first, then every shard
-//! is flushed and its batch acked (or nacked), then the streams flush their
+//! is flushed and its batches acked (or nacked), then the streams flush their
 //! acks; nothing buffered is dropped without an ack or a nack.
 
 use std::sync::Arc;
@@ -53,6 +53,7 @@ pub async fn open_store(
             layout: Layout::new(&config.project, &config.database, &config.collection_prefix),
             consumer: config.consumer.clone(),
             counter_shards: config.counter_shards,
+            counter_shard_target_writes_per_sec: config.counter_shard_target_writes_per_sec,
             marker_ttl: config.marker_ttl,
         },
     ))
@@ -90,16 +91,35 @@ async fn run_pipeline(
 ) -> Result<Arc<Stats>, ServiceError> {
     let store = Arc::new(open_store(endpoints, config).await?);
     let subscriber = connect::subscriber(endpoints).await?;
-    let (aggregator, flush_interval) = match config.strategy {
+    let retry = FlushConfig {
+        commit_max_attempts: config.commit_max_attempts,
+        backoff_initial: config.commit_backoff_initial,
+        backoff_max: config.commit_backoff_max,
+        ..FlushConfig::default()
+    };
+    let (aggregator, flush_config) = match config.strategy {
         Strategy::Batched => (
             Aggregator::new(config.shards, config.max_batch_events),
-            config.flush_interval,
+            FlushConfig {
+                flush_interval: config.flush_interval,
+                flush_min_wait: config.flush_min_wait,
+                max_commits_in_flight: config.max_commits_in_flight,
+                max_batch_events: config.max_batch_events,
+                ..retry
+            },
         ),
         // One message per batch, flushed at once, round robin over
-        // `per_event_concurrency` shards: one transaction per event.
+        // `per_event_concurrency` shards: one transaction per event,
+        // `per_event_concurrency` in flight.
         Strategy::PerEvent => (
             Aggregator::per_message(config.per_event_concurrency),
-            std::time::Duration::ZERO,
+            FlushConfig {
+                flush_interval: std::time::Duration::ZERO,
+                flush_min_wait: std::time::Duration::ZERO,
+                max_commits_in_flight: config.per_event_concurrency,
+                max_batch_events: 1,
+                ..retry
+            },
         ),
     };
     let aggregator: Arc<Aggregator<PubSubHandle>> = Arc::new(aggregator);
@@ -116,12 +136,7 @@ async fn run_pipeline(
         store,
         acker,
         stats.clone(),
-        FlushConfig {
-            flush_interval,
-            commit_max_attempts: config.commit_max_attempts,
-            backoff_initial: config.commit_backoff_initial,
-            backoff_max: config.commit_backoff_max,
-        },
+        flush_config,
     );
     let source = Source::new(
         subscriber,
@@ -147,7 +162,7 @@ async fn run_pipeline(
     let closing = source.run(stop).await;
     stats.set_ready(false);
     let _ = flush_stop_tx.send(true);
-    aggregator.wake_all();
+    aggregator.wake();
     while let Some(result) = flushing.join_next().await {
         if let Err(error) = result {
             tracing::error!(%error, "flusher task failed");

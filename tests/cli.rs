@@ -106,13 +106,15 @@ async fn sigterm_drains_acks_and_exits_zero() {
         "cli",
         "--flush-interval-ms",
         "5000",
+        "--flush-min-wait-ms",
+        "5000",
         "--max-batch-events",
         "10000",
     ])
     .stdout(Stdio::null())
     .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("hotcount run starts");
-    // With a 5 s flush interval nothing is committed yet: wait until
+    // With a 5 s flush interval and min wait nothing is committed yet: wait until
     // everything is buffered, then ask for a graceful stop.
     let sub = format!(
         "projects/{}/subscriptions/{}",

@@ -2,9 +2,11 @@
 //!
 //! Invariants: every message added is taken exactly once, together with its
 //! ack handle (the handle never leaves except inside a [`Taken`]); all events
-//! of one post land in the same shard, so batches of different shards touch
-//! disjoint posts and never contend inside one process. Pure and synchronous:
-//! no I/O, no awaiting (a [`Notify`] only wakes the shard's flusher).
+//! of one post land in the same shard, so batches built from different
+//! shards touch disjoint posts and never contend inside one process; a
+//! merged take ([`Aggregator::take_merged`]) never takes from a shard the
+//! caller marks busy. Pure and synchronous: no I/O, no awaiting (a
+//! [`Notify`] only wakes the flusher).
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -50,6 +52,18 @@ pub struct Taken<H> {
     pub published: Vec<std::time::SystemTime>,
 }
 
+impl<H> Default for Taken<H> {
+    fn default() -> Self {
+        Self {
+            events: Vec::new(),
+            poison: Vec::new(),
+            handles: Vec::new(),
+            bytes: 0,
+            published: Vec::new(),
+        }
+    }
+}
+
 impl<H> Taken<H> {
     /// Number of messages taken.
     pub fn len(&self) -> usize {
@@ -70,7 +84,15 @@ struct Buffer<H> {
 
 struct Shard<H> {
     buffer: Mutex<Buffer<H>>,
-    wake: Notify,
+}
+
+/// What the shards not in flight hold, for the flush decision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FreeView {
+    /// Messages buffered in shards not marked busy.
+    pub messages: usize,
+    /// Arrival of the oldest of them.
+    pub oldest: Option<Instant>,
 }
 
 /// How messages are spread over shards.
@@ -88,6 +110,8 @@ pub enum Routing {
 /// The sharded buffers.
 pub struct Aggregator<H> {
     shards: Box<[Shard<H>]>,
+    wake: Notify,
+    buffered: std::sync::atomic::AtomicUsize,
     max_batch_events: usize,
     routing: Routing,
     next: std::sync::atomic::AtomicUsize,
@@ -103,11 +127,12 @@ impl<H> Aggregator<H> {
                     bytes: 0,
                     oldest: None,
                 }),
-                wake: Notify::new(),
             })
             .collect();
         Self {
             shards,
+            wake: Notify::new(),
+            buffered: std::sync::atomic::AtomicUsize::new(0),
             max_batch_events: max_batch_events.max(1),
             routing: Routing::ByPost,
             next: std::sync::atomic::AtomicUsize::new(0),
@@ -147,8 +172,9 @@ impl<H> Aggregator<H> {
         (hash % self.shards.len() as u64) as usize
     }
 
-    /// Buffers one message; wakes the shard's flusher when the buffer was
-    /// empty (a flush deadline starts) or reaches a full batch. Returns the shard.
+    /// Buffers one message; wakes the flusher when the shard's buffer was
+    /// empty (a flush deadline starts), when the shard reaches a full batch,
+    /// or when all shards together reach another full batch. Returns the shard.
     pub fn add(&self, pending: Pending<H>) -> usize {
         self.add_at(pending, Instant::now())
     }
@@ -167,31 +193,78 @@ impl<H> Aggregator<H> {
             }
             was_empty || buffer.items.len() == self.max_batch_events
         };
-        if wake {
-            shard.wake.notify_one();
+        let total = self
+            .buffered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        if wake || total.is_multiple_of(self.max_batch_events) {
+            self.wake.notify_one();
         }
         index
     }
 
     /// Takes up to one batch of messages from `shard`, oldest first.
     pub fn take(&self, shard: usize) -> Taken<H> {
-        self.take_at(shard, Instant::now())
+        let mut taken = Taken::default();
+        self.take_into(shard, self.max_batch_events, Instant::now(), &mut taken);
+        taken
     }
 
-    /// [`Aggregator::take`]; `now` becomes the age origin of what stays behind.
-    pub fn take_at(&self, shard: usize, now: Instant) -> Taken<H> {
-        let Some(shard) = self.shards.get(shard) else {
-            return Taken {
-                events: Vec::new(),
-                poison: Vec::new(),
-                handles: Vec::new(),
-                bytes: 0,
-                published: Vec::new(),
+    /// What the shards not marked in `busy` hold (`busy[i]` = shard `i` has
+    /// a batch in flight; missing entries count as free).
+    pub fn free_view(&self, busy: &[bool]) -> FreeView {
+        let mut view = FreeView::default();
+        for (i, shard) in self.shards.iter().enumerate() {
+            if busy.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            let buffer = shard.buffer.lock();
+            view.messages += buffer.items.len();
+            view.oldest = match (view.oldest, buffer.oldest) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
             };
+        }
+        view
+    }
+
+    /// Takes one batch (at most `max_batch_events` messages) from the shards
+    /// not marked in `busy`, the shard with the oldest message first.
+    /// Returns it with the shards it took from, which the caller must treat
+    /// as busy until the batch is committed: a post is then never in two
+    /// batches at once.
+    pub fn take_merged(&self, busy: &[bool], now: Instant) -> (Taken<H>, Vec<usize>) {
+        let mut candidates: Vec<(Instant, usize)> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !busy.get(*i).copied().unwrap_or(false))
+            .filter_map(|(i, shard)| shard.buffer.lock().oldest.map(|t| (t, i)))
+            .collect();
+        candidates.sort_unstable();
+        let mut taken = Taken::default();
+        let mut used = Vec::new();
+        for (_, shard) in candidates {
+            let room = self.max_batch_events - taken.len();
+            if room == 0 {
+                break;
+            }
+            if self.take_into(shard, room, now, &mut taken) > 0 {
+                used.push(shard);
+            }
+        }
+        (taken, used)
+    }
+
+    /// Moves up to `limit` messages of `shard` into `taken`, oldest first;
+    /// `now` becomes the age origin of what stays behind. Returns how many.
+    fn take_into(&self, shard: usize, limit: usize, now: Instant, taken: &mut Taken<H>) -> usize {
+        let Some(shard) = self.shards.get(shard) else {
+            return 0;
         };
         let items: Vec<Pending<H>> = {
             let mut buffer = shard.buffer.lock();
-            let n = buffer.items.len().min(self.max_batch_events);
+            let n = buffer.items.len().min(limit);
             let rest = buffer.items.split_off(n);
             let taken = std::mem::replace(&mut buffer.items, rest);
             let taken_bytes: usize = taken.iter().map(|p| p.bytes).sum();
@@ -203,13 +276,10 @@ impl<H> Aggregator<H> {
             };
             taken
         };
-        let mut taken = Taken {
-            events: Vec::new(),
-            poison: Vec::new(),
-            handles: Vec::with_capacity(items.len()),
-            bytes: 0,
-            published: Vec::new(),
-        };
+        self.buffered
+            .fetch_sub(items.len(), std::sync::atomic::Ordering::Relaxed);
+        let n = items.len();
+        taken.handles.reserve(n);
         for pending in items {
             taken.bytes += pending.bytes;
             taken.published.extend(pending.published);
@@ -219,7 +289,7 @@ impl<H> Aggregator<H> {
                 Item::Poison(p) => taken.poison.push(p),
             }
         }
-        taken
+        n
     }
 
     /// When the oldest message of `shard` arrived (None when empty).
@@ -249,18 +319,15 @@ impl<H> Aggregator<H> {
         self.len(shard) >= self.max_batch_events
     }
 
-    /// Waits until `shard` is woken by [`Aggregator::add`] (or [`Aggregator::wake_all`]).
-    pub async fn woken(&self, shard: usize) {
-        if let Some(s) = self.shards.get(shard) {
-            s.wake.notified().await;
-        }
+    /// Waits until [`Aggregator::add`] (or [`Aggregator::wake`]) signals
+    /// that a flush may be due.
+    pub async fn woken(&self) {
+        self.wake.notified().await;
     }
 
-    /// Wakes every shard's flusher (used at shutdown).
-    pub fn wake_all(&self) {
-        for s in self.shards.iter() {
-            s.wake.notify_one();
-        }
+    /// Wakes the flusher (used at shutdown).
+    pub fn wake(&self) {
+        self.wake.notify_one();
     }
 }
 

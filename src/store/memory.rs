@@ -31,6 +31,19 @@ struct State {
     failures: Vec<InjectedFailure>,
     reject_users: HashSet<String>,
     commits: u64,
+    delay: std::time::Duration,
+    posts_in_flight: HashMap<String, usize>,
+    commits_in_flight: usize,
+    observed: Concurrency,
+}
+
+/// What the store saw of concurrent commits (for flusher tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Concurrency {
+    /// Most commits in progress at once.
+    pub max_commits_in_flight: usize,
+    /// Commits that began while another commit of the same post was in progress.
+    pub post_overlaps: u64,
 }
 
 /// The in-memory store; a cheap cloneable handle.
@@ -49,6 +62,16 @@ impl MemoryStore {
             }
             other => state.failures.push(other),
         }
+    }
+
+    /// Every commit takes this long (on the tokio clock) before it applies.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.state.lock().delay = delay;
+    }
+
+    /// What was seen of concurrent commits so far.
+    pub fn concurrency(&self) -> Concurrency {
+        self.state.lock().observed
     }
 
     /// Quarantined records.
@@ -86,6 +109,51 @@ impl MemoryStore {
 
 impl CounterStore for MemoryStore {
     async fn commit(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
+        let posts: HashSet<String> = batch.keys().map(|k| k.post_id.clone()).collect();
+        let delay = {
+            let mut state = self.state.lock();
+            state.commits_in_flight += 1;
+            state.observed.max_commits_in_flight = state
+                .observed
+                .max_commits_in_flight
+                .max(state.commits_in_flight);
+            let state = &mut *state;
+            for post in &posts {
+                let n = state.posts_in_flight.entry(post.clone()).or_default();
+                if *n > 0 {
+                    state.observed.post_overlaps += 1;
+                }
+                *n += 1;
+            }
+            state.delay
+        };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let result = self.apply(batch);
+        let mut state = self.state.lock();
+        state.commits_in_flight -= 1;
+        for post in &posts {
+            if let Some(n) = state.posts_in_flight.get_mut(post) {
+                *n -= 1;
+            }
+        }
+        result
+    }
+
+    async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
+        Ok(self
+            .state
+            .lock()
+            .counters
+            .get(post_id)
+            .copied()
+            .unwrap_or(0))
+    }
+}
+
+impl MemoryStore {
+    fn apply(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
         let mut state = self.state.lock();
         let after_apply = match state.failures.first().cloned() {
             Some(InjectedFailure::Before(class)) => {
@@ -134,15 +202,5 @@ impl CounterStore for MemoryStore {
             increments: plan.deltas.len(),
             rpcs: 2,
         })
-    }
-
-    async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
-        Ok(self
-            .state
-            .lock()
-            .counters
-            .get(post_id)
-            .copied()
-            .unwrap_or(0))
     }
 }
