@@ -131,6 +131,7 @@ fn batch_building(c: &mut Criterion) {
         layout: Layout::new("bench", "(default)", ""),
         consumer: "bench".into(),
         counter_shards: 8,
+        counter_shard_target_writes_per_sec: 1,
         marker_ttl: Duration::from_secs(86_400),
     };
     let mut group = c.benchmark_group("batch_build");
@@ -142,7 +143,7 @@ fn batch_building(c: &mut Criterion) {
                 let batch = Batch::new(slice.clone(), Vec::new());
                 let plan = batch.plan(&HashMap::new());
                 let times: HashMap<MembershipKey, _> = HashMap::new();
-                let writes = build_writes(&config, &batch, &plan, &times, "marker");
+                let writes = build_writes(&config, &batch, &plan, &times, "marker", |_| 3);
                 std::hint::black_box(writes.len())
             })
         });

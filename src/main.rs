@@ -200,6 +200,7 @@ async fn tool_store(endpoints: &Endpoints, target: &Target) -> anyhow::Result<Fi
             layout: Layout::new(&target.project, &target.database, &target.collection_prefix),
             consumer: String::new(),
             counter_shards: 1,
+            counter_shard_target_writes_per_sec: 0,
             marker_ttl: std::time::Duration::ZERO,
         },
     ))

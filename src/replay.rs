@@ -311,6 +311,8 @@ async fn open_store(
             layout: Layout::new(&t.project, &t.database, &t.collection_prefix),
             consumer: args.consumer.clone(),
             counter_shards: args.counter_shards.max(1),
+            counter_shard_target_writes_per_sec:
+                crate::store::counter_shards::DEFAULT_TARGET_WRITES_PER_SEC,
             marker_ttl: Duration::from_secs(86_400 * args.marker_ttl_days.clamp(1, 3650)),
         },
     ))

@@ -19,6 +19,7 @@ use fs::document_transform::field_transform::{ServerValue, TransformType};
 use fs::document_transform::FieldTransform;
 use fs::value::ValueType;
 
+use super::counter_shards::CounterShardPlanner;
 use super::{CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
 use crate::batch::{Batch, Effects, Membership, MembershipKey, Plan, PoisonRecord};
 use crate::event::Version;
@@ -97,8 +98,12 @@ pub struct FirestoreStoreConfig {
     pub layout: Layout,
     /// Consumer name: namespaces batch markers and quarantine records.
     pub consumer: String,
-    /// Counter shards per post; each batch increments one, chosen at random.
+    /// Counter shards per post at most; each increment goes to one, chosen
+    /// at random among as many as the post's write rate needs.
     pub counter_shards: u32,
+    /// Increments per second one counter shard document should take (a
+    /// post uses more shards as its rate grows); 0 = always all shards.
+    pub counter_shard_target_writes_per_sec: u32,
     /// How long batch markers are kept (the `expireAt` TTL field).
     pub marker_ttl: Duration,
 }
@@ -108,12 +113,17 @@ pub struct FirestoreStoreConfig {
 pub struct FirestoreStore {
     db: FirestoreDb,
     config: FirestoreStoreConfig,
+    shards: std::sync::Arc<CounterShardPlanner>,
 }
 
 impl FirestoreStore {
     /// A store over an open client.
     pub fn new(db: FirestoreDb, config: FirestoreStoreConfig) -> Self {
-        Self { db, config }
+        let shards = std::sync::Arc::new(CounterShardPlanner::new(
+            config.counter_shards,
+            config.counter_shard_target_writes_per_sec,
+        ));
+        Self { db, config, shards }
     }
 
     /// The layout in use.
@@ -260,19 +270,29 @@ impl FirestoreStore {
         snapshot: &Snapshot,
         marker: &str,
     ) -> Vec<fs::Write> {
-        build_writes(&self.config, batch, plan, &snapshot.update_times, marker)
+        let now = std::time::Instant::now();
+        build_writes(
+            &self.config,
+            batch,
+            plan,
+            &snapshot.update_times,
+            marker,
+            |post| self.shards.pick(post, now),
+        )
     }
 }
 
 /// The writes of one batch's commit: changed memberships (each with a
-/// precondition on what was read), one increment per post on one random
-/// counter shard, the marker (create-if-absent) and quarantine records.
+/// precondition on what was read), one increment per post on the counter
+/// shard `counter_shard_of(post)` picks, the marker (create-if-absent) and
+/// quarantine records.
 pub fn build_writes(
     config: &FirestoreStoreConfig,
     batch: &Batch,
     plan: &Plan,
     update_times: &HashMap<MembershipKey, Option<Timestamp>>,
     marker: &str,
+    counter_shard_of: impl Fn(&str) -> u32,
 ) -> Vec<fs::Write> {
     let layout = &config.layout;
     let mut writes = Vec::with_capacity(plan.memberships.len() + plan.deltas.len() + 2);
@@ -294,8 +314,8 @@ pub fn build_writes(
             }),
         });
     }
-    let shard = rand::random_range(0..config.counter_shards.max(1));
     for (post, delta) in &plan.deltas {
+        let shard = counter_shard_of(post);
         writes.push(fs::Write {
             operation: Some(fs::write::Operation::Update(fs::Document {
                 name: layout.counter_shard(post, shard),

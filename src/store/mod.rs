@@ -7,6 +7,7 @@
 //! reported [`CommitOutcome::AlreadyCommitted`] and changes nothing, so an
 //! unknown commit outcome can always be resolved by committing again.
 
+pub mod counter_shards;
 pub mod firestore;
 pub mod memory;
 

@@ -163,6 +163,7 @@ impl Harness {
                 layout: Layout::new(PROJECT, "(default)", ""),
                 consumer: "reader".into(),
                 counter_shards: 1,
+                counter_shard_target_writes_per_sec: 0,
                 marker_ttl: Duration::from_secs(60),
             },
         );

@@ -1,0 +1,158 @@
+//! How many counter shard documents a post spreads its increments over:
+//! one for a quiet post, more as the post's observed counter-write rate
+//! grows, up to a maximum.
+//!
+//! Invariants: memory is fixed (a table of [`SLOTS`] slots by post hash; two
+//! posts in one slot only over-estimate, which costs an extra shard, never
+//! a count); a pick is always `< max_shards`; readers sum every shard
+//! document that exists (`counters/{post}/shards/*`), so growing or
+//! shrinking the number in use never changes a count. The rate is what this
+//! process writes: with R replicas a hot document can see up to R times the
+//! target.
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::batch::fnv1a64;
+
+/// Increments per second a counter shard document should take, by default
+/// (Firestore's guidance for one document is about one sustained write per second).
+pub const DEFAULT_TARGET_WRITES_PER_SEC: u32 = 1;
+
+/// Slots of the rate table.
+pub const SLOTS: usize = 4096;
+
+/// How long a rate is measured over before the shard count is revised.
+pub const WINDOW: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    started: Option<Instant>,
+    writes: u32,
+    shards: u32,
+}
+
+/// Chooses the counter shard of each increment.
+pub struct CounterShardPlanner {
+    max_shards: u32,
+    target_writes_per_sec: u32,
+    slots: Box<[Mutex<Slot>]>,
+}
+
+impl CounterShardPlanner {
+    /// Up to `max_shards` shards per post, each meant to take at most
+    /// `target_writes_per_sec` increments per second; a target of 0 spreads
+    /// every post over all `max_shards` (a fixed shard count).
+    pub fn new(max_shards: u32, target_writes_per_sec: u32) -> Self {
+        Self {
+            max_shards: max_shards.max(1),
+            target_writes_per_sec,
+            slots: (0..SLOTS).map(|_| Mutex::new(Slot::default())).collect(),
+        }
+    }
+
+    /// Records one increment of `post` at `now` and returns its shard.
+    pub fn pick(&self, post: &str, now: Instant) -> u32 {
+        let shards = self.shards_for(post, now);
+        if shards <= 1 {
+            0
+        } else {
+            rand::random_range(0..shards)
+        }
+    }
+
+    /// Records one increment of `post` at `now`; returns how many shards
+    /// the post uses now.
+    pub fn shards_for(&self, post: &str, now: Instant) -> u32 {
+        if self.target_writes_per_sec == 0 {
+            return self.max_shards;
+        }
+        let index = (fnv1a64(post.as_bytes(), b"counter-shards") % SLOTS as u64) as usize;
+        let mut slot = self.slots[index].lock();
+        let started = *slot.started.get_or_insert(now);
+        slot.shards = slot.shards.max(1);
+        let elapsed = now.saturating_duration_since(started);
+        let target = f64::from(self.target_writes_per_sec);
+        if elapsed >= WINDOW {
+            // Revise from the rate of the window that just ended.
+            // (A 5 % slack keeps timer jitter from adding a shard.)
+            let rate = f64::from(slot.writes) / elapsed.as_secs_f64();
+            slot.shards = ((rate / target - 0.05).ceil() as u32).clamp(1, self.max_shards);
+            slot.started = Some(now);
+            slot.writes = 0;
+        }
+        slot.writes = slot.writes.saturating_add(1);
+        if f64::from(slot.writes) > f64::from(slot.shards) * target * WINDOW.as_secs_f64() {
+            // A burst already beyond what the current shards should take in
+            // a whole window: grow at once rather than at the window's end.
+            slot.shards = slot.shards.saturating_mul(2).min(self.max_shards);
+        }
+        slot.shards
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drive(planner: &CounterShardPlanner, post: &str, per_sec: u32, secs: u32) -> u32 {
+        let t0 = Instant::now();
+        let step = Duration::from_secs(1) / per_sec;
+        let mut shards = 0;
+        for i in 0..per_sec * secs {
+            shards = planner.shards_for(post, t0 + step * i);
+        }
+        shards
+    }
+
+    #[test]
+    fn a_quiet_post_keeps_one_shard_and_always_writes_shard_zero() {
+        let planner = CounterShardPlanner::new(16, 1);
+        assert_eq!(drive(&planner, "quiet", 1, 30), 1);
+        let t0 = Instant::now() + Duration::from_secs(30);
+        assert!((0..100).all(|i| planner.pick("quiet", t0 + Duration::from_secs(i)) == 0));
+    }
+
+    #[test]
+    fn a_hot_post_grows_to_its_rate_and_no_further_than_the_maximum() {
+        let planner = CounterShardPlanner::new(16, 1);
+        assert_eq!(drive(&planner, "warm", 6, 5), 6, "6 writes/s -> 6 shards");
+        assert_eq!(
+            drive(&planner, "viral", 200, 3),
+            16,
+            "capped at the maximum"
+        );
+        let picks: Vec<u32> = (0..500)
+            .map(|_| planner.pick("viral", Instant::now()))
+            .collect();
+        assert!(picks.iter().all(|&s| s < 16));
+        assert!(picks.iter().collect::<std::collections::HashSet<_>>().len() > 8);
+    }
+
+    #[test]
+    fn a_burst_grows_within_the_window() {
+        let planner = CounterShardPlanner::new(64, 1);
+        let t0 = Instant::now();
+        let mut shards = 0;
+        for _ in 0..40 {
+            shards = planner.shards_for("burst", t0);
+        }
+        assert!(shards >= 32, "40 writes in no time -> {shards} shards");
+    }
+
+    #[test]
+    fn a_cooled_post_shrinks_back() {
+        let planner = CounterShardPlanner::new(16, 2);
+        assert_eq!(drive(&planner, "p", 100, 2), 16);
+        let t = Instant::now() + Duration::from_secs(10);
+        planner.shards_for("p", t);
+        assert_eq!(planner.shards_for("p", t + Duration::from_secs(5)), 1);
+    }
+
+    #[test]
+    fn target_zero_is_a_fixed_shard_count() {
+        let planner = CounterShardPlanner::new(8, 0);
+        assert_eq!(drive(&planner, "p", 1, 3), 8);
+    }
+}
