@@ -54,6 +54,13 @@ pub struct BenchConfig {
     pub cases: Vec<Case>,
     /// The strategies to run, in order.
     pub strategies: Vec<Strategy>,
+    /// Publish the whole workload before the consumer starts, and measure
+    /// from the consumer's start: the consumer's capacity on a backlog,
+    /// without the publisher competing for the CPU.
+    pub backlog: bool,
+    /// Run the consumer as this `hotcount` binary in its own process (its
+    /// peak RSS is then the consumer's alone) instead of in-process.
+    pub consumer_bin: Option<std::path::PathBuf>,
 }
 
 /// How a run's counts were checked.
@@ -102,9 +109,12 @@ pub struct RunResult {
     pub hottest_writes: u64,
     /// Publish -> commit latency over the final membership writes.
     pub latency: Percentiles,
-    /// Peak resident set of the whole process during the run (consumer,
-    /// emulators and publisher share it), bytes.
+    /// Peak resident set during the run, bytes: of the consumer process
+    /// alone with [`BenchConfig::consumer_bin`], else of the whole process
+    /// (consumer, emulators and publisher share it).
     pub peak_rss_bytes: u64,
+    /// Whether `peak_rss_bytes` is the consumer's alone.
+    pub rss_is_consumer_only: bool,
     /// The count check.
     pub verdict: Verdict,
 }
@@ -243,21 +253,12 @@ async fn run_one(
     let commits_before = emulators.firestore_counters().get("Commit");
     reset_peak_rss();
 
-    let (stop_tx, stop) = watch::channel(false);
-    let service = {
-        let (endpoints, service_config) = (endpoints.clone(), service_config.clone());
-        let stats = Arc::new(Stats::default());
-        tokio::spawn(async move {
-            hotcount::service::run(&endpoints, &service_config, stop, stats).await
-        })
-    };
     let (cancel_tx, cancel) = watch::channel(false);
     let topic = format!(
         "projects/{}/topics/{}",
         target.project,
         crate::demo::TOPIC_ID
     );
-    let started = Instant::now();
     let publishing = {
         let (endpoints, workload) = (endpoints.clone(), workload.clone());
         let options = PublishOptions {
@@ -269,6 +270,15 @@ async fn run_one(
             publish::connect_and_publish(&endpoints, &topic, &workload, &options, cancel).await
         })
     };
+    let (published, publishing) = if config.backlog {
+        (Some(publisher_result(publishing).await?), None)
+    } else {
+        (None, Some(publishing))
+    };
+    let consumer = Consumer::start(config, &endpoints, &run_args, &service_config)?;
+    // The window: from the first publish, or with a backlog from the
+    // consumer's start, to the last ack (or the cap).
+    let started = Instant::now();
     let deadline = started + Duration::from_secs(config.max_secs);
     let total = workload.messages.len() as u64;
     let completed = wait_for_acks(&emulators, &subscription, total, deadline).await;
@@ -281,20 +291,15 @@ async fn run_one(
     let (hottest_document, hottest_writes) = hottest
         .first()
         .map_or((String::new(), 0), |d| (d.name.clone(), d.writes));
-    let peak_rss_bytes = peak_rss_bytes();
+    let (peak_rss_bytes, rss_is_consumer_only) = consumer.peak_rss_bytes();
 
     let _ = cancel_tx.send(true);
-    let published = match publishing.await {
-        Ok(Ok(report)) => report.published,
-        Ok(Err(e)) => return Err(e.into()),
-        Err(e) => return Err(BenchError::Start(format!("publisher task: {e}"))),
+    let published = match (published, publishing) {
+        (Some(n), _) => n,
+        (None, Some(publishing)) => publisher_result(publishing).await?,
+        (None, None) => 0,
     };
-    let _ = stop_tx.send(true);
-    match service.await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => return Err(BenchError::Start(format!("consumer: {e}"))),
-        Err(e) => return Err(BenchError::Start(format!("consumer task: {e}"))),
-    }
+    consumer.stop().await?;
     // Reading back is not part of the measured window: no RTT for it.
     emulators.firestore_faults().clear();
 
@@ -333,8 +338,154 @@ async fn run_one(
         hottest_writes,
         latency,
         peak_rss_bytes,
+        rss_is_consumer_only,
         verdict,
     })
+}
+
+async fn publisher_result(
+    publishing: tokio::task::JoinHandle<Result<publish::PublishReport, publish::PublishError>>,
+) -> Result<u64, BenchError> {
+    match publishing.await {
+        Ok(Ok(report)) => Ok(report.published),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(BenchError::Start(format!("publisher task: {e}"))),
+    }
+}
+
+/// The consumer under test: `hotcount::service::run` in this process, or
+/// the `hotcount run` binary as a child process.
+enum Consumer {
+    InProcess {
+        stop: watch::Sender<bool>,
+        task: tokio::task::JoinHandle<Result<Arc<Stats>, hotcount::service::ServiceError>>,
+    },
+    Process(tokio::process::Child),
+}
+
+impl Consumer {
+    fn start(
+        config: &BenchConfig,
+        endpoints: &hotcount::config::Endpoints,
+        run_args: &RunArgs,
+        service_config: &hotcount::config::Config,
+    ) -> Result<Self, BenchError> {
+        let Some(bin) = &config.consumer_bin else {
+            let (stop, stop_rx) = watch::channel(false);
+            let (endpoints, service_config) = (endpoints.clone(), service_config.clone());
+            let stats = Arc::new(Stats::default());
+            let task = tokio::spawn(async move {
+                hotcount::service::run(&endpoints, &service_config, stop_rx, stats).await
+            });
+            return Ok(Consumer::InProcess { stop, task });
+        };
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.arg("run").args(consumer_flags(run_args));
+        if let Some(h) = &endpoints.pubsub_emulator_host {
+            cmd.env("PUBSUB_EMULATOR_HOST", h);
+        }
+        if let Some(h) = &endpoints.firestore_emulator_host {
+            cmd.env("FIRESTORE_EMULATOR_HOST", h);
+        }
+        let child = cmd
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| BenchError::Start(format!("spawning {}: {e}", bin.display())))?;
+        Ok(Consumer::Process(child))
+    }
+
+    /// Peak RSS so far, and whether it is the consumer's alone.
+    fn peak_rss_bytes(&self) -> (u64, bool) {
+        match self {
+            Consumer::InProcess { .. } => (peak_rss_bytes_of("self"), false),
+            Consumer::Process(child) => (
+                child
+                    .id()
+                    .map_or(0, |pid| peak_rss_bytes_of(&pid.to_string())),
+                true,
+            ),
+        }
+    }
+
+    /// Stops the consumer: in-process it drains; a child process is killed
+    /// (the window is over; what it had not acked is redelivered, and a
+    /// killed consumer never breaks a count, which the check proves).
+    async fn stop(self) -> Result<(), BenchError> {
+        match self {
+            Consumer::InProcess { stop, task } => {
+                let _ = stop.send(true);
+                match task.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(BenchError::Start(format!("consumer: {e}"))),
+                    Err(e) => Err(BenchError::Start(format!("consumer task: {e}"))),
+                }
+            }
+            Consumer::Process(mut child) => {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(BenchError::Start(format!(
+                        "consumer exited early: {status}"
+                    )));
+                }
+                let _ = child.kill().await;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The `hotcount run` flags that reproduce `args` (the settings the
+/// benchmark varies, and where the consumer reads and writes).
+pub fn consumer_flags(args: &RunArgs) -> Vec<String> {
+    let strategy = match args.strategy {
+        Strategy::Batched => "batched",
+        Strategy::PerEvent => "per-event",
+    };
+    let flags: [(&str, String); 19] = [
+        ("project", args.target.project.clone()),
+        ("database", args.target.database.clone()),
+        ("collection-prefix", args.target.collection_prefix.clone()),
+        ("subscription", args.subscription.clone()),
+        ("consumer", args.consumer.clone()),
+        ("shards", args.shards.to_string()),
+        ("counter-shards", args.counter_shards.to_string()),
+        (
+            "counter-shard-target-writes-per-sec",
+            args.counter_shard_target_writes_per_sec.to_string(),
+        ),
+        ("flush-interval-ms", args.flush_interval_ms.to_string()),
+        ("flush-min-wait-ms", args.flush_min_wait_ms.to_string()),
+        (
+            "max-commits-in-flight",
+            args.max_commits_in_flight.to_string(),
+        ),
+        ("max-batch-events", args.max_batch_events.to_string()),
+        (
+            "max-outstanding-messages",
+            args.max_outstanding_messages.to_string(),
+        ),
+        (
+            "max-outstanding-bytes",
+            args.max_outstanding_bytes.to_string(),
+        ),
+        ("streams", args.streams.to_string()),
+        (
+            "lease-extension-secs",
+            args.lease_extension_secs.to_string(),
+        ),
+        ("strategy", strategy.to_string()),
+        (
+            "per-event-concurrency",
+            args.per_event_concurrency.to_string(),
+        ),
+        ("metrics-addr", "off".to_string()),
+    ];
+    flags
+        .into_iter()
+        .map(|(flag, value)| format!("--{flag}={value}"))
+        .collect()
 }
 
 fn acked(emulators: &Emulators, subscription: &str) -> u64 {
@@ -367,7 +518,12 @@ fn reset_peak_rss() {
 
 /// `VmHWM` of this process, in bytes (0 when unknown).
 pub fn peak_rss_bytes() -> u64 {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+    peak_rss_bytes_of("self")
+}
+
+/// `VmHWM` of process `pid` (`self` for this one), in bytes (0 when unknown).
+fn peak_rss_bytes_of(pid: &str) -> u64 {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return 0;
     };
     status
@@ -450,8 +606,16 @@ pub fn render(results: &[RunResult], case: Case) -> String {
     row("publish->commit p50 / p99 (ms)", &|r| {
         format!("{:.0} / {:.0}", r.latency.p50_ms, r.latency.p99_ms)
     });
-    row("peak RSS, whole process (MiB)", &|r| {
-        format!("{:.0}", r.peak_rss_bytes as f64 / (1024.0 * 1024.0))
+    row("peak RSS (MiB)", &|r| {
+        format!(
+            "{:.0} ({})",
+            r.peak_rss_bytes as f64 / (1024.0 * 1024.0),
+            if r.rss_is_consumer_only {
+                "consumer process"
+            } else {
+                "whole process"
+            }
+        )
     });
     row("counts", &|r| verdict_text(&r.verdict));
     let find = |s| runs.iter().find(|r| r.strategy == s);
@@ -502,6 +666,17 @@ pub struct BenchArgs {
     /// Also write the tables to this Markdown file.
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+    /// Publish the whole workload first, then start the consumer and
+    /// measure from its start (the consumer's capacity on a backlog).
+    #[arg(long)]
+    pub backlog: bool,
+    /// Run the consumer as the `hotcount` binary in a child process (its
+    /// own peak RSS is reported) instead of in this process.
+    #[arg(long)]
+    pub consumer_process: bool,
+    /// The `hotcount` binary for `--consumer-process` (default: next to this one).
+    #[arg(long)]
+    pub hotcount_bin: Option<std::path::PathBuf>,
 }
 
 /// Runs `hotcount-loadgen bench` and prints the tables; exit 1 when a
@@ -518,6 +693,12 @@ pub async fn run_command(args: BenchArgs) -> Result<std::process::ExitCode, Benc
         rate_per_sec: args.rate,
         cases: args.cases,
         strategies: args.strategies,
+        backlog: args.backlog,
+        consumer_bin: args.consumer_process.then(|| {
+            args.hotcount_bin
+                .clone()
+                .unwrap_or_else(crate::chaos::default_hotcount_bin)
+        }),
     };
     eprintln!(
         "hotcount bench: {} messages over {} posts, store RTT {} ms, at most {} s per run",
@@ -535,17 +716,22 @@ pub async fn run_command(args: BenchArgs) -> Result<std::process::ExitCode, Benc
     })
     .await?;
     let mut tables = format!(
-        "store RTT {} ms per RPC; {} messages, {} posts, {} users, seed {}; publish rate {}; cap {} s per run; shards {}, counter shards {}, flush interval {} ms, max batch {}, streams {}, per-event concurrency {}\n",
+        "store RTT {} ms per RPC; {} messages, {} posts, {} users, seed {}; publish rate {}{}; consumer {}; cap {} s per run; shards {}, counter shards <= {} at {} writes/s each, flush interval {} ms (min wait {} ms), commits in flight {}, max batch {}, streams {}, per-event concurrency {}\n",
         config.store_rtt_ms,
         config.events,
         config.posts,
         config.users,
         config.seed,
         if config.rate_per_sec == 0 { "max".to_string() } else { format!("{}/s", config.rate_per_sec) },
+        if config.backlog { ", all published before the consumer starts (window from its start)" } else { "" },
+        if config.consumer_bin.is_some() { "in a child process" } else { "in this process" },
         config.max_secs,
         config.run.shards,
         config.run.counter_shards,
+        config.run.counter_shard_target_writes_per_sec,
         config.run.flush_interval_ms,
+        config.run.flush_min_wait_ms,
+        config.run.max_commits_in_flight,
         config.run.max_batch_events,
         config.run.streams,
         config.run.per_event_concurrency,

@@ -212,10 +212,25 @@ fn settings(config: &DemoConfig) -> Vec<(String, String)> {
     let r = &config.run;
     vec![
         ("shards".into(), r.shards.to_string()),
-        ("counter shards".into(), r.counter_shards.to_string()),
+        (
+            "counter shards, at most".into(),
+            r.counter_shards.to_string(),
+        ),
+        (
+            "counter shard target (writes/s)".into(),
+            r.counter_shard_target_writes_per_sec.to_string(),
+        ),
         (
             "flush interval (ms)".into(),
             r.flush_interval_ms.to_string(),
+        ),
+        (
+            "flush min wait (ms)".into(),
+            r.flush_min_wait_ms.to_string(),
+        ),
+        (
+            "commits in flight, at most".into(),
+            r.max_commits_in_flight.to_string(),
         ),
         ("max batch events".into(), r.max_batch_events.to_string()),
         ("streams".into(), r.streams.to_string()),
