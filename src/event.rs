@@ -123,7 +123,7 @@ pub enum Poison {
         expected: &'static str,
     },
     /// `type` is not a known event type.
-    #[error("unknown event type {0:?}")]
+    #[error("unknown event type \"{0}\"")]
     UnknownType(String),
     /// `version` is not supported.
     #[error("unsupported schema version {0}")]
@@ -211,7 +211,7 @@ pub fn parse(data: &[u8]) -> Result<LikeEvent, Poison> {
     }
     let text = std::str::from_utf8(data).map_err(|_| Poison::NotUtf8)?;
     let raw: Raw<'_> = serde_json::from_str(text).map_err(|e| match duplicate_field(&e) {
-        Some(field) => Poison::DuplicateField(truncate(&field, MAX_REASON_DETAIL_BYTES)),
+        Some(field) => Poison::DuplicateField(detail(&field)),
         None => Poison::NotJson(truncate(&e.to_string(), MAX_REASON_DETAIL_BYTES)),
     })?;
     raw.validate()
@@ -475,10 +475,7 @@ impl<'a> Raw<'a> {
             match v.as_u64() {
                 Some(SCHEMA_VERSION) => {}
                 _ => {
-                    return Err(Poison::UnsupportedVersion(truncate(
-                        &v.to_string(),
-                        MAX_REASON_DETAIL_BYTES,
-                    )))
+                    return Err(Poison::UnsupportedVersion(detail(&v.to_string())))
                 }
             }
         }
@@ -486,10 +483,7 @@ impl<'a> Raw<'a> {
             "like.added" => LikeKind::Added,
             "like.removed" => LikeKind::Removed,
             other => {
-                return Err(Poison::UnknownType(truncate(
-                    other,
-                    MAX_REASON_DETAIL_BYTES,
-                )))
+                return Err(Poison::UnknownType(detail(other)))
             }
         };
         let event_id = required_str(self.event_id, "eventId")?;
@@ -559,6 +553,22 @@ fn parse_timestamp(s: &str) -> Result<i64, Poison> {
         return Err(Poison::BadTimestamp("out of range".into()));
     }
     Ok(micros)
+}
+
+/// Attacker-supplied text as it may appear in a poison reason: control and
+/// other non-printable characters escaped (`\u{7f}`), then cut to
+/// [`MAX_REASON_DETAIL_BYTES`], so the reason stays short and one line
+/// however the input looks.
+fn detail(s: &str) -> String {
+    let mut out = String::with_capacity(s.len().min(MAX_REASON_DETAIL_BYTES));
+    for c in s.chars() {
+        let escaped = c.escape_debug().to_string();
+        if out.len() + escaped.len() > MAX_REASON_DETAIL_BYTES {
+            break;
+        }
+        out.push_str(&escaped);
+    }
+    out
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -786,6 +796,27 @@ mod tests {
                 reason.len(),
                 reason
             );
+        }
+    }
+
+    /// Found by libFuzzer (fuzz/, 2026-11-30): a type of 128 DEL characters
+    /// passed the 128-byte cut, then `{:?}` escaped each into `\u{7f}` and
+    /// the reason grew to 800+ bytes. Escaping now happens before the cut.
+    #[test]
+    fn escaped_reasons_stay_short_and_on_one_line() {
+        let crash = include_bytes!("../fuzz/corpus/parse/regression-escaped-type-reason");
+        let reason = parse(crash).unwrap_err().to_string();
+        assert!(reason.len() <= 256, "{} bytes: {reason}", reason.len());
+        for hostile in [r"\u007f", "\x7f", r"\n", r"\u0000", r"\u001b[31m"] {
+            let kind = hostile.repeat(200);
+            for case in [
+                payload("").replace("like.added", &kind),
+                payload(&format!(r#","{kind}":1,"{kind}":2"#)),
+            ] {
+                let reason = parse(case.as_bytes()).unwrap_err().to_string();
+                assert!(reason.len() <= 256, "{} bytes: {reason}", reason.len());
+                assert!(!reason.chars().any(char::is_control), "{reason:?}");
+            }
         }
     }
 
