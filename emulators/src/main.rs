@@ -5,6 +5,11 @@ use anyhow::Context as _;
 use clap::Parser;
 use hotcount_emulators::{Emulators, EmulatorsConfig};
 
+/// mimalloc instead of the system allocator: the emulators clone many small
+/// documents and messages on several threads.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Local wire-compatible Pub/Sub and Firestore emulators.
 #[derive(Parser, Debug)]
 #[command(version, about)]

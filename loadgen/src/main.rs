@@ -15,6 +15,12 @@ use hotcount_loadgen::verify::{self, VerifyReport};
 use hotcount_loadgen::{generate, Truth, WorkloadConfig};
 use tokio::sync::watch;
 
+/// mimalloc instead of the system allocator: the pipeline allocates many
+/// small, short-lived objects on several threads, where glibc's malloc
+/// spent ~45 % of the consumer's CPU (docs/BENCHMARKS.md, profile).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Load generator for hotcount: publish a workload with a known exact answer,
 /// verify what the service stored, report latency and throughput.
 #[derive(Parser, Debug)]

@@ -6,7 +6,7 @@
 //! order, and pruning always keeps the newest version at or before the
 //! retention horizon, so any read at or after the horizon is exact.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -44,10 +44,12 @@ impl Entry {
     }
 }
 
-/// All documents of all databases, keyed by full name.
+/// All documents of all databases, keyed by full name: a hash map for point
+/// reads and writes, and the names in order for scans (every name is in both).
 #[derive(Debug)]
 pub struct Store {
-    docs: BTreeMap<String, Entry>,
+    docs: HashMap<Arc<str>, Entry>,
+    names: BTreeSet<Arc<str>>,
     /// How long superseded versions stay readable.
     retention: Micros,
     /// Most versions kept per document.
@@ -61,7 +63,8 @@ impl Store {
     /// An empty store keeping old versions for `retention` (at most `max_versions` each).
     pub fn new(retention: Micros, max_versions: usize) -> Self {
         Self {
-            docs: BTreeMap::new(),
+            docs: HashMap::new(),
+            names: BTreeSet::new(),
             retention,
             max_versions: max_versions.max(1),
             live: 0,
@@ -76,9 +79,13 @@ impl Store {
 
     /// Writes a new version of `name` (`None` deletes it) at time `at`.
     pub fn put(&mut self, name: &str, doc: Option<Arc<Document>>, at: Micros) {
-        let entry = match self.docs.get_mut(name) {
-            Some(e) => e,
-            None => self.docs.entry(name.to_string()).or_default(),
+        if !self.docs.contains_key(name) {
+            let key: Arc<str> = Arc::from(name);
+            self.names.insert(key.clone());
+            self.docs.insert(key, Entry::default());
+        }
+        let Some(entry) = self.docs.get_mut(name) else {
+            return;
         };
         let was_live = entry.versions.back().is_some_and(|v| v.doc.is_some());
         let is_live = doc.is_some();
@@ -105,22 +112,23 @@ impl Store {
         prefix: &'a str,
         at: ReadAt,
     ) -> impl Iterator<Item = &'a Arc<Document>> + 'a {
-        self.docs
+        self.names
             .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(move |(k, _)| k.starts_with(prefix))
-            .filter_map(move |(_, e)| e.at(at))
+            .take_while(move |k| k.starts_with(prefix))
+            .filter_map(move |k| self.docs.get(k)?.at(at))
     }
 
     /// Removes every document (and its history) whose name starts with `prefix`.
     pub fn clear_prefix(&mut self, prefix: &str) -> usize {
-        let names: Vec<String> = self
-            .docs
+        let names: Vec<Arc<str>> = self
+            .names
             .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, _)| k.clone())
+            .take_while(|k| k.starts_with(prefix))
+            .cloned()
             .collect();
         let mut removed = 0;
         for name in names {
+            self.names.remove(&name);
             if let Some(e) = self.docs.remove(&name) {
                 if e.versions.back().is_some_and(|v| v.doc.is_some()) {
                     removed += 1;
@@ -144,11 +152,12 @@ impl Store {
             };
             let gone = self
                 .docs
-                .get(&name)
+                .get(name.as_str())
                 .and_then(|e| e.versions.back())
                 .is_some_and(|v| v.doc.is_none() && v.at <= at);
             if gone {
-                self.docs.remove(&name);
+                self.docs.remove(name.as_str());
+                self.names.remove(name.as_str());
             }
         }
     }

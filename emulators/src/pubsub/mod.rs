@@ -227,6 +227,13 @@ impl PubSub {
             .with(|state, now, wall| state.stats(subscription, now, wall))
     }
 
+    /// Acknowledgements that took effect on `subscription` (full name), or
+    /// None if it does not exist: [`PubSub::stats`]'s `acks` without its
+    /// scan of every unacked message, for polling while under load.
+    pub fn acks(&self, subscription: &str) -> Option<u64> {
+        self.shared.with(|state, _, _| state.acks(subscription))
+    }
+
     /// Counters of every subscription, by full name.
     pub fn all_stats(&self) -> BTreeMap<String, SubscriptionStats> {
         self.shared.with(|state, now, wall| {

@@ -569,6 +569,10 @@ impl State {
         self.subs.get(name).map(Subscription::stats)
     }
 
+    pub fn acks(&self, name: &str) -> Option<u64> {
+        self.subs.get(name).map(Subscription::acks)
+    }
+
     pub fn subscription_names(&self) -> Vec<String> {
         self.subs.keys().cloned().collect()
     }

@@ -662,6 +662,11 @@ impl Subscription {
     }
 
     /// The counters, with the current backlog figures filled in.
+    /// Acknowledgements that took effect.
+    pub fn acks(&self) -> u64 {
+        self.stats.acks
+    }
+
     pub fn stats(&self) -> SubscriptionStats {
         let mut stats = self.stats.clone();
         stats.unacked = self.entries.len() as u64;
