@@ -115,6 +115,9 @@ pub struct RunResult {
     pub peak_rss_bytes: u64,
     /// Whether `peak_rss_bytes` is the consumer's alone.
     pub rss_is_consumer_only: bool,
+    /// CPU time (user + system) of the consumer process in the window;
+    /// `None` when the consumer shares this process.
+    pub consumer_cpu: Option<Duration>,
     /// The count check.
     pub verdict: Verdict,
 }
@@ -292,6 +295,7 @@ async fn run_one(
         .first()
         .map_or((String::new(), 0), |d| (d.name.clone(), d.writes));
     let (peak_rss_bytes, rss_is_consumer_only) = consumer.peak_rss_bytes();
+    let consumer_cpu = consumer.cpu_time();
 
     let _ = cancel_tx.send(true);
     let published = match (published, publishing) {
@@ -339,6 +343,7 @@ async fn run_one(
         latency,
         peak_rss_bytes,
         rss_is_consumer_only,
+        consumer_cpu,
         verdict,
     })
 }
@@ -407,6 +412,14 @@ impl Consumer {
                     .map_or(0, |pid| peak_rss_bytes_of(&pid.to_string())),
                 true,
             ),
+        }
+    }
+
+    /// CPU time of the consumer process so far (`None` in-process).
+    fn cpu_time(&self) -> Option<Duration> {
+        match self {
+            Consumer::InProcess { .. } => None,
+            Consumer::Process(child) => child.id().and_then(cpu_time_of),
         }
     }
 
@@ -489,7 +502,7 @@ pub fn consumer_flags(args: &RunArgs) -> Vec<String> {
 }
 
 fn acked(emulators: &Emulators, subscription: &str) -> u64 {
-    emulators.pubsub().stats(subscription).map_or(0, |s| s.acks)
+    emulators.pubsub().acks(subscription).unwrap_or(0)
 }
 
 /// Waits until `total` messages are acked, or the deadline; true if all were.
@@ -519,6 +532,17 @@ fn reset_peak_rss() {
 /// `VmHWM` of this process, in bytes (0 when unknown).
 pub fn peak_rss_bytes() -> u64 {
     peak_rss_bytes_of("self")
+}
+
+/// User + system CPU time of process `pid` from `/proc/{pid}/stat`
+/// (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+fn cpu_time_of(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
 }
 
 /// `VmHWM` of process `pid` (`self` for this one), in bytes (0 when unknown).
@@ -616,6 +640,12 @@ pub fn render(results: &[RunResult], case: Case) -> String {
                 "whole process"
             }
         )
+    });
+    row("consumer CPU per 1,000 events (ms)", &|r| {
+        r.consumer_cpu
+            .map_or("n/a (in-process)".to_string(), |cpu| {
+                format!("{:.0}", cpu.as_secs_f64() * 1e6 / r.acked.max(1) as f64)
+            })
     });
     row("counts", &|r| verdict_text(&r.verdict));
     let find = |s| runs.iter().find(|r| r.strategy == s);
