@@ -305,10 +305,13 @@ impl FirestoreRpc for Service {
     ) -> Result<tonic::Response<Self::BatchGetDocumentsStream>, Status> {
         let req = request.into_inner();
         let database = parse_database(&req.database)?;
+        // Each document once, in request order (a set, not a scan of the
+        // list: requests carry a thousand names or more).
         let mut names = Vec::with_capacity(req.documents.len());
+        let mut seen = std::collections::HashSet::with_capacity(req.documents.len());
         for n in &req.documents {
             let full = DocName::parse_in(n, &database)?.name();
-            if !names.contains(&full) {
+            if seen.insert(full.clone()) {
                 names.push(full);
             }
         }
