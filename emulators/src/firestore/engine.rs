@@ -133,6 +133,8 @@ struct State {
     stats: FirestoreStats,
     doc_writes: HashMap<String, u64>,
     last_time: Micros,
+    /// The latest time handed out for a read at the latest state.
+    last_read: Micros,
 }
 
 /// The engine; shared by the gRPC service and the admin routes.
@@ -150,12 +152,17 @@ fn wall_micros(t: SystemTime) -> Micros {
 }
 
 impl State {
-    fn read_time(&self, wall: Micros) -> Micros {
-        wall.max(self.last_time)
+    /// The time of a read at the latest state. Every later commit gets a
+    /// strictly later time, so a second read at this time sees exactly what
+    /// the first one saw (Firestore's consistent snapshot).
+    fn read_time(&mut self, wall: Micros) -> Micros {
+        let t = wall.max(self.last_time);
+        self.last_read = self.last_read.max(t);
+        t
     }
 
     fn next_commit_time(&mut self, wall: Micros) -> Micros {
-        let t = wall.max(self.last_time + 1);
+        let t = wall.max(self.last_time + 1).max(self.last_read + 1);
         self.last_time = t;
         t
     }
@@ -298,6 +305,7 @@ impl Engine {
                 stats: FirestoreStats::default(),
                 doc_writes: HashMap::new(),
                 last_time: 0,
+                last_read: 0,
             }),
             wake,
             ctx,

@@ -383,3 +383,57 @@ async fn without_waiting_a_younger_commit_conflicting_with_an_older_is_aborted_a
         .unwrap();
     emu.shutdown().await;
 }
+
+/// Reads `name` at the latest state or at `read_time`; returns (found, the response's read time).
+async fn get_at(
+    raw: &mut Raw,
+    name: &str,
+    read_time: Option<gcloud_sdk::prost_types::Timestamp>,
+) -> (bool, gcloud_sdk::prost_types::Timestamp) {
+    use gcloud_sdk::google::firestore::v1::batch_get_documents_response::Result as R;
+    let mut stream = raw
+        .batch_get_documents(BatchGetDocumentsRequest {
+            database: DATABASE.to_string(),
+            documents: vec![name.to_string()],
+            mask: None,
+            request_options: None,
+            consistency_selector: read_time.map(ConsistencySelector::ReadTime),
+        })
+        .await
+        .expect("batch get")
+        .into_inner();
+    let item = stream.message().await.expect("stream").expect("one result");
+    (
+        matches!(item.result, Some(R::Found(_))),
+        item.read_time.expect("read time"),
+    )
+}
+
+/// Found by the benchmark (a membership/shard mismatch read back while
+/// commits still landed): a read at the latest state got read time T, a
+/// commit in the same microsecond also got T, and a later read at T saw it.
+#[tokio::test]
+async fn a_commit_after_a_read_is_never_visible_at_that_reads_time() {
+    let emu = start().await;
+    // Emulated time all but stopped: the read and the commit share a microsecond.
+    emu.clock().set_scale(1e-9);
+    let mut raw = raw(&emu).await;
+    let name = doc_name("snap", "a");
+    let (found, t) = get_at(&mut raw, &name, None).await;
+    assert!(!found);
+    let committed = commit(&mut raw, vec![update(&name, &[("v", int(1))])], vec![])
+        .await
+        .expect("commit")
+        .commit_time
+        .expect("commit time");
+    assert!(
+        (committed.seconds, committed.nanos) > (t.seconds, t.nanos),
+        "commit time {committed:?} must follow the read time {t:?}"
+    );
+    let (found_again, _) = get_at(&mut raw, &name, Some(t)).await;
+    assert!(
+        !found_again,
+        "a read at {t:?} sees the same state as the first read"
+    );
+    emu.shutdown().await;
+}
