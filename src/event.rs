@@ -474,17 +474,13 @@ impl<'a> Raw<'a> {
         if let Some(v) = self.version.filter(|v| !v.is_null()) {
             match v.as_u64() {
                 Some(SCHEMA_VERSION) => {}
-                _ => {
-                    return Err(Poison::UnsupportedVersion(detail(&v.to_string())))
-                }
+                _ => return Err(Poison::UnsupportedVersion(detail(&v.to_string()))),
             }
         }
         let kind = match required_str(self.kind, "type")?.as_ref() {
             "like.added" => LikeKind::Added,
             "like.removed" => LikeKind::Removed,
-            other => {
-                return Err(Poison::UnknownType(detail(other)))
-            }
+            other => return Err(Poison::UnknownType(detail(other))),
         };
         let event_id = required_str(self.event_id, "eventId")?;
         check_id(&event_id, MAX_EVENT_ID_BYTES).map_err(|reason| Poison::UnsafeId {
