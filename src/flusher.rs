@@ -41,8 +41,6 @@ pub struct FlushConfig {
     pub flush_min_wait: Duration,
     /// Batches being committed at once, at most.
     pub max_commits_in_flight: usize,
-    /// Messages per batch, at most (a full batch flushes at once).
-    pub max_batch_events: usize,
     /// Commit attempts per batch before giving up (nack).
     pub commit_max_attempts: u32,
     /// First retry backoff; doubles per attempt, with jitter.
@@ -57,7 +55,6 @@ impl Default for FlushConfig {
             flush_interval: Duration::from_millis(100),
             flush_min_wait: Duration::from_millis(5),
             max_commits_in_flight: 4,
-            max_batch_events: 1000,
             commit_max_attempts: 8,
             backoff_initial: Duration::from_millis(20),
             backoff_max: Duration::from_secs(2),
@@ -88,10 +85,9 @@ pub fn decide(
     if free.messages == 0 || in_flight >= config.max_commits_in_flight.max(1) {
         return Decision::WaitUntil(None);
     }
-    let full = free.messages >= config.max_batch_events.max(1);
     let overdue = oldest + config.flush_interval;
     let eager = oldest + config.flush_min_wait.min(config.flush_interval);
-    if stopping || full || overdue <= now || (in_flight == 0 && eager <= now) {
+    if stopping || free.full || overdue <= now || (in_flight == 0 && eager <= now) {
         return Decision::Flush;
     }
     Decision::WaitUntil(Some(if in_flight == 0 { eager } else { overdue }))
@@ -357,17 +353,11 @@ mod tests {
 
     impl Rig {
         fn new() -> Self {
-            Self::with(
-                1,
-                FlushConfig {
-                    max_batch_events: 100,
-                    ..FlushConfig::default()
-                },
-            )
+            Self::with(1, 100, FlushConfig::default())
         }
 
-        fn with(shards: usize, config: FlushConfig) -> Self {
-            let agg = Arc::new(Aggregator::new(shards, config.max_batch_events));
+        fn with(shards: usize, max_batch_events: usize, config: FlushConfig) -> Self {
+            let agg = Arc::new(Aggregator::new(shards, max_batch_events));
             let store = Arc::new(MemoryStore::default());
             let stats = Arc::new(Stats::default());
             let config = FlushConfig {
@@ -496,6 +486,7 @@ mod tests {
     async fn with_min_wait_equal_to_the_interval_a_shard_flushes_at_the_interval() {
         let mut rig = Rig::with(
             1,
+            1000,
             FlushConfig {
                 flush_min_wait: Duration::from_millis(100),
                 ..FlushConfig::default()
@@ -512,10 +503,13 @@ mod tests {
         task.await.unwrap();
     }
 
+    /// What free shards holding `messages` look like to an aggregator
+    /// whose batches hold at most 1000.
     fn view(messages: usize, oldest: Instant) -> FreeView {
         FreeView {
             messages,
             oldest: Some(oldest),
+            full: messages >= 1000,
         }
     }
 
@@ -576,6 +570,7 @@ mod tests {
     async fn batches_grow_while_commits_are_in_flight() {
         let mut rig = Rig::with(
             8,
+            1000,
             FlushConfig {
                 max_commits_in_flight: 1,
                 ..FlushConfig::default()
@@ -605,13 +600,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_post_is_never_in_two_commits_at_once() {
-        let mut rig = Rig::with(
-            16,
-            FlushConfig {
-                max_batch_events: 40,
-                ..FlushConfig::default()
-            },
-        );
+        let mut rig = Rig::with(16, 40, FlushConfig::default());
         rig.store.set_delay(Duration::from_millis(30));
         let (stop_tx, stop) = watch::channel(false);
         let task = tokio::spawn(rig.flusher.clone().run(stop));

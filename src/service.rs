@@ -104,7 +104,6 @@ async fn run_pipeline(
                 flush_interval: config.flush_interval,
                 flush_min_wait: config.flush_min_wait,
                 max_commits_in_flight: config.max_commits_in_flight,
-                max_batch_events: config.max_batch_events,
                 ..retry
             },
         ),
@@ -117,7 +116,6 @@ async fn run_pipeline(
                 flush_interval: std::time::Duration::ZERO,
                 flush_min_wait: std::time::Duration::ZERO,
                 max_commits_in_flight: config.per_event_concurrency,
-                max_batch_events: 1,
                 ..retry
             },
         ),

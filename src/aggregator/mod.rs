@@ -93,6 +93,8 @@ pub struct FreeView {
     pub messages: usize,
     /// Arrival of the oldest of them.
     pub oldest: Option<Instant>,
+    /// Whether they make at least one full batch (`max_batch_events`).
+    pub full: bool,
 }
 
 /// How messages are spread over shards.
@@ -225,6 +227,7 @@ impl<H> Aggregator<H> {
                 (a, b) => a.or(b),
             };
         }
+        view.full = view.messages >= self.max_batch_events;
         view
     }
 
@@ -292,11 +295,6 @@ impl<H> Aggregator<H> {
         n
     }
 
-    /// When the oldest message of `shard` arrived (None when empty).
-    pub fn oldest(&self, shard: usize) -> Option<Instant> {
-        self.shards.get(shard).and_then(|s| s.buffer.lock().oldest)
-    }
-
     /// Messages buffered in `shard`.
     pub fn len(&self, shard: usize) -> usize {
         self.shards
@@ -312,11 +310,6 @@ impl<H> Aggregator<H> {
     /// Payload bytes buffered in all shards.
     pub fn total_bytes(&self) -> usize {
         self.shards.iter().map(|s| s.buffer.lock().bytes).sum()
-    }
-
-    /// Whether `shard` holds a full batch.
-    pub fn is_full(&self, shard: usize) -> bool {
-        self.len(shard) >= self.max_batch_events
     }
 
     /// Waits until [`Aggregator::add`] (or [`Aggregator::wake`]) signals
@@ -394,7 +387,7 @@ mod tests {
         }
         assert_eq!(seen, (0..10).collect::<Vec<_>>());
         assert_eq!(agg.total_bytes(), 0);
-        assert_eq!(agg.oldest(0), None);
+        assert_eq!(agg.free_view(&[]).oldest, None);
     }
 
     #[test]
@@ -431,7 +424,10 @@ mod tests {
             });
         }
         assert!((0..4).all(|s| agg.len(s) == 2));
-        assert!(agg.is_full(0), "one message is a full batch");
+        assert!(
+            agg.free_view(&[false, true, true, true]).full,
+            "one message is a full batch"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -460,9 +456,9 @@ mod tests {
             bytes: 1,
             published: None,
         });
-        assert_eq!(agg.oldest(0), Some(t0));
-        assert!(agg.is_full(0));
+        assert_eq!(agg.free_view(&[]).oldest, Some(t0));
+        assert!(agg.free_view(&[]).full);
         let _ = agg.take(0);
-        assert!(agg.oldest(0).unwrap() > t0);
+        assert!(agg.free_view(&[]).oldest.unwrap() > t0);
     }
 }
