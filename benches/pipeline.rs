@@ -9,11 +9,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hotcount::aggregator::{Aggregator, Item, Pending};
 use hotcount::batch::{Batch, MembershipKey};
-use hotcount::event::{self, LikeEvent};
+use hotcount::event::{self, LikeEvent, LikeKind, Version};
 use hotcount::store::firestore::{build_writes, FirestoreStoreConfig, Layout};
+
+/// The allocator of the `hotcount` binary, so that allocation costs what it
+/// costs in the service (every group, baselines included, uses it).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const PAYLOADS: usize = 10_000;
 
@@ -41,24 +48,39 @@ fn payloads() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The previous decoder, kept as the baseline of `parse_only`: the whole
-/// object into a `serde_json::Map` (owned keys and values), then the fields
-/// taken out of it and the timestamp parsed.
-fn parse_via_value_map(data: &[u8]) -> Option<(String, String, String, i64)> {
+/// The naive decoder: the whole object into a `serde_json::Map` (owned keys
+/// and values), the fields taken out of it, the timestamp parsed by chrono,
+/// the ids checked; it was hotcount's first decoder.
+fn parse_via_value_map(data: &[u8]) -> Option<LikeEvent> {
     let text = std::str::from_utf8(data).ok()?;
     let mut o: serde_json::Map<String, serde_json::Value> = serde_json::from_str(text).ok()?;
     let mut take = |k: &str| match o.remove(k) {
         Some(serde_json::Value::String(s)) => Some(s),
         _ => None,
     };
-    let (_kind, event_id, post_id, user_id) = (
-        take("type")?,
-        take("eventId")?,
-        take("postId")?,
-        take("userId")?,
-    );
+    let kind = match take("type")?.as_str() {
+        "like.added" => LikeKind::Added,
+        "like.removed" => LikeKind::Removed,
+        _ => return None,
+    };
+    let (event_id, post_id, user_id) = (take("eventId")?, take("postId")?, take("userId")?);
+    for id in [&event_id, &post_id, &user_id] {
+        event::check_id(id, event::MAX_ID_BYTES).ok()?;
+    }
     let at = chrono::DateTime::parse_from_rfc3339(&take("occurredAt")?).ok()?;
-    Some((event_id, post_id, user_id, at.timestamp_micros()))
+    let producer = take("producer");
+    let seq = o.get("seq").and_then(|v| v.as_i64()).unwrap_or(0);
+    Some(LikeEvent {
+        kind,
+        post_id,
+        user_id,
+        version: Version {
+            seq,
+            occurred_at_micros: at.timestamp_micros(),
+            event_id,
+        },
+        producer,
+    })
 }
 
 fn to_item(data: &[u8]) -> Item {
@@ -84,6 +106,13 @@ fn decode_validate_aggregate(c: &mut Criterion) {
             }
         })
     });
+    group.bench_function("parse_general", |b| {
+        b.iter(|| {
+            for p in &payloads {
+                std::hint::black_box(event::parse_general(p).is_ok());
+            }
+        })
+    });
     group.bench_function("parse_only_value_map_baseline", |b| {
         b.iter(|| {
             for p in &payloads {
@@ -91,8 +120,11 @@ fn decode_validate_aggregate(c: &mut Criterion) {
             }
         })
     });
+    // As the service runs it: the flusher takes a batch (merged over the
+    // shards, oldest first) whenever a full one is buffered.
     group.bench_function("hotcount_sharded", |b| {
-        let agg: Aggregator<u32> = Aggregator::new(16, 1000);
+        const BATCH: usize = 1000;
+        let agg: Aggregator<u32> = Aggregator::new(16, BATCH);
         b.iter(|| {
             for (i, p) in payloads.iter().enumerate() {
                 agg.add(Pending {
@@ -101,13 +133,29 @@ fn decode_validate_aggregate(c: &mut Criterion) {
                     bytes: p.len(),
                     published: None,
                 });
+                if (i + 1) % BATCH == 0 {
+                    std::hint::black_box(agg.take_merged(&[], Instant::now()));
+                }
             }
-            for s in 0..16 {
-                while !agg.take(s).is_empty() {}
-            }
+            while !agg.take_merged(&[], Instant::now()).0.is_empty() {}
         })
     });
+    // The naive consumer's in-process stage: value-map decoder, one global
+    // lock over a map keyed by owned post ids.
     group.bench_function("naive_mutex_hashmap", |b| {
+        let map: NaiveMap = Mutex::new(HashMap::new());
+        b.iter(|| {
+            for (i, p) in payloads.iter().enumerate() {
+                if let Some(e) = parse_via_value_map(p) {
+                    let mut m = map.lock().expect("not poisoned");
+                    m.entry(e.post_id.clone()).or_default().push((i as u32, e));
+                }
+            }
+            map.lock().expect("not poisoned").clear();
+        })
+    });
+    // hotcount's decoder into the naive map: isolates the aggregator's share.
+    group.bench_function("parse_into_naive_mutex_hashmap", |b| {
         let map: NaiveMap = Mutex::new(HashMap::new());
         b.iter(|| {
             for (i, p) in payloads.iter().enumerate() {

@@ -3,7 +3,8 @@
 //! `fuzz/corpus/parse` and generates structured events for
 //! `HOTCOUNT_FUZZ_SECS` seconds (default 3), catching panics.
 //!
-//! Checked for every input: no panic; a parsed event has ids safe as
+//! Checked for every input: no panic; `parse` (fast path + general decoder)
+//! and `parse_general` return the same result; a parsed event has ids safe as
 //! Firestore document ids (so is its membership document id) and round-trips
 //! through `to_json`; a poison reason is non-empty and short.
 //!
@@ -14,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hotcount::batch::MembershipKey;
-use hotcount::event::{check_id, parse, to_json, MAX_EVENT_ID_BYTES, MAX_ID_BYTES};
+use hotcount::event::{check_id, parse, parse_general, to_json, MAX_EVENT_ID_BYTES, MAX_ID_BYTES};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -22,7 +23,13 @@ use rand::{Rng, SeedableRng};
 const MAX_REASON_BYTES: usize = 512;
 
 fn check(data: &[u8]) {
-    match parse(data) {
+    let result = parse(data);
+    assert_eq!(
+        result,
+        parse_general(data),
+        "the fast path and the general decoder disagree"
+    );
+    match result {
         Ok(event) => {
             assert!(check_id(&event.post_id, MAX_ID_BYTES).is_ok());
             assert!(check_id(&event.user_id, MAX_ID_BYTES).is_ok());
@@ -162,6 +169,40 @@ fn mutate(rng: &mut StdRng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
     input.truncate(200_000);
 }
 
+/// An RFC 3339-like timestamp, each part near or past its range (leap
+/// days and seconds, long fractions, offsets, lowercase separators), so the
+/// fast path's date arithmetic is held against chrono's.
+fn timestamp(rng: &mut StdRng) -> String {
+    let frac = match rng.random_range(0..12) {
+        0 => String::new(),
+        n => format!(
+            ".{:0>n$}",
+            rng.random_range(0..1_000_000_000u64) % 10u64.pow(n.min(9) as u32)
+        ),
+    };
+    let offset = match rng.random_range(0..5) {
+        0 => "Z".to_string(),
+        1 => "z".to_string(),
+        2 => String::new(),
+        _ => format!(
+            "{}{:02}:{:02}",
+            ["+", "-"][rng.random_range(0..2)],
+            rng.random_range(0..25),
+            rng.random_range(0..61)
+        ),
+    };
+    format!(
+        "{:04}-{:02}-{:02}{}{:02}:{:02}:{:02}{frac}{offset}",
+        [rng.random_range(0..=9999), 0, 1, 1970, 2000, 2100, 9999][rng.random_range(0..7)],
+        rng.random_range(0..14),
+        rng.random_range(0..33),
+        ["T", "T", "T", "t", " "][rng.random_range(0..5)],
+        rng.random_range(0..25),
+        rng.random_range(0..61),
+        rng.random_range(0..62),
+    )
+}
+
 /// A structured event with hostile values in random fields.
 fn structured(rng: &mut StdRng) -> Vec<u8> {
     let ids = [
@@ -205,7 +246,7 @@ fn structured(rng: &mut StdRng) -> Vec<u8> {
         let value = if rng.random_bool(0.6) {
             match field {
                 "type" => "like.added".into(),
-                "occurredAt" => "2026-11-30T10:00:00Z".into(),
+                "occurredAt" => timestamp(rng).into(),
                 "seq" => rng.random_range(-2i64..5).into(),
                 "version" => 1.into(),
                 _ => format!("{field}-{}", rng.random_range(0..9)).into(),
@@ -274,4 +315,31 @@ fn parser_survives_mutated_and_structured_hostile_input() {
         failures.len()
     );
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
+/// Valid events whose only variable part is the timestamp: most take the
+/// fast path, so its calendar arithmetic is held against chrono's on
+/// hundreds of thousands of dates, offsets and fractions.
+#[test]
+fn fast_path_timestamps_agree_with_the_general_decoder() {
+    let mut rng = StdRng::seed_from_u64(0x7173);
+    let (mut parsed, mut refused) = (0u32, 0u32);
+    for _ in 0..200_000 {
+        let payload = serde_json::json!({
+            "eventId": "e1", "type": "like.added", "postId": "p1", "userId": "u1",
+            "occurredAt": timestamp(&mut rng),
+        })
+        .to_string();
+        let result = parse(payload.as_bytes());
+        assert_eq!(result, parse_general(payload.as_bytes()), "{payload}");
+        match result {
+            Ok(_) => parsed += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    // Both outcomes must be common, or the comparison proves little.
+    assert!(
+        parsed > 20_000 && refused > 20_000,
+        "{parsed} parsed, {refused} refused"
+    );
 }

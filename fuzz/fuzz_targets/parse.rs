@@ -1,13 +1,18 @@
-//! Fuzzes the event parser: never panics; a parsed event always has safe ids
+//! Fuzzes the event parser: never panics; the fast path and the general
+//! decoder agree on every input; a parsed event always has safe ids
 //! and round-trips; a poison reason is always short.
 #![no_main]
 
 use hotcount::batch::MembershipKey;
-use hotcount::event::{check_id, parse, to_json, MAX_EVENT_ID_BYTES, MAX_ID_BYTES};
+use hotcount::event::{
+    check_id, parse, parse_general, to_json, MAX_EVENT_ID_BYTES, MAX_ID_BYTES,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    match parse(data) {
+    let result = parse(data);
+    assert_eq!(result, parse_general(data), "fast path and general decoder disagree");
+    match result {
         Ok(event) => {
             assert!(check_id(&event.post_id, MAX_ID_BYTES).is_ok());
             assert!(check_id(&event.user_id, MAX_ID_BYTES).is_ok());

@@ -8,11 +8,15 @@
 //! caller marks busy. Pure and synchronous: no I/O, no awaiting (a
 //! [`Notify`] only wakes the flusher).
 
+use std::collections::VecDeque;
+
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::batch::{fnv1a64, PoisonRecord};
+use std::hash::Hasher;
+
+use crate::batch::PoisonRecord;
 use crate::event::LikeEvent;
 
 /// What a received message turned out to be.
@@ -77,7 +81,8 @@ impl<H> Taken<H> {
 }
 
 struct Buffer<H> {
-    items: Vec<Pending<H>>,
+    /// Oldest first; a take drains the front without moving what stays.
+    items: VecDeque<Pending<H>>,
     bytes: usize,
     oldest: Option<Instant>,
 }
@@ -125,7 +130,7 @@ impl<H> Aggregator<H> {
         let shards = (0..shards.max(1))
             .map(|_| Shard {
                 buffer: Mutex::new(Buffer {
-                    items: Vec::new(),
+                    items: VecDeque::new(),
                     bytes: 0,
                     oldest: None,
                 }),
@@ -167,10 +172,17 @@ impl<H> Aggregator<H> {
             let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return n % self.shards.len();
         }
-        let hash = match item {
-            Item::Event(e) => fnv1a64(e.post_id.as_bytes(), b""),
-            Item::Poison(p) => fnv1a64(p.message_id.as_bytes(), b"poison"),
-        };
+        // FxHash: a word at a time (routing is in-process only, so the hash
+        // need not be stable across builds; it runs once per message).
+        let mut hasher = rustc_hash::FxHasher::default();
+        match item {
+            Item::Event(e) => hasher.write(e.post_id.as_bytes()),
+            Item::Poison(p) => {
+                hasher.write(p.message_id.as_bytes());
+                hasher.write_u8(0xff);
+            }
+        }
+        let hash = hasher.finish();
         (hash % self.shards.len() as u64) as usize
     }
 
@@ -178,20 +190,26 @@ impl<H> Aggregator<H> {
     /// empty (a flush deadline starts), when the shard reaches a full batch,
     /// or when all shards together reach another full batch. Returns the shard.
     pub fn add(&self, pending: Pending<H>) -> usize {
-        self.add_at(pending, Instant::now())
+        self.add_with(pending, Instant::now)
     }
 
     /// [`Aggregator::add`] with an explicit arrival time.
     pub fn add_at(&self, pending: Pending<H>, now: Instant) -> usize {
+        self.add_with(pending, || now)
+    }
+
+    /// Adds `pending`; `now` is read only when the shard was empty (the
+    /// arrival time of its oldest message), not once per message.
+    fn add_with(&self, pending: Pending<H>, now: impl FnOnce() -> Instant) -> usize {
         let index = self.shard_of(&pending.item);
         let shard = &self.shards[index];
         let wake = {
             let mut buffer = shard.buffer.lock();
             let was_empty = buffer.items.is_empty();
             buffer.bytes += pending.bytes;
-            buffer.items.push(pending);
+            buffer.items.push_back(pending);
             if was_empty {
-                buffer.oldest = Some(now);
+                buffer.oldest = Some(now());
             }
             was_empty || buffer.items.len() == self.max_batch_events
         };
@@ -265,11 +283,16 @@ impl<H> Aggregator<H> {
         let Some(shard) = self.shards.get(shard) else {
             return 0;
         };
-        let items: Vec<Pending<H>> = {
+        let items: VecDeque<Pending<H>> = {
             let mut buffer = shard.buffer.lock();
             let n = buffer.items.len().min(limit);
-            let rest = buffer.items.split_off(n);
-            let taken = std::mem::replace(&mut buffer.items, rest);
+            let taken: VecDeque<Pending<H>> = if n == buffer.items.len() {
+                // The next batch is likely as large: room for it up front
+                // instead of growing (and copying) the buffer step by step.
+                std::mem::replace(&mut buffer.items, VecDeque::with_capacity(n))
+            } else {
+                buffer.items.drain(..n).collect()
+            };
             let taken_bytes: usize = taken.iter().map(|p| p.bytes).sum();
             buffer.bytes -= taken_bytes;
             buffer.oldest = if buffer.items.is_empty() {
@@ -283,6 +306,7 @@ impl<H> Aggregator<H> {
             .fetch_sub(items.len(), std::sync::atomic::Ordering::Relaxed);
         let n = items.len();
         taken.handles.reserve(n);
+        taken.events.reserve(n);
         for pending in items {
             taken.bytes += pending.bytes;
             taken.published.extend(pending.published);

@@ -1,0 +1,614 @@
+//! The fast path of [`super::parse`]: a hand-written scanner for the common
+//! shape of a v1 payload (one flat object, strings without escapes, scalar
+//! values, an RFC 3339 timestamp in its canonical form).
+//!
+//! Invariant: for any bytes it returns either exactly the event the general
+//! decoder ([`super::parse_general`]) returns, or `None` ("not sure"), and the
+//! caller then runs the general decoder. It never produces a poison, so every
+//! quarantine reason still comes from one place. Anything unusual (an escape,
+//! a duplicate or nested field, a missing field, a number that is not a small
+//! integer, a leap second, a lowercase `t`, a timestamp out of range, an
+//! unsafe id) is "not sure". The agreement of both paths is checked on every
+//! input `tests/fuzz_parser.rs` and the `fuzz/` targets generate.
+
+use super::{
+    check_id, LikeEvent, LikeKind, Version, MAX_EVENT_ID_BYTES, MAX_ID_BYTES, MAX_MICROS,
+    MAX_PAYLOAD_BYTES, MIN_MICROS,
+};
+
+/// Unknown keys remembered for the duplicate check; a payload with more is
+/// left to the general decoder.
+const MAX_UNKNOWN_KEYS: usize = 4;
+/// Longest integer read as `seq` (18 digits always fit an `i64`).
+const MAX_SEQ_DIGITS: usize = 18;
+
+/// Decodes `data` when it has the common shape; `None` otherwise.
+pub(super) fn parse(data: &[u8]) -> Option<LikeEvent> {
+    if data.len() > MAX_PAYLOAD_BYTES {
+        return None;
+    }
+    // The general decoder reads the whole payload as UTF-8 too; once valid,
+    // every string below is a slice of it between ASCII quotes.
+    let text = std::str::from_utf8(data).ok()?;
+    let mut c = Cursor {
+        s: text,
+        b: data,
+        i: 0,
+    };
+    let mut f = Fields::default();
+    let mut seen = 0u8;
+    let mut unknown: [&[u8]; MAX_UNKNOWN_KEYS] = [&[]; MAX_UNKNOWN_KEYS];
+    let mut unknown_len = 0;
+    c.ws();
+    c.eat(b'{')?;
+    c.ws();
+    if c.peek() != Some(b'"') {
+        return None; // `{}` or junk: the general decoder says which
+    }
+    loop {
+        let key = c.key()?;
+        c.ws();
+        c.eat(b':')?;
+        c.ws();
+        match key {
+            Key::Known(field) => {
+                let bit = 1u8 << field as u8;
+                if seen & bit != 0 {
+                    return None; // a duplicate key: the general decoder names it
+                }
+                seen |= bit;
+                match field {
+                    Field::Version => {
+                        if !c.null() {
+                            (c.integer(1)? == 1).then_some(())?;
+                        }
+                    }
+                    Field::Seq => {
+                        f.seq = if c.null() {
+                            0
+                        } else {
+                            c.integer(MAX_SEQ_DIGITS)?
+                        }
+                    }
+                    // `producer: null` is the same as no producer.
+                    Field::Producer if c.null() => {}
+                    _ => f.strs[field as usize] = Some(c.string()?),
+                }
+            }
+            Key::Unknown(name) => {
+                if unknown[..unknown_len].contains(&name) || unknown_len == MAX_UNKNOWN_KEYS {
+                    return None;
+                }
+                unknown[unknown_len] = name;
+                unknown_len += 1;
+                c.skip_scalar()?;
+            }
+        }
+        c.ws();
+        if !c.next_member()? {
+            break;
+        }
+    }
+    c.ws();
+    if c.i != data.len() {
+        return None;
+    }
+    f.into_event()
+}
+
+/// The known fields, numbered as their bit in the set of keys seen and
+/// their slot in [`Fields::strs`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Kind = 0,
+    EventId,
+    PostId,
+    UserId,
+    OccurredAt,
+    Producer,
+    Version,
+    Seq,
+}
+
+/// An object key: a known field, or any other name (raw bytes).
+enum Key<'a> {
+    Known(Field),
+    Unknown(&'a [u8]),
+}
+
+/// The known keys with their quotes, matched as literals: a payload's keys
+/// are compared, never scanned.
+const KEYS: [KeyLiteral; 8] = [
+    KeyLiteral::new(b"\"type\"", Field::Kind),
+    KeyLiteral::new(b"\"eventId\"", Field::EventId),
+    KeyLiteral::new(b"\"postId\"", Field::PostId),
+    KeyLiteral::new(b"\"userId\"", Field::UserId),
+    KeyLiteral::new(b"\"occurredAt\"", Field::OccurredAt),
+    KeyLiteral::new(b"\"producer\"", Field::Producer),
+    KeyLiteral::new(b"\"version\"", Field::Version),
+    KeyLiteral::new(b"\"seq\"", Field::Seq),
+];
+
+/// A quoted key (at most 16 bytes) as a little-endian word and the mask of
+/// its bytes, so that matching it is one load, one AND and one compare.
+struct KeyLiteral {
+    bytes: &'static [u8],
+    word: u128,
+    mask: u128,
+    field: Field,
+}
+
+impl KeyLiteral {
+    const fn new(bytes: &'static [u8], field: Field) -> Self {
+        let mut word = [0u8; 16];
+        let mut i = 0;
+        while i < bytes.len() {
+            word[i] = bytes[i];
+            i += 1;
+        }
+        Self {
+            bytes,
+            word: u128::from_le_bytes(word),
+            mask: u128::MAX >> (8 * (16 - bytes.len())),
+            field,
+        }
+    }
+
+    /// Whether `rest` starts with this key.
+    fn starts(&self, rest: &[u8]) -> bool {
+        match rest.first_chunk::<16>() {
+            Some(chunk) => u128::from_le_bytes(*chunk) & self.mask == self.word,
+            None => rest.starts_with(self.bytes),
+        }
+    }
+}
+
+/// A string found without escapes, with what the id rules need to know of it.
+#[derive(Clone, Copy)]
+struct Found<'a> {
+    text: &'a str,
+    /// [`UNSAFE_BYTE`] and [`NON_ASCII`], as found while scanning (one
+    /// word, written once).
+    flags: u64,
+}
+
+/// Holds `/` or DEL (unsafe in an id whatever else).
+const UNSAFE_BYTE: u64 = 1;
+/// Holds a byte >= 0x80 (a non-ASCII char: the full id check applies).
+const NON_ASCII: u64 = 2;
+
+impl Found<'_> {
+    /// Whether it is a valid id of at most `max_bytes`; the same answer as
+    /// [`check_id`], mostly from the flags gathered while scanning.
+    fn is_id(&self, max_bytes: usize) -> bool {
+        if self.flags & NON_ASCII != 0 {
+            return check_id(self.text, max_bytes).is_ok();
+        }
+        let t = self.text;
+        self.flags & UNSAFE_BYTE == 0
+            && !t.is_empty()
+            && t.len() <= max_bytes
+            && t != "."
+            && t != ".."
+            && !(t.len() >= 4 && t.starts_with("__") && t.ends_with("__"))
+    }
+}
+
+/// The fields as found (borrowed, unescaped, valid UTF-8) and `seq`.
+#[derive(Default)]
+struct Fields<'a> {
+    /// Indexed by [`Field`] (the string ones).
+    strs: [Option<Found<'a>>; 6],
+    seq: i64,
+}
+
+impl Fields<'_> {
+    /// The same checks as the general decoder, any failure being "not sure".
+    fn into_event(self) -> Option<LikeEvent> {
+        let [kind, event_id, post_id, user_id, occurred_at, producer] = self.strs;
+        let kind = match kind?.text {
+            "like.added" => LikeKind::Added,
+            "like.removed" => LikeKind::Removed,
+            _ => return None,
+        };
+        let (event_id, post_id, user_id) = (event_id?, post_id?, user_id?);
+        let ids_ok = event_id.is_id(MAX_EVENT_ID_BYTES)
+            && post_id.is_id(MAX_ID_BYTES)
+            && user_id.is_id(MAX_ID_BYTES);
+        if !ids_ok {
+            return None;
+        }
+        let occurred_at_micros = timestamp_micros(occurred_at?.text.as_bytes())?;
+        let producer = match producer {
+            Some(p) if p.text.len() > MAX_EVENT_ID_BYTES => return None,
+            p => p.map(|p| p.text.to_owned()),
+        };
+        Some(LikeEvent {
+            kind,
+            post_id: post_id.text.to_owned(),
+            user_id: user_id.text.to_owned(),
+            version: Version {
+                seq: self.seq,
+                occurred_at_micros,
+                event_id: event_id.text.to_owned(),
+            },
+            producer,
+        })
+    }
+}
+
+/// Byte-parallel tests on a little-endian 8-byte word; each sets bit 7 of
+/// the matching bytes. Exact at the lowest matching byte (a borrow only
+/// spills into bytes above a true match), which is all that is read.
+mod word {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+
+    /// Bytes equal to `byte`.
+    pub fn eq(w: u64, byte: u8) -> u64 {
+        let x = w ^ (ONES * u64::from(byte));
+        x.wrapping_sub(ONES) & !x & HIGH
+    }
+
+    /// Bytes below `bound` (at most 0x80).
+    pub fn below(w: u64, bound: u8) -> u64 {
+        w.wrapping_sub(ONES * u64::from(bound)) & !w & HIGH
+    }
+
+    /// Bytes >= 0x80.
+    pub fn high(w: u64) -> u64 {
+        w & HIGH
+    }
+}
+
+/// Bytes that end the fast scan of a string: the closing quote, an escape,
+/// or a control character (invalid inside a JSON string).
+fn is_stop(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
+/// [`Found::flags`] from the bytes seen (any non-zero is "present").
+fn flags(unsafe_bytes: u64, high: u64) -> u64 {
+    (u64::from(unsafe_bytes != 0) * UNSAFE_BYTE) | (u64::from(high != 0) * NON_ASCII)
+}
+
+/// A position in the payload (valid UTF-8, `s` and `b` the same bytes).
+struct Cursor<'a> {
+    s: &'a str,
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    /// Skips JSON whitespace.
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.i += 1)
+    }
+
+    /// `,` (another member follows: true) or `}` (the object ends: false).
+    fn next_member(&mut self) -> Option<bool> {
+        match self.peek()? {
+            b',' => {
+                self.i += 1;
+                self.ws();
+                Some(true)
+            }
+            b'}' => {
+                self.i += 1;
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
+    /// An object key: a known one by literal comparison, else scanned.
+    fn key(&mut self) -> Option<Key<'a>> {
+        let rest = &self.b[self.i..];
+        let candidate = match rest.get(1)? {
+            b't' => 0,
+            b'e' => 1,
+            b'p' if rest.get(2) == Some(&b'o') => 2,
+            b'u' => 3,
+            b'o' => 4,
+            b'p' => 5,
+            b'v' => 6,
+            b's' => 7,
+            _ => usize::MAX,
+        };
+        if let Some(key) = KEYS.get(candidate) {
+            if key.starts(rest) {
+                self.i += key.bytes.len();
+                return Some(Key::Known(key.field));
+            }
+        }
+        Some(Key::Unknown(self.string()?.text.as_bytes()))
+    }
+
+    /// A string without escapes or control characters, scanned a word at a
+    /// time.
+    #[inline(always)]
+    fn string(&mut self) -> Option<Found<'a>> {
+        self.eat(b'"')?;
+        let start = self.i;
+        let mut at = start;
+        let (mut unsafe_bytes, mut high) = (0u64, 0u64);
+        while let Some(chunk) = self.b.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+            let w = u64::from_le_bytes(*chunk);
+            let stops = word::eq(w, b'"') | word::eq(w, b'\\') | word::below(w, 0x20);
+            // Only the bytes before the first stop belong to the string.
+            let keep = match stops {
+                0 => u64::MAX,
+                s => (1u64 << (s.trailing_zeros() & !7)).wrapping_sub(1),
+            };
+            unsafe_bytes |= (word::eq(w, b'/') | word::eq(w, 0x7f)) & keep;
+            high |= word::high(w) & keep;
+            if stops != 0 {
+                at += (stops.trailing_zeros() / 8) as usize;
+                return self.close(start, at, flags(unsafe_bytes, high));
+            }
+            at += 8;
+        }
+        while !is_stop(*self.b.get(at)?) {
+            let b = self.b[at];
+            unsafe_bytes |= u64::from(b == b'/' || b == 0x7f);
+            high |= u64::from(b >= 0x80);
+            at += 1;
+        }
+        self.close(start, at, flags(unsafe_bytes, high))
+    }
+
+    /// Ends a string at the stop byte `at`, which must be its closing quote.
+    #[inline(always)]
+    fn close(&mut self, start: usize, at: usize, flags: u64) -> Option<Found<'a>> {
+        if self.b[at] != b'"' {
+            return None;
+        }
+        self.i = at + 1;
+        Some(Found {
+            text: self.s.get(start..at)?,
+            flags,
+        })
+    }
+
+    /// The literal `null`, consumed when present.
+    fn null(&mut self) -> bool {
+        let found = self.b[self.i..].starts_with(b"null") && self.scalar_ends_at(self.i + 4);
+        if found {
+            self.i += 4;
+        }
+        found
+    }
+
+    /// True when a scalar ending before `at` is complete (what follows it
+    /// cannot continue a number or a literal).
+    fn scalar_ends_at(&self, at: usize) -> bool {
+        !matches!(
+            self.b.get(at),
+            Some(b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-' | b'a'..=b'z')
+        )
+    }
+
+    /// A non-negative JSON integer of at most `max_digits` digits (no sign,
+    /// fraction or exponent, no leading zero).
+    fn integer(&mut self, max_digits: usize) -> Option<i64> {
+        let rest = &self.b[self.i..];
+        let n = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        if n == 0 || n > max_digits || (n > 1 && rest[0] == b'0') {
+            return None;
+        }
+        if !self.scalar_ends_at(self.i + n) {
+            return None;
+        }
+        let value = rest[..n]
+            .iter()
+            .fold(0i64, |v, d| v * 10 + i64::from(d - b'0'));
+        self.i += n;
+        Some(value)
+    }
+
+    /// The value of an unknown field, read and dropped: a string without
+    /// escapes, an integer, `true`, `false` or `null`.
+    fn skip_scalar(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'-' => {
+                self.i += 1;
+                self.integer(MAX_SEQ_DIGITS).map(drop)
+            }
+            b'0'..=b'9' => self.integer(MAX_SEQ_DIGITS).map(drop),
+            _ => {
+                for word in [&b"true"[..], b"false", b"null"] {
+                    if self.b[self.i..].starts_with(word)
+                        && self.scalar_ends_at(self.i + word.len())
+                    {
+                        self.i += word.len();
+                        return Some(());
+                    }
+                }
+                None
+            }
+        }
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.f{1,9}](Z|+HH:MM|-HH:MM)` as microseconds since
+/// the epoch, inside Firestore's range; `None` for any other form.
+fn timestamp_micros(s: &[u8]) -> Option<i64> {
+    let head: &[u8; 19] = s.first_chunk()?;
+    let two = |i: usize| -> Option<i64> {
+        let (a, b) = (head[i].wrapping_sub(b'0'), head[i + 1].wrapping_sub(b'0'));
+        (a < 10 && b < 10).then(|| i64::from(a) * 10 + i64::from(b))
+    };
+    let seps = [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')];
+    if seps.iter().any(|&(at, byte)| head[at] != byte) {
+        return None;
+    }
+    let (year, month, day) = (two(0)? * 100 + two(2)?, two(5)?, two(8)?);
+    let (hour, minute, second) = (two(11)?, two(14)?, two(17)?);
+    if year == 0 || !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+        return None;
+    }
+    if hour > 23 || minute > 59 || second > 59 {
+        return None; // 60 is a leap second: left to the general decoder
+    }
+    let sep = |at: usize, byte: u8| s.get(at) == Some(&byte);
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        s.get(range)?.iter().try_fold(0i64, |v, &b| {
+            b.is_ascii_digit().then(|| v * 10 + i64::from(b - b'0'))
+        })
+    };
+    let mut at = 19;
+    let mut micros = 0;
+    if sep(at, b'.') {
+        let (mut digits, mut fraction) = (0u32, 0i64);
+        while let Some(d) = s
+            .get(at + 1 + digits as usize)
+            .filter(|b| b.is_ascii_digit())
+        {
+            if digits == 9 {
+                return None; // chrono drops digits past the ninth: left to it
+            }
+            fraction = fraction * 10 + i64::from(d - b'0');
+            digits += 1;
+        }
+        if digits == 0 {
+            return None;
+        }
+        let nanos = fraction * 10i64.pow(9 - digits);
+        micros = nanos / 1000;
+        at += 1 + digits as usize;
+    }
+    let offset_secs = match s.get(at..)? {
+        b"Z" => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (h, m) = (num(at + 1..at + 3)?, num(at + 4..at + 6)?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let secs = h * 3600 + m * 60;
+            if *sign == b'-' {
+                -secs
+            } else {
+                secs
+            }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_secs;
+    let total = secs * 1_000_000 + micros;
+    (MIN_MICROS..=MAX_MICROS).contains(&total).then_some(total)
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_general;
+    use super::*;
+
+    const CANONICAL: &str = r#"{"version":1,"eventId":"01J9Z8Q7AB","type":"like.added","postId":"post-7","userId":"user-42","occurredAt":"2026-11-30T12:34:56.789012Z","seq":3,"producer":"web"}"#;
+
+    #[test]
+    fn canonical_payloads_take_the_fast_path_with_the_general_result() {
+        for payload in [
+            CANONICAL.to_string(),
+            CANONICAL.replace(",", " ,\n\t").replace("\":", "\" : "),
+            CANONICAL.replace(r#","seq":3"#, r#","seq":null"#),
+            CANONICAL.replace(
+                r#""producer":"web""#,
+                r#""producer":null,"x":-12,"y":"z","t":true"#,
+            ),
+            CANONICAL.replace("12:34:56.789012Z", "12:34:56+05:30"),
+            CANONICAL.replace("12:34:56.789012Z", "12:34:56.123456789-23:59"),
+            CANONICAL.replace("2026-11-30", "2024-02-29"),
+            CANONICAL.replace("post-7", "caf\u{e9}"),
+            CANONICAL.replace("2026-11-30T12:34:56.789012Z", "0001-01-01T00:00:00Z"),
+            CANONICAL.replace("2026-11-30T12:34:56.789012Z", "1969-12-31T23:59:59.999999Z"),
+            CANONICAL.replace("2026-11-30T12:34:56.789012Z", "9999-12-31T23:59:59.999999Z"),
+        ] {
+            let fast = parse(payload.as_bytes());
+            assert!(fast.is_some(), "fast path refused {payload}");
+            assert_eq!(
+                fast.ok_or(()),
+                parse_general(payload.as_bytes()).map_err(drop)
+            );
+        }
+    }
+
+    #[test]
+    fn unusual_payloads_are_left_to_the_general_decoder() {
+        for payload in [
+            CANONICAL.replace("post-7", r"post\u002d7"),
+            CANONICAL.replace(r#""seq":3"#, r#""seq":3,"seq":4"#),
+            CANONICAL.replace(r#""seq":3"#, r#""seq":3.0"#),
+            CANONICAL.replace(r#""seq":3"#, r#""seq":-3"#),
+            CANONICAL.replace(r#""seq":3"#, r#""seq":03"#),
+            CANONICAL.replace(r#""version":1"#, r#""version":2"#),
+            CANONICAL.replace(r#""version":1"#, r#""version":1e0"#),
+            CANONICAL.replace(r#""producer":"web""#, r#""producer":"web","n":{"a":1}"#),
+            CANONICAL.replace(r#""producer":"web""#, r#""producer":"web","n":1.5"#),
+            CANONICAL.replace("12:34:56", "12:34:60"),
+            CANONICAL.replace("T12", "t12"),
+            CANONICAL.replace("2026-11-30T12:34:56.789012Z", "0001-01-01T00:00:00+00:01"),
+            CANONICAL.replace("2026-11-30", "2026-02-29"),
+            CANONICAL.replace(".789012Z", ".7890123456Z"),
+            CANONICAL.replace("post-7", "a/b"),
+            CANONICAL.replace("like.added", "like.liked"),
+            CANONICAL.replace(r#""userId":"user-42","#, ""),
+            format!("{CANONICAL} x"),
+            format!("{CANONICAL},"),
+            "{}".to_string(),
+        ] {
+            assert!(
+                parse(payload.as_bytes()).is_none(),
+                "fast path took {payload}"
+            );
+        }
+    }
+
+    #[test]
+    fn timestamps_match_chrono_to_the_microsecond() {
+        for text in [
+            "1970-01-01T00:00:00Z",
+            "2000-02-29T23:59:59.5+01:00",
+            "1900-03-01T00:00:00.000001-00:30",
+            "2026-11-30T12:34:56.999999999Z",
+            "0004-02-29T12:00:00Z",
+        ] {
+            let want = chrono::DateTime::parse_from_rfc3339(text)
+                .map(|t| t.timestamp_micros())
+                .ok();
+            assert_eq!(timestamp_micros(text.as_bytes()), want, "{text}");
+        }
+    }
+}
