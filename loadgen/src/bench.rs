@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::publish::{self, PublishOptions};
 use crate::report::{self, Percentiles};
+use crate::run_error::RunError;
 use crate::{generate, readback, verify, Workload, WorkloadConfig};
 
 /// The workload shapes the benchmark runs.
@@ -139,34 +140,6 @@ impl RunResult {
     }
 }
 
-/// The benchmark failed to run (a wrong count is a [`Verdict`], not an error).
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// Emulators, setup or clients.
-    #[error("starting: {0}")]
-    Start(String),
-    /// Settings.
-    #[error("invalid settings: {0}")]
-    Invalid(String),
-    /// Publishing.
-    #[error(transparent)]
-    Publish(#[from] publish::PublishError),
-    /// Reading back.
-    #[error(transparent)]
-    Verify(#[from] verify::VerifyError),
-}
-
-impl BenchError {
-    /// Whether running again may succeed.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            BenchError::Publish(e) => e.is_retryable(),
-            BenchError::Verify(e) => e.is_retryable(),
-            _ => false,
-        }
-    }
-}
-
 /// The Zipf exponent that gives the most popular of `posts` posts the
 /// share `share` of the events (bisection; 0 when one post).
 pub fn exponent_for_top_share(posts: u32, share: f64) -> f64 {
@@ -205,20 +178,21 @@ pub fn workload_config(config: &BenchConfig, case: Case) -> WorkloadConfig {
 }
 
 /// Runs every case with every strategy; `on_result` sees each run as it ends.
+/// A wrong count is a [`Verdict`], not an error.
 pub async fn run(
     config: &BenchConfig,
     mut on_result: impl FnMut(&RunResult),
-) -> Result<Vec<RunResult>, BenchError> {
+) -> Result<Vec<RunResult>, RunError> {
     config
         .run
         .validate()
-        .map_err(|e| BenchError::Invalid(e.to_string()))?;
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
     let mut results = Vec::new();
     for &case in &config.cases {
         let workload_config = workload_config(config, case);
         workload_config
             .validate()
-            .map_err(|e| BenchError::Invalid(e.to_string()))?;
+            .map_err(|e| RunError::Invalid(e.to_string()))?;
         let workload = Arc::new(generate(&workload_config));
         for &strategy in &config.strategies {
             let result = run_one(config, case, strategy, workload.clone()).await?;
@@ -235,20 +209,20 @@ async fn run_one(
     case: Case,
     strategy: Strategy,
     workload: Arc<Workload>,
-) -> Result<RunResult, BenchError> {
+) -> Result<RunResult, RunError> {
     let mut run_args = config.run.clone();
     run_args.strategy = strategy;
     run_args.metrics_addr = "off".into();
     let service_config = run_args
         .validate()
-        .map_err(|e| BenchError::Invalid(e.to_string()))?;
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
     let (emulators, endpoints) = crate::demo::start_stage(
         &service_config,
         &run_args.target.project,
         config.store_rtt_ms,
     )
     .await
-    .map_err(BenchError::Start)?;
+    .map_err(RunError::Start)?;
     let target = run_args.target.clone();
     let subscription = service_config.subscription.clone();
     emulators.firestore().reset_stats();
@@ -350,11 +324,11 @@ async fn run_one(
 
 async fn publisher_result(
     publishing: tokio::task::JoinHandle<Result<publish::PublishReport, publish::PublishError>>,
-) -> Result<u64, BenchError> {
+) -> Result<u64, RunError> {
     match publishing.await {
         Ok(Ok(report)) => Ok(report.published),
         Ok(Err(e)) => Err(e.into()),
-        Err(e) => Err(BenchError::Start(format!("publisher task: {e}"))),
+        Err(e) => Err(RunError::Start(format!("publisher task: {e}"))),
     }
 }
 
@@ -374,7 +348,7 @@ impl Consumer {
         endpoints: &hotcount::config::Endpoints,
         run_args: &RunArgs,
         service_config: &hotcount::config::Config,
-    ) -> Result<Self, BenchError> {
+    ) -> Result<Self, RunError> {
         let Some(bin) = &config.consumer_bin else {
             let (stop, stop_rx) = watch::channel(false);
             let (endpoints, service_config) = (endpoints.clone(), service_config.clone());
@@ -398,7 +372,7 @@ impl Consumer {
             .stdout(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| BenchError::Start(format!("spawning {}: {e}", bin.display())))?;
+            .map_err(|e| RunError::Start(format!("spawning {}: {e}", bin.display())))?;
         Ok(Consumer::Process(child))
     }
 
@@ -426,21 +400,19 @@ impl Consumer {
     /// Stops the consumer: in-process it drains; a child process is killed
     /// (the window is over; what it had not acked is redelivered, and a
     /// killed consumer never breaks a count, which the check proves).
-    async fn stop(self) -> Result<(), BenchError> {
+    async fn stop(self) -> Result<(), RunError> {
         match self {
             Consumer::InProcess { stop, task } => {
                 let _ = stop.send(true);
                 match task.await {
                     Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(BenchError::Start(format!("consumer: {e}"))),
-                    Err(e) => Err(BenchError::Start(format!("consumer task: {e}"))),
+                    Ok(Err(e)) => Err(RunError::Start(format!("consumer: {e}"))),
+                    Err(e) => Err(RunError::Start(format!("consumer task: {e}"))),
                 }
             }
             Consumer::Process(mut child) => {
                 if let Ok(Some(status)) = child.try_wait() {
-                    return Err(BenchError::Start(format!(
-                        "consumer exited early: {status}"
-                    )));
+                    return Err(RunError::Start(format!("consumer exited early: {status}")));
                 }
                 let _ = child.kill().await;
                 Ok(())
@@ -711,7 +683,7 @@ pub struct BenchArgs {
 
 /// Runs `hotcount-loadgen bench` and prints the tables; exit 1 when a
 /// completed run's counts are wrong or a partial run broke the invariant.
-pub async fn run_command(args: BenchArgs) -> Result<std::process::ExitCode, BenchError> {
+pub async fn run_command(args: BenchArgs) -> Result<std::process::ExitCode, RunError> {
     let config = BenchConfig {
         run: args.run,
         events: args.events,

@@ -41,8 +41,9 @@ use tokio::sync::watch;
 use tonic::Code;
 
 use crate::publish::{self, PublishOptions, PublishReport};
+use crate::run_error::RunError;
 use crate::verify::{self, VerifyReport};
-use crate::workload::{Origin, Workload};
+use crate::workload::{MessageMixArgs, Origin, Workload};
 use crate::{generate, Truth, WorkloadConfig};
 
 const PROJECT: &str = "hotcount-chaos";
@@ -156,30 +157,6 @@ impl ChaosSummary {
     }
 }
 
-/// The chaos run failed to run (a mismatch is not an error: see [`ChaosSummary::is_success`]).
-#[derive(Debug, thiserror::Error)]
-pub enum ChaosError {
-    /// Emulators, setup, clients or processes.
-    #[error("starting: {0}")]
-    Start(String),
-    /// Settings.
-    #[error("invalid settings: {0}")]
-    Invalid(String),
-    /// Publishing.
-    #[error(transparent)]
-    Publish(#[from] publish::PublishError),
-    /// Verifying.
-    #[error(transparent)]
-    Verify(#[from] verify::VerifyError),
-}
-
-impl ChaosError {
-    /// Whether running again may succeed.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, ChaosError::Start(_))
-    }
-}
-
 /// Shuffles `workload`'s messages within windows of `window`, keeping each
 /// duplicate pointing at its original, and recomputes the truth (which does
 /// not depend on order: per (post, user) the highest `seq` decides).
@@ -218,7 +195,7 @@ struct Spawner {
 }
 
 impl Spawner {
-    fn spawn(&self, index: usize) -> Result<Child, ChaosError> {
+    fn spawn(&self, index: usize) -> Result<Child, RunError> {
         let mut cmd = Command::new(&self.bin);
         cmd.args([
             "run",
@@ -249,7 +226,7 @@ impl Spawner {
                     .create(true)
                     .append(true)
                     .open(dir.join(format!("consumer-{index}.log")))
-                    .map_err(|e| ChaosError::Start(format!("consumer log: {e}")))?;
+                    .map_err(|e| RunError::Start(format!("consumer log: {e}")))?;
                 cmd.stderr(file);
             }
             None => {
@@ -257,7 +234,7 @@ impl Spawner {
             }
         }
         cmd.spawn()
-            .map_err(|e| ChaosError::Start(format!("spawning {}: {e}", self.bin.display())))
+            .map_err(|e| RunError::Start(format!("spawning {}: {e}", self.bin.display())))
     }
 }
 
@@ -271,34 +248,35 @@ struct Tally {
 }
 
 /// Runs the whole chaos scenario; `cancel` ends it early (then it still cleans up).
+/// A mismatch is not an error: see [`ChaosSummary::is_success`].
 pub async fn run(
     config: &ChaosConfig,
     cancel: watch::Receiver<bool>,
-) -> Result<ChaosSummary, ChaosError> {
+) -> Result<ChaosSummary, RunError> {
     config
         .workload
         .validate()
-        .map_err(|e| ChaosError::Invalid(e.to_string()))?;
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
     if config.consumers == 0 || config.kill_every.0 > config.kill_every.1 {
-        return Err(ChaosError::Invalid(
+        return Err(RunError::Invalid(
             "need at least one consumer and kill_every min <= max".into(),
         ));
     }
     if !config.hotcount_bin.is_file() {
-        return Err(ChaosError::Invalid(format!(
+        return Err(RunError::Invalid(format!(
             "no hotcount binary at {} (build it, or pass --hotcount-bin)",
             config.hotcount_bin.display()
         )));
     }
     if let Some(dir) = &config.log_dir {
-        std::fs::create_dir_all(dir).map_err(|e| ChaosError::Start(format!("log dir: {e}")))?;
+        std::fs::create_dir_all(dir).map_err(|e| RunError::Start(format!("log dir: {e}")))?;
     }
     let started = Instant::now();
     let deadline = started + config.timeout;
     let emulators = Arc::new(
         Emulators::start(EmulatorsConfig::default())
             .await
-            .map_err(|e| ChaosError::Start(format!("emulators: {e}")))?,
+            .map_err(|e| RunError::Start(format!("emulators: {e}")))?,
     );
     let endpoints = Endpoints {
         pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
@@ -321,10 +299,10 @@ pub async fn run(
         },
     )
     .await
-    .map_err(|e| ChaosError::Start(format!("setup: {e}")))?;
+    .map_err(|e| RunError::Start(format!("setup: {e}")))?;
     let admin = hotcount::connect::subscription_admin(&endpoints)
         .await
-        .map_err(|e| ChaosError::Start(e.to_string()))?;
+        .map_err(|e| RunError::Start(e.to_string()))?;
     let snapshot = format!("projects/{PROJECT}/snapshots/{SNAPSHOT}");
     if config.replay {
         admin
@@ -333,7 +311,7 @@ pub async fn run(
             .set_subscription(subscription.clone())
             .send()
             .await
-            .map_err(|e| ChaosError::Start(format!("snapshot: {e}")))?;
+            .map_err(|e| RunError::Start(format!("snapshot: {e}")))?;
     }
 
     let mut rng = StdRng::seed_from_u64(config.seed);
@@ -352,7 +330,7 @@ pub async fn run(
             child: Some(spawner.spawn(index)?),
         });
     }
-    install_faults(&emulators).map_err(ChaosError::Start)?;
+    install_faults(&emulators).map_err(RunError::Start)?;
 
     let tally = Arc::new(Tally::default());
     let (chaos_stop_tx, chaos_stop) = watch::channel(false);
@@ -404,7 +382,7 @@ pub async fn run(
             .set_snapshot(snapshot.clone())
             .send()
             .await
-            .map_err(|e| ChaosError::Start(format!("seek: {e}")))?;
+            .map_err(|e| RunError::Start(format!("seek: {e}")))?;
         replayed = stats(&emulators).unacked.saturating_sub(before);
         wait_until(started + config.timeout.mul_f64(0.7), &cancel, processed).await;
     }
@@ -418,7 +396,7 @@ pub async fn run(
     let _ = spiker.await;
     let mut consumers = killer
         .await
-        .map_err(|e| ChaosError::Start(format!("kill loop: {e}")))?;
+        .map_err(|e| RunError::Start(format!("kill loop: {e}")))?;
     emulators.pubsub_faults().clear();
     emulators.firestore_faults().clear();
     for c in &mut consumers {
@@ -756,12 +734,9 @@ pub struct ChaosArgs {
     /// Probability that an event on a liked (post, user) is an unlike.
     #[arg(long, default_value_t = 0.3)]
     pub unlike_fraction: f64,
-    /// Fraction of messages republished verbatim (publisher retries).
-    #[arg(long, default_value_t = 0.05)]
-    pub duplicate_fraction: f64,
-    /// Fraction of poison messages.
-    #[arg(long, default_value_t = 0.01)]
-    pub poison_fraction: f64,
+    /// Duplicate and poison fractions (shared with `demo`).
+    #[command(flatten)]
+    pub mix: MessageMixArgs,
     /// Seed of the workload, the shuffle and the kill schedule.
     #[arg(long, default_value_t = 6)]
     pub seed: u64,
@@ -810,8 +785,8 @@ impl ChaosArgs {
                 users: self.users,
                 zipf_exponent: self.zipf,
                 unlike_fraction: self.unlike_fraction,
-                duplicate_fraction: self.duplicate_fraction,
-                poison_fraction: self.poison_fraction,
+                duplicate_fraction: self.mix.duplicate_fraction,
+                poison_fraction: self.mix.poison_fraction,
                 seed: self.seed,
             },
             hotcount_bin: self

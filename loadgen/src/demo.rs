@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use crate::publish::{self, PublishOptions, PublishReport};
 use crate::report::{self, Percentiles, RunInfo};
+use crate::run_error::RunError;
 use crate::verify::{self, VerifyReport};
 use crate::{generate, readback, WorkloadConfig};
 
@@ -79,57 +80,27 @@ impl DemoSummary {
     }
 }
 
-/// The demo failed to run (a mismatch is not an error: see [`DemoSummary::is_success`]).
-#[derive(Debug, thiserror::Error)]
-pub enum DemoError {
-    /// Emulators, setup or clients.
-    #[error("starting: {0}")]
-    Start(String),
-    /// Settings.
-    #[error("invalid settings: {0}")]
-    Invalid(String),
-    /// Publishing.
-    #[error(transparent)]
-    Publish(#[from] publish::PublishError),
-    /// Verifying.
-    #[error(transparent)]
-    Verify(#[from] verify::VerifyError),
-    /// Reporting.
-    #[error(transparent)]
-    Report(#[from] report::ReportError),
-}
-
-impl DemoError {
-    /// Whether running the demo again may succeed.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            DemoError::Publish(e) => e.is_retryable(),
-            DemoError::Verify(e) => e.is_retryable(),
-            _ => false,
-        }
-    }
-}
-
-/// Runs the whole demo; `cancel` stops publishing early.
+/// Runs the whole demo; `cancel` stops publishing early. A mismatch is not
+/// an error: see [`DemoSummary::is_success`].
 pub async fn run(
     config: &DemoConfig,
     cancel: watch::Receiver<bool>,
-) -> Result<DemoSummary, DemoError> {
+) -> Result<DemoSummary, RunError> {
     config
         .workload
         .validate()
-        .map_err(|e| DemoError::Invalid(e.to_string()))?;
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
     let service_config = config
         .run
         .validate()
-        .map_err(|e| DemoError::Invalid(e.to_string()))?;
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
     let (emulators, endpoints) = start_stage(
         &service_config,
         &config.run.target.project,
         config.store_rtt_ms,
     )
     .await
-    .map_err(DemoError::Start)?;
+    .map_err(RunError::Start)?;
     let target = &config.run.target;
 
     let stats = Arc::new(Stats::default());
@@ -162,8 +133,8 @@ pub async fn run(
     let _ = stop_tx.send(true);
     match service.await {
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => return Err(DemoError::Start(format!("consumer: {e}"))),
-        Err(e) => return Err(DemoError::Start(format!("consumer task: {e}"))),
+        Ok(Err(e)) => return Err(RunError::Start(format!("consumer: {e}"))),
+        Err(e) => return Err(RunError::Start(format!("consumer task: {e}"))),
     }
 
     let commits = emulators.firestore_counters().get("Commit");

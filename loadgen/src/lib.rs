@@ -12,6 +12,7 @@
 //! - [`chaos`]: kill -9, injected faults and a replay against consumer processes, verified.
 //! - [`chart`]: the dependency-light PNG percentile plot.
 //! - [`demo`]: the one-command demo (emulators, consumer, workload, verify, report).
+//! - [`run_error`]: why a `bench`, `chaos` or `demo` run could not be carried out.
 //!
 //! # Use from code (`hotcount demo`, tests)
 //! ```no_run
@@ -55,6 +56,7 @@ pub mod demo;
 pub mod publish;
 pub mod readback;
 pub mod report;
+pub mod run_error;
 pub mod truth;
 pub mod verify;
 pub mod workload;

@@ -12,6 +12,7 @@ use hotcount::config::{Endpoints, Target};
 use hotcount_loadgen::publish::{self, PublishOptions, PublishReport};
 use hotcount_loadgen::report::{self, RunInfo};
 use hotcount_loadgen::verify::{self, VerifyReport};
+use hotcount_loadgen::workload::MessageMixArgs;
 use hotcount_loadgen::{generate, Truth, WorkloadConfig};
 use tokio::sync::watch;
 
@@ -86,12 +87,9 @@ struct DemoArgs {
     /// Probability that an event on a liked (post, user) is an unlike.
     #[arg(long, default_value_t = 0.05)]
     unlike_fraction: f64,
-    /// Fraction of messages republished verbatim (publisher retries).
-    #[arg(long, default_value_t = 0.05)]
-    duplicate_fraction: f64,
-    /// Fraction of poison messages.
-    #[arg(long, default_value_t = 0.01)]
-    poison_fraction: f64,
+    /// Duplicate and poison fractions (shared with `chaos`).
+    #[command(flatten)]
+    mix: MessageMixArgs,
     /// Seed of the workload.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -431,8 +429,8 @@ async fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
             users: args.users,
             zipf_exponent: args.zipf,
             unlike_fraction: args.unlike_fraction,
-            duplicate_fraction: args.duplicate_fraction,
-            poison_fraction: args.poison_fraction,
+            duplicate_fraction: args.mix.duplicate_fraction,
+            poison_fraction: args.mix.poison_fraction,
             seed: args.seed,
         },
         run: args.run,
@@ -497,6 +495,26 @@ mod tests {
         let w = args.workload();
         assert_eq!((w.events, w.seed), (7, 9));
         assert_eq!((w.zipf_exponent, w.unlike_fraction), (2.0, 0.5));
+    }
+
+    #[test]
+    fn demo_and_chaos_map_the_shared_mix_flags_onto_the_workload() {
+        let mix = ["--duplicate-fraction", "0.1", "--poison-fraction", "0.02"];
+        let cli = parse(&[&["demo"][..], &mix[..]].concat()).unwrap();
+        let Command::Demo(args) = cli.command else {
+            panic!("demo expected");
+        };
+        assert_eq!(
+            (args.mix.duplicate_fraction, args.mix.poison_fraction),
+            (0.1, 0.02)
+        );
+        let cli = parse(&[&["chaos"][..], &mix[..]].concat()).unwrap();
+        let Command::Chaos(args) = cli.command else {
+            panic!("chaos expected");
+        };
+        let w = args.config().workload;
+        assert_eq!((w.duplicate_fraction, w.poison_fraction), (0.1, 0.02));
+        assert_eq!((w.posts, w.seed), (200, 6), "chaos keeps its own defaults");
     }
 
     #[test]

@@ -36,6 +36,21 @@ struct Entry {
 }
 
 impl Entry {
+    /// Appends `version` and forgets versions no read can need any more (older
+    /// than the retention horizon, or past `max_versions`, always keeping
+    /// the newest). Returns whether the document existed before.
+    fn push(&mut self, version: Version, retention: Micros, max_versions: usize) -> bool {
+        let was_live = self.versions.back().is_some_and(|v| v.doc.is_some());
+        let horizon = version.at.saturating_sub(retention);
+        self.versions.push_back(version);
+        while self.versions.len() > 1
+            && (self.versions.len() > max_versions || self.versions[1].at <= horizon)
+        {
+            self.versions.pop_front();
+        }
+        was_live
+    }
+
     fn at(&self, at: ReadAt) -> Option<&Arc<Document>> {
         match at {
             ReadAt::Latest => self.versions.back()?.doc.as_ref(),
@@ -79,23 +94,22 @@ impl Store {
 
     /// Writes a new version of `name` (`None` deletes it) at time `at`.
     pub fn put(&mut self, name: &str, doc: Option<Arc<Document>>, at: Micros) {
-        if !self.docs.contains_key(name) {
-            let key: Arc<str> = Arc::from(name);
-            self.names.insert(key.clone());
-            self.docs.insert(key, Entry::default());
-        }
-        let Some(entry) = self.docs.get_mut(name) else {
-            return;
-        };
-        let was_live = entry.versions.back().is_some_and(|v| v.doc.is_some());
         let is_live = doc.is_some();
-        entry.versions.push_back(Version { at, doc });
-        let horizon = at.saturating_sub(self.retention);
-        while entry.versions.len() > 1
-            && (entry.versions.len() > self.max_versions || entry.versions[1].at <= horizon)
-        {
-            entry.versions.pop_front();
-        }
+        let version = Version { at, doc };
+        let (retention, max_versions) = (self.retention, self.max_versions);
+        // One lookup for a known name (the hot path); a new name is added
+        // to the ordered index as well.
+        let was_live = match self.docs.get_mut(name) {
+            Some(entry) => entry.push(version, retention, max_versions),
+            None => {
+                let key: Arc<str> = Arc::from(name);
+                self.names.insert(key.clone());
+                self.docs
+                    .entry(key)
+                    .or_default()
+                    .push(version, retention, max_versions)
+            }
+        };
         match (was_live, is_live) {
             (false, true) => self.live += 1,
             (true, false) => self.live -= 1,
