@@ -4,7 +4,8 @@
 //! # Layout
 //! The modules follow the pipeline:
 //! - [`config`]: typed, validated settings (units in names).
-//! - [`event`]: the like event schema v1, parsing and validation -> [`event::Poison`].
+//! - [`event`]: the like event schema v1, parsing (a fast path for the common
+//!   shape, the general decoder for the rest) and validation -> [`event::Poison`].
 //! - [`source`]: Pub/Sub StreamingPull -> (event or poison, ack handle).
 //! - [`aggregator`]: sharded in-memory buffers by post; pure, synchronous.
 //! - [`batch`]: a flush's events per (post, user) and the apply rules.
