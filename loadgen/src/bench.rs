@@ -119,6 +119,11 @@ pub struct RunResult {
     /// CPU time (user + system) of the consumer process in the window;
     /// `None` when the consumer shares this process.
     pub consumer_cpu: Option<Duration>,
+    /// The consumer's own commit duration (BatchGetDocuments + Commit, with
+    /// retries) p50 and p99 at the end of the window, from its `Stats` or
+    /// its `/metrics`: where the publish->commit time goes. `None` when it
+    /// could not be read.
+    pub commit_duration: Option<(Duration, Duration)>,
     /// The count check.
     pub verdict: Verdict,
 }
@@ -270,6 +275,7 @@ async fn run_one(
         .map_or((String::new(), 0), |d| (d.name.clone(), d.writes));
     let (peak_rss_bytes, rss_is_consumer_only) = consumer.peak_rss_bytes();
     let consumer_cpu = consumer.cpu_time();
+    let commit_duration = consumer.commit_duration().await;
 
     let _ = cancel_tx.send(true);
     let published = match (published, publishing) {
@@ -318,6 +324,7 @@ async fn run_one(
         peak_rss_bytes,
         rss_is_consumer_only,
         consumer_cpu,
+        commit_duration,
         verdict,
     })
 }
@@ -338,8 +345,13 @@ enum Consumer {
     InProcess {
         stop: watch::Sender<bool>,
         task: tokio::task::JoinHandle<Result<Arc<Stats>, hotcount::service::ServiceError>>,
+        stats: Arc<Stats>,
     },
-    Process(tokio::process::Child),
+    Process {
+        child: tokio::process::Child,
+        /// Where its `/metrics` listens (loopback).
+        metrics: std::net::SocketAddr,
+    },
 }
 
 impl Consumer {
@@ -353,13 +365,20 @@ impl Consumer {
             let (stop, stop_rx) = watch::channel(false);
             let (endpoints, service_config) = (endpoints.clone(), service_config.clone());
             let stats = Arc::new(Stats::default());
-            let task = tokio::spawn(async move {
-                hotcount::service::run(&endpoints, &service_config, stop_rx, stats).await
+            let task = tokio::spawn({
+                let stats = stats.clone();
+                async move { hotcount::service::run(&endpoints, &service_config, stop_rx, stats).await }
             });
-            return Ok(Consumer::InProcess { stop, task });
+            return Ok(Consumer::InProcess { stop, task, stats });
         };
+        // A free loopback port for the child's /metrics (read at the end
+        // of the window).
+        let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| RunError::Start(format!("a port for the consumer's metrics: {e}")))?;
         let mut cmd = tokio::process::Command::new(bin);
-        cmd.arg("run").args(consumer_flags(run_args));
+        cmd.arg("run")
+            .args(consumer_flags(run_args, &metrics.to_string()));
         if let Some(h) = &endpoints.pubsub_emulator_host {
             cmd.env("PUBSUB_EMULATOR_HOST", h);
         }
@@ -373,14 +392,14 @@ impl Consumer {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| RunError::Start(format!("spawning {}: {e}", bin.display())))?;
-        Ok(Consumer::Process(child))
+        Ok(Consumer::Process { child, metrics })
     }
 
     /// Peak RSS so far, and whether it is the consumer's alone.
     fn peak_rss_bytes(&self) -> (u64, bool) {
         match self {
             Consumer::InProcess { .. } => (peak_rss_bytes_of("self"), false),
-            Consumer::Process(child) => (
+            Consumer::Process { child, .. } => (
                 child
                     .id()
                     .map_or(0, |pid| peak_rss_bytes_of(&pid.to_string())),
@@ -393,7 +412,25 @@ impl Consumer {
     fn cpu_time(&self) -> Option<Duration> {
         match self {
             Consumer::InProcess { .. } => None,
-            Consumer::Process(child) => child.id().and_then(cpu_time_of),
+            Consumer::Process { child, .. } => child.id().and_then(cpu_time_of),
+        }
+    }
+
+    /// The consumer's commit duration p50 and p99 so far, as it measures it.
+    async fn commit_duration(&self) -> Option<(Duration, Duration)> {
+        match self {
+            Consumer::InProcess { stats, .. } => Some((
+                stats.commit_duration.quantile(0.5),
+                stats.commit_duration.quantile(0.99),
+            )),
+            Consumer::Process { metrics, .. } => {
+                let text = scrape_metrics(*metrics).await?;
+                let name = hotcount::telemetry::names::COMMIT_DURATION;
+                Some((
+                    summary_quantile(&text, name, "0.5")?,
+                    summary_quantile(&text, name, "0.99")?,
+                ))
+            }
         }
     }
 
@@ -402,7 +439,7 @@ impl Consumer {
     /// killed consumer never breaks a count, which the check proves).
     async fn stop(self) -> Result<(), RunError> {
         match self {
-            Consumer::InProcess { stop, task } => {
+            Consumer::InProcess { stop, task, .. } => {
                 let _ = stop.send(true);
                 match task.await {
                     Ok(Ok(_)) => Ok(()),
@@ -410,7 +447,7 @@ impl Consumer {
                     Err(e) => Err(RunError::Start(format!("consumer task: {e}"))),
                 }
             }
-            Consumer::Process(mut child) => {
+            Consumer::Process { mut child, .. } => {
                 if let Ok(Some(status)) = child.try_wait() {
                     return Err(RunError::Start(format!("consumer exited early: {status}")));
                 }
@@ -421,9 +458,38 @@ impl Consumer {
     }
 }
 
+/// The body of `GET /metrics` from a loopback service (`None` if it does
+/// not answer within a second).
+async fn scrape_metrics(addr: std::net::SocketAddr) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        Some(response)
+    };
+    tokio::time::timeout(Duration::from_secs(1), fetch)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The value of `name{quantile="q"}` in a Prometheus text exposition, as
+/// seconds.
+fn summary_quantile(text: &str, name: &str, q: &str) -> Option<Duration> {
+    let prefix = format!("{name}{{quantile=\"{q}\"}} ");
+    let value = text.lines().find_map(|l| l.strip_prefix(&prefix))?;
+    Duration::try_from_secs_f64(value.trim().parse().ok()?).ok()
+}
+
 /// The `hotcount run` flags that reproduce `args` (the settings the
-/// benchmark varies, and where the consumer reads and writes).
-pub fn consumer_flags(args: &RunArgs) -> Vec<String> {
+/// benchmark varies, and where the consumer reads and writes), with its
+/// metrics endpoint on `metrics_addr` (`off` for none).
+pub fn consumer_flags(args: &RunArgs, metrics_addr: &str) -> Vec<String> {
     let strategy = match args.strategy {
         Strategy::Batched => "batched",
         Strategy::PerEvent => "per-event",
@@ -465,7 +531,7 @@ pub fn consumer_flags(args: &RunArgs) -> Vec<String> {
             "per-event-concurrency",
             args.per_event_concurrency.to_string(),
         ),
-        ("metrics-addr", "off".to_string()),
+        ("metrics-addr", metrics_addr.to_string()),
     ];
     flags
         .into_iter()
@@ -601,6 +667,15 @@ pub fn render(results: &[RunResult], case: Case) -> String {
     });
     row("publish->commit p50 / p99 (ms)", &|r| {
         format!("{:.0} / {:.0}", r.latency.p50_ms, r.latency.p99_ms)
+    });
+    row("commit duration p50 / p99 (ms, consumer's view)", &|r| {
+        r.commit_duration.map_or("n/a".to_string(), |(p50, p99)| {
+            format!(
+                "{:.0} / {:.0}",
+                p50.as_secs_f64() * 1e3,
+                p99.as_secs_f64() * 1e3
+            )
+        })
     });
     row("peak RSS (MiB)", &|r| {
         format!(
@@ -768,6 +843,24 @@ mod tests {
         let s = exponent_for_top_share(100_000, 0.5);
         let total: f64 = (1..=100_000u32).map(|k| 1.0 / f64::from(k).powf(s)).sum();
         assert!((1.0 / total - 0.5).abs() < 1e-6, "share {}", 1.0 / total);
+    }
+
+    #[test]
+    fn commit_duration_quantiles_are_read_from_the_metrics_text() {
+        let stats = Stats::default();
+        for ms in [10, 20, 30, 400] {
+            stats.commit_duration.record(Duration::from_millis(ms));
+        }
+        let text = stats.render_prometheus();
+        let name = hotcount::telemetry::names::COMMIT_DURATION;
+        let p50 = summary_quantile(&text, name, "0.5").expect("p50 exported");
+        let p99 = summary_quantile(&text, name, "0.99").expect("p99 exported");
+        assert!(
+            p50 >= Duration::from_millis(19) && p50 <= Duration::from_millis(21),
+            "{p50:?}"
+        );
+        assert!(p99 >= Duration::from_millis(390), "{p99:?}");
+        assert_eq!(summary_quantile(&text, name, "0.42"), None);
     }
 
     #[test]
