@@ -15,8 +15,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hotcount::batch::MembershipKey;
-use hotcount::event::{check_id, parse, parse_general, to_json, MAX_EVENT_ID_BYTES, MAX_ID_BYTES};
+use hotcount::event::{
+    check_id, parse, parse_fast, parse_general, to_json, MAX_EVENT_ID_BYTES, MAX_ID_BYTES,
+};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 /// Longest poison reason allowed (it is stored in the quarantine record and logged).
@@ -341,5 +344,158 @@ fn fast_path_timestamps_agree_with_the_general_decoder() {
     assert!(
         parsed > 20_000 && refused > 20_000,
         "{parsed} parsed, {refused} refused"
+    );
+}
+
+/// Payloads close to the fast path's shape, each part drawn from values on
+/// both sides of its rules (field order, whitespace, unknown scalars,
+/// `null`s, escapes, ids with `/`, DEL, dots, non-ASCII and the reserved
+/// pattern, integers at their limits, duplicated keys, trailing bytes):
+/// `parse` must agree with the general decoder on every one.
+#[test]
+fn fast_path_shapes_agree_with_the_general_decoder() {
+    let mut rng = StdRng::seed_from_u64(0xfa57);
+    let ids = [
+        "p1",
+        "post-0042",
+        "a/b",
+        ".",
+        "..",
+        "...",
+        "__x__",
+        "__",
+        "___",
+        "a\u{7f}b",
+        "caf\u{e9}",
+        "x\u{85}y",
+        "\u{202e}r",
+        "",
+        "e\\u0041",
+        "q\\\"",
+        "tab\\t",
+        "émoji😀",
+    ];
+    let ints = [
+        "0",
+        "1",
+        "7",
+        "01",
+        "-1",
+        "-0",
+        "1.0",
+        "1e2",
+        "999999999999999999",
+        "9999999999999999999",
+        "null",
+        "true",
+        "\"3\"",
+    ];
+    let ws = ["", " ", "\n", "\t ", "\r\n"];
+    let (mut fast, mut declined_valid, mut refused) = (0u32, 0u32, 0u32);
+    for _ in 0..200_000 {
+        let mut members: Vec<String> = Vec::new();
+        let pick =
+            |rng: &mut StdRng, from: &[&str]| from[rng.random_range(0..from.len())].to_string();
+        let id = |rng: &mut StdRng| {
+            if rng.random_bool(0.7) {
+                format!("\"id-{}\"", rng.random_range(0..1000))
+            } else {
+                format!("\"{}\"", pick(rng, &ids))
+            }
+        };
+        let kind = [
+            "\"like.added\"",
+            "\"like.removed\"",
+            "\"like.other\"",
+            "null",
+            "3",
+        ];
+        for (key, value) in [
+            (
+                "type",
+                if rng.random_bool(0.9) {
+                    pick(&mut rng, &kind[..2])
+                } else {
+                    pick(&mut rng, &kind)
+                },
+            ),
+            ("eventId", id(&mut rng)),
+            ("postId", id(&mut rng)),
+            ("userId", id(&mut rng)),
+            (
+                "occurredAt",
+                if rng.random_bool(0.7) {
+                    "\"2026-11-30T12:00:00.5+01:00\"".to_string()
+                } else {
+                    format!("\"{}\"", timestamp(&mut rng))
+                },
+            ),
+            (
+                "seq",
+                if rng.random_bool(0.7) {
+                    pick(&mut rng, &ints[..3])
+                } else {
+                    pick(&mut rng, &ints)
+                },
+            ),
+            (
+                "version",
+                if rng.random_bool(0.7) {
+                    "1".to_string()
+                } else {
+                    pick(&mut rng, &ints)
+                },
+            ),
+            (
+                "producer",
+                if rng.random_bool(0.8) {
+                    id(&mut rng)
+                } else {
+                    pick(&mut rng, &ints)
+                },
+            ),
+            ("extra", pick(&mut rng, &ints)),
+            ("note", id(&mut rng)),
+        ] {
+            let present = match key {
+                "type" | "eventId" | "postId" | "userId" | "occurredAt" => rng.random_bool(0.97),
+                _ => rng.random_bool(0.5),
+            };
+            if present {
+                let w = |rng: &mut StdRng| pick(rng, &ws);
+                members.push(format!(
+                    "{}\"{key}\"{}:{}{value}{}",
+                    w(&mut rng),
+                    w(&mut rng),
+                    w(&mut rng),
+                    w(&mut rng)
+                ));
+                if rng.random_bool(0.01) {
+                    members.push(format!("\"{key}\":{value}"));
+                }
+            }
+        }
+        members.shuffle(&mut rng);
+        let tail = ["", "", "", " ", "\n", "x", ",", "}"][rng.random_range(0..8)];
+        let payload = format!("{{{}}}{tail}", members.join(","));
+        let result = parse(payload.as_bytes());
+        let general = parse_general(payload.as_bytes());
+        assert_eq!(result, general, "{payload}");
+        match parse_fast(payload.as_bytes()) {
+            Some(event) => {
+                assert_eq!(Ok(&event), general.as_ref(), "{payload}");
+                fast += 1;
+            }
+            None if general.is_ok() => declined_valid += 1,
+            None => refused += 1,
+        }
+    }
+    // The fast path must take most valid payloads here (escapes, floats,
+    // `-0`, lowercase or leap-second timestamps are left to the general
+    // decoder), and invalid ones must be common too, or the comparison
+    // proves little.
+    assert!(
+        fast > 20_000 && fast > declined_valid && refused > 20_000,
+        "{fast} fast, {declined_valid} valid but declined, {refused} refused"
     );
 }

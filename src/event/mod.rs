@@ -223,6 +223,13 @@ pub fn parse(data: &[u8]) -> Result<LikeEvent, Poison> {
     }
 }
 
+/// The fast path alone: the event when the payload has the common shape,
+/// `None` when it leaves the payload to [`parse_general`]. Public so that
+/// tests can see how much of their input it takes.
+pub fn parse_fast(data: &[u8]) -> Option<LikeEvent> {
+    fast::parse(data)
+}
+
 /// The general decoder (serde_json, every poison reason); [`parse`] returns
 /// what this returns for any input, faster for the common shape. Public so
 /// that fuzzers and benchmarks can hold the two side by side.
