@@ -12,8 +12,8 @@
 //! input `tests/fuzz_parser.rs` and the `fuzz/` targets generate.
 
 use super::{
-    check_id, LikeEvent, LikeKind, Version, MAX_EVENT_ID_BYTES, MAX_ID_BYTES, MAX_MICROS,
-    MAX_PAYLOAD_BYTES, MIN_MICROS,
+    check_scanned_id, IdBytes, LikeEvent, LikeKind, Version, MAX_EVENT_ID_BYTES, MAX_ID_BYTES,
+    MAX_MICROS, MAX_PAYLOAD_BYTES, MIN_MICROS,
 };
 
 /// Unknown keys remembered for the duplicate check; a payload with more is
@@ -167,30 +167,15 @@ impl KeyLiteral {
 #[derive(Clone, Copy)]
 struct Found<'a> {
     text: &'a str,
-    /// [`UNSAFE_BYTE`] and [`NON_ASCII`], as found while scanning (one
-    /// word, written once).
-    flags: u64,
+    /// Gathered while scanning, so the id rules need no second pass.
+    bytes: IdBytes,
 }
 
-/// Holds `/` or DEL (unsafe in an id whatever else).
-const UNSAFE_BYTE: u64 = 1;
-/// Holds a byte >= 0x80 (a non-ASCII char: the full id check applies).
-const NON_ASCII: u64 = 2;
-
 impl Found<'_> {
-    /// Whether it is a valid id of at most `max_bytes`; the same answer as
-    /// [`check_id`], mostly from the flags gathered while scanning.
+    /// Whether it is a valid id of at most `max_bytes` (the rules of
+    /// [`super::check_id`]).
     fn is_id(&self, max_bytes: usize) -> bool {
-        if self.flags & NON_ASCII != 0 {
-            return check_id(self.text, max_bytes).is_ok();
-        }
-        let t = self.text;
-        self.flags & UNSAFE_BYTE == 0
-            && !t.is_empty()
-            && t.len() <= max_bytes
-            && t != "."
-            && t != ".."
-            && !(t.len() >= 4 && t.starts_with("__") && t.ends_with("__"))
+        check_scanned_id(self.text, max_bytes, || self.bytes).is_ok()
     }
 }
 
@@ -267,11 +252,6 @@ fn is_stop(b: u8) -> bool {
     b == b'"' || b == b'\\' || b < 0x20
 }
 
-/// [`Found::flags`] from the bytes seen (any non-zero is "present").
-fn flags(unsafe_bytes: u64, high: u64) -> u64 {
-    (u64::from(unsafe_bytes != 0) * UNSAFE_BYTE) | (u64::from(high != 0) * NON_ASCII)
-}
-
 /// A position in the payload (valid UTF-8, `s` and `b` the same bytes).
 struct Cursor<'a> {
     s: &'a str,
@@ -341,7 +321,9 @@ impl<'a> Cursor<'a> {
         self.eat(b'"')?;
         let start = self.i;
         let mut at = start;
-        let (mut unsafe_bytes, mut high) = (0u64, 0u64);
+        // Control bytes below 0x20 end the scan, so DEL is the only one
+        // a string can hold here.
+        let (mut slash, mut del, mut high) = (0u64, 0u64, 0u64);
         while let Some(chunk) = self.b.get(at..).and_then(<[u8]>::first_chunk::<8>) {
             let w = u64::from_le_bytes(*chunk);
             let stops = word::eq(w, b'"') | word::eq(w, b'\\') | word::below(w, 0x20);
@@ -350,33 +332,37 @@ impl<'a> Cursor<'a> {
                 0 => u64::MAX,
                 s => (1u64 << (s.trailing_zeros() & !7)).wrapping_sub(1),
             };
-            unsafe_bytes |= (word::eq(w, b'/') | word::eq(w, 0x7f)) & keep;
+            slash |= word::eq(w, b'/') & keep;
+            del |= word::eq(w, 0x7f) & keep;
             high |= word::high(w) & keep;
             if stops != 0 {
                 at += (stops.trailing_zeros() / 8) as usize;
-                return self.close(start, at, flags(unsafe_bytes, high));
+                break;
             }
             at += 8;
         }
+        let mut bytes = IdBytes {
+            slash: slash != 0,
+            control: del != 0,
+            non_ascii: high != 0,
+        };
         while !is_stop(*self.b.get(at)?) {
-            let b = self.b[at];
-            unsafe_bytes |= u64::from(b == b'/' || b == 0x7f);
-            high |= u64::from(b >= 0x80);
+            bytes.add(self.b[at]);
             at += 1;
         }
-        self.close(start, at, flags(unsafe_bytes, high))
+        self.close(start, at, bytes)
     }
 
     /// Ends a string at the stop byte `at`, which must be its closing quote.
     #[inline(always)]
-    fn close(&mut self, start: usize, at: usize, flags: u64) -> Option<Found<'a>> {
+    fn close(&mut self, start: usize, at: usize, bytes: IdBytes) -> Option<Found<'a>> {
         if self.b[at] != b'"' {
             return None;
         }
         self.i = at + 1;
         Some(Found {
             text: self.s.get(start..at)?,
-            flags,
+            bytes,
         })
     }
 

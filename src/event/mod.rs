@@ -176,24 +176,55 @@ impl fmt::Display for IdProblem {
 
 /// Checks that `id` is usable as a Firestore document id of at most `max_bytes`.
 pub fn check_id(id: &str, max_bytes: usize) -> Result<(), IdProblem> {
+    check_scanned_id(id, max_bytes, || IdBytes::of(id))
+}
+
+/// What one pass over an id's bytes found, for the rules of [`check_id`]
+/// (the fast path gathers it while scanning the string).
+#[derive(Clone, Copy, Debug, Default)]
+struct IdBytes {
+    slash: bool,
+    /// A C0 control or DEL.
+    control: bool,
+    non_ascii: bool,
+}
+
+impl IdBytes {
+    fn of(id: &str) -> Self {
+        let mut found = Self::default();
+        for &b in id.as_bytes() {
+            found.add(b);
+        }
+        found
+    }
+
+    #[inline(always)]
+    fn add(&mut self, b: u8) {
+        match b {
+            b'/' => self.slash = true,
+            0..=0x1f | 0x7f => self.control = true,
+            0x80.. => self.non_ascii = true,
+            _ => {}
+        }
+    }
+}
+
+/// [`check_id`]'s rules, in the order its problems are reported, with the
+/// byte scan of `id` (`scan`) done only once the length is known to be
+/// acceptable.
+fn check_scanned_id(
+    id: &str,
+    max_bytes: usize,
+    scan: impl FnOnce() -> IdBytes,
+) -> Result<(), IdProblem> {
     if id.is_empty() {
         return Err(IdProblem::Empty);
     }
     if id.len() > max_bytes {
         return Err(IdProblem::TooLong);
     }
-    // One pass over the bytes; the problems are still reported in the
-    // order below (a slash before a control character).
-    let (mut slash, mut control, mut non_ascii) = (false, false, false);
-    for &b in id.as_bytes() {
-        match b {
-            b'/' => slash = true,
-            0..=0x1f | 0x7f => control = true,
-            0x80.. => non_ascii = true,
-            _ => {}
-        }
-    }
-    if slash {
+    let bytes = scan();
+    if bytes.slash {
         return Err(IdProblem::Slash);
     }
     if id == "." || id == ".." {
@@ -204,7 +235,7 @@ pub fn check_id(id: &str, max_bytes: usize) -> Result<(), IdProblem> {
     }
     // Outside ASCII, every char: this also catches the C1 controls
     // U+0080..=U+009F.
-    if control || (non_ascii && id.chars().any(char::is_control)) {
+    if bytes.control || (bytes.non_ascii && id.chars().any(char::is_control)) {
         return Err(IdProblem::ControlChar);
     }
     Ok(())
