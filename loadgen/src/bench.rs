@@ -424,7 +424,15 @@ impl Consumer {
                 stats.commit_duration.quantile(0.99),
             )),
             Consumer::Process { metrics, .. } => {
-                let text = scrape_metrics(*metrics).await?;
+                // Read at the end of the window: a slow answer is a missing
+                // figure, not a failed run.
+                let (status, text) =
+                    hotcount::http::fetch(*metrics, "/metrics", Duration::from_secs(1))
+                        .await
+                        .ok()?;
+                if status != 200 {
+                    return None;
+                }
                 let name = hotcount::telemetry::names::COMMIT_DURATION;
                 Some((
                     summary_quantile(&text, name, "0.5")?,
@@ -458,32 +466,11 @@ impl Consumer {
     }
 }
 
-/// The body of `GET /metrics` from a loopback service (`None` if it does
-/// not answer within a second).
-async fn scrape_metrics(addr: std::net::SocketAddr) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let fetch = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await
-            .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.ok()?;
-        Some(response)
-    };
-    tokio::time::timeout(Duration::from_secs(1), fetch)
-        .await
-        .ok()
-        .flatten()
-}
-
 /// The value of `name{quantile="q"}` in a Prometheus text exposition, as
-/// seconds.
+/// a duration (the summary is in seconds).
 fn summary_quantile(text: &str, name: &str, q: &str) -> Option<Duration> {
-    let prefix = format!("{name}{{quantile=\"{q}\"}} ");
-    let value = text.lines().find_map(|l| l.strip_prefix(&prefix))?;
-    Duration::try_from_secs_f64(value.trim().parse().ok()?).ok()
+    let seconds = hotcount::http::sample_value(text, &format!("{name}{{quantile=\"{q}\"}}"))?;
+    Duration::try_from_secs_f64(seconds).ok()
 }
 
 /// The `hotcount run` flags that reproduce `args` (the settings the
