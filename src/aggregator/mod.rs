@@ -9,12 +9,11 @@
 //! [`Notify`] only wakes the flusher).
 
 use std::collections::VecDeque;
+use std::hash::Hasher;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-use std::hash::Hasher;
 
 use crate::batch::PoisonRecord;
 use crate::event::LikeEvent;
@@ -283,7 +282,7 @@ impl<H> Aggregator<H> {
         let Some(shard) = self.shards.get(shard) else {
             return 0;
         };
-        let items: VecDeque<Pending<H>> = {
+        let (items, items_bytes) = {
             let mut buffer = shard.buffer.lock();
             let n = buffer.items.len().min(limit);
             let taken: VecDeque<Pending<H>> = if n == buffer.items.len() {
@@ -300,15 +299,15 @@ impl<H> Aggregator<H> {
             } else {
                 Some(now)
             };
-            taken
+            (taken, taken_bytes)
         };
         self.buffered
             .fetch_sub(items.len(), std::sync::atomic::Ordering::Relaxed);
         let n = items.len();
         taken.handles.reserve(n);
         taken.events.reserve(n);
+        taken.bytes += items_bytes;
         for pending in items {
-            taken.bytes += pending.bytes;
             taken.published.extend(pending.published);
             taken.handles.push(pending.handle);
             match pending.item {
