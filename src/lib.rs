@@ -16,7 +16,8 @@
 //! - [`setup`]: creates the topic, subscriptions and dead-letter topic.
 //! - [`connect`]: clients for Google or the emulators.
 //! - [`telemetry`]: every metric name, the Prometheus exposition, and tracing setup.
-//! - [`http`]: the `/metrics`, `/healthz` and `/readyz` endpoint.
+//! - [`http`]: the `/metrics`, `/healthz` and `/readyz` endpoint (and the
+//!   minimal client that scrapes it).
 //! - [`reconcile`]: counter shards vs liked memberships, reported and repaired.
 //! - [`replay`]: a time window re-read through an isolated, Seeked subscription.
 //! - [`dlq`]: dead letters inspected and replayed to the main topic.
