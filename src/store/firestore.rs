@@ -31,14 +31,20 @@ pub struct Layout {
     pub database: String,
     /// Prefix of every collection name (e.g. `hc_`).
     pub collection_prefix: String,
+    /// `{database}/documents/{prefix}likes/`: built once, since every
+    /// batch names each of its memberships twice (read and write).
+    likes_prefix: String,
 }
 
 impl Layout {
     /// The layout of `project`/`database` with `prefix`.
     pub fn new(project: &str, database: &str, prefix: &str) -> Self {
+        let database = format!("projects/{project}/databases/{database}");
+        let likes_prefix = format!("{database}/documents/{prefix}likes/");
         Self {
-            database: format!("projects/{project}/databases/{database}"),
+            database,
             collection_prefix: prefix.to_string(),
+            likes_prefix,
         }
     }
 
@@ -54,12 +60,10 @@ impl Layout {
 
     /// The membership document of `key`.
     pub fn membership(&self, key: &MembershipKey) -> String {
-        format!(
-            "{}/{}/{}",
-            self.root(),
-            self.collection("likes"),
-            key.doc_id()
-        )
+        let mut name = String::with_capacity(self.likes_prefix.len() + key.doc_id_len());
+        name.push_str(&self.likes_prefix);
+        key.push_doc_id(&mut name);
+        name
     }
 
     /// The parent of a post's counter shards.
@@ -650,6 +654,14 @@ mod tests {
         assert_eq!(
             layout.counter_shard("p1", 3),
             "projects/proj/databases/(default)/documents/hc_counters/p1/shards/3"
+        );
+        let key = MembershipKey {
+            post_id: "post-1".into(),
+            user_id: "user-2".into(),
+        };
+        assert_eq!(
+            layout.membership(&key),
+            "projects/proj/databases/(default)/documents/hc_likes/9368d4ee.6.post-1.user-2"
         );
     }
 
