@@ -24,7 +24,7 @@
 //! wait), so there is no deadlock; a retry keeps its first attempt's age, so
 //! every transaction eventually becomes the oldest and commits.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -131,7 +131,7 @@ struct State {
     store: Store,
     txns: Transactions,
     stats: FirestoreStats,
-    doc_writes: HashMap<String, u64>,
+    doc_writes: FxHashMap<String, u64>,
     last_time: Micros,
     /// The latest time handed out for a read at the latest state.
     last_read: Micros,
@@ -242,7 +242,7 @@ impl State {
         max_documents: Option<usize>,
     ) -> Result<Committed, Status> {
         let commit_time = self.next_commit_time(wall);
-        let mut overlay: HashMap<&str, Option<Arc<Document>>> = HashMap::new();
+        let mut overlay: FxHashMap<&str, Option<Arc<Document>>> = FxHashMap::default();
         let mut results = Vec::with_capacity(batch.len());
         let mut states = Vec::with_capacity(batch.len());
         let mut created = 0usize;
@@ -303,7 +303,7 @@ impl Engine {
                     config.transaction_max_lifetime,
                 ),
                 stats: FirestoreStats::default(),
-                doc_writes: HashMap::new(),
+                doc_writes: FxHashMap::default(),
                 last_time: 0,
                 last_read: 0,
             }),

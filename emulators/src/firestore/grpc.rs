@@ -647,6 +647,15 @@ pub async fn end_failed_commits(
     response
 }
 
+/// `CommitRequest` with only its `transaction` field (3): decoding it skips
+/// the writes instead of building them, so the guard costs one pass over
+/// the bytes, not a second decode of the whole request.
+#[derive(Clone, PartialEq, prost::Message)]
+struct CommitTransactionOnly {
+    #[prost(bytes = "vec", tag = "3")]
+    transaction: Vec<u8>,
+}
+
 /// The transaction id of an uncompressed gRPC-framed CommitRequest, if any.
 fn commit_transaction(frame: &[u8]) -> Option<Vec<u8>> {
     if frame.len() < 5 || frame[0] != 0 {
@@ -654,6 +663,45 @@ fn commit_transaction(frame: &[u8]) -> Option<Vec<u8>> {
     }
     let len = u32::from_be_bytes([frame[1], frame[2], frame[3], frame[4]]) as usize;
     let message = frame.get(5..5 + len)?;
-    let request = CommitRequest::decode(message).ok()?;
+    let request = CommitTransactionOnly::decode(message).ok()?;
     (!request.transaction.is_empty()).then_some(request.transaction)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(request: &CommitRequest) -> Vec<u8> {
+        let body = request.encode_to_vec();
+        let mut frame = vec![0];
+        frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    #[test]
+    fn failed_commit_guard_reads_the_transaction_past_the_writes() {
+        let write = gcloud_sdk::google::firestore::v1::Write {
+            operation: Some(gcloud_sdk::google::firestore::v1::write::Operation::Delete(
+                "projects/p/databases/(default)/documents/c/d".into(),
+            )),
+            ..Default::default()
+        };
+        let mut request = CommitRequest {
+            database: "projects/p/databases/(default)".into(),
+            writes: vec![write; 50],
+            transaction: b"txn-7".to_vec(),
+            ..Default::default()
+        };
+        assert_eq!(
+            commit_transaction(&framed(&request)),
+            Some(b"txn-7".to_vec())
+        );
+        request.transaction.clear();
+        assert_eq!(commit_transaction(&framed(&request)), None);
+        let mut compressed = framed(&request);
+        compressed[0] = 1;
+        assert_eq!(commit_transaction(&compressed), None);
+        assert_eq!(commit_transaction(&[0, 0, 0, 0, 9, 1]), None);
+    }
 }

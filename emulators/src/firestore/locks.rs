@@ -6,7 +6,7 @@
 //! across an await: a commit takes them and applies its writes inside one
 //! critical section, so "a commit needs exclusive" is "no other holder".
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// A transaction id as sent on the wire.
 pub type TxnId = Vec<u8>;
@@ -14,7 +14,7 @@ pub type TxnId = Vec<u8>;
 /// Shared lock holders by document name.
 #[derive(Debug, Default)]
 pub struct LockTable {
-    holders: HashMap<String, Vec<TxnId>>,
+    holders: FxHashMap<String, Vec<TxnId>>,
 }
 
 impl LockTable {

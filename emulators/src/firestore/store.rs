@@ -6,7 +6,9 @@
 //! order, and pruning always keeps the newest version at or before the
 //! retention horizon, so any read at or after the horizon is exact.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
+
+use rustc_hash::FxHashMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -63,7 +65,7 @@ impl Entry {
 /// reads and writes, and the names in order for scans (every name is in both).
 #[derive(Debug)]
 pub struct Store {
-    docs: HashMap<Arc<str>, Entry>,
+    docs: FxHashMap<Arc<str>, Entry>,
     names: BTreeSet<Arc<str>>,
     /// How long superseded versions stay readable.
     retention: Micros,
@@ -78,7 +80,7 @@ impl Store {
     /// An empty store keeping old versions for `retention` (at most `max_versions` each).
     pub fn new(retention: Micros, max_versions: usize) -> Self {
         Self {
-            docs: HashMap::new(),
+            docs: FxHashMap::default(),
             names: BTreeSet::new(),
             retention,
             max_versions: max_versions.max(1),

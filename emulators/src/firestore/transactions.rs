@@ -5,7 +5,7 @@
 //! step, so no lock outlives its holder. Priorities are unique among active
 //! transactions: smaller is older, and a retry inherits its first attempt's.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::time::Duration;
 
 use rand::Rng;
@@ -43,7 +43,7 @@ pub struct Txn {
     begun: Duration,
     last_used: Duration,
     wounded: bool,
-    locks: HashSet<String>,
+    locks: FxHashSet<String>,
 }
 
 /// Why a transaction ended.
@@ -62,9 +62,9 @@ pub enum End {
 /// Every open transaction and the lock table.
 #[derive(Debug)]
 pub struct Transactions {
-    active: HashMap<TxnId, Txn>,
+    active: FxHashMap<TxnId, Txn>,
     /// Priorities of ended transactions, for `retry_transaction`, with the end time.
-    retired: HashMap<TxnId, ((u64, u64), Duration)>,
+    retired: FxHashMap<TxnId, ((u64, u64), Duration)>,
     locks: LockTable,
     next_seq: u64,
     idle: Duration,
@@ -75,8 +75,8 @@ impl Transactions {
     /// No transactions; they expire after `idle` without use or `total` after begin.
     pub fn new(idle: Duration, total: Duration) -> Self {
         Self {
-            active: HashMap::new(),
-            retired: HashMap::new(),
+            active: FxHashMap::default(),
+            retired: FxHashMap::default(),
             locks: LockTable::default(),
             next_seq: 1,
             idle,
@@ -118,7 +118,7 @@ impl Transactions {
                 begun: now,
                 last_used: now,
                 wounded: false,
-                locks: HashSet::new(),
+                locks: FxHashSet::default(),
             },
         );
         id

@@ -6,7 +6,9 @@
 //! (nacked or expired) leased message cuts the prefix at its position, so it
 //! and every later message of its key go out again, in order.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 /// The unacked messages of one key, in publish order; the first `leased` are leased.
 #[derive(Debug, Default)]
@@ -24,7 +26,7 @@ impl Queue {
 /// The queues of every ordering key of one subscription.
 #[derive(Debug, Default)]
 pub(super) struct Keys {
-    queues: HashMap<String, Queue>,
+    queues: FxHashMap<String, Queue>,
 }
 
 impl Keys {

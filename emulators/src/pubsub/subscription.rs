@@ -10,7 +10,9 @@
 //! operation costs O(log n), never a scan of the backlog.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -150,13 +152,13 @@ pub(super) struct Subscription {
     /// Distinguishes a subscription from a later one with the same name.
     pub uid: u64,
     pub notify: Arc<Notify>,
-    entries: HashMap<u64, Entry>,
+    entries: FxHashMap<u64, Entry>,
     ready: BTreeSet<u64>,
     timers: BinaryHeap<Reverse<(Duration, u64, u64)>>,
     acked: BTreeMap<u64, Arc<Stored>>,
-    recent_acks: HashMap<u64, u64>,
+    recent_acks: FxHashMap<u64, u64>,
     recent_order: VecDeque<u64>,
-    streams: HashMap<u64, Budget>,
+    streams: FxHashMap<u64, Budget>,
     keys: Keys,
     next_gen: u64,
     stats: SubscriptionStats,
@@ -172,13 +174,13 @@ impl Subscription {
             config,
             uid,
             notify: Arc::new(Notify::new()),
-            entries: HashMap::new(),
+            entries: FxHashMap::default(),
             ready: BTreeSet::new(),
             timers: BinaryHeap::new(),
             acked: BTreeMap::new(),
-            recent_acks: HashMap::new(),
+            recent_acks: FxHashMap::default(),
             recent_order: VecDeque::new(),
-            streams: HashMap::new(),
+            streams: FxHashMap::default(),
             keys: Keys::default(),
             next_gen: 1,
             stats: SubscriptionStats::default(),
