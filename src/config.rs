@@ -57,7 +57,7 @@ pub struct RunArgs {
     /// Replicas on one subscription share it; another subscription needs another.
     #[arg(long, env = "HOTCOUNT_CONSUMER", default_value = "hotcount")]
     pub consumer: String,
-    /// In-memory aggregator shards, by post (a shard is in at most one batch in flight).
+    /// In-memory aggregator shards, by (post, user) (a shard is in at most one batch in flight).
     #[arg(long, env = "HOTCOUNT_SHARDS", default_value_t = 16)]
     pub shards: usize,
     /// Counter shard documents per post, at most (a quiet post uses one; a
@@ -80,7 +80,7 @@ pub struct RunArgs {
     /// in milliseconds (group commit: batches grow while commits are in flight).
     #[arg(long, env = "HOTCOUNT_FLUSH_MIN_WAIT_MS", default_value_t = 5)]
     pub flush_min_wait_ms: u64,
-    /// Batches committed at once, at most (each a transaction over disjoint posts).
+    /// Batches committed at once, at most (each a transaction over disjoint memberships).
     #[arg(long, env = "HOTCOUNT_MAX_COMMITS_IN_FLIGHT", default_value_t = 4)]
     pub max_commits_in_flight: usize,
     /// Flush at once when this many messages are buffered; the largest batch.

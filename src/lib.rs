@@ -7,7 +7,7 @@
 //! - [`event`]: the like event schema v1, parsing (a fast path for the common
 //!   shape, the general decoder for the rest) and validation -> [`event::Poison`].
 //! - [`source`]: Pub/Sub StreamingPull -> (event or poison, ack handle).
-//! - [`aggregator`]: sharded in-memory buffers by post; pure, synchronous.
+//! - [`aggregator`]: sharded in-memory buffers by (post, user); pure, synchronous.
 //! - [`batch`]: a flush's events per (post, user) and the apply rules.
 //! - [`flusher`]: when to flush; commit with retry and isolation; hands acks on.
 //! - [`store`]: the [`store::CounterStore`] trait, Firestore and in-memory stores.

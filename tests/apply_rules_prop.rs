@@ -188,7 +188,7 @@ proptest! {
         let mut store = Store::default();
         let mut taken_handles = Vec::new();
         let mut cut = cuts.iter().cycle();
-        let mut post_shard: HashMap<String, usize> = HashMap::new();
+        let mut key_shard: HashMap<(String, String), usize> = HashMap::new();
         let mut take_some = |agg: &Aggregator<usize>, store: &mut Store, shard: usize| {
             let t = agg.take(shard);
             prop_assert!(t.len() <= max_batch);
@@ -208,15 +208,15 @@ proptest! {
             } else {
                 Item::Event(all[*index].clone())
             };
-            let post = match &item {
-                Item::Event(e) => Some(e.post_id.clone()),
+            let key = match &item {
+                Item::Event(e) => Some((e.post_id.clone(), e.user_id.clone())),
                 Item::Poison(_) => None,
             };
             // Events whose message was replaced by poison are re-added below.
             let shard = agg.add(Pending { handle, item, bytes: 1, published: None });
-            if let Some(post) = post {
-                let first = *post_shard.entry(post).or_insert(shard);
-                prop_assert_eq!(first, shard, "one post, one shard");
+            if let Some(key) = key {
+                let first = *key_shard.entry(key).or_insert(shard);
+                prop_assert_eq!(first, shard, "one membership, one shard");
             }
             if *cut.next().unwrap() % 3 == 0 {
                 take_some(&agg, &mut store, handle % shards)?;

@@ -1,12 +1,15 @@
-//! Sharded in-memory buffers of received messages, keyed by post.
+//! Sharded in-memory buffers of received messages, keyed by membership
+//! (post, user).
 //!
 //! Invariants: every message added is taken exactly once, together with its
 //! ack handle (the handle never leaves except inside a [`Taken`]); all events
-//! of one post land in the same shard, so batches built from different
-//! shards touch disjoint posts and never contend inside one process; a
-//! merged take ([`Aggregator::take_merged`]) never takes from a shard the
-//! caller marks busy. Pure and synchronous: no I/O, no awaiting (a
-//! [`Notify`] only wakes the flusher).
+//! of one (post, user) land in the same shard, so batches built from
+//! different shards touch disjoint membership documents; a merged take
+//! ([`Aggregator::take_merged`]) never takes from a shard the caller marks
+//! busy. One post's events spread over every shard, so a viral post can be
+//! in several batches in flight at once (their counter increments go to
+//! distinct counter shards: [`crate::store::counter_shards`]). Pure and
+//! synchronous: no I/O, no awaiting (a [`Notify`] only wakes the flusher).
 
 use std::collections::VecDeque;
 use std::hash::Hasher;
@@ -104,8 +107,9 @@ pub struct FreeView {
 /// How messages are spread over shards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Routing {
-    /// By post: one post, one shard (the batched design).
-    ByPost,
+    /// By membership (post, user): one membership, one shard (the batched
+    /// design); one post spreads over all shards.
+    ByMembership,
     /// Round robin by message, whatever the post: the per-event baseline,
     /// where concurrent transactions on one hot post contend as in a naive
     /// consumer. Breaks the "no contention inside one process" invariant on
@@ -140,7 +144,7 @@ impl<H> Aggregator<H> {
             wake: Notify::new(),
             buffered: std::sync::atomic::AtomicUsize::new(0),
             max_batch_events: max_batch_events.max(1),
-            routing: Routing::ByPost,
+            routing: Routing::ByMembership,
             next: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -164,8 +168,8 @@ impl<H> Aggregator<H> {
         self.shards.len()
     }
 
-    /// The shard of `item`: by post for events, by message id for poison
-    /// (round robin for [`Routing::PerMessage`]).
+    /// The shard of `item`: by (post, user) for events, by message id for
+    /// poison (round robin for [`Routing::PerMessage`]).
     pub fn shard_of(&self, item: &Item) -> usize {
         if self.routing == Routing::PerMessage {
             let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -175,7 +179,12 @@ impl<H> Aggregator<H> {
         // need not be stable across builds; it runs once per message).
         let mut hasher = rustc_hash::FxHasher::default();
         match item {
-            Item::Event(e) => hasher.write(e.post_id.as_bytes()),
+            Item::Event(e) => {
+                // The separator keeps ("ab", "c") and ("a", "bc") apart.
+                hasher.write(e.post_id.as_bytes());
+                hasher.write_u8(0xff);
+                hasher.write(e.user_id.as_bytes());
+            }
             Item::Poison(p) => {
                 hasher.write(p.message_id.as_bytes());
                 hasher.write_u8(0xff);
@@ -251,8 +260,8 @@ impl<H> Aggregator<H> {
     /// Takes one batch (at most `max_batch_events` messages) from the shards
     /// not marked in `busy`, the shard with the oldest message first.
     /// Returns it with the shards it took from, which the caller must treat
-    /// as busy until the batch is committed: a post is then never in two
-    /// batches at once.
+    /// as busy until the batch is committed: a membership is then never in
+    /// two batches at once.
     pub fn take_merged(&self, busy: &[bool], now: Instant) -> (Taken<H>, Vec<usize>) {
         let mut candidates: Vec<(Instant, usize)> = self
             .shards
@@ -367,25 +376,68 @@ mod tests {
     }
 
     #[test]
-    fn one_post_always_lands_in_one_shard() {
+    fn one_membership_always_lands_in_one_shard() {
         let agg: Aggregator<u32> = Aggregator::new(8, 100);
-        let first = agg.add(Pending {
-            handle: 0,
-            item: event("hot", "u0"),
+        let pending = |handle, user: &str| Pending {
+            handle,
+            item: event("hot", user),
             bytes: 1,
             published: None,
-        });
-        for i in 1..50 {
-            let s = agg.add(Pending {
-                handle: i,
-                item: event("hot", &format!("u{i}")),
-                bytes: 1,
-                published: None,
-            });
-            assert_eq!(s, first);
+        };
+        for u in 0..20 {
+            let user = format!("u{u}");
+            let first = agg.add(pending(0, &user));
+            for i in 1..5 {
+                assert_eq!(agg.add(pending(i, &user)), first);
+            }
         }
-        assert_eq!(agg.len(first), 50);
-        assert_eq!(agg.total_len(), 50);
+        assert_eq!(agg.total_len(), 100);
+    }
+
+    #[test]
+    fn one_post_spreads_over_the_shards_so_it_can_be_in_several_batches() {
+        let agg: Aggregator<u32> = Aggregator::new(8, 100);
+        let shards: std::collections::HashSet<usize> = (0..200)
+            .map(|i| {
+                agg.add(Pending {
+                    handle: i,
+                    item: event("viral", &format!("u{i}")),
+                    bytes: 1,
+                    published: None,
+                })
+            })
+            .collect();
+        assert_eq!(shards.len(), 8, "200 users of one post reach every shard");
+        // Two merged takes with the first one's shards busy: both hold the
+        // post, and no user is in both.
+        let (first, used) = agg.take_merged(&[], Instant::now());
+        assert!(first.len() == 100 && !used.is_empty());
+        let mut busy = vec![false; 8];
+        for s in &used {
+            busy[*s] = true;
+        }
+        let (second, _) = agg.take_merged(&busy, Instant::now());
+        assert!(!second.is_empty());
+        let users = |t: &Taken<u32>| -> std::collections::HashSet<String> {
+            t.events.iter().map(|e| e.user_id.clone()).collect()
+        };
+        assert!(users(&first).is_disjoint(&users(&second)));
+    }
+
+    #[test]
+    fn the_post_user_boundary_is_part_of_the_route() {
+        let agg: Aggregator<u32> = Aggregator::new(64, 100);
+        let spread: std::collections::HashSet<usize> = (0..32)
+            .map(|i| {
+                let post = "p".repeat(i + 1);
+                let user = "p".repeat(40 - i);
+                agg.shard_of(&event(&post, &user))
+            })
+            .collect();
+        assert!(
+            spread.len() > 8,
+            "same concatenation, different keys: {spread:?}"
+        );
     }
 
     #[test]

@@ -1,18 +1,22 @@
 //! How many counter shard documents a post spreads its increments over:
 //! one for a quiet post, more as the post's observed counter-write rate
-//! grows, up to a maximum.
+//! grows, up to a maximum; and which shard each batch in flight writes.
 //!
-//! Invariants: memory is fixed (a table of [`SLOTS`] slots by post hash; two
-//! posts in one slot only over-estimate, which costs an extra shard, never
-//! a count); a pick is always `< max_shards`; readers sum every shard
-//! document that exists (`counters/{post}/shards/*`), so growing or
-//! shrinking the number in use never changes a count. The rate is what this
-//! process writes: with R replicas a hot document can see up to R times the
-//! target.
+//! Invariants: the rate table's memory is fixed (a table of [`SLOTS`] slots
+//! by post hash; two posts in one slot only over-estimate, which costs an
+//! extra shard, never a count); a pick is always `< max_shards`; readers sum
+//! every shard document that exists (`counters/{post}/shards/*`), so growing
+//! or shrinking the number in use never changes a count. While a
+//! [`CounterLease`] lives, no other lease of this process holds the same
+//! (post, shard), as long as fewer than `max_shards` batches in flight
+//! increment one post: batches in flight never write one counter document.
+//! The rate is what this process writes: with R replicas a hot document can
+//! see up to R times the target.
 
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use rustc_hash::FxHashSet;
 
 use crate::batch::fnv1a64;
 
@@ -38,6 +42,34 @@ pub struct CounterShardPlanner {
     max_shards: u32,
     target_writes_per_sec: u32,
     slots: Box<[Mutex<Slot>]>,
+    /// (post hash, shard) held by a live [`CounterLease`].
+    leased: Mutex<FxHashSet<(u64, u32)>>,
+}
+
+/// The counter shards one batch in flight increments, one per post; held
+/// until the batch's commit has ended (dropping the lease releases them).
+pub struct CounterLease<'a> {
+    planner: &'a CounterShardPlanner,
+    /// The shard of each post, in the order given.
+    picks: Vec<u32>,
+    /// What this lease holds in the planner's set.
+    held: Vec<(u64, u32)>,
+}
+
+impl CounterLease<'_> {
+    /// The shard picked for the `i`-th post given to [`CounterShardPlanner::lease`].
+    pub fn shard(&self, i: usize) -> u32 {
+        self.picks.get(i).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for CounterLease<'_> {
+    fn drop(&mut self) {
+        let mut leased = self.planner.leased.lock();
+        for pick in &self.held {
+            leased.remove(pick);
+        }
+    }
 }
 
 impl CounterShardPlanner {
@@ -49,16 +81,54 @@ impl CounterShardPlanner {
             max_shards: max_shards.max(1),
             target_writes_per_sec,
             slots: (0..SLOTS).map(|_| Mutex::new(Slot::default())).collect(),
+            leased: Mutex::new(FxHashSet::default()),
         }
     }
 
-    /// Records one increment of `post` at `now` and returns its shard.
-    pub fn pick(&self, post: &str, now: Instant) -> u32 {
-        let shards = self.shards_for(post, now);
-        if shards <= 1 {
-            0
-        } else {
-            rand::random_range(0..shards)
+    /// Records one increment of each of `posts` at `now` and picks its shard:
+    /// a random one among the shards the post's rate calls for that no
+    /// other live lease holds; if those are all held (several batches in
+    /// flight on one post), the lowest free shard above them; if every
+    /// shard up to the maximum is held, a random one (the only case where
+    /// two batches in flight write one counter document).
+    pub fn lease<'p>(
+        &self,
+        posts: impl IntoIterator<Item = &'p str>,
+        now: Instant,
+    ) -> CounterLease<'_> {
+        let wanted: Vec<(u64, u32)> = posts
+            .into_iter()
+            .map(|post| (post_key(post), self.shards_for(post, now)))
+            .collect();
+        let mut picks = Vec::with_capacity(wanted.len());
+        let mut held = Vec::with_capacity(wanted.len());
+        let mut leased = self.leased.lock();
+        for (key, shards) in wanted {
+            let start = if shards <= 1 {
+                0
+            } else {
+                rand::random_range(0..shards)
+            };
+            let free = |k: &u32| !leased.contains(&(key, *k));
+            let pick = (0..shards)
+                .map(|i| (start + i) % shards)
+                .find(free)
+                .or_else(|| (shards..self.max_shards).find(free));
+            match pick {
+                Some(k) => {
+                    leased.insert((key, k));
+                    held.push((key, k));
+                    picks.push(k);
+                }
+                // Every shard is held: share one, without holding it.
+                None => picks.push(start),
+            }
+        }
+        drop(leased);
+        CounterLease {
+            planner: self,
+            picks,
+            held,
         }
     }
 
@@ -68,7 +138,7 @@ impl CounterShardPlanner {
         if self.target_writes_per_sec == 0 {
             return self.max_shards;
         }
-        let index = (fnv1a64(post.as_bytes(), b"counter-shards") % SLOTS as u64) as usize;
+        let index = (post_key(post) % SLOTS as u64) as usize;
         let mut slot = self.slots[index].lock();
         let started = *slot.started.get_or_insert(now);
         slot.shards = slot.shards.max(1);
@@ -92,6 +162,11 @@ impl CounterShardPlanner {
     }
 }
 
+/// The key of `post` in the rate table and the lease set.
+fn post_key(post: &str) -> u64 {
+    fnv1a64(post.as_bytes(), b"counter-shards")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,7 +186,10 @@ mod tests {
         let planner = CounterShardPlanner::new(16, 1);
         assert_eq!(drive(&planner, "quiet", 1, 30), 1);
         let t0 = Instant::now() + Duration::from_secs(30);
-        assert!((0..100).all(|i| planner.pick("quiet", t0 + Duration::from_secs(i)) == 0));
+        assert!((0..100).all(|i| planner
+            .lease(["quiet"], t0 + Duration::from_secs(i))
+            .shard(0)
+            == 0));
     }
 
     #[test]
@@ -124,7 +202,7 @@ mod tests {
             "capped at the maximum"
         );
         let picks: Vec<u32> = (0..500)
-            .map(|_| planner.pick("viral", Instant::now()))
+            .map(|_| planner.lease(["viral"], Instant::now()).shard(0))
             .collect();
         assert!(picks.iter().all(|&s| s < 16));
         assert!(picks.iter().collect::<std::collections::HashSet<_>>().len() > 8);
@@ -148,6 +226,52 @@ mod tests {
         let t = Instant::now() + Duration::from_secs(10);
         planner.shards_for("p", t);
         assert_eq!(planner.shards_for("p", t + Duration::from_secs(5)), 1);
+    }
+
+    #[test]
+    fn batches_in_flight_on_one_quiet_post_get_distinct_counter_shards() {
+        let planner = CounterShardPlanner::new(16, 1);
+        let now = Instant::now();
+        let first = planner.lease(["quiet"], now);
+        assert_eq!(first.shard(0), 0, "a quiet post alone writes shard 0");
+        let second = planner.lease(["quiet", "other"], now);
+        let third = planner.lease(["quiet"], now);
+        let picks = [first.shard(0), second.shard(0), third.shard(0)];
+        assert_eq!(
+            picks.iter().collect::<std::collections::HashSet<_>>().len(),
+            3,
+            "{picks:?}"
+        );
+        assert!(picks.iter().all(|&k| k < 16));
+        assert_eq!(second.shard(1), 0, "another post is not affected");
+        drop((first, second, third));
+        assert!(planner.leased.lock().is_empty(), "released");
+    }
+
+    #[test]
+    fn concurrent_leases_on_a_viral_post_never_share_a_shard() {
+        let planner = CounterShardPlanner::new(16, 1);
+        let now = Instant::now();
+        for _ in 0..100 {
+            planner.shards_for("viral", now);
+        }
+        for _ in 0..50 {
+            let leases: Vec<_> = (0..8).map(|_| planner.lease(["viral"], now)).collect();
+            let picks: std::collections::HashSet<u32> = leases.iter().map(|l| l.shard(0)).collect();
+            assert_eq!(picks.len(), 8);
+        }
+        assert!(planner.leased.lock().is_empty(), "every lease released");
+    }
+
+    #[test]
+    fn more_batches_than_shards_share_one_instead_of_failing() {
+        let planner = CounterShardPlanner::new(2, 1);
+        let now = Instant::now();
+        let leases: Vec<_> = (0..3).map(|_| planner.lease(["p"], now)).collect();
+        let picks: Vec<u32> = leases.iter().map(|l| l.shard(0)).collect();
+        assert!(picks.iter().all(|&k| k < 2), "{picks:?}");
+        drop(leases);
+        assert!(planner.leased.lock().is_empty());
     }
 
     #[test]

@@ -19,7 +19,7 @@ use fs::document_transform::field_transform::{ServerValue, TransformType};
 use fs::document_transform::FieldTransform;
 use fs::value::ValueType;
 
-use super::counter_shards::CounterShardPlanner;
+use super::counter_shards::{CounterLease, CounterShardPlanner};
 use super::{CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
 use crate::batch::{Batch, Effects, Membership, MembershipKey, Plan, PoisonRecord};
 use crate::event::Version;
@@ -273,30 +273,30 @@ impl FirestoreStore {
         plan: &Plan,
         snapshot: &Snapshot,
         marker: &str,
+        counters: &CounterLease<'_>,
     ) -> Vec<fs::Write> {
-        let now = std::time::Instant::now();
         build_writes(
             &self.config,
             batch,
             plan,
             &snapshot.update_times,
             marker,
-            |post| self.shards.pick(post, now),
+            |i, _| counters.shard(i),
         )
     }
 }
 
 /// The writes of one batch's commit: changed memberships (each with a
 /// precondition on what was read), one increment per post on the counter
-/// shard `counter_shard_of(post)` picks, the marker (create-if-absent) and
-/// quarantine records.
+/// shard `counter_shard_of(i, post)` picks (`i`: the post's position in
+/// `plan.deltas`), the marker (create-if-absent) and quarantine records.
 pub fn build_writes(
     config: &FirestoreStoreConfig,
     batch: &Batch,
     plan: &Plan,
     update_times: &HashMap<MembershipKey, Option<Timestamp>>,
     marker: &str,
-    counter_shard_of: impl Fn(&str) -> u32,
+    counter_shard_of: impl Fn(usize, &str) -> u32,
 ) -> Vec<fs::Write> {
     let layout = &config.layout;
     let mut writes = Vec::with_capacity(plan.memberships.len() + plan.deltas.len() + 2);
@@ -318,8 +318,8 @@ pub fn build_writes(
             }),
         });
     }
-    for (post, delta) in &plan.deltas {
-        let shard = counter_shard_of(post);
+    for (i, (post, delta)) in plan.deltas.iter().enumerate() {
+        let shard = counter_shard_of(i, post);
         writes.push(fs::Write {
             operation: Some(fs::write::Operation::Update(fs::Document {
                 name: layout.counter_shard(post, shard),
@@ -433,7 +433,13 @@ impl CounterStore for FirestoreStore {
             });
         }
         let plan = batch.plan(&snapshot.memberships);
-        let writes = self.writes(batch, &plan, &snapshot, &marker);
+        // Held until the commit has ended: another batch in flight on one of
+        // these posts increments a different counter shard.
+        let counters = self.shards.lease(
+            plan.deltas.keys().map(String::as_str),
+            std::time::Instant::now(),
+        );
+        let writes = self.writes(batch, &plan, &snapshot, &marker, &counters);
         let request = fs::CommitRequest {
             database: self.config.layout.database.clone(),
             writes,

@@ -33,6 +33,7 @@ struct State {
     commits: u64,
     delay: std::time::Duration,
     posts_in_flight: HashMap<String, usize>,
+    memberships_in_flight: HashSet<MembershipKey>,
     commits_in_flight: usize,
     observed: Concurrency,
 }
@@ -42,8 +43,12 @@ struct State {
 pub struct Concurrency {
     /// Most commits in progress at once.
     pub max_commits_in_flight: usize,
-    /// Commits that began while another commit of the same post was in progress.
+    /// Commits that began while another commit of the same post was in
+    /// progress (expected for a hot post: its users spread over shards).
     pub post_overlaps: u64,
+    /// Commits that began while another commit of the same (post, user)
+    /// was in progress (must never happen: they would contend).
+    pub membership_overlaps: u64,
 }
 
 /// The in-memory store; a cheap cloneable handle.
@@ -110,6 +115,7 @@ impl MemoryStore {
 impl CounterStore for MemoryStore {
     async fn commit(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
         let posts: HashSet<String> = batch.keys().map(|k| k.post_id.clone()).collect();
+        let keys: Vec<MembershipKey> = batch.keys().cloned().collect();
         let delay = {
             let mut state = self.state.lock();
             state.commits_in_flight += 1;
@@ -125,6 +131,11 @@ impl CounterStore for MemoryStore {
                 }
                 *n += 1;
             }
+            for key in &keys {
+                if !state.memberships_in_flight.insert(key.clone()) {
+                    state.observed.membership_overlaps += 1;
+                }
+            }
             state.delay
         };
         if !delay.is_zero() {
@@ -137,6 +148,9 @@ impl CounterStore for MemoryStore {
             if let Some(n) = state.posts_in_flight.get_mut(post) {
                 *n -= 1;
             }
+        }
+        for key in &keys {
+            state.memberships_in_flight.remove(key);
         }
         result
     }
