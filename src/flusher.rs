@@ -5,12 +5,15 @@
 //!
 //! The flush size adapts to the store (group commit): a batch is taken when
 //! a commit slot is free and (a) the store is idle and the oldest message
-//! has waited `flush_min_wait`, or (b) a full batch is buffered, or (c) the
-//! oldest message has waited `flush_interval`, or (d) the service stops.
-//! While commits are in flight messages accumulate, so batches grow when
-//! commits are slow or queued and stay small (low latency) when they are
-//! fast; the rate of commits, and so of writes to any one counter, is at
-//! most `max_commits_in_flight / commit latency` whatever the event rate.
+//! has waited `flush_min_wait`, or (b) with `k` of the `n` commit slots
+//! busy, `k/n` of a full batch is buffered (a full one when all but one
+//! are busy), or (c) the oldest message has waited `flush_interval`, or (d)
+//! the service stops. While commits are in flight messages accumulate, so
+//! batches grow when commits are slow or queued and stay small (low
+//! latency) when they are fast and slots are free; under a backlog every
+//! batch is full. The rate of commits, and so of writes to any one counter,
+//! is at most `max_commits_in_flight / commit latency` whatever the event
+//! rate.
 //!
 //! Invariants: a shard is in at most one batch in flight (shards are marked
 //! busy from take to commit), so batches in flight in one process touch
@@ -88,7 +91,11 @@ pub fn decide(
     }
     let overdue = oldest + config.flush_interval;
     let eager = oldest + config.flush_min_wait.min(config.flush_interval);
-    if stopping || free.full || overdue <= now || (in_flight == 0 && eager <= now) {
+    // (b): the busier the slots, the larger the batch worth a slot.
+    let slots = config.max_commits_in_flight.max(1);
+    let filled = in_flight > 0
+        && free.messages.saturating_mul(slots) >= free.batch_events.saturating_mul(in_flight);
+    if stopping || free.full || filled || overdue <= now || (in_flight == 0 && eager <= now) {
         return Decision::Flush;
     }
     Decision::WaitUntil(Some(if in_flight == 0 { eager } else { overdue }))
@@ -511,11 +518,12 @@ mod tests {
             messages,
             oldest: Some(oldest),
             full: messages >= 1000,
+            batch_events: 1000,
         }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_idle_store_flushes_after_the_min_wait_a_busy_one_after_the_interval() {
+    async fn idle_store_flushes_after_the_min_wait_busy_slots_need_their_share_of_a_batch() {
         let config = FlushConfig::default();
         let t0 = Instant::now();
         let ms = Duration::from_millis;
@@ -536,6 +544,20 @@ mod tests {
             decide(&config, view(3, t0), 1, false, t0 + ms(100)),
             Decision::Flush
         );
+        // Adaptive size, 4 slots: 1 busy -> a quarter batch, 3 busy -> three quarters.
+        for (busy, enough) in [(1, 250), (2, 500), (3, 750)] {
+            assert_eq!(
+                decide(&config, view(enough, t0), busy, false, t0),
+                Decision::Flush,
+                "{busy} busy, {enough} buffered"
+            );
+            assert_eq!(
+                decide(&config, view(enough - 1, t0), busy, false, t0),
+                Decision::WaitUntil(Some(t0 + config.flush_interval)),
+                "{busy} busy, {} buffered",
+                enough - 1
+            );
+        }
         assert_eq!(
             decide(&config, view(1000, t0), 1, false, t0),
             Decision::Flush,

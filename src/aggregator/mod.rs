@@ -102,6 +102,8 @@ pub struct FreeView {
     pub oldest: Option<Instant>,
     /// Whether they make at least one full batch (`max_batch_events`).
     pub full: bool,
+    /// Messages in a full batch (`max_batch_events`).
+    pub batch_events: usize,
 }
 
 /// How messages are spread over shards.
@@ -254,6 +256,7 @@ impl<H> Aggregator<H> {
             };
         }
         view.full = view.messages >= self.max_batch_events;
+        view.batch_events = self.max_batch_events;
         view
     }
 
