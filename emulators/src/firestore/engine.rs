@@ -275,7 +275,13 @@ impl State {
         for (name, doc) in overlay {
             self.store.put(name, doc, commit_time);
             self.stats.documents_written += 1;
-            *self.doc_writes.entry(name.to_string()).or_default() += 1;
+            // Under the state lock: allocate a key only for a new name.
+            match self.doc_writes.get_mut(name) {
+                Some(writes) => *writes += 1,
+                None => {
+                    self.doc_writes.insert(name.to_string(), 1);
+                }
+            }
         }
         self.stats.commits += 1;
         Ok(Committed {
