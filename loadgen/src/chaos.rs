@@ -461,7 +461,8 @@ fn fault_label(kind: FaultKind) -> &'static str {
     }
 }
 
-/// The steady, probabilistic faults (cleared before the final drain).
+/// The steady faults: each commit fault once for certain, then all of them
+/// at random (cleared before the final drain).
 fn install_faults(emulators: &Emulators) -> Result<(), String> {
     let pubsub = emulators.pubsub_faults();
     pubsub.add(FaultSpec::new(FaultKind::AckLost).probability(0.02))?;
@@ -469,6 +470,11 @@ fn install_faults(emulators: &Emulators) -> Result<(), String> {
     // Each open stream checks about every 50 ms: about one drop per stream per 5 s.
     pubsub.add(FaultSpec::new(FaultKind::DropStream).probability(0.01))?;
     let firestore = emulators.firestore_faults();
+    // Once each for certain (the first eligible commits), then at random: a
+    // small run with large batches makes few commits, and every kind must
+    // be exercised in every run, not in most.
+    firestore.add(FaultSpec::error("Commit", Code::Aborted).times(1))?;
+    firestore.add(FaultSpec::error_after_apply("Commit", Code::Unavailable).times(1))?;
     firestore.add(FaultSpec::error("Commit", Code::Aborted).probability(0.05))?;
     firestore.add(FaultSpec::error_after_apply("Commit", Code::Unavailable).probability(0.03))?;
     Ok(())
