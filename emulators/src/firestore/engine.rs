@@ -24,11 +24,11 @@
 //! wait), so there is no deadlock; a retry keeps its first attempt's age, so
 //! every transaction eventually becomes the oldest and commits.
 
-use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tokio::sync::watch;
 use tonic::Status;

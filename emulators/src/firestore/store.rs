@@ -7,10 +7,10 @@
 //! retention horizon, so any read at or after the horizon is exact.
 
 use std::collections::{BTreeSet, VecDeque};
-
-use rustc_hash::FxHashMap;
 use std::ops::Bound;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use crate::proto::firestore_v1::Document;
 

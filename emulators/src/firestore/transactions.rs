@@ -5,10 +5,10 @@
 //! step, so no lock outlives its holder. Priorities are unique among active
 //! transactions: smaller is older, and a retry inherits its first attempt's.
 
-use rustc_hash::{FxHashMap, FxHashSet};
 use std::time::Duration;
 
 use rand::Rng;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tonic::Status;
 
 use super::locks::{LockTable, TxnId};

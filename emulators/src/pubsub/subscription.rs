@@ -11,11 +11,10 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
-
-use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use rustc_hash::FxHashMap;
 use tokio::sync::Notify;
 
 use super::ordering::Keys;
