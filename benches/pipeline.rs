@@ -191,7 +191,7 @@ fn batch_building(c: &mut Criterion) {
                 let batch = Batch::new(slice.clone(), Vec::new());
                 let plan = batch.plan(&HashMap::new());
                 let times: HashMap<MembershipKey, _> = HashMap::new();
-                let writes = build_writes(&config, &batch, &plan, &times, "marker", |_, _| 3);
+                let writes = build_writes(&config, &batch, &plan, &times, "marker", |_| 3);
                 std::hint::black_box(writes.len())
             })
         });

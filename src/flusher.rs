@@ -7,20 +7,21 @@
 //! a commit slot is free and (a) the store is idle and the oldest message
 //! has waited `flush_min_wait`, or (b) with `k` of the `n` commit slots
 //! busy, `(k/n)²` of a full batch is buffered (a sixteenth with 1 of 4
-//! busy, over half with 3 of 4), or (c) the oldest message has waited `flush_interval`, or (d)
-//! the service stops. While commits are in flight messages accumulate, so
-//! batches grow when commits are slow or queued and stay small (low
-//! latency) when they are fast and slots are free; under a backlog every
-//! batch is full. The rate of commits, and so of writes to any one counter,
-//! is at most `max_commits_in_flight / commit latency` whatever the event
-//! rate.
+//! busy, over half with 3 of 4), or (c) the oldest message has waited
+//! `flush_interval`, or (d) the service stops. While commits are in flight
+//! messages accumulate, so batches grow when commits are slow or queued and
+//! stay small (low latency) when they are fast and slots are free; under a
+//! backlog every batch is full. The rate of commits, and so of writes to
+//! any one counter, is at most `max_commits_in_flight / commit latency`
+//! whatever the event rate.
 //!
 //! Invariants: a shard is in at most one batch in flight (shards are marked
 //! busy from take to commit), so batches in flight in one process touch
 //! disjoint memberships (one post may be in several: each increments its
-//! own counter shard, [`crate::store::counter_shards`]); handles go to [`Acker::ack`] only after the store reports
-//! the batch committed, and to [`Acker::nack`] when it gives up; at shutdown
-//! every shard is drained and every commit finished before the flusher returns.
+//! own counter shard, [`crate::store::counter_shards`]); handles go to
+//! [`Acker::ack`] only after the store reports the batch committed, and to
+//! [`Acker::nack`] when it gives up; at shutdown every shard is drained and
+//! every commit finished before the flusher returns.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -281,22 +281,22 @@ impl FirestoreStore {
             plan,
             &snapshot.update_times,
             marker,
-            |i, _| counters.shard(i),
+            |i| counters.shard(i),
         )
     }
 }
 
 /// The writes of one batch's commit: changed memberships (each with a
 /// precondition on what was read), one increment per post on the counter
-/// shard `counter_shard_of(i, post)` picks (`i`: the post's position in
-/// `plan.deltas`), the marker (create-if-absent) and quarantine records.
+/// shard `counter_shard_of(i)` picks for the `i`-th post of `plan.deltas`,
+/// the marker (create-if-absent) and quarantine records.
 pub fn build_writes(
     config: &FirestoreStoreConfig,
     batch: &Batch,
     plan: &Plan,
     update_times: &HashMap<MembershipKey, Option<Timestamp>>,
     marker: &str,
-    counter_shard_of: impl Fn(usize, &str) -> u32,
+    counter_shard_of: impl Fn(usize) -> u32,
 ) -> Vec<fs::Write> {
     let layout = &config.layout;
     let mut writes = Vec::with_capacity(plan.memberships.len() + plan.deltas.len() + 2);
@@ -319,7 +319,7 @@ pub fn build_writes(
         });
     }
     for (i, (post, delta)) in plan.deltas.iter().enumerate() {
-        let shard = counter_shard_of(i, post);
+        let shard = counter_shard_of(i);
         writes.push(fs::Write {
             operation: Some(fs::write::Operation::Update(fs::Document {
                 name: layout.counter_shard(post, shard),
