@@ -40,7 +40,7 @@ impl MembershipKey {
         id
     }
 
-    /// The length of [`MembershipKey::doc_id`] in bytes.
+    /// At least the length of [`MembershipKey::doc_id`] in bytes (what to reserve).
     pub fn doc_id_len(&self) -> usize {
         // 8 hex digits, 3 dots, at most 20 decimal digits of the length.
         8 + 3 + 20 + self.post_id.len() + self.user_id.len()
