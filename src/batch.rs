@@ -25,8 +25,8 @@ impl MembershipKey {
     /// The key of `event`.
     pub fn of(event: &LikeEvent) -> Self {
         Self {
-            post_id: event.post_id.clone(),
-            user_id: event.user_id.clone(),
+            post_id: event.post_id().to_owned(),
+            user_id: event.user_id().to_owned(),
         }
     }
 
@@ -199,7 +199,7 @@ impl Batch {
                 .push(event);
         }
         for list in grouped.values_mut() {
-            list.sort_by(|a, b| a.version.cmp(&b.version));
+            list.sort_by(LikeEvent::cmp_versions);
         }
         Self {
             id: new_batch_id(),
@@ -241,8 +241,8 @@ impl Batch {
             let mut changed = false;
             for event in events {
                 if let Some(state) = &current {
-                    if event.version <= state.version {
-                        if event.version.event_id == state.version.event_id {
+                    if event.cmp_version(&state.version).is_le() {
+                        if event.event_id() == state.version.event_id {
                             plan.effects.duplicates += 1;
                         } else {
                             plan.effects.stale += 1;
@@ -258,7 +258,7 @@ impl Batch {
                 }
                 current = Some(Membership {
                     liked,
-                    version: event.version.clone(),
+                    version: event.version(),
                 });
                 changed = true;
                 plan.effects.applied += 1;
@@ -312,17 +312,12 @@ mod tests {
     use super::*;
 
     fn ev(kind: LikeKind, post: &str, user: &str, seq: i64, id: &str) -> LikeEvent {
-        LikeEvent {
-            kind,
-            post_id: post.into(),
-            user_id: user.into(),
-            version: Version {
-                seq,
-                occurred_at_micros: 0,
-                event_id: id.into(),
-            },
-            producer: None,
-        }
+        let version = Version {
+            seq,
+            occurred_at_micros: 0,
+            event_id: id.into(),
+        };
+        LikeEvent::new(kind, post, user, &version, None).expect("valid test event")
     }
 
     use LikeKind::{Added, Removed};
@@ -376,7 +371,7 @@ mod tests {
             key,
             Membership {
                 liked: false,
-                version: ev(Removed, "p", "u", 5, "x").version,
+                version: ev(Removed, "p", "u", 5, "x").version(),
             },
         )]);
         let batch = Batch::new(vec![ev(Added, "p", "u", 4, "old")], vec![]);

@@ -395,17 +395,18 @@ mod tests {
         }
 
         fn like(&mut self, post: &str, user: &str, seq: i64) -> u32 {
-            let event = LikeEvent {
-                kind: LikeKind::Added,
-                post_id: post.into(),
-                user_id: user.into(),
-                version: Version {
+            let event = LikeEvent::new(
+                LikeKind::Added,
+                post,
+                user,
+                &Version {
                     seq,
                     occurred_at_micros: 0,
                     event_id: format!("{user}-{seq}"),
                 },
-                producer: None,
-            };
+                None,
+            )
+            .expect("valid test event");
             self.next += 1;
             let handle = TestHandle(self.next, self.fates.clone());
             self.agg.add(Pending {

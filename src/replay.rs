@@ -469,7 +469,7 @@ impl<'a> Replayer<'a> {
         for (message, _) in &chunk {
             match to_item(message) {
                 Item::Event(e) => events.push(e),
-                Item::Poison(p) => poison.push(p),
+                Item::Poison(p) => poison.push(*p),
             }
         }
         let batch = Batch::new(events, poison);

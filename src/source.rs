@@ -166,12 +166,12 @@ pub fn to_item(message: &Message) -> Item {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            Item::Poison(PoisonRecord::new(
+            Item::Poison(Box::new(PoisonRecord::new(
                 message.message_id.clone(),
                 poison.to_string(),
                 &message.data,
                 attributes,
-            ))
+            )))
         }
     }
 }

@@ -17,20 +17,25 @@ fn events(specs: &[Spec]) -> Vec<LikeEvent> {
     specs
         .iter()
         .enumerate()
-        .map(|(i, (post, user, added, seq, occurred))| LikeEvent {
-            kind: if *added {
+        .map(|(i, (post, user, added, seq, occurred))| {
+            let kind = if *added {
                 LikeKind::Added
             } else {
                 LikeKind::Removed
-            },
-            post_id: format!("p{post}"),
-            user_id: format!("u{user}"),
-            version: Version {
+            };
+            let version = Version {
                 seq: *seq,
                 occurred_at_micros: *occurred,
                 event_id: format!("e{i:04}"),
-            },
-            producer: None,
+            };
+            LikeEvent::new(
+                kind,
+                &format!("p{post}"),
+                &format!("u{user}"),
+                &version,
+                None,
+            )
+            .expect("generated fields are valid")
         })
         .collect()
 }
@@ -42,7 +47,7 @@ fn model(events: &[LikeEvent]) -> (HashMap<MembershipKey, Membership>, BTreeMap<
         let key = MembershipKey::of(e);
         let state = Membership {
             liked: e.kind == LikeKind::Added,
-            version: e.version.clone(),
+            version: e.version(),
         };
         match newest.get(&key) {
             Some(current) if current.version >= state.version => {}
@@ -199,17 +204,17 @@ proptest! {
         };
         for (handle, index) in order.iter().enumerate() {
             let item = if handle % poison_every == 0 {
-                Item::Poison(PoisonRecord::new(
+                Item::Poison(Box::new(PoisonRecord::new(
                     format!("m{handle}"),
                     "bad".into(),
                     b"x",
                     Default::default(),
-                ))
+                )))
             } else {
                 Item::Event(all[*index].clone())
             };
             let key = match &item {
-                Item::Event(e) => Some((e.post_id.clone(), e.user_id.clone())),
+                Item::Event(e) => Some((e.post_id().to_owned(), e.user_id().to_owned())),
                 Item::Poison(_) => None,
             };
             // Events whose message was replaced by poison are re-added below.

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use hotcount::batch::MembershipKey;
 use hotcount::event::{
-    check_id, parse, parse_fast, parse_general, to_json, MAX_EVENT_ID_BYTES, MAX_ID_BYTES,
+    check_id, parse, parse_fast, parse_general, to_json, LikeEvent, MAX_EVENT_ID_BYTES,
+    MAX_ID_BYTES,
 };
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -34,12 +35,24 @@ fn check(data: &[u8]) {
     );
     match result {
         Ok(event) => {
-            assert!(check_id(&event.post_id, MAX_ID_BYTES).is_ok());
-            assert!(check_id(&event.user_id, MAX_ID_BYTES).is_ok());
+            assert!(check_id(event.post_id(), MAX_ID_BYTES).is_ok());
+            assert!(check_id(event.user_id(), MAX_ID_BYTES).is_ok());
             assert!(check_id(event.event_id(), MAX_EVENT_ID_BYTES).is_ok());
             let doc_id = MembershipKey::of(&event).doc_id();
             assert!(check_id(&doc_id, 1500).is_ok(), "unsafe doc id {doc_id:?}");
             assert_eq!(parse(to_json(&event).as_bytes()).as_ref(), Ok(&event));
+            let rebuilt = LikeEvent::new(
+                event.kind,
+                event.post_id(),
+                event.user_id(),
+                &event.version(),
+                event.producer(),
+            );
+            assert_eq!(
+                rebuilt.as_ref(),
+                Ok(&event),
+                "the constructor accepts what parses"
+            );
         }
         Err(poison) => {
             let reason = poison.to_string();

@@ -14,8 +14,8 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(result, parse_general(data), "fast path and general decoder disagree");
     match result {
         Ok(event) => {
-            assert!(check_id(&event.post_id, MAX_ID_BYTES).is_ok());
-            assert!(check_id(&event.user_id, MAX_ID_BYTES).is_ok());
+            assert!(check_id(event.post_id(), MAX_ID_BYTES).is_ok());
+            assert!(check_id(event.user_id(), MAX_ID_BYTES).is_ok());
             assert!(check_id(event.event_id(), MAX_EVENT_ID_BYTES).is_ok());
             let doc_id = MembershipKey::of(&event).doc_id();
             assert!(check_id(&doc_id, 1500).is_ok(), "unsafe doc id {doc_id:?}");

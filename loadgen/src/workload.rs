@@ -460,20 +460,17 @@ fn generate_events(
         };
         key.liked = kind == LikeKind::Added;
         key.ever_liked |= key.liked;
-        let event = LikeEvent {
-            kind,
-            post_id: post_id(post),
-            user_id: user_id(user),
-            version: Version {
-                seq: key.seq,
-                occurred_at_micros: now_micros,
-                event_id: event_id(config.seed, n),
-            },
-            producer: Some(PRODUCER.to_string()),
+        let version = Version {
+            seq: key.seq,
+            occurred_at_micros: now_micros,
+            event_id: event_id(config.seed, n),
         };
+        let (post_id, user_id) = (post_id(post), user_id(user));
+        let event = LikeEvent::new(kind, &post_id, &user_id, &version, Some(PRODUCER))
+            .expect("generated ids are safe (a prefix, a dash, digits) and now is in range");
         let origin = Origin::Event {
-            post_id: event.post_id.clone(),
-            user_id: event.user_id.clone(),
+            post_id,
+            user_id,
             seq: key.seq,
             liked: key.liked,
         };
@@ -642,10 +639,10 @@ mod tests {
                     liked,
                 } => {
                     let e = parsed.expect("valid events parse");
-                    assert_eq!((&e.post_id, &e.user_id), (post_id, user_id));
-                    assert_eq!(e.version.seq, *seq);
+                    assert_eq!((e.post_id(), e.user_id()), (&post_id[..], &user_id[..]));
+                    assert_eq!(e.seq, *seq);
                     assert_eq!(e.kind == LikeKind::Added, *liked);
-                    assert!(ids.insert(e.version.event_id), "event ids are unique");
+                    assert!(ids.insert(e.event_id().to_owned()), "event ids are unique");
                 }
                 Origin::Duplicate { .. } => assert!(parsed.is_ok()),
                 Origin::Poison { kind } => {

@@ -26,8 +26,9 @@ use crate::event::LikeEvent;
 pub enum Item {
     /// A valid event.
     Event(LikeEvent),
-    /// A message to quarantine.
-    Poison(PoisonRecord),
+    /// A message to quarantine (boxed: rare, and twice an event's size, so
+    /// events move through the buffers at their own size).
+    Poison(Box<PoisonRecord>),
 }
 
 /// One received message waiting for its batch.
@@ -183,9 +184,9 @@ impl<H> Aggregator<H> {
         match item {
             Item::Event(e) => {
                 // The separator keeps ("ab", "c") and ("a", "bc") apart.
-                hasher.write(e.post_id.as_bytes());
+                hasher.write(e.post_id().as_bytes());
                 hasher.write_u8(0xff);
-                hasher.write(e.user_id.as_bytes());
+                hasher.write(e.user_id().as_bytes());
             }
             Item::Poison(p) => {
                 hasher.write(p.message_id.as_bytes());
@@ -324,7 +325,7 @@ impl<H> Aggregator<H> {
             taken.handles.push(pending.handle);
             match pending.item {
                 Item::Event(e) => taken.events.push(e),
-                Item::Poison(p) => taken.poison.push(p),
+                Item::Poison(p) => taken.poison.push(*p),
             }
         }
         n
@@ -365,17 +366,20 @@ mod tests {
     use crate::event::{LikeKind, Version};
 
     fn event(post: &str, user: &str) -> Item {
-        Item::Event(LikeEvent {
-            kind: LikeKind::Added,
-            post_id: post.into(),
-            user_id: user.into(),
-            version: Version {
-                seq: 0,
-                occurred_at_micros: 0,
-                event_id: format!("{post}-{user}"),
-            },
-            producer: None,
-        })
+        Item::Event(
+            LikeEvent::new(
+                LikeKind::Added,
+                post,
+                user,
+                &Version {
+                    seq: 0,
+                    occurred_at_micros: 0,
+                    event_id: format!("{post}-{user}"),
+                },
+                None,
+            )
+            .expect("valid test event"),
+        )
     }
 
     #[test]
@@ -422,7 +426,7 @@ mod tests {
         let (second, _) = agg.take_merged(&busy, Instant::now());
         assert!(!second.is_empty());
         let users = |t: &Taken<u32>| -> std::collections::HashSet<String> {
-            t.events.iter().map(|e| e.user_id.clone()).collect()
+            t.events.iter().map(|e| e.user_id().to_owned()).collect()
         };
         assert!(users(&first).is_disjoint(&users(&second)));
     }
@@ -480,7 +484,7 @@ mod tests {
         let poison = PoisonRecord::new("m1".into(), "bad".into(), b"x", Default::default());
         agg.add(Pending {
             handle: "b",
-            item: Item::Poison(poison),
+            item: Item::Poison(Box::new(poison)),
             bytes: 1,
             published: None,
         });

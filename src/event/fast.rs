@@ -12,8 +12,8 @@
 //! input `tests/fuzz_parser.rs` and the `fuzz/` targets generate.
 
 use super::{
-    check_scanned_id, IdBytes, LikeEvent, LikeKind, Version, MAX_EVENT_ID_BYTES, MAX_ID_BYTES,
-    MAX_MICROS, MAX_PAYLOAD_BYTES, MIN_MICROS,
+    check_scanned_id, IdBytes, LikeEvent, LikeKind, MAX_EVENT_ID_BYTES, MAX_ID_BYTES, MAX_MICROS,
+    MAX_PAYLOAD_BYTES, MIN_MICROS,
 };
 
 /// Unknown keys remembered for the duplicate check; a payload with more is
@@ -206,19 +206,15 @@ impl Fields<'_> {
         let occurred_at_micros = timestamp_micros(occurred_at?.text.as_bytes())?;
         let producer = match producer {
             Some(p) if p.text.len() > MAX_EVENT_ID_BYTES => return None,
-            p => p.map(|p| p.text.to_owned()),
+            p => p.map(|p| p.text),
         };
-        Some(LikeEvent {
+        Some(LikeEvent::checked(
             kind,
-            post_id: post_id.text.to_owned(),
-            user_id: user_id.text.to_owned(),
-            version: Version {
-                seq: self.seq,
-                occurred_at_micros,
-                event_id: event_id.text.to_owned(),
-            },
+            [post_id.text, user_id.text, event_id.text],
+            self.seq,
+            occurred_at_micros,
             producer,
-        })
+        ))
     }
 }
 

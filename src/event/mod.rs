@@ -22,6 +22,8 @@ pub const MAX_EVENT_ID_BYTES: usize = 256;
 /// reason is stored and logged; the payload itself is kept, truncated, in
 /// the quarantine record).
 pub const MAX_REASON_DETAIL_BYTES: usize = 128;
+/// What `producer` must be, in its poison reason.
+const PRODUCER_EXPECTED: &str = "a string of at most 256 bytes";
 /// The only schema version understood.
 pub const SCHEMA_VERSION: u64 = 1;
 
@@ -75,24 +77,175 @@ impl PartialOrd for Version {
 }
 
 /// A valid like event.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its four strings (post, user, event id, producer) share one allocation:
+/// events are made once per message on the hot path, and moved through the
+/// aggregator's buffers, so both the allocations and the size count.
+#[derive(Clone, PartialEq, Eq)]
 pub struct LikeEvent {
     /// Added or removed.
     pub kind: LikeKind,
-    /// The post liked (safe as a document id).
-    pub post_id: String,
-    /// The user who liked (safe as a document id).
-    pub user_id: String,
-    /// Order within the (post, user) history, including the event id.
-    pub version: Version,
-    /// Producer name, if given.
-    pub producer: Option<String>,
+    /// Producer sequence per (post, user); 0 when the event carried none.
+    pub seq: i64,
+    /// `occurredAt`, microseconds since the Unix epoch.
+    pub occurred_at_micros: i64,
+    ids: Ids,
+}
+
+/// The post id, user id, event id and producer of one event, back to back
+/// in one string. Lengths fit `u16` because every field is capped far below
+/// 64 KiB ([`MAX_ID_BYTES`], [`MAX_EVENT_ID_BYTES`]).
+#[derive(Clone, PartialEq, Eq)]
+struct Ids {
+    text: Box<str>,
+    /// Where the post id, the user id and the event id end in `text`; the
+    /// producer is the rest.
+    ends: [u16; 3],
+    has_producer: bool,
 }
 
 impl LikeEvent {
+    /// A valid event, or the poison reason a payload with these fields
+    /// would get: ids must be safe ([`check_id`]), the event id and the
+    /// producer at most [`MAX_EVENT_ID_BYTES`], `seq` non-negative and the
+    /// time inside Firestore's range.
+    pub fn new(
+        kind: LikeKind,
+        post_id: &str,
+        user_id: &str,
+        version: &Version,
+        producer: Option<&str>,
+    ) -> Result<Self, Poison> {
+        let unsafe_id = |field| move |reason| Poison::UnsafeId { field, reason };
+        check_id(&version.event_id, MAX_EVENT_ID_BYTES).map_err(unsafe_id("eventId"))?;
+        check_id(post_id, MAX_ID_BYTES).map_err(unsafe_id("postId"))?;
+        check_id(user_id, MAX_ID_BYTES).map_err(unsafe_id("userId"))?;
+        if !(MIN_MICROS..=MAX_MICROS).contains(&version.occurred_at_micros) {
+            return Err(Poison::BadTimestamp("out of range".into()));
+        }
+        if version.seq < 0 {
+            return Err(Poison::BadSeq);
+        }
+        if producer.is_some_and(|p| p.len() > MAX_EVENT_ID_BYTES) {
+            return Err(Poison::WrongType {
+                field: "producer",
+                expected: PRODUCER_EXPECTED,
+            });
+        }
+        Ok(Self::checked(
+            kind,
+            [post_id, user_id, &version.event_id],
+            version.seq,
+            version.occurred_at_micros,
+            producer,
+        ))
+    }
+
+    /// An event from fields a decoder has already checked (see [`Self::new`]).
+    fn checked(
+        kind: LikeKind,
+        [post_id, user_id, event_id]: [&str; 3],
+        seq: i64,
+        occurred_at_micros: i64,
+        producer: Option<&str>,
+    ) -> Self {
+        let producer_text = producer.unwrap_or("");
+        let mut text = String::with_capacity(
+            post_id.len() + user_id.len() + event_id.len() + producer_text.len(),
+        );
+        let mut ends = [0u16; 3];
+        for (end, field) in ends.iter_mut().zip([post_id, user_id, event_id]) {
+            text.push_str(field);
+            // Checked fields are at most MAX_ID_BYTES each: no truncation.
+            *end = text.len() as u16;
+        }
+        text.push_str(producer_text);
+        Self {
+            kind,
+            seq,
+            occurred_at_micros,
+            ids: Ids {
+                text: text.into_boxed_str(),
+                ends,
+                has_producer: producer.is_some(),
+            },
+        }
+    }
+
+    fn field(&self, i: usize) -> &str {
+        let start = match i {
+            0 => 0,
+            _ => usize::from(self.ids.ends[i - 1]),
+        };
+        let end = self
+            .ids
+            .ends
+            .get(i)
+            .map_or(self.ids.text.len(), |e| usize::from(*e));
+        self.ids.text.get(start..end).unwrap_or_default()
+    }
+
+    /// The post liked (safe as a document id).
+    pub fn post_id(&self) -> &str {
+        self.field(0)
+    }
+
+    /// The user who liked (safe as a document id).
+    pub fn user_id(&self) -> &str {
+        self.field(1)
+    }
+
     /// The producer's event id.
     pub fn event_id(&self) -> &str {
-        &self.version.event_id
+        self.field(2)
+    }
+
+    /// Producer name, if given.
+    pub fn producer(&self) -> Option<&str> {
+        self.ids.has_producer.then(|| self.field(3))
+    }
+
+    /// Where this event stands in its (post, user) history, as an owned
+    /// value (what a membership stores).
+    pub fn version(&self) -> Version {
+        Version {
+            seq: self.seq,
+            occurred_at_micros: self.occurred_at_micros,
+            event_id: self.event_id().to_owned(),
+        }
+    }
+
+    /// [`Version`]'s order between this event and `stored`, without
+    /// allocating.
+    pub fn cmp_version(&self, stored: &Version) -> Ordering {
+        (self.seq, self.occurred_at_micros, self.event_id()).cmp(&(
+            stored.seq,
+            stored.occurred_at_micros,
+            stored.event_id.as_str(),
+        ))
+    }
+
+    /// [`Version`]'s order between two events, without allocating.
+    pub fn cmp_versions(&self, other: &LikeEvent) -> Ordering {
+        (self.seq, self.occurred_at_micros, self.event_id()).cmp(&(
+            other.seq,
+            other.occurred_at_micros,
+            other.event_id(),
+        ))
+    }
+}
+
+impl fmt::Debug for LikeEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LikeEvent")
+            .field("kind", &self.kind)
+            .field("post_id", &self.post_id())
+            .field("user_id", &self.user_id())
+            .field("seq", &self.seq)
+            .field("occurred_at_micros", &self.occurred_at_micros)
+            .field("event_id", &self.event_id())
+            .field("producer", &self.producer())
+            .finish()
     }
 }
 
@@ -568,21 +721,17 @@ impl<'a> Raw<'a> {
             Some(_) => {
                 return Err(Poison::WrongType {
                     field: "producer",
-                    expected: "a string of at most 256 bytes",
+                    expected: PRODUCER_EXPECTED,
                 })
             }
         };
-        Ok(LikeEvent {
+        Ok(LikeEvent::checked(
             kind,
-            post_id: post_id.into_owned(),
-            user_id: user_id.into_owned(),
-            version: Version {
-                seq,
-                occurred_at_micros,
-                event_id: event_id.into_owned(),
-            },
-            producer,
-        })
+            [&post_id, &user_id, &event_id],
+            seq,
+            occurred_at_micros,
+            producer.as_deref(),
+        ))
     }
 }
 
@@ -636,22 +785,22 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// Renders an event as its v1 JSON payload (used by the load generator and tests).
 pub fn to_json(event: &LikeEvent) -> String {
-    let occurred = DateTime::<Utc>::from_timestamp_micros(event.version.occurred_at_micros)
+    let occurred = DateTime::<Utc>::from_timestamp_micros(event.occurred_at_micros)
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let mut v = serde_json::json!({
         "version": SCHEMA_VERSION,
-        "eventId": event.version.event_id,
+        "eventId": event.event_id(),
         "type": event.kind.as_str(),
-        "postId": event.post_id,
-        "userId": event.user_id,
+        "postId": event.post_id(),
+        "userId": event.user_id(),
         "occurredAt": occurred,
     });
-    if event.version.seq != 0 {
-        v["seq"] = event.version.seq.into();
+    if event.seq != 0 {
+        v["seq"] = event.seq.into();
     }
-    if let Some(p) = &event.producer {
-        v["producer"] = p.clone().into();
+    if let Some(p) = event.producer() {
+        v["producer"] = p.into();
     }
     v.to_string()
 }
@@ -670,8 +819,8 @@ mod tests {
     fn valid_event_parses_with_defaults() {
         let e = parse(payload("").as_bytes()).unwrap();
         assert_eq!(e.kind, LikeKind::Added);
-        assert_eq!(e.post_id, "p1");
-        assert_eq!(e.version.seq, 0);
+        assert_eq!(e.post_id(), "p1");
+        assert_eq!(e.seq, 0);
         assert_eq!(e.event_id(), "e1");
     }
 
@@ -799,7 +948,7 @@ mod tests {
             Poison::MissingField("userId")
         );
         let escaped = payload("").replace(r#""postId":"p1""#, r#""postId":"p\u00e9\"x""#);
-        assert_eq!(parse(escaped.as_bytes()).unwrap().post_id, "p\u{e9}\"x");
+        assert_eq!(parse(escaped.as_bytes()).unwrap().post_id(), "p\u{e9}\"x");
         let obj_type = payload("").replace(r#""type":"like.added""#, r#""type":{"a":[1]}"#);
         assert_eq!(
             parse(obj_type.as_bytes()).unwrap_err(),
@@ -809,7 +958,7 @@ mod tests {
             }
         );
         let null_seq = payload(r#","seq":null,"producer":null,"version":null"#);
-        assert_eq!(parse(null_seq.as_bytes()).unwrap().version.seq, 0);
+        assert_eq!(parse(null_seq.as_bytes()).unwrap().seq, 0);
     }
 
     #[test]
