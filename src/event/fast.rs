@@ -218,27 +218,29 @@ impl Fields<'_> {
     }
 }
 
-/// Byte-parallel tests on a little-endian 8-byte word; each sets bit 7 of
-/// the matching bytes. Exact at the lowest matching byte (a borrow only
-/// spills into bytes above a true match), which is all that is read.
+/// Byte-parallel tests on a little-endian 8-byte word, each byte tested on
+/// its own (no carry or borrow crosses bytes, so every set bit is exact).
 mod word {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
+    const LOW7: u64 = !HIGH;
 
-    /// Bytes equal to `byte`.
-    pub fn eq(w: u64, byte: u8) -> u64 {
-        let x = w ^ (ONES * u64::from(byte));
-        x.wrapping_sub(ONES) & !x & HIGH
+    /// Bit 7 of each byte whose low 7 bits differ from `byte` (ASCII).
+    fn differs(low7: u64, byte: u8) -> u64 {
+        // Each byte of the XOR is at most 0x7f: adding 0x7f sets bit 7
+        // exactly when it is not zero, and never carries out of the byte.
+        (low7 ^ (ONES * u64::from(byte))) + LOW7
     }
 
-    /// Bytes below `bound` (at most 0x80).
-    pub fn below(w: u64, bound: u8) -> u64 {
-        w.wrapping_sub(ONES * u64::from(bound)) & !w & HIGH
-    }
-
-    /// Bytes >= 0x80.
-    pub fn high(w: u64) -> u64 {
-        w & HIGH
+    /// Bit 7 of every byte a string scan must look at: the quote, `\`, a
+    /// control character (below 0x20, or DEL), `/` and every non-ASCII byte.
+    /// A word of plain bytes gives 0.
+    pub fn special(w: u64) -> u64 {
+        let low7 = w & LOW7;
+        // low7 + 0x60 has bit 7 when low7 >= 0x20; low7 + 1 when low7 == 0x7f.
+        let plain =
+            differs(low7, b'"') & differs(low7, b'\\') & differs(low7, b'/') & (low7 + ONES * 0x60);
+        (w | (low7 + ONES) | !plain) & HIGH
     }
 }
 
@@ -317,33 +319,23 @@ impl<'a> Cursor<'a> {
         self.eat(b'"')?;
         let start = self.i;
         let mut at = start;
-        // Control bytes below 0x20 end the scan, so DEL is the only one
-        // a string can hold here.
-        let (mut slash, mut del, mut high) = (0u64, 0u64, 0u64);
-        while let Some(chunk) = self.b.get(at..).and_then(<[u8]>::first_chunk::<8>) {
-            let w = u64::from_le_bytes(*chunk);
-            let stops = word::eq(w, b'"') | word::eq(w, b'\\') | word::below(w, 0x20);
-            // Only the bytes before the first stop belong to the string.
-            let keep = match stops {
-                0 => u64::MAX,
-                s => (1u64 << (s.trailing_zeros() & !7)).wrapping_sub(1),
-            };
-            slash |= word::eq(w, b'/') & keep;
-            del |= word::eq(w, 0x7f) & keep;
-            high |= word::high(w) & keep;
-            if stops != 0 {
-                at += (stops.trailing_zeros() / 8) as usize;
+        let mut bytes = IdBytes::default();
+        // A word at a time while its bytes are plain; a special byte (or the
+        // tail shorter than a word) one at a time.
+        loop {
+            if let Some(chunk) = self.b.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+                let special = word::special(u64::from_le_bytes(*chunk));
+                if special == 0 {
+                    at += 8;
+                    continue;
+                }
+                at += (special.trailing_zeros() / 8) as usize;
+            }
+            let byte = *self.b.get(at)?;
+            if is_stop(byte) {
                 break;
             }
-            at += 8;
-        }
-        let mut bytes = IdBytes {
-            slash: slash != 0,
-            control: del != 0,
-            non_ascii: high != 0,
-        };
-        while !is_stop(*self.b.get(at)?) {
-            bytes.add(self.b[at]);
+            bytes.add(byte);
             at += 1;
         }
         self.close(start, at, bytes)
@@ -427,16 +419,20 @@ impl<'a> Cursor<'a> {
 /// the epoch, inside Firestore's range; `None` for any other form.
 fn timestamp_micros(s: &[u8]) -> Option<i64> {
     let head: &[u8; 19] = s.first_chunk()?;
-    let two = |i: usize| -> Option<i64> {
-        let (a, b) = (head[i].wrapping_sub(b'0'), head[i + 1].wrapping_sub(b'0'));
-        (a < 10 && b < 10).then(|| i64::from(a) * 10 + i64::from(b))
-    };
+    // The separators at their places, then every other byte a digit
+    // (checked all at once, without a branch per digit).
     let seps = [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')];
     if seps.iter().any(|&(at, byte)| head[at] != byte) {
         return None;
     }
-    let (year, month, day) = (two(0)? * 100 + two(2)?, two(5)?, two(8)?);
-    let (hour, minute, second) = (two(11)?, two(14)?, two(17)?);
+    const DIGITS: [usize; 14] = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18];
+    let digit = |i: usize| head[i].wrapping_sub(b'0');
+    if DIGITS.iter().fold(0u8, |worst, &i| worst.max(digit(i))) > 9 {
+        return None;
+    }
+    let two = |i: usize| i64::from(digit(i)) * 10 + i64::from(digit(i + 1));
+    let (year, month, day) = (two(0) * 100 + two(2), two(5), two(8));
+    let (hour, minute, second) = (two(11), two(14), two(17));
     if year == 0 || !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
         return None;
     }
@@ -591,6 +587,26 @@ mod tests {
                 .map(|t| t.timestamp_micros())
                 .ok();
             assert_eq!(timestamp_micros(text.as_bytes()), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_word_scan_flags_exactly_the_special_bytes_in_every_position() {
+        let is_special = |b: u8| b == b'"' || b == b'\\' || b == b'/' || !(0x20..0x7f).contains(&b);
+        for byte in 0..=255u8 {
+            for at in 0..8 {
+                // Plain neighbours on both sides, and the worst ones for a
+                // carry or borrow (0x7e, 0x20, 0xff) around the byte.
+                for fill in [b'a', 0x7e, 0x20, 0xff] {
+                    let mut w = [fill; 8];
+                    w[at] = byte;
+                    let got = word::special(u64::from_le_bytes(w));
+                    for (i, b) in w.iter().enumerate() {
+                        let flagged = got >> (8 * i + 7) & 1 == 1;
+                        assert_eq!(flagged, is_special(*b), "{w:02x?} byte {i}");
+                    }
+                }
+            }
         }
     }
 }
