@@ -356,7 +356,9 @@ impl<'a> Cursor<'a> {
 
     /// The literal `null`, consumed when present.
     fn null(&mut self) -> bool {
-        let found = self.b[self.i..].starts_with(b"null") && self.scalar_ends_at(self.i + 4);
+        let found = self.peek() == Some(b'n')
+            && self.b[self.i..].starts_with(b"null")
+            && self.scalar_ends_at(self.i + 4);
         if found {
             self.i += 4;
         }
@@ -462,8 +464,20 @@ fn timestamp_micros(s: &[u8]) -> Option<i64> {
         if digits == 0 {
             return None;
         }
-        let nanos = fraction * 10i64.pow(9 - digits);
-        micros = nanos / 1000;
+        // Scaled to nanoseconds by table (`pow` loops), then truncated.
+        const SCALE: [i64; 10] = [
+            1_000_000_000,
+            100_000_000,
+            10_000_000,
+            1_000_000,
+            100_000,
+            10_000,
+            1_000,
+            100,
+            10,
+            1,
+        ];
+        micros = fraction * SCALE[digits as usize] / 1000;
         at += 1 + digits as usize;
     }
     let offset_secs = match s.get(at..)? {
