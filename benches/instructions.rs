@@ -1,0 +1,138 @@
+//! Instructions per event of the decode stages, counted by cachegrind: exact
+//! and repeatable where wall time on a shared, noisy machine is not (CPU
+//! steal and frequency changes do not enter the count). It complements
+//! `pipeline`'s `decode_validate_aggregate` group: same payloads, same loops
+//! (`support`).
+//!
+//! `cargo bench --bench instructions` runs this binary again under
+//! `valgrind --tool=cachegrind` once per workload, and once for the setup
+//! alone (building the payloads), which it subtracts; then it prints
+//! instructions per event and each workload's ratio to `hotcount_sharded`.
+//! Without valgrind it says so and exits with success: the count is an
+//! extra, not a gate. Instructions are not time (a cache miss costs more than
+//! an add), so read them next to the criterion figures, not instead.
+
+use std::process::{Command, ExitCode};
+
+use hotcount::aggregator::Aggregator;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+mod support;
+
+/// Passes over the payloads per workload.
+const ROUNDS: usize = 10;
+
+/// The workloads, in print order; `setup` builds the payloads and stops.
+const WORKLOADS: [&str; 5] = [
+    "setup",
+    "parse_only",
+    "hotcount_sharded",
+    "naive_mutex_hashmap",
+    "parse_into_naive_mutex_hashmap",
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--workload") {
+        return match args.get(at + 1) {
+            Some(name) if run(name) => ExitCode::SUCCESS,
+            other => {
+                eprintln!("unknown workload {other:?}; one of {WORKLOADS:?}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        println!("instructions: valgrind not found; install it to count instructions per event");
+        return ExitCode::SUCCESS;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("instructions: cannot find this binary: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut counts = Vec::new();
+    for name in WORKLOADS {
+        match count(&exe, name) {
+            Ok(n) => counts.push((name, n)),
+            Err(e) => {
+                eprintln!("instructions: {name}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    print_table(&counts);
+    ExitCode::SUCCESS
+}
+
+/// Runs one workload in this process (the child side).
+fn run(name: &str) -> bool {
+    let payloads = support::payloads();
+    let agg: Aggregator<u32> = Aggregator::new(16, support::BATCH);
+    let map = support::NaiveMap::default();
+    for _ in 0..ROUNDS {
+        match name {
+            "setup" => {}
+            "parse_only" => support::parse_only(&payloads),
+            "hotcount_sharded" => support::hotcount_sharded(&agg, &payloads),
+            "naive_mutex_hashmap" => support::naive_mutex_hashmap(&map, &payloads),
+            "parse_into_naive_mutex_hashmap" => {
+                support::parse_into_naive_mutex_hashmap(&map, &payloads)
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Instructions the child executed for `name`, from cachegrind's summary.
+fn count(exe: &std::path::Path, name: &str) -> Result<u64, String> {
+    let out = Command::new("valgrind")
+        .args([
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null",
+        ])
+        .arg(exe)
+        .args(["--workload", name])
+        .output()
+        .map_err(|e| format!("valgrind did not run: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!("exit {}: {stderr}", out.status));
+    }
+    parse_refs(&stderr).ok_or_else(|| format!("no `I refs` line in: {stderr}"))
+}
+
+/// The number on cachegrind's `I refs:` line (`==1== I   refs:  1,234`).
+fn parse_refs(stderr: &str) -> Option<u64> {
+    let line = stderr.lines().find(|l| l.contains("I   refs:"))?;
+    let number = line.rsplit(':').next()?.trim().replace(',', "");
+    number.parse().ok()
+}
+
+fn print_table(counts: &[(&str, u64)]) {
+    let events = (support::PAYLOADS * ROUNDS) as f64;
+    let setup = counts.first().map_or(0, |(_, n)| *n);
+    let per_event = |n: u64| n.saturating_sub(setup) as f64 / events;
+    let reference = counts
+        .iter()
+        .find(|(name, _)| *name == "hotcount_sharded")
+        .map_or(f64::NAN, |(_, n)| per_event(*n));
+    println!(
+        "instructions per event (cachegrind; {} events per workload, setup subtracted)",
+        events
+    );
+    println!(
+        "{:<34} {:>12} {:>22}",
+        "workload", "instr/event", "vs hotcount_sharded"
+    );
+    for (name, n) in &counts[1..] {
+        let mine = per_event(*n);
+        println!("{name:<34} {mine:>12.0} {:>21.2}x", mine / reference);
+    }
+}

@@ -1,0 +1,129 @@
+//! The decode workloads shared by `pipeline` (criterion, wall time) and
+//! `instructions` (instruction counts under cachegrind): the same payloads
+//! and the same loops, so both measure one thing two ways.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use hotcount::aggregator::{Aggregator, Item, Pending};
+use hotcount::event::{self, LikeEvent, LikeKind, Version};
+use tokio::time::Instant;
+
+/// Payloads in the workload (each pass decodes all of them).
+pub const PAYLOADS: usize = 10_000;
+
+/// The naive baseline: one global lock over a map of post id -> events.
+pub type NaiveMap = Mutex<HashMap<String, Vec<(u32, LikeEvent)>>>;
+
+/// Realistic payloads: a skewed post popularity (post 0 takes about half).
+pub fn payloads() -> Vec<Vec<u8>> {
+    (0..PAYLOADS)
+        .map(|i| {
+            let post = if i % 2 == 0 { 0 } else { (i * 7919) % 5000 };
+            serde_json::json!({
+                "version": 1,
+                "eventId": format!("01J9Z8Q7ABCDEF{i:010}"),
+                "type": if i % 20 == 0 { "like.removed" } else { "like.added" },
+                "postId": format!("post-{post}"),
+                "userId": format!("user-{}", (i * 104_729) % 1_000_000),
+                "occurredAt": "2026-11-30T12:34:56.789012Z",
+                "seq": i % 5 + 1,
+                "producer": "web-frontend",
+            })
+            .to_string()
+            .into_bytes()
+        })
+        .collect()
+}
+
+/// The naive decoder: the whole object into a `serde_json::Map` (owned keys
+/// and values), the fields taken out of it, the timestamp parsed by chrono,
+/// the ids checked; it was hotcount's first decoder.
+pub fn parse_via_value_map(data: &[u8]) -> Option<LikeEvent> {
+    let text = std::str::from_utf8(data).ok()?;
+    let mut o: serde_json::Map<String, serde_json::Value> = serde_json::from_str(text).ok()?;
+    let mut take = |k: &str| match o.remove(k) {
+        Some(serde_json::Value::String(s)) => Some(s),
+        _ => None,
+    };
+    let kind = match take("type")?.as_str() {
+        "like.added" => LikeKind::Added,
+        "like.removed" => LikeKind::Removed,
+        _ => return None,
+    };
+    let (event_id, post_id, user_id) = (take("eventId")?, take("postId")?, take("userId")?);
+    let at = chrono::DateTime::parse_from_rfc3339(&take("occurredAt")?).ok()?;
+    let producer = take("producer");
+    let seq = o.get("seq").and_then(|v| v.as_i64()).unwrap_or(0);
+    let version = Version {
+        seq,
+        occurred_at_micros: at.timestamp_micros(),
+        event_id,
+    };
+    // `new` checks the ids, the time's range and the producer.
+    LikeEvent::new(kind, &post_id, &user_id, &version, producer.as_deref()).ok()
+}
+
+/// hotcount's decoder as the source calls it: an event, or poison.
+pub fn to_item(data: &[u8]) -> Item {
+    match event::parse(data) {
+        Ok(e) => Item::Event(e),
+        Err(p) => Item::Poison(Box::new(hotcount::batch::PoisonRecord::new(
+            String::new(),
+            p.to_string(),
+            data,
+            Default::default(),
+        ))),
+    }
+}
+
+/// Messages per batch in [`hotcount_sharded`], as the service's default.
+pub const BATCH: usize = 1000;
+
+/// decode + validate, every payload once.
+pub fn parse_only(payloads: &[Vec<u8>]) {
+    for p in payloads {
+        std::hint::black_box(event::parse(p).is_ok());
+    }
+}
+
+/// decode + validate + aggregate as the service runs it: every payload into
+/// the sharded buffers, and a batch taken (merged over the shards, oldest
+/// first) whenever a full one is buffered; the rest taken at the end.
+pub fn hotcount_sharded(agg: &Aggregator<u32>, payloads: &[Vec<u8>]) {
+    for (i, p) in payloads.iter().enumerate() {
+        agg.add(Pending {
+            handle: i as u32,
+            item: to_item(p),
+            bytes: p.len(),
+            published: None,
+        });
+        if (i + 1) % BATCH == 0 {
+            std::hint::black_box(agg.take_merged(&[], Instant::now()));
+        }
+    }
+    while !agg.take_merged(&[], Instant::now()).0.is_empty() {}
+}
+
+/// The naive consumer's in-process stage: the value-map decoder, one global
+/// lock over a map keyed by owned post ids (cleared at the end).
+pub fn naive_mutex_hashmap(map: &NaiveMap, payloads: &[Vec<u8>]) {
+    naive_with(map, payloads, parse_via_value_map);
+}
+
+/// hotcount's decoder into the naive map: isolates the aggregator's share.
+pub fn parse_into_naive_mutex_hashmap(map: &NaiveMap, payloads: &[Vec<u8>]) {
+    naive_with(map, payloads, |p| event::parse(p).ok());
+}
+
+fn naive_with(map: &NaiveMap, payloads: &[Vec<u8>], decode: impl Fn(&[u8]) -> Option<LikeEvent>) {
+    for (i, p) in payloads.iter().enumerate() {
+        if let Some(e) = decode(p) {
+            let mut m = map.lock().expect("not poisoned");
+            m.entry(e.post_id().to_owned())
+                .or_default()
+                .push((i as u32, e));
+        }
+    }
+    map.lock().expect("not poisoned").clear();
+}
