@@ -9,6 +9,7 @@
 //! - a duplicate or stale event (not newer than the stored version) is a no-op.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
 
 use crate::event::{LikeEvent, LikeKind, Version};
 
@@ -65,8 +66,9 @@ impl MembershipKey {
     }
 }
 
-/// Appends `n` in decimal to `out`.
-fn push_decimal(out: &mut String, n: usize) {
+/// Appends `n` in decimal to `out` (document names are built on the commit
+/// path, where `write!` costs more than the digits).
+pub(crate) fn push_decimal(out: &mut String, n: usize) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut rest = n;
@@ -228,7 +230,7 @@ impl Batch {
 
     /// Applies the events, per key in version order, to `stored` (absent =
     /// never seen: not liked, older than any event).
-    pub fn plan(&self, stored: &HashMap<MembershipKey, Membership>) -> Plan {
+    pub fn plan<S: BuildHasher>(&self, stored: &HashMap<MembershipKey, Membership, S>) -> Plan {
         let mut plan = Plan {
             effects: Effects {
                 poison: self.poison.len() as u64,
@@ -237,12 +239,19 @@ impl Batch {
             ..Plan::default()
         };
         for (key, events) in &self.events {
-            let mut current = stored.get(key).cloned();
-            let mut changed = false;
+            let stored = stored.get(key);
+            let mut liked = stored.is_some_and(|s| s.liked);
+            // The newest event applied so far; before any, the stored state.
+            let mut newest: Option<&LikeEvent> = None;
             for event in events {
-                if let Some(state) = &current {
-                    if event.cmp_version(&state.version).is_le() {
-                        if event.event_id() == state.version.event_id {
+                let met = match (newest, stored) {
+                    (Some(prev), _) => Some((event.cmp_versions(prev), prev.event_id())),
+                    (None, Some(s)) => Some((event.cmp_version(&s.version), &*s.version.event_id)),
+                    (None, None) => None,
+                };
+                if let Some((order, met_id)) = met {
+                    if order.is_le() {
+                        if event.event_id() == met_id {
                             plan.effects.duplicates += 1;
                         } else {
                             plan.effects.stale += 1;
@@ -250,20 +259,25 @@ impl Batch {
                         continue;
                     }
                 }
-                let was_liked = current.as_ref().is_some_and(|s| s.liked);
-                let liked = event.kind == LikeKind::Added;
-                let delta = i64::from(liked) - i64::from(was_liked);
+                let now_liked = event.kind == LikeKind::Added;
+                let delta = i64::from(now_liked) - i64::from(liked);
                 if delta != 0 {
-                    *plan.deltas.entry(key.post_id.clone()).or_default() += delta;
+                    match plan.deltas.get_mut(&key.post_id) {
+                        Some(d) => *d += delta,
+                        None => {
+                            plan.deltas.insert(key.post_id.clone(), delta);
+                        }
+                    }
                 }
-                current = Some(Membership {
-                    liked,
-                    version: event.version(),
-                });
-                changed = true;
+                liked = now_liked;
+                newest = Some(event);
                 plan.effects.applied += 1;
             }
-            if let (true, Some(state)) = (changed, current) {
+            if let Some(event) = newest {
+                let state = Membership {
+                    liked,
+                    version: event.version(),
+                };
                 plan.memberships.push((key.clone(), state));
             }
         }
