@@ -8,12 +8,14 @@
 //! optimistic database cannot apply a plan computed from stale reads.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
 use std::time::Duration;
 
 use firestore::FirestoreDb;
 use gcloud_sdk::google::firestore::v1 as fs;
 use gcloud_sdk::prost_types::Timestamp;
 use gcloud_sdk::tonic::{Code, Status};
+use rustc_hash::FxHashMap;
 
 use fs::document_transform::field_transform::{ServerValue, TransformType};
 use fs::document_transform::FieldTransform;
@@ -21,7 +23,7 @@ use fs::value::ValueType;
 
 use super::counter_shards::{CounterLease, CounterShardPlanner};
 use super::{CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
-use crate::batch::{Batch, Effects, Membership, MembershipKey, Plan, PoisonRecord};
+use crate::batch::{push_decimal, Batch, Effects, Membership, MembershipKey, Plan, PoisonRecord};
 use crate::event::Version;
 
 /// Where hotcount's documents live in one database.
@@ -34,6 +36,9 @@ pub struct Layout {
     /// `{database}/documents/{prefix}likes/`: built once, since every
     /// batch names each of its memberships twice (read and write).
     likes_prefix: String,
+    /// `{database}/documents/{prefix}counters/`: built once, since every
+    /// batch names the counter shard of each post it increments.
+    counters_prefix: String,
 }
 
 impl Layout {
@@ -41,10 +46,12 @@ impl Layout {
     pub fn new(project: &str, database: &str, prefix: &str) -> Self {
         let database = format!("projects/{project}/databases/{database}");
         let likes_prefix = format!("{database}/documents/{prefix}likes/");
+        let counters_prefix = format!("{database}/documents/{prefix}counters/");
         Self {
             database,
             collection_prefix: prefix.to_string(),
             likes_prefix,
+            counters_prefix,
         }
     }
 
@@ -68,12 +75,23 @@ impl Layout {
 
     /// The parent of a post's counter shards.
     pub fn counter_parent(&self, post_id: &str) -> String {
-        format!("{}/{}/{post_id}", self.root(), self.collection("counters"))
+        let mut name = String::with_capacity(self.counters_prefix.len() + post_id.len());
+        name.push_str(&self.counters_prefix);
+        name.push_str(post_id);
+        name
     }
 
-    /// Counter shard `k` of `post_id`.
+    /// Counter shard `k` of `post_id` (`{parent}/shards/{k}`), in one
+    /// allocation: a commit names one per post it increments.
     pub fn counter_shard(&self, post_id: &str, k: u32) -> String {
-        format!("{}/shards/{k}", self.counter_parent(post_id))
+        const SHARDS: &str = "/shards/";
+        let mut name =
+            String::with_capacity(self.counters_prefix.len() + post_id.len() + SHARDS.len() + 10);
+        name.push_str(&self.counters_prefix);
+        name.push_str(post_id);
+        name.push_str(SHARDS);
+        push_decimal(&mut name, k as usize);
+        name
     }
 
     /// The batch marker `{consumer}:{batch_id}`.
@@ -200,11 +218,17 @@ impl FirestoreStore {
     /// Reads the memberships and the marker, opening a read-write transaction.
     async fn read(&self, batch: &Batch, marker: &str) -> Result<Snapshot, StoreError> {
         let layout = &self.config.layout;
-        let mut names: HashMap<String, MembershipKey> = HashMap::new();
+        // Document name -> key, to place what comes back (in any order).
+        // FxHash: at most one batch of names, and SipHash showed in profiles.
+        let count = batch.events.len();
+        let mut names: FxHashMap<String, &MembershipKey> =
+            FxHashMap::with_capacity_and_hasher(count, Default::default());
+        let mut documents: Vec<String> = Vec::with_capacity(count + 1);
         for key in batch.keys() {
-            names.insert(layout.membership(key), key.clone());
+            let name = layout.membership(key);
+            documents.push(name.clone());
+            names.insert(name, key);
         }
-        let mut documents: Vec<String> = names.keys().cloned().collect();
         documents.push(marker.to_string());
         let request = fs::BatchGetDocumentsRequest {
             database: layout.database.clone(),
@@ -228,7 +252,11 @@ impl FirestoreStore {
             .await
             .map_err(|s| status_error(op, &s))?
             .into_inner();
-        let mut snapshot = Snapshot::default();
+        let mut snapshot = Snapshot {
+            memberships: FxHashMap::with_capacity_and_hasher(count, Default::default()),
+            update_times: FxHashMap::with_capacity_and_hasher(count, Default::default()),
+            ..Snapshot::default()
+        };
         loop {
             let response = match stream.message().await {
                 Ok(Some(r)) => r,
@@ -249,7 +277,7 @@ impl FirestoreStore {
             };
             if doc.name == marker {
                 snapshot.marker = Some(effects_from_fields(&doc.fields));
-            } else if let Some(key) = names.get(&doc.name) {
+            } else if let Some(&key) = names.get(&doc.name) {
                 snapshot.update_times.insert(key.clone(), doc.update_time);
                 if let Some(m) = membership_from_fields(&doc.fields) {
                     snapshot.memberships.insert(key.clone(), m);
@@ -294,7 +322,7 @@ pub fn build_writes(
     config: &FirestoreStoreConfig,
     batch: &Batch,
     plan: &Plan,
-    update_times: &HashMap<MembershipKey, Option<Timestamp>>,
+    update_times: &HashMap<MembershipKey, Option<Timestamp>, impl BuildHasher>,
     marker: &str,
     counter_shard_of: impl Fn(usize) -> u32,
 ) -> Vec<fs::Write> {
@@ -415,8 +443,8 @@ struct Snapshot {
     transaction: Vec<u8>,
     /// The effects recorded by an earlier attempt that committed.
     marker: Option<Effects>,
-    memberships: HashMap<MembershipKey, Membership>,
-    update_times: HashMap<MembershipKey, Option<Timestamp>>,
+    memberships: FxHashMap<MembershipKey, Membership>,
+    update_times: FxHashMap<MembershipKey, Option<Timestamp>>,
 }
 
 impl CounterStore for FirestoreStore {
@@ -660,6 +688,14 @@ mod tests {
         assert_eq!(
             layout.counter_shard("p1", 3),
             "projects/proj/databases/(default)/documents/hc_counters/p1/shards/3"
+        );
+        assert_eq!(
+            layout.counter_shard("p1", 4_000_000_000),
+            "projects/proj/databases/(default)/documents/hc_counters/p1/shards/4000000000"
+        );
+        assert_eq!(
+            layout.counter_parent("p1"),
+            "projects/proj/databases/(default)/documents/hc_counters/p1"
         );
         let key = MembershipKey {
             post_id: "post-1".into(),
