@@ -25,12 +25,13 @@ mod support;
 const ROUNDS: usize = 10;
 
 /// The workloads, in print order; `setup` builds the payloads and stops.
-const WORKLOADS: [&str; 5] = [
+const WORKLOADS: [&str; 6] = [
     "setup",
     "parse_only",
     "hotcount_sharded",
     "naive_mutex_hashmap",
     "parse_into_naive_mutex_hashmap",
+    "batch_build_1000",
 ];
 
 fn main() -> ExitCode {
@@ -74,6 +75,8 @@ fn run(name: &str) -> bool {
     let payloads = support::payloads();
     let agg: Aggregator<u32> = Aggregator::new(16, support::BATCH);
     let map = support::NaiveMap::default();
+    let events = support::events();
+    let config = support::store_config();
     for _ in 0..ROUNDS {
         match name {
             "setup" => {}
@@ -82,6 +85,12 @@ fn run(name: &str) -> bool {
             "naive_mutex_hashmap" => support::naive_mutex_hashmap(&map, &payloads),
             "parse_into_naive_mutex_hashmap" => {
                 support::parse_into_naive_mutex_hashmap(&map, &payloads)
+            }
+            // As many events as the other workloads, in batches of 1,000.
+            "batch_build_1000" => {
+                for chunk in events.chunks(support::BATCH) {
+                    support::build_batch(&config, chunk);
+                }
             }
             _ => return false,
         }

@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hotcount::aggregator::{Aggregator, Item, Pending};
-use hotcount::batch::{Batch, MembershipKey};
 use hotcount::event::{self, LikeEvent};
-use hotcount::store::firestore::{build_writes, FirestoreStoreConfig, Layout};
 
 /// The allocator of the `hotcount` binary, so that allocation costs what it
 /// costs in the service (every group, baselines included, uses it).
@@ -60,29 +58,14 @@ fn decode_validate_aggregate(c: &mut Criterion) {
 }
 
 fn batch_building(c: &mut Criterion) {
-    let events: Vec<LikeEvent> = payloads()
-        .iter()
-        .filter_map(|p| event::parse(p).ok())
-        .collect();
-    let config = FirestoreStoreConfig {
-        layout: Layout::new("bench", "(default)", ""),
-        consumer: "bench".into(),
-        counter_shards: 8,
-        counter_shard_target_writes_per_sec: 1,
-        marker_ttl: Duration::from_secs(86_400),
-    };
+    let events = support::events();
+    let config = support::store_config();
     let mut group = c.benchmark_group("batch_build");
     for size in [1usize, 10, 100, 500, 1000, 2000] {
         let slice = events[..size].to_vec();
         group.throughput(Throughput::Elements(size as u64));
         group.bench_with_input(BenchmarkId::from_parameter(size), &slice, |b, slice| {
-            b.iter(|| {
-                let batch = Batch::new(slice.clone(), Vec::new());
-                let plan = batch.plan(&HashMap::new());
-                let times: HashMap<MembershipKey, _> = HashMap::new();
-                let writes = build_writes(&config, &batch, &plan, &times, "marker", |_| 3);
-                std::hint::black_box(writes.len())
-            })
+            b.iter(|| support::build_batch(&config, slice))
         });
     }
     group.finish();

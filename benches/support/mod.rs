@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use hotcount::aggregator::{Aggregator, Item, Pending};
+use hotcount::batch::{Batch, MembershipKey};
 use hotcount::event::{self, LikeEvent, LikeKind, Version};
+use hotcount::store::firestore::{build_writes, FirestoreStoreConfig, Layout};
 use tokio::time::Instant;
 
 /// Payloads in the workload (each pass decodes all of them).
@@ -126,4 +128,34 @@ fn naive_with(map: &NaiveMap, payloads: &[Vec<u8>], decode: impl Fn(&[u8]) -> Op
         }
     }
     map.lock().expect("not poisoned").clear();
+}
+
+/// The payloads' events, parsed.
+pub fn events() -> Vec<LikeEvent> {
+    payloads()
+        .iter()
+        .filter_map(|p| event::parse(p).ok())
+        .collect()
+}
+
+/// A Firestore layout and settings for [`build_batch`].
+pub fn store_config() -> FirestoreStoreConfig {
+    FirestoreStoreConfig {
+        layout: Layout::new("bench", "(default)", ""),
+        consumer: "bench".into(),
+        counter_shards: 8,
+        counter_shard_target_writes_per_sec: 1,
+        marker_ttl: std::time::Duration::from_secs(86_400),
+    }
+}
+
+/// One commit's in-process work for `events`: group them into a batch,
+/// apply the rules to nothing stored, build the Firestore writes. Returns
+/// how many writes.
+pub fn build_batch(config: &FirestoreStoreConfig, events: &[LikeEvent]) -> usize {
+    let batch = Batch::new(events.to_vec(), Vec::new());
+    let plan = batch.plan(&HashMap::new());
+    let times: HashMap<MembershipKey, _> = HashMap::new();
+    let writes = build_writes(config, &batch, &plan, &times, "marker", |_| 3);
+    std::hint::black_box(writes.len())
 }
