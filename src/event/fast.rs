@@ -27,14 +27,11 @@ pub(super) fn parse(data: &[u8]) -> Option<LikeEvent> {
     if data.len() > MAX_PAYLOAD_BYTES {
         return None;
     }
-    // The general decoder reads the whole payload as UTF-8 too; once valid,
-    // every string below is a slice of it between ASCII quotes.
-    let text = std::str::from_utf8(data).ok()?;
-    let mut c = Cursor {
-        s: text,
-        b: data,
-        i: 0,
-    };
+    // The general decoder rejects a payload that is not UTF-8. Here every
+    // byte outside a string must be one of JSON's ASCII tokens, and every
+    // string holding a non-ASCII byte is validated on its own ([`Cursor::close`]):
+    // together that is the whole payload, without a pass over all of it.
+    let mut c = Cursor { b: data, i: 0 };
     let mut f = Fields::default();
     let mut seen = 0u8;
     let mut unknown: [&[u8]; MAX_UNKNOWN_KEYS] = [&[]; MAX_UNKNOWN_KEYS];
@@ -163,10 +160,11 @@ impl KeyLiteral {
     }
 }
 
-/// A string found without escapes, with what the id rules need to know of it.
+/// A string found without escapes (valid UTF-8), with what the id rules
+/// need to know of it.
 #[derive(Clone, Copy)]
 struct Found<'a> {
-    text: &'a str,
+    raw: &'a [u8],
     /// Gathered while scanning, so the id rules need no second pass.
     bytes: IdBytes,
 }
@@ -175,7 +173,7 @@ impl Found<'_> {
     /// Whether it is a valid id of at most `max_bytes` (the rules of
     /// [`super::check_id`]).
     fn is_id(&self, max_bytes: usize) -> bool {
-        check_scanned_id(self.text, max_bytes, || self.bytes).is_ok()
+        check_scanned_id(self.raw, max_bytes, || self.bytes).is_ok()
     }
 }
 
@@ -191,9 +189,9 @@ impl Fields<'_> {
     /// The same checks as the general decoder, any failure being "not sure".
     fn into_event(self) -> Option<LikeEvent> {
         let [kind, event_id, post_id, user_id, occurred_at, producer] = self.strs;
-        let kind = match kind?.text {
-            "like.added" => LikeKind::Added,
-            "like.removed" => LikeKind::Removed,
+        let kind = match kind?.raw {
+            b"like.added" => LikeKind::Added,
+            b"like.removed" => LikeKind::Removed,
             _ => return None,
         };
         let (event_id, post_id, user_id) = (event_id?, post_id?, user_id?);
@@ -203,18 +201,18 @@ impl Fields<'_> {
         if !ids_ok {
             return None;
         }
-        let occurred_at_micros = timestamp_micros(occurred_at?.text.as_bytes())?;
+        let occurred_at_micros = timestamp_micros(occurred_at?.raw)?;
         let producer = match producer {
-            Some(p) if p.text.len() > MAX_EVENT_ID_BYTES => return None,
-            p => p.map(|p| p.text),
+            Some(p) if p.raw.len() > MAX_EVENT_ID_BYTES => return None,
+            p => p.map(|p| p.raw),
         };
-        Some(LikeEvent::checked(
+        LikeEvent::checked(
             kind,
-            [post_id.text, user_id.text, event_id.text],
+            [post_id.raw, user_id.raw, event_id.raw],
             self.seq,
             occurred_at_micros,
             producer,
-        ))
+        )
     }
 }
 
@@ -250,9 +248,8 @@ fn is_stop(b: u8) -> bool {
     b == b'"' || b == b'\\' || b < 0x20
 }
 
-/// A position in the payload (valid UTF-8, `s` and `b` the same bytes).
+/// A position in the payload.
 struct Cursor<'a> {
-    s: &'a str,
     b: &'a [u8],
     i: usize,
 }
@@ -309,7 +306,7 @@ impl<'a> Cursor<'a> {
                 return Some(Key::Known(key.field));
             }
         }
-        Some(Key::Unknown(self.string()?.text.as_bytes()))
+        Some(Key::Unknown(self.string()?.raw))
     }
 
     /// A string without escapes or control characters, scanned a word at a
@@ -342,16 +339,19 @@ impl<'a> Cursor<'a> {
     }
 
     /// Ends a string at the stop byte `at`, which must be its closing quote.
+    /// A string with a non-ASCII byte must be valid UTF-8 (otherwise the
+    /// general decoder names the payload `NotUtf8`); an ASCII one is.
     #[inline(always)]
     fn close(&mut self, start: usize, at: usize, bytes: IdBytes) -> Option<Found<'a>> {
         if self.b[at] != b'"' {
             return None;
         }
         self.i = at + 1;
-        Some(Found {
-            text: self.s.get(start..at)?,
-            bytes,
-        })
+        let raw = self.b.get(start..at)?;
+        if bytes.non_ascii {
+            std::str::from_utf8(raw).ok()?;
+        }
+        Some(Found { raw, bytes })
     }
 
     /// The literal `null`, consumed when present.
@@ -602,6 +602,32 @@ mod tests {
                 .ok();
             assert_eq!(timestamp_micros(text.as_bytes()), want, "{text}");
         }
+    }
+
+    #[test]
+    fn a_string_that_is_not_utf8_is_left_to_the_general_decoder_which_names_it() {
+        let with = |from: &str, to: &[u8]| -> Vec<u8> {
+            let at = CANONICAL.find(from).expect("in the canonical payload");
+            let mut bytes = CANONICAL.as_bytes()[..at].to_vec();
+            bytes.extend_from_slice(to);
+            bytes.extend_from_slice(&CANONICAL.as_bytes()[at + from.len()..]);
+            bytes
+        };
+        for payload in [
+            with("user-42", b"user-\xff42"),
+            with("post-7", b"post-7\xe2\x82"), // truncated at the string's end
+            with("web", b"w\xc3b"),
+            with("01J9Z8Q7AB", b"01J9Z8Q7\xed\xa0\x80"), // a surrogate
+            with(r#""producer":"web""#, b"\"producer\":\"web\",\"n\xff\":1"),
+            with(r#""producer":"web""#, b"\"producer\":\"web\",\"n\":\"\xc0\xaf\""),
+        ] {
+            assert!(parse(&payload).is_none(), "fast path took {payload:?}");
+            assert_eq!(parse_general(&payload), Err(super::super::Poison::NotUtf8));
+        }
+        // Valid non-ASCII is the fast path's, with the general result.
+        let accented = with("user-42", "us\u{e9}r-\u{1f600}".as_bytes());
+        assert_eq!(parse(&accented), parse_general(&accented).ok());
+        assert!(parse(&accented).is_some());
     }
 
     #[test]

@@ -132,35 +132,39 @@ impl LikeEvent {
                 expected: PRODUCER_EXPECTED,
             });
         }
-        Ok(Self::checked(
+        Self::checked(
             kind,
-            [post_id, user_id, &version.event_id],
+            [post_id, user_id, &version.event_id].map(str::as_bytes),
             version.seq,
             version.occurred_at_micros,
-            producer,
-        ))
+            producer.map(str::as_bytes),
+        )
+        .ok_or(Poison::NotUtf8)
     }
 
-    /// An event from fields a decoder has already checked (see [`Self::new`]).
+    /// An event from fields a decoder has already checked (see [`Self::new`]),
+    /// given as bytes: the fast path never converts its slices to `str`, so
+    /// the ids are validated as UTF-8 here, once, together. `None` when they
+    /// are not UTF-8 (which the decoders have ruled out before).
     fn checked(
         kind: LikeKind,
-        [post_id, user_id, event_id]: [&str; 3],
+        ids: [&[u8]; 3],
         seq: i64,
         occurred_at_micros: i64,
-        producer: Option<&str>,
-    ) -> Self {
-        let producer_text = producer.unwrap_or("");
-        let mut text = String::with_capacity(
-            post_id.len() + user_id.len() + event_id.len() + producer_text.len(),
-        );
+        producer: Option<&[u8]>,
+    ) -> Option<Self> {
+        let producer_bytes = producer.unwrap_or_default();
+        let mut text =
+            Vec::with_capacity(ids.iter().map(|id| id.len()).sum::<usize>() + producer_bytes.len());
         let mut ends = [0u16; 3];
-        for (end, field) in ends.iter_mut().zip([post_id, user_id, event_id]) {
-            text.push_str(field);
+        for (end, field) in ends.iter_mut().zip(ids) {
+            text.extend_from_slice(field);
             // Checked fields are at most MAX_ID_BYTES each: no truncation.
             *end = text.len() as u16;
         }
-        text.push_str(producer_text);
-        Self {
+        text.extend_from_slice(producer_bytes);
+        let text = String::from_utf8(text).ok()?;
+        Some(Self {
             kind,
             seq,
             occurred_at_micros,
@@ -169,7 +173,7 @@ impl LikeEvent {
                 ends,
                 has_producer: producer.is_some(),
             },
-        }
+        })
     }
 
     fn field(&self, i: usize) -> &str {
@@ -329,7 +333,7 @@ impl fmt::Display for IdProblem {
 
 /// Checks that `id` is usable as a Firestore document id of at most `max_bytes`.
 pub fn check_id(id: &str, max_bytes: usize) -> Result<(), IdProblem> {
-    check_scanned_id(id, max_bytes, || IdBytes::of(id))
+    check_scanned_id(id.as_bytes(), max_bytes, || IdBytes::of(id))
 }
 
 /// What one pass over an id's bytes found, for the rules of [`check_id`]
@@ -366,7 +370,7 @@ impl IdBytes {
 /// byte scan of `id` (`scan`) done only once the length is known to be
 /// acceptable.
 fn check_scanned_id(
-    id: &str,
+    id: &[u8],
     max_bytes: usize,
     scan: impl FnOnce() -> IdBytes,
 ) -> Result<(), IdProblem> {
@@ -380,15 +384,17 @@ fn check_scanned_id(
     if bytes.slash {
         return Err(IdProblem::Slash);
     }
-    if id == "." || id == ".." {
+    if id == b"." || id == b".." {
         return Err(IdProblem::DotName);
     }
-    if id.len() >= 4 && id.starts_with("__") && id.ends_with("__") {
+    if id.len() >= 4 && id.starts_with(b"__") && id.ends_with(b"__") {
         return Err(IdProblem::Reserved);
     }
     // Outside ASCII, every char: this also catches the C1 controls
-    // U+0080..=U+009F.
-    if bytes.control || (bytes.non_ascii && id.chars().any(char::is_control)) {
+    // U+0080..=U+009F. `id` is UTF-8 here (a `str`'s bytes, or a string the
+    // fast path has validated), so the lossy view borrows and replaces nothing.
+    let non_ascii_control = || String::from_utf8_lossy(id).chars().any(char::is_control);
+    if bytes.control || (bytes.non_ascii && non_ascii_control()) {
         return Err(IdProblem::ControlChar);
     }
     Ok(())
@@ -725,13 +731,14 @@ impl<'a> Raw<'a> {
                 })
             }
         };
-        Ok(LikeEvent::checked(
+        LikeEvent::checked(
             kind,
-            [&post_id, &user_id, &event_id],
+            [&post_id, &user_id, &event_id].map(|id| id.as_bytes()),
             seq,
             occurred_at_micros,
-            producer.as_deref(),
-        ))
+            producer.as_deref().map(str::as_bytes),
+        )
+        .ok_or(Poison::NotUtf8)
     }
 }
 
