@@ -619,7 +619,10 @@ mod tests {
             with("web", b"w\xc3b"),
             with("01J9Z8Q7AB", b"01J9Z8Q7\xed\xa0\x80"), // a surrogate
             with(r#""producer":"web""#, b"\"producer\":\"web\",\"n\xff\":1"),
-            with(r#""producer":"web""#, b"\"producer\":\"web\",\"n\":\"\xc0\xaf\""),
+            with(
+                r#""producer":"web""#,
+                b"\"producer\":\"web\",\"n\":\"\xc0\xaf\"",
+            ),
         ] {
             assert!(parse(&payload).is_none(), "fast path took {payload:?}");
             assert_eq!(parse_general(&payload), Err(super::super::Poison::NotUtf8));
