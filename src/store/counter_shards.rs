@@ -98,7 +98,10 @@ impl CounterShardPlanner {
     ) -> CounterLease<'_> {
         let wanted: Vec<(u64, u32)> = posts
             .into_iter()
-            .map(|post| (post_key(post), self.shards_for(post, now)))
+            .map(|post| {
+                let key = post_key(post);
+                (key, self.shards_for_key(key, now))
+            })
             .collect();
         let mut picks = Vec::with_capacity(wanted.len());
         let mut held = Vec::with_capacity(wanted.len());
@@ -135,10 +138,15 @@ impl CounterShardPlanner {
     /// Records one increment of `post` at `now`; returns how many shards
     /// the post uses now.
     pub fn shards_for(&self, post: &str, now: Instant) -> u32 {
+        self.shards_for_key(post_key(post), now)
+    }
+
+    /// [`Self::shards_for`] by the post's [`post_key`] (a lease has it already).
+    fn shards_for_key(&self, key: u64, now: Instant) -> u32 {
         if self.target_writes_per_sec == 0 {
             return self.max_shards;
         }
-        let index = (post_key(post) % SLOTS as u64) as usize;
+        let index = (key % SLOTS as u64) as usize;
         let mut slot = self.slots[index].lock();
         let started = *slot.started.get_or_insert(now);
         slot.shards = slot.shards.max(1);
