@@ -181,11 +181,11 @@ async fn scan_all(store: &FirestoreStore, txn: &[u8]) -> Result<Scan, StoreError
         from: vec![collection("shards", true)],
         ..Default::default()
     };
-    let counters = format!("{}/{}/", layout.root(), layout.collection("counters"));
+    let counters = layout.counters_prefix();
     let mut sums: HashMap<String, i64> = HashMap::new();
     for doc in store.run_query(&layout.root(), shards, Some(txn)).await? {
         // `{root}/{prefix}counters/{post}/shards/{k}`: other prefixes' shards are skipped.
-        let Some(rest) = doc.name.strip_prefix(&counters) else {
+        let Some(rest) = doc.name.strip_prefix(counters) else {
             continue;
         };
         let Some((post, _)) = rest.rsplit_once("/shards/") else {

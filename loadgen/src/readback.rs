@@ -151,11 +151,11 @@ pub async fn read_counts(
 }
 
 fn sum_shards(layout: &Layout, docs: &[fs::Document]) -> (BTreeMap<String, i64>, usize) {
-    let prefix = format!("{}/{}/", layout.root(), layout.collection("counters"));
+    let prefix = layout.counters_prefix();
     let mut counts: BTreeMap<String, i64> = BTreeMap::new();
     let mut shards = 0;
     for doc in docs {
-        let Some(post) = shard_post_id(&doc.name, &prefix) else {
+        let Some(post) = shard_post_id(&doc.name, prefix) else {
             continue;
         };
         let likes = match doc.fields.get("likes").and_then(|v| v.value_type.as_ref()) {

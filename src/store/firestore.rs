@@ -73,6 +73,12 @@ impl Layout {
         name
     }
 
+    /// `{database}/documents/{prefix}counters/`: what every counter shard's
+    /// name starts with, before `{post}/shards/{k}`.
+    pub fn counters_prefix(&self) -> &str {
+        &self.counters_prefix
+    }
+
     /// The parent of a post's counter shards.
     pub fn counter_parent(&self, post_id: &str) -> String {
         let mut name = String::with_capacity(self.counters_prefix.len() + post_id.len());
