@@ -115,7 +115,6 @@ impl MemoryStore {
 impl CounterStore for MemoryStore {
     async fn commit(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
         let posts: HashSet<String> = batch.keys().map(|k| k.post_id.clone()).collect();
-        let keys: Vec<MembershipKey> = batch.keys().cloned().collect();
         let delay = {
             let mut state = self.state.lock();
             state.commits_in_flight += 1;
@@ -131,7 +130,7 @@ impl CounterStore for MemoryStore {
                 }
                 *n += 1;
             }
-            for key in &keys {
+            for key in batch.keys() {
                 if !state.memberships_in_flight.insert(key.clone()) {
                     state.observed.membership_overlaps += 1;
                 }
@@ -149,7 +148,7 @@ impl CounterStore for MemoryStore {
                 *n -= 1;
             }
         }
-        for key in &keys {
+        for key in batch.keys() {
             state.memberships_in_flight.remove(key);
         }
         result
