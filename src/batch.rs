@@ -105,41 +105,19 @@ pub struct Membership {
     pub version: Version,
 }
 
-/// A message that could not become an event, to be quarantined and acked.
+pub use crate::poison::PoisonRecord;
+
+/// The position of a message's ack handle in the take its batch came from,
+/// so a batch part can be acked or nacked alone.
+pub type MessageIndex = u32;
+
+/// An item of a batch with the message it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoisonRecord {
-    /// Pub/Sub message id.
-    pub message_id: String,
-    /// Why it is poison.
-    pub reason: String,
-    /// The payload, truncated to [`PoisonRecord::MAX_STORED_BYTES`].
-    pub data: Vec<u8>,
-    /// The payload's full length.
-    pub data_len: usize,
-    /// The message attributes.
-    pub attributes: BTreeMap<String, String>,
-}
-
-impl PoisonRecord {
-    /// How much of a poison payload is kept (a Firestore document holds 1 MiB).
-    pub const MAX_STORED_BYTES: usize = 16 * 1024;
-
-    /// A record for `data` with `reason`, truncating the payload.
-    pub fn new(
-        message_id: String,
-        reason: String,
-        data: &[u8],
-        attributes: BTreeMap<String, String>,
-    ) -> Self {
-        let keep = data.len().min(Self::MAX_STORED_BYTES);
-        Self {
-            message_id,
-            reason,
-            data: data[..keep].to_vec(),
-            data_len: data.len(),
-            attributes,
-        }
-    }
+pub struct Tagged<T> {
+    /// The event or poison record.
+    pub item: T,
+    /// Its message.
+    pub message: MessageIndex,
 }
 
 /// What applying a batch did, per event.
@@ -182,26 +160,36 @@ pub struct Batch {
     /// Unique id; the batch marker's dedupe key is `{consumer}:{id}`.
     pub id: String,
     /// Events per (post, user), each list sorted by version.
-    pub events: BTreeMap<MembershipKey, Vec<LikeEvent>>,
+    pub events: BTreeMap<MembershipKey, Vec<Tagged<LikeEvent>>>,
     /// Poison messages.
-    pub poison: Vec<PoisonRecord>,
+    pub poison: Vec<Tagged<PoisonRecord>>,
     /// Pub/Sub messages this batch covers (events + poison).
     pub message_count: usize,
 }
 
 impl Batch {
-    /// Groups `events` and `poison` into a batch with a fresh random id.
+    /// Groups `events` and `poison` into a batch with a fresh random id;
+    /// their messages are numbered in that order, events first.
     pub fn new(events: Vec<LikeEvent>, poison: Vec<PoisonRecord>) -> Self {
+        // A batch never holds 2^32 messages (max_batch_events is far smaller).
+        let first_poison = events.len() as MessageIndex;
+        let events = (0..).zip(events).map(tag).collect();
+        let poison = (first_poison..).zip(poison).map(tag).collect();
+        Self::of_messages(events, poison)
+    }
+
+    /// Groups tagged `events` and `poison` into a batch with a fresh random id.
+    pub fn of_messages(events: Vec<Tagged<LikeEvent>>, poison: Vec<Tagged<PoisonRecord>>) -> Self {
         let message_count = events.len() + poison.len();
-        let mut grouped: BTreeMap<MembershipKey, Vec<LikeEvent>> = BTreeMap::new();
+        let mut grouped: BTreeMap<MembershipKey, Vec<Tagged<LikeEvent>>> = BTreeMap::new();
         for event in events {
             grouped
-                .entry(MembershipKey::of(&event))
+                .entry(MembershipKey::of(&event.item))
                 .or_default()
                 .push(event);
         }
         for list in grouped.values_mut() {
-            list.sort_by(LikeEvent::cmp_versions);
+            list.sort_by(|a, b| a.item.cmp_versions(&b.item));
         }
         Self {
             id: new_batch_id(),
@@ -209,6 +197,12 @@ impl Batch {
             poison,
             message_count,
         }
+    }
+
+    /// The messages this batch covers, events and poison.
+    pub fn messages(&self) -> impl Iterator<Item = MessageIndex> + '_ {
+        let events = self.events.values().flatten().map(|e| e.message);
+        events.chain(self.poison.iter().map(|p| p.message))
     }
 
     /// Number of events (not counting poison).
@@ -243,7 +237,7 @@ impl Batch {
             let mut liked = stored.is_some_and(|s| s.liked);
             // The newest event applied so far; before any, the stored state.
             let mut newest: Option<&LikeEvent> = None;
-            for event in events {
+            for event in events.iter().map(|e| &e.item) {
                 let met = match (newest, stored) {
                     (Some(prev), _) => Some((event.cmp_versions(prev), prev.event_id())),
                     (None, Some(s)) => Some((event.cmp_version(&s.version), &*s.version.event_id)),
@@ -285,35 +279,60 @@ impl Batch {
         plan
     }
 
-    /// Splits into two batches of about half the keys each (poison goes to the
-    /// first), both with fresh ids. Used to isolate an event the store rejects.
-    pub fn split(self) -> (Batch, Batch) {
-        let half = self.events.len() / 2;
-        let mut first = BTreeMap::new();
-        let mut second = BTreeMap::new();
-        for (i, (key, events)) in self.events.into_iter().enumerate() {
-            if i < half {
-                first.insert(key, events);
-            } else {
-                second.insert(key, events);
+    /// Splits a batch the store refused into two smaller parts, both with
+    /// fresh ids, or gives it back (`Err`) when it holds one event or one
+    /// poison record at most (then that item is the culprit). Events and poison are separated
+    /// first (poison is isolated on its own path: a refused quarantine
+    /// record never takes a valid event with it); then the keys are halved;
+    /// then one key's events; then the poison records.
+    pub fn split(self) -> Result<(Batch, Batch), Batch> {
+        let part = |events: BTreeMap<MembershipKey, Vec<Tagged<LikeEvent>>>,
+                    poison: Vec<Tagged<PoisonRecord>>| {
+            let events_len: usize = events.values().map(Vec::len).sum();
+            Batch {
+                id: new_batch_id(),
+                message_count: events_len + poison.len(),
+                events,
+                poison,
+            }
+        };
+        let one_key_events = self.events.values().next().map_or(0, Vec::len);
+        let Batch {
+            mut events,
+            mut poison,
+            ..
+        } = self;
+        if !events.is_empty() && !poison.is_empty() {
+            return Ok((part(events, Vec::new()), part(BTreeMap::new(), poison)));
+        }
+        if events.len() > 1 {
+            let middle = events.keys().nth(events.len() / 2).cloned();
+            if let Some(middle) = middle {
+                let second = events.split_off(&middle);
+                return Ok((part(events, Vec::new()), part(second, Vec::new())));
             }
         }
-        let count =
-            |m: &BTreeMap<MembershipKey, Vec<LikeEvent>>| m.values().map(Vec::len).sum::<usize>();
-        let a = Batch {
-            id: new_batch_id(),
-            message_count: count(&first) + self.poison.len(),
-            events: first,
-            poison: self.poison,
-        };
-        let b = Batch {
-            id: new_batch_id(),
-            message_count: count(&second),
-            events: second,
-            poison: Vec::new(),
-        };
-        (a, b)
+        if events.len() == 1 && one_key_events > 1 {
+            if let Some((key, mut list)) = events.pop_first() {
+                // In version order: the older half commits first.
+                let newer = list.split_off(list.len() / 2);
+                return Ok((
+                    part(BTreeMap::from([(key.clone(), list)]), Vec::new()),
+                    part(BTreeMap::from([(key, newer)]), Vec::new()),
+                ));
+            }
+        }
+        if poison.len() > 1 {
+            let second = poison.split_off(poison.len() / 2);
+            return Ok((part(BTreeMap::new(), poison), part(BTreeMap::new(), second)));
+        }
+        Err(part(events, poison))
     }
+}
+
+/// `item` tagged with `message`.
+fn tag<T>((message, item): (MessageIndex, T)) -> Tagged<T> {
+    Tagged { item, message }
 }
 
 /// 128 random bits as 32 hex digits.
@@ -468,7 +487,7 @@ mod tests {
             .map(|i| ev(Added, "p", &format!("u{i}"), 1, &format!("e{i}")))
             .collect();
         let batch = Batch::new(events, vec![]);
-        let (a, b) = batch.split();
+        let (a, b) = batch.split().expect("nine keys split");
         assert_eq!(a.event_count() + b.event_count(), 9);
         assert!(a.event_count() >= 4 && b.event_count() >= 4);
         assert_ne!(a.id, b.id);

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use crate::acker::{AckHandle, Acker};
 use crate::aggregator::{Aggregator, FreeView, Taken};
-use crate::batch::{Batch, Effects, PoisonRecord};
+use crate::batch::{Batch, Effects, MessageIndex, PoisonRecord, Tagged};
 use crate::event::to_json;
 use crate::store::{CommitOutcome, CounterStore, StoreError};
 use crate::telemetry::Stats;
@@ -210,54 +210,116 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         }
     }
 
-    /// Commits what was taken; acks or nacks its messages.
+    /// Commits what was taken; acks the messages whose effects or
+    /// quarantine records committed and nacks the rest.
     async fn commit_taken(&self, taken: Taken<H>) {
         let (messages, bytes) = (taken.len() as u64, taken.bytes as u64);
         self.stats.batch_size.record(messages);
-        let batch = Batch::new(taken.events, taken.poison);
+        let Taken {
+            events,
+            poison,
+            handles,
+            published,
+            ..
+        } = taken;
+        let batch = Batch::of_messages(events, poison);
         let started = Instant::now();
-        let result = self.commit_isolating(batch).await;
+        let settled = self.commit_isolating(batch).await;
         self.stats.commit_duration.record(started.elapsed());
-        match result {
-            Ok(effects) => {
-                self.stats.record_effects(effects);
-                self.stats.publish_to_commit.record_since(&taken.published);
-                self.acker.ack(taken.handles);
+        self.stats.record_effects(settled.effects);
+        if let Some(error) = &settled.gave_up {
+            self.stats.batches_failed.add(1);
+            tracing::warn!(%error, messages = settled.nack.len(), "giving up on batch; nacking for redelivery");
+        }
+        if settled.nack.is_empty() {
+            self.stats.publish_to_commit.record_since(&published);
+            self.acker.ack(handles);
+        } else {
+            let mut nack = vec![false; handles.len()];
+            for &message in &settled.nack {
+                if let Some(slot) = nack.get_mut(message as usize) {
+                    *slot = true;
+                }
             }
-            Err(error) => {
-                self.stats.batches_failed.add(1);
-                tracing::warn!(%error, messages = taken.handles.len(), "giving up on batch; nacking for redelivery");
-                self.acker.nack(taken.handles);
+            let (mut to_ack, mut to_nack) = (Vec::new(), Vec::new());
+            for (handle, nack) in handles.into_iter().zip(nack) {
+                if nack {
+                    to_nack.push(handle);
+                } else {
+                    to_ack.push(handle);
+                }
             }
+            self.acker.ack(to_ack);
+            self.acker.nack(to_nack);
         }
         self.stats.in_flight.dec(messages);
         self.stats.bytes_in_flight.dec(bytes);
     }
 
-    /// Commits `batch`; on a permanent rejection, splits it until the
-    /// offending events are alone, quarantines those and commits the rest.
-    async fn commit_isolating(&self, batch: Batch) -> Result<Effects, StoreError> {
-        let mut total = Effects::default();
+    /// Commits `batch`, settling each of its messages.
+    ///
+    /// A failure that proves nothing about the content (after its retries)
+    /// nacks the part that met it and every part not yet committed. A
+    /// refusal of the content splits the part ([`Batch::split`]: poison
+    /// apart from events first, then halves) until one item is alone: a
+    /// lone event is quarantined (its record committed on its own); a lone
+    /// quarantine record the store refuses is nacked, alone, for the
+    /// subscription's dead-letter policy. Nothing is acked without its
+    /// effect or its record, and a refused record never takes a valid
+    /// event with it.
+    async fn commit_isolating(&self, batch: Batch) -> Settlement {
+        let mut settled = Settlement::default();
         let mut work = vec![batch];
         while let Some(batch) = work.pop() {
-            match self.commit_with_retry(&batch).await {
-                Ok(effects) => total.add(effects),
-                Err(error) if error.is_retryable() => return Err(error),
-                Err(error) => {
-                    if batch.events.len() > 1 {
-                        let (a, b) = batch.split();
-                        work.push(a);
-                        work.push(b);
-                    } else if batch.event_count() > 0 {
-                        work.push(quarantine_events(batch, &error));
-                        self.stats.isolated.add(1);
-                    } else {
-                        return Err(error);
+            let error = match self.commit_with_retry(&batch).await {
+                Ok(effects) => {
+                    settled.effects.add(effects);
+                    log_quarantined(&batch.poison);
+                    continue;
+                }
+                Err(error) => error,
+            };
+            if !error.proves_content() {
+                settled.nack.extend(batch.messages());
+                for rest in work.drain(..) {
+                    settled.nack.extend(rest.messages());
+                }
+                settled.gave_up = Some(error);
+                break;
+            }
+            match batch.split() {
+                Ok((older, newer)) => {
+                    work.push(newer);
+                    work.push(older);
+                }
+                Err(culprit) if culprit.event_count() > 0 => {
+                    self.stats.isolated.add(culprit.event_count() as u64);
+                    for event in culprit.events.values().flatten() {
+                        tracing::warn!(
+                            event_id = event.item.event_id(),
+                            %error,
+                            "the store refused an event; quarantining it"
+                        );
                     }
+                    work.push(quarantine_events(culprit, &error));
+                }
+                Err(culprit) => {
+                    self.stats
+                        .quarantine_refused
+                        .add(culprit.poison.len() as u64);
+                    for record in &culprit.poison {
+                        tracing::error!(
+                            message_id = %record.item.message_id,
+                            reason = %record.item.reason,
+                            %error,
+                            "the store refused a quarantine record; nacking the message (the subscription's dead-letter policy takes it)"
+                        );
+                    }
+                    settled.nack.extend(culprit.messages());
                 }
             }
         }
-        Ok(total)
+        settled
     }
 
     async fn commit_with_retry(&self, batch: &Batch) -> Result<Effects, StoreError> {
@@ -308,22 +370,47 @@ pub fn backoff(config: &FlushConfig, attempt: u32) -> Duration {
         .mul_f64(rand::random_range(0.5..=1.0))
 }
 
-/// A batch of the one remaining key's events turned into quarantine records.
+/// How the messages of one take ended.
+#[derive(Debug, Default)]
+struct Settlement {
+    /// The effects of every part that committed.
+    effects: Effects,
+    /// Messages to nack; every other message of the take is acked.
+    nack: Vec<MessageIndex>,
+    /// The failure that made the flusher give up on a part, if any.
+    gave_up: Option<StoreError>,
+}
+
+/// Logs each quarantine record of a committed part at WARN.
+fn log_quarantined(poison: &[Tagged<PoisonRecord>]) {
+    for record in poison {
+        tracing::warn!(
+            message_id = %record.item.message_id,
+            reason = %record.item.reason,
+            data_bytes = record.item.data_len,
+            "message quarantined"
+        );
+    }
+}
+
+/// The refused events of one key turned into quarantine records, each
+/// keeping its message.
 fn quarantine_events(batch: Batch, error: &StoreError) -> Batch {
-    let poison: Vec<PoisonRecord> = batch
+    let poison: Vec<Tagged<PoisonRecord>> = batch
         .events
         .into_values()
         .flatten()
-        .map(|event| {
-            PoisonRecord::new(
-                format!("event-{}", event.event_id()),
+        .map(|event| Tagged {
+            item: PoisonRecord::new(
+                format!("event-{}", event.item.event_id()),
                 format!("rejected by the store: {error}"),
-                to_json(&event).as_bytes(),
+                to_json(&event.item).as_bytes(),
                 Default::default(),
-            )
+            ),
+            message: event.message,
         })
         .collect();
-    Batch::new(Vec::new(), poison)
+    Batch::of_messages(Vec::new(), poison)
 }
 
 #[cfg(test)]
@@ -417,6 +504,34 @@ mod tests {
             });
             self.next
         }
+
+        /// Buffers a poison message with id `m{n}`; returns its handle id.
+        fn poison(&mut self) -> u32 {
+            self.next += 1;
+            let record = PoisonRecord::new(
+                format!("m{}", self.next),
+                "bad".into(),
+                b"x",
+                Default::default(),
+            );
+            let handle = TestHandle(self.next, self.fates.clone());
+            self.agg.add(Pending {
+                handle,
+                item: Item::Poison(Box::new(record)),
+                bytes: 1,
+                published: None,
+            });
+            self.next
+        }
+
+        fn fate(&self, handle: u32) -> Vec<Fate> {
+            let fates = self.fates.lock();
+            fates
+                .iter()
+                .filter(|(h, _)| *h == handle)
+                .map(|(_, f)| *f)
+                .collect()
+        }
     }
 
     #[tokio::test]
@@ -476,6 +591,69 @@ mod tests {
         assert!(quarantine[0].reason.contains("rejected by the store"));
         assert_eq!(rig.fates.lock().len(), 8);
         assert!(rig.fates.lock().iter().all(|(_, f)| *f == Fate::Acked));
+    }
+
+    #[tokio::test]
+    async fn a_refused_quarantine_record_nacks_its_message_alone_and_every_valid_event_counts() {
+        let mut rig = Rig::new();
+        let mut valid = Vec::new();
+        for i in 0..20 {
+            valid.push(rig.like("p", &format!("u{i}"), 1));
+        }
+        let bad = [rig.poison(), rig.poison()];
+        let good = rig.poison();
+        for handle in bad {
+            rig.store
+                .inject(InjectedFailure::RejectRecord(format!("m{handle}")));
+        }
+        rig.flusher.flush(0).await;
+        assert_eq!(
+            rig.store.count("p").await.unwrap(),
+            20,
+            "no valid like lost"
+        );
+        for handle in valid.into_iter().chain([good]) {
+            assert_eq!(rig.fate(handle), [Fate::Acked], "handle {handle}");
+        }
+        for handle in bad {
+            assert_eq!(rig.fate(handle), [Fate::Nacked], "handle {handle}");
+        }
+        let quarantine = rig.store.quarantine();
+        assert_eq!(quarantine.len(), 1, "{quarantine:?}");
+        assert_eq!(quarantine[0].message_id, format!("m{good}"));
+        assert_eq!(rig.flusher.stats.quarantine_refused.get(), 2);
+        assert_eq!(rig.flusher.stats.isolated.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_refused_event_whose_record_is_refused_too_is_nacked_alone() {
+        let mut rig = Rig::new();
+        let good = rig.like("p", "u1", 1);
+        let bad = rig.like("p", "bad", 1);
+        rig.store.inject(InjectedFailure::RejectUser("bad".into()));
+        rig.store
+            .inject(InjectedFailure::RejectRecord("event-bad-1".into()));
+        rig.flusher.flush(0).await;
+        assert_eq!(rig.store.count("p").await.unwrap(), 1);
+        assert_eq!(rig.fate(good), [Fate::Acked]);
+        assert_eq!(rig.fate(bad), [Fate::Nacked]);
+        assert!(rig.store.quarantine().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failure_that_proves_nothing_nacks_and_never_quarantines() {
+        let mut rig = Rig::new();
+        rig.like("p", "u1", 1);
+        rig.poison();
+        for _ in 0..3 {
+            rig.store
+                .inject(InjectedFailure::Before(ErrorClass::Transient));
+        }
+        rig.flusher.flush(0).await;
+        assert!(rig.store.quarantine().is_empty());
+        assert_eq!(rig.flusher.stats.isolated.get(), 0);
+        assert_eq!(rig.fate(1), [Fate::Nacked]);
+        assert_eq!(rig.fate(2), [Fate::Nacked]);
     }
 
     #[tokio::test(start_paused = true)]

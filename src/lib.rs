@@ -8,6 +8,8 @@
 //!   shape, the general decoder for the rest) and validation -> [`event::Poison`].
 //! - [`source`]: Pub/Sub StreamingPull -> (event or poison, ack handle).
 //! - [`aggregator`]: sharded in-memory buffers by (post, user); pure, synchronous.
+//! - [`poison`]: the quarantine record of a message that cannot be counted,
+//!   bounded so the store accepts it.
 //! - [`batch`]: a flush's events per (post, user) and the apply rules.
 //! - [`flusher`]: when to flush; commit with retry and isolation; hands acks on.
 //! - [`store`]: the [`store::CounterStore`] trait, Firestore and in-memory stores.
@@ -21,11 +23,13 @@
 //! - [`reconcile`]: counter shards vs liked memberships, reported and repaired.
 //! - [`replay`]: a time window re-read through an isolated, Seeked subscription.
 //! - [`dlq`]: dead letters inspected and replayed to the main topic.
+//! - [`quarantine`]: quarantine records listed, shown and re-driven.
 //!
 //! # Invariants
-//! - An ack leaves the service only for a message whose effects are
-//!   committed ([`acker`], called only by [`flusher`] after the store reports
-//!   the batch committed).
+//! - An ack leaves the service only for a message whose effects, or whose
+//!   quarantine record, are committed ([`acker`], called only by [`flusher`]
+//!   after the store reports that part of the batch committed); a message
+//!   whose record the store refuses is nacked.
 //! - A (post, user) contributes at most +1 to its post, whatever is
 //!   delivered, replayed or retried; its contribution always equals its
 //!   latest `liked` ([`batch::Batch::plan`], read and written in one
@@ -35,8 +39,10 @@
 //!   written in the same commit).
 //! - Memory is bounded: server-side flow control caps the messages and bytes
 //!   each stream holds ([`source`]).
-//! - Two batches in flight never contend inside one process: a post maps to
-//!   one aggregator shard, and a shard has one batch in flight ([`flusher`]).
+//! - Two batches in flight never contend inside one process: a (post, user)
+//!   maps to one aggregator shard, a shard has one batch in flight
+//!   ([`flusher`]), and batches in flight on one post increment distinct
+//!   counter shards ([`store::counter_shards`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -49,6 +55,8 @@ pub mod dlq;
 pub mod event;
 pub mod flusher;
 pub mod http;
+pub mod poison;
+pub mod quarantine;
 pub mod reconcile;
 pub mod replay;
 pub mod service;

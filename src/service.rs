@@ -14,7 +14,7 @@ use crate::aggregator::Aggregator;
 use crate::config::{Config, Endpoints, Strategy, Target};
 use crate::connect;
 use crate::flusher::{FlushConfig, Flusher};
-use crate::source::{Source, SourceConfig};
+use crate::source::{DeadLetterPolicy, Source, SourceConfig};
 use crate::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
 use crate::telemetry::Stats;
 
@@ -91,6 +91,13 @@ async fn run_pipeline(
 ) -> Result<Arc<Stats>, ServiceError> {
     let store = Arc::new(open_store(endpoints, config).await?);
     let subscriber = connect::subscriber(endpoints).await?;
+    let admin = connect::subscription_admin(endpoints).await?;
+    let dead_letters = DeadLetterPolicy::of(&admin, &config.subscription).await;
+    dead_letters.log(&config.subscription);
+    stats.dead_letter_policy.store(
+        matches!(dead_letters, DeadLetterPolicy::Configured { .. }),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let retry = FlushConfig {
         commit_max_attempts: config.commit_max_attempts,
         backoff_initial: config.commit_backoff_initial,

@@ -156,6 +156,72 @@ impl Source {
     }
 }
 
+/// What the subscription says about where undeliverable messages go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeadLetterPolicy {
+    /// Messages nacked `max_delivery_attempts` times go to `topic`.
+    Configured {
+        /// The dead-letter topic.
+        topic: String,
+        /// Deliveries before a message is dead-lettered.
+        max_delivery_attempts: i32,
+    },
+    /// None: a message hotcount must nack (a quarantine record the store
+    /// refuses) comes back forever.
+    Missing,
+    /// The subscription could not be read (e.g. no `pubsub.subscriptions.get`).
+    Unknown(String),
+}
+
+impl DeadLetterPolicy {
+    /// Reads the policy of `subscription` (a full name).
+    pub async fn of(
+        admin: &google_cloud_pubsub::client::SubscriptionAdmin,
+        subscription: &str,
+    ) -> Self {
+        let found = admin
+            .get_subscription()
+            .set_subscription(subscription)
+            .send()
+            .await;
+        match found {
+            Ok(sub) => match sub.dead_letter_policy {
+                Some(policy) if !policy.dead_letter_topic.is_empty() => Self::Configured {
+                    topic: policy.dead_letter_topic,
+                    max_delivery_attempts: policy.max_delivery_attempts,
+                },
+                _ => Self::Missing,
+            },
+            Err(error) => Self::Unknown(error.to_string()),
+        }
+    }
+
+    /// Logs what the policy means for poison that cannot be quarantined:
+    /// WARN when it is missing or unknown.
+    pub fn log(&self, subscription: &str) {
+        match self {
+            Self::Configured {
+                topic,
+                max_delivery_attempts,
+            } => tracing::info!(
+                subscription,
+                dead_letter_topic = %topic,
+                max_delivery_attempts,
+                "dead-letter policy in place"
+            ),
+            Self::Missing => tracing::warn!(
+                subscription,
+                "the subscription has no dead-letter policy: a message whose quarantine record the store refuses is nacked and will be redelivered forever (run `hotcount setup` or add one)"
+            ),
+            Self::Unknown(error) => tracing::warn!(
+                subscription,
+                %error,
+                "could not read the subscription's dead-letter policy; without one, a message whose quarantine record the store refuses is redelivered forever"
+            ),
+        }
+    }
+}
+
 /// Parses a message into an event, or a poison record with its reason.
 pub fn to_item(message: &Message) -> Item {
     match event::parse(&message.data) {

@@ -196,8 +196,11 @@ pub mod names {
     pub const COMMIT_RETRIES: &str = "hotcount_commit_retries_total";
     /// Batches given up on (nacked).
     pub const BATCHES_FAILED: &str = "hotcount_batches_failed_total";
-    /// Events isolated after a permanent store error.
+    /// Valid events the store refused, isolated and quarantined.
     pub const EVENTS_ISOLATED: &str = "hotcount_events_isolated_total";
+    /// Quarantine records the store refused; each message was nacked for
+    /// the subscription's dead-letter policy.
+    pub const QUARANTINE_REFUSED: &str = "hotcount_quarantine_refused_total";
     /// Acks sent.
     pub const ACKS: &str = "hotcount_acks_total";
     /// Nacks sent.
@@ -229,6 +232,8 @@ pub mod names {
     pub const MESSAGES_IN_FLIGHT_MAX: &str = "hotcount_messages_in_flight_max";
     /// 1 once the store and subscriber are built and the source runs.
     pub const READY: &str = "hotcount_ready";
+    /// 1 when the subscription has a dead-letter policy (read at start).
+    pub const DEAD_LETTER_POLICY: &str = "hotcount_dead_letter_policy";
 }
 
 /// The quantiles each summary exports.
@@ -255,6 +260,8 @@ pub struct Stats {
     pub batches_failed: Counter,
     /// See [`names::EVENTS_ISOLATED`].
     pub isolated: Counter,
+    /// See [`names::QUARANTINE_REFUSED`].
+    pub quarantine_refused: Counter,
     /// See [`names::ACKS`].
     pub acks: Counter,
     /// See [`names::NACKS`].
@@ -284,6 +291,8 @@ pub struct Stats {
     pub buffered: ShardLevels,
     /// See [`names::READY`].
     pub ready: AtomicBool,
+    /// See [`names::DEAD_LETTER_POLICY`].
+    pub dead_letter_policy: AtomicBool,
     /// The address the metrics endpoint listens on, once bound.
     pub metrics_addr: OnceLock<SocketAddr>,
 }
@@ -311,7 +320,7 @@ impl Stats {
     pub fn render_prometheus(&self) -> String {
         use names::*;
         let mut out = Exposition::default();
-        let counters: [(&str, &str, &Counter); 15] = [
+        let counters: [(&str, &str, &Counter); 16] = [
             (
                 EVENTS_RECEIVED,
                 "Messages received from Pub/Sub.",
@@ -354,8 +363,13 @@ impl Stats {
             ),
             (
                 EVENTS_ISOLATED,
-                "Events isolated after a permanent store error.",
+                "Valid events the store refused, isolated and quarantined.",
                 &self.isolated,
+            ),
+            (
+                QUARANTINE_REFUSED,
+                "Quarantine records the store refused; each message was nacked for the dead-letter policy.",
+                &self.quarantine_refused,
             ),
             (ACKS, "Acks sent.", &self.acks),
             (NACKS, "Nacks sent.", &self.nacks),
@@ -419,6 +433,13 @@ impl Stats {
             "gauge",
         );
         out.sample(READY, "", f64::from(u8::from(self.is_ready())));
+        out.header(
+            DEAD_LETTER_POLICY,
+            "1 when the subscription has a dead-letter policy (read at start).",
+            "gauge",
+        );
+        let policy = self.dead_letter_policy.load(Ordering::Relaxed);
+        out.sample(DEAD_LETTER_POLICY, "", f64::from(u8::from(policy)));
         for (name, help, latency) in [
             (
                 COMMIT_DURATION,

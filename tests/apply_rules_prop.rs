@@ -198,7 +198,7 @@ proptest! {
             let t = agg.take(shard);
             prop_assert!(t.len() <= max_batch);
             taken_handles.extend(t.handles.iter().copied());
-            let batch = Batch::new(t.events, t.poison);
+            let batch = Batch::of_messages(t.events, t.poison);
             store.commit(&batch);
             Ok(())
         };

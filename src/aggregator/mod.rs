@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::batch::PoisonRecord;
+use crate::batch::{MessageIndex, PoisonRecord, Tagged};
 use crate::event::LikeEvent;
 
 /// What a received message turned out to be.
@@ -47,10 +47,10 @@ pub struct Pending<H> {
 /// What one [`Aggregator::take`] hands to the flusher.
 #[derive(Debug)]
 pub struct Taken<H> {
-    /// Valid events.
-    pub events: Vec<LikeEvent>,
-    /// Poison records.
-    pub poison: Vec<PoisonRecord>,
+    /// Valid events, each tagged with the index of its handle in `handles`.
+    pub events: Vec<Tagged<LikeEvent>>,
+    /// Poison records, each tagged with the index of its handle in `handles`.
+    pub poison: Vec<Tagged<PoisonRecord>>,
     /// Ack handles of every message taken, events and poison alike.
     pub handles: Vec<H>,
     /// Payload bytes taken.
@@ -322,10 +322,12 @@ impl<H> Aggregator<H> {
         taken.bytes += items_bytes;
         for pending in items {
             taken.published.extend(pending.published);
+            // At most max_batch_events handles: far below 2^32.
+            let message = taken.handles.len() as MessageIndex;
             taken.handles.push(pending.handle);
             match pending.item {
-                Item::Event(e) => taken.events.push(e),
-                Item::Poison(p) => taken.poison.push(*p),
+                Item::Event(item) => taken.events.push(Tagged { item, message }),
+                Item::Poison(p) => taken.poison.push(Tagged { item: *p, message }),
             }
         }
         n
@@ -426,7 +428,10 @@ mod tests {
         let (second, _) = agg.take_merged(&busy, Instant::now());
         assert!(!second.is_empty());
         let users = |t: &Taken<u32>| -> std::collections::HashSet<String> {
-            t.events.iter().map(|e| e.user_id().to_owned()).collect()
+            t.events
+                .iter()
+                .map(|e| e.item.user_id().to_owned())
+                .collect()
         };
         assert!(users(&first).is_disjoint(&users(&second)));
     }

@@ -109,10 +109,10 @@ impl Layout {
         )
     }
 
-    /// The quarantine record of a message.
-    pub fn quarantine(&self, consumer: &str, message_id: &str) -> String {
+    /// The quarantine record `{consumer}:{doc_id}` ([`PoisonRecord::doc_id`]).
+    pub fn quarantine(&self, consumer: &str, doc_id: &str) -> String {
         format!(
-            "{}/{}/{consumer}:{message_id}",
+            "{}/{}/{consumer}:{doc_id}",
             self.root(),
             self.collection("quarantine")
         )
@@ -372,7 +372,7 @@ pub fn build_writes(
     }
     writes.push(marker_write(config, batch, plan, marker));
     for poison in &batch.poison {
-        writes.push(quarantine_write(config, poison));
+        writes.push(quarantine_write(config, &poison.item));
     }
     writes
 }
@@ -410,37 +410,128 @@ fn marker_write(
     }
 }
 
-fn quarantine_write(config: &FirestoreStoreConfig, poison: &PoisonRecord) -> fs::Write {
+/// The quarantine record of `poison`. Attribute keys are stored as values
+/// (`attributes` is an array of `{key, value}` maps), so no key the message
+/// carried becomes a field name; every part is bounded by [`PoisonRecord`].
+pub fn quarantine_write(config: &FirestoreStoreConfig, poison: &PoisonRecord) -> fs::Write {
     let attributes = poison
         .attributes
         .iter()
-        .map(|(k, v)| (k.clone(), string(v)))
+        .map(|(k, v)| {
+            value(ValueType::MapValue(fs::MapValue {
+                fields: HashMap::from([
+                    ("key".to_string(), string(k)),
+                    ("value".to_string(), string(v)),
+                ]),
+            }))
+        })
         .collect();
     let fields = HashMap::from([
         ("consumer".to_string(), string(&config.consumer)),
-        ("messageId".to_string(), string(&poison.message_id)),
+        ("messageId".to_string(), string(poison.stored_message_id())),
         ("reason".to_string(), string(&poison.reason)),
         (
             "data".to_string(),
             value(ValueType::BytesValue(poison.data.clone())),
         ),
         ("dataBytes".to_string(), int(poison.data_len as i64)),
+        ("dataSha256".to_string(), string(&poison.data_sha256)),
         (
             "attributes".to_string(),
-            value(ValueType::MapValue(fs::MapValue { fields: attributes })),
+            value(ValueType::ArrayValue(fs::ArrayValue { values: attributes })),
+        ),
+        (
+            "attributeCount".to_string(),
+            int(poison.attribute_count as i64),
+        ),
+        (
+            "attributesTruncated".to_string(),
+            value(ValueType::BooleanValue(poison.attributes_truncated)),
         ),
     ]);
     fs::Write {
         operation: Some(fs::write::Operation::Update(fs::Document {
-            name: config
-                .layout
-                .quarantine(&config.consumer, &poison.message_id),
+            name: config.layout.quarantine(&config.consumer, &poison.doc_id()),
             fields,
             ..Default::default()
         })),
         update_mask: None,
         update_transforms: vec![server_time("quarantinedAt")],
         current_document: None,
+    }
+}
+
+/// A quarantine record as stored, read back by the operator tools.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRecord {
+    /// Full document name.
+    pub name: String,
+    /// The consumer that wrote it.
+    pub consumer: String,
+    /// The record's content.
+    pub record: PoisonRecord,
+    /// When it was written (RFC 3339), if known.
+    pub quarantined_at: Option<String>,
+}
+
+impl StoredRecord {
+    /// The document id (`{consumer}:{doc_id}`), the last segment of the name.
+    pub fn id(&self) -> &str {
+        self.name.rsplit('/').next().unwrap_or(&self.name)
+    }
+}
+
+/// Reads a quarantine record back ([`quarantine_write`]'s fields).
+pub fn quarantine_from_document(doc: &fs::Document) -> StoredRecord {
+    let get = |name: &str| doc.fields.get(name).and_then(|v| v.value_type.as_ref());
+    let text = |name: &str| match get(name) {
+        Some(ValueType::StringValue(s)) => s.clone(),
+        _ => String::new(),
+    };
+    let number = |name: &str| match get(name) {
+        Some(ValueType::IntegerValue(n)) => usize::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    let mut attributes = Vec::new();
+    if let Some(ValueType::ArrayValue(array)) = get("attributes") {
+        for entry in &array.values {
+            if let Some(ValueType::MapValue(map)) = &entry.value_type {
+                let part = |k: &str| match map.fields.get(k).and_then(|v| v.value_type.as_ref()) {
+                    Some(ValueType::StringValue(s)) => s.clone(),
+                    _ => String::new(),
+                };
+                attributes.push((part("key"), part("value")));
+            }
+        }
+    }
+    let data = match get("data") {
+        Some(ValueType::BytesValue(b)) => b.clone(),
+        _ => Vec::new(),
+    };
+    let quarantined_at = match get("quarantinedAt") {
+        Some(ValueType::TimestampValue(t)) => {
+            let nanos = u32::try_from(t.nanos).unwrap_or(0);
+            chrono::DateTime::from_timestamp(t.seconds, nanos).map(|d| d.to_rfc3339())
+        }
+        _ => None,
+    };
+    StoredRecord {
+        name: doc.name.clone(),
+        consumer: text("consumer"),
+        record: PoisonRecord {
+            message_id: text("messageId"),
+            reason: text("reason"),
+            data,
+            data_len: number("dataBytes"),
+            data_sha256: text("dataSha256"),
+            attributes,
+            attribute_count: number("attributeCount"),
+            attributes_truncated: matches!(
+                get("attributesTruncated"),
+                Some(ValueType::BooleanValue(true))
+            ),
+        },
+        quarantined_at,
     }
 }
 
@@ -524,34 +615,38 @@ pub async fn list_counter_shards(
     Ok(shards)
 }
 
-/// Classifies a gRPC failure the way Google's SDKs retry.
+/// A gRPC failure of `op` as a [`StoreError`], classed by [`classify`].
 pub fn status_error(op: &'static str, status: &Status) -> StoreError {
-    let class = match status.code() {
-        Code::Aborted
-        | Code::Unavailable
-        | Code::DeadlineExceeded
-        | Code::Internal
-        | Code::ResourceExhausted
-        | Code::Cancelled
-        | Code::Unknown
-        // Preconditions on what this transaction read fail only if another
-        // writer got in between (an optimistic database): re-read and retry.
-        | Code::FailedPrecondition
-        | Code::AlreadyExists => ErrorClass::Transient,
-        // The transaction outlived its lease (a long stall, e.g. a latency
-        // spike): Google's SDKs retry the whole transaction on this one
-        // INVALID_ARGUMENT. Treating it as permanent would quarantine valid
-        // events (found by the chaos run).
-        Code::InvalidArgument if is_expired_transaction(status.message()) => {
-            ErrorClass::Transient
-        }
-        _ => ErrorClass::Permanent,
-    };
     StoreError {
         op,
         code: format!("{:?}", status.code()),
         message: status.message().to_string(),
-        class,
+        class: classify(status.code(), status.message()),
+    }
+}
+
+/// What a gRPC failure proves about a batch: the one table of it.
+///
+/// | code | class | why |
+/// |---|---|---|
+/// | `INVALID_ARGUMENT` | Content | the request's names or values are refused (reserved name, size, depth) |
+/// | `INVALID_ARGUMENT` "transaction has expired / is no longer valid" | Transient | the transaction outlived its lease (a stall); Google's SDKs retry the whole transaction |
+/// | `ABORTED` | Transient | contention: another transaction won the lock |
+/// | `FAILED_PRECONDITION`, `ALREADY_EXISTS` | Transient | a precondition on what this transaction read failed: another writer got in between; re-read |
+/// | `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `CANCELLED`, `UNKNOWN`, `INTERNAL` | Transient | the call may or may not have applied; the batch marker resolves it |
+/// | `RESOURCE_EXHAUSTED` | Transient | quota or rate: back off |
+/// | `UNAUTHENTICATED`, `PERMISSION_DENIED` | Transient | credentials or IAM: an operator fixes them; the content is not at fault |
+/// | `NOT_FOUND` | Transient | the database (or project) is missing: configuration, not content |
+/// | `OUT_OF_RANGE`, `UNIMPLEMENTED`, `DATA_LOSS`, `OK` | Transient | proves nothing about the content |
+///
+/// Only a refusal of the content may lead to a quarantine; everything else
+/// is retried with backoff, then the batch is nacked and Pub/Sub redelivers
+/// it, so a wrong credential or a missing database never quarantines a
+/// valid event.
+pub fn classify(code: Code, message: &str) -> ErrorClass {
+    match code {
+        Code::InvalidArgument if !is_expired_transaction(message) => ErrorClass::Content,
+        _ => ErrorClass::Transient,
     }
 }
 
@@ -685,6 +780,39 @@ mod tests {
     }
 
     #[test]
+    fn quarantine_records_round_trip_with_hostile_attributes_as_values() {
+        let config = FirestoreStoreConfig {
+            layout: Layout::new("proj", "(default)", ""),
+            consumer: "c1".into(),
+            counter_shards: 1,
+            counter_shard_target_writes_per_sec: 0,
+            marker_ttl: Duration::ZERO,
+        };
+        let attributes = BTreeMap::from([
+            ("__name__".to_string(), "a".to_string()),
+            ("x.y".to_string(), "b".to_string()),
+        ]);
+        let record = PoisonRecord::new("42".into(), "bad".into(), b"{nope", attributes);
+        let write = quarantine_write(&config, &record);
+        let Some(fs::write::Operation::Update(doc)) = write.operation else {
+            panic!("an update");
+        };
+        assert!(doc.name.ends_with("/quarantine/c1:42"), "{}", doc.name);
+        // No key of the message became a field name.
+        let names: Vec<&String> = doc.fields.keys().collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| !n.starts_with("__") && !n.contains('.')),
+            "{names:?}"
+        );
+        let back = quarantine_from_document(&doc);
+        assert_eq!(back.record, record);
+        assert_eq!(back.consumer, "c1");
+        assert_eq!(back.id(), "c1:42");
+    }
+
+    #[test]
     fn layout_namespaces_markers_by_consumer() {
         let layout = Layout::new("proj", "(default)", "hc_");
         assert_eq!(
@@ -718,7 +846,40 @@ mod tests {
         assert!(status_error("Commit", &Status::aborted("x")).is_retryable());
         assert!(status_error("Commit", &Status::unavailable("x")).is_retryable());
         assert!(!status_error("Commit", &Status::invalid_argument("x")).is_retryable());
-        assert!(!status_error("Commit", &Status::permission_denied("x")).is_retryable());
+    }
+
+    #[test]
+    fn only_a_refused_content_is_isolated_every_other_code_is_retried() {
+        use Code::*;
+        let every_code = [
+            Ok,
+            Cancelled,
+            Unknown,
+            InvalidArgument,
+            DeadlineExceeded,
+            NotFound,
+            AlreadyExists,
+            PermissionDenied,
+            ResourceExhausted,
+            FailedPrecondition,
+            Aborted,
+            OutOfRange,
+            Unimplemented,
+            Internal,
+            Unavailable,
+            DataLoss,
+            Unauthenticated,
+        ];
+        for code in every_code {
+            let error = status_error("Commit", &Status::new(code, "x"));
+            let expected = if code == InvalidArgument {
+                ErrorClass::Content
+            } else {
+                ErrorClass::Transient
+            };
+            assert_eq!(error.class, expected, "{code:?}");
+            assert_eq!(error.is_retryable(), expected == ErrorClass::Transient);
+        }
     }
 
     #[test]

@@ -18,8 +18,11 @@ pub enum InjectedFailure {
     Before(ErrorClass),
     /// Apply, then report a transient failure (unknown outcome).
     AfterApply,
-    /// Reject any batch containing this user id permanently.
+    /// Refuse (as content) any batch holding an event of this user id.
     RejectUser(String),
+    /// Refuse (as content) any batch holding the quarantine record of this
+    /// message id.
+    RejectRecord(String),
 }
 
 #[derive(Default)]
@@ -30,6 +33,7 @@ struct State {
     quarantine: Vec<PoisonRecord>,
     failures: Vec<InjectedFailure>,
     reject_users: HashSet<String>,
+    reject_records: HashSet<String>,
     commits: u64,
     delay: std::time::Duration,
     posts_in_flight: HashMap<String, usize>,
@@ -64,6 +68,9 @@ impl MemoryStore {
         match failure {
             InjectedFailure::RejectUser(user) => {
                 state.reject_users.insert(user);
+            }
+            InjectedFailure::RejectRecord(message_id) => {
+                state.reject_records.insert(message_id);
             }
             other => state.failures.push(other),
         }
@@ -104,7 +111,7 @@ impl MemoryStore {
             op: "Commit",
             code: match class {
                 ErrorClass::Transient => "ABORTED".into(),
-                ErrorClass::Permanent => "INVALID_ARGUMENT".into(),
+                ErrorClass::Content => "INVALID_ARGUMENT".into(),
             },
             message: message.into(),
             class,
@@ -183,7 +190,14 @@ impl MemoryStore {
             .keys()
             .any(|k| state.reject_users.contains(&k.user_id))
         {
-            return Err(Self::fail(ErrorClass::Permanent, "rejected user"));
+            return Err(Self::fail(ErrorClass::Content, "rejected user"));
+        }
+        if batch
+            .poison
+            .iter()
+            .any(|p| state.reject_records.contains(&p.item.message_id))
+        {
+            return Err(Self::fail(ErrorClass::Content, "rejected record"));
         }
         if let Some(effects) = state.markers.get(&batch.id).copied() {
             return Ok(CommitReport {
@@ -201,7 +215,9 @@ impl MemoryStore {
             *state.counters.entry(post.clone()).or_default() += delta;
         }
         state.markers.insert(batch.id.clone(), plan.effects);
-        state.quarantine.extend(batch.poison.iter().cloned());
+        state
+            .quarantine
+            .extend(batch.poison.iter().map(|p| p.item.clone()));
         state.commits += 1;
         if after_apply {
             return Err(Self::fail(

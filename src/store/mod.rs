@@ -38,13 +38,20 @@ pub struct CommitReport {
     pub rpcs: u32,
 }
 
-/// The class of a store failure.
+/// The class of a store failure: what it proves about the batch.
+///
+/// Only [`ErrorClass::Content`] lets the flusher isolate and quarantine;
+/// every other failure (auth, permissions, a missing database, quota,
+/// contention, timeouts, unknown errors) proves nothing about the events,
+/// so it is retried with backoff and then the messages are nacked, never
+/// quarantined. The per-code table is [`firestore::classify`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
-    /// Try again: contention, unavailability, deadlines, an unknown outcome.
+    /// Proves nothing about the content: retry with backoff, then nack.
     Transient,
-    /// The store rejects this batch's content: isolate the offending event.
-    Permanent,
+    /// The store refuses this batch's content (e.g. a value or name it
+    /// cannot hold): split the batch to isolate the offending item.
+    Content,
 }
 
 /// A failed store call.
@@ -57,14 +64,21 @@ pub struct StoreError {
     pub code: String,
     /// The store's message.
     pub message: String,
-    /// Transient or permanent.
+    /// What the failure proves.
     pub class: ErrorClass,
 }
 
 impl StoreError {
-    /// Whether retrying the same batch may succeed.
+    /// Whether retrying the same batch may succeed (everything but a
+    /// refusal of the content).
     pub fn is_retryable(&self) -> bool {
         self.class == ErrorClass::Transient
+    }
+
+    /// Whether the store refused the batch's content, so splitting it can
+    /// find the item to quarantine.
+    pub fn proves_content(&self) -> bool {
+        self.class == ErrorClass::Content
     }
 }
 

@@ -1,0 +1,211 @@
+//! A quarantine record: what is kept of a message that cannot be counted
+//! (poison, or an event the store refused), built so the store accepts it.
+//!
+//! Invariant: whatever the message held, a [`PoisonRecord`] fits every
+//! Firestore limit once stored: its attribute keys and values are kept as
+//! *values* (never as field names, so no reserved `__.*__` name or field
+//! path problem can reach the store), each truncated on a character
+//! boundary; at most [`PoisonRecord::MAX_ATTRIBUTES`] of them; the payload
+//! truncated to [`PoisonRecord::MAX_STORED_BYTES`] with its full length and
+//! SHA-256 kept; the reason and message id bounded. The largest record is
+//! about [`PoisonRecord::MAX_RECORD_BYTES`], far under the 1 MiB document
+//! limit, and its document id is safe ([`PoisonRecord::doc_id`]).
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+/// A message to quarantine instead of counting, bounded in every part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoisonRecord {
+    /// Pub/Sub message id, whole (the store keeps at most
+    /// [`PoisonRecord::MAX_ID_BYTES`] of it in the record's fields;
+    /// [`PoisonRecord::doc_id`] hashes a long one).
+    pub message_id: String,
+    /// Why it is quarantined (at most [`PoisonRecord::MAX_REASON_BYTES`]).
+    pub reason: String,
+    /// The payload, truncated to [`PoisonRecord::MAX_STORED_BYTES`].
+    pub data: Vec<u8>,
+    /// The payload's full length.
+    pub data_len: usize,
+    /// SHA-256 of the full payload, lower-case hex.
+    pub data_sha256: String,
+    /// The first [`PoisonRecord::MAX_ATTRIBUTES`] attributes in key order,
+    /// keys and values truncated.
+    pub attributes: Vec<(String, String)>,
+    /// How many attributes the message had.
+    pub attribute_count: usize,
+    /// Whether any attribute was dropped or truncated.
+    pub attributes_truncated: bool,
+}
+
+impl PoisonRecord {
+    /// How much of a payload is kept.
+    pub const MAX_STORED_BYTES: usize = 16 * 1024;
+    /// Attributes kept (Pub/Sub allows 100 per message).
+    pub const MAX_ATTRIBUTES: usize = 100;
+    /// Bytes kept of an attribute key (Pub/Sub allows 256).
+    pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 256;
+    /// Bytes kept of an attribute value (Pub/Sub allows 1,024).
+    pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 1024;
+    /// Bytes kept of the reason.
+    pub const MAX_REASON_BYTES: usize = 1024;
+    /// Bytes of the message id kept in the record's fields and used as
+    /// its document id as is.
+    pub const MAX_ID_BYTES: usize = 256;
+    /// An upper bound of a stored record's size, fields and names included.
+    pub const MAX_RECORD_BYTES: usize = Self::MAX_STORED_BYTES
+        + Self::MAX_ATTRIBUTES
+            * (Self::MAX_ATTRIBUTE_KEY_BYTES + Self::MAX_ATTRIBUTE_VALUE_BYTES + 32)
+        + Self::MAX_REASON_BYTES
+        + 2 * Self::MAX_ID_BYTES
+        + 1024;
+
+    /// A record for `data` with `reason`, bounding every part.
+    pub fn new(
+        message_id: String,
+        reason: String,
+        data: &[u8],
+        attributes: BTreeMap<String, String>,
+    ) -> Self {
+        let keep = data.len().min(Self::MAX_STORED_BYTES);
+        let attribute_count = attributes.len();
+        let mut truncated = attribute_count > Self::MAX_ATTRIBUTES;
+        let attributes = attributes
+            .into_iter()
+            .take(Self::MAX_ATTRIBUTES)
+            .map(|(key, value)| {
+                let key = truncate(key, Self::MAX_ATTRIBUTE_KEY_BYTES, &mut truncated);
+                let value = truncate(value, Self::MAX_ATTRIBUTE_VALUE_BYTES, &mut truncated);
+                (key, value)
+            })
+            .collect();
+        let mut ignored = false;
+        Self {
+            message_id,
+            reason: truncate(reason, Self::MAX_REASON_BYTES, &mut ignored),
+            data: data[..keep].to_vec(),
+            data_len: data.len(),
+            data_sha256: hex(&Sha256::digest(data)),
+            attributes,
+            attribute_count,
+            attributes_truncated: truncated,
+        }
+    }
+
+    /// The message id as the record's fields keep it (bounded).
+    pub fn stored_message_id(&self) -> &str {
+        let mut end = self.message_id.len().min(Self::MAX_ID_BYTES);
+        while !self.message_id.is_char_boundary(end) {
+            end -= 1;
+        }
+        &self.message_id[..end]
+    }
+
+    /// The record's document id: the message id when it is a safe
+    /// Firestore id, else `sha256-{hex of the message id}`. Stable, so a
+    /// record written twice (a redelivery) lands on the same document.
+    pub fn doc_id(&self) -> String {
+        if is_safe_doc_id(&self.message_id) {
+            self.message_id.clone()
+        } else {
+            format!(
+                "sha256-{}",
+                hex(&Sha256::digest(self.message_id.as_bytes()))
+            )
+        }
+    }
+}
+
+/// Whether `id` can be used as (part of) a document id as it is: 1..=256
+/// printable ASCII bytes without `/`, not `.` or `..`, not of the reserved
+/// `__.*__` form.
+fn is_safe_doc_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= PoisonRecord::MAX_ID_BYTES
+        && id.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
+        && id != "."
+        && id != ".."
+        && !(id.starts_with("__") && id.ends_with("__"))
+}
+
+/// `s` cut to at most `max` bytes on a character boundary; sets `cut` when
+/// anything was removed.
+fn truncate(mut s: String, max: usize, cut: &mut bool) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        *cut = true;
+    }
+    s
+}
+
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_attributes_are_bounded_and_kept_as_values() {
+        let mut attributes = BTreeMap::new();
+        attributes.insert("__name__".to_string(), "x".to_string());
+        attributes.insert("a.b`c".to_string(), "é".repeat(2000));
+        for i in 0..150 {
+            attributes.insert(format!("k{i:03}{}", "k".repeat(400)), "v".into());
+        }
+        let record = PoisonRecord::new(
+            "m".repeat(1000),
+            "r".repeat(5000),
+            &vec![7u8; 5 << 20],
+            attributes,
+        );
+        assert_eq!(record.attribute_count, 152);
+        assert_eq!(record.attributes.len(), PoisonRecord::MAX_ATTRIBUTES);
+        assert!(record.attributes_truncated);
+        assert!(record
+            .attributes
+            .iter()
+            .all(|(k, v)| k.len() <= PoisonRecord::MAX_ATTRIBUTE_KEY_BYTES
+                && v.len() <= PoisonRecord::MAX_ATTRIBUTE_VALUE_BYTES));
+        assert_eq!(record.data.len(), PoisonRecord::MAX_STORED_BYTES);
+        assert_eq!(record.data_len, 5 << 20);
+        assert_eq!(record.data_sha256.len(), 64);
+        assert_eq!(record.reason.len(), PoisonRecord::MAX_REASON_BYTES);
+        assert_eq!(record.stored_message_id().len(), PoisonRecord::MAX_ID_BYTES);
+        assert!(record.doc_id().starts_with("sha256-"));
+    }
+
+    #[test]
+    fn doc_id_is_the_message_id_when_safe_and_a_digest_otherwise() {
+        let record = |id: &str| PoisonRecord::new(id.into(), "r".into(), b"", BTreeMap::new());
+        assert_eq!(record("1234567890").doc_id(), "1234567890");
+        assert_eq!(record("event-abc").doc_id(), "event-abc");
+        for unsafe_id in ["", "a/b", "__x__", ".", "..", "sp ace", "é"] {
+            let id = record(unsafe_id).doc_id();
+            assert!(id.starts_with("sha256-") && id.len() == 71, "{unsafe_id:?}");
+        }
+        assert_ne!(record("a/b").doc_id(), record("a/c").doc_id());
+    }
+
+    #[test]
+    fn digest_is_of_the_whole_payload() {
+        let record = PoisonRecord::new("m".into(), "r".into(), b"abc", BTreeMap::new());
+        assert_eq!(
+            record.data_sha256,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
