@@ -36,7 +36,7 @@ pub fn validate_id(id: &str, what: &str) -> Result<(), Status> {
     } else if id == "." || id == ".." {
         Some("must not be '.' or '..'")
     } else if is_reserved(id) {
-        Some("must not match __.*__")
+        Some("must not match __.+__")
     } else {
         None
     };
@@ -49,9 +49,10 @@ pub fn validate_id(id: &str, what: &str) -> Result<(), Status> {
     }
 }
 
-/// Whether a name matches `__.*__`, the reserved form.
+/// Whether a name has the reserved form `__.+__`: two underscores, at least
+/// one character, two underscores (`____` itself is an ordinary name).
 pub fn is_reserved(name: &str) -> bool {
-    name.len() >= 4 && name.starts_with("__") && name.ends_with("__")
+    name.len() >= 5 && name.starts_with("__") && name.ends_with("__")
 }
 
 fn truncate(s: &str) -> &str {
@@ -258,6 +259,9 @@ mod tests {
         assert!(DocName::parse("projects/p/databases/d/documents/c").is_err());
         assert!(DocName::parse("projects/p/databases/d/documents/c/..").is_err());
         assert!(DocName::parse("projects/p/databases/d/documents/c/__x__").is_err());
+        assert!(DocName::parse("projects/p/databases/d/documents/c/_____").is_err());
+        assert!(DocName::parse("projects/p/databases/d/documents/____/____").is_ok());
+        assert!(DocName::parse("projects/p/databases/d/documents/c/___").is_ok());
         assert!(DocName::parse("projects/p/databases/d/documents/c/").is_err());
         assert!(DocName::parse(&format!(
             "projects/p/databases/d/documents/c/{}",

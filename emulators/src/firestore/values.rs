@@ -285,7 +285,7 @@ fn validate_field_name(name: &str) -> Result<(), Status> {
     }
     if is_reserved(name) {
         return Err(Status::invalid_argument(format!(
-            "Field name {name:?} is reserved (matches __.*__)."
+            "Field name {name:?} is reserved (matches __.+__)."
         )));
     }
     Ok(())
