@@ -55,6 +55,21 @@ pub fn is_reserved(name: &str) -> bool {
     name.len() >= 5 && name.starts_with("__") && name.ends_with("__")
 }
 
+/// The storage size of a document name from its ids: each id's bytes + 1,
+/// plus 16 (<https://firebase.google.com/docs/firestore/storage-size>).
+fn name_size<'a>(ids: impl IntoIterator<Item = &'a str>) -> usize {
+    ids.into_iter().map(|id| id.len() + 1).sum::<usize>() + 16
+}
+
+/// The storage size of the full document name `name` (a reference value's
+/// size too); names without `/documents/` count their whole length.
+pub fn document_name_size(name: &str) -> usize {
+    match name.split_once("/documents/") {
+        Some((_, path)) => name_size(path.split('/')),
+        None => name.len() + 1,
+    }
+}
+
 fn truncate(s: &str) -> &str {
     match s.char_indices().nth(64) {
         Some((i, _)) => &s[..i],
@@ -268,6 +283,15 @@ mod tests {
             "a".repeat(1501)
         ))
         .is_err());
+    }
+
+    #[test]
+    fn measures_names_as_the_storage_size_formula_does() {
+        // Google's example: users/jeff/tasks/my_task_id is 6 + 5 + 6 + 11 + 16.
+        assert_eq!(
+            document_name_size("projects/p/databases/d/documents/users/jeff/tasks/my_task_id"),
+            44
+        );
     }
 
     #[test]

@@ -4,22 +4,27 @@
 //! Invariant: a field map that passed [`validate_fields`] holds only storable
 //! values (no array directly inside an array, no reserved or empty names,
 //! timestamps at microsecond precision), so queries and transforms never
-//! meet a value they cannot order.
+//! meet a value they cannot order; one that passed [`check_document`] is at
+//! most 1 MiB by Google's storage size formula and nests at most 20 levels.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use prost::Message as _;
 use tonic::Status;
 
-use super::names::{is_reserved, MAX_ID_BYTES};
+use super::names::{document_name_size, is_reserved, MAX_ID_BYTES};
 use crate::proto::firestore_v1::{value::ValueType, ArrayValue, MapValue, Value};
 
 /// A document's fields.
 pub type Fields = HashMap<String, Value>;
 
-/// Largest document, in bytes (approximated by the encoded size).
+/// Largest document, in bytes of Google's storage size formula
+/// (<https://firebase.google.com/docs/firestore/storage-size>).
 pub const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
+
+/// Most maps and arrays a value may sit inside (a top-level field's value
+/// sits inside none).
+pub const MAX_DEPTH: usize = 20;
 
 /// A value of `value_type`.
 pub fn value(v: ValueType) -> Value {
@@ -333,18 +338,79 @@ pub fn validate_value(v: &mut Value, in_array: bool) -> Result<(), Status> {
     }
 }
 
-/// Checks a document's size limit (approximated by the protobuf encoding).
-pub fn check_size(name: &str, fields: &Fields) -> Result<(), Status> {
-    let mut size = name.len() + 16;
-    for (k, v) in fields {
-        size += k.len() + 1 + v.encoded_len();
-    }
+/// Checks a document to be stored against the size limit (1 MiB by
+/// Google's storage size formula: the name, each field name's bytes + 1,
+/// each value, plus 32) and the depth limit (a value inside at most 20 maps
+/// or arrays).
+pub fn check_document(name: &str, fields: &Fields) -> Result<(), Status> {
+    let size = document_size(name, fields).map_err(|field| {
+        Status::invalid_argument(format!(
+            "Document '{name}' cannot be written because field {field:?} holds a value nested more than {MAX_DEPTH} levels deep in maps and arrays."
+        ))
+    })?;
     if size > MAX_DOCUMENT_BYTES {
         return Err(Status::invalid_argument(format!(
-            "Document {name:?} exceeds the maximum size of 1,048,576 bytes (about {size} bytes)."
+            "Document '{name}' cannot be written because its size ({} bytes) exceeds the maximum allowed size of 1,048,576 bytes.",
+            thousands(size)
         )));
     }
     Ok(())
+}
+
+/// The storage size of document `name` holding `fields`, or the top-level
+/// field holding a value nested deeper than [`MAX_DEPTH`].
+fn document_size<'a>(name: &str, fields: &'a Fields) -> Result<usize, &'a str> {
+    let mut size = document_name_size(name) + 32;
+    for (field, v) in fields {
+        size += field.len() + 1 + value_size(v, 0).ok_or(field.as_str())?;
+    }
+    Ok(size)
+}
+
+/// The storage size of a value at `depth` (maps and arrays around it), or
+/// `None` when something in it is deeper than [`MAX_DEPTH`].
+fn value_size(v: &Value, depth: usize) -> Option<usize> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    Some(match &v.value_type {
+        None | Some(ValueType::NullValue(_) | ValueType::BooleanValue(_)) => 1,
+        Some(
+            ValueType::IntegerValue(_) | ValueType::DoubleValue(_) | ValueType::TimestampValue(_),
+        ) => 8,
+        Some(ValueType::StringValue(s)) => s.len() + 1,
+        Some(ValueType::BytesValue(b)) => b.len(),
+        Some(ValueType::ReferenceValue(r)) => document_name_size(r),
+        Some(ValueType::GeoPointValue(_)) => 16,
+        Some(ValueType::ArrayValue(a)) => {
+            let mut size = 0;
+            for e in &a.values {
+                size += value_size(e, depth + 1)?;
+            }
+            size
+        }
+        Some(ValueType::MapValue(m)) => {
+            let mut size = 0;
+            for (k, e) in &m.fields {
+                size += k.len() + 1 + value_size(e, depth + 1)?;
+            }
+            size
+        }
+        Some(_) => 0,
+    })
+}
+
+/// `1048577` as `1,048,577`, as Google's messages print sizes.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// An array value holding `values`.
@@ -375,6 +441,40 @@ mod tests {
         let mut fields = Fields::new();
         fields.insert("a".into(), array(vec![array(vec![int(1)])]));
         assert!(validate_fields(&mut fields).is_err());
+    }
+
+    #[test]
+    fn sizes_documents_as_the_storage_size_formula_does() {
+        // Google's example: 44 (name) + 71 (fields) + 32 = 147 bytes.
+        let name = "projects/p/databases/d/documents/users/jeff/tasks/my_task_id";
+        let mut f = Fields::new();
+        f.insert("type".into(), s("Personal"));
+        f.insert("done".into(), value(ValueType::BooleanValue(false)));
+        f.insert("priority".into(), int(1));
+        f.insert("description".into(), s("Learn Cloud Firestore"));
+        assert_eq!(document_size(name, &f), Ok(44 + (14 + 6 + 17 + 34) + 32));
+        assert!(check_document(name, &f).is_ok());
+        assert_eq!(thousands(1_048_577), "1,048,577");
+        assert_eq!(thousands(999), "999");
+    }
+
+    #[test]
+    fn refuses_values_nested_deeper_than_twenty_levels() {
+        let nest = |levels: usize| {
+            (0..levels).fold(int(1), |inner, _| {
+                let mut m = Fields::new();
+                m.insert("f".into(), inner);
+                value(ValueType::MapValue(MapValue { fields: m }))
+            })
+        };
+        let name = "projects/p/databases/d/documents/c/d";
+        let mut f = Fields::new();
+        f.insert("a".into(), nest(20));
+        assert!(check_document(name, &f).is_ok());
+        f.insert("a".into(), nest(21));
+        assert!(check_document(name, &f).is_err());
+        f.insert("a".into(), array(vec![nest(20)]));
+        assert!(check_document(name, &f).is_err());
     }
 
     #[test]

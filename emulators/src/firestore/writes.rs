@@ -38,7 +38,7 @@ pub fn validate(write: &mut Write, database: &str) -> Result<String, Status> {
         Some(Operation::Update(doc)) => {
             let name = DocName::parse_in(&doc.name, database)?.name();
             values::validate_fields(&mut doc.fields)?;
-            values::check_size(&name, &doc.fields)?;
+            values::check_document(&name, &doc.fields)?;
             name
         }
         Some(Operation::Delete(name)) => {
@@ -146,7 +146,7 @@ pub fn apply(
     for t in transforms {
         transform_results.push(transforms::apply(&mut fields, t, timestamp(commit_time))?);
     }
-    values::check_size(name, &fields)?;
+    values::check_document(name, &fields)?;
     let now = timestamp(commit_time);
     let unchanged = current.is_some_and(|d| d.fields == fields);
     let update_time = match current {
