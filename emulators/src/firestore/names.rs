@@ -2,8 +2,9 @@
 //! and document names, collection and document ids, and dotted field paths.
 //!
 //! Invariant: a [`DocName`] or [`Parent`] only exists with a well-formed
-//! database prefix and valid ids, so the store never sees a malformed key;
-//! every rejection is an INVALID_ARGUMENT, never a panic.
+//! database prefix and valid ids (and a [`DocName`] within 6 KiB), so the
+//! store never sees a malformed key; every rejection is an
+//! INVALID_ARGUMENT, never a panic.
 
 use std::cmp::Ordering;
 
@@ -11,6 +12,13 @@ use tonic::Status;
 
 /// Longest collection id, document id or field name, in bytes.
 pub const MAX_ID_BYTES: usize = 1500;
+
+/// Largest document name (6 KiB), measured as Google's storage size formula
+/// measures it: each collection and document id's bytes + 1, plus 16.
+pub const MAX_NAME_BYTES: usize = 6 * 1024;
+
+/// Longest field path as sent (dots and backticks included), in bytes.
+pub const MAX_FIELD_PATH_BYTES: usize = 1500;
 
 /// The `projects/{p}/databases/{d}` part of every name, validated.
 pub fn parse_database(database: &str) -> Result<String, Status> {
@@ -130,6 +138,13 @@ impl DocName {
                 segments.len()
             )));
         }
+        let size = name_size(segments.iter().map(String::as_str));
+        if size > MAX_NAME_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "Document name {:?}... is too long: its size is {size} bytes, over the maximum of 6 KiB ({MAX_NAME_BYTES} bytes).",
+                truncate(name)
+            )));
+        }
         Ok(Self { database, segments })
     }
 
@@ -203,7 +218,12 @@ pub fn relative<'a>(name: &'a str, prefix: &str) -> Option<Vec<&'a str>> {
 /// Parses a field path: dot-separated names, each plain or backtick-quoted
 /// (inside backticks, `\` escapes the next character).
 pub fn parse_field_path(path: &str) -> Result<Vec<String>, Status> {
-    let bad = |why: &str| Status::invalid_argument(format!("Invalid field path {path:?}: {why}."));
+    let bad = |why: &str| {
+        Status::invalid_argument(format!("Invalid field path {:?}: {why}.", truncate(path)))
+    };
+    if path.len() > MAX_FIELD_PATH_BYTES {
+        return Err(bad("longer than 1,500 bytes"));
+    }
     let mut out = Vec::new();
     let mut chars = path.chars().peekable();
     loop {
@@ -302,6 +322,8 @@ mod tests {
         assert!(parse_field_path("a..b").is_err());
         assert!(parse_field_path("").is_err());
         assert!(parse_field_path("`a").is_err());
+        assert!(parse_field_path(&"a".repeat(1500)).is_ok());
+        assert!(parse_field_path(&"a".repeat(1501)).is_err());
     }
 
     #[test]
