@@ -53,6 +53,22 @@ impl Service {
     }
 }
 
+/// Largest request Firestore accepts: 10 MiB of encoded request message
+/// (<https://firebase.google.com/docs/firestore/quotas>).
+const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
+
+/// The request message, if it is within [`MAX_REQUEST_BYTES`]; a larger one
+/// is refused as Google's front end refuses it.
+fn accept<M: prost::Message>(request: tonic::Request<M>) -> Result<M, Status> {
+    let message = request.into_inner();
+    if message.encoded_len() > MAX_REQUEST_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "Request payload size exceeds the limit: {MAX_REQUEST_BYTES} bytes."
+        )));
+    }
+    Ok(message)
+}
+
 fn stream<T: Send + 'static>(items: Vec<T>) -> RpcStream<T> {
     Box::pin(futures::stream::iter(items.into_iter().map(Ok)))
 }
@@ -171,7 +187,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<GetDocumentRequest>,
     ) -> Result<tonic::Response<Document>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let name = DocName::parse(&req.name)?;
         let mask = mask_paths(req.mask.as_ref())?;
         let consistency = match req.consistency_selector {
@@ -195,7 +211,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<ListDocumentsRequest>,
     ) -> Result<tonic::Response<ListDocumentsResponse>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let parent = Parent::parse(&req.parent)?;
         if !req.collection_id.is_empty() {
             validate_id(&req.collection_id, "collection")?;
@@ -258,7 +274,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<UpdateDocumentRequest>,
     ) -> Result<tonic::Response<Document>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let doc = req
             .document
             .ok_or_else(|| Status::invalid_argument("A document is required."))?;
@@ -284,7 +300,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<DeleteDocumentRequest>,
     ) -> Result<tonic::Response<Empty>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let name = DocName::parse(&req.name)?;
         let write = Write {
             current_document: req.current_document,
@@ -303,7 +319,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<BatchGetDocumentsRequest>,
     ) -> Result<tonic::Response<Self::BatchGetDocumentsStream>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let database = parse_database(&req.database)?;
         // Each document once, in request order (a set, not a scan of the
         // list: requests carry a thousand names or more).
@@ -359,7 +375,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<BeginTransactionRequest>,
     ) -> Result<tonic::Response<BeginTransactionResponse>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let database = parse_database(&req.database)?;
         let transaction = self.engine.begin(&database, req.options.as_ref())?;
         Ok(tonic::Response::new(BeginTransactionResponse {
@@ -371,7 +387,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<CommitRequest>,
     ) -> Result<tonic::Response<CommitResponse>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let database = parse_database(&req.database)?;
         let txn = (!req.transaction.is_empty()).then_some(req.transaction);
         let committed = self.engine.commit(&database, req.writes, txn).await?;
@@ -382,7 +398,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<RollbackRequest>,
     ) -> Result<tonic::Response<Empty>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let database = parse_database(&req.database)?;
         if req.transaction.is_empty() {
             return Err(Status::invalid_argument(
@@ -399,7 +415,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<RunQueryRequest>,
     ) -> Result<tonic::Response<Self::RunQueryStream>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let parent = Parent::parse(&req.parent)?;
         let Some(run_query_request::QueryType::StructuredQuery(query)) = req.query_type else {
             return Err(Status::invalid_argument("A structured query is required."));
@@ -452,7 +468,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<RunAggregationQueryRequest>,
     ) -> Result<tonic::Response<Self::RunAggregationQueryStream>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let parent = Parent::parse(&req.parent)?;
         let Some(run_aggregation_query_request::QueryType::StructuredAggregationQuery(agg)) =
             req.query_type
@@ -505,7 +521,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<BatchWriteRequest>,
     ) -> Result<tonic::Response<BatchWriteResponse>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let database = parse_database(&req.database)?;
         let mut response = BatchWriteResponse::default();
         for write in req.writes {
@@ -533,7 +549,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<CreateDocumentRequest>,
     ) -> Result<tonic::Response<Document>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let parent = Parent::parse(&req.parent)?;
         validate_id(&req.collection_id, "collection")?;
         let id = if req.document_id.is_empty() {
@@ -567,7 +583,7 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<ListCollectionIdsRequest>,
     ) -> Result<tonic::Response<ListCollectionIdsResponse>, Status> {
-        let req = request.into_inner();
+        let req = accept(request)?;
         let parent = Parent::parse(&req.parent)?;
         let consistency = match req.consistency_selector {
             None => Consistency::Latest,
@@ -609,8 +625,9 @@ impl FirestoreRpc for Service {
     }
 }
 
-/// Largest request body the failed-commit guard buffers.
-const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+/// Largest request body the failed-commit guard buffers: the largest
+/// message the service decodes, plus the gRPC frame header.
+const MAX_BUFFERED_BYTES: usize = super::MAX_MESSAGE_BYTES + 5;
 
 /// Middleware around the fault layer: when a transactional Commit fails
 /// without the handler ending its transaction (an injected error before the
@@ -624,7 +641,7 @@ pub async fn end_failed_commits(
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
+    let bytes = match axum::body::to_bytes(body, MAX_BUFFERED_BYTES).await {
         Ok(b) => b,
         Err(_) => {
             return Status::new(Code::InvalidArgument, "request too large or unreadable")

@@ -58,8 +58,11 @@ use crate::proto::firestore::firestore_server::FirestoreServer;
 use crate::proto::firestore_v1::Document;
 use crate::server::Context;
 
-/// Largest request the gRPC service decodes (Firestore's limit is 10 MiB).
-const MAX_MESSAGE_BYTES: usize = 11 * 1024 * 1024;
+/// Largest message the gRPC service decodes or encodes. Firestore's request
+/// limit is 10 MiB: requests up to this size decode and are refused with
+/// INVALID_ARGUMENT (`grpc::accept`); larger ones get tonic's
+/// RESOURCE_EXHAUSTED.
+const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 
 /// How often (real time) expired transactions are swept.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(250);
