@@ -5,11 +5,13 @@
 //! - `queries`: queries and aggregations.
 //! - `transactions`: pessimistic locking, expiry, read-only transactions.
 //! - `faults`: injected faults seen from the client side.
+//! - `limits`: Google's documented limits, crossed by one byte or level.
 //! - `admin`: stats and reset routes.
 
 mod admin;
 mod documents;
 mod faults;
+mod limits;
 mod queries;
 mod support;
 mod transactions;
