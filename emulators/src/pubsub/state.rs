@@ -19,8 +19,20 @@ use super::subscription::{AckId, AckOutcome, Forward, Lease, Stored, Subscriptio
 use crate::faults::Faults;
 use crate::proto::pubsub_v1 as pb;
 
-/// Largest publish request the real service accepts.
-const MAX_PUBLISH_BYTES: usize = 10 * 1024 * 1024;
+/// Largest publish request the real service accepts: 10 MB (10,000,000
+/// bytes) of encoded `PublishRequest`, its `request_size`
+/// (<https://cloud.google.com/pubsub/quotas#resource_limits>).
+const MAX_PUBLISH_BYTES: usize = 10_000_000;
+/// Most messages in one publish request.
+const MAX_PUBLISH_MESSAGES: usize = 1000;
+/// Most attributes on one message.
+const MAX_ATTRIBUTES: usize = 100;
+/// Longest attribute key, in bytes.
+const MAX_ATTRIBUTE_KEY_BYTES: usize = 256;
+/// Longest attribute value, in bytes.
+const MAX_ATTRIBUTE_VALUE_BYTES: usize = 1024;
+/// Longest ordering key, in bytes.
+const MAX_ORDERING_KEY_BYTES: usize = 1024;
 /// Default and largest page of a List call.
 const MAX_PAGE: usize = 1000;
 
@@ -186,7 +198,7 @@ impl State {
         if !self.topics.contains_key(topic) {
             return Err(not_found(topic));
         }
-        check_publish(&messages)?;
+        check_publish(topic, &messages)?;
         Ok(self.append(topic, messages, now, wall))
     }
 
@@ -598,43 +610,65 @@ fn message_size(m: &pb::PubsubMessage) -> u64 {
     (m.data.len() + attrs + m.ordering_key.len()) as u64
 }
 
-/// The checks the real service makes on a publish request.
-fn check_publish(messages: &[pb::PubsubMessage]) -> Result<(), Status> {
+/// The checks the real service makes on a publish request, worded as it
+/// words them where known.
+fn check_publish(topic: &str, messages: &[pb::PubsubMessage]) -> Result<(), Status> {
     if messages.is_empty() {
         return Err(Status::invalid_argument(
             "The request must contain at least one message.",
         ));
     }
-    let mut total = 0usize;
+    if messages.len() > MAX_PUBLISH_MESSAGES {
+        return Err(too_large(
+            "message_count",
+            messages.len(),
+            MAX_PUBLISH_MESSAGES,
+        ));
+    }
     for m in messages {
         if m.data.is_empty() && m.attributes.is_empty() {
             return Err(Status::invalid_argument(
                 "Some messages are empty: a message needs data or at least one attribute.",
             ));
         }
-        if m.attributes.len() > 100 {
+        if m.attributes.len() > MAX_ATTRIBUTES {
             return Err(Status::invalid_argument(
                 "A message may have at most 100 attributes.",
             ));
         }
         for (k, v) in &m.attributes {
-            if k.is_empty() || k.len() > 256 || v.len() > 1024 || k.starts_with("goog") {
+            if k.is_empty()
+                || k.len() > MAX_ATTRIBUTE_KEY_BYTES
+                || v.len() > MAX_ATTRIBUTE_VALUE_BYTES
+                || k.starts_with("goog")
+            {
                 return Err(Status::invalid_argument(format!(
-                    "Invalid attribute {k:?}: keys must be 1..=256 bytes and not start with \"goog\", values at most 1024 bytes."
+                    "Invalid attribute {:?}: keys must be 1..=256 bytes and not start with \"goog\", values at most 1024 bytes.",
+                    k.chars().take(64).collect::<String>()
                 )));
             }
         }
-        if m.ordering_key.len() > 1024 {
+        if m.ordering_key.len() > MAX_ORDERING_KEY_BYTES {
             return Err(Status::invalid_argument(
                 "An ordering key may be at most 1024 bytes.",
             ));
         }
-        total += message_size(m) as usize;
     }
-    if total > MAX_PUBLISH_BYTES {
-        return Err(Status::invalid_argument(
-            "The request is larger than the 10 MB limit.",
-        ));
+    // The encoded PublishRequest { topic = 1, messages = 2 }: a message is
+    // at most 10 MB because the request holding it is.
+    let size = prost::encoding::key_len(1)
+        + prost::encoding::encoded_len_varint(topic.len() as u64)
+        + topic.len()
+        + prost::encoding::message::encoded_len_repeated(2, messages);
+    if size > MAX_PUBLISH_BYTES {
+        return Err(too_large("request_size", size, MAX_PUBLISH_BYTES));
     }
     Ok(())
+}
+
+/// INVALID_ARGUMENT for a value over its limit, as the real service says it.
+fn too_large(what: &str, value: usize, max: usize) -> Status {
+    Status::invalid_argument(format!(
+        "The value for {what} is too large. You passed {value} in the request, but the maximum value is {max}."
+    ))
 }
