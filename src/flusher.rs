@@ -34,7 +34,7 @@ use crate::acker::{AckHandle, Acker};
 use crate::aggregator::{Aggregator, FreeView, Taken};
 use crate::batch::{Batch, Effects, MessageIndex, PoisonRecord, Tagged};
 use crate::event::to_json;
-use crate::store::{CommitOutcome, CounterStore, StoreError};
+use crate::store::{Attempt, CommitOutcome, CounterStore, StoreError};
 use crate::telemetry::Stats;
 
 /// Flush and retry settings.
@@ -324,8 +324,9 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
 
     async fn commit_with_retry(&self, batch: &Batch) -> Result<Effects, StoreError> {
         let mut attempt = 1;
+        let mut this = Attempt::first();
         loop {
-            let result = self.store.commit(batch).await;
+            let result = self.store.commit(batch, &this).await;
             match result {
                 Ok(report) => {
                     self.stats.store_rpcs.add(u64::from(report.rpcs));
@@ -353,6 +354,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                     self.stats.commit_retries.add(1);
                     tracing::debug!(%error, attempt, "commit failed; retrying");
                     tokio::time::sleep(backoff(&self.config, attempt)).await;
+                    this = Attempt::after(&error);
                     attempt += 1;
                 }
                 Err(error) => return Err(error),

@@ -30,7 +30,7 @@ use crate::source::to_item;
 use crate::store::firestore::{
     membership_from_fields, status_error, FirestoreStore, FirestoreStoreConfig, Layout,
 };
-use crate::store::{CounterStore, StoreError};
+use crate::store::{Attempt, CounterStore, StoreError};
 
 /// What to replay, as given on the command line.
 #[derive(clap::Args, Clone, Debug)]
@@ -508,7 +508,7 @@ impl<'a> Replayer<'a> {
             }
             (plan.effects, plan.deltas)
         } else {
-            let report = self.store.commit(&batch).await?;
+            let report = self.store.commit(&batch, &Attempt::first()).await?;
             // The committed plan is recomputed inside the transaction; with
             // the same reads it equals `plan`.
             (report.effects, plan.deltas)

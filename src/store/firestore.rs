@@ -22,7 +22,7 @@ use fs::document_transform::FieldTransform;
 use fs::value::ValueType;
 
 use super::counter_shards::{CounterLease, CounterShardPlanner};
-use super::{CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
+use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
 use crate::batch::{push_decimal, Batch, Effects, Membership, MembershipKey, Plan, PoisonRecord};
 use crate::event::Version;
 
@@ -221,8 +221,14 @@ impl FirestoreStore {
         Ok(documents)
     }
 
-    /// Reads the memberships and the marker, opening a read-write transaction.
-    async fn read(&self, batch: &Batch, marker: &str) -> Result<Snapshot, StoreError> {
+    /// Reads the memberships and the marker, opening a read-write
+    /// transaction (that retries `attempt.retry_transaction`, if any).
+    async fn read(
+        &self,
+        batch: &Batch,
+        marker: &str,
+        attempt: &Attempt,
+    ) -> Result<Snapshot, StoreError> {
         let layout = &self.config.layout;
         // Document name -> key, to place what comes back (in any order).
         // FxHash: at most one batch of names, and SipHash showed in profiles.
@@ -244,7 +250,13 @@ impl FirestoreStore {
                 fs::batch_get_documents_request::ConsistencySelector::NewTransaction(
                     fs::TransactionOptions {
                         mode: Some(fs::transaction_options::Mode::ReadWrite(
-                            fs::transaction_options::ReadWrite::default(),
+                            fs::transaction_options::ReadWrite {
+                                retry_transaction: attempt
+                                    .retry_transaction
+                                    .clone()
+                                    .unwrap_or_default(),
+                                ..Default::default()
+                            },
                         )),
                     },
                 ),
@@ -268,11 +280,13 @@ impl FirestoreStore {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
                 Err(status) => {
+                    let mut error = status_error(op, &status);
                     if !snapshot.transaction.is_empty() {
-                        self.rollback(std::mem::take(&mut snapshot.transaction))
-                            .await;
+                        let transaction = std::mem::take(&mut snapshot.transaction);
+                        self.rollback(transaction.clone()).await;
+                        error.transaction = Some(transaction);
                     }
-                    return Err(status_error(op, &status));
+                    return Err(error);
                 }
             };
             if !response.transaction.is_empty() {
@@ -296,6 +310,7 @@ impl FirestoreStore {
                 code: "INTERNAL".into(),
                 message: "no transaction id in the BatchGetDocuments response".into(),
                 class: ErrorClass::Transient,
+                transaction: None,
             });
         }
         Ok(snapshot)
@@ -545,9 +560,9 @@ struct Snapshot {
 }
 
 impl CounterStore for FirestoreStore {
-    async fn commit(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
+    async fn commit(&self, batch: &Batch, attempt: &Attempt) -> Result<CommitReport, StoreError> {
         let marker = self.config.layout.marker(&self.config.consumer, &batch.id);
-        let snapshot = self.read(batch, &marker).await?;
+        let snapshot = self.read(batch, &marker, attempt).await?;
         if let Some(effects) = snapshot.marker {
             self.rollback(snapshot.transaction).await;
             return Ok(CommitReport {
@@ -565,16 +580,25 @@ impl CounterStore for FirestoreStore {
             std::time::Instant::now(),
         );
         let writes = self.writes(batch, &plan, &snapshot, &marker, &counters);
+        let transaction = snapshot.transaction.clone();
         let request = fs::CommitRequest {
             database: self.config.layout.database.clone(),
             writes,
             transaction: snapshot.transaction,
             ..Default::default()
         };
-        self.client()
-            .commit(request)
-            .await
-            .map_err(|s| status_error("Commit", &s))?;
+        if let Err(status) = self.client().commit(request).await {
+            let mut error = status_error("Commit", &status);
+            // ABORTED ended the transaction; after any other failure it may
+            // still be open (the answer was lost on the wire) and hold its
+            // locks until it expires: end it now (best effort; a commit that
+            // did apply makes the rollback fail, harmlessly).
+            if status.code() != Code::Aborted {
+                self.rollback(transaction.clone()).await;
+            }
+            error.transaction = Some(transaction);
+            return Err(error);
+        }
         Ok(CommitReport {
             outcome: CommitOutcome::Committed,
             effects: plan.effects,
@@ -622,6 +646,7 @@ pub fn status_error(op: &'static str, status: &Status) -> StoreError {
         code: format!("{:?}", status.code()),
         message: status.message().to_string(),
         class: classify(status.code(), status.message()),
+        transaction: None,
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
+use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
 use crate::batch::{Batch, Effects, Membership, MembershipKey, PoisonRecord};
 
 /// A failure the next commits will meet.
@@ -115,12 +115,13 @@ impl MemoryStore {
             },
             message: message.into(),
             class,
+            transaction: None,
         }
     }
 }
 
 impl CounterStore for MemoryStore {
-    async fn commit(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
+    async fn commit(&self, batch: &Batch, _attempt: &Attempt) -> Result<CommitReport, StoreError> {
         let posts: HashSet<String> = batch.keys().map(|k| k.post_id.clone()).collect();
         let delay = {
             let mut state = self.state.lock();

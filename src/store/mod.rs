@@ -66,6 +66,10 @@ pub struct StoreError {
     pub message: String,
     /// What the failure proves.
     pub class: ErrorClass,
+    /// The read-write transaction the failed attempt had opened, if any:
+    /// the next attempt of the same batch names it as the transaction it
+    /// retries ([`Attempt::retry_transaction`]).
+    pub transaction: Option<Vec<u8>>,
 }
 
 impl StoreError {
@@ -82,6 +86,30 @@ impl StoreError {
     }
 }
 
+/// What one commit attempt of a batch knows of the attempts before it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attempt {
+    /// The transaction of the previous attempt, if it opened one. Firestore
+    /// gives a transaction that names the one it retries that one's age,
+    /// and the older transaction wins a lock conflict, so a batch that
+    /// keeps losing to younger ones is not starved.
+    pub retry_transaction: Option<Vec<u8>>,
+}
+
+impl Attempt {
+    /// The first attempt of a batch.
+    pub fn first() -> Self {
+        Self::default()
+    }
+
+    /// The attempt after one that failed with `error`.
+    pub fn after(error: &StoreError) -> Self {
+        Self {
+            retry_transaction: error.transaction.clone(),
+        }
+    }
+}
+
 /// A store of membership documents, counter shards, batch markers and quarantine.
 pub trait CounterStore: Send + Sync + 'static {
     /// Commits `batch` in one transaction: reads its memberships and marker,
@@ -90,6 +118,7 @@ pub trait CounterStore: Send + Sync + 'static {
     fn commit(
         &self,
         batch: &Batch,
+        attempt: &Attempt,
     ) -> impl Future<Output = Result<CommitReport, StoreError>> + Send;
 
     /// The like count of `post_id`: the sum of its counter shards.

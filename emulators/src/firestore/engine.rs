@@ -80,6 +80,9 @@ pub struct FirestoreStats {
     pub documents_written: u64,
     /// Transactions begun.
     pub transactions_begun: u64,
+    /// Read-write transactions begun naming the transaction they retry
+    /// (`retry_transaction`), which gives them that one's age.
+    pub retried_transactions: u64,
     /// Transactions ended with ABORTED (wounded, or lock wait timeout).
     pub aborted_transactions: u64,
     /// Transactions that expired (idle or total lifetime).
@@ -191,6 +194,7 @@ impl State {
             }
         };
         self.stats.transactions_begun += 1;
+        self.stats.retried_transactions += u64::from(retry.is_some());
         Ok(self.txns.begin(database, mode, retry, now))
     }
 
