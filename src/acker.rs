@@ -11,7 +11,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use google_cloud_pubsub::subscriber::handler::Handler;
 use tokio::task::JoinSet;
 
 use crate::telemetry::Stats;
@@ -25,28 +24,6 @@ pub trait AckHandle: Send + 'static {
     fn ack(self) -> Option<Confirmation>;
     /// Negatively acknowledges: the message is redelivered (after the retry policy's backoff).
     fn nack(self);
-}
-
-/// A Pub/Sub message handle from the official client.
-#[derive(Debug)]
-pub struct PubSubHandle(pub Handler);
-
-impl AckHandle for PubSubHandle {
-    fn ack(self) -> Option<Confirmation> {
-        match self.0 {
-            Handler::ExactlyOnce(h) => Some(Box::pin(async move {
-                h.confirmed_ack().await.map_err(|e| e.to_string())
-            })),
-            other => {
-                other.ack();
-                None
-            }
-        }
-    }
-
-    fn nack(self) {
-        self.0.nack();
-    }
 }
 
 /// Sends acks and nacks, and tracks confirmations.

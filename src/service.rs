@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::acker::{Acker, PubSubHandle};
+use crate::acker::Acker;
 use crate::aggregator::Aggregator;
 use crate::config::{Config, Endpoints, Strategy, Target};
 use crate::connect;
 use crate::flusher::{FlushConfig, Flusher};
-use crate::source::{DeadLetterPolicy, Source, SourceConfig};
+use crate::source::{DeadLetterPolicy, PubSubHandle, Source, SourceConfig};
 use crate::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
 use crate::telemetry::Stats;
 
@@ -143,6 +143,13 @@ async fn run_pipeline(
         stats.clone(),
         flush_config,
     );
+    // What the server allows all streams together: the service holds no
+    // more, even when a reconnect opens a fresh budget.
+    let (held_max_messages, held_max_bytes) = SourceConfig::held_caps(
+        config.streams,
+        config.max_outstanding_messages,
+        config.max_outstanding_bytes,
+    );
     let source = Source::new(
         subscriber,
         SourceConfig {
@@ -151,6 +158,8 @@ async fn run_pipeline(
             max_outstanding_messages: config.max_outstanding_messages,
             max_outstanding_bytes: config.max_outstanding_bytes,
             lease_extension: config.lease_extension,
+            held_max_messages,
+            held_max_bytes,
         },
         aggregator.clone(),
         stats.clone(),

@@ -1,10 +1,18 @@
 //! Pub/Sub StreamingPull -> (event or poison, ack handle) into the aggregator.
 //!
 //! Invariants: every received message goes into the aggregator with its
-//! handle (never acked here); flow control is the server's, per stream
-//! (`max_outstanding_*`), so buffered messages are bounded by
-//! `streams * max_outstanding_messages`; the client library extends leases
-//! while a handle is held; a failed stream is re-opened with backoff.
+//! handle (never acked here); the client library extends leases while a
+//! handle is held; a failed stream is re-opened with backoff.
+//!
+//! Memory: flow control is the server's per stream (`max_outstanding_*`),
+//! but a stream that fails is resumed with a fresh budget (by the client
+//! library, or here) while the messages it delivered are still held. So
+//! the service also caps what it holds itself ([`Held`]: messages and bytes
+//! received and not yet acked or nacked, whatever stream they came from): a
+//! stream is not read while the cap is reached. Held messages never exceed
+//! `held_max_messages` (by more than one message per stream, read before
+//! the cap was reached), whatever the reconnects; besides them, the client
+//! library buffers at most one server response per stream.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,10 +23,11 @@ use google_cloud_pubsub::model::Message;
 use google_cloud_pubsub::subscriber::handler::Handler;
 use google_cloud_pubsub::subscriber::ShutdownBehavior;
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
-use crate::acker::PubSubHandle;
+use crate::acker::{AckHandle, Confirmation};
 use crate::aggregator::{Aggregator, Item, Pending};
 use crate::batch::PoisonRecord;
 use crate::event;
@@ -37,6 +46,125 @@ pub struct SourceConfig {
     pub max_outstanding_bytes: i64,
     /// Lease extension per modack.
     pub lease_extension: Duration,
+    /// Messages held at most (received, not yet acked or nacked), all
+    /// streams together; at most `streams * max_outstanding_messages`.
+    pub held_max_messages: u64,
+    /// Payload bytes held at most, all streams together.
+    pub held_max_bytes: u64,
+}
+
+impl SourceConfig {
+    /// The held caps equal to the server-side totals: `streams` times
+    /// each stream's flow control.
+    pub fn held_caps(streams: usize, max_messages: i64, max_bytes: i64) -> (u64, u64) {
+        let streams = streams.max(1) as u64;
+        let total = |per: i64| u64::try_from(per).unwrap_or(0).saturating_mul(streams);
+        (total(max_messages), total(max_bytes))
+    }
+}
+
+/// What the service holds of the messages it received: counted when a
+/// message is received, released when its handle is acked or nacked
+/// (dropped). The cap the source waits on.
+#[derive(Debug)]
+pub struct Held {
+    messages: AtomicU64,
+    bytes: AtomicU64,
+    max_messages: u64,
+    max_bytes: u64,
+    released: Notify,
+}
+
+impl Held {
+    /// Nothing held yet; full at `max_messages` or `max_bytes` (0 = no cap).
+    pub fn new(max_messages: u64, max_bytes: u64) -> Self {
+        let cap = |m: u64| if m == 0 { u64::MAX } else { m };
+        Self {
+            messages: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            max_messages: cap(max_messages),
+            max_bytes: cap(max_bytes),
+            released: Notify::new(),
+        }
+    }
+
+    /// Counts one message of `bytes` held until the guard is dropped.
+    pub fn hold(self: &Arc<Self>, bytes: u64) -> HeldGuard {
+        self.messages.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        HeldGuard {
+            held: self.clone(),
+            bytes,
+        }
+    }
+
+    /// Messages held now.
+    pub fn messages(&self) -> u64 {
+        self.messages.load(Ordering::Relaxed)
+    }
+
+    /// Whether the cap is reached.
+    pub fn is_full(&self) -> bool {
+        self.messages.load(Ordering::Relaxed) >= self.max_messages
+            || self.bytes.load(Ordering::Relaxed) >= self.max_bytes
+    }
+
+    /// Waits until the cap is not reached.
+    pub async fn room(&self) {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if !self.is_full() {
+                return;
+            }
+            released.await;
+        }
+    }
+}
+
+/// One held message; releases it when dropped.
+#[derive(Debug)]
+pub struct HeldGuard {
+    held: Arc<Held>,
+    bytes: u64,
+}
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        let held = &self.held;
+        let messages = held.messages.fetch_sub(1, Ordering::Relaxed);
+        let bytes = held.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+        if messages >= held.max_messages || bytes >= held.max_bytes {
+            held.released.notify_waiters();
+        }
+    }
+}
+
+/// A Pub/Sub message handle from the official client, holding its place
+/// in [`Held`] until it is acked or nacked.
+#[derive(Debug)]
+pub struct PubSubHandle {
+    handler: Handler,
+    _held: HeldGuard,
+}
+
+impl AckHandle for PubSubHandle {
+    fn ack(self) -> Option<Confirmation> {
+        match self.handler {
+            Handler::ExactlyOnce(h) => Some(Box::pin(async move {
+                h.confirmed_ack().await.map_err(|e| e.to_string())
+            })),
+            other => {
+                other.ack();
+                None
+            }
+        }
+    }
+
+    fn nack(self) {
+        self.handler.nack();
+    }
 }
 
 /// The Pub/Sub source.
@@ -46,6 +174,7 @@ pub struct Source {
     aggregator: Arc<Aggregator<PubSubHandle>>,
     stats: Arc<Stats>,
     closing: Arc<Mutex<JoinSet<()>>>,
+    held: Arc<Held>,
 }
 
 /// Streams being closed: their lease loops keep running until every handle
@@ -73,11 +202,17 @@ impl Source {
     ) -> Self {
         Self {
             subscriber,
-            config,
             aggregator,
             stats,
             closing: Arc::new(Mutex::new(JoinSet::new())),
+            held: Arc::new(Held::new(config.held_max_messages, config.held_max_bytes)),
+            config,
         }
+    }
+
+    /// What the service holds now (for tests and metrics).
+    pub fn held(&self) -> Arc<Held> {
+        self.held.clone()
     }
 
     /// Pulls until `stop` turns true; returns the streams still closing.
@@ -106,6 +241,16 @@ impl Source {
                 .build();
             let token = stream.shutdown_token();
             let failure = loop {
+                if self.held.is_full() {
+                    tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => {
+                            self.closing.lock().spawn(async move { token.shutdown().await });
+                            return;
+                        }
+                        _ = self.held.room() => {}
+                    }
+                }
                 tokio::select! {
                     biased;
                     _ = stop.wait_for(|s| *s) => {
@@ -147,8 +292,12 @@ impl Source {
             );
             Some(std::time::UNIX_EPOCH + d)
         });
+        let held = self.held.hold(message.data.len() as u64);
         self.aggregator.add(Pending {
-            handle: PubSubHandle(handler),
+            handle: PubSubHandle {
+                handler,
+                _held: held,
+            },
             item,
             bytes: message.data.len(),
             published,
