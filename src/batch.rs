@@ -279,6 +279,12 @@ impl Batch {
         plan
     }
 
+    /// Whether [`Batch::split`] would split it (it holds more than one
+    /// event or poison record).
+    pub fn can_split(&self) -> bool {
+        self.message_count > 1
+    }
+
     /// Splits a batch the store refused into two smaller parts, both with
     /// fresh ids, or gives it back (`Err`) when it holds one event or one
     /// poison record at most (then that item is the culprit). Events and poison are separated

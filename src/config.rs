@@ -115,6 +115,11 @@ pub struct RunArgs {
     /// subscription's retention plus the longest replay window.
     #[arg(long, env = "HOTCOUNT_MARKER_TTL_DAYS", default_value_t = 40)]
     pub marker_ttl_days: u64,
+    /// After SIGTERM, at most this long is spent committing what is
+    /// buffered: then retries stop, open transactions are rolled back and
+    /// what did not commit is nacked, in seconds (fits Cloud Run's 10 s).
+    #[arg(long, env = "HOTCOUNT_SHUTDOWN_DEADLINE_SECS", default_value_t = 8)]
+    pub shutdown_deadline_secs: u64,
     /// Log as JSON lines.
     #[arg(long, env = "HOTCOUNT_LOG_JSON", default_value_t = false)]
     pub log_json: bool,
@@ -177,6 +182,8 @@ pub struct Config {
     pub commit_backoff_max: Duration,
     /// Batch marker lifetime.
     pub marker_ttl: Duration,
+    /// Longest drain after a stop signal.
+    pub shutdown_deadline: Duration,
     /// Batched or per-event.
     pub strategy: Strategy,
     /// Transactions in flight with the per-event strategy.
@@ -375,6 +382,12 @@ impl RunArgs {
                 self.commit_backoff_max_ms,
                 1,
                 600_000,
+            )?),
+            shutdown_deadline: Duration::from_secs(range(
+                "shutdown-deadline-secs",
+                self.shutdown_deadline_secs,
+                1,
+                3600,
             )?),
             marker_ttl: Duration::from_secs(
                 86_400 * range("marker-ttl-days", self.marker_ttl_days, 1, 3650)?,

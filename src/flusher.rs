@@ -34,7 +34,7 @@ use crate::acker::{AckHandle, Acker};
 use crate::aggregator::{Aggregator, FreeView, Taken};
 use crate::batch::{Batch, Effects, MessageIndex, PoisonRecord, Tagged};
 use crate::event::to_json;
-use crate::store::{Attempt, CommitOutcome, CounterStore, StoreError};
+use crate::store::{Attempt, CommitOutcome, CounterStore, Deadline, StoreError};
 use crate::telemetry::Stats;
 
 /// Flush and retry settings.
@@ -52,6 +52,15 @@ pub struct FlushConfig {
     pub backoff_initial: Duration,
     /// Largest retry backoff.
     pub backoff_max: Duration,
+    /// A batch that met this many ABORTED attempts in a row (and nothing
+    /// else) is split, so the events that can commit do and only the part
+    /// on the contended documents keeps backing off (e.g. documents a
+    /// killed replica's open transaction holds until it expires).
+    pub split_after_aborts: u32,
+    /// After the stop signal, commits may take this long: then no attempt
+    /// is started or retried, open transactions are rolled back and what
+    /// did not commit is nacked.
+    pub shutdown_deadline: Duration,
 }
 
 impl Default for FlushConfig {
@@ -63,6 +72,8 @@ impl Default for FlushConfig {
             commit_max_attempts: 8,
             backoff_initial: Duration::from_millis(20),
             backoff_max: Duration::from_secs(2),
+            split_after_aborts: 3,
+            shutdown_deadline: Duration::from_secs(8),
         }
     }
 }
@@ -112,6 +123,9 @@ pub struct Flusher<S, H> {
     acker: Arc<Acker>,
     stats: Arc<Stats>,
     config: FlushConfig,
+    /// Set when the stop signal arrives: when commits must have ended.
+    deadline: Deadline,
+    set_deadline: Arc<watch::Sender<Option<Instant>>>,
 }
 
 impl<S, H> Clone for Flusher<S, H> {
@@ -122,6 +136,8 @@ impl<S, H> Clone for Flusher<S, H> {
             acker: self.acker.clone(),
             stats: self.stats.clone(),
             config: self.config.clone(),
+            deadline: self.deadline.clone(),
+            set_deadline: self.set_deadline.clone(),
         }
     }
 }
@@ -135,13 +151,21 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         stats: Arc<Stats>,
         config: FlushConfig,
     ) -> Self {
+        let (set_deadline, deadline) = Deadline::channel();
         Self {
             aggregator,
             store,
             acker,
             stats,
             config,
+            deadline,
+            set_deadline: Arc::new(set_deadline),
         }
+    }
+
+    /// When commits must have ended, once stopping.
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline.get()
     }
 
     /// Flushes by [`decide`] until `stop` turns true, then drains every
@@ -154,6 +178,10 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         loop {
             stopping |= *stop.borrow();
             let now = Instant::now();
+            if stopping && self.deadline().is_none() {
+                self.set_deadline
+                    .send_replace(Some(now + self.config.shutdown_deadline));
+            }
             let free = self.aggregator.free_view(&busy);
             let deadline = match decide(&self.config, free, in_flight.len(), stopping, now) {
                 Decision::Flush => {
@@ -271,14 +299,27 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         let mut settled = Settlement::default();
         let mut work = vec![batch];
         while let Some(batch) = work.pop() {
-            let error = match self.commit_with_retry(&batch).await {
+            let (error, contended) = match self.commit_with_retry(&batch).await {
                 Ok(effects) => {
                     settled.effects.add(effects);
                     log_quarantined(&batch.poison);
                     continue;
                 }
-                Err(error) => error,
+                Err(Failure::Contended(error)) => (error, true),
+                Err(Failure::Other(error)) => (error, false),
             };
+            if contended {
+                // Only ABORTED met (the store applied nothing): the parts
+                // are new batches. The one on the contended documents keeps
+                // backing off; the others commit now.
+                if let Ok((older, newer)) = batch.split() {
+                    self.stats.contention_splits.add(1);
+                    tracing::debug!(%error, "batch keeps meeting contention; splitting it");
+                    work.push(newer);
+                    work.push(older);
+                }
+                continue;
+            }
             if !error.proves_content() {
                 settled.nack.extend(batch.messages());
                 for rest in work.drain(..) {
@@ -322,11 +363,19 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         settled
     }
 
-    async fn commit_with_retry(&self, batch: &Batch) -> Result<Effects, StoreError> {
+    /// Commits `batch`, retrying what proves nothing about its content,
+    /// with backoff. Returns the error early, for the caller to split the
+    /// batch, after `split_after_aborts` attempts that all met contention;
+    /// and starts no attempt past the shutdown deadline.
+    async fn commit_with_retry(&self, batch: &Batch) -> Result<Effects, Failure> {
         let mut attempt = 1;
         let mut this = Attempt::first();
+        let mut only_aborted = true;
         loop {
-            let result = self.store.commit(batch, &this).await;
+            let result = self
+                .store
+                .commit(batch, &this.clone().until(self.deadline.clone()))
+                .await;
             match result {
                 Ok(report) => {
                     self.stats.store_rpcs.add(u64::from(report.rpcs));
@@ -351,16 +400,40 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                     return Ok(report.effects);
                 }
                 Err(error) if error.is_retryable() && attempt < self.config.commit_max_attempts => {
+                    only_aborted &= error.is_contention();
+                    let pause = backoff(&self.config, attempt);
+                    if self
+                        .deadline()
+                        .is_some_and(|deadline| Instant::now() + pause >= deadline)
+                    {
+                        return Err(Failure::Other(error));
+                    }
+                    if only_aborted
+                        && attempt >= self.config.split_after_aborts
+                        && batch.can_split()
+                    {
+                        return Err(Failure::Contended(error));
+                    }
                     self.stats.commit_retries.add(1);
                     tracing::debug!(%error, attempt, "commit failed; retrying");
-                    tokio::time::sleep(backoff(&self.config, attempt)).await;
+                    tokio::time::sleep(pause).await;
                     this = Attempt::after(&error);
                     attempt += 1;
                 }
-                Err(error) => return Err(error),
+                Err(error) => return Err(Failure::Other(error)),
             }
         }
     }
+}
+
+/// Why [`Flusher::commit_with_retry`] gave up on a batch.
+#[derive(Debug)]
+enum Failure {
+    /// Every attempt met contention (ABORTED: nothing was applied) and the
+    /// batch can be split: its parts may commit where it could not.
+    Contended(StoreError),
+    /// Anything else (the last error).
+    Other(StoreError),
 }
 
 /// Exponential backoff with jitter: `initial * 2^(attempt-1)`, capped, times 0.5..1.0.

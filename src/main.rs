@@ -137,10 +137,22 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => {
             let config = args.validate()?;
             let (stop_tx, stop) = watch::channel(false);
+            // The drain ends by the deadline (commits stop, transactions
+            // are rolled back, the rest is nacked); this is the backstop if
+            // an RPC hangs past it: whatever is unacked is redelivered.
+            let backstop = config.shutdown_deadline + std::time::Duration::from_secs(2);
             tokio::spawn(async move {
                 wait_for_signal().await;
                 tracing::info!("signal received; draining (a second signal exits at once)");
                 let _ = stop_tx.send(true);
+                tokio::spawn(async move {
+                    tokio::time::sleep(backstop).await;
+                    tracing::error!(
+                        ?backstop,
+                        "drain did not end by the shutdown deadline; exiting (unacked messages are redelivered)"
+                    );
+                    std::process::exit(0);
+                });
                 wait_for_signal().await;
                 eprintln!("second signal: exiting without draining");
                 std::process::exit(130);

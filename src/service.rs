@@ -102,6 +102,7 @@ async fn run_pipeline(
         commit_max_attempts: config.commit_max_attempts,
         backoff_initial: config.commit_backoff_initial,
         backoff_max: config.commit_backoff_max,
+        shutdown_deadline: config.shutdown_deadline,
         ..FlushConfig::default()
     };
     let (aggregator, flush_config) = match config.strategy {

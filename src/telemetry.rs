@@ -201,6 +201,9 @@ pub mod names {
     /// Quarantine records the store refused; each message was nacked for
     /// the subscription's dead-letter policy.
     pub const QUARANTINE_REFUSED: &str = "hotcount_quarantine_refused_total";
+    /// Batches split after repeated contention (ABORTED), so the part off
+    /// the contended documents commits.
+    pub const CONTENTION_SPLITS: &str = "hotcount_contention_splits_total";
     /// Acks sent.
     pub const ACKS: &str = "hotcount_acks_total";
     /// Nacks sent.
@@ -262,6 +265,8 @@ pub struct Stats {
     pub isolated: Counter,
     /// See [`names::QUARANTINE_REFUSED`].
     pub quarantine_refused: Counter,
+    /// See [`names::CONTENTION_SPLITS`].
+    pub contention_splits: Counter,
     /// See [`names::ACKS`].
     pub acks: Counter,
     /// See [`names::NACKS`].
@@ -320,7 +325,7 @@ impl Stats {
     pub fn render_prometheus(&self) -> String {
         use names::*;
         let mut out = Exposition::default();
-        let counters: [(&str, &str, &Counter); 16] = [
+        let counters: [(&str, &str, &Counter); 17] = [
             (
                 EVENTS_RECEIVED,
                 "Messages received from Pub/Sub.",
@@ -365,6 +370,11 @@ impl Stats {
                 EVENTS_ISOLATED,
                 "Valid events the store refused, isolated and quarantined.",
                 &self.isolated,
+            ),
+            (
+                CONTENTION_SPLITS,
+                "Batches split after repeated contention, so the part off the contended documents commits.",
+                &self.contention_splits,
             ),
             (
                 QUARANTINE_REFUSED,

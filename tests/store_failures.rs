@@ -124,3 +124,102 @@ async fn memory_stays_bounded_when_streams_reconnect_while_messages_are_held() {
         "{leased_max} leased at once with 1 stream x 50 after {fired} drops"
     );
 }
+
+/// Emulators whose commits wait at most `lock_wait` for an older
+/// transaction's lock before they are ABORTED.
+async fn harness_with_lock_wait(lock_wait: Duration) -> Harness {
+    let mut config = hotcount_emulators::EmulatorsConfig::default();
+    config.firestore.lock_wait_timeout = lock_wait;
+    Harness::start_with_emulators(common::SubscriptionOptions::default(), config).await
+}
+
+/// Opens a read-write transaction that reads (and so locks) the membership
+/// of (`post`, `user`) and never ends it: what a replica killed mid-batch
+/// leaves behind until the transaction expires. Returns its id.
+async fn abandon_a_transaction_on(h: &Harness, post: &str, user: &str) -> Vec<u8> {
+    use gcloud_sdk::google::firestore::v1 as fs;
+    let key = hotcount::batch::MembershipKey {
+        post_id: post.into(),
+        user_id: user.into(),
+    };
+    let layout = h.store.layout();
+    let request = fs::BatchGetDocumentsRequest {
+        database: layout.database.clone(),
+        documents: vec![layout.membership(&key)],
+        consistency_selector: Some(
+            fs::batch_get_documents_request::ConsistencySelector::NewTransaction(
+                fs::TransactionOptions {
+                    mode: Some(fs::transaction_options::Mode::ReadWrite(Default::default())),
+                },
+            ),
+        ),
+        ..Default::default()
+    };
+    let mut stream = h
+        .store
+        .client()
+        .batch_get_documents(request)
+        .await
+        .expect("batch get")
+        .into_inner();
+    let mut transaction = Vec::new();
+    while let Some(response) = stream.message().await.expect("read") {
+        if !response.transaction.is_empty() {
+            transaction = response.transaction;
+        }
+    }
+    assert!(!transaction.is_empty());
+    transaction
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_locked_by_a_dead_transaction_stalls_only_its_own_events() {
+    let h = harness_with_lock_wait(Duration::from_millis(300)).await;
+    let stuck = abandon_a_transaction_on(&h, "p", "user-stuck").await;
+    let consumer = h.spawn(h.run_args("c1", &["--shards", "1", "--flush-interval-ms", "300"]));
+    let mut events: Vec<Ev> = (0..29)
+        .map(|u| Ev::like(&format!("e-{u}"), "p", &format!("user-{u}"), 1))
+        .collect();
+    events.push(Ev::like("e-stuck", "p", "user-stuck", 1));
+    h.publish(&events).await;
+    // The 29 others commit while the dead transaction still holds its lock.
+    let others = std::collections::BTreeMap::from([("p".to_string(), 29)]);
+    assert_eq!(
+        h.wait_for_counts(&others, Duration::from_secs(20)).await,
+        others
+    );
+    assert!(consumer.stats.contention_splits.get() > 0);
+    // Once it ends, the stuck event commits too.
+    h.store.rollback(stuck).await;
+    let all = std::collections::BTreeMap::from([("p".to_string(), 30)]);
+    assert_eq!(h.wait_for_counts(&all, WAIT).await, all);
+    consumer.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_by_its_deadline_rolls_back_and_nacks_what_did_not_commit() {
+    // Commits wait up to 30 s for the dead transaction's lock.
+    let h = harness_with_lock_wait(Duration::from_secs(30)).await;
+    let _stuck = abandon_a_transaction_on(&h, "p", "user-stuck").await;
+    let consumer = h.spawn(h.run_args("c1", &["--shards", "1", "--shutdown-deadline-secs", "2"]));
+    h.publish(&[Ev::like("e-stuck", "p", "user-stuck", 1)])
+        .await;
+    // Wait until the consumer's commit is waiting for the lock.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while h.emulators.firestore().stats().lock_waits == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the commit never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = std::time::Instant::now();
+    let stats = consumer.stop().await;
+    let took = started.elapsed();
+    // 2 s deadline, plus a bounded rollback; far below the 30 s lock wait.
+    assert!(took < Duration::from_secs(10), "stopped after {took:?}");
+    assert_eq!(stats.nacks.get(), 1, "what did not commit is nacked");
+    assert_eq!(stats.acks.get(), 0);
+    let active = h.emulators.firestore().stats().active_transactions;
+    assert_eq!(active, 1, "only the dead transaction is left open");
+}

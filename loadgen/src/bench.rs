@@ -481,7 +481,7 @@ pub fn consumer_flags(args: &RunArgs, metrics_addr: &str) -> Vec<String> {
         Strategy::Batched => "batched",
         Strategy::PerEvent => "per-event",
     };
-    let flags: [(&str, String); 19] = [
+    let flags: [(&str, String); 20] = [
         ("project", args.target.project.clone()),
         ("database", args.target.database.clone()),
         ("collection-prefix", args.target.collection_prefix.clone()),
@@ -514,6 +514,10 @@ pub fn consumer_flags(args: &RunArgs, metrics_addr: &str) -> Vec<String> {
             args.lease_extension_secs.to_string(),
         ),
         ("strategy", strategy.to_string()),
+        (
+            "shutdown-deadline-secs",
+            args.shutdown_deadline_secs.to_string(),
+        ),
         (
             "per-event-concurrency",
             args.per_event_concurrency.to_string(),

@@ -119,6 +119,9 @@ impl Layout {
     }
 }
 
+/// Longest wait for a best-effort rollback.
+const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Store settings.
 #[derive(Clone, Debug)]
 pub struct FirestoreStoreConfig {
@@ -187,8 +190,14 @@ impl FirestoreStore {
             transaction,
             ..Default::default()
         };
-        if let Err(status) = self.client().rollback(request).await {
-            tracing::debug!(code = ?status.code(), "rollback failed; the transaction expires on its own");
+        // Bounded: a rollback is best effort, and it runs on the way out.
+        let rolled = tokio::time::timeout(ROLLBACK_TIMEOUT, self.client().rollback(request)).await;
+        match rolled {
+            Ok(Ok(_)) => {}
+            Ok(Err(status)) => {
+                tracing::debug!(code = ?status.code(), "rollback failed; the transaction expires on its own");
+            }
+            Err(_) => tracing::debug!("rollback timed out; the transaction expires on its own"),
         }
     }
 
@@ -228,6 +237,7 @@ impl FirestoreStore {
         batch: &Batch,
         marker: &str,
         attempt: &Attempt,
+        opened: &parking_lot::Mutex<Option<Vec<u8>>>,
     ) -> Result<Snapshot, StoreError> {
         let layout = &self.config.layout;
         // Document name -> key, to place what comes back (in any order).
@@ -290,6 +300,7 @@ impl FirestoreStore {
                 }
             };
             if !response.transaction.is_empty() {
+                *opened.lock() = Some(response.transaction.clone());
                 snapshot.transaction = response.transaction;
             }
             let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result else {
@@ -561,8 +572,46 @@ struct Snapshot {
 
 impl CounterStore for FirestoreStore {
     async fn commit(&self, batch: &Batch, attempt: &Attempt) -> Result<CommitReport, StoreError> {
+        let opened = parking_lot::Mutex::new(None);
+        let work = self.attempt(batch, attempt, &opened);
+        tokio::select! {
+            result = work => result,
+            () = attempt.deadline.reached() => {
+                // Abandoned mid-RPC: end the transaction it opened, so its
+                // locks do not stall other replicas until it expires.
+                let transaction = opened.lock().take();
+                if let Some(transaction) = &transaction {
+                    self.rollback(transaction.clone()).await;
+                }
+                Err(StoreError {
+                    op: "Commit",
+                    code: format!("{:?}", Code::DeadlineExceeded),
+                    message: "the attempt's deadline passed; its transaction was rolled back"
+                        .into(),
+                    class: ErrorClass::Transient,
+                    transaction,
+                })
+            }
+        }
+    }
+
+    async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
+        let shards = list_counter_shards(self, post_id).await?;
+        Ok(shards.values().sum())
+    }
+}
+
+impl FirestoreStore {
+    /// One commit attempt of `batch`; records the transaction it opens in
+    /// `opened` as soon as it is known.
+    async fn attempt(
+        &self,
+        batch: &Batch,
+        attempt: &Attempt,
+        opened: &parking_lot::Mutex<Option<Vec<u8>>>,
+    ) -> Result<CommitReport, StoreError> {
         let marker = self.config.layout.marker(&self.config.consumer, &batch.id);
-        let snapshot = self.read(batch, &marker, attempt).await?;
+        let snapshot = self.read(batch, &marker, attempt, opened).await?;
         if let Some(effects) = snapshot.marker {
             self.rollback(snapshot.transaction).await;
             return Ok(CommitReport {
@@ -605,11 +654,6 @@ impl CounterStore for FirestoreStore {
             increments: plan.deltas.len(),
             rpcs: 2,
         })
-    }
-
-    async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
-        let shards = list_counter_shards(self, post_id).await?;
-        Ok(shards.values().sum())
     }
 }
 

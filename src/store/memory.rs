@@ -110,8 +110,8 @@ impl MemoryStore {
         StoreError {
             op: "Commit",
             code: match class {
-                ErrorClass::Transient => "ABORTED".into(),
-                ErrorClass::Content => "INVALID_ARGUMENT".into(),
+                ErrorClass::Transient => "Aborted".into(),
+                ErrorClass::Content => "InvalidArgument".into(),
             },
             message: message.into(),
             class,

@@ -84,16 +84,68 @@ impl StoreError {
     pub fn proves_content(&self) -> bool {
         self.class == ErrorClass::Content
     }
+
+    /// Whether another transaction won a lock this attempt needed (ABORTED).
+    pub fn is_contention(&self) -> bool {
+        self.code == "Aborted"
+    }
+}
+
+/// When commits must have ended: unset until the stop signal, then set
+/// once; attempts already running see it too.
+#[derive(Clone, Debug)]
+pub struct Deadline(tokio::sync::watch::Receiver<Option<tokio::time::Instant>>);
+
+impl Default for Deadline {
+    fn default() -> Self {
+        Self::channel().1
+    }
+}
+
+impl Deadline {
+    /// A deadline and the sender that sets it.
+    pub fn channel() -> (
+        tokio::sync::watch::Sender<Option<tokio::time::Instant>>,
+        Self,
+    ) {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        (tx, Self(rx))
+    }
+
+    /// The deadline, if set.
+    pub fn get(&self) -> Option<tokio::time::Instant> {
+        *self.0.borrow()
+    }
+
+    /// Resolves once the deadline is set and has passed (never if it is
+    /// never set).
+    pub async fn reached(&self) {
+        let mut rx = self.0.clone();
+        loop {
+            let at = *rx.borrow_and_update();
+            if let Some(at) = at {
+                tokio::time::sleep_until(at).await;
+                return;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
 }
 
 /// What one commit attempt of a batch knows of the attempts before it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Attempt {
     /// The transaction of the previous attempt, if it opened one. Firestore
     /// gives a transaction that names the one it retries that one's age,
     /// and the older transaction wins a lock conflict, so a batch that
     /// keeps losing to younger ones is not starved.
     pub retry_transaction: Option<Vec<u8>>,
+    /// When the attempt must have ended (the shutdown deadline, possibly
+    /// set while it runs): then the store abandons the attempt, rolls back
+    /// the transaction it opened and answers a transient DEADLINE_EXCEEDED.
+    pub deadline: Deadline,
 }
 
 impl Attempt {
@@ -106,7 +158,13 @@ impl Attempt {
     pub fn after(error: &StoreError) -> Self {
         Self {
             retry_transaction: error.transaction.clone(),
+            deadline: Deadline::default(),
         }
+    }
+
+    /// This attempt, ending by `deadline`.
+    pub fn until(self, deadline: Deadline) -> Self {
+        Self { deadline, ..self }
     }
 }
 

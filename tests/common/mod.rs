@@ -125,9 +125,14 @@ impl Harness {
     }
 
     pub async fn start_with(options: SubscriptionOptions) -> Self {
-        let emulators = Emulators::start(EmulatorsConfig::default())
-            .await
-            .expect("emulators start");
+        Self::start_with_emulators(options, EmulatorsConfig::default()).await
+    }
+
+    pub async fn start_with_emulators(
+        options: SubscriptionOptions,
+        config: EmulatorsConfig,
+    ) -> Self {
+        let emulators = Emulators::start(config).await.expect("emulators start");
         let endpoints = Endpoints {
             pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
             firestore_emulator_host: Some(emulators.firestore_addr().to_string()),
