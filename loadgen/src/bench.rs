@@ -178,6 +178,7 @@ pub fn workload_config(config: &BenchConfig, case: Case) -> WorkloadConfig {
         unlike_fraction: 0.05,
         duplicate_fraction: 0.05,
         poison_fraction: 0.01,
+        hostile_fraction: 0.0,
         seed: config.seed,
     }
 }

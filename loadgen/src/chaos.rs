@@ -98,6 +98,7 @@ impl ChaosConfig {
                 unlike_fraction: 0.3,
                 duplicate_fraction: 0.05,
                 poison_fraction: 0.01,
+                hostile_fraction: 0.01,
                 seed: 6,
             },
             hotcount_bin,
@@ -143,17 +144,105 @@ pub struct ChaosSummary {
     pub drained: bool,
     /// Wall time of the run.
     pub elapsed: Duration,
+    /// Each unexpected consumer exit, with the tail of its log.
+    pub exit_reports: Vec<String>,
+    /// Kills the run had to reach.
+    pub min_kills: u64,
+    /// Whether a Seek replay was asked for.
+    pub replay_expected: bool,
 }
 
+/// Every fault kind the run injects; each must fire.
+pub const FAULT_KINDS: [&str; 6] = [
+    "ack lost",
+    "spurious redelivery",
+    "stream dropped",
+    "commit ABORTED",
+    "commit applied, answered UNAVAILABLE",
+    "commit latency spike",
+];
+
 impl ChaosSummary {
-    /// Exact counts, invariant kept, quarantine == poison, drained, faults fired.
+    /// Every claim of the run that does not hold (empty = PASS): exact
+    /// counts and invariant; drained; nothing failed to publish; every
+    /// poison or hostile message has a quarantine record or was
+    /// dead-lettered, and no valid event was quarantined; every membership
+    /// read; redeliveries happened; no consumer exited unless killed; the
+    /// kills reached their minimum and at least one landed right after a
+    /// commit; the replay replayed; every fault kind fired.
+    pub fn failures(&self) -> Vec<String> {
+        let v = &self.verify;
+        let mut out = Vec::new();
+        let mut check = |ok: bool, what: String| {
+            if !ok {
+                out.push(what);
+            }
+        };
+        check(
+            v.mismatches.is_empty(),
+            format!("{} posts mismatch", v.mismatches.len()),
+        );
+        check(
+            v.invariant_violations.is_empty(),
+            format!("{} invariant breaks", v.invariant_violations.len()),
+        );
+        check(self.drained, "the subscription did not drain".into());
+        check(
+            self.publish.failed == 0,
+            format!("{} publishes failed", self.publish.failed),
+        );
+        let recorded = v.quarantined as u64 - v.quarantined_events as u64;
+        let dead = self.subscription.dead_lettered;
+        check(
+            recorded + dead == v.poison_expected,
+            format!(
+                "poison sent {} != quarantined {recorded} + dead-lettered {dead}",
+                v.poison_expected
+            ),
+        );
+        check(
+            v.quarantined_events == 0,
+            format!("{} valid events quarantined", v.quarantined_events),
+        );
+        check(
+            v.memberships_read as u64 == v.memberships_expected,
+            format!(
+                "memberships {} of {}",
+                v.memberships_read, v.memberships_expected
+            ),
+        );
+        check(self.subscription.redeliveries > 0, "no redelivery".into());
+        check(
+            self.unexpected_exits == 0,
+            format!(
+                "{} consumer exits that were not kills",
+                self.unexpected_exits
+            ),
+        );
+        check(
+            self.kills >= self.min_kills,
+            format!("{} kills of {}", self.kills, self.min_kills),
+        );
+        check(
+            self.kills_after_commit > 0,
+            "no kill landed right after a commit".into(),
+        );
+        check(
+            !self.replay_expected || self.replayed > 0,
+            "the Seek replayed nothing".into(),
+        );
+        for kind in FAULT_KINDS {
+            check(
+                self.faults.get(kind).copied().unwrap_or(0) > 0,
+                format!("fault {kind} never fired"),
+            );
+        }
+        out
+    }
+
+    /// Whether every claim holds ([`ChaosSummary::failures`] is empty).
     pub fn is_success(&self) -> bool {
-        self.verify.is_exact()
-            && self.drained
-            && self.publish.failed == 0
-            && self.verify.quarantined as u64 == self.verify.poison_expected
-            && self.verify.memberships_read as u64 == self.verify.memberships_expected
-            && self.subscription.redeliveries > 0
+        self.failures().is_empty()
     }
 }
 
@@ -191,10 +280,22 @@ struct Consumer {
 struct Spawner {
     bin: PathBuf,
     endpoints: Endpoints,
-    log_dir: Option<PathBuf>,
+    /// Consumer `i` appends its stderr to `consumer-{i}.log` here.
+    log_dir: PathBuf,
 }
 
 impl Spawner {
+    fn log(&self, index: usize) -> PathBuf {
+        self.log_dir.join(format!("consumer-{index}.log"))
+    }
+
+    /// The last `lines` lines of consumer `index`'s log.
+    fn log_tail(&self, index: usize, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.log(index)).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
     fn spawn(&self, index: usize) -> Result<Child, RunError> {
         let mut cmd = Command::new(&self.bin);
         cmd.args([
@@ -220,19 +321,12 @@ impl Spawner {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .kill_on_drop(true);
-        match &self.log_dir {
-            Some(dir) => {
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(dir.join(format!("consumer-{index}.log")))
-                    .map_err(|e| RunError::Start(format!("consumer log: {e}")))?;
-                cmd.stderr(file);
-            }
-            None => {
-                cmd.stderr(Stdio::null());
-            }
-        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log(index))
+            .map_err(|e| RunError::Start(format!("consumer log: {e}")))?;
+        cmd.stderr(file);
         cmd.spawn()
             .map_err(|e| RunError::Start(format!("spawning {}: {e}", self.bin.display())))
     }
@@ -245,6 +339,8 @@ struct Tally {
     kills_after_commit: AtomicU64,
     unexpected_exits: AtomicU64,
     spikes: AtomicU64,
+    /// How each unexpected exit ended, with the tail of its log.
+    exit_reports: std::sync::Mutex<Vec<String>>,
 }
 
 /// Runs the whole chaos scenario; `cancel` ends it early (then it still cleans up).
@@ -268,9 +364,12 @@ pub async fn run(
             config.hotcount_bin.display()
         )));
     }
-    if let Some(dir) = &config.log_dir {
-        std::fs::create_dir_all(dir).map_err(|e| RunError::Start(format!("log dir: {e}")))?;
-    }
+    // Consumer logs are always kept: an unexpected exit is reported with
+    // the tail of its log.
+    let log_dir = config.log_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("hotcount-chaos-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&log_dir).map_err(|e| RunError::Start(format!("log dir: {e}")))?;
     let started = Instant::now();
     let deadline = started + config.timeout;
     let emulators = Arc::new(
@@ -321,7 +420,7 @@ pub async fn run(
     let spawner = Arc::new(Spawner {
         bin: config.hotcount_bin.clone(),
         endpoints: endpoints.clone(),
-        log_dir: config.log_dir.clone(),
+        log_dir: log_dir.clone(),
     });
     let mut consumers = Vec::new();
     for index in 0..config.consumers {
@@ -442,6 +541,13 @@ pub async fn run(
         verify,
         drained,
         elapsed: started.elapsed(),
+        exit_reports: tally
+            .exit_reports
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default(),
+        min_kills: config.min_kills,
+        replay_expected: config.replay,
     };
     if let Ok(emulators) = Arc::try_unwrap(emulators) {
         emulators.shutdown().await;
@@ -499,9 +605,12 @@ async fn kill_loop(
             break;
         }
         restart_exited(&mut consumers, &spawner, &tally);
-        let after_commit = n % 2 == 1;
+        let mut after_commit = n % 2 == 1;
         n += 1;
         if after_commit {
+            // Counted as "after a commit" only when a commit was seen to
+            // land just before the kill (it may be another consumer's: the
+            // summary also requires redeliveries, which such kills cause).
             let commits = emulators.firestore_counters().get("Commit");
             let give_up = Instant::now() + Duration::from_secs(2);
             while emulators.firestore_counters().get("Commit") == commits
@@ -509,6 +618,7 @@ async fn kill_loop(
             {
                 tokio::time::sleep(Duration::from_micros(500)).await;
             }
+            after_commit = emulators.firestore_counters().get("Commit") != commits;
         }
         let victim = &mut consumers[0];
         if let Some(mut child) = victim.child.take() {
@@ -530,18 +640,33 @@ async fn kill_loop(
     consumers
 }
 
+/// Restarts every consumer that is not running; one that exited by itself
+/// (not killed here) is counted and reported with the tail of its log.
 fn restart_exited(consumers: &mut [Consumer], spawner: &Spawner, tally: &Tally) {
     for c in consumers.iter_mut() {
-        let exited = match &mut c.child {
-            Some(child) => matches!(child.try_wait(), Ok(Some(_))),
-            None => true,
+        let status = match &mut c.child {
+            Some(child) => match child.try_wait() {
+                Ok(Some(status)) => Some(Some(status)),
+                _ => None,
+            },
+            None => Some(None),
         };
-        if exited {
-            if c.child.is_some() {
-                tally.unexpected_exits.fetch_add(1, Ordering::Relaxed);
+        let Some(status) = status else {
+            continue;
+        };
+        if let Some(status) = status {
+            tally.unexpected_exits.fetch_add(1, Ordering::Relaxed);
+            let report = format!(
+                "consumer {} exited by itself ({status}); its log ends:\n{}",
+                c.index,
+                spawner.log_tail(c.index, 20)
+            );
+            tracing::error!("{report}");
+            if let Ok(mut reports) = tally.exit_reports.lock() {
+                reports.push(report);
             }
-            c.child = spawner.spawn(c.index).ok();
         }
+        c.child = spawner.spawn(c.index).ok();
     }
 }
 
@@ -699,12 +824,20 @@ pub fn render(s: &ChaosSummary) -> String {
         "quarantined / poison injected",
         format!("{} / {}", v.quarantined, v.poison_expected),
     );
+    row("valid events quarantined", v.quarantined_events.to_string());
     row("drained", s.drained.to_string());
     row("elapsed", format!("{:.1} s", s.elapsed.as_secs_f64()));
+    let failures = s.failures();
     row(
         "verdict",
-        if s.is_success() { "PASS" } else { "FAIL" }.to_string(),
+        if failures.is_empty() { "PASS" } else { "FAIL" }.to_string(),
     );
+    for failure in failures {
+        out.push_str(&format!("  FAIL: {failure}\n"));
+    }
+    for report in &s.exit_reports {
+        out.push_str(&format!("{report}\n"));
+    }
     out
 }
 
@@ -776,7 +909,7 @@ pub struct ChaosArgs {
     /// The hotcount binary (default: next to this executable).
     #[arg(long)]
     pub hotcount_bin: Option<PathBuf>,
-    /// Directory for consumer logs (default: discarded).
+    /// Directory for consumer logs (default: a temporary directory).
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
 }
@@ -793,6 +926,7 @@ impl ChaosArgs {
                 unlike_fraction: self.unlike_fraction,
                 duplicate_fraction: self.mix.duplicate_fraction,
                 poison_fraction: self.mix.poison_fraction,
+                hostile_fraction: self.mix.hostile_fraction,
                 seed: self.seed,
             },
             hotcount_bin: self

@@ -171,6 +171,7 @@ impl PublishArgs {
             unlike_fraction: self.unlike_fraction,
             duplicate_fraction: self.duplicate_fraction,
             poison_fraction: self.poison_fraction,
+            hostile_fraction: 0.0,
             seed: self.seed,
         }
     }
@@ -431,6 +432,7 @@ async fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
             unlike_fraction: args.unlike_fraction,
             duplicate_fraction: args.mix.duplicate_fraction,
             poison_fraction: args.mix.poison_fraction,
+            hostile_fraction: args.mix.hostile_fraction,
             seed: args.seed,
         },
         run: args.run,

@@ -96,6 +96,9 @@ pub struct Snapshot {
     pub memberships: Vec<MembershipRow>,
     /// Quarantine records (all consumers) under the prefix.
     pub quarantined: usize,
+    /// Of those, records of valid events the store refused (message id
+    /// `event-...`), which should not exist.
+    pub quarantined_events: usize,
     /// Whether both reads used the same read time (false if the server
     /// refused a read at the first read's time and a current read was used).
     pub consistent: bool,
@@ -128,15 +131,21 @@ pub async fn read_snapshot(db: &FirestoreDb, layout: &Layout) -> Result<Snapshot
     };
     let (counts, shards_read) = sum_shards(layout, &shards.0);
     let quarantine = layout.collection("quarantine");
-    let quarantined = run_query(db, &layout.root(), &quarantine, false, None)
+    let records = run_query(db, &layout.root(), &quarantine, false, None)
         .await?
-        .0
-        .len();
+        .0;
+    let quarantined = records.len();
+    let quarantined_events = records
+        .iter()
+        .map(hotcount::store::firestore::quarantine_from_document)
+        .filter(|r| r.record.message_id.starts_with("event-"))
+        .count();
     Ok(Snapshot {
         counts,
         shards_read,
         memberships,
         quarantined,
+        quarantined_events,
         consistent: shards.1,
     })
 }

@@ -61,6 +61,8 @@ pub struct VerifyReport {
     /// Quarantine records found under the prefix (informational: not part of
     /// [`VerifyReport::is_exact`]).
     pub quarantined: usize,
+    /// Of those, valid events the store refused (should be none).
+    pub quarantined_events: usize,
     /// Poison messages the truth covers (each should be quarantined once).
     pub poison_expected: u64,
     /// Whether shards and memberships were read at one read time; if not,
@@ -108,6 +110,7 @@ pub async fn verify(
     report.shards_read = snapshot.shards_read;
     report.consistent_snapshot = snapshot.consistent;
     report.quarantined = snapshot.quarantined;
+    report.quarantined_events = snapshot.quarantined_events;
     Ok(report)
 }
 

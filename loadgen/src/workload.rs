@@ -42,6 +42,11 @@ pub struct WorkloadConfig {
     pub duplicate_fraction: f64,
     /// Fraction of messages that are poison (malformed or unsafe).
     pub poison_fraction: f64,
+    /// Fraction of messages that are hostile poison (reserved attribute
+    /// keys, 100 large attributes, multi-MB payloads, deep JSON,
+    /// overflowing numbers), on top of `poison_fraction`.
+    #[serde(default)]
+    pub hostile_fraction: f64,
     /// Seed of every random choice.
     pub seed: u64,
 }
@@ -56,6 +61,7 @@ impl Default for WorkloadConfig {
             unlike_fraction: 0.2,
             duplicate_fraction: 0.05,
             poison_fraction: 0.01,
+            hostile_fraction: 0.0,
             seed: 42,
         }
     }
@@ -73,6 +79,11 @@ pub struct MessageMixArgs {
     /// Fraction of poison messages.
     #[arg(long, default_value_t = 0.01)]
     pub poison_fraction: f64,
+    /// Fraction of hostile poison messages on top (reserved attribute keys,
+    /// 100 x 1 KiB attributes, multi-MB payloads, deep JSON, overflowing
+    /// numbers).
+    #[arg(long, default_value_t = 0.0)]
+    pub hostile_fraction: f64,
 }
 
 /// A setting that cannot produce a workload.
@@ -118,17 +129,18 @@ impl WorkloadConfig {
             ("unlike-fraction", self.unlike_fraction),
             ("duplicate-fraction", self.duplicate_fraction),
             ("poison-fraction", self.poison_fraction),
+            ("hostile-fraction", self.hostile_fraction),
         ] {
             if !(0.0..=1.0).contains(&v) {
                 return err(flag, format!("{v} is outside 0..=1"));
             }
         }
-        if self.duplicate_fraction + self.poison_fraction >= 1.0 {
+        if self.duplicate_fraction + self.poison_fraction + self.hostile_fraction >= 1.0 {
             return err(
                 "duplicate-fraction",
                 format!(
-                    "duplicate ({}) + poison ({}) fractions must leave room for valid events (sum < 1)",
-                    self.duplicate_fraction, self.poison_fraction
+                    "duplicate ({}) + poison ({}) + hostile ({}) fractions must leave room for valid events (sum < 1)",
+                    self.duplicate_fraction, self.poison_fraction, self.hostile_fraction
                 ),
             );
         }
@@ -144,13 +156,15 @@ impl WorkloadConfig {
     /// How many messages of each kind the settings ask for.
     pub fn plan(&self) -> MessagePlan {
         let duplicates = (self.events as f64 * self.duplicate_fraction).round() as u64;
-        let poison = (self.events as f64 * self.poison_fraction).round() as u64;
+        let hostile = (self.events as f64 * self.hostile_fraction).round() as u64;
+        let poison = (self.events as f64 * self.poison_fraction).round() as u64 + hostile;
         let valid = self.events.saturating_sub(duplicates + poison);
         let duplicates = if valid == 0 { 0 } else { duplicates };
         MessagePlan {
             valid,
             duplicates,
             poison,
+            hostile,
         }
     }
 }
@@ -158,6 +172,8 @@ impl WorkloadConfig {
 /// Message counts by kind, before generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MessagePlan {
+    /// Of `poison`, the hostile messages.
+    pub hostile: u64,
     /// Distinct valid events.
     pub valid: u64,
     /// Republished copies of valid events.
@@ -228,10 +244,33 @@ pub enum PoisonKind {
     WrongVersion,
     /// Not valid UTF-8.
     InvalidUtf8,
+    /// Attribute keys of the reserved `__...__` form, a dot and backquotes.
+    ReservedAttributeKeys,
+    /// 99 attributes of 1 KiB each (with the origin attribute, Pub/Sub's 100).
+    ManyLargeAttributes,
+    /// A 2 MiB payload.
+    HugePayload,
+    /// JSON nested 20,000 levels deep.
+    DeepJson,
+    /// `seq` and `version` far outside the integer range.
+    OverflowingNumbers,
 }
 
+/// Every this many hostile messages, one is a [`PoisonKind::HugePayload`].
+pub const HUGE_PAYLOAD_EVERY: u64 = 100;
+
 impl PoisonKind {
-    /// Every kind.
+    /// The hostile kinds (`--hostile-fraction`), in the order they are
+    /// drawn; [`PoisonKind::HugePayload`] only every
+    /// [`HUGE_PAYLOAD_EVERY`]th time, so a large run stays within memory.
+    pub const HOSTILE: [PoisonKind; 4] = [
+        PoisonKind::ReservedAttributeKeys,
+        PoisonKind::ManyLargeAttributes,
+        PoisonKind::DeepJson,
+        PoisonKind::OverflowingNumbers,
+    ];
+
+    /// Every classic kind (drawn at random for `--poison-fraction`).
     pub const ALL: [PoisonKind; 11] = [
         PoisonKind::BadJson,
         PoisonKind::NotObject,
@@ -354,7 +393,7 @@ pub fn generate(config: &WorkloadConfig) -> Workload {
             .into_iter()
             .map(Some)
             .collect();
-    let poison = generate_poison(config, plan.poison, now_micros, &mut rng);
+    let poison = generate_poison(config, plan, now_micros, &mut rng);
 
     // Order: valid event i sits at position i; poison anywhere; a duplicate of
     // i strictly after i (a publisher retry is later, and may overtake others).
@@ -487,28 +526,51 @@ fn generate_events(
 
 fn generate_poison(
     config: &WorkloadConfig,
-    poison: u64,
+    plan: MessagePlan,
     now_micros: i64,
     rng: &mut StdRng,
 ) -> Vec<OutMessage> {
+    let poison = plan.poison;
     let occurred = chrono::DateTime::<Utc>::from_timestamp_micros(now_micros)
         .unwrap_or_default()
         .to_rfc3339();
     let mut out = Vec::with_capacity(poison as usize);
     for n in 0..poison {
-        let kind = PoisonKind::ALL[rng.random_range(0..PoisonKind::ALL.len())];
+        let kind = if n >= plan.hostile {
+            PoisonKind::ALL[rng.random_range(0..PoisonKind::ALL.len())]
+        } else if n % HUGE_PAYLOAD_EVERY == HUGE_PAYLOAD_EVERY - 1 {
+            PoisonKind::HugePayload
+        } else {
+            PoisonKind::HOSTILE[n as usize % PoisonKind::HOSTILE.len()]
+        };
         // Poison aimed at real posts and users proves it never touches them.
         let post = post_id(rng.random_range(0..config.posts as usize));
         let user = user_id(rng.random_range(0..config.users));
         let id = format!("lg-{:016x}-poison-{n:09}", config.seed);
         let origin = Origin::Poison { kind };
+        let mut attributes = attributes(&origin);
+        attributes.extend(hostile_attributes(kind));
         out.push(OutMessage {
             data: poison_payload(kind, &id, &post, &user, &occurred),
-            attributes: attributes(&origin),
+            attributes,
             origin,
         });
     }
     out
+}
+
+/// The attributes a hostile message of `kind` carries besides its origin.
+pub fn hostile_attributes(kind: PoisonKind) -> BTreeMap<String, String> {
+    match kind {
+        PoisonKind::ReservedAttributeKeys => ["__name__", "__key__", "a.b", "`quoted`", "____"]
+            .iter()
+            .map(|k| (k.to_string(), "hostile".to_string()))
+            .collect(),
+        PoisonKind::ManyLargeAttributes => (0..99)
+            .map(|i| (format!("attr-{i:02}"), "v".repeat(1024)))
+            .collect(),
+        _ => BTreeMap::new(),
+    }
 }
 
 /// The payload of one poison message of `kind`.
@@ -551,6 +613,30 @@ pub fn poison_payload(kind: PoisonKind, id: &str, post: &str, user: &str, at: &s
             bytes.splice(at..at, [0xff, 0xfe, 0xc3]);
             return bytes;
         }
+        // Valid-looking events whose attributes are the hostile part: the
+        // post id makes them poison.
+        PoisonKind::ReservedAttributeKeys | PoisonKind::ManyLargeAttributes => {
+            event(&format!("{post}/x"), user, "like.added")
+        }
+        PoisonKind::HugePayload => {
+            let mut v = event(post, user, "like.added");
+            v["pad"] = "x".repeat(2 << 20).into();
+            v
+        }
+        PoisonKind::DeepJson => {
+            let depth = 20_000;
+            let mut bytes = format!(r#"{{"eventId":"{id}","nested":"#).into_bytes();
+            bytes.extend(std::iter::repeat_n(b'[', depth));
+            bytes.extend(std::iter::repeat_n(b']', depth));
+            bytes.push(b'}');
+            return bytes;
+        }
+        PoisonKind::OverflowingNumbers => {
+            return format!(
+                r#"{{"version":1e400,"eventId":"{id}","type":"like.added","postId":"{post}","userId":"{user}","occurredAt":"{at}","seq":123456789012345678901234567890}}"#
+            )
+            .into_bytes()
+        }
     };
     json.to_string().into_bytes()
 }
@@ -568,6 +654,7 @@ mod tests {
             unlike_fraction: 0.3,
             duplicate_fraction: 0.1,
             poison_fraction: 0.05,
+            hostile_fraction: 0.0,
             seed,
         }
     }
@@ -687,6 +774,50 @@ mod tests {
         }
     }
 
+    #[test]
+    fn hostile_messages_are_poison_within_pubsub_limits_and_of_every_kind() {
+        let w = generate(&WorkloadConfig {
+            events: 5_000,
+            hostile_fraction: 0.04,
+            ..config(3)
+        });
+        let hostile: Vec<&OutMessage> = w
+            .messages
+            .iter()
+            .filter(
+                |m| matches!(m.origin, Origin::Poison { kind } if !PoisonKind::ALL.contains(&kind)),
+            )
+            .collect();
+        assert_eq!(hostile.len(), 200);
+        let poison = w
+            .messages
+            .iter()
+            .filter(|m| m.origin.label() == "poison")
+            .count();
+        assert_eq!(poison as u64, w.counts.poison);
+        assert_eq!(w.counts.poison, 250 + 200);
+        let mut kinds = std::collections::BTreeSet::new();
+        for m in hostile {
+            let Origin::Poison { kind } = m.origin else {
+                unreachable!()
+            };
+            kinds.insert(kind);
+            assert!(
+                hotcount::event::parse(&m.data).is_err(),
+                "{kind:?} is poison"
+            );
+            assert!(m.data.len() < 10_000_000, "{kind:?} publishable");
+            assert!(m.attributes.len() <= 100, "{kind:?}");
+            for (k, v) in &m.attributes {
+                assert!(k.len() <= 256 && v.len() <= 1024 && !k.starts_with("goog"));
+            }
+        }
+        let mut want: Vec<PoisonKind> = PoisonKind::HOSTILE.to_vec();
+        want.push(PoisonKind::HugePayload);
+        want.sort();
+        assert_eq!(kinds.into_iter().collect::<Vec<_>>(), want);
+    }
+
     fn top_post_share(s: f64) -> f64 {
         let w = generate(&WorkloadConfig {
             events: 20_000,
@@ -696,6 +827,7 @@ mod tests {
             unlike_fraction: 0.0,
             duplicate_fraction: 0.0,
             poison_fraction: 0.0,
+            hostile_fraction: 0.0,
             seed: 11,
         });
         let top = post_id(0);

@@ -45,6 +45,7 @@ fn small_workload(seed: u64) -> WorkloadConfig {
         unlike_fraction: 0.05,
         duplicate_fraction: 0.05,
         poison_fraction: 0.01,
+        hostile_fraction: 0.0,
         seed,
     }
 }
