@@ -198,9 +198,12 @@ impl FirestoreRpc for Service {
             }
         };
         let full = name.name();
-        let snap = self.engine.read(&name.database, consistency, |store, at| {
-            Ok((store.get(&full, at), vec![full.clone()]))
-        })?;
+        let snap = self
+            .engine
+            .read(&name.database, consistency, |store, at| {
+                Ok((store.get(&full, at), vec![full.clone()]))
+            })
+            .await?;
         match snap.value {
             Some(doc) => Ok(tonic::Response::new(masked(&doc, &mask))),
             None => Err(Status::not_found(format!("Document \"{full}\" not found."))),
@@ -258,7 +261,8 @@ impl FirestoreRpc for Service {
                 docs.truncate(page_size);
                 let names = docs.iter().map(|d| d.name.clone()).collect();
                 Ok(((docs, more), names))
-            })?;
+            })
+            .await?;
         let (docs, more) = snap.value;
         let next_page_token = match (more, docs.last()) {
             (true, Some(last)) => last.name.clone(),
@@ -342,13 +346,16 @@ impl FirestoreRpc for Service {
                 Consistency::ReadTime(micros(&t))
             }
         };
-        let snap = self.engine.read(&database, consistency, |store, at| {
-            let found: Vec<(String, Option<Arc<Document>>)> = names
-                .iter()
-                .map(|n| (n.clone(), store.get(n, at)))
-                .collect();
-            Ok((found, names.clone()))
-        })?;
+        let snap = self
+            .engine
+            .read(&database, consistency, |store, at| {
+                let found: Vec<(String, Option<Arc<Document>>)> = names
+                    .iter()
+                    .map(|n| (n.clone(), store.get(n, at)))
+                    .collect();
+                Ok((found, names.clone()))
+            })
+            .await?;
         let read_time = Some(timestamp(snap.read_time));
         let mut out = Vec::with_capacity(snap.value.len() + 1);
         if let Some(id) = &snap.new_transaction {
@@ -431,13 +438,14 @@ impl FirestoreRpc for Service {
                 Consistency::ReadTime(micros(&t))
             }
         };
-        let snap: Snapshot<Vec<Arc<Document>>> =
-            self.engine
-                .read(&parent.database, consistency, |store, at| {
-                    let docs = run_plan(store, at, &parent, &plan);
-                    let names = docs.iter().map(|d| d.name.clone()).collect();
-                    Ok((docs, names))
-                })?;
+        let snap: Snapshot<Vec<Arc<Document>>> = self
+            .engine
+            .read(&parent.database, consistency, |store, at| {
+                let docs = run_plan(store, at, &parent, &plan);
+                let names = docs.iter().map(|d| d.name.clone()).collect();
+                Ok((docs, names))
+            })
+            .await?;
         let read_time = Some(timestamp(snap.read_time));
         let mut out = Vec::with_capacity(snap.value.len() + 1);
         if let Some(id) = &snap.new_transaction {
@@ -503,7 +511,8 @@ impl FirestoreRpc for Service {
                 let fields = aggregate(&agg.aggregations, &docs)?;
                 let names = docs.iter().map(|d| d.name.clone()).collect();
                 Ok((fields, names))
-            })?;
+            })
+            .await?;
         let response = RunAggregationQueryResponse {
             result: Some(AggregationResult {
                 aggregate_fields: snap.value,
@@ -607,7 +616,8 @@ impl FirestoreRpc for Service {
                 ids.sort();
                 ids.dedup();
                 Ok((ids, Vec::new()))
-            })?;
+            })
+            .await?;
         let mut ids: Vec<String> = snap
             .value
             .into_iter()
