@@ -243,18 +243,38 @@ impl FirestoreRpc for Service {
             format!("{prefix}{collection}/")
         };
         let token = req.page_token.clone();
+        let show_missing = req.show_missing;
         let snap = self
             .engine
             .read(&parent.database, consistency, |store, at| {
-                let mut docs: Vec<Arc<Document>> = store
-                    .scan(&scan_prefix, at)
-                    .filter(|d| {
-                        relative(&d.name, &prefix).is_some_and(|rel| {
-                            rel.len() == 2 && (collection.is_empty() || rel[0] == collection)
-                        })
-                    })
+                // Each listed name once: documents, and with `show_missing`
+                // the missing documents that have descendants (only a name,
+                // no fields or times, as Google returns them).
+                let mut listed: std::collections::BTreeMap<String, Arc<Document>> =
+                    std::collections::BTreeMap::new();
+                for d in store.scan(&scan_prefix, at) {
+                    let Some(rel) = relative(&d.name, &prefix) else {
+                        continue;
+                    };
+                    if rel.len() < 2 || !(collection.is_empty() || rel[0] == collection) {
+                        continue;
+                    }
+                    if rel.len() == 2 {
+                        listed.insert(d.name.clone(), d.clone());
+                    } else if show_missing {
+                        let name = format!("{prefix}{}/{}", rel[0], rel[1]);
+                        if !listed.contains_key(&name) && store.get(&name, at).is_none() {
+                            let missing = Document {
+                                name: name.clone(),
+                                ..Default::default()
+                            };
+                            listed.insert(name, Arc::new(missing));
+                        }
+                    }
+                }
+                let mut docs: Vec<Arc<Document>> = listed
+                    .into_values()
                     .filter(|d| token.is_empty() || compare_names(&d.name, &token).is_gt())
-                    .cloned()
                     .collect();
                 docs.sort_by(|a, b| compare_names(&a.name, &b.name));
                 let more = docs.len() > page_size;
