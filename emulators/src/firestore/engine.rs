@@ -21,6 +21,10 @@
 //!   `FirestoreConfig::younger_waits_for_older = false` a transaction does
 //!   not wait: it is ABORTED at once (plain writes still wait).
 //!
+//! A plain write that waited holds off `released_write_backoff` once its
+//! documents are free (Firestore's contended write retries with backoff),
+//! so it is never answered before the transaction that held them.
+//!
 //! Writers are not starved: while a commit waits, a read of a document it
 //! writes by a younger read-write transaction queues behind it (a plain
 //! write queues with the age of the moment it started waiting), then sees
@@ -31,6 +35,7 @@
 //! queued, so is older), so there is no deadlock; a retry keeps its first attempt's age, so
 //! every transaction eventually becomes the oldest and commits.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -129,6 +134,11 @@ struct Pending<'a> {
     unique: &'a [String],
     txn: Option<&'a [u8]>,
     deadline: Duration,
+    /// A plain write found its documents free after waiting: it holds off
+    /// `released_write_backoff` before applying.
+    backing_off: Cell<bool>,
+    /// It has held off since its documents were last found locked.
+    backed_off: Cell<bool>,
 }
 
 /// How many commits wrote one document.
@@ -641,6 +651,8 @@ impl Engine {
                 .clock
                 .elapsed()
                 .saturating_add(self.config.lock_wait_timeout),
+            backing_off: Cell::new(false),
+            backed_off: Cell::new(false),
         };
         let mut rx = self.wake.subscribe();
         let mut waited = false;
@@ -678,6 +690,12 @@ impl Engine {
             }
             if let Some(outcome) = outcome {
                 return outcome;
+            }
+            if pending.backing_off.replace(false) {
+                // Still queued meanwhile: later reads keep waiting behind it.
+                tokio::time::sleep(self.config.released_write_backoff).await;
+                pending.backed_off.set(true);
+                continue;
             }
             let left = self
                 .ctx
@@ -724,6 +742,14 @@ impl Engine {
             }
         };
         let (clear, released) = st.clear_to_write(p.unique, me, now);
+        if !clear {
+            p.backed_off.set(false);
+        } else if p.txn.is_none() && *waited && !p.backed_off.get() {
+            // Firestore's contended plain write retries with backoff: it is
+            // not answered before the transaction that held it.
+            p.backing_off.set(true);
+            return (None, released);
+        }
         if clear {
             let result = st.apply(p.writes, p.names, wall, self.config.max_documents);
             if let Some(id) = p.txn {

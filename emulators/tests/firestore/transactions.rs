@@ -540,3 +540,41 @@ async fn a_read_queues_behind_a_commit_waiting_for_the_same_document() {
     assert_eq!(stats.locked_documents, 0);
     emu.shutdown().await;
 }
+
+/// Issue #16 item 7: a plain write waiting for a transaction's lock is not
+/// answered before that transaction's own commit: in Firestore the
+/// contended write retries with backoff and finishes after it.
+#[tokio::test]
+async fn a_released_plain_write_is_answered_after_the_transaction_that_held_it() {
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    for round in 0..10 {
+        let name = doc_name("released", &format!("d{round}"));
+        commit(&mut raw, vec![update(&name, &[("v", int(0))])], vec![])
+            .await
+            .unwrap();
+        let txn = begin(&mut raw).await;
+        read_in(&mut raw, &txn, std::slice::from_ref(&name))
+            .await
+            .unwrap();
+        let (mut other, n) = (raw.clone(), name.clone());
+        let plain = tokio::spawn(async move {
+            commit(&mut other, vec![update(&n, &[("v", int(2))])], vec![]).await?;
+            Ok::<Instant, tonic::Status>(Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!plain.is_finished(), "the plain write waits");
+        commit(&mut raw, vec![update(&name, &[("v", int(1))])], txn)
+            .await
+            .expect("the transaction commits");
+        let txn_answered = Instant::now();
+        let plain_answered = plain.await.unwrap().expect("the plain write");
+        assert!(
+            plain_answered > txn_answered,
+            "round {round}: the plain write was answered before the transaction"
+        );
+        let doc = emu.firestore().document(&name).unwrap();
+        assert_eq!(int_field(&doc, "v"), Some(2), "and applied after it");
+    }
+    emu.shutdown().await;
+}
