@@ -69,6 +69,21 @@ fn accept<M: prost::Message>(request: tonic::Request<M>) -> Result<M, Status> {
     Ok(message)
 }
 
+/// A streaming read's answer with its error, if any, sent after response
+/// headers instead of as a trailers-only response, as Google's front end
+/// does: gax-nodejs (retry-request, `noResponseRetries: 2`) takes an error
+/// that comes before any response headers for "no response" and resends
+/// the request twice with backoff, so a trailers-only error would cost a
+/// Node client about 7 s and two resends.
+fn headers_first<T: Send + 'static>(
+    answer: Result<tonic::Response<RpcStream<T>>, Status>,
+) -> Result<tonic::Response<RpcStream<T>>, Status> {
+    Ok(answer.unwrap_or_else(|status| {
+        let failed: RpcStream<T> = Box::pin(futures::stream::once(async move { Err(status) }));
+        tonic::Response::new(failed)
+    }))
+}
+
 fn stream<T: Send + 'static>(items: Vec<T>) -> RpcStream<T> {
     Box::pin(futures::stream::iter(items.into_iter().map(Ok)))
 }
@@ -343,59 +358,66 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<BatchGetDocumentsRequest>,
     ) -> Result<tonic::Response<Self::BatchGetDocumentsStream>, Status> {
-        let req = accept(request)?;
-        let database = parse_database(&req.database)?;
-        // Each document once, in request order (a set, not a scan of the
-        // list: requests carry a thousand names or more).
-        let mut names = Vec::with_capacity(req.documents.len());
-        let mut seen = std::collections::HashSet::with_capacity(req.documents.len());
-        for n in &req.documents {
-            let full = DocName::parse_in(n, &database)?.name();
-            if seen.insert(full.clone()) {
-                names.push(full);
+        headers_first(
+            async move {
+                let req = accept(request)?;
+                let database = parse_database(&req.database)?;
+                // Each document once, in request order (a set, not a scan of the
+                // list: requests carry a thousand names or more).
+                let mut names = Vec::with_capacity(req.documents.len());
+                let mut seen = std::collections::HashSet::with_capacity(req.documents.len());
+                for n in &req.documents {
+                    let full = DocName::parse_in(n, &database)?.name();
+                    if seen.insert(full.clone()) {
+                        names.push(full);
+                    }
+                }
+                let mask = mask_paths(req.mask.as_ref())?;
+                let consistency = match req.consistency_selector {
+                    None => Consistency::Latest,
+                    Some(batch_get_documents_request::ConsistencySelector::Transaction(id)) => {
+                        txn_id(id)?
+                    }
+                    Some(batch_get_documents_request::ConsistencySelector::NewTransaction(o)) => {
+                        Consistency::NewTransaction(o)
+                    }
+                    Some(batch_get_documents_request::ConsistencySelector::ReadTime(t)) => {
+                        Consistency::ReadTime(micros(&t))
+                    }
+                };
+                let snap = self
+                    .engine
+                    .read(&database, consistency, |store, at| {
+                        let found: Vec<(String, Option<Arc<Document>>)> = names
+                            .iter()
+                            .map(|n| (n.clone(), store.get(n, at)))
+                            .collect();
+                        Ok((found, names.clone()))
+                    })
+                    .await?;
+                let read_time = Some(timestamp(snap.read_time));
+                let mut out = Vec::with_capacity(snap.value.len() + 1);
+                if let Some(id) = &snap.new_transaction {
+                    out.push(BatchGetDocumentsResponse {
+                        transaction: id.clone(),
+                        ..Default::default()
+                    });
+                }
+                for (name, doc) in snap.value {
+                    let result = match doc {
+                        Some(d) => batch_get_documents_response::Result::Found(masked(&d, &mask)),
+                        None => batch_get_documents_response::Result::Missing(name),
+                    };
+                    out.push(BatchGetDocumentsResponse {
+                        transaction: Vec::new(),
+                        read_time,
+                        result: Some(result),
+                    });
+                }
+                Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
             }
-        }
-        let mask = mask_paths(req.mask.as_ref())?;
-        let consistency = match req.consistency_selector {
-            None => Consistency::Latest,
-            Some(batch_get_documents_request::ConsistencySelector::Transaction(id)) => txn_id(id)?,
-            Some(batch_get_documents_request::ConsistencySelector::NewTransaction(o)) => {
-                Consistency::NewTransaction(o)
-            }
-            Some(batch_get_documents_request::ConsistencySelector::ReadTime(t)) => {
-                Consistency::ReadTime(micros(&t))
-            }
-        };
-        let snap = self
-            .engine
-            .read(&database, consistency, |store, at| {
-                let found: Vec<(String, Option<Arc<Document>>)> = names
-                    .iter()
-                    .map(|n| (n.clone(), store.get(n, at)))
-                    .collect();
-                Ok((found, names.clone()))
-            })
-            .await?;
-        let read_time = Some(timestamp(snap.read_time));
-        let mut out = Vec::with_capacity(snap.value.len() + 1);
-        if let Some(id) = &snap.new_transaction {
-            out.push(BatchGetDocumentsResponse {
-                transaction: id.clone(),
-                ..Default::default()
-            });
-        }
-        for (name, doc) in snap.value {
-            let result = match doc {
-                Some(d) => batch_get_documents_response::Result::Found(masked(&d, &mask)),
-                None => batch_get_documents_response::Result::Missing(name),
-            };
-            out.push(BatchGetDocumentsResponse {
-                transaction: Vec::new(),
-                read_time,
-                result: Some(result),
-            });
-        }
-        Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
+            .await,
+        )
     }
 
     async fn begin_transaction(
@@ -442,52 +464,58 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<RunQueryRequest>,
     ) -> Result<tonic::Response<Self::RunQueryStream>, Status> {
-        let req = accept(request)?;
-        let parent = Parent::parse(&req.parent)?;
-        let Some(run_query_request::QueryType::StructuredQuery(query)) = req.query_type else {
-            return Err(Status::invalid_argument("A structured query is required."));
-        };
-        let plan = Plan::new(&query)?;
-        let consistency = match req.consistency_selector {
-            None => Consistency::Latest,
-            Some(run_query_request::ConsistencySelector::Transaction(id)) => txn_id(id)?,
-            Some(run_query_request::ConsistencySelector::NewTransaction(o)) => {
-                Consistency::NewTransaction(o)
+        headers_first(
+            async move {
+                let req = accept(request)?;
+                let parent = Parent::parse(&req.parent)?;
+                let Some(run_query_request::QueryType::StructuredQuery(query)) = req.query_type
+                else {
+                    return Err(Status::invalid_argument("A structured query is required."));
+                };
+                let plan = Plan::new(&query)?;
+                let consistency = match req.consistency_selector {
+                    None => Consistency::Latest,
+                    Some(run_query_request::ConsistencySelector::Transaction(id)) => txn_id(id)?,
+                    Some(run_query_request::ConsistencySelector::NewTransaction(o)) => {
+                        Consistency::NewTransaction(o)
+                    }
+                    Some(run_query_request::ConsistencySelector::ReadTime(t)) => {
+                        Consistency::ReadTime(micros(&t))
+                    }
+                };
+                let snap: Snapshot<Vec<Arc<Document>>> = self
+                    .engine
+                    .read(&parent.database, consistency, |store, at| {
+                        let docs = run_plan(store, at, &parent, &plan);
+                        let names = docs.iter().map(|d| d.name.clone()).collect();
+                        Ok((docs, names))
+                    })
+                    .await?;
+                let read_time = Some(timestamp(snap.read_time));
+                let mut out = Vec::with_capacity(snap.value.len() + 1);
+                if let Some(id) = &snap.new_transaction {
+                    out.push(RunQueryResponse {
+                        transaction: id.clone(),
+                        ..Default::default()
+                    });
+                }
+                for doc in &snap.value {
+                    out.push(RunQueryResponse {
+                        document: Some(plan.project(doc)),
+                        read_time,
+                        ..Default::default()
+                    });
+                }
+                if snap.value.is_empty() {
+                    out.push(RunQueryResponse {
+                        read_time,
+                        ..Default::default()
+                    });
+                }
+                Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
             }
-            Some(run_query_request::ConsistencySelector::ReadTime(t)) => {
-                Consistency::ReadTime(micros(&t))
-            }
-        };
-        let snap: Snapshot<Vec<Arc<Document>>> = self
-            .engine
-            .read(&parent.database, consistency, |store, at| {
-                let docs = run_plan(store, at, &parent, &plan);
-                let names = docs.iter().map(|d| d.name.clone()).collect();
-                Ok((docs, names))
-            })
-            .await?;
-        let read_time = Some(timestamp(snap.read_time));
-        let mut out = Vec::with_capacity(snap.value.len() + 1);
-        if let Some(id) = &snap.new_transaction {
-            out.push(RunQueryResponse {
-                transaction: id.clone(),
-                ..Default::default()
-            });
-        }
-        for doc in &snap.value {
-            out.push(RunQueryResponse {
-                document: Some(plan.project(doc)),
-                read_time,
-                ..Default::default()
-            });
-        }
-        if snap.value.is_empty() {
-            out.push(RunQueryResponse {
-                read_time,
-                ..Default::default()
-            });
-        }
-        Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
+            .await,
+        )
     }
 
     type RunAggregationQueryStream = RpcStream<RunAggregationQueryResponse>;
@@ -496,6 +524,8 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<RunAggregationQueryRequest>,
     ) -> Result<tonic::Response<Self::RunAggregationQueryStream>, Status> {
+        headers_first(
+            async move {
         let req = accept(request)?;
         let parent = Parent::parse(&req.parent)?;
         let Some(run_aggregation_query_request::QueryType::StructuredAggregationQuery(agg)) =
@@ -544,6 +574,9 @@ impl FirestoreRpc for Service {
         Ok(tonic::Response::new(
             self.answer(vec![response], snap.new_transaction),
         ))
+        }
+            .await,
+        )
     }
 
     async fn batch_write(

@@ -672,3 +672,70 @@ async fn inequality_fields_missing_from_order_by_are_appended() {
     assert_eq!(try_run(&mut raw, query).await.unwrap(), [1, 2, 3]);
     emu.shutdown().await;
 }
+
+/// Issue #16 item 6: an error on a streaming read comes after response
+/// headers (the call opens, then its first message is the error), not as a
+/// trailers-only response: Google's Node client (gax's retry-request) takes
+/// an error before any response headers for "no response" and resends the
+/// request twice with backoff.
+#[tokio::test]
+async fn streaming_read_errors_come_after_response_headers() {
+    use field_filter::Operator as O;
+    use gcloud_sdk::google::firestore::v1::{
+        batch_get_documents_request, BatchGetDocumentsRequest,
+    };
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let ac = |v: &str| field_filter("tags", O::ArrayContains, string(v));
+    let bad = items_query(Some(and(vec![ac("t0"), ac("t1")])));
+
+    let mut query = raw
+        .run_query(RunQueryRequest {
+            parent: format!("{DATABASE}/documents"),
+            query_type: Some(run_query_request::QueryType::StructuredQuery(bad.clone())),
+            ..Default::default()
+        })
+        .await
+        .expect("RunQuery answers with headers first")
+        .into_inner();
+    let err = query.message().await.expect_err("then the error");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+
+    let mut aggregation = raw
+        .run_aggregation_query(RunAggregationQueryRequest {
+            parent: format!("{DATABASE}/documents"),
+            query_type: Some(
+                run_aggregation_query_request::QueryType::StructuredAggregationQuery(
+                    StructuredAggregationQuery {
+                        aggregations: vec![Aggregation {
+                            alias: "n".into(),
+                            operator: Some(Operator::Count(Count { up_to: None })),
+                        }],
+                        query_type: Some(AggQueryType::StructuredQuery(bad)),
+                    },
+                ),
+            ),
+            ..Default::default()
+        })
+        .await
+        .expect("RunAggregationQuery answers with headers first")
+        .into_inner();
+    let err = aggregation.message().await.expect_err("then the error");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+
+    let mut get = raw
+        .batch_get_documents(BatchGetDocumentsRequest {
+            database: DATABASE.to_string(),
+            documents: vec![doc_name("items", "i00")],
+            consistency_selector: Some(
+                batch_get_documents_request::ConsistencySelector::Transaction(b"gone".to_vec()),
+            ),
+            ..Default::default()
+        })
+        .await
+        .expect("BatchGetDocuments answers with headers first")
+        .into_inner();
+    let err = get.message().await.expect_err("then the error");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    emu.shutdown().await;
+}
