@@ -4,8 +4,9 @@
 //! Invariant: every read and every commit runs inside one critical section
 //! of `state`, so a commit's writes become visible all at once, and a commit
 //! applies only when no other transaction holds a lock on any document it
-//! writes. The only await is between attempts, while a commit waits for an
-//! older transaction's locks.
+//! writes. The only awaits are between attempts: a commit waiting for an
+//! older transaction's locks, and a transactional read queued behind such a
+//! waiting commit.
 //!
 //! # The locking rule (wound-wait)
 //! Reads in a read-write transaction take shared locks (missing documents
@@ -20,10 +21,21 @@
 //!   `FirestoreConfig::younger_waits_for_older = false` a transaction does
 //!   not wait: it is ABORTED at once (plain writes still wait).
 //!
+//! A plain write that waited holds off `released_write_backoff` once its
+//! documents are free (Firestore's contended write retries with backoff),
+//! so it is never answered before the transaction that held them.
+//!
+//! Writers are not starved: while a commit waits, a read of a document it
+//! writes by a younger read-write transaction queues behind it (a plain
+//! write queues with the age of the moment it started waiting), then sees
+//! what it wrote.
+//!
 //! Waits only go from younger to older (plain writes hold nothing while they
-//! wait), so there is no deadlock; a retry keeps its first attempt's age, so
+//! wait, and every holder a queued plain write waits for locked before it
+//! queued, so is older), so there is no deadlock; a retry keeps its first attempt's age, so
 //! every transaction eventually becomes the oldest and commits.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -91,8 +103,11 @@ pub struct FirestoreStats {
     pub rolled_back_transactions: u64,
     /// Commits that had to wait for a lock at least once.
     pub lock_waits: u64,
-    /// Commits aborted because the lock wait timed out.
+    /// Commits (and reads queued behind a waiting commit) aborted because
+    /// the lock wait timed out.
     pub lock_timeouts: u64,
+    /// Reads in read-write transactions that queued behind a waiting commit.
+    pub read_waits: u64,
     /// Open transactions now.
     pub active_transactions: usize,
     /// Documents locked now.
@@ -119,6 +134,11 @@ struct Pending<'a> {
     unique: &'a [String],
     txn: Option<&'a [u8]>,
     deadline: Duration,
+    /// A plain write found its documents free after waiting: it holds off
+    /// `released_write_backoff` before applying.
+    backing_off: Cell<bool>,
+    /// It has held off since its documents were last found locked.
+    backed_off: Cell<bool>,
 }
 
 /// How many commits wrote one document.
@@ -138,6 +158,44 @@ struct State {
     last_time: Micros,
     /// The latest time handed out for a read at the latest state.
     last_read: Micros,
+    /// Commits waiting for a lock, by document they write.
+    queued: FxHashMap<String, Vec<QueuedWriter>>,
+    next_queued: u64,
+}
+
+/// A commit in the writers' queue of a document: (its queue key, its age).
+type QueuedWriter = (u64, (u64, u64));
+
+/// A transaction begun by a read that is still waiting: if the read is
+/// dropped (the call cancelled) before it answers, the transaction ends.
+struct BegunByRead<'a> {
+    engine: &'a Engine,
+    id: Option<TxnId>,
+}
+
+impl Drop for BegunByRead<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.engine.end_after_failure(&id);
+        }
+    }
+}
+
+/// A commit's place in the queue of writers waiting for a lock; leaving it
+/// (the commit ended, or the call was cancelled) wakes the reads behind it.
+struct Queued<'a> {
+    engine: &'a Engine,
+    names: &'a [String],
+    key: Option<u64>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.engine.state.lock().unqueue(key, self.names);
+            self.engine.notify();
+        }
+    }
 }
 
 /// The engine; shared by the gRPC service and the admin routes.
@@ -196,6 +254,124 @@ impl State {
         self.stats.transactions_begun += 1;
         self.stats.retried_transactions += u64::from(retry.is_some());
         Ok(self.txns.begin(database, mode, retry, now))
+    }
+
+    /// Puts a commit writing `names` in the writers' queue with age
+    /// `priority`; returns its key.
+    fn queue(&mut self, names: &[String], priority: (u64, u64)) -> u64 {
+        let key = self.next_queued;
+        self.next_queued += 1;
+        for name in names {
+            self.queued
+                .entry(name.clone())
+                .or_default()
+                .push((key, priority));
+        }
+        key
+    }
+
+    /// Takes commit `key` out of the writers' queue.
+    fn unqueue(&mut self, key: u64, names: &[String]) {
+        for name in names {
+            if let Some(waiting) = self.queued.get_mut(name) {
+                waiting.retain(|(k, _)| *k != key);
+                if waiting.is_empty() {
+                    self.queued.remove(name);
+                }
+            }
+        }
+    }
+
+    /// One try of a read (see [`Engine::read`]): the value and its read
+    /// time, or `None` to wait and try again.
+    ///
+    /// Production does not starve writers: once a commit waits for a write
+    /// lock, later lock requests on that document queue behind it. So a read
+    /// in read-write transaction `R` waits while a document it would return
+    /// is written by a queued commit older than `R` (a queued plain write is
+    /// as old as the moment it queued), unless `R` already holds that
+    /// document (the commit waits for `R` then). Every wait goes from younger
+    /// to older, so this adds no deadlock. Past the lock wait timeout `R`
+    /// is ABORTED. Reads outside read-write transactions take no locks and
+    /// never wait.
+    fn read_step<T, F>(
+        &mut self,
+        database: &str,
+        consistency: &mut Consistency,
+        begun: &mut Option<TxnId>,
+        f: &F,
+        (now, wall, deadline): (Duration, Micros, Duration),
+        waited: &mut bool,
+    ) -> Option<Result<(T, Micros), Status>>
+    where
+        F: Fn(&Store, ReadAt) -> Result<(T, Vec<String>), Status>,
+    {
+        let id = match consistency {
+            Consistency::Latest => {
+                let read_time = self.read_time(wall);
+                return Some(f(&self.store, ReadAt::Latest).map(|(v, _)| (v, read_time)));
+            }
+            Consistency::ReadTime(t) => {
+                let t = *t;
+                return Some(f(&self.store, ReadAt::Time(t)).map(|(v, _)| (v, t)));
+            }
+            Consistency::Transaction(id) => id.clone(),
+            Consistency::NewTransaction(options) => {
+                let options = options.clone();
+                let id = match self.begin(database, Some(&options), now, wall) {
+                    Ok(id) => id,
+                    Err(e) => return Some(Err(e)),
+                };
+                *begun = Some(id.clone());
+                *consistency = Consistency::Transaction(id.clone());
+                id
+            }
+        };
+        let (mode, priority) = match self.txns.touch(&id, database, now) {
+            Ok(t) => (t.mode, t.priority),
+            Err(e) => {
+                if e == TxnError::Expired {
+                    self.stats.expired_transactions += 1;
+                }
+                return Some(Err(e.into()));
+            }
+        };
+        if let Mode::ReadOnly { read_time } = mode {
+            return Some(f(&self.store, ReadAt::Time(read_time)).map(|(v, _)| (v, read_time)));
+        }
+        let (value, names) = match f(&self.store, ReadAt::Latest) {
+            Ok(read) => read,
+            Err(e) => {
+                if begun.is_some() {
+                    self.txns.end(&id, now);
+                }
+                return Some(Err(e));
+            }
+        };
+        let behind_writer = names.iter().any(|name| {
+            !self.txns.holds(&id, name)
+                && self
+                    .queued
+                    .get(name)
+                    .is_some_and(|w| w.iter().any(|(_, age)| *age < priority))
+        });
+        if behind_writer {
+            if now >= deadline {
+                self.txns.end(&id, now);
+                self.stats.aborted_transactions += 1;
+                self.stats.lock_timeouts += 1;
+                return Some(Err(Status::aborted(CONTENTION_MESSAGE)));
+            }
+            if !*waited {
+                *waited = true;
+                self.stats.read_waits += 1;
+            }
+            return None;
+        }
+        for name in &names {
+            self.txns.lock(&id, name);
+        }
+        Some(Ok((value, self.read_time(wall))))
     }
 
     /// Checks whether `names` may be written by `me` (None = a plain write);
@@ -316,6 +492,8 @@ impl Engine {
                 doc_writes: FxHashMap::default(),
                 last_time: 0,
                 last_read: 0,
+                queued: FxHashMap::default(),
+                next_queued: 0,
             }),
             wake,
             ctx,
@@ -378,72 +556,63 @@ impl Engine {
     /// Runs `f` over the store in the consistency asked for; in a read-write
     /// transaction, locks the names `f` returns. If `f` fails, a transaction
     /// this read began ends, and nothing is locked.
-    pub fn read<T>(
+    ///
+    /// A read in a read-write transaction queues behind any commit already
+    /// waiting to write a document it returns, when that commit is older
+    /// (see [`State::read_step`]), and then sees what the commit wrote.
+    pub async fn read<T, F>(
         &self,
         database: &str,
         consistency: Consistency,
-        f: impl FnOnce(&Store, ReadAt) -> Result<(T, Vec<String>), Status>,
-    ) -> Result<Snapshot<T>, Status> {
-        let (now, wall) = self.now();
-        let mut st = self.state.lock();
-        let mut new_transaction = None;
-        let txn = match consistency {
-            Consistency::Latest => None,
-            Consistency::ReadTime(t) => {
-                let (value, _) = f(&st.store, ReadAt::Time(t))?;
-                return Ok(Snapshot {
-                    value,
-                    read_time: t,
-                    new_transaction: None,
-                });
-            }
-            Consistency::Transaction(id) => Some(id),
-            Consistency::NewTransaction(options) => {
-                let id = st.begin(database, Some(&options), now, wall)?;
-                new_transaction = Some(id.clone());
-                Some(id)
-            }
+        f: F,
+    ) -> Result<Snapshot<T>, Status>
+    where
+        F: Fn(&Store, ReadAt) -> Result<(T, Vec<String>), Status>,
+    {
+        let deadline = self
+            .ctx
+            .clock
+            .elapsed()
+            .saturating_add(self.config.lock_wait_timeout);
+        let mut rx = self.wake.subscribe();
+        let mut consistency = consistency;
+        let mut begun = BegunByRead {
+            engine: self,
+            id: None,
         };
-        let mut lock_for = None;
-        let mut at = ReadAt::Latest;
-        let mut read_time = st.read_time(wall);
-        if let Some(id) = &txn {
-            let t = match st.txns.touch(id, database, now) {
-                Ok(t) => t,
-                Err(e) => {
-                    if e == TxnError::Expired {
-                        st.stats.expired_transactions += 1;
-                    }
-                    return Err(e.into());
-                }
+        let mut waited = false;
+        loop {
+            let (now, wall) = self.now();
+            let step = {
+                let mut st = self.state.lock();
+                rx.borrow_and_update();
+                st.read_step(
+                    database,
+                    &mut consistency,
+                    &mut begun.id,
+                    &f,
+                    (now, wall, deadline),
+                    &mut waited,
+                )
             };
-            match t.mode {
-                Mode::ReadOnly { read_time: rt } => {
-                    at = ReadAt::Time(rt);
-                    read_time = rt;
-                }
-                Mode::ReadWrite => lock_for = Some(id.clone()),
-            }
-        }
-        match f(&st.store, at) {
-            Ok((value, names)) => {
-                if let Some(id) = lock_for {
-                    for name in &names {
-                        st.txns.lock(&id, name);
+            if let Some(result) = step {
+                // Handed to the caller (or already ended on failure).
+                let new_transaction = begun.id.take();
+                return match result {
+                    Ok((value, read_time)) => Ok(Snapshot {
+                        value,
+                        read_time,
+                        new_transaction,
+                    }),
+                    Err(e) => {
+                        self.notify();
+                        Err(e)
                     }
-                }
-                Ok(Snapshot {
-                    value,
-                    read_time,
-                    new_transaction,
-                })
+                };
             }
-            Err(e) => {
-                if let Some(id) = new_transaction {
-                    st.txns.end(&id, now);
-                }
-                Err(e)
-            }
+            let left = self.ctx.clock.real_duration(deadline.saturating_sub(now));
+            let slice = left.clamp(Duration::from_millis(1), WAIT_SLICE);
+            let _ = tokio::time::timeout(slice, rx.changed()).await;
         }
     }
 
@@ -482,21 +651,51 @@ impl Engine {
                 .clock
                 .elapsed()
                 .saturating_add(self.config.lock_wait_timeout),
+            backing_off: Cell::new(false),
+            backed_off: Cell::new(false),
         };
         let mut rx = self.wake.subscribe();
         let mut waited = false;
+        let mut queued = Queued {
+            engine: self,
+            names: &unique,
+            key: None,
+        };
         loop {
             let (now, wall) = self.now();
             let (outcome, released) = {
                 let mut st = self.state.lock();
                 rx.borrow_and_update();
-                self.attempt(&mut st, &pending, now, wall, &mut waited)
+                let (outcome, mut released) =
+                    self.attempt(&mut st, &pending, now, wall, &mut waited);
+                match (&outcome, queued.key) {
+                    (Some(_), Some(key)) => {
+                        st.unqueue(key, &unique);
+                        queued.key = None;
+                        released = true;
+                    }
+                    (None, None) => {
+                        let age = match pending.txn.and_then(|id| st.txns.get(id)) {
+                            Some(t) => t.priority,
+                            None => st.txns.fresh_priority(),
+                        };
+                        queued.key = Some(st.queue(&unique, age));
+                    }
+                    _ => {}
+                }
+                (outcome, released)
             };
             if released {
                 self.notify();
             }
             if let Some(outcome) = outcome {
                 return outcome;
+            }
+            if pending.backing_off.replace(false) {
+                // Still queued meanwhile: later reads keep waiting behind it.
+                tokio::time::sleep(self.config.released_write_backoff).await;
+                pending.backed_off.set(true);
+                continue;
             }
             let left = self
                 .ctx
@@ -543,6 +742,14 @@ impl Engine {
             }
         };
         let (clear, released) = st.clear_to_write(p.unique, me, now);
+        if !clear {
+            p.backed_off.set(false);
+        } else if p.txn.is_none() && *waited && !p.backed_off.get() {
+            // Firestore's contended plain write retries with backoff: it is
+            // not answered before the transaction that held it.
+            p.backing_off.set(true);
+            return (None, released);
+        }
         if clear {
             let result = st.apply(p.writes, p.names, wall, self.config.max_documents);
             if let Some(id) = p.txn {

@@ -69,6 +69,21 @@ fn accept<M: prost::Message>(request: tonic::Request<M>) -> Result<M, Status> {
     Ok(message)
 }
 
+/// A streaming read's answer with its error, if any, sent after response
+/// headers instead of as a trailers-only response, as Google's front end
+/// does: gax-nodejs (retry-request, `noResponseRetries: 2`) takes an error
+/// that comes before any response headers for "no response" and resends
+/// the request twice with backoff, so a trailers-only error would cost a
+/// Node client about 7 s and two resends.
+fn headers_first<T: Send + 'static>(
+    answer: Result<tonic::Response<RpcStream<T>>, Status>,
+) -> Result<tonic::Response<RpcStream<T>>, Status> {
+    Ok(answer.unwrap_or_else(|status| {
+        let failed: RpcStream<T> = Box::pin(futures::stream::once(async move { Err(status) }));
+        tonic::Response::new(failed)
+    }))
+}
+
 fn stream<T: Send + 'static>(items: Vec<T>) -> RpcStream<T> {
     Box::pin(futures::stream::iter(items.into_iter().map(Ok)))
 }
@@ -198,9 +213,12 @@ impl FirestoreRpc for Service {
             }
         };
         let full = name.name();
-        let snap = self.engine.read(&name.database, consistency, |store, at| {
-            Ok((store.get(&full, at), vec![full.clone()]))
-        })?;
+        let snap = self
+            .engine
+            .read(&name.database, consistency, |store, at| {
+                Ok((store.get(&full, at), vec![full.clone()]))
+            })
+            .await?;
         match snap.value {
             Some(doc) => Ok(tonic::Response::new(masked(&doc, &mask))),
             None => Err(Status::not_found(format!("Document \"{full}\" not found."))),
@@ -240,25 +258,46 @@ impl FirestoreRpc for Service {
             format!("{prefix}{collection}/")
         };
         let token = req.page_token.clone();
+        let show_missing = req.show_missing;
         let snap = self
             .engine
             .read(&parent.database, consistency, |store, at| {
-                let mut docs: Vec<Arc<Document>> = store
-                    .scan(&scan_prefix, at)
-                    .filter(|d| {
-                        relative(&d.name, &prefix).is_some_and(|rel| {
-                            rel.len() == 2 && (collection.is_empty() || rel[0] == collection)
-                        })
-                    })
+                // Each listed name once: documents, and with `show_missing`
+                // the missing documents that have descendants (only a name,
+                // no fields or times, as Google returns them).
+                let mut listed: std::collections::BTreeMap<String, Arc<Document>> =
+                    std::collections::BTreeMap::new();
+                for d in store.scan(&scan_prefix, at) {
+                    let Some(rel) = relative(&d.name, &prefix) else {
+                        continue;
+                    };
+                    if rel.len() < 2 || !(collection.is_empty() || rel[0] == collection) {
+                        continue;
+                    }
+                    if rel.len() == 2 {
+                        listed.insert(d.name.clone(), d.clone());
+                    } else if show_missing {
+                        let name = format!("{prefix}{}/{}", rel[0], rel[1]);
+                        if !listed.contains_key(&name) && store.get(&name, at).is_none() {
+                            let missing = Document {
+                                name: name.clone(),
+                                ..Default::default()
+                            };
+                            listed.insert(name, Arc::new(missing));
+                        }
+                    }
+                }
+                let mut docs: Vec<Arc<Document>> = listed
+                    .into_values()
                     .filter(|d| token.is_empty() || compare_names(&d.name, &token).is_gt())
-                    .cloned()
                     .collect();
                 docs.sort_by(|a, b| compare_names(&a.name, &b.name));
                 let more = docs.len() > page_size;
                 docs.truncate(page_size);
                 let names = docs.iter().map(|d| d.name.clone()).collect();
                 Ok(((docs, more), names))
-            })?;
+            })
+            .await?;
         let (docs, more) = snap.value;
         let next_page_token = match (more, docs.last()) {
             (true, Some(last)) => last.name.clone(),
@@ -319,56 +358,66 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<BatchGetDocumentsRequest>,
     ) -> Result<tonic::Response<Self::BatchGetDocumentsStream>, Status> {
-        let req = accept(request)?;
-        let database = parse_database(&req.database)?;
-        // Each document once, in request order (a set, not a scan of the
-        // list: requests carry a thousand names or more).
-        let mut names = Vec::with_capacity(req.documents.len());
-        let mut seen = std::collections::HashSet::with_capacity(req.documents.len());
-        for n in &req.documents {
-            let full = DocName::parse_in(n, &database)?.name();
-            if seen.insert(full.clone()) {
-                names.push(full);
+        headers_first(
+            async move {
+                let req = accept(request)?;
+                let database = parse_database(&req.database)?;
+                // Each document once, in request order (a set, not a scan of the
+                // list: requests carry a thousand names or more).
+                let mut names = Vec::with_capacity(req.documents.len());
+                let mut seen = std::collections::HashSet::with_capacity(req.documents.len());
+                for n in &req.documents {
+                    let full = DocName::parse_in(n, &database)?.name();
+                    if seen.insert(full.clone()) {
+                        names.push(full);
+                    }
+                }
+                let mask = mask_paths(req.mask.as_ref())?;
+                let consistency = match req.consistency_selector {
+                    None => Consistency::Latest,
+                    Some(batch_get_documents_request::ConsistencySelector::Transaction(id)) => {
+                        txn_id(id)?
+                    }
+                    Some(batch_get_documents_request::ConsistencySelector::NewTransaction(o)) => {
+                        Consistency::NewTransaction(o)
+                    }
+                    Some(batch_get_documents_request::ConsistencySelector::ReadTime(t)) => {
+                        Consistency::ReadTime(micros(&t))
+                    }
+                };
+                let snap = self
+                    .engine
+                    .read(&database, consistency, |store, at| {
+                        let found: Vec<(String, Option<Arc<Document>>)> = names
+                            .iter()
+                            .map(|n| (n.clone(), store.get(n, at)))
+                            .collect();
+                        Ok((found, names.clone()))
+                    })
+                    .await?;
+                let read_time = Some(timestamp(snap.read_time));
+                let mut out = Vec::with_capacity(snap.value.len() + 1);
+                if let Some(id) = &snap.new_transaction {
+                    out.push(BatchGetDocumentsResponse {
+                        transaction: id.clone(),
+                        ..Default::default()
+                    });
+                }
+                for (name, doc) in snap.value {
+                    let result = match doc {
+                        Some(d) => batch_get_documents_response::Result::Found(masked(&d, &mask)),
+                        None => batch_get_documents_response::Result::Missing(name),
+                    };
+                    out.push(BatchGetDocumentsResponse {
+                        transaction: Vec::new(),
+                        read_time,
+                        result: Some(result),
+                    });
+                }
+                Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
             }
-        }
-        let mask = mask_paths(req.mask.as_ref())?;
-        let consistency = match req.consistency_selector {
-            None => Consistency::Latest,
-            Some(batch_get_documents_request::ConsistencySelector::Transaction(id)) => txn_id(id)?,
-            Some(batch_get_documents_request::ConsistencySelector::NewTransaction(o)) => {
-                Consistency::NewTransaction(o)
-            }
-            Some(batch_get_documents_request::ConsistencySelector::ReadTime(t)) => {
-                Consistency::ReadTime(micros(&t))
-            }
-        };
-        let snap = self.engine.read(&database, consistency, |store, at| {
-            let found: Vec<(String, Option<Arc<Document>>)> = names
-                .iter()
-                .map(|n| (n.clone(), store.get(n, at)))
-                .collect();
-            Ok((found, names.clone()))
-        })?;
-        let read_time = Some(timestamp(snap.read_time));
-        let mut out = Vec::with_capacity(snap.value.len() + 1);
-        if let Some(id) = &snap.new_transaction {
-            out.push(BatchGetDocumentsResponse {
-                transaction: id.clone(),
-                ..Default::default()
-            });
-        }
-        for (name, doc) in snap.value {
-            let result = match doc {
-                Some(d) => batch_get_documents_response::Result::Found(masked(&d, &mask)),
-                None => batch_get_documents_response::Result::Missing(name),
-            };
-            out.push(BatchGetDocumentsResponse {
-                transaction: Vec::new(),
-                read_time,
-                result: Some(result),
-            });
-        }
-        Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
+            .await,
+        )
     }
 
     async fn begin_transaction(
@@ -415,51 +464,58 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<RunQueryRequest>,
     ) -> Result<tonic::Response<Self::RunQueryStream>, Status> {
-        let req = accept(request)?;
-        let parent = Parent::parse(&req.parent)?;
-        let Some(run_query_request::QueryType::StructuredQuery(query)) = req.query_type else {
-            return Err(Status::invalid_argument("A structured query is required."));
-        };
-        let plan = Plan::new(&query)?;
-        let consistency = match req.consistency_selector {
-            None => Consistency::Latest,
-            Some(run_query_request::ConsistencySelector::Transaction(id)) => txn_id(id)?,
-            Some(run_query_request::ConsistencySelector::NewTransaction(o)) => {
-                Consistency::NewTransaction(o)
+        headers_first(
+            async move {
+                let req = accept(request)?;
+                let parent = Parent::parse(&req.parent)?;
+                let Some(run_query_request::QueryType::StructuredQuery(query)) = req.query_type
+                else {
+                    return Err(Status::invalid_argument("A structured query is required."));
+                };
+                let plan = Plan::new(&query)?;
+                let consistency = match req.consistency_selector {
+                    None => Consistency::Latest,
+                    Some(run_query_request::ConsistencySelector::Transaction(id)) => txn_id(id)?,
+                    Some(run_query_request::ConsistencySelector::NewTransaction(o)) => {
+                        Consistency::NewTransaction(o)
+                    }
+                    Some(run_query_request::ConsistencySelector::ReadTime(t)) => {
+                        Consistency::ReadTime(micros(&t))
+                    }
+                };
+                let snap: Snapshot<Vec<Arc<Document>>> = self
+                    .engine
+                    .read(&parent.database, consistency, |store, at| {
+                        let docs = run_plan(store, at, &parent, &plan);
+                        let names = docs.iter().map(|d| d.name.clone()).collect();
+                        Ok((docs, names))
+                    })
+                    .await?;
+                let read_time = Some(timestamp(snap.read_time));
+                let mut out = Vec::with_capacity(snap.value.len() + 1);
+                if let Some(id) = &snap.new_transaction {
+                    out.push(RunQueryResponse {
+                        transaction: id.clone(),
+                        ..Default::default()
+                    });
+                }
+                for doc in &snap.value {
+                    out.push(RunQueryResponse {
+                        document: Some(plan.project(doc)),
+                        read_time,
+                        ..Default::default()
+                    });
+                }
+                if snap.value.is_empty() {
+                    out.push(RunQueryResponse {
+                        read_time,
+                        ..Default::default()
+                    });
+                }
+                Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
             }
-            Some(run_query_request::ConsistencySelector::ReadTime(t)) => {
-                Consistency::ReadTime(micros(&t))
-            }
-        };
-        let snap: Snapshot<Vec<Arc<Document>>> =
-            self.engine
-                .read(&parent.database, consistency, |store, at| {
-                    let docs = run_plan(store, at, &parent, &plan);
-                    let names = docs.iter().map(|d| d.name.clone()).collect();
-                    Ok((docs, names))
-                })?;
-        let read_time = Some(timestamp(snap.read_time));
-        let mut out = Vec::with_capacity(snap.value.len() + 1);
-        if let Some(id) = &snap.new_transaction {
-            out.push(RunQueryResponse {
-                transaction: id.clone(),
-                ..Default::default()
-            });
-        }
-        for doc in &snap.value {
-            out.push(RunQueryResponse {
-                document: Some(plan.project(doc)),
-                read_time,
-                ..Default::default()
-            });
-        }
-        if snap.value.is_empty() {
-            out.push(RunQueryResponse {
-                read_time,
-                ..Default::default()
-            });
-        }
-        Ok(tonic::Response::new(self.answer(out, snap.new_transaction)))
+            .await,
+        )
     }
 
     type RunAggregationQueryStream = RpcStream<RunAggregationQueryResponse>;
@@ -468,6 +524,8 @@ impl FirestoreRpc for Service {
         &self,
         request: tonic::Request<RunAggregationQueryRequest>,
     ) -> Result<tonic::Response<Self::RunAggregationQueryStream>, Status> {
+        headers_first(
+            async move {
         let req = accept(request)?;
         let parent = Parent::parse(&req.parent)?;
         let Some(run_aggregation_query_request::QueryType::StructuredAggregationQuery(agg)) =
@@ -503,7 +561,8 @@ impl FirestoreRpc for Service {
                 let fields = aggregate(&agg.aggregations, &docs)?;
                 let names = docs.iter().map(|d| d.name.clone()).collect();
                 Ok((fields, names))
-            })?;
+            })
+            .await?;
         let response = RunAggregationQueryResponse {
             result: Some(AggregationResult {
                 aggregate_fields: snap.value,
@@ -515,6 +574,9 @@ impl FirestoreRpc for Service {
         Ok(tonic::Response::new(
             self.answer(vec![response], snap.new_transaction),
         ))
+        }
+            .await,
+        )
     }
 
     async fn batch_write(
@@ -607,7 +669,8 @@ impl FirestoreRpc for Service {
                 ids.sort();
                 ids.dedup();
                 Ok((ids, Vec::new()))
-            })?;
+            })
+            .await?;
         let mut ids: Vec<String> = snap
             .value
             .into_iter()

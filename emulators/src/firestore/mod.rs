@@ -94,6 +94,11 @@ pub struct FirestoreConfig {
     /// Refuse commits creating documents beyond this many (RESOURCE_EXHAUSTED);
     /// `None` = unlimited (default).
     pub max_documents: Option<usize>,
+    /// How long (real time) a plain write that waited for a lock holds off
+    /// once the lock is released, before it applies: in Firestore the
+    /// contended write retries with backoff, so it finishes after the
+    /// transaction that held the lock has had its answer. Default 25 ms.
+    pub released_write_backoff: Duration,
 }
 
 impl Default for FirestoreConfig {
@@ -106,6 +111,7 @@ impl Default for FirestoreConfig {
             version_retention: Duration::from_secs(60),
             max_versions_per_document: 1024,
             max_documents: None,
+            released_write_backoff: Duration::from_millis(25),
         }
     }
 }

@@ -2,8 +2,8 @@
 //! collection selection, filters, ordering, cursors, offset, limit,
 //! projection, and count/sum/avg.
 //!
-//! Invariant: a [`Plan`] is validated once (bad operators, cursors or limits
-//! are INVALID_ARGUMENT up front), and evaluating it never fails: it is a
+//! Invariant: a [`Plan`] is validated once (bad operators, cursors, limits
+//! and Google's documented query limits are INVALID_ARGUMENT up front), and evaluating it never fails: it is a
 //! pure function of the documents it is given.
 
 use std::cmp::Ordering;
@@ -92,6 +92,9 @@ impl Plan {
             Some(f) => Some(compile(f)?),
             None => None,
         };
+        if let Some(c) = &cond {
+            check_limits(c)?;
+        }
         let mut order = Vec::new();
         for o in &query.order_by {
             let field = o
@@ -101,18 +104,26 @@ impl Plan {
             let descending = o.direction == Direction::Descending as i32;
             order.push((FieldRef::parse(&field.field_path)?, descending));
         }
-        if order.is_empty() {
-            let mut inequalities = Vec::new();
-            if let Some(c) = &cond {
-                collect_inequalities(c, &mut inequalities);
+        // query.proto (`StructuredQuery.order_by`, Standard edition): the
+        // order must reference every inequality field; missing ones are
+        // appended in field name order with the last order's direction, then
+        // `__name__` (below).
+        let mut inequalities = Vec::new();
+        if let Some(c) = &cond {
+            collect_inequalities(c, &mut inequalities);
+        }
+        inequalities.sort_by(|a, b| match (a, b) {
+            (FieldRef::Path(x), FieldRef::Path(y)) => x.cmp(y),
+            (FieldRef::Name, FieldRef::Name) => Ordering::Equal,
+            (FieldRef::Name, _) => Ordering::Greater,
+            (_, FieldRef::Name) => Ordering::Less,
+        });
+        inequalities.dedup();
+        let direction = order.last().is_some_and(|(_, d)| *d);
+        for f in inequalities {
+            if f != FieldRef::Name && !order.iter().any(|(g, _)| *g == f) {
+                order.push((f, direction));
             }
-            inequalities.sort_by(|a, b| match (a, b) {
-                (FieldRef::Path(x), FieldRef::Path(y)) => x.cmp(y),
-                (FieldRef::Name, _) => Ordering::Greater,
-                (_, FieldRef::Name) => Ordering::Less,
-            });
-            inequalities.dedup();
-            order.extend(inequalities.into_iter().map(|f| (f, false)));
         }
         if !order.iter().any(|(f, _)| *f == FieldRef::Name) {
             let descending = order.last().is_some_and(|(_, d)| *d);
@@ -309,6 +320,145 @@ fn compile(filter: &Filter) -> Result<Cond, Status> {
                 .filter(|op| *op != unary_filter::Operator::Unspecified)
                 .ok_or_else(|| Status::invalid_argument("Unknown unary filter operator."))?;
             Ok(Cond::Unary(FieldRef::parse(&field.field_path)?, op))
+        }
+    }
+}
+
+/// Most disjunctions a query may have in disjunctive normal form (each value
+/// of an IN or ARRAY_CONTAINS_ANY counts as one):
+/// <https://firebase.google.com/docs/firestore/query-data/queries#limits_on_or_queries>.
+pub const MAX_DISJUNCTIONS: usize = 30;
+/// Most values of a NOT_IN filter (query.proto, `FieldFilter.Operator.NOT_IN`).
+pub const MAX_NOT_IN_VALUES: usize = 10;
+
+fn invalid_query(why: &str) -> Status {
+    Status::invalid_argument(format!("Invalid query. {why}"))
+}
+
+/// Refuses what Google's documented query limits refuse: the requirements
+/// of each operator in `google/firestore/v1/query.proto` and Firebase's
+/// "Query limitations"
+/// (<https://firebase.google.com/docs/firestore/query-data/queries#query_limitations>).
+fn check_limits(c: &Cond) -> Result<(), Status> {
+    let n = disjunctions(c);
+    if n > MAX_DISJUNCTIONS {
+        return Err(invalid_query(&format!(
+            "The query has {n} disjunctions in disjunctive normal form (IN and ARRAY_CONTAINS_ANY values count one each); at most {MAX_DISJUNCTIONS} are allowed."
+        )));
+    }
+    // Within the limit, the terms without expanding IN / ARRAY_CONTAINS_ANY
+    // are at most as many, so this stays small.
+    for (contains, contains_any) in terms(c) {
+        if contains > 1 {
+            return Err(invalid_query(
+                "A disjunction may have at most one ARRAY_CONTAINS filter.",
+            ));
+        }
+        if contains_any > 1 {
+            return Err(invalid_query(
+                "A disjunction may have at most one ARRAY_CONTAINS_ANY filter.",
+            ));
+        }
+        if contains > 0 && contains_any > 0 {
+            return Err(invalid_query(
+                "ARRAY_CONTAINS cannot be combined with ARRAY_CONTAINS_ANY in the same disjunction.",
+            ));
+        }
+    }
+    let mut count = Counts::default();
+    count_filters(c, &mut count);
+    if count.not_in + count.not_equal + count.is_not > 1 {
+        return Err(invalid_query(
+            "A query may have at most one NOT_IN, NOT_EQUAL, IS_NOT_NULL or IS_NOT_NAN filter.",
+        ));
+    }
+    if count.not_in > 0 && count.in_ + count.contains_any + count.or > 0 {
+        return Err(invalid_query(
+            "NOT_IN cannot be combined with IN, ARRAY_CONTAINS_ANY or OR in the same query.",
+        ));
+    }
+    if count.not_in_values > MAX_NOT_IN_VALUES {
+        return Err(invalid_query(&format!(
+            "A NOT_IN filter has {} values; at most {MAX_NOT_IN_VALUES} are allowed.",
+            count.not_in_values
+        )));
+    }
+    Ok(())
+}
+
+/// Disjunctions in disjunctive normal form (saturating).
+fn disjunctions(c: &Cond) -> usize {
+    use field_filter::Operator as O;
+    match c {
+        Cond::And(parts) => parts
+            .iter()
+            .fold(1usize, |n, p| n.saturating_mul(disjunctions(p))),
+        Cond::Or(parts) => parts
+            .iter()
+            .fold(0usize, |n, p| n.saturating_add(disjunctions(p))),
+        Cond::Field(_, O::In | O::ArrayContainsAny, v) => array_values(v).len().max(1),
+        _ => 1,
+    }
+}
+
+/// The disjunctive normal form's terms, each as its (ARRAY_CONTAINS,
+/// ARRAY_CONTAINS_ANY) filter counts; IN and ARRAY_CONTAINS_ANY unexpanded.
+fn terms(c: &Cond) -> Vec<(usize, usize)> {
+    use field_filter::Operator as O;
+    match c {
+        Cond::And(parts) => parts.iter().fold(vec![(0, 0)], |acc, p| {
+            let mine = terms(p);
+            acc.iter()
+                .flat_map(|a| mine.iter().map(move |b| (a.0 + b.0, a.1 + b.1)))
+                .collect()
+        }),
+        Cond::Or(parts) => parts.iter().flat_map(terms).collect(),
+        Cond::Field(_, O::ArrayContains, _) => vec![(1, 0)],
+        Cond::Field(_, O::ArrayContainsAny, _) => vec![(0, 1)],
+        _ => vec![(0, 0)],
+    }
+}
+
+/// Filters of each kind in a whole query.
+#[derive(Default)]
+struct Counts {
+    not_in: usize,
+    not_in_values: usize,
+    not_equal: usize,
+    is_not: usize,
+    in_: usize,
+    contains_any: usize,
+    or: usize,
+}
+
+fn count_filters(c: &Cond, count: &mut Counts) {
+    use field_filter::Operator as O;
+    match c {
+        Cond::And(parts) | Cond::Or(parts) => {
+            if matches!(c, Cond::Or(_)) && parts.len() > 1 {
+                count.or += 1;
+            }
+            for p in parts {
+                count_filters(p, count);
+            }
+        }
+        Cond::Field(_, op, v) => match op {
+            O::NotIn => {
+                count.not_in += 1;
+                count.not_in_values = count.not_in_values.max(array_values(v).len());
+            }
+            O::NotEqual => count.not_equal += 1,
+            O::In => count.in_ += 1,
+            O::ArrayContainsAny => count.contains_any += 1,
+            _ => {}
+        },
+        Cond::Unary(_, op) => {
+            if matches!(
+                op,
+                unary_filter::Operator::IsNotNull | unary_filter::Operator::IsNotNan
+            ) {
+                count.is_not += 1;
+            }
         }
     }
 }

@@ -161,6 +161,19 @@ impl Transactions {
         self.active.get(id)
     }
 
+    /// A fresh age, younger than every transaction begun so far, for a plain
+    /// write that must queue (it takes a sequence number as a begin does).
+    pub fn fresh_priority(&mut self) -> (u64, u64) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        (seq, seq)
+    }
+
+    /// Whether open transaction `id` holds a lock on `name`.
+    pub fn holds(&self, id: &[u8], name: &str) -> bool {
+        self.active.get(id).is_some_and(|t| t.locks.contains(name))
+    }
+
     /// Whether `id` was a transaction that has ended (and is still remembered).
     pub fn is_retired(&self, id: &[u8]) -> bool {
         self.retired.contains_key(id)

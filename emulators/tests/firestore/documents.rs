@@ -433,3 +433,62 @@ async fn batch_write_is_not_atomic_and_answers_per_write() {
     );
     emu.shutdown().await;
 }
+
+/// Issue #16 item 4: `ListDocuments` with `show_missing` also lists the
+/// documents that exist only through their subcollections, with only their
+/// name (no fields, no create or update time), in name order and pages.
+#[tokio::test]
+async fn list_documents_show_missing_lists_parents_of_subcollections() {
+    use gcloud_sdk::google::firestore::v1::ListDocumentsRequest;
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let db = |path: &str| format!("{DATABASE}/documents/{path}");
+    for path in [
+        "rooms/a",
+        "rooms/b/msgs/1",
+        "rooms/b/msgs/2",
+        "rooms/c/x/y/z/w",
+    ] {
+        commit(&mut raw, vec![update(&db(path), &[("v", int(1))])], vec![])
+            .await
+            .unwrap();
+    }
+    let list = |show_missing: bool, page_size: i32, page_token: String| {
+        let mut raw = raw.clone();
+        async move {
+            raw.list_documents(ListDocumentsRequest {
+                parent: format!("{DATABASE}/documents"),
+                collection_id: "rooms".into(),
+                page_size,
+                page_token,
+                show_missing,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner()
+        }
+    };
+    let plain = list(false, 0, String::new()).await;
+    assert_eq!(
+        plain.documents.len(),
+        1,
+        "without show_missing: only rooms/a"
+    );
+
+    let all = list(true, 0, String::new()).await;
+    let names: Vec<&str> = all.documents.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, [db("rooms/a"), db("rooms/b"), db("rooms/c")]);
+    assert!(all.documents[0].create_time.is_some());
+    for missing in &all.documents[1..] {
+        assert!(missing.fields.is_empty());
+        assert!(missing.create_time.is_none() && missing.update_time.is_none());
+    }
+
+    let first = list(true, 2, String::new()).await;
+    assert_eq!(first.documents.len(), 2);
+    let second = list(true, 2, first.next_page_token).await;
+    let names: Vec<&str> = second.documents.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, [db("rooms/c")]);
+    emu.shutdown().await;
+}

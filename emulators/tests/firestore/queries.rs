@@ -9,7 +9,8 @@ use gcloud_sdk::google::firestore::v1::structured_aggregation_query::{
     Aggregation, QueryType as AggQueryType,
 };
 use gcloud_sdk::google::firestore::v1::structured_query::{
-    field_filter, filter::FilterType, CollectionSelector, FieldFilter, FieldReference, Filter,
+    composite_filter, field_filter, filter::FilterType, CollectionSelector, CompositeFilter,
+    FieldFilter, FieldReference, Filter,
 };
 use gcloud_sdk::google::firestore::v1::{
     run_aggregation_query_request, run_query_request, value::ValueType, ArrayValue,
@@ -440,5 +441,301 @@ async fn a_query_in_a_transaction_locks_the_documents_it_returns() {
     assert!(!plain.is_finished(), "the returned document is locked");
     commit(&mut raw, vec![], tx).await.unwrap();
     plain.await.unwrap().unwrap();
+    emu.shutdown().await;
+}
+
+async fn try_run(raw: &mut Raw, query: StructuredQuery) -> Result<Vec<i64>, tonic::Status> {
+    let mut stream = raw
+        .run_query(RunQueryRequest {
+            parent: format!("{DATABASE}/documents"),
+            query_type: Some(run_query_request::QueryType::StructuredQuery(query)),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let mut ns = Vec::new();
+    while let Some(r) = stream.message().await? {
+        if let Some(d) = r.document {
+            ns.push(int_field(&d, "n").unwrap_or(-1));
+        }
+    }
+    Ok(ns)
+}
+
+fn composite(op: composite_filter::Operator, filters: Vec<Filter>) -> Filter {
+    Filter {
+        filter_type: Some(FilterType::CompositeFilter(CompositeFilter {
+            op: op as i32,
+            filters,
+        })),
+    }
+}
+
+fn and(filters: Vec<Filter>) -> Filter {
+    composite(composite_filter::Operator::And, filters)
+}
+
+fn or(filters: Vec<Filter>) -> Filter {
+    composite(composite_filter::Operator::Or, filters)
+}
+
+fn ints(range: std::ops::Range<i64>) -> Value {
+    array(range.map(int).collect())
+}
+
+fn strings(items: &[&str]) -> Value {
+    array(items.iter().map(|s| string(s)).collect())
+}
+
+/// Issue #16 item 5: the documented query limits (the filter operators'
+/// requirements in `google/firestore/v1/query.proto`, and Firebase's
+/// "Query limitations" and "Limits on OR queries"), each met and crossed.
+#[tokio::test]
+async fn documented_query_limits_are_invalid_argument() {
+    use field_filter::Operator as O;
+    let emu = start().await;
+    let db = seed(&emu).await;
+    let mut raw = raw(&emu).await;
+
+    // Through the client crate: two array-contains in one conjunction.
+    let twice = db
+        .fluent()
+        .select()
+        .from("items")
+        .filter(|q| {
+            q.for_all([
+                q.field("tags").array_contains("t0"),
+                q.field("tags").array_contains("t1"),
+            ])
+        })
+        .query()
+        .await;
+    assert!(twice.is_err(), "two array-contains are refused: {twice:?}");
+
+    let ac = |v: &str| field_filter("tags", O::ArrayContains, string(v));
+    let aca = |v: &[&str]| field_filter("tags", O::ArrayContainsAny, strings(v));
+    let refused: Vec<(&str, Filter)> = vec![
+        ("two ARRAY_CONTAINS", and(vec![ac("t0"), ac("t1")])),
+        (
+            "ARRAY_CONTAINS with ARRAY_CONTAINS_ANY",
+            and(vec![ac("t0"), aca(&["t1"])]),
+        ),
+        (
+            "two ARRAY_CONTAINS_ANY",
+            and(vec![aca(&["t0"]), aca(&["t1"])]),
+        ),
+        ("IN of 31", field_filter("n", O::In, ints(0..31))),
+        ("ARRAY_CONTAINS_ANY of 31", {
+            let many: Vec<String> = (0..31).map(|i| format!("t{i}")).collect();
+            let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+            aca(&refs)
+        }),
+        (
+            "6 x 6 = 36 disjunctions",
+            and(vec![
+                field_filter("n", O::In, ints(0..6)),
+                field_filter("tag", O::In, ints(0..6)),
+            ]),
+        ),
+        (
+            "OR of 31",
+            or((0..31)
+                .map(|i| field_filter("n", O::Equal, int(i)))
+                .collect()),
+        ),
+        ("NOT_IN of 11", field_filter("n", O::NotIn, ints(0..11))),
+        (
+            "NOT_IN with IN",
+            and(vec![
+                field_filter("n", O::NotIn, ints(0..2)),
+                field_filter("tag", O::In, strings(&["odd"])),
+            ]),
+        ),
+        (
+            "NOT_IN with ARRAY_CONTAINS_ANY",
+            and(vec![field_filter("n", O::NotIn, ints(0..2)), aca(&["t0"])]),
+        ),
+        (
+            "NOT_IN with OR",
+            and(vec![
+                field_filter("n", O::NotIn, ints(0..2)),
+                or(vec![ac("t0"), ac("t1")]),
+            ]),
+        ),
+        (
+            "NOT_IN with NOT_EQUAL",
+            and(vec![
+                field_filter("n", O::NotIn, ints(0..2)),
+                field_filter("tag", O::NotEqual, string("odd")),
+            ]),
+        ),
+        (
+            "two NOT_IN",
+            and(vec![
+                field_filter("n", O::NotIn, ints(0..2)),
+                field_filter("tag", O::NotIn, strings(&["odd"])),
+            ]),
+        ),
+        (
+            "two NOT_EQUAL",
+            and(vec![
+                field_filter("n", O::NotEqual, int(1)),
+                field_filter("tag", O::NotEqual, string("odd")),
+            ]),
+        ),
+    ];
+    for (what, filter) in refused {
+        let err = try_run(&mut raw, items_query(Some(filter)))
+            .await
+            .expect_err(what);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{what}: {err:?}");
+    }
+
+    let many: Vec<String> = (0..30).map(|i| format!("t{i}")).collect();
+    let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+    let accepted: Vec<(&str, Filter, usize)> = vec![
+        (
+            "ARRAY_CONTAINS in each disjunct",
+            or(vec![ac("t0"), ac("t1")]),
+            7,
+        ),
+        ("ARRAY_CONTAINS_ANY of 30", aca(&refs), 10),
+        ("IN of 30", field_filter("n", O::In, ints(0..30)), 10),
+        (
+            "IN with ARRAY_CONTAINS_ANY, 5 x 6 = 30",
+            and(vec![
+                field_filter("n", O::In, ints(0..5)),
+                aca(&["t0", "t1", "t2", "t3", "t4", "t5"]),
+            ]),
+            5,
+        ),
+        (
+            "OR of 30",
+            or((0..30)
+                .map(|i| field_filter("n", O::Equal, int(i)))
+                .collect()),
+            10,
+        ),
+        ("NOT_IN of 10", field_filter("n", O::NotIn, ints(0..10)), 0),
+        (
+            "NOT_EQUAL with range filters",
+            and(vec![
+                field_filter("n", O::NotEqual, int(1)),
+                field_filter("n", O::GreaterThan, int(0)),
+            ]),
+            8,
+        ),
+    ];
+    for (what, filter, n) in accepted {
+        let got = try_run(&mut raw, items_query(Some(filter)))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        assert_eq!(got.len(), n, "{what}");
+    }
+    emu.shutdown().await;
+}
+
+/// Inequality fields missing from an explicit `order_by` are appended after
+/// it, in field name order, with the last order's direction, then
+/// `__name__` (query.proto, `StructuredQuery.order_by`).
+#[tokio::test]
+async fn inequality_fields_missing_from_order_by_are_appended() {
+    use field_filter::Operator as O;
+    use gcloud_sdk::google::firestore::v1::structured_query::{Direction, Order};
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    // Names in the opposite order of `n`, all with the same `g`.
+    for (id, n) in [("a", 3), ("b", 2), ("c", 1)] {
+        let name = doc_name("ordered", id);
+        commit(
+            &mut raw,
+            vec![update(&name, &[("n", int(n)), ("g", int(0))])],
+            vec![],
+        )
+        .await
+        .unwrap();
+    }
+    let query = StructuredQuery {
+        from: vec![CollectionSelector {
+            collection_id: "ordered".into(),
+            all_descendants: false,
+        }],
+        r#where: Some(field_filter("n", O::GreaterThan, int(0))),
+        order_by: vec![Order {
+            field: Some(FieldReference {
+                field_path: "g".into(),
+            }),
+            direction: Direction::Ascending as i32,
+        }],
+        ..Default::default()
+    };
+    assert_eq!(try_run(&mut raw, query).await.unwrap(), [1, 2, 3]);
+    emu.shutdown().await;
+}
+
+/// Issue #16 item 6: an error on a streaming read comes after response
+/// headers (the call opens, then its first message is the error), not as a
+/// trailers-only response: Google's Node client (gax's retry-request) takes
+/// an error before any response headers for "no response" and resends the
+/// request twice with backoff.
+#[tokio::test]
+async fn streaming_read_errors_come_after_response_headers() {
+    use field_filter::Operator as O;
+    use gcloud_sdk::google::firestore::v1::{
+        batch_get_documents_request, BatchGetDocumentsRequest,
+    };
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let ac = |v: &str| field_filter("tags", O::ArrayContains, string(v));
+    let bad = items_query(Some(and(vec![ac("t0"), ac("t1")])));
+
+    let mut query = raw
+        .run_query(RunQueryRequest {
+            parent: format!("{DATABASE}/documents"),
+            query_type: Some(run_query_request::QueryType::StructuredQuery(bad.clone())),
+            ..Default::default()
+        })
+        .await
+        .expect("RunQuery answers with headers first")
+        .into_inner();
+    let err = query.message().await.expect_err("then the error");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+
+    let mut aggregation = raw
+        .run_aggregation_query(RunAggregationQueryRequest {
+            parent: format!("{DATABASE}/documents"),
+            query_type: Some(
+                run_aggregation_query_request::QueryType::StructuredAggregationQuery(
+                    StructuredAggregationQuery {
+                        aggregations: vec![Aggregation {
+                            alias: "n".into(),
+                            operator: Some(Operator::Count(Count { up_to: None })),
+                        }],
+                        query_type: Some(AggQueryType::StructuredQuery(bad)),
+                    },
+                ),
+            ),
+            ..Default::default()
+        })
+        .await
+        .expect("RunAggregationQuery answers with headers first")
+        .into_inner();
+    let err = aggregation.message().await.expect_err("then the error");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+
+    let mut get = raw
+        .batch_get_documents(BatchGetDocumentsRequest {
+            database: DATABASE.to_string(),
+            documents: vec![doc_name("items", "i00")],
+            consistency_selector: Some(
+                batch_get_documents_request::ConsistencySelector::Transaction(b"gone".to_vec()),
+            ),
+            ..Default::default()
+        })
+        .await
+        .expect("BatchGetDocuments answers with headers first")
+        .into_inner();
+    let err = get.message().await.expect_err("then the error");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
     emu.shutdown().await;
 }

@@ -437,3 +437,144 @@ async fn a_commit_after_a_read_is_never_visible_at_that_reads_time() {
     );
     emu.shutdown().await;
 }
+
+/// Runs a query over collection `collection` in `transaction`; the integer
+/// field `v` of each document returned.
+async fn query_in(
+    raw: &mut Raw,
+    transaction: &[u8],
+    collection: &str,
+) -> Result<Vec<i64>, tonic::Status> {
+    use gcloud_sdk::google::firestore::v1::structured_query::CollectionSelector;
+    use gcloud_sdk::google::firestore::v1::{run_query_request, RunQueryRequest, StructuredQuery};
+    let mut stream = raw
+        .run_query(RunQueryRequest {
+            parent: format!("{DATABASE}/documents"),
+            query_type: Some(run_query_request::QueryType::StructuredQuery(
+                StructuredQuery {
+                    from: vec![CollectionSelector {
+                        collection_id: collection.to_string(),
+                        all_descendants: false,
+                    }],
+                    ..Default::default()
+                },
+            )),
+            consistency_selector: Some(run_query_request::ConsistencySelector::Transaction(
+                transaction.to_vec(),
+            )),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(item) = stream.message().await? {
+        if let Some(d) = item.document {
+            out.extend(int_field(&d, "v"));
+        }
+    }
+    Ok(out)
+}
+
+/// Issue #16 item 2: once a commit waits for a write lock, a later read of
+/// that document by a third transaction (BatchGetDocuments, and a query
+/// returning it) queues behind the commit and sees the committed value.
+#[tokio::test]
+async fn a_read_queues_behind_a_commit_waiting_for_the_same_document() {
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let name = doc_name("queued", "d");
+    commit(&mut raw, vec![update(&name, &[("v", int(0))])], vec![])
+        .await
+        .unwrap();
+    let holder = begin(&mut raw).await;
+    read_in(&mut raw, &holder, std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    let writer = begin(&mut raw).await;
+    let (mut r1, n1) = (raw.clone(), name.clone());
+    let write =
+        tokio::spawn(
+            async move { commit(&mut r1, vec![update(&n1, &[("v", int(1))])], writer).await },
+        );
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        !write.is_finished(),
+        "the commit waits for the older holder"
+    );
+
+    let reader = begin(&mut raw).await;
+    let querier = begin(&mut raw).await;
+    let (mut r2, n2, t2) = (raw.clone(), name.clone(), reader.clone());
+    let read = tokio::spawn(async move { read_in(&mut r2, &t2, &[n2]).await });
+    let (mut r3, t3) = (raw.clone(), querier.clone());
+    let query = tokio::spawn(async move { query_in(&mut r3, &t3, "queued").await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        !read.is_finished(),
+        "a later read waits behind the waiting commit"
+    );
+    assert!(
+        !query.is_finished(),
+        "a later query returning the document waits too"
+    );
+
+    raw.rollback(RollbackRequest {
+        database: DATABASE.to_string(),
+        transaction: holder,
+        request_options: None,
+    })
+    .await
+    .unwrap();
+    write
+        .await
+        .unwrap()
+        .expect("the waiting commit goes through");
+    let seen = read.await.unwrap().expect("the queued read");
+    assert_eq!(int_field(&seen[0], "v"), Some(1), "it sees the commit");
+    assert_eq!(query.await.unwrap().expect("the queued query"), [1]);
+    for t in [reader, querier] {
+        commit(&mut raw, vec![], t).await.unwrap();
+    }
+    let stats = emu.firestore().stats();
+    assert_eq!(stats.active_transactions, 0);
+    assert_eq!(stats.locked_documents, 0);
+    emu.shutdown().await;
+}
+
+/// Issue #16 item 7: a plain write waiting for a transaction's lock is not
+/// answered before that transaction's own commit: in Firestore the
+/// contended write retries with backoff and finishes after it.
+#[tokio::test]
+async fn a_released_plain_write_is_answered_after_the_transaction_that_held_it() {
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    for round in 0..10 {
+        let name = doc_name("released", &format!("d{round}"));
+        commit(&mut raw, vec![update(&name, &[("v", int(0))])], vec![])
+            .await
+            .unwrap();
+        let txn = begin(&mut raw).await;
+        read_in(&mut raw, &txn, std::slice::from_ref(&name))
+            .await
+            .unwrap();
+        let (mut other, n) = (raw.clone(), name.clone());
+        let plain = tokio::spawn(async move {
+            commit(&mut other, vec![update(&n, &[("v", int(2))])], vec![]).await?;
+            Ok::<Instant, tonic::Status>(Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!plain.is_finished(), "the plain write waits");
+        commit(&mut raw, vec![update(&name, &[("v", int(1))])], txn)
+            .await
+            .expect("the transaction commits");
+        let txn_answered = Instant::now();
+        let plain_answered = plain.await.unwrap().expect("the plain write");
+        assert!(
+            plain_answered > txn_answered,
+            "round {round}: the plain write was answered before the transaction"
+        );
+        let doc = emu.firestore().document(&name).unwrap();
+        assert_eq!(int_field(&doc, "v"), Some(2), "and applied after it");
+    }
+    emu.shutdown().await;
+}
