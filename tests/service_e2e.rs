@@ -302,14 +302,15 @@ async fn hot_post_gets_one_increment_per_batch_not_per_event() {
         stats.batches.get(),
         "one increment per batch"
     );
-    // Counted on the emulator's side: writes to the hot post's counter shards.
-    let layout = h.store.layout();
-    let shard_writes: u64 = (0..8)
-        .map(|k| {
-            h.emulators
-                .firestore()
-                .document_writes(&layout.counter_shard("viral", k))
-        })
+    // Counted on the emulator's side: writes to every counter shard the
+    // post has (listed, whatever their number).
+    let shards = hotcount::store::firestore::list_counter_shards(&h.store, "viral")
+        .await
+        .expect("list shards");
+    assert!(!shards.is_empty());
+    let shard_writes: u64 = shards
+        .keys()
+        .map(|name| h.emulators.firestore().document_writes(name))
         .sum();
     assert_eq!(shard_writes, stats.increments.get());
     assert!(
@@ -401,6 +402,19 @@ async fn memory_stays_bounded_under_a_backlog_larger_than_flow_control() {
         "held {high} messages with 2 streams x 50 outstanding"
     );
     assert!(high > 0);
+    // The emulator's own count: no stream ever had more than 50 leased.
+    let subscription = format!(
+        "projects/{}/subscriptions/{}",
+        common::PROJECT,
+        common::SUBSCRIPTION
+    );
+    let sub = h
+        .emulators
+        .pubsub()
+        .stats(&subscription)
+        .expect("subscription");
+    assert!(sub.max_stream_outstanding_messages <= 50, "{sub:?}");
+    assert!(sub.max_stream_outstanding_messages > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -419,6 +433,18 @@ async fn exactly_once_subscription_confirms_acks_and_counts_once() {
     assert_eq!(h.counts(want.keys()).await, want);
     let stats = consumer.stop().await;
     assert_eq!(stats.ack_failures.get(), 0);
+    // On the emulator's side: every message acknowledged, once, nothing left.
+    let subscription = format!(
+        "projects/{}/subscriptions/{}",
+        common::PROJECT,
+        common::SUBSCRIPTION
+    );
+    let sub = h
+        .emulators
+        .pubsub()
+        .stats(&subscription)
+        .expect("subscription");
+    assert_eq!((sub.acks, sub.unacked), (26, 0), "{sub:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
