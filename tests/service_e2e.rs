@@ -403,16 +403,7 @@ async fn memory_stays_bounded_under_a_backlog_larger_than_flow_control() {
     );
     assert!(high > 0);
     // The emulator's own count: no stream ever had more than 50 leased.
-    let subscription = format!(
-        "projects/{}/subscriptions/{}",
-        common::PROJECT,
-        common::SUBSCRIPTION
-    );
-    let sub = h
-        .emulators
-        .pubsub()
-        .stats(&subscription)
-        .expect("subscription");
+    let sub = h.subscription_stats();
     assert!(sub.max_stream_outstanding_messages <= 50, "{sub:?}");
     assert!(sub.max_stream_outstanding_messages > 0);
 }
@@ -434,16 +425,7 @@ async fn exactly_once_subscription_confirms_acks_and_counts_once() {
     let stats = consumer.stop().await;
     assert_eq!(stats.ack_failures.get(), 0);
     // On the emulator's side: every message acknowledged, once, nothing left.
-    let subscription = format!(
-        "projects/{}/subscriptions/{}",
-        common::PROJECT,
-        common::SUBSCRIPTION
-    );
-    let sub = h
-        .emulators
-        .pubsub()
-        .stats(&subscription)
-        .expect("subscription");
+    let sub = h.subscription_stats();
     assert_eq!((sub.acks, sub.unacked), (26, 0), "{sub:?}");
 }
 

@@ -11,18 +11,25 @@ use hotcount_emulators::FaultSpec;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_commit_that_failed_on_the_wire_is_rolled_back() {
+/// One like committed through a consumer while the first `times` Commits
+/// fail with `code`; returns the emulators' harness afterwards.
+async fn one_like_through_failed_commits(code: Code, times: u64) -> Harness {
     let h = Harness::start().await;
     h.emulators
         .firestore_faults()
-        .add(FaultSpec::error("Commit", Code::Unavailable).times(1))
+        .add(FaultSpec::error("Commit", code).times(times))
         .expect("fault");
     let consumer = h.spawn(h.run_args("c1", &["--shards", "1"]));
     h.publish(&[Ev::like("e1", "p", "u1", 1)]).await;
     assert!(consumer.wait_for_acks(1, WAIT).await);
     assert_eq!(h.count("p").await, 1);
     consumer.stop().await;
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_failed_on_the_wire_is_rolled_back() {
+    let h = one_like_through_failed_commits(Code::Unavailable, 1).await;
     assert_eq!(h.emulators.firestore_counters().get("Commit"), 2);
     assert!(
         h.emulators.firestore_counters().get("Rollback") >= 1,
@@ -32,16 +39,7 @@ async fn a_commit_that_failed_on_the_wire_is_rolled_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_aborted_names_the_transaction_it_retries() {
-    let h = Harness::start().await;
-    h.emulators
-        .firestore_faults()
-        .add(FaultSpec::error("Commit", Code::Aborted).times(2))
-        .expect("fault");
-    let consumer = h.spawn(h.run_args("c1", &["--shards", "1"]));
-    h.publish(&[Ev::like("e1", "p", "u1", 1)]).await;
-    assert!(consumer.wait_for_acks(1, WAIT).await);
-    assert_eq!(h.count("p").await, 1);
-    consumer.stop().await;
+    let h = one_like_through_failed_commits(Code::Aborted, 2).await;
     let stats = h.emulators.firestore().stats();
     assert_eq!(
         stats.retried_transactions, 2,
@@ -85,19 +83,10 @@ async fn memory_stays_bounded_when_streams_reconnect_while_messages_are_held() {
             "400",
         ],
     ));
-    let subscription = format!(
-        "projects/{}/subscriptions/{}",
-        common::PROJECT,
-        common::SUBSCRIPTION
-    );
     let mut leased_max = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while consumer.stats.acks.get() < 400 && tokio::time::Instant::now() < deadline {
-        let leased = h
-            .emulators
-            .pubsub()
-            .stats(&subscription)
-            .map_or(0, |s| s.outstanding);
+        let leased = h.subscription_stats().outstanding;
         leased_max = leased_max.max(leased);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

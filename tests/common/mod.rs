@@ -241,6 +241,12 @@ impl Harness {
         self.publish_raw(&payloads).await
     }
 
+    /// The emulator's counters for the consumer subscription.
+    pub fn subscription_stats(&self) -> hotcount_emulators::pubsub::SubscriptionStats {
+        let name = format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}");
+        self.emulators.pubsub().stats(&name).unwrap_or_default()
+    }
+
     pub async fn count(&self, post: &str) -> i64 {
         self.store.count(post).await.expect("count")
     }
