@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use futures::future::BoxFuture;
+
 use gcloud_sdk::google::firestore::v1 as fs;
 use gcloud_sdk::tonic::{Code, Status};
 
@@ -49,15 +51,50 @@ impl PostReport {
     }
 }
 
+/// A point of a repair attempt where its [`RepairHook`] is awaited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepairStep {
+    /// The attempt's first read returned; its other reads have not begun.
+    FirstRead,
+    /// Everything is read and compared; the correction (if any) is not yet committed.
+    Compared,
+}
+
+/// Awaited at each [`RepairStep`] of each repair attempt (numbered from 1):
+/// lets a test hold a repair at a precise point while other writers run.
+pub trait RepairHook: Send + Sync {
+    /// Returns when the attempt may go on.
+    fn reached(&self, step: RepairStep, attempt: u32) -> BoxFuture<'_, ()>;
+}
+
+/// The hook of [`reconcile_post`]: never holds anything.
+pub struct NoHook;
+
+impl RepairHook for NoHook {
+    fn reached(&self, _step: RepairStep, _attempt: u32) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
 /// Compares (and with `repair`, fixes) one post.
 pub async fn reconcile_post(
     store: &FirestoreStore,
     post_id: &str,
     repair: bool,
 ) -> Result<PostReport, StoreError> {
+    reconcile_post_with(store, post_id, repair, &NoHook).await
+}
+
+/// [`reconcile_post`], awaiting `hook` at each [`RepairStep`] of a repair.
+pub async fn reconcile_post_with(
+    store: &FirestoreStore,
+    post_id: &str,
+    repair: bool,
+    hook: &dyn RepairHook,
+) -> Result<PostReport, StoreError> {
     if !repair {
         let txn = begin(store, false).await?;
-        let result = read_post(store, post_id, &txn).await;
+        let result = read_post(store, post_id, &txn, None).await;
         store.rollback(txn).await;
         let (liked, shards) = result?;
         return Ok(PostReport {
@@ -69,7 +106,7 @@ pub async fn reconcile_post(
     }
     let mut attempt = 1;
     loop {
-        match repair_once(store, post_id).await {
+        match repair_once(store, post_id, hook, attempt).await {
             Err(error) if error.is_retryable() && attempt < REPAIR_MAX_ATTEMPTS => {
                 tracing::debug!(%error, post = post_id, attempt, "repair aborted; retrying");
                 tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
@@ -80,9 +117,14 @@ pub async fn reconcile_post(
     }
 }
 
-async fn repair_once(store: &FirestoreStore, post_id: &str) -> Result<PostReport, StoreError> {
+async fn repair_once(
+    store: &FirestoreStore,
+    post_id: &str,
+    hook: &dyn RepairHook,
+    attempt: u32,
+) -> Result<PostReport, StoreError> {
     let txn = begin(store, true).await?;
-    let (liked, shards) = match read_post(store, post_id, &txn).await {
+    let (liked, shards) = match read_post(store, post_id, &txn, Some((hook, attempt))).await {
         Ok(read) => read,
         Err(error) => {
             store.rollback(txn).await;
@@ -96,6 +138,7 @@ async fn repair_once(store: &FirestoreStore, post_id: &str) -> Result<PostReport
         repaired: false,
     };
     let difference = report.difference();
+    hook.reached(RepairStep::Compared, attempt).await;
     if difference == 0 {
         store.rollback(txn).await;
         return Ok(report);
@@ -201,6 +244,7 @@ async fn read_post(
     store: &FirestoreStore,
     post_id: &str,
     txn: &[u8],
+    hook: Option<(&dyn RepairHook, u32)>,
 ) -> Result<(i64, BTreeMap<String, i64>), StoreError> {
     let layout = store.layout();
     let liked_query = fs::StructuredQuery {
@@ -217,6 +261,9 @@ async fn read_post(
         ..Default::default()
     };
     let liked = count(store, &layout.root(), liked_query, txn).await?;
+    if let Some((hook, attempt)) = hook {
+        hook.reached(RepairStep::FirstRead, attempt).await;
+    }
     let shards_query = fs::StructuredQuery {
         from: vec![collection("shards", false)],
         ..Default::default()
