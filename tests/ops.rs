@@ -99,6 +99,232 @@ async fn reconcile_finds_and_repairs_a_corrupted_shard() {
     );
 }
 
+/// Holds a repair's first attempt at one [`reconcile::RepairStep`] until released.
+struct Pause {
+    at: reconcile::RepairStep,
+    reached: tokio::sync::mpsc::UnboundedSender<()>,
+    go: tokio::sync::Semaphore,
+}
+
+impl reconcile::RepairHook for Pause {
+    fn reached(
+        &self,
+        step: reconcile::RepairStep,
+        attempt: u32,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            if step == self.at && attempt == 1 {
+                let _ = self.reached.send(());
+                if let Ok(permit) = self.go.acquire().await {
+                    permit.forget();
+                }
+            }
+        })
+    }
+}
+
+/// A repair of one post running as a task, held at a step of its first attempt.
+struct HeldRepair {
+    pause: std::sync::Arc<Pause>,
+    reached: tokio::sync::mpsc::UnboundedReceiver<()>,
+    task: tokio::task::JoinHandle<Result<reconcile::PostReport, hotcount::store::StoreError>>,
+}
+
+impl HeldRepair {
+    fn start(h: &Harness, post: &str, at: reconcile::RepairStep) -> Self {
+        let (tx, reached) = tokio::sync::mpsc::unbounded_channel();
+        let pause = std::sync::Arc::new(Pause {
+            at,
+            reached: tx,
+            go: tokio::sync::Semaphore::new(0),
+        });
+        let (store, post, hook) = (h.store.clone(), post.to_string(), pause.clone());
+        let task = tokio::spawn(async move {
+            reconcile::reconcile_post_with(&store, &post, true, &*hook).await
+        });
+        Self {
+            pause,
+            reached,
+            task,
+        }
+    }
+
+    /// Waits (bounded) until the repair is held at its step.
+    async fn held(&mut self) {
+        tokio::time::timeout(WAIT, self.reached.recv())
+            .await
+            .expect("the repair reaches its step in time")
+            .expect("the repair is running");
+    }
+
+    /// Lets it go on and waits (bounded) for its report.
+    async fn finish(self) -> reconcile::PostReport {
+        self.pause.go.add_permits(1);
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .expect("the repair ends in time")
+            .expect("repair task")
+            .expect("repair")
+    }
+}
+
+/// Liked memberships of `post` in the database, counted by a plain query.
+async fn liked_memberships(h: &Harness, post: &str) -> i64 {
+    use fs::structured_query::{filter::FilterType, CollectionSelector, FieldFilter, Filter};
+    use gcloud_sdk::google::firestore::v1 as fs;
+    let query = fs::StructuredQuery {
+        from: vec![CollectionSelector {
+            collection_id: h.store.layout().collection("likes"),
+            all_descendants: false,
+        }],
+        r#where: Some(Filter {
+            filter_type: Some(FilterType::FieldFilter(FieldFilter {
+                field: Some(fs::structured_query::FieldReference {
+                    field_path: "postId".into(),
+                }),
+                op: fs::structured_query::field_filter::Operator::Equal as i32,
+                value: Some(fs::Value {
+                    value_type: Some(fs::value::ValueType::StringValue(post.into())),
+                }),
+            })),
+        }),
+        ..Default::default()
+    };
+    let docs = h
+        .store
+        .run_query(&h.store.layout().root(), query, None)
+        .await
+        .expect("memberships");
+    docs.iter()
+        .filter(|d| {
+            matches!(
+                d.fields.get("liked").and_then(|v| v.value_type.as_ref()),
+                Some(gcloud_sdk::google::firestore::v1::value::ValueType::BooleanValue(true))
+            )
+        })
+        .count() as i64
+}
+
+/// A like the consumer commits between the repair's reads (a new membership
+/// and its increment, in one commit) is neither subtracted nor counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_like_committed_between_a_repairs_reads_is_not_subtracted() {
+    let h = Harness::start().await;
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    let mut events = likes("p", 3, "a");
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+    corrupt::counter_shard(&h.store, "p", 7, -2).await;
+    assert_eq!(h.count("p").await, 1);
+
+    let mut repair = HeldRepair::start(&h, "p", reconcile::RepairStep::FirstRead);
+    repair.held().await;
+    let late = Ev::like("late", "p", "late-user", 1);
+    h.publish(std::slice::from_ref(&late)).await;
+    events.push(late);
+    assert!(
+        consumer.wait_for_acks(4, WAIT).await,
+        "the like commits while the repair is held between its reads"
+    );
+    let report = repair.finish().await;
+    consumer.stop().await;
+
+    assert_eq!(liked_memberships(&h, "p").await, 4);
+    assert_eq!(
+        h.count("p").await,
+        4,
+        "sum of shards == liked memberships after the repair ({report:?})"
+    );
+    assert!(report.repaired, "{report:?}");
+    assert_eq!(report.difference(), 2, "{report:?}");
+    assert_eq!(h.counts(expected(&events).keys()).await, expected(&events));
+}
+
+/// A like the consumer commits after the repair compared, before it
+/// commits, leaves the count exact too (whether the consumer had to wait
+/// for the repair or not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_like_committed_after_a_repair_compared_keeps_the_count_exact() {
+    let h = Harness::start().await;
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    h.publish(&likes("p", 3, "a")).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+    corrupt::counter_shard(&h.store, "p", 7, 5).await;
+
+    let mut repair = HeldRepair::start(&h, "p", reconcile::RepairStep::Compared);
+    repair.held().await;
+    let waits_before = h.emulators.firestore().stats().lock_waits;
+    h.publish(&[Ev::like("late", "p", "late-user", 1)]).await;
+    // Either the consumer commits at once, or it waits for the repair's locks.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while consumer.stats.acks.get() < 4
+        && h.emulators.firestore().stats().lock_waits == waits_before
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the like is processed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let report = repair.finish().await;
+    assert!(consumer.wait_for_acks(4, WAIT).await);
+    consumer.stop().await;
+
+    assert_eq!(report.difference(), -5, "{report:?}");
+    assert_eq!(liked_memberships(&h, "p").await, 4);
+    assert_eq!(h.count("p").await, 4, "{report:?}");
+}
+
+/// Two repairs of one corrupted post that both compared before either
+/// committed: one correction applies, the other retries from fresh reads
+/// and finds nothing to do, in either commit order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_repairs_of_one_post_apply_one_correction() {
+    let h = Harness::start().await;
+    // A phantom increment on shard 3 of posts with no likes (shard 0 absent).
+    for post in ["older-first", "younger-first"] {
+        corrupt::counter_shard(&h.store, post, 3, 2).await;
+        let mut older = HeldRepair::start(&h, post, reconcile::RepairStep::Compared);
+        older.held().await;
+        let mut younger = HeldRepair::start(&h, post, reconcile::RepairStep::Compared);
+        younger.held().await;
+        let (first, second) = if post == "older-first" {
+            (older, younger)
+        } else {
+            (younger, older)
+        };
+        let first = first.finish().await;
+        let second = second.finish().await;
+        assert_eq!(
+            h.count(post).await,
+            0,
+            "{post}: corrected once ({first:?}, {second:?})"
+        );
+        let applied = [&first, &second].iter().filter(|r| r.repaired).count();
+        assert_eq!(applied, 1, "{post}: {first:?}, {second:?}");
+    }
+}
+
+/// A correction that committed but was answered UNAVAILABLE is not applied
+/// again by the retry, and the report still says what was repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_applied_but_answered_unavailable_applies_once_and_reports_it() {
+    use hotcount_emulators::{FaultKind, FaultSpec};
+    let h = Harness::start().await;
+    corrupt::counter_shard(&h.store, "p", 3, 4).await;
+    let faults = h.emulators.firestore_faults();
+    faults
+        .add(FaultSpec::error_after_apply("Commit", gcloud_sdk::tonic::Code::Unavailable).times(1))
+        .unwrap();
+    let report = reconcile::reconcile_post(&h.store, "p", true)
+        .await
+        .expect("repair");
+    assert_eq!(faults.fired().get(&FaultKind::ErrorAfterApply), Some(&1));
+    assert_eq!(h.count("p").await, 0, "corrected once");
+    assert!(report.repaired, "{report:?}");
+    assert_eq!(report.difference(), -4, "{report:?}");
+}
+
 /// A subscription that keeps acked messages, created before the traffic:
 /// stands in for topic message retention, which the emulator does not keep
 /// for subscriptions created later (Google does, with `--message-retention-duration`).
