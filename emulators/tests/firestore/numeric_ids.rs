@@ -255,7 +255,7 @@ async fn name_order_puts_numeric_ids_first_in_numeric_order() {
         .fluent()
         .select()
         .from("ids")
-        .order_by([("__name__", firestore::FirestoreQueryDirection::Ascending)])
+        .order(|o| o.fields([o.field("__name__").asc()]))
         .query()
         .await
         .unwrap();
@@ -338,7 +338,7 @@ async fn name_order_puts_numeric_ids_first_in_numeric_order() {
         .fluent()
         .select()
         .from("ids")
-        .order_by([("__name__", firestore::FirestoreQueryDirection::Ascending)])
+        .order(|o| o.fields([o.field("__name__").asc()]))
         .start_at(FirestoreQueryCursor::AfterValue(vec![
             FirestoreValue::from(reference(&doc_name("ids", "__id2__"))),
         ]))
