@@ -1,10 +1,13 @@
 //! Resource names and field paths: parsing and validating database, parent
-//! and document names, collection and document ids, and dotted field paths.
+//! and document names, collection and document ids (numeric document ids
+//! `__id<int64>__` included), the order of names, and dotted field paths.
 //!
 //! Invariant: a [`DocName`] or [`Parent`] only exists with a well-formed
 //! database prefix and valid ids (and a [`DocName`] within 6 KiB), so the
 //! store never sees a malformed key; every rejection is an
-//! INVALID_ARGUMENT, never a panic.
+//! INVALID_ARGUMENT, never a panic. Names order as Firestore orders
+//! `__name__` ([`compare_names`]): segment by segment, numeric ids before
+//! string ids.
 
 use std::cmp::Ordering;
 
@@ -33,7 +36,8 @@ pub fn parse_database(database: &str) -> Result<String, Status> {
     }
 }
 
-/// Checks a collection or document id.
+/// Checks a collection or document id (`what` is `"collection"` or
+/// `"document"`; only a document id may be a numeric id `__id<int64>__`).
 pub fn validate_id(id: &str, what: &str) -> Result<(), Status> {
     let reason = if id.is_empty() {
         Some("must not be empty")
@@ -43,8 +47,10 @@ pub fn validate_id(id: &str, what: &str) -> Result<(), Status> {
         Some("must not contain '/'")
     } else if id == "." || id == ".." {
         Some("must not be '.' or '..'")
-    } else if is_reserved(id) {
+    } else if is_reserved(id) && what != "document" {
         Some("must not match __.+__")
+    } else if is_reserved(id) && numeric_id(id).is_none() {
+        Some("must not match __.+__ unless it is a numeric id __id<int64>__")
     } else {
         None
     };
@@ -61,6 +67,28 @@ pub fn validate_id(id: &str, what: &str) -> Result<(), Status> {
 /// one character, two underscores (`____` itself is an ordinary name).
 pub fn is_reserved(name: &str) -> bool {
     name.len() >= 5 && name.starts_with("__") && name.ends_with("__")
+}
+
+/// The number of a numeric document id: `__id`, a signed 64-bit integer in
+/// canonical decimal (an optional `-`, no `+`, no leading zeros, not `-0`),
+/// `__`. Firestore exposes Datastore's numeric entity ids this way
+/// (<https://firebase.google.com/docs/firestore/quotas#collections_documents_and_fields>)
+/// and accepts them from `__id-9223372036854775808__` to
+/// `__id9223372036854775807__` (the int64 bounds Google's client libraries
+/// and their integration tests use). Any other `__id...__` is not numeric.
+pub fn numeric_id(id: &str) -> Option<i64> {
+    let digits = id.strip_prefix("__id")?.strip_suffix("__")?;
+    let magnitude = digits.strip_prefix('-').unwrap_or(digits);
+    let canonical = match magnitude.as_bytes() {
+        [b'0'] => magnitude.len() == digits.len(),
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if canonical {
+        digits.parse().ok()
+    } else {
+        None
+    }
 }
 
 /// The storage size of a document name from its ids: each id's bytes + 1,
@@ -204,9 +232,34 @@ fn split(name: &str) -> Result<(String, Vec<String>), Status> {
     Ok((format!("projects/{p}/databases/{d}"), segments))
 }
 
-/// Orders names segment by segment, as Firestore orders `__name__`.
+/// Orders names segment by segment, as Firestore orders `__name__`: a
+/// name that is a prefix of another comes first.
 pub fn compare_names(a: &str, b: &str) -> Ordering {
-    a.split('/').cmp(b.split('/'))
+    let (mut a, mut b) = (a.split('/'), b.split('/'));
+    loop {
+        match (a.next(), b.next()) {
+            (Some(x), Some(y)) => match compare_segments(x, y) {
+                Ordering::Equal => {}
+                other => return other,
+            },
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+        }
+    }
+}
+
+/// Orders two ids: numeric ids (`__id<int64>__`) first, by their number;
+/// then every other id by its UTF-8 bytes. The rule of Google's client
+/// libraries, which match the backend's order (`compareSegments` in
+/// nodejs-firestore `dev/src/path.ts`, java-firestore `BasePath.java`).
+pub fn compare_segments(a: &str, b: &str) -> Ordering {
+    match (numeric_id(a), numeric_id(b)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => a.as_bytes().cmp(b.as_bytes()),
+    }
 }
 
 /// The path of `name` below `prefix` (which ends with `/`), split into ids.
@@ -330,5 +383,54 @@ mod tests {
     fn orders_names_by_segment() {
         assert_eq!(compare_names("a/b/c", "a/b-c"), Ordering::Less);
         assert_eq!(compare_names("a/b", "a/b/c"), Ordering::Less);
+        assert_eq!(compare_names("a/b", "a/b"), Ordering::Equal);
+    }
+
+    #[test]
+    fn numeric_ids_are_canonical_int64() {
+        for (id, n) in [
+            ("__id0__", Some(0)),
+            ("__id42__", Some(42)),
+            ("__id-5__", Some(-5)),
+            ("__id9223372036854775807__", Some(i64::MAX)),
+            ("__id-9223372036854775808__", Some(i64::MIN)),
+            ("__id9223372036854775808__", None),
+            ("__id-9223372036854775809__", None),
+            ("__id__", None),
+            ("__id-__", None),
+            ("__id-0__", None),
+            ("__id01__", None),
+            ("__id+1__", None),
+            ("__id 1__", None),
+            ("__id1_", None),
+            ("_id1__", None),
+            ("__ID1__", None),
+        ] {
+            assert_eq!(numeric_id(id), n, "{id}");
+        }
+        assert!(validate_id("__id7__", "document").is_ok());
+        assert!(validate_id("__id7__", "collection").is_err());
+        assert!(validate_id("__id07__", "document").is_err());
+    }
+
+    #[test]
+    fn numeric_ids_come_first_in_numeric_order() {
+        let mut ids = vec![
+            "a", "_id1__", "__id1_", "__id", "Aa", "A", "7", "12", "__id12__", "__id7__",
+            "__id-2__",
+        ];
+        ids.sort_by(|a, b| compare_segments(a, b));
+        // Google's expected order (java-firestore ITQueryWatchTest).
+        assert_eq!(
+            ids,
+            [
+                "__id-2__", "__id7__", "__id12__", "12", "7", "A", "Aa", "__id", "__id1_",
+                "_id1__", "a"
+            ]
+        );
+        assert_eq!(
+            compare_names("d/c/__id-9223372036854775808__", "d/c/0abc"),
+            Ordering::Less
+        );
     }
 }

@@ -150,7 +150,8 @@ fn cmp_int_double(a: i64, b: f64) -> Ordering {
     }
 }
 
-/// Firestore's total order on values.
+/// Firestore's total order on values (references, like `__name__`, in name
+/// order: segment by segment, numeric ids `__id<int64>__` first).
 pub fn compare(a: &Value, b: &Value) -> Ordering {
     let (ra, rb) = (rank(a), rank(b));
     if ra != rb {

@@ -7,11 +7,13 @@
 //! - `faults`: injected faults seen from the client side.
 //! - `limits`: Google's documented limits, crossed by one byte or level.
 //! - `admin`: stats and reset routes.
+//! - `numeric_ids`: numeric document ids `__id<int64>__` and their order.
 
 mod admin;
 mod documents;
 mod faults;
 mod limits;
+mod numeric_ids;
 mod queries;
 mod support;
 mod transactions;
