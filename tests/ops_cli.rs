@@ -147,3 +147,154 @@ async fn replay_dry_run_and_dlq_commands_report_without_changing_anything() {
     assert!(stdout(&out).contains("not found\t404"), "{}", stdout(&out));
     assert_eq!(h.count("p").await, 4);
 }
+
+/// `hotcount run` as a child process of `args`, its stderr (the log) in a file.
+struct RunningCli {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl RunningCli {
+    fn start(h: &Harness, name: &str, args: &[&str]) -> Self {
+        let log = std::env::temp_dir().join(format!("hotcount-{name}-{}.log", std::process::id()));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_hotcount"))
+            .env(
+                "PUBSUB_EMULATOR_HOST",
+                h.emulators.pubsub_addr().to_string(),
+            )
+            .env(
+                "FIRESTORE_EMULATOR_HOST",
+                h.emulators.firestore_addr().to_string(),
+            )
+            .env("HOTCOUNT_PROJECT", common::PROJECT)
+            .env("RUST_LOG", "warn")
+            .args(["run", "--metrics-addr", "off"])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("hotcount run starts");
+        Self { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the log holds `text`.
+    async fn wait_for_log(&self, text: &str) -> bool {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !self.log().contains(text) {
+            if tokio::time::Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
+    }
+
+    /// SIGTERM, then the exit status (bounded wait).
+    async fn stop(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "hotcount run did not stop"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantine_is_logged_at_warn_and_listed_and_shown_by_the_cli() {
+    let h = Harness::start().await;
+    let run = RunningCli::start(&h, "quarantine", &["--subscription", common::SUBSCRIPTION]);
+    let ids = h.publish_raw(&[b"{not json".to_vec()]).await;
+    assert!(
+        run.wait_for_log(&ids[0]).await,
+        "the quarantine is logged with its message id: {}",
+        run.log()
+    );
+    let log = run.log();
+    assert!(
+        log.contains("WARN") && log.contains("message quarantined"),
+        "{log}"
+    );
+    assert!(run.stop().await.success());
+
+    let out = hotcount(&h, &["quarantine", "list"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = format!("hotcount:{}", ids[0]);
+    assert!(stdout(&out).contains(&id), "{}", stdout(&out));
+    assert!(stdout(&out).contains("1 record(s)"), "{}", stdout(&out));
+    let out = hotcount(&h, &["quarantine", "show", &id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout(&out).contains("not a JSON object"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_warns_at_start_when_the_subscription_has_no_dead_letter_policy() {
+    use google_cloud_pubsub::model::Subscription;
+    let h = Harness::start().await;
+    let admin = hotcount::connect::subscription_admin(&h.endpoints)
+        .await
+        .expect("admin");
+    let bare = "likes-no-dead-letters";
+    admin
+        .create_subscription()
+        .with_request(
+            Subscription::new()
+                .set_name(format!("projects/{}/subscriptions/{bare}", common::PROJECT))
+                .set_topic(format!(
+                    "projects/{}/topics/{}",
+                    common::PROJECT,
+                    common::TOPIC
+                )),
+        )
+        .send()
+        .await
+        .expect("subscription without a dead-letter policy");
+    let run = RunningCli::start(&h, "no-dlq", &["--subscription", bare]);
+    assert!(
+        run.wait_for_log("no dead-letter policy").await,
+        "a warning at start: {}",
+        run.log()
+    );
+    assert!(run.log().contains("WARN"));
+    assert!(run.stop().await.success());
+    // With the policy `hotcount setup` gives it: running (a like counted,
+    // so start-up is over), and no such warning.
+    let run = RunningCli::start(&h, "with-dlq", &["--subscription", common::SUBSCRIPTION]);
+    let events = [Ev::like("e1", "p", "u1", 1)];
+    h.publish(&events).await;
+    let want = expected(&events);
+    assert_eq!(
+        h.wait_for_counts(&want, Duration::from_secs(30)).await,
+        want
+    );
+    assert!(
+        !run.log().contains("no dead-letter policy"),
+        "{}",
+        run.log()
+    );
+    assert!(run.stop().await.success());
+}
