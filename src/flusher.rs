@@ -885,7 +885,16 @@ mod tests {
         rig.store.set_delay(Duration::from_millis(30));
         let (stop_tx, stop) = watch::channel(false);
         let task = tokio::spawn(rig.flusher.clone().run(stop));
-        feed(&mut rig, 50, 3, 3000).await;
+        // 5 posts x 4 users: every membership comes back every ~7 ms,
+        // while an earlier batch of it (30 ms) may be in flight (distinct
+        // users alone could never overlap).
+        for i in 0..3000usize {
+            let (post, user) = (i % 5, (i / 5) % 4);
+            rig.like(&format!("p{post}"), &format!("u{user}"), i as i64);
+            if (i + 1) % 3 == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         stop_tx.send(true).unwrap();
         task.await.unwrap();
         let seen = rig.store.concurrency();
