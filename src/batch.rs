@@ -215,13 +215,6 @@ impl Batch {
         self.events.keys()
     }
 
-    /// Posts touched by this batch.
-    pub fn posts(&self) -> Vec<&str> {
-        let mut posts: Vec<&str> = self.events.keys().map(|k| k.post_id.as_str()).collect();
-        posts.dedup();
-        posts
-    }
-
     /// Applies the events, per key in version order, to `stored` (absent =
     /// never seen: not liked, older than any event).
     pub fn plan<S: BuildHasher>(&self, stored: &HashMap<MembershipKey, Membership, S>) -> Plan {

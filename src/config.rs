@@ -202,12 +202,6 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-impl ConfigError {
-    /// Config errors are never retryable: fix the setting.
-    pub fn is_retryable(&self) -> bool {
-        false
-    }
-}
 
 fn range<T: PartialOrd + std::fmt::Display>(
     flag: &'static str,

@@ -19,12 +19,6 @@ pub struct ConnectError {
     pub message: String,
 }
 
-impl ConnectError {
-    /// Building a client fails on configuration; retrying does not help.
-    pub fn is_retryable(&self) -> bool {
-        false
-    }
-}
 
 fn emulator_url(host: &str) -> String {
     if host.contains("://") {

@@ -31,12 +31,6 @@ pub struct HttpError {
     pub source: std::io::Error,
 }
 
-impl HttpError {
-    /// A taken port or a refused address does not fix itself.
-    pub fn is_retryable(&self) -> bool {
-        false
-    }
-}
 
 /// The Prometheus text format's content type.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -29,12 +29,6 @@ pub enum ServiceError {
     Http(#[from] crate::http::HttpError),
 }
 
-impl ServiceError {
-    /// Start-up failures are configuration problems.
-    pub fn is_retryable(&self) -> bool {
-        false
-    }
-}
 
 /// Opens the Firestore store described by `config`.
 pub async fn open_store(

@@ -43,12 +43,6 @@ pub struct LineChart {
 #[error("encoding the PNG: {0}")]
 pub struct ChartError(#[from] png::EncodingError);
 
-impl ChartError {
-    /// Encoding into memory fails only on a bug; never retryable.
-    pub fn is_retryable(&self) -> bool {
-        false
-    }
-}
 
 impl LineChart {
     /// Renders the chart as PNG bytes.

@@ -84,12 +84,6 @@ pub enum PublishError {
     Options(String),
 }
 
-impl PublishError {
-    /// Neither a configuration nor a client-construction failure heals by retrying.
-    pub fn is_retryable(&self) -> bool {
-        false
-    }
-}
 
 /// `projects/{project}/topics/{topic}` from an id or a full name.
 pub fn topic_name(project: &str, topic: &str) -> Result<String, String> {

@@ -30,7 +30,9 @@ pub enum RunError {
 impl RunError {
     /// Whether running again may succeed.
     ///
-    /// - `Publish`, `Verify`: as the wrapped error says.
+    /// - `Verify`: as the wrapped error says.
+    /// - `Publish`: no; a configuration or client-construction failure
+    ///   does not heal by retrying.
     /// - `Start`: yes; an emulator, a port or a child process may start on a
     ///   second try.
     /// - `Invalid`: no; the same settings fail the same way.
@@ -38,10 +40,9 @@ impl RunError {
     ///   which a retry does not heal.
     pub fn is_retryable(&self) -> bool {
         match self {
-            RunError::Publish(e) => e.is_retryable(),
             RunError::Verify(e) => e.is_retryable(),
             RunError::Start(_) => true,
-            RunError::Invalid(_) | RunError::Report(_) => false,
+            RunError::Invalid(_) | RunError::Report(_) | RunError::Publish(_) => false,
         }
     }
 }

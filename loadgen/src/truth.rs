@@ -53,12 +53,6 @@ pub enum TruthError {
     },
 }
 
-impl TruthError {
-    /// A missing or corrupt file stays so: never retryable.
-    pub fn is_retryable(&self) -> bool {
-        false
-    }
-}
 
 impl Truth {
     /// Computes the expected counts of `messages` (all of them).

@@ -96,12 +96,6 @@ pub struct WorkloadError {
     pub reason: String,
 }
 
-impl WorkloadError {
-    /// Settings errors never go away by retrying.
-    pub fn is_retryable(&self) -> bool {
-        false
-    }
-}
 
 /// Most messages one workload holds (they are all kept in memory).
 pub const MAX_EVENTS: u64 = 50_000_000;

@@ -161,11 +161,6 @@ impl<H> Aggregator<H> {
         }
     }
 
-    /// How this aggregator routes messages.
-    pub fn routing(&self) -> Routing {
-        self.routing
-    }
-
     /// Number of shards.
     pub fn shard_count(&self) -> usize {
         self.shards.len()

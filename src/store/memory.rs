@@ -96,16 +96,6 @@ impl MemoryStore {
         self.state.lock().commits
     }
 
-    /// Number of liked memberships of `post_id` (to check the shard invariant).
-    pub fn liked_members(&self, post_id: &str) -> i64 {
-        let state = self.state.lock();
-        state
-            .memberships
-            .iter()
-            .filter(|(k, m)| k.post_id == post_id && m.liked)
-            .count() as i64
-    }
-
     fn fail(class: ErrorClass, message: &str) -> StoreError {
         StoreError {
             op: "Commit",
