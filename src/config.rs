@@ -20,7 +20,7 @@ pub struct Endpoints {
 }
 
 /// Which Google Cloud project, database and documents.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Target {
     /// Google Cloud project id.
     #[arg(long, env = "HOTCOUNT_PROJECT", default_value = "hotcount-local")]
@@ -34,7 +34,8 @@ pub struct Target {
 }
 
 /// How events become transactions.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// Buffer per post, one transaction per batch (the design).
     Batched,
@@ -45,9 +46,10 @@ pub enum Strategy {
 }
 
 /// Settings of `hotcount run`, as given on the command line or in the environment.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize)]
 pub struct RunArgs {
     /// Target project, database and collections.
+    #[serde(flatten)]
     #[command(flatten)]
     pub target: Target,
     /// Subscription id (or full `projects/*/subscriptions/*` name).
@@ -202,7 +204,6 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-
 fn range<T: PartialOrd + std::fmt::Display>(
     flag: &'static str,
     v: T,
@@ -278,6 +279,33 @@ pub fn metrics_addr(
         });
     }
     Ok(Some(addr))
+}
+
+impl RunArgs {
+    /// The `hotcount run` flags that reproduce these settings: every flag
+    /// of [`RunArgs`], found by clap's own description of it (so a new flag
+    /// is never forgotten), with its value from these settings.
+    pub fn to_flags(&self) -> Vec<String> {
+        use clap::Args as _;
+        let values = match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(values)) => values,
+            _ => serde_json::Map::new(),
+        };
+        let command = RunArgs::augment_args(clap::Command::new("run"));
+        let mut flags = Vec::new();
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else {
+                continue;
+            };
+            match values.get(arg.get_id().as_str()) {
+                Some(serde_json::Value::Bool(true)) => flags.push(format!("--{long}")),
+                Some(serde_json::Value::String(v)) => flags.push(format!("--{long}={v}")),
+                Some(serde_json::Value::Number(v)) => flags.push(format!("--{long}={v}")),
+                _ => {}
+            }
+        }
+        flags
+    }
 }
 
 impl RunArgs {
@@ -413,6 +441,56 @@ mod tests {
         let mut all = vec!["hotcount"];
         all.extend_from_slice(args);
         Cli::parse_from(all).run.validate()
+    }
+
+    #[test]
+    fn flags_reproduce_every_setting() {
+        let defaults = Cli::parse_from(["hotcount"]).run;
+        assert_eq!(
+            Cli::parse_from(std::iter::once("hotcount".to_string()).chain(defaults.to_flags())).run,
+            defaults
+        );
+        // Every setting away from its default, each a different value.
+        let mut changed = defaults.clone();
+        changed.target.project = "p2".into();
+        changed.target.database = "db2".into();
+        changed.target.collection_prefix = "x_".into();
+        changed.subscription = "s2".into();
+        changed.consumer = "c2".into();
+        changed.shards = 3;
+        changed.counter_shards = 5;
+        changed.counter_shard_target_writes_per_sec = 7;
+        changed.flush_interval_ms = 11;
+        changed.flush_min_wait_ms = 2;
+        changed.max_commits_in_flight = 13;
+        changed.max_batch_events = 17;
+        changed.max_outstanding_messages = 19;
+        changed.max_outstanding_bytes = 23_000;
+        changed.streams = 29;
+        changed.lease_extension_secs = 31;
+        changed.commit_max_attempts = 37;
+        changed.commit_backoff_initial_ms = 41;
+        changed.commit_backoff_max_ms = 43;
+        changed.marker_ttl_days = 47;
+        changed.shutdown_deadline_secs = 53;
+        changed.log_json = true;
+        changed.strategy = Strategy::PerEvent;
+        changed.per_event_concurrency = 59;
+        changed.metrics_addr = "127.0.0.1:0".into();
+        changed.metrics_allow_remote = true;
+        // A setting added later and not changed here would prove nothing.
+        let (before, after) = (
+            serde_json::to_value(&defaults).expect("json"),
+            serde_json::to_value(&changed).expect("json"),
+        );
+        for (key, value) in before.as_object().expect("an object") {
+            assert_ne!(
+                &after[key], value,
+                "{key} is left at its default: change it above"
+            );
+        }
+        let argv = std::iter::once("hotcount".to_string()).chain(changed.to_flags());
+        assert_eq!(Cli::parse_from(argv).run, changed);
     }
 
     #[test]

@@ -19,7 +19,6 @@ pub struct ConnectError {
     pub message: String,
 }
 
-
 fn emulator_url(host: &str) -> String {
     if host.contains("://") {
         host.to_string()

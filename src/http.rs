@@ -31,7 +31,6 @@ pub struct HttpError {
     pub source: std::io::Error,
 }
 
-
 /// The Prometheus text format's content type.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 

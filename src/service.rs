@@ -29,7 +29,6 @@ pub enum ServiceError {
     Http(#[from] crate::http::HttpError),
 }
 
-
 /// Opens the Firestore store described by `config`.
 pub async fn open_store(
     endpoints: &Endpoints,

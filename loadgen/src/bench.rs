@@ -474,61 +474,13 @@ fn summary_quantile(text: &str, name: &str, q: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(seconds).ok()
 }
 
-/// The `hotcount run` flags that reproduce `args` (the settings the
-/// benchmark varies, and where the consumer reads and writes), with its
-/// metrics endpoint on `metrics_addr` (`off` for none).
+/// The `hotcount run` flags that reproduce `args` (every flag: derived
+/// from `RunArgs` itself, so none is dropped), with its metrics endpoint on
+/// `metrics_addr` (`off` for none).
 pub fn consumer_flags(args: &RunArgs, metrics_addr: &str) -> Vec<String> {
-    let strategy = match args.strategy {
-        Strategy::Batched => "batched",
-        Strategy::PerEvent => "per-event",
-    };
-    let flags: [(&str, String); 20] = [
-        ("project", args.target.project.clone()),
-        ("database", args.target.database.clone()),
-        ("collection-prefix", args.target.collection_prefix.clone()),
-        ("subscription", args.subscription.clone()),
-        ("consumer", args.consumer.clone()),
-        ("shards", args.shards.to_string()),
-        ("counter-shards", args.counter_shards.to_string()),
-        (
-            "counter-shard-target-writes-per-sec",
-            args.counter_shard_target_writes_per_sec.to_string(),
-        ),
-        ("flush-interval-ms", args.flush_interval_ms.to_string()),
-        ("flush-min-wait-ms", args.flush_min_wait_ms.to_string()),
-        (
-            "max-commits-in-flight",
-            args.max_commits_in_flight.to_string(),
-        ),
-        ("max-batch-events", args.max_batch_events.to_string()),
-        (
-            "max-outstanding-messages",
-            args.max_outstanding_messages.to_string(),
-        ),
-        (
-            "max-outstanding-bytes",
-            args.max_outstanding_bytes.to_string(),
-        ),
-        ("streams", args.streams.to_string()),
-        (
-            "lease-extension-secs",
-            args.lease_extension_secs.to_string(),
-        ),
-        ("strategy", strategy.to_string()),
-        (
-            "shutdown-deadline-secs",
-            args.shutdown_deadline_secs.to_string(),
-        ),
-        (
-            "per-event-concurrency",
-            args.per_event_concurrency.to_string(),
-        ),
-        ("metrics-addr", metrics_addr.to_string()),
-    ];
-    flags
-        .into_iter()
-        .map(|(flag, value)| format!("--{flag}={value}"))
-        .collect()
+    let mut args = args.clone();
+    args.metrics_addr = metrics_addr.to_string();
+    args.to_flags()
 }
 
 fn acked(emulators: &Emulators, subscription: &str) -> u64 {

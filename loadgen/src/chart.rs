@@ -43,7 +43,6 @@ pub struct LineChart {
 #[error("encoding the PNG: {0}")]
 pub struct ChartError(#[from] png::EncodingError);
 
-
 impl LineChart {
     /// Renders the chart as PNG bytes.
     pub fn render_png(&self) -> Result<Vec<u8>, ChartError> {

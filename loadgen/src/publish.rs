@@ -84,7 +84,6 @@ pub enum PublishError {
     Options(String),
 }
 
-
 /// `projects/{project}/topics/{topic}` from an id or a full name.
 pub fn topic_name(project: &str, topic: &str) -> Result<String, String> {
     if let Some(rest) = topic.strip_prefix("projects/") {

@@ -53,7 +53,6 @@ pub enum TruthError {
     },
 }
 
-
 impl Truth {
     /// Computes the expected counts of `messages` (all of them).
     pub fn compute(config: WorkloadConfig, messages: &[OutMessage]) -> Self {

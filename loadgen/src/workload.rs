@@ -96,7 +96,6 @@ pub struct WorkloadError {
     pub reason: String,
 }
 
-
 /// Most messages one workload holds (they are all kept in memory).
 pub const MAX_EVENTS: u64 = 50_000_000;
 
