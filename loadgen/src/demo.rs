@@ -66,12 +66,16 @@ pub struct DemoSummary {
 }
 
 impl DemoSummary {
-    /// Every count exact, the invariant kept, everything published and drained.
+    /// Every count exact, the invariant kept, everything published and
+    /// drained, one quarantine record (read from Firestore) per poison
+    /// message the truth holds, and no valid event quarantined.
     pub fn is_success(&self) -> bool {
         self.verify.is_exact()
             && self.drained
             && self.publish.failed == 0
             && !self.publish.cancelled
+            && self.verify.quarantined as u64 == self.verify.poison_expected
+            && self.verify.quarantined_events == 0
     }
 
     /// Messages per second from the first publish to the drained backlog.
@@ -299,6 +303,10 @@ pub fn render(summary: &DemoSummary) -> String {
     row("duplicates rejected", s.duplicates.get().to_string());
     row("stale events (no-op)", s.stale.get().to_string());
     row("poison quarantined", s.poison.get().to_string());
+    row(
+        "quarantine records / poison published",
+        format!("{} / {}", v.quarantined, v.poison_expected),
+    );
     row("batches committed", s.batches.get().to_string());
     row("Firestore commits", summary.commits.to_string());
     row(
