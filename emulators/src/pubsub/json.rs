@@ -459,6 +459,53 @@ mod tests {
         assert_eq!(base64_encode(b"fo"), "Zm8=");
     }
 
+    /// Google's REST front end decodes `bytes` strictly (emulators/docs/pubsub.md,
+    /// "Base64 in REST JSON"): one alphabet per string, padding absent or
+    /// canonical, no whitespace, zero trailing bits.
+    #[test]
+    fn base64_accepts_either_alphabet_with_or_without_padding() {
+        for (input, want) in [
+            ("", &b""[..]),
+            ("Zg==", b"f"),
+            ("Zg", b"f"),
+            ("Zm8=", b"fo"),
+            ("Zm8", b"fo"),
+            ("Zm9v", b"foo"),
+            ("+/+/", &[0xfb, 0xff, 0xbf]),
+            ("-_-_", &[0xfb, 0xff, 0xbf]),
+            ("+w==", &[0xfb]),
+            ("+w", &[0xfb]),
+            ("-w==", &[0xfb]),
+            ("-w", &[0xfb]),
+        ] {
+            assert_eq!(base64_decode(input).as_deref(), Some(want), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn base64_refuses_what_google_refuses() {
+        for input in [
+            "Zg==Zg==",   // `=` before the end
+            "Zm=9v",      // `=` inside a quantum
+            "a+b_",       // standard `+` mixed with URL-safe `_`
+            "+-8=",       // `+` and `-` in one string
+            "SGVsbG8=\n", // trailing newline (base64.encodestring)
+            "SGVs bG8=",  // inner space
+            " Zg==",      // leading space
+            "Zg=",        // partial padding
+            "Zm8==",      // excess padding
+            "Zh==",       // non-zero trailing bits
+            "Zh",         // non-zero trailing bits, unpadded
+            "Z",          // one character: 6 bits, no byte
+            "Zm9vY",      // length 1 modulo 4
+            "====",       // padding only
+            "Zg..",       // `.` as padding
+            "Zg!=",       // not base64 at all
+        ] {
+            assert_eq!(base64_decode(input), None, "{input:?}");
+        }
+    }
+
     #[test]
     fn durations_use_seconds_strings() {
         let d = to_proto(Duration::from_secs(600));
