@@ -1,14 +1,18 @@
 //! Proto3 JSON mapping of the Pub/Sub resources the REST surface carries:
 //! camelCase names, durations as `"600s"`, timestamps as RFC 3339, bytes as
-//! base64, int64 as strings, enums as numbers or names.
+//! base64 (written standard and padded, read as strictly as Google's front
+//! end: see [`base64_decode`]), int64 as strings, enums as numbers or names.
 //!
 //! Invariant: parsing is lenient only where proto3 JSON is (unknown fields
 //! are ignored, enums and int64 accepted in both forms); a wrong type for a
-//! known field is INVALID_ARGUMENT, never a panic.
+//! known field, or base64 Google would refuse, is INVALID_ARGUMENT, never a
+//! panic.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+use base64::Engine as _;
 use serde_json::{json, Map, Value};
 use tonic::Status;
 
@@ -389,51 +393,27 @@ pub fn received(m: &pb::ReceivedMessage) -> Value {
     Value::Object(out)
 }
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding.
+/// Standard base64 with padding, as Google's JSON mapping writes `bytes`.
 pub fn base64_encode(data: &[u8]) -> String {
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    STANDARD.encode(data)
 }
 
-/// Standard or URL-safe base64, padding optional; None when malformed.
+/// A `bytes` field as Google's REST front end reads it; None when refused.
+///
+/// The rule (evidence in emulators/docs/pubsub.md, "Base64 in REST JSON"):
+/// the standard or the URL-safe alphabet, one of them throughout; padding
+/// either absent or canonical (`=` only at the end, as many as needed to
+/// reach a multiple of 4); no whitespace; the unused low bits of the last
+/// character zero.
 pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len() / 4 * 3);
-    let mut acc = 0u32;
-    let mut bits = 0;
-    for c in s.bytes().filter(|c| *c != b'=' && !c.is_ascii_whitespace()) {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push(((acc >> bits) & 0xff) as u8);
-        }
-    }
-    Some(out)
+    // A length that is a multiple of 4 needs no padding, or has exactly the
+    // canonical amount; any other length must carry none.
+    let (standard, url_safe) = if s.len().is_multiple_of(4) {
+        (&STANDARD, &URL_SAFE)
+    } else {
+        (&STANDARD_NO_PAD, &URL_SAFE_NO_PAD)
+    };
+    standard.decode(s).or_else(|_| url_safe.decode(s)).ok()
 }
 
 #[cfg(test)]
@@ -457,6 +437,53 @@ mod tests {
         }
         assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
         assert_eq!(base64_encode(b"fo"), "Zm8=");
+    }
+
+    /// Google's REST front end decodes `bytes` strictly (emulators/docs/pubsub.md,
+    /// "Base64 in REST JSON"): one alphabet per string, padding absent or
+    /// canonical, no whitespace, zero trailing bits.
+    #[test]
+    fn base64_accepts_either_alphabet_with_or_without_padding() {
+        for (input, want) in [
+            ("", &b""[..]),
+            ("Zg==", b"f"),
+            ("Zg", b"f"),
+            ("Zm8=", b"fo"),
+            ("Zm8", b"fo"),
+            ("Zm9v", b"foo"),
+            ("+/+/", &[0xfb, 0xff, 0xbf]),
+            ("-_-_", &[0xfb, 0xff, 0xbf]),
+            ("+w==", &[0xfb]),
+            ("+w", &[0xfb]),
+            ("-w==", &[0xfb]),
+            ("-w", &[0xfb]),
+        ] {
+            assert_eq!(base64_decode(input).as_deref(), Some(want), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn base64_refuses_what_google_refuses() {
+        for input in [
+            "Zg==Zg==",   // `=` before the end
+            "Zm=9v",      // `=` inside a quantum
+            "a+b_",       // standard `+` mixed with URL-safe `_`
+            "+-8=",       // `+` and `-` in one string
+            "SGVsbG8=\n", // trailing newline (base64.encodestring)
+            "SGVs bG8=",  // inner space
+            " Zg==",      // leading space
+            "Zg=",        // partial padding
+            "Zm8==",      // excess padding
+            "Zh==",       // non-zero trailing bits
+            "Zh",         // non-zero trailing bits, unpadded
+            "Z",          // one character: 6 bits, no byte
+            "Zm9vY",      // length 1 modulo 4
+            "====",       // padding only
+            "Zg..",       // `.` as padding
+            "Zg!=",       // not base64 at all
+        ] {
+            assert_eq!(base64_decode(input), None, "{input:?}");
+        }
     }
 
     #[test]
