@@ -259,6 +259,11 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             self.stats.batches_failed.add(1);
             tracing::warn!(%error, messages = settled.nack.len(), "giving up on batch; nacking for redelivery");
         }
+        // Out of the gauges before the handles go: acking or nacking one
+        // releases its place in the source's cap at once, and the source
+        // may take a new message before this task runs again.
+        self.stats.in_flight.dec(messages);
+        self.stats.bytes_in_flight.dec(bytes);
         if settled.nack.is_empty() {
             self.stats.publish_to_commit.record_since(&published);
             self.acker.ack(handles);
@@ -280,8 +285,6 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             self.acker.ack(to_ack);
             self.acker.nack(to_nack);
         }
-        self.stats.in_flight.dec(messages);
-        self.stats.bytes_in_flight.dec(bytes);
     }
 
     /// Commits `batch`, settling each of its messages.

@@ -100,28 +100,33 @@ async fn sigterm_drains_acks_and_exits_zero() {
         .expect("a free port");
     let mut cmd = hotcount(&h);
     cmd.env("HOTCOUNT_METRICS_ADDR", metrics.to_string());
+    // The longest flush interval and min wait the flags allow (60 s), twice
+    // the longest the waits below may take: nothing is flushed before the
+    // signal by construction, however slow the machine (else they fail).
     cmd.args([
         "run",
         "--consumer",
         "cli",
         "--flush-interval-ms",
-        "5000",
+        "60000",
         "--flush-min-wait-ms",
-        "5000",
+        "60000",
         "--max-batch-events",
         "10000",
+        "--lease-extension-secs",
+        "600",
     ])
     .stdout(Stdio::null())
     .stderr(Stdio::piped());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut child = cmd.spawn().expect("hotcount run starts");
-    // With a 5 s flush interval and min wait nothing is committed yet: wait until
-    // everything is buffered, then ask for a graceful stop.
+    // Nothing is committed yet (see the flush flags): wait until everything
+    // is buffered, then ask for a graceful stop.
     let sub = format!(
         "projects/{}/subscriptions/{}",
         common::PROJECT,
         common::SUBSCRIPTION
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while h
         .emulators
         .pubsub()

@@ -267,16 +267,37 @@ async fn competing_subscribers_share_backlog_without_loss() {
     let payloads: Vec<String> = (0..2000).map(|i| format!("m{i}")).collect();
     let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
     let published: BTreeSet<String> = env.publish(&topic, &refs).await.into_iter().collect();
-    let consume = |stream: MessageStream| async move {
-        let mut stream = stream;
-        let mut got = Vec::new();
-        while let Ok(Some(Ok((m, h)))) =
-            tokio::time::timeout(Duration::from_millis(500), stream.next()).await
-        {
-            got.push(m.message_id.clone());
-            h.ack();
+    // Consumers run until the emulator has every message acked (not until
+    // some quiet time passes, which a busy machine can fake mid-backlog).
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let consume = |stream: MessageStream| {
+        let mut stopped = stopped.clone();
+        async move {
+            let mut stream = stream;
+            let mut got = Vec::new();
+            loop {
+                tokio::select! {
+                    _ = stopped.wait_for(|s| *s) => break,
+                    item = stream.next() => match item {
+                        Some(Ok((m, h))) => {
+                            got.push(m.message_id.clone());
+                            h.ack();
+                        }
+                        other => panic!("the stream ended early: {other:?}"),
+                    },
+                }
+            }
+            got
         }
-        got
+    };
+    let all_acked = async {
+        let pubsub = env.emu.pubsub();
+        eventually_that("every message acked", || {
+            let stats = pubsub.stats(&sub).unwrap();
+            stats.acks == 2000 && stats.unacked == 0
+        })
+        .await;
+        stop.send(true).unwrap();
     };
     let a = env
         .subscriber
@@ -288,7 +309,7 @@ async fn competing_subscribers_share_backlog_without_loss() {
         .subscribe(&sub)
         .set_max_outstanding_messages(50)
         .build();
-    let (got_a, got_b) = tokio::join!(consume(a), consume(b));
+    let (got_a, got_b, ()) = tokio::join!(consume(a), consume(b), all_acked);
     assert!(
         !got_a.is_empty() && !got_b.is_empty(),
         "both consumers got work"

@@ -208,10 +208,41 @@ async fn shutdown_closes_open_streams_promptly() {
     env.publish(&topic, &["x"]).await;
     let mut stream = env.stream(&sub);
     next(&mut stream).await.1.ack();
-    let start = Instant::now();
+    // A raw stream too, to see how it ends.
+    let mut raw = env.raw_subscriber().await;
+    let first = pb::StreamingPullRequest {
+        subscription: sub.clone(),
+        stream_ack_deadline_seconds: 10,
+        ..Default::default()
+    };
+    use futures::StreamExt as _;
+    let mut responses = raw
+        .streaming_pull(futures::stream::iter(vec![first]).chain(futures::stream::pending()))
+        .await
+        .unwrap()
+        .into_inner();
+    let pubsub = env.emu.pubsub().clone();
+    eventually_that("both streams open", || {
+        pubsub.stats(&sub).unwrap().open_streams == 2
+    })
+    .await;
     env.emu.shutdown().await;
-    let took = start.elapsed();
-    assert!(took < Duration::from_secs(1), "shutdown took {took:?}");
+    // Promptly: the emulator ends each stream itself with UNAVAILABLE, so
+    // the servers stop gracefully; had it left them open, shutdown would
+    // cut the connections after its grace period instead (no such status).
+    let end = tokio::time::timeout(PATIENCE, responses.message())
+        .await
+        .expect("the stream ends")
+        .expect_err("with an error status");
+    assert_eq!(end.code(), Code::Unavailable, "{end:?}");
+    assert!(
+        end.message().contains("the emulator is shutting down"),
+        "{end:?}"
+    );
+    eventually_that("no stream left open", || {
+        pubsub.stats(&sub).unwrap().open_streams == 0
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -52,11 +52,23 @@ async fn dropped_stream_reconnects_and_keeps_receiving() {
     let mut stream = env.stream(&sub);
     let (_, h) = next(&mut stream).await;
     h.ack();
+    // The ack must land before the drop, or "before" comes back first.
+    eventually_that("the ack of \"before\" reached the emulator", || {
+        env.emu.pubsub().stats(&sub).unwrap().acks == 1
+    })
+    .await;
     env.emu
         .pubsub_faults()
         .add(FaultSpec::new(FaultKind::DropStream).times(1))
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually_that("the stream was dropped", || {
+        env.emu
+            .pubsub_faults()
+            .fired()
+            .get(&FaultKind::DropStream)
+            .is_some_and(|n| *n == 1)
+    })
+    .await;
     env.publish(&topic, &["after"]).await;
     let (m, h) = next(&mut stream).await;
     assert_eq!(data(&m), "after");

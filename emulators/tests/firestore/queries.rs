@@ -407,7 +407,6 @@ async fn collection_groups_listing_pages_and_projection() {
 
 #[tokio::test]
 async fn a_query_in_a_transaction_locks_the_documents_it_returns() {
-    use std::time::Duration;
     let emu = start().await;
     let _db = seed(&emu).await;
     let mut raw = raw(&emu).await;
@@ -437,10 +436,16 @@ async fn a_query_in_a_transaction_locks_the_documents_it_returns() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    stats_until(&emu, "the plain write waiting for the lock", |s| {
+        s.lock_waits == 1
+    })
+    .await;
     assert!(!plain.is_finished(), "the returned document is locked");
     commit(&mut raw, vec![], tx).await.unwrap();
-    plain.await.unwrap().unwrap();
+    patiently("the plain write released by the commit", plain)
+        .await
+        .unwrap()
+        .unwrap();
     emu.shutdown().await;
 }
 

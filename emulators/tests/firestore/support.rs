@@ -12,7 +12,7 @@ use gcloud_sdk::google::firestore::v1::{
     value::ValueType, write::Operation, BatchGetDocumentsRequest, BeginTransactionRequest,
     CommitRequest, CommitResponse, Document, Value, Write,
 };
-use hotcount_emulators::firestore::FirestoreConfig;
+use hotcount_emulators::firestore::{FirestoreConfig, FirestoreStats};
 use hotcount_emulators::{Emulators, EmulatorsConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
@@ -21,6 +21,41 @@ pub const PROJECT: &str = "test-project";
 pub const DATABASE: &str = "projects/test-project/databases/(default)";
 
 pub type Raw = FirestoreClient<Channel>;
+
+/// Longest real time any single wait in these tests may take: generous, so
+/// that two busy cores cannot make a correct emulator miss it. Tests never
+/// assert how fast something happens (speed belongs in the benchmarks).
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Waits (bounded by [`PATIENCE`]) until the emulator's stats satisfy `cond`,
+/// e.g. until a commit is seen waiting for a lock; returns those stats.
+/// Panics naming `what` and the last stats when they never do.
+pub async fn stats_until(
+    emu: &Emulators,
+    what: &str,
+    cond: impl Fn(&FirestoreStats) -> bool,
+) -> FirestoreStats {
+    let give_up = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let stats = emu.firestore().stats();
+        if cond(&stats) {
+            return stats;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "never observed {what} within {PATIENCE:?}: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `fut`, bounded by [`PATIENCE`] only so that a hang fails instead of
+/// stalling the run; panics naming `what` when it does not finish.
+pub async fn patiently<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not done within {PATIENCE:?}"))
+}
 
 /// Starts the emulators with `firestore` settings.
 pub async fn start_with(firestore: FirestoreConfig) -> Emulators {

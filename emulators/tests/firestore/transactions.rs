@@ -122,23 +122,31 @@ async fn older_transaction_wins_and_the_waiting_younger_is_aborted_promptly() {
     let young_commit = tokio::spawn(async move {
         commit(&mut raw2, vec![update(&name2, &[("v", int(2))])], younger).await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    stats_until(&emu, "the younger commit waiting for a lock", |s| {
+        s.lock_waits == 1
+    })
+    .await;
     assert!(
         !young_commit.is_finished(),
         "the younger waits for the older"
     );
 
-    let started = Instant::now();
     commit(&mut raw, vec![update(&name, &[("v", int(1))])], older)
         .await
         .expect("the older commits");
-    let err = young_commit.await.unwrap().unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(2));
+    let err = patiently("the waiting younger commit", young_commit)
+        .await
+        .unwrap()
+        .unwrap_err();
     assert_eq!(err.code(), Code::Aborted);
     assert_eq!(err.message(), CONTENTION);
     let doc = emu.firestore().document(&name).unwrap();
     assert_eq!(int_field(&doc, "v"), Some(1));
-    assert_eq!(emu.firestore().stats().aborted_transactions, 1);
+    let stats = emu.firestore().stats();
+    assert_eq!(stats.aborted_transactions, 1);
+    // Promptly: aborted by the older's commit, not by running out its
+    // 30 s lock wait.
+    assert_eq!(stats.lock_timeouts, 0, "{stats:?}");
     emu.shutdown().await;
 }
 
@@ -152,11 +160,15 @@ async fn older_commit_wounds_a_younger_lock_holder() {
     read_in(&mut raw, &younger, std::slice::from_ref(&name))
         .await
         .unwrap();
-    let started = Instant::now();
     commit(&mut raw, vec![update(&name, &[("v", int(1))])], older)
         .await
-        .expect("the older does not wait for a younger holder");
-    assert!(started.elapsed() < Duration::from_secs(1));
+        .expect("the older commits");
+    let stats = emu.firestore().stats();
+    assert_eq!(
+        (stats.lock_waits, stats.lock_timeouts),
+        (0, 0),
+        "the older does not wait for a younger holder: {stats:?}"
+    );
     let err = read_in(&mut raw, &younger, std::slice::from_ref(&name))
         .await
         .unwrap_err();
@@ -166,8 +178,13 @@ async fn older_commit_wounds_a_younger_lock_holder() {
 
 #[tokio::test]
 async fn younger_commit_waits_for_an_idle_older_holder_until_the_lock_timeout() {
+    // An hour: only the emulated clock can run it out within the test.
+    const LOCK_WAIT: Duration = Duration::from_secs(3600);
     let emu = start_with(FirestoreConfig {
-        lock_wait_timeout: Duration::from_secs(5),
+        lock_wait_timeout: LOCK_WAIT,
+        // The older holder must outlive the advance below.
+        transaction_idle_timeout: 2 * LOCK_WAIT,
+        transaction_max_lifetime: 2 * LOCK_WAIT,
         ..Default::default()
     })
     .await;
@@ -183,12 +200,14 @@ async fn younger_commit_waits_for_an_idle_older_holder_until_the_lock_timeout() 
     let waiting = tokio::spawn(async move {
         commit(&mut raw2, vec![update(&name2, &[("v", int(1))])], younger).await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    stats_until(&emu, "the younger commit waiting for a lock", |s| {
+        s.lock_waits == 1
+    })
+    .await;
     assert!(!waiting.is_finished());
-    emu.clock().advance(Duration::from_secs(6));
-    let err = tokio::time::timeout(Duration::from_secs(2), waiting)
+    emu.clock().advance(LOCK_WAIT + Duration::from_secs(1));
+    let err = patiently("the lock wait ending on the emulated clock", waiting)
         .await
-        .expect("the lock wait ends on the emulated clock")
         .unwrap()
         .unwrap_err();
     assert_eq!(err.code(), Code::Aborted);
@@ -215,7 +234,10 @@ async fn plain_write_waits_for_a_transaction_lock_until_rollback() {
     let plain = tokio::spawn(async move {
         commit(&mut raw2, vec![update(&name2, &[("v", int(1))])], vec![]).await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    stats_until(&emu, "the plain write waiting for the lock", |s| {
+        s.lock_waits == 1
+    })
+    .await;
     assert!(!plain.is_finished(), "a plain write waits for the lock");
     raw.rollback(RollbackRequest {
         database: DATABASE.into(),
@@ -224,12 +246,12 @@ async fn plain_write_waits_for_a_transaction_lock_until_rollback() {
     })
     .await
     .unwrap();
-    tokio::time::timeout(Duration::from_secs(2), plain)
+    patiently("the plain write released by rollback", plain)
         .await
-        .expect("released by rollback")
         .unwrap()
-        .unwrap();
-    assert_eq!(emu.firestore().stats().lock_waits, 1);
+        .expect("released by rollback, not timed out");
+    let stats = emu.firestore().stats();
+    assert_eq!((stats.lock_waits, stats.lock_timeouts), (1, 0), "{stats:?}");
     emu.shutdown().await;
 }
 
@@ -250,13 +272,17 @@ async fn unknown_or_expired_transaction_is_invalid_argument_and_releases_locks()
         .unwrap();
     emu.clock().advance(Duration::from_secs(61));
     // A plain write no longer waits: the idle transaction expired.
-    tokio::time::timeout(
-        Duration::from_secs(2),
+    patiently(
+        "a plain write after the holder expired",
         commit(&mut raw, vec![update(&name, &[("v", int(1))])], vec![]),
     )
     .await
-    .expect("not blocked by an expired transaction")
     .unwrap();
+    assert_eq!(
+        emu.firestore().stats().lock_waits,
+        0,
+        "not blocked by an expired transaction"
+    );
     let err = commit(&mut raw, vec![update(&name, &[("v", int(2))])], tx)
         .await
         .unwrap_err();
@@ -372,12 +398,16 @@ async fn without_waiting_a_younger_commit_conflicting_with_an_older_is_aborted_a
     read_in(&mut raw, &younger, std::slice::from_ref(&name))
         .await
         .unwrap();
-    let started = Instant::now();
     let err = commit(&mut raw, vec![update(&name, &[("v", int(2))])], younger)
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Aborted);
-    assert!(started.elapsed() < Duration::from_millis(500));
+    let stats = emu.firestore().stats();
+    assert_eq!(
+        (stats.lock_waits, stats.lock_timeouts),
+        (0, 0),
+        "aborted at once, without waiting: {stats:?}"
+    );
     commit(&mut raw, vec![update(&name, &[("v", int(1))])], older)
         .await
         .unwrap();
@@ -496,7 +526,10 @@ async fn a_read_queues_behind_a_commit_waiting_for_the_same_document() {
         tokio::spawn(
             async move { commit(&mut r1, vec![update(&n1, &[("v", int(1))])], writer).await },
         );
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    stats_until(&emu, "the commit waiting for the older holder", |s| {
+        s.lock_waits == 1
+    })
+    .await;
     assert!(
         !write.is_finished(),
         "the commit waits for the older holder"
@@ -508,7 +541,12 @@ async fn a_read_queues_behind_a_commit_waiting_for_the_same_document() {
     let read = tokio::spawn(async move { read_in(&mut r2, &t2, &[n2]).await });
     let (mut r3, t3) = (raw.clone(), querier.clone());
     let query = tokio::spawn(async move { query_in(&mut r3, &t3, "queued").await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    stats_until(
+        &emu,
+        "the read and the query queued behind the commit",
+        |s| s.read_waits == 2,
+    )
+    .await;
     assert!(
         !read.is_finished(),
         "a later read waits behind the waiting commit"
@@ -562,7 +600,10 @@ async fn a_released_plain_write_is_answered_after_the_transaction_that_held_it()
             commit(&mut other, vec![update(&n, &[("v", int(2))])], vec![]).await?;
             Ok::<Instant, tonic::Status>(Instant::now())
         });
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        stats_until(&emu, "the plain write waiting for the lock", |s| {
+            s.lock_waits == round + 1
+        })
+        .await;
         assert!(!plain.is_finished(), "the plain write waits");
         commit(&mut raw, vec![update(&name, &[("v", int(1))])], txn)
             .await

@@ -17,8 +17,10 @@ pub use std::time::{Duration, Instant};
 pub use tonic::transport::Channel;
 pub use tonic::Code;
 pub const PROJECT: &str = "test-project";
-/// Longest real time any single wait in these tests may take.
-pub const PATIENCE: Duration = Duration::from_secs(10);
+/// Longest real time any single wait in these tests may take: generous, so
+/// that two busy cores cannot make a correct emulator miss it. Tests never
+/// assert how fast something happens (speed belongs in the benchmarks).
+pub const PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct Env {
     pub emu: Emulators,
@@ -145,9 +147,17 @@ pub async fn next(stream: &mut MessageStream) -> (Message, Handler) {
 
 /// Waits (bounded) until `cond` holds: client acks are asynchronous.
 pub async fn eventually(cond: impl Fn() -> bool) {
+    eventually_that("condition", cond).await
+}
+
+/// Waits (bounded by [`PATIENCE`]) until `cond` holds; panics naming `what`.
+pub async fn eventually_that(what: &str, cond: impl Fn() -> bool) {
     let give_up = Instant::now() + PATIENCE;
     while !cond() {
-        assert!(Instant::now() < give_up, "condition never became true");
+        assert!(
+            Instant::now() < give_up,
+            "{what} never became true within {PATIENCE:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
