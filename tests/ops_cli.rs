@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use common::{expected, Ev, Harness};
 
-fn hotcount(h: &Harness, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hotcount"))
+/// The `hotcount` binary pointed at the harness's emulators and project.
+fn command(h: &Harness) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hotcount"));
+    command
         .env(
             "PUBSUB_EMULATOR_HOST",
             h.emulators.pubsub_addr().to_string(),
@@ -21,10 +23,12 @@ fn hotcount(h: &Harness, args: &[&str]) -> Output {
             h.emulators.firestore_addr().to_string(),
         )
         .env("HOTCOUNT_PROJECT", common::PROJECT)
-        .env("RUST_LOG", "warn")
-        .args(args)
-        .output()
-        .expect("hotcount runs")
+        .env("RUST_LOG", "warn");
+    command
+}
+
+fn hotcount(h: &Harness, args: &[&str]) -> Output {
+    command(h).args(args).output().expect("hotcount runs")
 }
 
 fn stdout(out: &Output) -> String {
@@ -158,17 +162,7 @@ impl RunningCli {
     fn start(h: &Harness, name: &str, args: &[&str]) -> Self {
         let log = std::env::temp_dir().join(format!("hotcount-{name}-{}.log", std::process::id()));
         let file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_hotcount"))
-            .env(
-                "PUBSUB_EMULATOR_HOST",
-                h.emulators.pubsub_addr().to_string(),
-            )
-            .env(
-                "FIRESTORE_EMULATOR_HOST",
-                h.emulators.firestore_addr().to_string(),
-            )
-            .env("HOTCOUNT_PROJECT", common::PROJECT)
-            .env("RUST_LOG", "warn")
+        let child = command(h)
             .args(["run", "--metrics-addr", "off"])
             .args(args)
             .stdout(std::process::Stdio::null())
