@@ -30,7 +30,7 @@ mutations=(
   "if settled.nack.is_empty() {" "if true {"
   "-p hotcount --test isolation_prop"
 
-  "drop the marker read" src/store/firestore.rs
+  "drop the marker read" src/store/firestore/mod.rs
   "snapshot.marker = Some(effects_from_fields(&doc.fields));" "let _ = effects_from_fields(&doc.fields);"
   "-p hotcount --test service_e2e aborted_and_applied"
 
@@ -38,11 +38,11 @@ mutations=(
   ".filter(|(i, _)| !busy.get(*i).copied().unwrap_or(false))" ".filter(|_| true)"
   "-p hotcount --lib flusher::tests::a_membership_is_never"
 
-  "skip a poison record" src/store/firestore.rs
+  "skip a poison record" src/store/firestore/codec.rs
   "writes.push(quarantine_write(config, &poison.item));" "let _ = quarantine_write(config, &poison.item);"
   "-p hotcount --test hostile_content"
 
-  "quarantine on any error" src/store/firestore.rs
+  "quarantine on any error" src/store/firestore/errors.rs
   "Code::InvalidArgument if !is_expired_transaction(message) => ErrorClass::Content," "_ if !is_expired_transaction(message) => ErrorClass::Content,"
   "-p hotcount --lib store::firestore"
 
@@ -58,7 +58,7 @@ mutations=(
   "retry_transaction: error.transaction.clone()," "retry_transaction: None,"
   "-p hotcount --test store_failures a_retry_after_aborted"
 
-  "no shutdown deadline" src/store/firestore.rs
+  "no shutdown deadline" src/store/firestore/mod.rs
   "() = attempt.deadline.reached() => {" "() = std::future::pending::<()>() => {"
   "-p hotcount --test store_failures shutdown_ends"
 )

@@ -15,7 +15,7 @@
 //!
 //! Why consumers need no lock and no precondition: every consumer commit
 //! writes a post's memberships and the matching increments together
-//! (`store/firestore.rs`), so it leaves `liked - shards` of every post
+//! (`store::firestore`), so it leaves `liked - shards` of every post
 //! unchanged, even when it creates a new membership (a phantom no query
 //! could have locked) or a new counter shard. Hence `liked - shards` at the
 //! correction's commit is `d` plus whatever non-hotcount writes (the drift
