@@ -11,9 +11,10 @@
 //!   out-of-order delivery: the workload is shuffled within windows before
 //!   publishing, and every redelivery arrives out of order anyway;
 //! - `kill -9`: [`tokio::process::Child::kill`] (SIGKILL) of the victim
-//!   consumer at random moments; every other kill fires within about a
-//!   millisecond of the emulator's Firestore commit counter moving, i.e.
-//!   after a commit and (the acks are flushed every 100 ms) before its ack;
+//!   consumer at random moments; every other kill fires within a few
+//!   milliseconds of the victim's own committed-batch counter moving (read
+//!   from its metrics endpoint), i.e. after its commit and (the acks are
+//!   flushed every 100 ms) before its ack;
 //! - three consumers on one subscription, the first one repeatedly killed;
 //! - faults: `ack_lost`, `spurious_redelivery`, `drop_stream` (Pub/Sub),
 //!   Commit `ABORTED`, Commit applied then answered `UNAVAILABLE`, and latency
@@ -280,6 +281,9 @@ struct Consumer {
 struct Spawner {
     bin: PathBuf,
     endpoints: Endpoints,
+    /// The victim's (consumer 0's) metrics endpoint, so a kill can wait for
+    /// the victim's own commit counter to move.
+    victim_metrics: std::net::SocketAddr,
     /// Consumer `i` appends its stderr to `consumer-{i}.log` here.
     log_dir: PathBuf,
 }
@@ -298,6 +302,11 @@ impl Spawner {
 
     fn spawn(&self, index: usize) -> Result<Child, RunError> {
         let mut cmd = Command::new(&self.bin);
+        let metrics = if index == 0 {
+            self.victim_metrics.to_string()
+        } else {
+            "off".to_string()
+        };
         cmd.args([
             "run",
             "--project",
@@ -309,7 +318,7 @@ impl Spawner {
             "--consumer",
             CONSUMER,
             "--metrics-addr",
-            "off",
+            &metrics,
         ]);
         if let Some(h) = &self.endpoints.pubsub_emulator_host {
             cmd.env("PUBSUB_EMULATOR_HOST", h);
@@ -420,6 +429,7 @@ pub async fn run(
     let spawner = Arc::new(Spawner {
         bin: config.hotcount_bin.clone(),
         endpoints: endpoints.clone(),
+        victim_metrics: free_loopback_port()?,
         log_dir: log_dir.clone(),
     });
     let mut consumers = Vec::new();
@@ -436,7 +446,6 @@ pub async fn run(
     let killer = tokio::spawn(kill_loop(
         consumers,
         spawner.clone(),
-        emulators.clone(),
         tally.clone(),
         config.clone(),
         chaos_stop.clone(),
@@ -485,8 +494,11 @@ pub async fn run(
         replayed = stats(&emulators).unacked.saturating_sub(before);
         wait_until(started + config.timeout.mul_f64(0.7), &cancel, processed).await;
     }
+    // Keep killing until the minimum is reached and at least one kill
+    // provably followed one of the victim's commits.
     wait_until(started + config.timeout.mul_f64(0.8), &cancel, || {
         tally.kills.load(Ordering::Relaxed) >= config.min_kills
+            && tally.kills_after_commit.load(Ordering::Relaxed) > 0
     })
     .await;
 
@@ -591,7 +603,6 @@ fn install_faults(emulators: &Emulators) -> Result<(), String> {
 async fn kill_loop(
     mut consumers: Vec<Consumer>,
     spawner: Arc<Spawner>,
-    emulators: Arc<Emulators>,
     tally: Arc<Tally>,
     config: ChaosConfig,
     stop: watch::Receiver<bool>,
@@ -608,17 +619,11 @@ async fn kill_loop(
         let mut after_commit = n % 2 == 1;
         n += 1;
         if after_commit {
-            // Counted as "after a commit" only when a commit was seen to
-            // land just before the kill (it may be another consumer's: the
-            // summary also requires redeliveries, which such kills cause).
-            let commits = emulators.firestore_counters().get("Commit");
-            let give_up = Instant::now() + Duration::from_secs(2);
-            while emulators.firestore_counters().get("Commit") == commits
-                && Instant::now() < give_up
-            {
-                tokio::time::sleep(Duration::from_micros(500)).await;
-            }
-            after_commit = emulators.firestore_counters().get("Commit") != commits;
+            // Counted as "after a commit" only when the victim's own
+            // committed-batch counter was seen to move just before the kill:
+            // the victim committed a batch whose acks (flushed by the client
+            // library every 100 ms) had most likely not left.
+            after_commit = victim_committed(spawner.victim_metrics, Duration::from_secs(5)).await;
         }
         let victim = &mut consumers[0];
         if let Some(mut child) = victim.child.take() {
@@ -642,6 +647,37 @@ async fn kill_loop(
 
 /// Restarts every consumer that is not running; one that exited by itself
 /// (not killed here) is counted and reported with the tail of its log.
+/// Waits (at most `give_up`) until the victim's
+/// `hotcount_batches_committed_total` moves; true if it did.
+async fn victim_committed(metrics: std::net::SocketAddr, give_up: Duration) -> bool {
+    let read = || async {
+        let (status, text) = hotcount::http::fetch(metrics, "/metrics", Duration::from_millis(500))
+            .await
+            .ok()?;
+        let name = hotcount::telemetry::names::BATCHES_COMMITTED;
+        (status == 200).then(|| hotcount::http::sample_value(&text, name))?
+    };
+    let Some(before) = read().await else {
+        return false;
+    };
+    let deadline = Instant::now() + give_up;
+    while Instant::now() < deadline {
+        if read().await.is_some_and(|now| now > before) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    false
+}
+
+/// A loopback address with a port free right now (for the victim's
+/// metrics endpoint; nothing else binds ports in this process meanwhile).
+fn free_loopback_port() -> Result<std::net::SocketAddr, RunError> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map_err(|e| RunError::Start(format!("a port for the victim's metrics: {e}")))
+}
+
 fn restart_exited(consumers: &mut [Consumer], spawner: &Spawner, tally: &Tally) {
     for c in consumers.iter_mut() {
         let status = match &mut c.child {
