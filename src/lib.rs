@@ -15,15 +15,13 @@
 //! - [`store`]: the [`store::CounterStore`] trait, Firestore and in-memory stores.
 //! - [`acker`]: acks exactly the messages of a committed batch.
 //! - [`service`]: wires the stages and shuts them down in order.
-//! - [`setup`]: creates the topic, subscriptions and dead-letter topic.
 //! - [`connect`]: clients for Google or the emulators.
 //! - [`telemetry`]: every metric name, the Prometheus exposition, and tracing setup.
 //! - [`http`]: the `/metrics`, `/healthz` and `/readyz` endpoint (and the
 //!   minimal client that scrapes it).
-//! - [`reconcile`]: counter shards vs liked memberships, reported and repaired.
-//! - [`replay`]: a time window re-read through an isolated, Seeked subscription.
-//! - [`dlq`]: dead letters inspected and replayed to the main topic.
-//! - [`quarantine`]: quarantine records listed, shown and re-driven.
+//!
+//! Beside the pipeline, the operator commands ([`ops`]): `setup`,
+//! `reconcile`, `replay`, `dlq` and `quarantine`.
 //!
 //! # Invariants
 //! - An ack leaves the service only for a message whose effects, or whose
@@ -51,16 +49,12 @@ pub mod aggregator;
 pub mod batch;
 pub mod config;
 pub mod connect;
-pub mod dlq;
 pub mod event;
 pub mod flusher;
 pub mod http;
+pub mod ops;
 pub mod poison;
-pub mod quarantine;
-pub mod reconcile;
-pub mod replay;
 pub mod service;
-pub mod setup;
 pub mod source;
 pub mod store;
 pub mod telemetry;

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
+use hotcount::ops::{dlq, quarantine, reconcile, replay, setup};
 use hotcount::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
 use hotcount::store::CounterStore;
-use hotcount::{connect, dlq, quarantine, reconcile, replay, service, setup, telemetry};
+use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
 /// mimalloc instead of the system allocator: the pipeline allocates many

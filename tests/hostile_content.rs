@@ -176,7 +176,7 @@ async fn a_hostile_mix_counts_every_valid_like_and_quarantines_every_hostile_mes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_the_store_refused_is_quarantined_then_redriven_and_counted_once() {
     use gcloud_sdk::tonic::Code;
-    use hotcount::quarantine::{self, Redrive};
+    use hotcount::ops::quarantine::{self, Redrive};
     use hotcount_emulators::FaultSpec;
 
     let h = Harness::start().await;
@@ -224,7 +224,7 @@ async fn an_event_the_store_refused_is_quarantined_then_redriven_and_counted_onc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncated_record_is_never_redriven() {
-    use hotcount::quarantine::{self, Redrive};
+    use hotcount::ops::quarantine::{self, Redrive};
 
     let h = Harness::start().await;
     let consumer = h.spawn(h.run_args("c1", &["--shards", "1"]));

@@ -10,7 +10,7 @@ mod scrape;
 use std::time::Duration;
 
 use common::{expected, Ev, Harness};
-use hotcount::{dlq, reconcile, replay};
+use hotcount::ops::{dlq, reconcile, replay};
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hotcount::config::{Endpoints, Target};
-use hotcount::setup::{self, SetupArgs};
+use hotcount::ops::setup::{self, SetupArgs};
 use hotcount_emulators::pubsub::SubscriptionStats;
 use hotcount_emulators::{Emulators, EmulatorsConfig, FaultKind, FaultSpec};
 use rand::rngs::StdRng;

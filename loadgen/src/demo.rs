@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hotcount::config::{Endpoints, RunArgs};
-use hotcount::setup::{self, SetupArgs};
+use hotcount::ops::setup::{self, SetupArgs};
 use hotcount::telemetry::Stats;
 use hotcount_emulators::{Emulators, EmulatorsConfig, FaultSpec};
 use tokio::sync::watch;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use gcloud_sdk::google::firestore::v1 as fs;
 use hotcount::config::{Endpoints, RunArgs, Target};
-use hotcount::setup::{self, SetupArgs};
+use hotcount::ops::setup::{self, SetupArgs};
 use hotcount::store::firestore::Layout;
 use hotcount_emulators::{Emulators, EmulatorsConfig};
 use hotcount_loadgen::demo::{self, DemoConfig};

@@ -1,0 +1,20 @@
+//! The operator commands, beside the pipeline rather than between its
+//! stages: they use the store and the Pub/Sub clients the way the service
+//! does, and none of them is on the path of a live message.
+//!
+//! - [`setup`]: creates the topic, subscriptions and dead-letter topic (idempotent).
+//! - [`reconcile`]: counter shards vs liked memberships, reported and repaired.
+//! - [`replay`]: a time window re-read through an isolated, Seeked subscription.
+//! - [`dlq`]: dead letters inspected and replayed to the main topic.
+//! - [`quarantine`]: quarantine records listed, shown and re-driven.
+//!
+//! Invariant: each writes only through the same transactions and
+//! preconditions as the pipeline (replay through `CounterStore::commit`
+//! under the service's consumer name), so running one beside live
+//! consumers never breaks the counting invariants.
+
+pub mod dlq;
+pub mod quarantine;
+pub mod reconcile;
+pub mod replay;
+pub mod setup;
