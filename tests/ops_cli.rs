@@ -158,6 +158,16 @@ struct RunningCli {
     log: std::path::PathBuf,
 }
 
+impl Drop for RunningCli {
+    /// A test that fails half-way leaves no `hotcount run` behind.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl RunningCli {
     fn start(h: &Harness, name: &str, args: &[&str]) -> Self {
         let log = std::env::temp_dir().join(format!("hotcount-{name}-{}.log", std::process::id()));
