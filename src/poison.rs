@@ -95,11 +95,7 @@ impl PoisonRecord {
 
     /// The message id as the record's fields keep it (bounded).
     pub fn stored_message_id(&self) -> &str {
-        let mut end = self.message_id.len().min(Self::MAX_ID_BYTES);
-        while !self.message_id.is_char_boundary(end) {
-            end -= 1;
-        }
-        &self.message_id[..end]
+        prefix(&self.message_id, Self::MAX_ID_BYTES)
     }
 
     /// The record's document id: the message id when it is a safe
@@ -132,15 +128,22 @@ fn is_safe_doc_id(id: &str) -> bool {
 /// `s` cut to at most `max` bytes on a character boundary; sets `cut` when
 /// anything was removed.
 fn truncate(mut s: String, max: usize, cut: &mut bool) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
+    let keep = prefix(&s, max).len();
+    if keep < s.len() {
+        s.truncate(keep);
         *cut = true;
     }
     s
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a
+/// character boundary.
+fn prefix(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// Lower-case hex of `bytes`.

@@ -91,7 +91,7 @@ pub async fn show(store: &FirestoreStore, id: &str) -> Result<Option<StoredRecor
     if id.is_empty() || id.contains('/') {
         return Ok(None);
     }
-    let name = record_name(store, id);
+    let name = store.layout().quarantine_record(id);
     Ok(store
         .get(&name)
         .await?
@@ -149,11 +149,6 @@ fn incomplete(stored: &StoredRecord) -> Option<&'static str> {
     } else {
         None
     }
-}
-
-fn record_name(store: &FirestoreStore, id: &str) -> String {
-    let layout = store.layout();
-    format!("{}/{}/{id}", layout.root(), layout.collection("quarantine"))
 }
 
 /// Deletes the document `name` (it must exist).

@@ -92,11 +92,13 @@ impl Layout {
 
     /// The quarantine record `{consumer}:{doc_id}` ([`PoisonRecord::doc_id`]).
     pub fn quarantine(&self, consumer: &str, doc_id: &str) -> String {
-        format!(
-            "{}/{}/{consumer}:{doc_id}",
-            self.root(),
-            self.collection("quarantine")
-        )
+        self.quarantine_record(&format!("{consumer}:{doc_id}"))
+    }
+
+    /// The quarantine record whose document id is `id` (`{consumer}:{doc_id}`,
+    /// as the operator tools list it).
+    pub fn quarantine_record(&self, id: &str) -> String {
+        format!("{}/{}/{id}", self.root(), self.collection("quarantine"))
     }
 }
 
