@@ -241,23 +241,16 @@ impl Source {
                 .build();
             let token = stream.shutdown_token();
             let failure = loop {
-                if self.held.is_full() {
-                    tokio::select! {
-                        biased;
-                        _ = stop.wait_for(|s| *s) => {
-                            self.closing.lock().spawn(async move { token.shutdown().await });
-                            return;
-                        }
-                        _ = self.held.room() => {}
-                    }
-                }
+                // At the cap, wait for room instead of reading the stream.
+                let full = self.held.is_full();
                 tokio::select! {
                     biased;
                     _ = stop.wait_for(|s| *s) => {
                         self.closing.lock().spawn(async move { token.shutdown().await });
                         return;
                     }
-                    next = stream.next() => match next {
+                    _ = self.held.room(), if full => {}
+                    next = stream.next(), if !full => match next {
                         Some(Ok((message, handler))) => {
                             backoff = RECONNECT_BACKOFF_MIN;
                             self.accept(message, handler);
