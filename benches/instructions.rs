@@ -14,7 +14,7 @@
 
 use std::process::{Command, ExitCode};
 
-use hotcount::aggregator::Aggregator;
+use hotcount::pipeline::aggregator::Aggregator;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

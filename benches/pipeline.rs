@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use hotcount::aggregator::{Aggregator, Item, Pending};
 use hotcount::event::{self, LikeEvent};
+use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
 
 /// The allocator of the `hotcount` binary, so that allocation costs what it
 /// costs in the service (every group, baselines included, uses it).

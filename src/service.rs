@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::acker::Acker;
-use crate::aggregator::Aggregator;
 use crate::config::{Config, Endpoints, Strategy, Target};
 use crate::connect;
-use crate::flusher::{FlushConfig, Flusher};
-use crate::source::{DeadLetterPolicy, PubSubHandle, Source, SourceConfig};
+use crate::pipeline::acker::Acker;
+use crate::pipeline::aggregator::Aggregator;
+use crate::pipeline::flusher::{FlushConfig, Flusher};
+use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source, SourceConfig};
 use crate::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
 use crate::telemetry::Stats;
 

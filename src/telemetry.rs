@@ -304,7 +304,7 @@ pub struct Stats {
 
 impl Stats {
     /// Adds a committed batch's effects.
-    pub fn record_effects(&self, effects: crate::batch::Effects) {
+    pub fn record_effects(&self, effects: crate::pipeline::batch::Effects) {
         self.applied.add(effects.applied);
         self.duplicates.add(effects.duplicates);
         self.stale.add(effects.stale);

@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use hotcount::aggregator::{Aggregator, Item, Pending};
-use hotcount::batch::{Batch, Membership, MembershipKey, PoisonRecord};
 use hotcount::event::{LikeEvent, LikeKind, Version};
+use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
+use hotcount::pipeline::batch::{Batch, Membership, MembershipKey, PoisonRecord};
 use proptest::prelude::*;
 
 /// One distinct event: (post, user, added, seq, occurred); its id is its index.

@@ -14,11 +14,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hotcount::batch::MembershipKey;
 use hotcount::event::{
     check_id, parse, parse_fast, parse_general, to_json, LikeEvent, MAX_EVENT_ID_BYTES,
     MAX_ID_BYTES,
 };
+use hotcount::pipeline::batch::MembershipKey;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

@@ -11,11 +11,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use hotcount::acker::{AckHandle, Acker, Confirmation};
-use hotcount::aggregator::{Aggregator, Item, Pending};
-use hotcount::batch::PoisonRecord;
 use hotcount::event::{LikeEvent, LikeKind, Version};
-use hotcount::flusher::{FlushConfig, Flusher};
+use hotcount::pipeline::acker::{AckHandle, Acker, Confirmation};
+use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
+use hotcount::pipeline::batch::PoisonRecord;
+use hotcount::pipeline::flusher::{FlushConfig, Flusher};
 use hotcount::store::memory::{InjectedFailure, MemoryStore};
 use hotcount::store::CounterStore;
 use hotcount::telemetry::Stats;

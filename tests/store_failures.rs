@@ -127,7 +127,7 @@ async fn harness_with_lock_wait(lock_wait: Duration) -> Harness {
 /// leaves behind until the transaction expires. Returns its id.
 async fn abandon_a_transaction_on(h: &Harness, post: &str, user: &str) -> Vec<u8> {
     use gcloud_sdk::google::firestore::v1 as fs;
-    let key = hotcount::batch::MembershipKey {
+    let key = hotcount::pipeline::batch::MembershipKey {
         post_id: post.into(),
         user_id: user.into(),
     };

@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use hotcount::aggregator::{Aggregator, Item, Pending};
-use hotcount::batch::{Batch, MembershipKey};
 use hotcount::event::{self, LikeEvent, LikeKind, Version};
+use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
+use hotcount::pipeline::batch::{Batch, MembershipKey};
 use hotcount::store::firestore::{build_writes, FirestoreStoreConfig, Layout};
 use tokio::time::Instant;
 
@@ -70,7 +70,7 @@ pub fn parse_via_value_map(data: &[u8]) -> Option<LikeEvent> {
 pub fn to_item(data: &[u8]) -> Item {
     match event::parse(data) {
         Ok(e) => Item::Event(e),
-        Err(p) => Item::Poison(Box::new(hotcount::batch::PoisonRecord::new(
+        Err(p) => Item::Poison(Box::new(hotcount::pipeline::batch::PoisonRecord::new(
             String::new(),
             p.to_string(),
             data,

@@ -22,11 +22,11 @@ use tokio::time::Instant;
 
 use gcloud_sdk::google::firestore::v1 as fs;
 
-use crate::aggregator::Item;
-use crate::batch::{Batch, Effects, Membership, MembershipKey};
 use crate::config::{check_pubsub_id, Endpoints, Target};
 use crate::connect;
-use crate::source::to_item;
+use crate::pipeline::aggregator::Item;
+use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
+use crate::pipeline::source::to_item;
 use crate::store::firestore::{
     membership_from_fields, status_error, FirestoreStore, FirestoreStoreConfig, Layout,
 };

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rustc_hash::FxHashSet;
 
-use crate::batch::fnv1a64;
+use crate::pipeline::batch::fnv1a64;
 
 /// Increments per second a counter shard document should take, by default
 /// (Firestore's guidance for one document is about one sustained write per second).

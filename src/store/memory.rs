@@ -9,7 +9,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
-use crate::batch::{Batch, Effects, Membership, MembershipKey, PoisonRecord};
+use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, PoisonRecord};
 
 /// A failure the next commits will meet.
 #[derive(Clone, Debug, PartialEq, Eq)]

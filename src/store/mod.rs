@@ -13,7 +13,7 @@ pub mod memory;
 
 use std::future::Future;
 
-use crate::batch::{Batch, Effects};
+use crate::pipeline::batch::{Batch, Effects};
 
 /// How a commit ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

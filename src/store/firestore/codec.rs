@@ -17,8 +17,8 @@ use fs::document_transform::FieldTransform;
 use fs::value::ValueType;
 
 use super::FirestoreStoreConfig;
-use crate::batch::{Batch, Effects, Membership, MembershipKey, Plan, PoisonRecord};
 use crate::event::Version;
+use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan, PoisonRecord};
 
 /// The writes of one batch's commit: changed memberships (each with a
 /// precondition on what was read), one increment per post on the counter

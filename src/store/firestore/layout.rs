@@ -5,7 +5,7 @@
 //! admits ids that are safe as document ids); membership ids are stable
 //! across builds (their hash is FNV-1a, see `batch::MembershipKey`).
 
-use crate::batch::{push_decimal, MembershipKey};
+use crate::pipeline::batch::{push_decimal, MembershipKey};
 
 /// Where hotcount's documents live in one database.
 #[derive(Clone, Debug)]

@@ -36,7 +36,7 @@ use codec::effects_from_fields;
 
 use super::counter_shards::{CounterLease, CounterShardPlanner};
 use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
-use crate::batch::{Batch, Effects, Membership, MembershipKey, Plan};
+use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan};
 
 /// Longest wait for a best-effort rollback.
 const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(2);

@@ -30,10 +30,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::acker::{AckHandle, Acker};
-use crate::aggregator::{Aggregator, FreeView, Taken};
-use crate::batch::{Batch, Effects, MessageIndex, PoisonRecord, Tagged};
 use crate::event::to_json;
+use crate::pipeline::acker::{AckHandle, Acker};
+use crate::pipeline::aggregator::{Aggregator, FreeView, Taken};
+use crate::pipeline::batch::{Batch, Effects, MessageIndex, PoisonRecord, Tagged};
 use crate::store::{Attempt, CommitOutcome, CounterStore, Deadline, StoreError};
 use crate::telemetry::Stats;
 
@@ -494,9 +494,9 @@ fn quarantine_events(batch: Batch, error: &StoreError) -> Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::acker::Confirmation;
-    use crate::aggregator::{Item, Pending};
     use crate::event::{LikeEvent, LikeKind, Version};
+    use crate::pipeline::acker::Confirmation;
+    use crate::pipeline::aggregator::{Item, Pending};
     use crate::store::memory::{InjectedFailure, MemoryStore};
     use crate::store::ErrorClass;
     use parking_lot::Mutex;

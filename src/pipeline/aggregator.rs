@@ -18,8 +18,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::batch::{MessageIndex, PoisonRecord, Tagged};
 use crate::event::LikeEvent;
+use crate::pipeline::batch::{MessageIndex, PoisonRecord, Tagged};
 
 /// What a received message turned out to be.
 #[derive(Clone, Debug)]

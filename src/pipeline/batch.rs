@@ -105,7 +105,7 @@ pub struct Membership {
     pub version: Version,
 }
 
-pub use crate::poison::PoisonRecord;
+pub use crate::pipeline::poison::PoisonRecord;
 
 /// The position of a message's ack handle in the take its batch came from,
 /// so a batch part can be acked or nacked alone.

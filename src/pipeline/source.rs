@@ -27,10 +27,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
-use crate::acker::{AckHandle, Confirmation};
-use crate::aggregator::{Aggregator, Item, Pending};
-use crate::batch::PoisonRecord;
 use crate::event;
+use crate::pipeline::acker::{AckHandle, Confirmation};
+use crate::pipeline::aggregator::{Aggregator, Item, Pending};
+use crate::pipeline::batch::PoisonRecord;
 use crate::telemetry::Stats;
 
 /// Source settings.

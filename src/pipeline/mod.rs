@@ -1,0 +1,19 @@
+//! The counting pipeline, one module per stage, in the order a message
+//! travels: [`source`] -> [`aggregator`] -> [`flusher`] (which builds a
+//! [`batch`] and commits it through a [`crate::store::CounterStore`]) ->
+//! [`acker`].
+//!
+//! Arrows run one way: a stage uses the stages after it (the source hands
+//! items to the aggregator and ack handles on; the flusher takes from the
+//! aggregator, commits, then acks), never the ones before it. [`batch`] and
+//! [`poison`] are the values that travel; they depend only on [`crate::event`].
+//!
+//! Invariant kept across the stages: a message's ack leaves only after the
+//! store reported its effects (or its quarantine record) committed.
+
+pub mod acker;
+pub mod aggregator;
+pub mod batch;
+pub mod flusher;
+pub mod poison;
+pub mod source;
