@@ -22,11 +22,11 @@ trap cleanup EXIT
 # Five fields per mutation: name, file, the exact text replaced (once), its
 # replacement, the `cargo test` arguments that should catch it.
 mutations=(
-  "skip the version check" src/batch.rs
+  "skip the version check" src/pipeline/batch.rs
   "if order.is_le() {" "if false {"
   "-p hotcount --lib batch::"
 
-  "ack what did not commit" src/flusher.rs
+  "ack what did not commit" src/pipeline/flusher.rs
   "if settled.nack.is_empty() {" "if true {"
   "-p hotcount --test isolation_prop"
 
@@ -34,7 +34,7 @@ mutations=(
   "snapshot.marker = Some(effects_from_fields(&doc.fields));" "let _ = effects_from_fields(&doc.fields);"
   "-p hotcount --test service_e2e aborted_and_applied"
 
-  "ignore busy shards" src/aggregator/mod.rs
+  "ignore busy shards" src/pipeline/aggregator.rs
   ".filter(|(i, _)| !busy.get(*i).copied().unwrap_or(false))" ".filter(|_| true)"
   "-p hotcount --lib flusher::tests::a_membership_is_never"
 
@@ -46,11 +46,11 @@ mutations=(
   "Code::InvalidArgument if !is_expired_transaction(message) => ErrorClass::Content," "_ if !is_expired_transaction(message) => ErrorClass::Content,"
   "-p hotcount --lib store::firestore"
 
-  "no held cap" src/source.rs
+  "no held cap" src/pipeline/source.rs
   "let full = self.held.is_full();" "let full = false;"
   "-p hotcount --test store_failures memory_stays_bounded_when"
 
-  "no split on contention" src/flusher.rs
+  "no split on contention" src/pipeline/flusher.rs
   "if contended {" "if false {"
   "-p hotcount --test store_failures a_document_locked"
 
