@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use crate::publish::{self, PublishOptions};
 use crate::report::{self, Percentiles};
 use crate::run_error::RunError;
-use crate::{generate, readback, verify, Workload, WorkloadConfig};
+use crate::{generate, readback, verify, workload, Workload, WorkloadConfig};
 
 /// The workload shapes the benchmark runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -145,30 +145,11 @@ impl RunResult {
     }
 }
 
-/// The Zipf exponent that gives the most popular of `posts` posts the
-/// share `share` of the events (bisection; 0 when one post).
-pub fn exponent_for_top_share(posts: u32, share: f64) -> f64 {
-    let top = |s: f64| {
-        let total: f64 = (1..=posts).map(|k| 1.0 / f64::from(k).powf(s)).sum();
-        1.0 / total
-    };
-    let (mut lo, mut hi) = (0.0_f64, 10.0_f64);
-    for _ in 0..60 {
-        let mid = (lo + hi) / 2.0;
-        if top(mid) < share {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    hi
-}
-
 /// The workload of `case`.
 pub fn workload_config(config: &BenchConfig, case: Case) -> WorkloadConfig {
     let zipf_exponent = match case {
         Case::Zipf => 1.1,
-        Case::Viral => exponent_for_top_share(config.posts, 0.5),
+        Case::Viral => workload::exponent_for_top_share(config.posts, 0.5),
     };
     WorkloadConfig {
         events: config.events,
@@ -781,13 +762,6 @@ pub async fn run_command(args: BenchArgs) -> Result<std::process::ExitCode, RunE
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn viral_exponent_gives_the_top_post_half_the_events() {
-        let s = exponent_for_top_share(100_000, 0.5);
-        let total: f64 = (1..=100_000u32).map(|k| 1.0 / f64::from(k).powf(s)).sum();
-        assert!((1.0 / total - 0.5).abs() < 1e-6, "share {}", 1.0 / total);
-    }
 
     #[test]
     fn commit_duration_quantiles_are_read_from_the_metrics_text() {
