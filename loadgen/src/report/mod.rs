@@ -7,17 +7,20 @@
 //! missing, a negative latency (clock skew) as zero and counted.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::Utc;
 use firestore::FirestoreDb;
 use hdrhistogram::Histogram;
 use hotcount::config::{Endpoints, Target};
 
-use crate::chart::{ChartError, LineChart};
+use crate::chart::ChartError;
 use crate::readback::{self, MembershipRow, ReadError};
 use crate::workload::WorkloadConfig;
+
+mod render;
+
+pub use render::{markdown, percentile_chart, throughput_chart};
 
 /// Largest latency tracked exactly, in microseconds (one day); larger ones saturate.
 pub const MAX_LATENCY_MICROS: u64 = 86_400_000_000;
@@ -203,65 +206,6 @@ pub fn percentiles(h: &Histogram<u64>) -> Percentiles {
     }
 }
 
-/// The percentile curve: x = log10(1 / (1 - q)) (0 = p0, 1 = p90, 2 = p99, ...),
-/// y = latency in ms; x runs as far as the sample count resolves (at most 5).
-pub fn percentile_chart(h: &Histogram<u64>) -> LineChart {
-    let x_max = (h.len().max(10) as f64).log10().clamp(1.0, 5.0);
-    let steps = 400;
-    let mut points = Vec::with_capacity(steps + 1);
-    if !h.is_empty() {
-        for i in 0..=steps {
-            let x = x_max * i as f64 / steps as f64;
-            let q = 1.0 - 10f64.powf(-x);
-            points.push((x, h.value_at_quantile(q) as f64 / 1_000.0));
-        }
-    }
-    let labels = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"];
-    let x_ticks = labels
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i as f64 <= x_max + 1e-9)
-        .map(|(i, l)| (i as f64, (*l).to_string()))
-        .collect();
-    LineChart {
-        width: 800,
-        height: 450,
-        points,
-        x_range: (0.0, x_max),
-        x_ticks,
-        y_unit: "ms".into(),
-    }
-}
-
-/// Memberships per second over time; x in seconds from the first commit.
-pub fn throughput_chart(t: &Throughput) -> LineChart {
-    let width = t.bucket_secs.max(1) as f64;
-    let mut points = Vec::with_capacity(t.buckets.len() * 2);
-    let start = t.buckets.first().map(|b| b.0).unwrap_or(0);
-    for (s, n) in &t.buckets {
-        let x = (s - start) as f64;
-        let rate = *n as f64 / width;
-        points.push((x, rate));
-        points.push((x + width, rate));
-    }
-    let span = (t.buckets.len() as f64 * width).max(1.0);
-    let (step, _) = crate::chart::nice_scale(span);
-    let mut x_ticks = Vec::new();
-    let mut x = 0.0;
-    while x <= span + 1e-9 {
-        x_ticks.push((x, format!("{}s", crate::chart::format_tick(x, step))));
-        x += step;
-    }
-    LineChart {
-        width: 800,
-        height: 300,
-        points,
-        x_range: (0.0, span),
-        x_ticks,
-        y_unit: "/s".into(),
-    }
-}
-
 /// The machine the report was made on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Machine {
@@ -321,6 +265,16 @@ pub async fn connect_and_report(
     report(&db, target, dir, info).await
 }
 
+/// Connects to Firestore and measures the memberships of `target`.
+pub async fn connect_and_measure(
+    endpoints: &Endpoints,
+    target: &Target,
+) -> Result<Measurements, ReadError> {
+    let db = readback::connect(endpoints, target).await?;
+    let rows = readback::read_memberships(&db, &readback::layout(target)).await?;
+    Ok(measure(&rows))
+}
+
 /// Reads the memberships of `target` and writes the report into `dir`.
 pub async fn report(
     db: &FirestoreDb,
@@ -356,112 +310,6 @@ pub fn write_report(
     let text = markdown(m, info, machine, Utc::now());
     std::fs::write(&files.markdown, text).map_err(io(&files.markdown))?;
     Ok(files)
-}
-
-/// The Markdown report.
-pub fn markdown(m: &Measurements, info: &RunInfo, machine: &Machine, now: DateTime<Utc>) -> String {
-    let mut s = String::new();
-    let p = percentiles(&m.latency_micros);
-    let _ = writeln!(s, "# hotcount load report\n");
-    let _ = writeln!(
-        s,
-        "Generated {} by `hotcount-loadgen report`.\n",
-        now.to_rfc3339_opts(SecondsFormat::Secs, true)
-    );
-    let _ = writeln!(s, "## Machine\n\n| | |\n|---|---|");
-    let _ = writeln!(s, "| CPU | {} |", machine.cpu);
-    let _ = writeln!(s, "| Cores | {} |", machine.cores);
-    let _ = writeln!(
-        s,
-        "| Memory | {:.1} GiB |",
-        machine.memory_bytes as f64 / (1u64 << 30) as f64
-    );
-    let _ = writeln!(s, "| OS | {} |\n", machine.os);
-    let _ = writeln!(s, "## Command\n\n```\n{}\n```\n", info.command_line);
-    let _ = writeln!(s, "## Settings\n\n| setting | value |\n|---|---|");
-    for (k, v) in &info.settings {
-        let _ = writeln!(s, "| {k} | `{v}` |");
-    }
-    if let Some(w) = &info.workload {
-        let _ = writeln!(
-            s,
-            "\nWorkload (from the truth file):\n\n| setting | value |\n|---|---|"
-        );
-        for (k, v) in [
-            ("events", w.events.to_string()),
-            ("posts", w.posts.to_string()),
-            ("users", w.users.to_string()),
-            ("zipf exponent", w.zipf_exponent.to_string()),
-            ("unlike fraction", w.unlike_fraction.to_string()),
-            ("duplicate fraction", w.duplicate_fraction.to_string()),
-            ("poison fraction", w.poison_fraction.to_string()),
-            ("seed", w.seed.to_string()),
-        ] {
-            let _ = writeln!(s, "| {k} | {v} |");
-        }
-    }
-    let _ = writeln!(s, "\n## End-to-end latency\n");
-    let _ = writeln!(
-        s,
-        "From each membership's `occurredAt` (the event's time, stamped when it was \
-         handed to the publisher) to its `updatedAt` (the commit time Firestore recorded). \
-         Firestore keeps only the newest event of each (post, user), so latency is \
-         **sampled over memberships**: {} samples, one per membership, not one per event. \
-         Duplicates, stale events and poison leave no sample.\n",
-        p.count
-    );
-    if m.missing_updated_at > 0 || m.negative > 0 {
-        let _ = writeln!(
-            s,
-            "{} memberships had no `updatedAt` (not counted); {} had `updatedAt` before \
-             `occurredAt` (clock skew; counted as 0 ms).\n",
-            m.missing_updated_at, m.negative
-        );
-    }
-    let _ = writeln!(s, "| percentile | latency (ms) |\n|---|---:|");
-    for (k, v) in [
-        ("p50", p.p50_ms),
-        ("p90", p.p90_ms),
-        ("p99", p.p99_ms),
-        ("p99.9", p.p999_ms),
-        ("max", p.max_ms),
-        ("mean", p.mean_ms),
-    ] {
-        let _ = writeln!(s, "| {k} | {v:.1} |");
-    }
-    let _ = writeln!(
-        s,
-        "\n![latency by percentile](latency.png)\n\n\
-         x: percentile on a log scale (0%, 90%, 99%, 99.9%, ...); y: latency in ms.\n"
-    );
-    let t = &m.throughput;
-    let _ = writeln!(s, "## Throughput\n");
-    let _ = writeln!(
-        s,
-        "Memberships whose last commit fell in each {}-second bucket of `updatedAt` \
-         (a lower bound on commits: a membership written twice counts once). \
-         Peak {:.1}/s, mean {:.1}/s over {} s.\n",
-        t.bucket_secs,
-        t.peak_per_sec(),
-        t.mean_per_sec(),
-        t.buckets.len() as i64 * t.bucket_secs
-    );
-    let _ = writeln!(s, "![memberships committed per second](throughput.png)\n");
-    let _ = writeln!(
-        s,
-        "| bucket start (UTC) | memberships | per second |\n|---|---:|---:|"
-    );
-    for (start, n) in &t.buckets {
-        let at = DateTime::<Utc>::from_timestamp(*start, 0)
-            .map(|d| d.to_rfc3339_opts(SecondsFormat::Secs, true))
-            .unwrap_or_else(|| start.to_string());
-        let _ = writeln!(
-            s,
-            "| {at} | {n} | {:.1} |",
-            *n as f64 / t.bucket_secs as f64
-        );
-    }
-    s
 }
 
 #[cfg(test)]
