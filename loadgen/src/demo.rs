@@ -1,5 +1,5 @@
-//! The one-command demo: emulators in-process, setup, the consumer, a viral
-//! workload, drain, verify, report.
+//! The one-command demo: the stage (emulators in-process, setup), the
+//! consumer in-process, a viral workload, drain, verify, report.
 //!
 //! Invariant: the demo's verdict comes from `verify` against the truth
 //! computed from the generated events alone, never from the service's own
@@ -9,17 +9,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotcount::config::{Endpoints, RunArgs};
-use hotcount::ops::setup::{self, SetupArgs};
+use hotcount::config::RunArgs;
 use hotcount::telemetry::Stats;
-use hotcount_emulators::{Emulators, EmulatorsConfig, FaultSpec};
 use tokio::sync::watch;
 
+use crate::consumer::InProcess;
+use crate::procfs::Machine;
 use crate::publish::{self, PublishOptions, PublishReport};
 use crate::report::{self, Percentiles, RunInfo};
 use crate::run_error::RunError;
+use crate::stage::{Stage, StageSpec};
 use crate::verify::{self, VerifyReport};
-use crate::{generate, readback, WorkloadConfig};
+use crate::{generate, WorkloadConfig};
 
 /// What the demo runs.
 #[derive(Clone, Debug)]
@@ -98,24 +99,11 @@ pub async fn run(
         .run
         .validate()
         .map_err(|e| RunError::Invalid(e.to_string()))?;
-    let (emulators, endpoints) = start_stage(
-        &service_config,
-        &config.run.target.project,
-        config.store_rtt_ms,
-    )
-    .await
-    .map_err(RunError::Start)?;
     let target = &config.run.target;
-
-    let stats = Arc::new(Stats::default());
-    let (stop_tx, stop) = watch::channel(false);
-    let service = {
-        let (endpoints, stats) = (endpoints.clone(), stats.clone());
-        let service_config = service_config.clone();
-        tokio::spawn(async move {
-            hotcount::service::run(&endpoints, &service_config, stop, stats).await
-        })
-    };
+    let spec = StageSpec::for_consumer(&service_config, &target.project, config.store_rtt_ms);
+    let stage = Stage::start(&spec).await?;
+    let consumer = InProcess::start(stage.endpoints(), &service_config);
+    let stats = consumer.stats().clone();
 
     let workload = generate(&config.workload);
     let options = PublishOptions {
@@ -123,24 +111,15 @@ pub async fn run(
         progress: config.progress,
         ..PublishOptions::default()
     };
-    let topic = format!("projects/{}/topics/{TOPIC_ID}", target.project);
     let started = Instant::now();
+    let endpoints = stage.endpoints();
     let published =
-        publish::connect_and_publish(&endpoints, &topic, &workload, &options, cancel).await?;
-    let drained = wait_for_drain(
-        &emulators,
-        &service_config.subscription,
-        config.drain_timeout,
-    )
-    .await;
+        publish::connect_and_publish(endpoints, stage.topic(), &workload, &options, cancel).await?;
+    let drained = stage.wait_for_drain(config.drain_timeout).await;
     let elapsed = started.elapsed();
-    let _ = stop_tx.send(true);
-    match service.await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => return Err(RunError::Start(format!("consumer: {e}"))),
-        Err(e) => return Err(RunError::Start(format!("consumer task: {e}"))),
-    }
+    consumer.stop().await?;
 
+    let emulators = stage.emulators();
     let commits = emulators.firestore_counters().get("Commit");
     let store_rpcs = emulators.firestore_counters().total();
     let hottest_document_writes = emulators
@@ -148,27 +127,18 @@ pub async fn run(
         .hottest_documents(1)
         .first()
         .map_or(0, |d| d.writes);
-    let verify = verify::connect_and_verify(&endpoints, target, &workload.truth).await?;
-    let db = readback::connect(&endpoints, target)
+    let verify = verify::connect_and_verify(endpoints, target, &workload.truth).await?;
+    let measurements = report::connect_and_measure(endpoints, target)
         .await
         .map_err(verify::VerifyError::from)?;
-    let rows = readback::read_memberships(&db, &readback::layout(target))
-        .await
-        .map_err(verify::VerifyError::from)?;
-    let measurements = report::measure(&rows);
     let latency = report::percentiles(&measurements.latency_micros);
     let info = RunInfo {
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         settings: settings(config),
         workload: Some(config.workload.clone()),
     };
-    let files = report::write_report(
-        &config.out_dir,
-        &measurements,
-        &info,
-        &report::Machine::detect(),
-    )?;
-    emulators.shutdown().await;
+    let files = report::write_report(&config.out_dir, &measurements, &info, &Machine::detect())?;
+    stage.shutdown().await;
     Ok(DemoSummary {
         publish: published,
         verify,
@@ -224,71 +194,6 @@ fn settings(config: &DemoConfig) -> Vec<(String, String)> {
         ),
         ("emulators".into(), "in-process, loopback".into()),
     ]
-}
-
-/// The topic every in-process run publishes to.
-pub const TOPIC_ID: &str = "likes";
-
-/// Starts both emulators in-process, adds `store_rtt_ms` to every Firestore
-/// RPC (0 = none) and sets up [`TOPIC_ID`] with the subscription of
-/// `service_config`. Shared by the demo and the benchmark; the error says
-/// which step failed.
-pub async fn start_stage(
-    service_config: &hotcount::config::Config,
-    project: &str,
-    store_rtt_ms: u64,
-) -> Result<(Emulators, Endpoints), String> {
-    let emulators = Emulators::start(EmulatorsConfig::default())
-        .await
-        .map_err(|e| format!("emulators: {e}"))?;
-    if store_rtt_ms > 0 {
-        let rtt = FaultSpec::latency("*", Duration::from_millis(store_rtt_ms));
-        emulators.firestore_faults().add(rtt)?;
-    }
-    let endpoints = Endpoints {
-        pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
-        firestore_emulator_host: Some(emulators.firestore_addr().to_string()),
-    };
-    let subscription_id = service_config
-        .subscription
-        .rsplit('/')
-        .next()
-        .unwrap_or("likes-hotcount")
-        .to_string();
-    let setup_args = SetupArgs {
-        project: project.to_string(),
-        topic: TOPIC_ID.into(),
-        subscription: subscription_id,
-        dead_letter_topic: "likes-dead-letter".into(),
-        dead_letter_subscription: "likes-dead-letter-inspect".into(),
-        ack_deadline_secs: 60,
-        min_retry_backoff_secs: 1,
-        max_retry_backoff_secs: 60,
-        max_delivery_attempts: 20,
-        exactly_once: false,
-    };
-    setup::setup(&endpoints, &setup_args)
-        .await
-        .map_err(|e| format!("setup: {e}"))?;
-    Ok((emulators, endpoints))
-}
-
-/// Waits until the subscription has nothing unacked (bounded).
-async fn wait_for_drain(emulators: &Emulators, subscription: &str, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let unacked = emulators
-            .pubsub()
-            .stats(subscription)
-            .map_or(u64::MAX, |s| s.unacked);
-        if unacked == 0 {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// The summary table the demo prints.

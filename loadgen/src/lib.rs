@@ -2,16 +2,25 @@
 //! publishes them to Pub/Sub, and checks and measures what hotcount wrote.
 //!
 //! # Layout
-//! - [`workload`]: deterministic Zipf workloads with duplicates and poison.
+//! What a run is made of:
+//! - [`workload`]: deterministic Zipf workloads with duplicates and poison
+//!   (`generate`, `poison`, `zipf` inside).
 //! - [`truth`]: the exact expected count per post, and its JSON file.
 //! - [`publish`]: paced, bounded, cancellable publishing with a report.
 //! - [`readback`]: reads counter shards and memberships back, at one read time.
 //! - [`verify`]: compares Firestore with the truth and checks the shard invariant.
-//! - [`report`]: end-to-end latency and throughput into Markdown and a PNG.
+//! - [`report`]: end-to-end latency and throughput into Markdown and PNGs
+//!   (measurements in `report`, charts and text in `report::render`).
+//! - [`chart`]: the dependency-light PNG line chart.
+//!
+//! The runs, each a short composition of the three pieces below them:
+//! - [`demo`]: the one-command demo (stage, consumer, workload, verify, report).
 //! - [`bench`]: both strategies side by side on the emulators (`hotcount-loadgen bench`).
 //! - [`chaos`]: kill -9, injected faults and a replay against consumer processes, verified.
-//! - [`chart`]: the dependency-light PNG percentile plot.
-//! - [`demo`]: the one-command demo (emulators, consumer, workload, verify, report).
+//! - [`stage`]: the world of a run: emulators in-process, store RTT, setup, teardown.
+//! - [`consumer`]: the consumer under test, in-process or a `hotcount run`
+//!   child process (start, kill, stop, log, exit status, its `/metrics`).
+//! - [`procfs`]: the one reader of `/proc` (a process's CPU and peak RSS, the machine).
 //! - [`run_error`]: why a `bench`, `chaos` or `demo` run could not be carried out.
 //!
 //! # Use from code (`hotcount demo`, tests)
@@ -52,11 +61,14 @@
 pub mod bench;
 pub mod chaos;
 pub mod chart;
+pub mod consumer;
 pub mod demo;
+pub mod procfs;
 pub mod publish;
 pub mod readback;
 pub mod report;
 pub mod run_error;
+pub mod stage;
 pub mod truth;
 pub mod verify;
 pub mod workload;

@@ -1,5 +1,6 @@
 //! Why a `bench`, `chaos` or `demo` run could not be carried out: the one
-//! error those three runs return.
+//! error those three runs return, and the [`crate::stage`] and
+//! [`crate::consumer`] they are built from.
 //!
 //! Invariant: a wrong count is never a [`RunError`]; it is the run's verdict
 //! ([`crate::bench::Verdict`], [`crate::chaos::ChaosSummary::is_success`],

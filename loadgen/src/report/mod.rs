@@ -15,6 +15,7 @@ use hdrhistogram::Histogram;
 use hotcount::config::{Endpoints, Target};
 
 use crate::chart::ChartError;
+use crate::procfs::Machine;
 use crate::readback::{self, MembershipRow, ReadError};
 use crate::workload::WorkloadConfig;
 
@@ -206,54 +207,6 @@ pub fn percentiles(h: &Histogram<u64>) -> Percentiles {
     }
 }
 
-/// The machine the report was made on.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Machine {
-    /// Logical cores available.
-    pub cores: usize,
-    /// CPU model name.
-    pub cpu: String,
-    /// Total memory in bytes.
-    pub memory_bytes: u64,
-    /// OS name and kernel release.
-    pub os: String,
-}
-
-impl Machine {
-    /// Reads `/proc` and `/etc/os-release`; unknown fields stay empty.
-    pub fn detect() -> Self {
-        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        let cpuinfo = read("/proc/cpuinfo");
-        let cpu = cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-            .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-        let memory_bytes = read("/proc/meminfo")
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024);
-        let pretty = read("/etc/os-release")
-            .lines()
-            .find_map(|l| l.strip_prefix("PRETTY_NAME="))
-            .map(|v| v.trim_matches('"').to_string())
-            .unwrap_or_else(|| std::env::consts::OS.to_string());
-        let kernel = read("/proc/sys/kernel/osrelease").trim().to_string();
-        Self {
-            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            cpu,
-            memory_bytes,
-            os: if kernel.is_empty() {
-                pretty
-            } else {
-                format!("{pretty} (kernel {kernel})")
-            },
-        }
-    }
-}
-
 /// Connects to Firestore, reads the memberships of `target` and writes the report into `dir`.
 pub async fn connect_and_report(
     endpoints: &Endpoints,
@@ -396,12 +349,5 @@ mod tests {
             .unwrap()
             .starts_with(b"\x89PNG"));
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn machine_is_detected_from_proc() {
-        let m = Machine::detect();
-        assert!(m.cores >= 1);
-        assert!(!m.os.is_empty());
     }
 }

@@ -9,8 +9,9 @@ use std::fmt::Write as _;
 use chrono::{DateTime, SecondsFormat, Utc};
 use hdrhistogram::Histogram;
 
-use super::{percentiles, Machine, Measurements, RunInfo, Throughput};
+use super::{percentiles, Measurements, RunInfo, Throughput};
 use crate::chart::LineChart;
+use crate::procfs::Machine;
 
 /// The percentile curve: x = log10(1 / (1 - q)) (0 = p0, 1 = p90, 2 = p99, ...),
 /// y = latency in ms; x runs as far as the sample count resolves (at most 5).

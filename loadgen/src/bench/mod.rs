@@ -1,0 +1,535 @@
+//! The end-to-end benchmark: both strategies (`batched`, `per-event`) on the
+//! same generated workload, each in a fresh pair of in-process emulators with
+//! an injected round trip per Firestore RPC, printed side by side.
+//!
+//! Invariant: every figure comes from outside the service under test (the
+//! emulators' RPC and write counters, the Pub/Sub subscription's acks, the
+//! membership documents' commit times, `/proc` through [`crate::procfs`]),
+//! and a count is called exact only for a run that published and drained
+//! everything; a run stopped by `max_secs` is reported as partial, its
+//! throughput measured over the messages it acked, and only the shard
+//! invariant is checked for it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hotcount::config::{Config, RunArgs, Strategy};
+use tokio::sync::watch;
+
+use crate::consumer::Consumer;
+use crate::procfs;
+use crate::publish::{self, PublishOptions};
+use crate::report::{self, Percentiles};
+use crate::run_error::RunError;
+use crate::stage::{Stage, StageSpec};
+use crate::{generate, verify, workload, Workload, WorkloadConfig};
+
+mod render;
+
+pub use render::{render, render_progress, render_settings};
+
+/// The workload shapes the benchmark runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Case {
+    /// Zipf 1.1 over the posts.
+    Zipf,
+    /// One viral post takes about half the events (Zipf exponent chosen so
+    /// that the most popular post's share is 50%).
+    Viral,
+}
+
+/// What the benchmark runs.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Consumer settings shared by both strategies (the strategy is overridden per run).
+    pub run: RunArgs,
+    /// Messages per workload (valid + duplicates + poison).
+    pub events: u64,
+    /// Distinct posts.
+    pub posts: u32,
+    /// Distinct users.
+    pub users: u32,
+    /// Seed (the same workload for both strategies).
+    pub seed: u64,
+    /// Injected latency per Firestore RPC, in milliseconds.
+    pub store_rtt_ms: u64,
+    /// Longest run per strategy and case, in seconds (publish + drain).
+    pub max_secs: u64,
+    /// Publish rate, messages per second (0 = as fast as possible).
+    pub rate_per_sec: u64,
+    /// The workloads to run.
+    pub cases: Vec<Case>,
+    /// The strategies to run, in order.
+    pub strategies: Vec<Strategy>,
+    /// Publish the whole workload before the consumer starts, and measure
+    /// from the consumer's start: the consumer's capacity on a backlog,
+    /// without the publisher competing for the CPU.
+    pub backlog: bool,
+    /// Run the consumer as this `hotcount` binary in its own process (its
+    /// peak RSS is then the consumer's alone) instead of in-process.
+    pub consumer_bin: Option<std::path::PathBuf>,
+}
+
+/// How a run's counts were checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Everything published and drained; every post's count exact, the
+    /// shard invariant kept.
+    Exact,
+    /// Everything drained but some counts or the invariant are wrong.
+    Wrong {
+        /// Posts whose count differs from the truth.
+        mismatches: usize,
+        /// Posts whose shards do not sum to their liked memberships.
+        invariant_breaks: usize,
+    },
+    /// Stopped by `max_secs` before draining: counts cannot be compared with
+    /// the truth of the whole workload; the shard invariant was checked.
+    Partial {
+        /// Posts whose shards do not sum to their liked memberships.
+        invariant_breaks: usize,
+    },
+}
+
+/// What one strategy measured on one case.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    /// Workload shape.
+    pub case: Case,
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Messages published.
+    pub published: u64,
+    /// Messages acked by the subscription (emulator) at the end of the measured window.
+    pub acked: u64,
+    /// From the first publish to drained (or to `max_secs`).
+    pub elapsed: Duration,
+    /// Whether the run published and drained everything.
+    pub completed: bool,
+    /// Firestore RPCs served by the emulator in the measured window.
+    pub store_rpcs: u64,
+    /// Firestore commits served by the emulator in the measured window.
+    pub commits: u64,
+    /// The most written document and its writes in the measured window.
+    pub hottest_document: String,
+    /// Writes to the most written document.
+    pub hottest_writes: u64,
+    /// Publish -> commit latency over the final membership writes.
+    pub latency: Percentiles,
+    /// Peak resident set during the run, bytes: of the consumer process
+    /// alone with [`BenchConfig::consumer_bin`], else of the whole process
+    /// (consumer, emulators and publisher share it).
+    pub peak_rss_bytes: u64,
+    /// Whether `peak_rss_bytes` is the consumer's alone.
+    pub rss_is_consumer_only: bool,
+    /// CPU time (user + system) of the consumer process in the window;
+    /// `None` when the consumer shares this process.
+    pub consumer_cpu: Option<Duration>,
+    /// The consumer's own commit duration (BatchGetDocuments + Commit, with
+    /// retries) p50 and p99 at the end of the window, from its `Stats` or
+    /// its `/metrics`: where the publish->commit time goes. `None` when it
+    /// could not be read.
+    pub commit_duration: Option<(Duration, Duration)>,
+    /// The count check.
+    pub verdict: Verdict,
+}
+
+impl RunResult {
+    /// Acked messages per second over the measured window.
+    pub fn events_per_sec(&self) -> f64 {
+        self.acked as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Store RPCs per 1,000 acked messages.
+    pub fn rpcs_per_1k(&self) -> f64 {
+        self.store_rpcs as f64 * 1000.0 / self.acked.max(1) as f64
+    }
+
+    /// Writes per second to the most written document.
+    pub fn hottest_writes_per_sec(&self) -> f64 {
+        self.hottest_writes as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The workload of `case`.
+pub fn workload_config(config: &BenchConfig, case: Case) -> WorkloadConfig {
+    let zipf_exponent = match case {
+        Case::Zipf => 1.1,
+        Case::Viral => workload::exponent_for_top_share(config.posts, 0.5),
+    };
+    WorkloadConfig {
+        events: config.events,
+        posts: config.posts,
+        users: config.users,
+        zipf_exponent,
+        unlike_fraction: 0.05,
+        duplicate_fraction: 0.05,
+        poison_fraction: 0.01,
+        hostile_fraction: 0.0,
+        seed: config.seed,
+    }
+}
+
+/// Runs every case with every strategy; `on_result` sees each run as it ends.
+/// A wrong count is a [`Verdict`], not an error.
+pub async fn run(
+    config: &BenchConfig,
+    mut on_result: impl FnMut(&RunResult),
+) -> Result<Vec<RunResult>, RunError> {
+    config
+        .run
+        .validate()
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    let mut results = Vec::new();
+    for &case in &config.cases {
+        let workload_config = workload_config(config, case);
+        workload_config
+            .validate()
+            .map_err(|e| RunError::Invalid(e.to_string()))?;
+        let workload = Arc::new(generate(&workload_config));
+        for &strategy in &config.strategies {
+            let result = run_one(config, case, strategy, workload.clone()).await?;
+            on_result(&result);
+            results.push(result);
+        }
+    }
+    Ok(results)
+}
+
+/// One strategy on one workload, in a fresh stage: publish, run the
+/// consumer, measure the window, stop, check the counts.
+async fn run_one(
+    config: &BenchConfig,
+    case: Case,
+    strategy: Strategy,
+    workload: Arc<Workload>,
+) -> Result<RunResult, RunError> {
+    let (run_args, service_config) = consumer_settings(config, strategy)?;
+    let spec = StageSpec::for_consumer(
+        &service_config,
+        &run_args.target.project,
+        config.store_rtt_ms,
+    );
+    let stage = Stage::start(&spec).await?;
+    let baseline = Baseline::take(&stage);
+    let (cancel_tx, cancel) = watch::channel(false);
+    let publishing = Publishing::start(config, &stage, workload.clone(), cancel).await?;
+    let consumer = Consumer::start(
+        config.consumer_bin.as_deref(),
+        stage.endpoints(),
+        &run_args,
+        &service_config,
+    )?;
+    let total = workload.messages.len() as u64;
+    let window = Window::measure(&stage, &consumer, &baseline, config.max_secs, total).await;
+    let _ = cancel_tx.send(true);
+    let published = publishing.finish().await?;
+    consumer.stop().await?;
+    // Reading back is not part of the measured window: no RTT for it.
+    stage.emulators().firestore_faults().clear();
+    let completed = window.completed && published == total;
+    let (verdict, latency) = check(&stage, &run_args, &workload, completed).await?;
+    stage.shutdown().await;
+    Ok(window.into_result(case, strategy, published, completed, latency, verdict))
+}
+
+/// The consumer settings of one strategy: `config.run` with `strategy`,
+/// its metrics endpoint off (a child's is set by [`Consumer::start`]).
+fn consumer_settings(
+    config: &BenchConfig,
+    strategy: Strategy,
+) -> Result<(RunArgs, Config), RunError> {
+    let mut run_args = config.run.clone();
+    run_args.strategy = strategy;
+    run_args.metrics_addr = "off".into();
+    let service_config = run_args
+        .validate()
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    Ok((run_args, service_config))
+}
+
+/// The emulators' counters before the window, and this process's peak RSS
+/// reset to now.
+struct Baseline {
+    store_rpcs: u64,
+    commits: u64,
+}
+
+impl Baseline {
+    fn take(stage: &Stage) -> Self {
+        let emulators = stage.emulators();
+        emulators.firestore().reset_stats();
+        let store_rpcs = emulators.firestore_counters().total();
+        let commits = emulators.firestore_counters().get("Commit");
+        procfs::reset_peak_rss();
+        Self {
+            store_rpcs,
+            commits,
+        }
+    }
+}
+
+/// The publisher: already done (`backlog`), or running beside the consumer.
+enum Publishing {
+    Done(u64),
+    Running(tokio::task::JoinHandle<Result<publish::PublishReport, publish::PublishError>>),
+}
+
+impl Publishing {
+    /// Starts publishing `workload` to the stage's topic; with a backlog,
+    /// waits until all of it is published.
+    async fn start(
+        config: &BenchConfig,
+        stage: &Stage,
+        workload: Arc<Workload>,
+        cancel: watch::Receiver<bool>,
+    ) -> Result<Self, RunError> {
+        let (endpoints, topic) = (stage.endpoints().clone(), stage.topic().to_string());
+        let options = PublishOptions {
+            rate_per_sec: config.rate_per_sec,
+            progress: false,
+            ..PublishOptions::default()
+        };
+        let publishing = tokio::spawn(async move {
+            publish::connect_and_publish(&endpoints, &topic, &workload, &options, cancel).await
+        });
+        Ok(if config.backlog {
+            Publishing::Done(publisher_result(publishing).await?)
+        } else {
+            Publishing::Running(publishing)
+        })
+    }
+
+    /// Messages published, once the publisher is done (cancel it first).
+    async fn finish(self) -> Result<u64, RunError> {
+        match self {
+            Publishing::Done(n) => Ok(n),
+            Publishing::Running(publishing) => publisher_result(publishing).await,
+        }
+    }
+}
+
+async fn publisher_result(
+    publishing: tokio::task::JoinHandle<Result<publish::PublishReport, publish::PublishError>>,
+) -> Result<u64, RunError> {
+    match publishing.await {
+        Ok(Ok(report)) => Ok(report.published),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(RunError::Start(format!("publisher task: {e}"))),
+    }
+}
+
+/// What the measured window saw: from the first publish, or with a backlog
+/// from the consumer's start, to the last ack (or the cap).
+struct Window {
+    elapsed: Duration,
+    completed: bool,
+    acked: u64,
+    store_rpcs: u64,
+    commits: u64,
+    hottest_document: String,
+    hottest_writes: u64,
+    peak_rss_bytes: u64,
+    rss_is_consumer_only: bool,
+    consumer_cpu: Option<Duration>,
+    commit_duration: Option<(Duration, Duration)>,
+}
+
+impl Window {
+    /// Waits for `total` acks (at most `max_secs`) and reads every figure
+    /// at that moment, before the consumer drains.
+    async fn measure(
+        stage: &Stage,
+        consumer: &Consumer,
+        baseline: &Baseline,
+        max_secs: u64,
+        total: u64,
+    ) -> Self {
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(max_secs);
+        let completed = stage.wait_for_acks(total, deadline).await;
+        let elapsed = started.elapsed();
+        let acked = stage.acked();
+        let emulators = stage.emulators();
+        let store_rpcs = emulators.firestore_counters().total() - baseline.store_rpcs;
+        let commits = emulators.firestore_counters().get("Commit") - baseline.commits;
+        let hottest = emulators.firestore().hottest_documents(1);
+        let (hottest_document, hottest_writes) = hottest
+            .first()
+            .map_or((String::new(), 0), |d| (d.name.clone(), d.writes));
+        let (peak_rss_bytes, rss_is_consumer_only) = consumer.peak_rss_bytes();
+        Self {
+            elapsed,
+            completed,
+            acked,
+            store_rpcs,
+            commits,
+            hottest_document,
+            hottest_writes,
+            peak_rss_bytes,
+            rss_is_consumer_only,
+            consumer_cpu: consumer.cpu_time(),
+            commit_duration: consumer.commit_duration().await,
+        }
+    }
+
+    fn into_result(
+        self,
+        case: Case,
+        strategy: Strategy,
+        published: u64,
+        completed: bool,
+        latency: Percentiles,
+        verdict: Verdict,
+    ) -> RunResult {
+        RunResult {
+            case,
+            strategy,
+            published,
+            acked: self.acked,
+            elapsed: self.elapsed,
+            completed,
+            store_rpcs: self.store_rpcs,
+            commits: self.commits,
+            hottest_document: self.hottest_document,
+            hottest_writes: self.hottest_writes,
+            latency,
+            peak_rss_bytes: self.peak_rss_bytes,
+            rss_is_consumer_only: self.rss_is_consumer_only,
+            consumer_cpu: self.consumer_cpu,
+            commit_duration: self.commit_duration,
+            verdict,
+        }
+    }
+}
+
+/// The count check (exact only for a `completed` run) and the
+/// publish->commit latency, read back once the consumer is stopped.
+async fn check(
+    stage: &Stage,
+    run_args: &RunArgs,
+    workload: &Workload,
+    completed: bool,
+) -> Result<(Verdict, Percentiles), RunError> {
+    let (endpoints, target) = (stage.endpoints(), &run_args.target);
+    let report = verify::connect_and_verify(endpoints, target, &workload.truth).await?;
+    let verdict = if !completed {
+        Verdict::Partial {
+            invariant_breaks: report.invariant_violations.len(),
+        }
+    } else if report.is_exact() {
+        Verdict::Exact
+    } else {
+        Verdict::Wrong {
+            mismatches: report.mismatches.len(),
+            invariant_breaks: report.invariant_violations.len(),
+        }
+    };
+    let measurements = report::connect_and_measure(endpoints, target)
+        .await
+        .map_err(verify::VerifyError::from)?;
+    Ok((verdict, report::percentiles(&measurements.latency_micros)))
+}
+
+/// Whether the runs call for exit code 1: a completed run's counts are
+/// wrong, or a partial run broke the invariant.
+pub fn any_failed(results: &[RunResult]) -> bool {
+    results.iter().any(|r| match r.verdict {
+        Verdict::Exact => false,
+        Verdict::Wrong { .. } => true,
+        Verdict::Partial { invariant_breaks } => invariant_breaks > 0,
+    })
+}
+
+/// `hotcount-loadgen bench`: the flags.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Consumer settings shared by both strategies (`--strategy` is ignored: see `--strategies`).
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Strategies to run, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Strategy::Batched, Strategy::PerEvent])]
+    pub strategies: Vec<Strategy>,
+    /// Workloads to run.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Case::Zipf, Case::Viral])]
+    pub cases: Vec<Case>,
+    /// Messages per workload (valid + 5% duplicates + 1% poison).
+    #[arg(long, default_value_t = 100_000)]
+    pub events: u64,
+    /// Distinct posts.
+    #[arg(long, default_value_t = 100_000)]
+    pub posts: u32,
+    /// Distinct users.
+    #[arg(long, default_value_t = 100_000)]
+    pub users: u32,
+    /// Seed of the workload (the same for every strategy).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Injected latency per Firestore RPC, in milliseconds (models the real round trip).
+    #[arg(long, default_value_t = 10)]
+    pub store_rtt_ms: u64,
+    /// Longest run per strategy and workload, in seconds; a slower run is
+    /// stopped and measured over what it acked (reported as partial).
+    #[arg(long, default_value_t = 60)]
+    pub max_secs: u64,
+    /// Publish rate in messages per second (0 = as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Also write the tables to this Markdown file.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Publish the whole workload first, then start the consumer and
+    /// measure from its start (the consumer's capacity on a backlog).
+    #[arg(long)]
+    pub backlog: bool,
+    /// Run the consumer as the `hotcount` binary in a child process (its
+    /// own peak RSS is reported) instead of in this process.
+    #[arg(long)]
+    pub consumer_process: bool,
+    /// The `hotcount` binary for `--consumer-process` (default: next to this one).
+    #[arg(long)]
+    pub hotcount_bin: Option<std::path::PathBuf>,
+}
+
+/// Runs `hotcount-loadgen bench` and prints the tables; exit 1 when a
+/// completed run's counts are wrong or a partial run broke the invariant.
+pub async fn run_command(args: BenchArgs) -> Result<std::process::ExitCode, RunError> {
+    let config = BenchConfig {
+        run: args.run,
+        events: args.events,
+        posts: args.posts,
+        users: args.users,
+        seed: args.seed,
+        store_rtt_ms: args.store_rtt_ms,
+        max_secs: args.max_secs,
+        rate_per_sec: args.rate,
+        cases: args.cases,
+        strategies: args.strategies,
+        backlog: args.backlog,
+        consumer_bin: args.consumer_process.then(|| {
+            args.hotcount_bin
+                .clone()
+                .unwrap_or_else(crate::consumer::default_hotcount_bin)
+        }),
+    };
+    eprintln!(
+        "hotcount bench: {} messages over {} posts, store RTT {} ms, at most {} s per run",
+        config.events, config.posts, config.store_rtt_ms, config.max_secs
+    );
+    let results = run(&config, |r| eprintln!("{}", render_progress(r))).await?;
+    let mut tables = render_settings(&config);
+    for &case in &config.cases {
+        tables.push_str(&render(&results, case));
+    }
+    print!("{tables}");
+    if let Some(path) = &args.out {
+        if let Err(e) = std::fs::write(path, &tables) {
+            eprintln!("warning: writing {}: {e}", path.display());
+        }
+    }
+    Ok(if any_failed(&results) {
+        std::process::ExitCode::from(1)
+    } else {
+        std::process::ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,437 @@
+//! The hazards of the chaos run, each made here: the shuffle before
+//! publishing, the steady Pub/Sub and Firestore faults, the consumer
+//! processes with the victim killed (SIGKILL) and restarted again and
+//! again, and the latency spikes with a clock jump past every lease.
+//!
+//! Invariant: every consumer process is started from one [`ChildSpec`]
+//! per slot and is running again when [`Chaos::calm`] returns; a consumer
+//! that exits without being killed here is counted and reported with the
+//! tail of its log, never silently restarted.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hotcount::config::Endpoints;
+use hotcount_emulators::{Emulators, FaultKind, FaultSpec};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom as _;
+use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
+use tonic::Code;
+
+use super::{ChaosConfig, CONSUMER, LEASE_JUMP, PREFIX, PROJECT, SUBSCRIPTION};
+use crate::consumer::{self, Child, ChildSpec};
+use crate::run_error::RunError;
+use crate::stage::Stage;
+use crate::workload::{Origin, Workload};
+use crate::Truth;
+
+/// Shuffles `workload`'s messages within windows of `window`, keeping each
+/// duplicate pointing at its original, and recomputes the truth (which does
+/// not depend on order: per (post, user) the highest `seq` decides).
+pub fn reorder(workload: &mut Workload, window: usize, rng: &mut impl Rng) {
+    let n = workload.messages.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    for chunk in order.chunks_mut(window.max(1)) {
+        chunk.shuffle(rng);
+    }
+    let mut new_index = vec![0usize; n];
+    for (new, old) in order.iter().enumerate() {
+        new_index[*old] = new;
+    }
+    let mut messages = Vec::with_capacity(n);
+    for old in order {
+        let mut message = workload.messages[old].clone();
+        if let Origin::Duplicate { of } = &mut message.origin {
+            *of = new_index[*of];
+        }
+        messages.push(message);
+    }
+    workload.messages = messages;
+    workload.truth = Truth::compute(workload.config.clone(), &workload.messages);
+}
+
+/// Counters shared by the chaos tasks.
+#[derive(Default)]
+pub(super) struct Tally {
+    kills: AtomicU64,
+    kills_after_commit: AtomicU64,
+    unexpected_exits: AtomicU64,
+    spikes: AtomicU64,
+    /// How each unexpected exit ended, with the tail of its log.
+    exit_reports: Mutex<Vec<String>>,
+}
+
+impl Tally {
+    /// `kill -9` of the victim.
+    pub(super) fn kills(&self) -> u64 {
+        self.kills.load(Ordering::Relaxed)
+    }
+
+    /// Of those, kills right after one of the victim's commits.
+    pub(super) fn kills_after_commit(&self) -> u64 {
+        self.kills_after_commit.load(Ordering::Relaxed)
+    }
+
+    /// Consumer exits that were not kills.
+    pub(super) fn unexpected_exits(&self) -> u64 {
+        self.unexpected_exits.load(Ordering::Relaxed)
+    }
+
+    /// Latency spikes with a clock jump.
+    pub(super) fn spikes(&self) -> u64 {
+        self.spikes.load(Ordering::Relaxed)
+    }
+
+    /// The reports of the unexpected exits, taken out.
+    pub(super) fn take_exit_reports(&self) -> Vec<String> {
+        self.exit_reports
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default()
+    }
+}
+
+/// The chaos while it runs: the consumers (held by the kill loop), the
+/// steady faults, the spikes.
+pub(super) struct Chaos {
+    tally: Arc<Tally>,
+    stop: watch::Sender<bool>,
+    killer: tokio::task::JoinHandle<Consumers>,
+    spiker: tokio::task::JoinHandle<()>,
+}
+
+impl Chaos {
+    /// Starts `config.consumers` consumer processes (logs in `log_dir`),
+    /// installs the steady faults, and starts killing the victim (kill
+    /// schedule from `seed`) and spiking the store.
+    pub(super) fn start(
+        stage: &Stage,
+        config: &ChaosConfig,
+        log_dir: PathBuf,
+        seed: u64,
+    ) -> Result<Self, RunError> {
+        let victim_metrics = consumer::free_loopback_port("the victim's metrics")?;
+        let specs = (0..config.consumers)
+            .map(|index| child_spec(config, stage.endpoints(), &log_dir, index, victim_metrics))
+            .collect();
+        let consumers = Consumers::start(specs, victim_metrics)?;
+        install_faults(stage.emulators()).map_err(RunError::Start)?;
+        let tally = Arc::new(Tally::default());
+        let (stop, stop_rx) = watch::channel(false);
+        let killer = tokio::spawn(kill_loop(
+            consumers,
+            tally.clone(),
+            config.kill_every,
+            stop_rx.clone(),
+            seed,
+        ));
+        let spiker = tokio::spawn(spike_loop(
+            stage.emulators().clone(),
+            tally.clone(),
+            config.spike_every,
+            stop_rx,
+        ));
+        Ok(Self {
+            tally,
+            stop,
+            killer,
+            spiker,
+        })
+    }
+
+    /// The counters the chaos tasks keep.
+    pub(super) fn tally(&self) -> Arc<Tally> {
+        self.tally.clone()
+    }
+
+    /// Stops the kills and the spikes, clears every fault and brings every
+    /// consumer back; the consumers, running.
+    pub(super) async fn calm(self, stage: &Stage) -> Result<Consumers, RunError> {
+        let _ = self.stop.send(true);
+        let _ = self.spiker.await;
+        let mut consumers = self
+            .killer
+            .await
+            .map_err(|e| RunError::Start(format!("kill loop: {e}")))?;
+        stage.emulators().pubsub_faults().clear();
+        stage.emulators().firestore_faults().clear();
+        consumers.restart_missing()?;
+        Ok(consumers)
+    }
+}
+
+/// Consumer `index`: `hotcount run` on the one subscription, its stderr
+/// appended to `consumer-{index}.log`, its metrics endpoint on only for
+/// the victim (consumer 0), so a kill can wait for its commit counter.
+fn child_spec(
+    config: &ChaosConfig,
+    endpoints: &Endpoints,
+    log_dir: &std::path::Path,
+    index: usize,
+    victim_metrics: std::net::SocketAddr,
+) -> ChildSpec {
+    let metrics = (index == 0).then_some(victim_metrics);
+    let metrics_flag = metrics.map_or("off".to_string(), |m| m.to_string());
+    let flags = [
+        "--project",
+        PROJECT,
+        "--collection-prefix",
+        PREFIX,
+        "--subscription",
+        SUBSCRIPTION,
+        "--consumer",
+        CONSUMER,
+        "--metrics-addr",
+        &metrics_flag,
+    ];
+    ChildSpec {
+        bin: config.hotcount_bin.clone(),
+        flags: flags.iter().map(|f| f.to_string()).collect(),
+        endpoints: endpoints.clone(),
+        log: Some(log_dir.join(format!("consumer-{index}.log"))),
+        metrics,
+    }
+}
+
+/// One consumer process slot.
+struct Slot {
+    index: usize,
+    spec: ChildSpec,
+    child: Option<Child>,
+}
+
+/// The consumer processes on the subscription; slot 0 is the victim.
+pub(super) struct Consumers {
+    slots: Vec<Slot>,
+    victim_metrics: std::net::SocketAddr,
+}
+
+impl Consumers {
+    /// Spawns one process per spec.
+    fn start(
+        specs: Vec<ChildSpec>,
+        victim_metrics: std::net::SocketAddr,
+    ) -> Result<Self, RunError> {
+        let mut slots = Vec::new();
+        for (index, spec) in specs.into_iter().enumerate() {
+            let child = Some(Child::spawn(&spec)?);
+            slots.push(Slot { index, spec, child });
+        }
+        Ok(Self {
+            slots,
+            victim_metrics,
+        })
+    }
+
+    /// Restarts every consumer that is not running; one that exited by
+    /// itself (not killed here) is counted and reported with the tail of
+    /// its log.
+    fn restart_exited(&mut self, tally: &Tally) {
+        for slot in &mut self.slots {
+            let status = match &mut slot.child {
+                Some(child) => match child.exit_status() {
+                    Some(status) => Some(status),
+                    None => continue,
+                },
+                None => None,
+            };
+            if let Some(status) = status {
+                tally.unexpected_exits.fetch_add(1, Ordering::Relaxed);
+                let log = slot.spec.log.as_deref().unwrap_or(std::path::Path::new(""));
+                let report = format!(
+                    "consumer {} exited by itself ({status}); its log ends:\n{}",
+                    slot.index,
+                    consumer::log_tail(log, 20)
+                );
+                tracing::error!("{report}");
+                if let Ok(mut reports) = tally.exit_reports.lock() {
+                    reports.push(report);
+                }
+            }
+            slot.child = Child::spawn(&slot.spec).ok();
+        }
+    }
+
+    /// Kills the victim with SIGKILL; true if it was running and is killed.
+    async fn kill_victim(&mut self) -> bool {
+        match self.slots[0].child.take() {
+            Some(child) => child.kill().await.is_ok(),
+            None => false,
+        }
+    }
+
+    /// Starts the victim again (a failure is logged; the next round retries).
+    fn restart_victim(&mut self) {
+        let victim = &mut self.slots[0];
+        match Child::spawn(&victim.spec) {
+            Ok(child) => victim.child = Some(child),
+            Err(e) => tracing::warn!(error = %e, "restarting the victim failed; retrying"),
+        }
+    }
+
+    /// Starts every consumer that has no process.
+    fn restart_missing(&mut self) -> Result<(), RunError> {
+        for slot in &mut self.slots {
+            if slot.child.is_none() {
+                slot.child = Some(Child::spawn(&slot.spec)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills every consumer (SIGKILL).
+    pub(super) async fn kill_all(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(child) = slot.child.take() {
+                let _ = child.kill().await;
+            }
+        }
+    }
+}
+
+/// The steady faults: each commit fault once for certain, then all of them
+/// at random (cleared before the final drain).
+fn install_faults(emulators: &Emulators) -> Result<(), String> {
+    let pubsub = emulators.pubsub_faults();
+    pubsub.add(FaultSpec::new(FaultKind::AckLost).probability(0.02))?;
+    pubsub.add(FaultSpec::new(FaultKind::SpuriousRedelivery).probability(0.02))?;
+    // Each open stream checks about every 50 ms: about one drop per stream per 5 s.
+    pubsub.add(FaultSpec::new(FaultKind::DropStream).probability(0.01))?;
+    let firestore = emulators.firestore_faults();
+    // Once each for certain (the first eligible commits), then at random: a
+    // small run with large batches makes few commits, and every kind must
+    // be exercised in every run, not in most.
+    firestore.add(FaultSpec::error("Commit", Code::Aborted).times(1))?;
+    firestore.add(FaultSpec::error_after_apply("Commit", Code::Unavailable).times(1))?;
+    firestore.add(FaultSpec::error("Commit", Code::Aborted).probability(0.05))?;
+    firestore.add(FaultSpec::error_after_apply("Commit", Code::Unavailable).probability(0.03))?;
+    Ok(())
+}
+
+/// Kills the first consumer again and again (SIGKILL) after a pause drawn
+/// from `kill_every`, restarting it after a short pause; restarts any other
+/// consumer that exits by itself.
+async fn kill_loop(
+    mut consumers: Consumers,
+    tally: Arc<Tally>,
+    kill_every: (Duration, Duration),
+    stop: watch::Receiver<bool>,
+    seed: u64,
+) -> Consumers {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut n: u64 = 0;
+    while !*stop.borrow() {
+        let pause = rng.random_range(kill_every.0..=kill_every.1);
+        if sleep_or_stop(pause, &stop).await {
+            break;
+        }
+        consumers.restart_exited(&tally);
+        let mut after_commit = n % 2 == 1;
+        n += 1;
+        if after_commit {
+            // Counted as "after a commit" only when the victim's own
+            // committed-batch counter was seen to move just before the kill:
+            // the victim committed a batch whose acks (flushed by the client
+            // library every 100 ms) had most likely not left.
+            after_commit =
+                consumer::victim_committed(consumers.victim_metrics, Duration::from_secs(5)).await;
+        }
+        if consumers.kill_victim().await {
+            tally.kills.fetch_add(1, Ordering::Relaxed);
+            if after_commit {
+                tally.kills_after_commit.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let down = Duration::from_millis(rng.random_range(50..=400));
+        tokio::time::sleep(down).await;
+        consumers.restart_victim();
+    }
+    consumers.restart_exited(&tally);
+    consumers
+}
+
+/// Every `every`: Commit calls stall 1.5 s (three of them) while the
+/// emulated clock jumps past every lease, so messages in flight are
+/// redelivered to other consumers while their first commit is still pending.
+async fn spike_loop(
+    emulators: Arc<Emulators>,
+    tally: Arc<Tally>,
+    every: Duration,
+    stop: watch::Receiver<bool>,
+) {
+    loop {
+        if sleep_or_stop(every, &stop).await {
+            return;
+        }
+        let spike = FaultSpec::latency("Commit", Duration::from_millis(1500)).times(3);
+        if emulators.firestore_faults().add(spike).is_err() {
+            return;
+        }
+        if sleep_or_stop(Duration::from_millis(200), &stop).await {
+            return;
+        }
+        emulators.clock().advance(LEASE_JUMP);
+        tally.spikes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Prints the subscription's state and the kill count every 10 s.
+pub(super) async fn progress_loop(
+    emulators: Arc<Emulators>,
+    subscription: String,
+    tally: Arc<Tally>,
+    started: Instant,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let s = emulators.pubsub().stats(&subscription).unwrap_or_default();
+        eprintln!(
+            "[{:>5.0}s] published {} acked {} unacked {} redeliveries {} kills {}",
+            started.elapsed().as_secs_f64(),
+            s.published,
+            s.acks,
+            s.unacked,
+            s.redeliveries,
+            tally.kills()
+        );
+    }
+}
+
+/// Sleeps `d`; true when `stop` turned true first.
+async fn sleep_or_stop(d: Duration, stop: &watch::Receiver<bool>) -> bool {
+    let mut stop = stop.clone();
+    if *stop.borrow() {
+        return true;
+    }
+    let stopped = tokio::select! {
+        () = tokio::time::sleep(d) => false,
+        _ = stop.wait_for(|s| *s) => true,
+    };
+    stopped || *stop.borrow()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{generate, WorkloadConfig};
+
+    #[test]
+    fn reorder_keeps_duplicates_on_their_originals_and_the_truth() {
+        let config = WorkloadConfig {
+            events: 2_000,
+            ..WorkloadConfig::default()
+        };
+        let mut w = generate(&config);
+        let truth = w.truth.clone();
+        reorder(&mut w, 32, &mut StdRng::seed_from_u64(1));
+        assert_eq!(w.truth.counts, truth.counts);
+        for m in &w.messages {
+            if let Origin::Duplicate { of } = m.origin {
+                assert_eq!(w.messages[of].data, m.data);
+            }
+        }
+    }
+}

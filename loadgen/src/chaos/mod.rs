@@ -1,0 +1,472 @@
+//! The chaos run: emulators in this process, hotcount consumers as separate
+//! OS processes, a hostile workload, `kill -9`, injected faults and a Seek
+//! replay; then every post's count is verified exactly.
+//!
+//! Invariant: the verdict comes from [`crate::verify`] against the truth of
+//! the generated events alone, read only after every consumer process is
+//! gone and the subscription has nothing unacked with all faults cleared.
+//!
+//! How each hazard is produced (see `docs/RELIABILITY.md`):
+//! - publisher duplicates, double likes, unlikes, poison: the workload;
+//!   out-of-order delivery: the workload is shuffled within windows before
+//!   publishing, and every redelivery arrives out of order anyway;
+//! - `kill -9`: [`crate::consumer::Child::kill`] (SIGKILL) of the victim
+//!   consumer at random moments; every other kill fires within a few
+//!   milliseconds of the victim's own committed-batch counter moving (read
+//!   from its metrics endpoint), i.e. after its commit and (the acks are
+//!   flushed every 100 ms) before its ack;
+//! - three consumers on one subscription, the first one repeatedly killed;
+//! - faults: `ack_lost`, `spurious_redelivery`, `drop_stream` (Pub/Sub),
+//!   Commit `ABORTED`, Commit applied then answered `UNAVAILABLE`, and latency
+//!   spikes on Commit during which the emulated clock jumps past every lease
+//!   (Firestore);
+//! - replay: a snapshot taken before publishing, Seeked to once the traffic
+//!   has been processed, so all of it is delivered again.
+//!
+//! Layout: this file holds the settings and the run as named steps;
+//! `hazards` makes the faults, the kills, the spikes and the shuffle;
+//! `summary` holds what was measured, the PASS claims and the table.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use google_cloud_pubsub::client::SubscriptionAdmin;
+use hotcount::config::Target;
+use hotcount::ops::setup::SetupArgs;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
+
+use crate::publish::{self, PublishOptions, PublishReport};
+use crate::run_error::RunError;
+use crate::stage::{Stage, StageSpec};
+use crate::verify;
+use crate::workload::{MessageMixArgs, Workload};
+use crate::{generate, WorkloadConfig};
+
+mod hazards;
+mod summary;
+
+pub use hazards::reorder;
+pub use summary::{render, ChaosSummary, FAULT_KINDS};
+
+use hazards::{Chaos, Tally};
+use summary::Outcome;
+
+const PROJECT: &str = "hotcount-chaos";
+const TOPIC: &str = "likes";
+const SUBSCRIPTION: &str = "likes-hotcount";
+const SNAPSHOT: &str = "chaos-start";
+const CONSUMER: &str = "hotcount";
+const PREFIX: &str = "chaos_";
+/// Emulated time the clock jumps to expire every lease (past the 60 s stream deadline).
+const LEASE_JUMP: Duration = Duration::from_secs(120);
+
+/// What the chaos run does.
+#[derive(Clone, Debug)]
+pub struct ChaosConfig {
+    /// The generated workload (publisher duplicates, double likes, unlikes, poison).
+    pub workload: WorkloadConfig,
+    /// The `hotcount` binary run as consumer processes.
+    pub hotcount_bin: PathBuf,
+    /// Consumer processes on the one subscription (the first is the victim).
+    pub consumers: usize,
+    /// Shortest and longest pause between two kills of the victim.
+    pub kill_every: (Duration, Duration),
+    /// Keep killing until at least this many kills happened (bounded by `timeout`).
+    pub min_kills: u64,
+    /// Messages are shuffled within windows of this many before publishing (1 = no shuffle).
+    pub reorder_window: usize,
+    /// Seek back over the processed traffic once (replay).
+    pub replay: bool,
+    /// Time between two latency spikes.
+    pub spike_every: Duration,
+    /// Publish rate, messages per second (0 = as fast as possible).
+    pub rate_per_sec: u64,
+    /// Bound on the whole run.
+    pub timeout: Duration,
+    /// Where consumer logs go (`consumer-N.log`); None = discarded.
+    pub log_dir: Option<PathBuf>,
+    /// Seed of the kill schedule and the shuffle.
+    pub seed: u64,
+    /// Print a status line to stderr every 10 s.
+    pub progress: bool,
+}
+
+impl ChaosConfig {
+    /// A CI-sized run: `events` messages, 3 consumers, a kill every 0.3-0.9 s.
+    pub fn ci(events: u64, hotcount_bin: PathBuf) -> Self {
+        Self {
+            workload: WorkloadConfig {
+                events,
+                posts: 200,
+                users: 3_000,
+                zipf_exponent: 1.2,
+                unlike_fraction: 0.3,
+                duplicate_fraction: 0.05,
+                poison_fraction: 0.01,
+                hostile_fraction: 0.01,
+                seed: 6,
+            },
+            hotcount_bin,
+            consumers: 3,
+            kill_every: (Duration::from_millis(300), Duration::from_millis(900)),
+            min_kills: 6,
+            reorder_window: 64,
+            replay: true,
+            spike_every: Duration::from_secs(5),
+            rate_per_sec: 0,
+            timeout: Duration::from_secs(150),
+            log_dir: None,
+            seed: 6,
+            progress: false,
+        }
+    }
+}
+
+/// Runs the whole chaos scenario; `cancel` ends it early (then it still cleans up).
+/// A mismatch is not an error: see [`ChaosSummary::is_success`].
+pub async fn run(
+    config: &ChaosConfig,
+    cancel: watch::Receiver<bool>,
+) -> Result<ChaosSummary, RunError> {
+    check(config)?;
+    let log_dir = log_dir(config)?;
+    let started = Instant::now();
+    let stage = Stage::start(&stage_spec()).await?;
+    let replay = Replay::prepare(&stage, config.replay).await?;
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let mut workload = generate(&config.workload);
+    reorder(&mut workload, config.reorder_window, &mut rng);
+
+    let chaos = Chaos::start(&stage, config, log_dir, rng.random())?;
+    let tally = chaos.tally();
+    let reporter = config.progress.then(|| {
+        tokio::spawn(hazards::progress_loop(
+            stage.emulators().clone(),
+            stage.subscription().to_string(),
+            tally.clone(),
+            started,
+        ))
+    });
+    let published = publish_workload(&stage, config, &workload, &cancel).await?;
+    let replayed = process_and_replay(&stage, &replay, config, started, &cancel).await?;
+    wait_for_kills(&tally, config, started, &cancel).await;
+
+    // Calm: stop the chaos, clear the faults, bring every consumer back, drain.
+    let mut consumers = chaos.calm(&stage).await?;
+    let drained = drain(&stage, started + config.timeout, &cancel).await;
+    if let Some(reporter) = reporter {
+        reporter.abort();
+    }
+    consumers.kill_all().await;
+
+    let verify = verify::connect_and_verify(stage.endpoints(), &target(), &workload.truth).await?;
+    let outcome = Outcome {
+        publish: published,
+        replayed,
+        verify,
+        drained,
+        elapsed: started.elapsed(),
+    };
+    let summary = ChaosSummary::collect(outcome, &stage, &tally, config);
+    stage.shutdown().await;
+    Ok(summary)
+}
+
+/// Settings that cannot make a run.
+fn check(config: &ChaosConfig) -> Result<(), RunError> {
+    config
+        .workload
+        .validate()
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    if config.consumers == 0 || config.kill_every.0 > config.kill_every.1 {
+        return Err(RunError::Invalid(
+            "need at least one consumer and kill_every min <= max".into(),
+        ));
+    }
+    if !config.hotcount_bin.is_file() {
+        return Err(RunError::Invalid(format!(
+            "no hotcount binary at {} (build it, or pass --hotcount-bin)",
+            config.hotcount_bin.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The directory of the consumer logs, created. Logs are always kept: an
+/// unexpected exit is reported with the tail of its log.
+fn log_dir(config: &ChaosConfig) -> Result<PathBuf, RunError> {
+    let log_dir = config.log_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("hotcount-chaos-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&log_dir).map_err(|e| RunError::Start(format!("log dir: {e}")))?;
+    Ok(log_dir)
+}
+
+/// Short deadlines and backoffs, so that redeliveries come quickly, and
+/// room for many deliveries before a message is dead-lettered.
+fn stage_spec() -> StageSpec {
+    StageSpec {
+        setup: SetupArgs {
+            project: PROJECT.into(),
+            topic: TOPIC.into(),
+            subscription: SUBSCRIPTION.into(),
+            dead_letter_topic: "likes-dead-letter".into(),
+            dead_letter_subscription: "likes-dead-letter-inspect".into(),
+            ack_deadline_secs: 10,
+            min_retry_backoff_secs: 0,
+            max_retry_backoff_secs: 1,
+            max_delivery_attempts: 100,
+            exactly_once: false,
+        },
+        subscription: format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}"),
+        store_rtt_ms: 0,
+    }
+}
+
+/// Where the consumers write.
+fn target() -> Target {
+    Target {
+        project: PROJECT.into(),
+        database: "(default)".into(),
+        collection_prefix: PREFIX.into(),
+    }
+}
+
+/// Publishes the (shuffled) workload as generated, `occurredAt` untouched.
+async fn publish_workload(
+    stage: &Stage,
+    config: &ChaosConfig,
+    workload: &Workload,
+    cancel: &watch::Receiver<bool>,
+) -> Result<PublishReport, RunError> {
+    let options = PublishOptions {
+        rate_per_sec: config.rate_per_sec,
+        stamp_at_publish: false,
+        progress: false,
+        ..PublishOptions::default()
+    };
+    let (endpoints, topic) = (stage.endpoints(), stage.topic());
+    let published =
+        publish::connect_and_publish(endpoints, topic, workload, &options, cancel.clone()).await?;
+    Ok(published)
+}
+
+/// The Seek replay: a snapshot taken before publishing, Seeked to later.
+struct Replay {
+    admin: SubscriptionAdmin,
+    snapshot: String,
+}
+
+impl Replay {
+    /// Connects the admin client and, when `replay`, takes the snapshot.
+    async fn prepare(stage: &Stage, replay: bool) -> Result<Self, RunError> {
+        let admin = hotcount::connect::subscription_admin(stage.endpoints())
+            .await
+            .map_err(|e| RunError::Start(e.to_string()))?;
+        let snapshot = format!("projects/{PROJECT}/snapshots/{SNAPSHOT}");
+        if replay {
+            admin
+                .create_snapshot()
+                .set_name(snapshot.clone())
+                .set_subscription(stage.subscription().to_string())
+                .send()
+                .await
+                .map_err(|e| RunError::Start(format!("snapshot: {e}")))?;
+        }
+        Ok(Self { admin, snapshot })
+    }
+
+    /// Seeks the subscription to the snapshot; the messages it made
+    /// deliverable again.
+    async fn seek(&self, stage: &Stage) -> Result<u64, RunError> {
+        let before = stage.subscription_stats().unacked;
+        self.admin
+            .seek()
+            .set_subscription(stage.subscription().to_string())
+            .set_snapshot(self.snapshot.clone())
+            .send()
+            .await
+            .map_err(|e| RunError::Start(format!("seek: {e}")))?;
+        Ok(stage.subscription_stats().unacked.saturating_sub(before))
+    }
+}
+
+/// Waits until the traffic is processed (by 35 % of the timeout), then,
+/// with a replay, Seeks and waits again (by 70 %); the messages replayed.
+async fn process_and_replay(
+    stage: &Stage,
+    replay: &Replay,
+    config: &ChaosConfig,
+    started: Instant,
+    cancel: &watch::Receiver<bool>,
+) -> Result<u64, RunError> {
+    // "Processed" while faults keep firing: at most a small remainder unacked.
+    let remainder = config.workload.events / 50 + 20;
+    let processed = || stage.subscription_stats().unacked <= remainder;
+    wait_until(started + config.timeout.mul_f64(0.35), cancel, processed).await;
+    if !config.replay || is_cancelled(cancel) {
+        return Ok(0);
+    }
+    let replayed = replay.seek(stage).await?;
+    wait_until(started + config.timeout.mul_f64(0.7), cancel, processed).await;
+    Ok(replayed)
+}
+
+/// Keeps the chaos going (by 80 % of the timeout) until the minimum of
+/// kills is reached and at least one kill provably followed one of the
+/// victim's commits.
+async fn wait_for_kills(
+    tally: &Tally,
+    config: &ChaosConfig,
+    started: Instant,
+    cancel: &watch::Receiver<bool>,
+) {
+    wait_until(started + config.timeout.mul_f64(0.8), cancel, || {
+        tally.kills() >= config.min_kills && tally.kills_after_commit() > 0
+    })
+    .await;
+}
+
+fn is_cancelled(cancel: &watch::Receiver<bool>) -> bool {
+    *cancel.borrow()
+}
+
+/// Polls `done` every 50 ms until it holds, `deadline` passes or `cancel` fires.
+async fn wait_until(
+    deadline: Instant,
+    cancel: &watch::Receiver<bool>,
+    mut done: impl FnMut() -> bool,
+) {
+    while !done() && Instant::now() < deadline && !is_cancelled(cancel) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until nothing is unacked for a full second; when the backlog stops
+/// moving for 2 s (lost acks and killed consumers' leases wait for their
+/// deadline), jumps the emulated clock past every lease.
+async fn drain(stage: &Stage, deadline: Instant, cancel: &watch::Receiver<bool>) -> bool {
+    let mut last = u64::MAX;
+    let mut moved = Instant::now();
+    let mut empty_since: Option<Instant> = None;
+    loop {
+        let unacked = stage.unacked();
+        if unacked == 0 {
+            let since = *empty_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_secs(1) {
+                return true;
+            }
+        } else {
+            empty_since = None;
+        }
+        if unacked != last {
+            last = unacked;
+            moved = Instant::now();
+        } else if unacked > 0 && moved.elapsed() > Duration::from_secs(2) {
+            stage.emulators().clock().advance(LEASE_JUMP);
+            moved = Instant::now();
+        }
+        if Instant::now() > deadline || is_cancelled(cancel) {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The `chaos` command's flags.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ChaosArgs {
+    /// Messages to publish (valid + duplicates + poison).
+    #[arg(long, default_value_t = 20_000)]
+    pub events: u64,
+    /// Distinct posts.
+    #[arg(long, default_value_t = 200)]
+    pub posts: u32,
+    /// Distinct users.
+    #[arg(long, default_value_t = 3_000)]
+    pub users: u32,
+    /// Zipf exponent of post popularity.
+    #[arg(long, default_value_t = 1.2)]
+    pub zipf: f64,
+    /// Probability that an event on a liked (post, user) is an unlike.
+    #[arg(long, default_value_t = 0.3)]
+    pub unlike_fraction: f64,
+    /// Duplicate and poison fractions (shared with `demo`).
+    #[command(flatten)]
+    pub mix: MessageMixArgs,
+    /// Seed of the workload, the shuffle and the kill schedule.
+    #[arg(long, default_value_t = 6)]
+    pub seed: u64,
+    /// Consumer processes on the subscription (the first is killed repeatedly).
+    #[arg(long, default_value_t = 3)]
+    pub consumers: usize,
+    /// Shortest pause between two kills, in milliseconds.
+    #[arg(long, default_value_t = 300)]
+    pub kill_min_ms: u64,
+    /// Longest pause between two kills, in milliseconds.
+    #[arg(long, default_value_t = 900)]
+    pub kill_max_ms: u64,
+    /// Keep the chaos going until at least this many kills.
+    #[arg(long, default_value_t = 6)]
+    pub min_kills: u64,
+    /// Shuffle window for out-of-order publishing (1 = in order).
+    #[arg(long, default_value_t = 64)]
+    pub reorder_window: usize,
+    /// Skip the Seek replay.
+    #[arg(long)]
+    pub no_replay: bool,
+    /// Seconds between latency spikes (with a clock jump past the leases).
+    #[arg(long, default_value_t = 5)]
+    pub spike_every_secs: u64,
+    /// Publish rate, messages per second (0 = as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Bound on the whole run, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_secs: u64,
+    /// The hotcount binary (default: next to this executable).
+    #[arg(long)]
+    pub hotcount_bin: Option<PathBuf>,
+    /// Directory for consumer logs (default: a temporary directory).
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
+}
+
+impl ChaosArgs {
+    /// The run these flags describe.
+    pub fn config(&self) -> ChaosConfig {
+        ChaosConfig {
+            workload: WorkloadConfig {
+                events: self.events,
+                posts: self.posts,
+                users: self.users,
+                zipf_exponent: self.zipf,
+                unlike_fraction: self.unlike_fraction,
+                duplicate_fraction: self.mix.duplicate_fraction,
+                poison_fraction: self.mix.poison_fraction,
+                hostile_fraction: self.mix.hostile_fraction,
+                seed: self.seed,
+            },
+            hotcount_bin: self
+                .hotcount_bin
+                .clone()
+                .unwrap_or_else(crate::consumer::default_hotcount_bin),
+            consumers: self.consumers,
+            kill_every: (
+                Duration::from_millis(self.kill_min_ms),
+                Duration::from_millis(self.kill_max_ms),
+            ),
+            min_kills: self.min_kills,
+            reorder_window: self.reorder_window,
+            replay: !self.no_replay,
+            spike_every: Duration::from_secs(self.spike_every_secs.max(1)),
+            rate_per_sec: self.rate,
+            timeout: Duration::from_secs(self.timeout_secs),
+            log_dir: self.log_dir.clone(),
+            seed: self.seed,
+            progress: true,
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! What the chaos run measured, the claims its PASS stands for, and the
+//! table the command prints.
+//!
+//! Invariant: PASS means every claim of [`ChaosSummary::failures`] holds;
+//! the figures are read from the emulators and the verifier, never from
+//! the consumers under test.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hotcount_emulators::pubsub::SubscriptionStats;
+use hotcount_emulators::FaultKind;
+
+use super::hazards::Tally;
+use super::ChaosConfig;
+use crate::publish::PublishReport;
+use crate::stage::Stage;
+use crate::verify::VerifyReport;
+
+/// What the run measured.
+#[derive(Debug)]
+pub struct ChaosSummary {
+    /// Publish outcome (the first pass; the replay is counted separately).
+    pub publish: PublishReport,
+    /// Messages made deliverable again by the Seek (0 without replay).
+    pub replayed: u64,
+    /// `kill -9` of a consumer process.
+    pub kills: u64,
+    /// Of those, kills fired right after a Firestore commit (before its ack).
+    pub kills_after_commit: u64,
+    /// Consumer processes that exited without being killed (restarted too).
+    pub unexpected_exits: u64,
+    /// Latency spikes with a clock jump past the leases.
+    pub spikes: u64,
+    /// Faults fired, by kind (Pub/Sub and Firestore together).
+    pub faults: BTreeMap<String, u64>,
+    /// The subscription's counters at the end.
+    pub subscription: SubscriptionStats,
+    /// Firestore commits served.
+    pub commits: u64,
+    /// The verification.
+    pub verify: VerifyReport,
+    /// Whether the subscription drained (nothing unacked) before the timeout.
+    pub drained: bool,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Each unexpected consumer exit, with the tail of its log.
+    pub exit_reports: Vec<String>,
+    /// Kills the run had to reach.
+    pub min_kills: u64,
+    /// Whether a Seek replay was asked for.
+    pub replay_expected: bool,
+}
+
+/// Every fault kind the run injects; each must fire.
+pub const FAULT_KINDS: [&str; 6] = [
+    "ack lost",
+    "spurious redelivery",
+    "stream dropped",
+    "commit ABORTED",
+    "commit applied, answered UNAVAILABLE",
+    "commit latency spike",
+];
+
+impl ChaosSummary {
+    /// Every claim of the run that does not hold (empty = PASS): exact
+    /// counts and invariant; drained; nothing failed to publish; every
+    /// poison or hostile message has a quarantine record or was
+    /// dead-lettered, and no valid event was quarantined; every membership
+    /// read; redeliveries happened; no consumer exited unless killed; the
+    /// kills reached their minimum and at least one landed right after a
+    /// commit; the replay replayed; every fault kind fired.
+    pub fn failures(&self) -> Vec<String> {
+        let v = &self.verify;
+        let mut out = Vec::new();
+        let mut check = |ok: bool, what: String| {
+            if !ok {
+                out.push(what);
+            }
+        };
+        check(
+            v.mismatches.is_empty(),
+            format!("{} posts mismatch", v.mismatches.len()),
+        );
+        check(
+            v.invariant_violations.is_empty(),
+            format!("{} invariant breaks", v.invariant_violations.len()),
+        );
+        check(self.drained, "the subscription did not drain".into());
+        check(
+            self.publish.failed == 0,
+            format!("{} publishes failed", self.publish.failed),
+        );
+        let recorded = v.quarantined as u64 - v.quarantined_events as u64;
+        let dead = self.subscription.dead_lettered;
+        check(
+            recorded + dead == v.poison_expected,
+            format!(
+                "poison sent {} != quarantined {recorded} + dead-lettered {dead}",
+                v.poison_expected
+            ),
+        );
+        check(
+            v.quarantined_events == 0,
+            format!("{} valid events quarantined", v.quarantined_events),
+        );
+        check(
+            v.memberships_read as u64 == v.memberships_expected,
+            format!(
+                "memberships {} of {}",
+                v.memberships_read, v.memberships_expected
+            ),
+        );
+        check(self.subscription.redeliveries > 0, "no redelivery".into());
+        check(
+            self.unexpected_exits == 0,
+            format!(
+                "{} consumer exits that were not kills",
+                self.unexpected_exits
+            ),
+        );
+        check(
+            self.kills >= self.min_kills,
+            format!("{} kills of {}", self.kills, self.min_kills),
+        );
+        check(
+            self.kills_after_commit > 0,
+            "no kill landed right after a commit".into(),
+        );
+        check(
+            !self.replay_expected || self.replayed > 0,
+            "the Seek replayed nothing".into(),
+        );
+        for kind in FAULT_KINDS {
+            check(
+                self.faults.get(kind).copied().unwrap_or(0) > 0,
+                format!("fault {kind} never fired"),
+            );
+        }
+        out
+    }
+
+    /// Whether every claim holds ([`ChaosSummary::failures`] is empty).
+    pub fn is_success(&self) -> bool {
+        self.failures().is_empty()
+    }
+}
+
+/// What the run itself produced, besides the emulators' and the chaos
+/// tasks' counters.
+pub(super) struct Outcome {
+    pub(super) publish: PublishReport,
+    pub(super) replayed: u64,
+    pub(super) verify: VerifyReport,
+    pub(super) drained: bool,
+    pub(super) elapsed: Duration,
+}
+
+impl ChaosSummary {
+    /// The summary of a finished run: `outcome`, the chaos counters, and
+    /// what the emulators saw (faults fired, subscription, commits).
+    pub(super) fn collect(
+        outcome: Outcome,
+        stage: &Stage,
+        tally: &Tally,
+        config: &ChaosConfig,
+    ) -> Self {
+        let emulators = stage.emulators();
+        let mut faults = BTreeMap::new();
+        for (kind, n) in emulators
+            .pubsub_faults()
+            .fired()
+            .into_iter()
+            .chain(emulators.firestore_faults().fired())
+        {
+            *faults.entry(fault_label(kind).to_string()).or_default() += n;
+        }
+        Self {
+            publish: outcome.publish,
+            replayed: outcome.replayed,
+            kills: tally.kills(),
+            kills_after_commit: tally.kills_after_commit(),
+            unexpected_exits: tally.unexpected_exits(),
+            spikes: tally.spikes(),
+            faults,
+            subscription: stage.subscription_stats(),
+            commits: emulators.firestore_counters().get("Commit"),
+            verify: outcome.verify,
+            drained: outcome.drained,
+            elapsed: outcome.elapsed,
+            exit_reports: tally.take_exit_reports(),
+            min_kills: config.min_kills,
+            replay_expected: config.replay,
+        }
+    }
+}
+
+/// The name of a fault kind as injected here.
+fn fault_label(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::Error => "commit ABORTED",
+        FaultKind::ErrorAfterApply => "commit applied, answered UNAVAILABLE",
+        FaultKind::Latency => "commit latency spike",
+        FaultKind::DropStream => "stream dropped",
+        FaultKind::AckLost => "ack lost",
+        FaultKind::SpuriousRedelivery => "spurious redelivery",
+    }
+}
+
+/// The figures the chaos command prints.
+pub fn render(s: &ChaosSummary) -> String {
+    let v = &s.verify;
+    let sub = &s.subscription;
+    let mut out = String::new();
+    let mut row = |name: &str, value: String| out.push_str(&format!("  {name:<40} {value}\n"));
+    row("events published", s.publish.published.to_string());
+    row("events replayed by Seek", s.replayed.to_string());
+    row("deliveries (incl. redeliveries)", sub.delivered.to_string());
+    row("redeliveries observed", sub.redeliveries.to_string());
+    row("lease expiries", sub.expiries.to_string());
+    row("kills (kill -9)", s.kills.to_string());
+    row(
+        "  of which right after a commit",
+        s.kills_after_commit.to_string(),
+    );
+    row("unexpected consumer exits", s.unexpected_exits.to_string());
+    row("latency spikes + clock jumps", s.spikes.to_string());
+    for (kind, n) in &s.faults {
+        row(&format!("fault fired: {kind}"), n.to_string());
+    }
+    row("Firestore commits", s.commits.to_string());
+    row("dead-lettered", sub.dead_lettered.to_string());
+    row(
+        "posts verified exact",
+        format!("{} of {}", v.posts_exact, v.posts_checked),
+    );
+    row("mismatches", v.mismatches.len().to_string());
+    row(
+        "shard/membership invariant breaks",
+        v.invariant_violations.len().to_string(),
+    );
+    row(
+        "memberships (read / expected)",
+        format!("{} / {}", v.memberships_read, v.memberships_expected),
+    );
+    row(
+        "quarantined / poison injected",
+        format!("{} / {}", v.quarantined, v.poison_expected),
+    );
+    row("valid events quarantined", v.quarantined_events.to_string());
+    row("drained", s.drained.to_string());
+    row("elapsed", format!("{:.1} s", s.elapsed.as_secs_f64()));
+    let failures = s.failures();
+    row(
+        "verdict",
+        if failures.is_empty() { "PASS" } else { "FAIL" }.to_string(),
+    );
+    for failure in failures {
+        out.push_str(&format!("  FAIL: {failure}\n"));
+    }
+    for report in &s.exit_reports {
+        out.push_str(&format!("{report}\n"));
+    }
+    out
+}

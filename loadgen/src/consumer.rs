@@ -1,0 +1,361 @@
+//! One way to run a consumer under test: `hotcount::service::run` as a task
+//! in this process ([`InProcess`]), or the `hotcount run` binary as a child
+//! process ([`Child`]): start, kill (SIGKILL), stop, its log, its exit
+//! status, and what it says about itself (CPU, peak RSS, its `/metrics`).
+//!
+//! Invariant: a child consumer never outlives its handle (`kill_on_drop`);
+//! its flags are derived from `RunArgs` itself ([`consumer_flags`], none
+//! dropped) or given whole by the caller; its stderr goes to its log file
+//! or to ours, its stdout nowhere. Nothing here decides a verdict: a
+//! figure that cannot be read is `None` or 0.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hotcount::config::{Config, Endpoints, RunArgs};
+use hotcount::service::ServiceError;
+use hotcount::telemetry::Stats;
+use tokio::sync::watch;
+
+use crate::procfs::{self, Proc};
+use crate::run_error::RunError;
+
+/// `hotcount::service::run` as a task of this process.
+pub struct InProcess {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<Arc<Stats>, ServiceError>>,
+    stats: Arc<Stats>,
+}
+
+impl InProcess {
+    /// Starts the service with `config` against `endpoints`, with fresh
+    /// counters.
+    pub fn start(endpoints: &Endpoints, config: &Config) -> Self {
+        let (stop, stop_rx) = watch::channel(false);
+        let (endpoints, config) = (endpoints.clone(), config.clone());
+        let stats = Arc::new(Stats::default());
+        let task = tokio::spawn({
+            let stats = stats.clone();
+            async move { hotcount::service::run(&endpoints, &config, stop_rx, stats).await }
+        });
+        Self { stop, task, stats }
+    }
+
+    /// The service's own counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// Stops the service gracefully: it drains (flushes, commits, acks)
+    /// and returns.
+    pub async fn stop(self) -> Result<(), RunError> {
+        let _ = self.stop.send(true);
+        match self.task.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(RunError::Start(format!("consumer: {e}"))),
+            Err(e) => Err(RunError::Start(format!("consumer task: {e}"))),
+        }
+    }
+}
+
+/// How to start a `hotcount run` child process.
+#[derive(Clone, Debug)]
+pub struct ChildSpec {
+    /// The `hotcount` binary.
+    pub bin: PathBuf,
+    /// The flags after `run` (e.g. from [`consumer_flags`]).
+    pub flags: Vec<String>,
+    /// Passed as `PUBSUB_EMULATOR_HOST` and `FIRESTORE_EMULATOR_HOST`.
+    pub endpoints: Endpoints,
+    /// Its stderr is appended to this file; `None` = this process's stderr.
+    pub log: Option<PathBuf>,
+    /// Where its `/metrics` listens, when the flags give it one.
+    pub metrics: Option<SocketAddr>,
+}
+
+/// A running `hotcount run` child process (killed when dropped).
+pub struct Child {
+    child: tokio::process::Child,
+    metrics: Option<SocketAddr>,
+}
+
+impl Child {
+    /// Spawns `spec` with `RUST_LOG=warn`, stdin and stdout closed.
+    pub fn spawn(spec: &ChildSpec) -> Result<Self, RunError> {
+        let mut cmd = tokio::process::Command::new(&spec.bin);
+        cmd.arg("run").args(&spec.flags);
+        if let Some(h) = &spec.endpoints.pubsub_emulator_host {
+            cmd.env("PUBSUB_EMULATOR_HOST", h);
+        }
+        if let Some(h) = &spec.endpoints.firestore_emulator_host {
+            cmd.env("FIRESTORE_EMULATOR_HOST", h);
+        }
+        cmd.env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(log) = &spec.log {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .map_err(|e| RunError::Start(format!("consumer log: {e}")))?;
+            cmd.stderr(file);
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| RunError::Start(format!("spawning {}: {e}", spec.bin.display())))?;
+        Ok(Self {
+            child,
+            metrics: spec.metrics,
+        })
+    }
+
+    /// How it ended, if it has exited (without waiting).
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Kills it with SIGKILL (no drain: what it had not acked is
+    /// redelivered) and reaps it.
+    pub async fn kill(mut self) -> std::io::Result<()> {
+        self.child.kill().await
+    }
+
+    /// Its CPU time (user + system) so far.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        self.child
+            .id()
+            .and_then(|pid| procfs::cpu_time(Proc::Pid(pid)))
+    }
+
+    /// Its peak resident set so far, in bytes (0 when unknown).
+    pub fn peak_rss_bytes(&self) -> u64 {
+        self.child
+            .id()
+            .map_or(0, |pid| procfs::peak_rss_bytes(Proc::Pid(pid)))
+    }
+}
+
+/// The consumer under test of a measured run: in this process, or a child.
+pub enum Consumer {
+    /// `hotcount::service::run` in this process.
+    InProcess(InProcess),
+    /// `hotcount run` as a child process.
+    Child(Child),
+}
+
+impl Consumer {
+    /// Starts the consumer of `run_args` (validated as `config`): as the
+    /// binary `bin` in a child process with its `/metrics` on a free
+    /// loopback port, or in-process when `bin` is `None`.
+    pub fn start(
+        bin: Option<&Path>,
+        endpoints: &Endpoints,
+        run_args: &RunArgs,
+        config: &Config,
+    ) -> Result<Self, RunError> {
+        let Some(bin) = bin else {
+            return Ok(Consumer::InProcess(InProcess::start(endpoints, config)));
+        };
+        // Read at the end of the measured window.
+        let metrics = free_loopback_port("the consumer's metrics")?;
+        let spec = ChildSpec {
+            bin: bin.to_path_buf(),
+            flags: consumer_flags(run_args, &metrics.to_string()),
+            endpoints: endpoints.clone(),
+            log: None,
+            metrics: Some(metrics),
+        };
+        Ok(Consumer::Child(Child::spawn(&spec)?))
+    }
+
+    /// Peak RSS so far, and whether it is the consumer's alone (in-process
+    /// it is this whole process's).
+    pub fn peak_rss_bytes(&self) -> (u64, bool) {
+        match self {
+            Consumer::InProcess(_) => (procfs::peak_rss_bytes(Proc::This), false),
+            Consumer::Child(child) => (child.peak_rss_bytes(), true),
+        }
+    }
+
+    /// CPU time of the consumer process so far (`None` in-process).
+    pub fn cpu_time(&self) -> Option<Duration> {
+        match self {
+            Consumer::InProcess(_) => None,
+            Consumer::Child(child) => child.cpu_time(),
+        }
+    }
+
+    /// The consumer's commit duration p50 and p99 so far, as it measures it.
+    pub async fn commit_duration(&self) -> Option<(Duration, Duration)> {
+        match self {
+            Consumer::InProcess(consumer) => {
+                let stats = consumer.stats();
+                Some((
+                    stats.commit_duration.quantile(0.5),
+                    stats.commit_duration.quantile(0.99),
+                ))
+            }
+            Consumer::Child(child) => commit_duration_of(child.metrics?).await,
+        }
+    }
+
+    /// Stops the consumer: in-process it drains; a child process is killed
+    /// (the window is over; what it had not acked is redelivered, and a
+    /// killed consumer never breaks a count, which the check proves). A
+    /// child that already exited is an error.
+    pub async fn stop(self) -> Result<(), RunError> {
+        match self {
+            Consumer::InProcess(consumer) => consumer.stop().await,
+            Consumer::Child(mut child) => {
+                if let Some(status) = child.exit_status() {
+                    return Err(RunError::Start(format!("consumer exited early: {status}")));
+                }
+                let _ = child.kill().await;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The `hotcount run` flags that reproduce `args` (every flag: derived
+/// from `RunArgs` itself, so none is dropped), with its metrics endpoint on
+/// `metrics_addr` (`off` for none).
+pub fn consumer_flags(args: &RunArgs, metrics_addr: &str) -> Vec<String> {
+    let mut args = args.clone();
+    args.metrics_addr = metrics_addr.to_string();
+    args.to_flags()
+}
+
+/// The `hotcount` binary next to the running executable (or its parent
+/// directory, for test executables under `deps/`).
+pub fn default_hotcount_bin() -> PathBuf {
+    let name = format!("hotcount{}", std::env::consts::EXE_SUFFIX);
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for candidate in [dir.join(&name), dir.join("..").join(&name)] {
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    dir.join(name)
+}
+
+/// A loopback address with a port free right now, for a child's
+/// `/metrics` (`what` names it in the error); nothing else binds ports in
+/// this process meanwhile.
+pub fn free_loopback_port(what: &str) -> Result<SocketAddr, RunError> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map_err(|e| RunError::Start(format!("a port for {what}: {e}")))
+}
+
+/// The last `lines` lines of the log file `path` (empty when unreadable).
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+// What a child consumer's `/metrics` says: the only reads of it.
+
+/// A child's commit duration p50 and p99 from its `/metrics` at `metrics`.
+async fn commit_duration_of(metrics: SocketAddr) -> Option<(Duration, Duration)> {
+    // Read at the end of the window: a slow answer is a missing
+    // figure, not a failed run.
+    let (status, text) = hotcount::http::fetch(metrics, "/metrics", Duration::from_secs(1))
+        .await
+        .ok()?;
+    if status != 200 {
+        return None;
+    }
+    let name = hotcount::telemetry::names::COMMIT_DURATION;
+    Some((
+        summary_quantile(&text, name, "0.5")?,
+        summary_quantile(&text, name, "0.99")?,
+    ))
+}
+
+/// Waits (at most `give_up`) until the victim's
+/// `hotcount_batches_committed_total` moves; true if it did.
+pub async fn victim_committed(metrics: std::net::SocketAddr, give_up: Duration) -> bool {
+    let read = || async {
+        let (status, text) = hotcount::http::fetch(metrics, "/metrics", Duration::from_millis(500))
+            .await
+            .ok()?;
+        let name = hotcount::telemetry::names::BATCHES_COMMITTED;
+        (status == 200).then(|| hotcount::http::sample_value(&text, name))?
+    };
+    let Some(before) = read().await else {
+        return false;
+    };
+    let deadline = Instant::now() + give_up;
+    while Instant::now() < deadline {
+        if read().await.is_some_and(|now| now > before) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    false
+}
+
+/// The value of `name{quantile="q"}` in a Prometheus text exposition, as
+/// a duration (the summary is in seconds).
+fn summary_quantile(text: &str, name: &str, q: &str) -> Option<Duration> {
+    let seconds = hotcount::http::sample_value(text, &format!("{name}{{quantile=\"{q}\"}}"))?;
+    Duration::try_from_secs_f64(seconds).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_duration_quantiles_are_read_from_the_metrics_text() {
+        let stats = Stats::default();
+        for ms in [10, 20, 30, 400] {
+            stats.commit_duration.record(Duration::from_millis(ms));
+        }
+        let text = stats.render_prometheus();
+        let name = hotcount::telemetry::names::COMMIT_DURATION;
+        let p50 = summary_quantile(&text, name, "0.5").expect("p50 exported");
+        let p99 = summary_quantile(&text, name, "0.99").expect("p99 exported");
+        assert!(
+            p50 >= Duration::from_millis(19) && p50 <= Duration::from_millis(21),
+            "{p50:?}"
+        );
+        assert!(p99 >= Duration::from_millis(390), "{p99:?}");
+        assert_eq!(summary_quantile(&text, name, "0.42"), None);
+    }
+
+    #[test]
+    fn consumer_flags_reproduce_the_settings_with_the_metrics_address() {
+        #[derive(clap::Parser)]
+        struct Run {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let parse = |flags: Vec<String>| {
+            <Run as clap::Parser>::parse_from(std::iter::once("run".to_string()).chain(flags)).run
+        };
+        let mut args = parse(vec!["--shards=3".into(), "--commit-max-attempts=9".into()]);
+        args.metrics_addr = "off".into();
+        let mut expected = args.clone();
+        expected.metrics_addr = "127.0.0.1:9999".into();
+        assert_eq!(parse(consumer_flags(&args, "127.0.0.1:9999")), expected);
+    }
+
+    #[test]
+    fn log_tail_keeps_the_last_lines() {
+        let path = std::env::temp_dir().join(format!("hotcount-tail-{}.log", std::process::id()));
+        std::fs::write(&path, "a\nb\nc\nd\n").expect("log written");
+        assert_eq!(log_tail(&path, 2), "c\nd");
+        assert_eq!(log_tail(&path, 10), "a\nb\nc\nd");
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(log_tail(&path, 2), "");
+    }
+}

@@ -1,0 +1,194 @@
+//! The world a run stands on: both emulators in this process, an optional
+//! round trip added to every Firestore RPC, the topic, the consumer
+//! subscription and the dead-letter pair made by `hotcount setup`'s own code,
+//! the subscription watched for acks and backlog, and teardown.
+//!
+//! Invariant: consumers, publisher and verifier reach the emulators only
+//! over [`Stage::endpoints`], as they would reach Google; the run reads the
+//! emulators' own counters and faults through [`Stage::emulators`], never
+//! through the service under test. [`prepare`] is the same setup on any
+//! endpoints (emulators started elsewhere, or Google).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hotcount::config::{Config, Endpoints};
+use hotcount::ops::setup::{self, SetupArgs};
+use hotcount_emulators::pubsub::SubscriptionStats;
+use hotcount_emulators::{Emulators, EmulatorsConfig, FaultSpec};
+
+use crate::run_error::RunError;
+
+/// The topic every in-process run publishes to.
+pub const TOPIC_ID: &str = "likes";
+
+/// What to stand up.
+#[derive(Clone, Debug)]
+pub struct StageSpec {
+    /// Topic, subscriptions and their retry and dead-letter policy.
+    pub setup: SetupArgs,
+    /// Full name of the subscription the consumers read, watched for acks
+    /// and backlog.
+    pub subscription: String,
+    /// Added latency per Firestore RPC, in milliseconds (0 = none).
+    pub store_rtt_ms: u64,
+}
+
+impl StageSpec {
+    /// The stage of `demo` and `bench`: [`TOPIC_ID`] in `project` with the
+    /// subscription of `config` (its last path segment), acks within 60 s,
+    /// retries backing off 1-60 s, dead-lettered after 20 deliveries.
+    pub fn for_consumer(config: &Config, project: &str, store_rtt_ms: u64) -> Self {
+        let subscription_id = config
+            .subscription
+            .rsplit('/')
+            .next()
+            .unwrap_or("likes-hotcount")
+            .to_string();
+        let setup = SetupArgs {
+            project: project.to_string(),
+            topic: TOPIC_ID.into(),
+            subscription: subscription_id,
+            dead_letter_topic: "likes-dead-letter".into(),
+            dead_letter_subscription: "likes-dead-letter-inspect".into(),
+            ack_deadline_secs: 60,
+            min_retry_backoff_secs: 1,
+            max_retry_backoff_secs: 60,
+            max_delivery_attempts: 20,
+            exactly_once: false,
+        };
+        Self {
+            setup,
+            subscription: config.subscription.clone(),
+            store_rtt_ms,
+        }
+    }
+}
+
+/// Makes the topic, subscription and dead-letter pair of `setup` on
+/// `endpoints` (in-process emulators or not).
+pub async fn prepare(endpoints: &Endpoints, setup: &SetupArgs) -> Result<(), RunError> {
+    setup::setup(endpoints, setup)
+        .await
+        .map_err(|e| RunError::Start(format!("setup: {e}")))?;
+    Ok(())
+}
+
+/// Emulators started, RTT injected, setup done.
+pub struct Stage {
+    emulators: Arc<Emulators>,
+    endpoints: Endpoints,
+    topic: String,
+    subscription: String,
+}
+
+impl Stage {
+    /// Starts both emulators in-process, adds the store RTT to every
+    /// Firestore RPC and runs the setup; the error says which step failed.
+    pub async fn start(spec: &StageSpec) -> Result<Self, RunError> {
+        let emulators = Emulators::start(EmulatorsConfig::default())
+            .await
+            .map_err(|e| RunError::Start(format!("emulators: {e}")))?;
+        if spec.store_rtt_ms > 0 {
+            let rtt = FaultSpec::latency("*", Duration::from_millis(spec.store_rtt_ms));
+            emulators
+                .firestore_faults()
+                .add(rtt)
+                .map_err(RunError::Start)?;
+        }
+        let endpoints = Endpoints {
+            pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
+            firestore_emulator_host: Some(emulators.firestore_addr().to_string()),
+        };
+        prepare(&endpoints, &spec.setup).await?;
+        Ok(Self {
+            emulators: Arc::new(emulators),
+            endpoints,
+            topic: format!(
+                "projects/{}/topics/{}",
+                spec.setup.project, spec.setup.topic
+            ),
+            subscription: spec.subscription.clone(),
+        })
+    }
+
+    /// The emulators: their counters, faults and clock.
+    pub fn emulators(&self) -> &Arc<Emulators> {
+        &self.emulators
+    }
+
+    /// Where clients reach the emulators.
+    pub fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
+    /// Full name of the topic the run publishes to.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Full name of the watched subscription.
+    pub fn subscription(&self) -> &str {
+        &self.subscription
+    }
+
+    /// The watched subscription's counters (zeros when it is unknown).
+    pub fn subscription_stats(&self) -> SubscriptionStats {
+        self.emulators
+            .pubsub()
+            .stats(&self.subscription)
+            .unwrap_or_default()
+    }
+
+    /// Messages acked on the watched subscription (0 when it is unknown).
+    pub fn acked(&self) -> u64 {
+        self.emulators
+            .pubsub()
+            .acks(&self.subscription)
+            .unwrap_or(0)
+    }
+
+    /// Messages not yet acked on the watched subscription (`u64::MAX`
+    /// when it is unknown).
+    pub fn unacked(&self) -> u64 {
+        self.emulators
+            .pubsub()
+            .stats(&self.subscription)
+            .map_or(u64::MAX, |s| s.unacked)
+    }
+
+    /// Waits until `total` messages are acked, or `deadline`; true if all were.
+    pub async fn wait_for_acks(&self, total: u64, deadline: Instant) -> bool {
+        loop {
+            if self.acked() >= total {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until nothing is unacked, at most `timeout`; true if so.
+    pub async fn wait_for_drain(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.unacked() == 0 {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Stops the emulators (when no task holds them any more; otherwise
+    /// they stop when the last holder lets go).
+    pub async fn shutdown(self) {
+        if let Ok(emulators) = Arc::try_unwrap(self.emulators) {
+            emulators.shutdown().await;
+        }
+    }
+}
