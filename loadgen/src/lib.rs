@@ -23,6 +23,9 @@
 //! - [`procfs`]: the one reader of `/proc` (a process's CPU and peak RSS, the machine).
 //! - [`run_error`]: why a `bench`, `chaos` or `demo` run could not be carried out.
 //!
+//! The binary (`main.rs`, `commands/`) parses flags, calls these, prints
+//! and chooses exit codes; the library only returns values.
+//!
 //! # Use from code (`hotcount demo`, tests)
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

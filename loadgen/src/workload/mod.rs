@@ -74,25 +74,6 @@ impl Default for WorkloadConfig {
     }
 }
 
-/// The `--duplicate-fraction` and `--poison-fraction` flags of `chaos` and
-/// `demo`, which take them with the same defaults (`publish` words them
-/// differently, so it keeps its own; every other workload flag has
-/// per-command defaults).
-#[derive(clap::Args, Clone, Debug)]
-pub struct MessageMixArgs {
-    /// Fraction of messages republished verbatim (publisher retries).
-    #[arg(long, default_value_t = 0.05)]
-    pub duplicate_fraction: f64,
-    /// Fraction of poison messages.
-    #[arg(long, default_value_t = 0.01)]
-    pub poison_fraction: f64,
-    /// Fraction of hostile poison messages on top (reserved attribute keys,
-    /// 100 x 1 KiB attributes, multi-MB payloads, deep JSON, overflowing
-    /// numbers).
-    #[arg(long, default_value_t = 0.0)]
-    pub hostile_fraction: f64,
-}
-
 /// A setting that cannot produce a workload.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid --{flag}: {reason}")]

@@ -1,0 +1,101 @@
+//! `hotcount-loadgen bench`: both strategies side by side, printed as
+//! Markdown tables (and written to `--out`).
+
+use std::process::ExitCode;
+
+use hotcount::config::{RunArgs, Strategy};
+use hotcount_loadgen::bench::{self, BenchConfig, Case};
+use hotcount_loadgen::consumer;
+
+/// `hotcount-loadgen bench`: the flags.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Consumer settings shared by both strategies (`--strategy` is ignored: see `--strategies`).
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Strategies to run, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Strategy::Batched, Strategy::PerEvent])]
+    pub strategies: Vec<Strategy>,
+    /// Workloads to run.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Case::Zipf, Case::Viral])]
+    pub cases: Vec<Case>,
+    /// Messages per workload (valid + 5% duplicates + 1% poison).
+    #[arg(long, default_value_t = 100_000)]
+    pub events: u64,
+    /// Distinct posts.
+    #[arg(long, default_value_t = 100_000)]
+    pub posts: u32,
+    /// Distinct users.
+    #[arg(long, default_value_t = 100_000)]
+    pub users: u32,
+    /// Seed of the workload (the same for every strategy).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Injected latency per Firestore RPC, in milliseconds (models the real round trip).
+    #[arg(long, default_value_t = 10)]
+    pub store_rtt_ms: u64,
+    /// Longest run per strategy and workload, in seconds; a slower run is
+    /// stopped and measured over what it acked (reported as partial).
+    #[arg(long, default_value_t = 60)]
+    pub max_secs: u64,
+    /// Publish rate in messages per second (0 = as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Also write the tables to this Markdown file.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Publish the whole workload first, then start the consumer and
+    /// measure from its start (the consumer's capacity on a backlog).
+    #[arg(long)]
+    pub backlog: bool,
+    /// Run the consumer as the `hotcount` binary in a child process (its
+    /// own peak RSS is reported) instead of in this process.
+    #[arg(long)]
+    pub consumer_process: bool,
+    /// The `hotcount` binary for `--consumer-process` (default: next to this one).
+    #[arg(long)]
+    pub hotcount_bin: Option<std::path::PathBuf>,
+}
+
+/// Runs the benchmark and prints the tables; exit 1 when a completed
+/// run's counts are wrong or a partial run broke the invariant.
+pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let config = BenchConfig {
+        run: args.run,
+        events: args.events,
+        posts: args.posts,
+        users: args.users,
+        seed: args.seed,
+        store_rtt_ms: args.store_rtt_ms,
+        max_secs: args.max_secs,
+        rate_per_sec: args.rate,
+        cases: args.cases,
+        strategies: args.strategies,
+        backlog: args.backlog,
+        consumer_bin: args.consumer_process.then(|| {
+            args.hotcount_bin
+                .clone()
+                .unwrap_or_else(consumer::default_hotcount_bin)
+        }),
+    };
+    eprintln!(
+        "hotcount bench: {} messages over {} posts, store RTT {} ms, at most {} s per run",
+        config.events, config.posts, config.store_rtt_ms, config.max_secs
+    );
+    let results = bench::run(&config, |r| eprintln!("{}", bench::render_progress(r))).await?;
+    let mut tables = bench::render_settings(&config);
+    for &case in &config.cases {
+        tables.push_str(&bench::render(&results, case));
+    }
+    print!("{tables}");
+    if let Some(path) = &args.out {
+        if let Err(e) = std::fs::write(path, &tables) {
+            eprintln!("warning: writing {}: {e}", path.display());
+        }
+    }
+    Ok(if bench::any_failed(&results) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,103 @@
+//! The subcommands of `hotcount-loadgen`, one file each: its flags, how it
+//! calls the library, what it prints, and its exit code. Shared here: the
+//! message-mix flags, signal handling, the command line as typed, and the
+//! verification printout.
+//!
+//! Invariant: the library returns values (summaries, reports, verdicts);
+//! only these files print them and choose exit codes (0 success, 1 a wrong
+//! count or failed publishes, 130 cancelled; errors are 2, in `main`).
+
+pub mod bench;
+pub mod chaos;
+pub mod demo;
+pub mod publish;
+pub mod report;
+pub mod verify;
+
+use hotcount_loadgen::verify::VerifyReport;
+
+/// The `--duplicate-fraction` and `--poison-fraction` flags of `chaos` and
+/// `demo`, which take them with the same defaults (`publish` words them
+/// differently, so it keeps its own; every other workload flag has
+/// per-command defaults).
+#[derive(clap::Args, Clone, Debug)]
+pub struct MessageMixArgs {
+    /// Fraction of messages republished verbatim (publisher retries).
+    #[arg(long, default_value_t = 0.05)]
+    pub duplicate_fraction: f64,
+    /// Fraction of poison messages.
+    #[arg(long, default_value_t = 0.01)]
+    pub poison_fraction: f64,
+    /// Fraction of hostile poison messages on top (reserved attribute keys,
+    /// 100 x 1 KiB attributes, multi-MB payloads, deep JSON, overflowing
+    /// numbers).
+    #[arg(long, default_value_t = 0.0)]
+    pub hostile_fraction: f64,
+}
+
+/// Prints up to `show` mismatches and invariant breaks, then the totals.
+fn print_verify(r: &VerifyReport, show: usize) {
+    for m in r.mismatches.iter().take(show) {
+        println!(
+            "MISMATCH post {}: expected {}, counted {} (liked memberships {})",
+            m.post_id, m.expected, m.actual, m.liked_members
+        );
+    }
+    for v in r.invariant_violations.iter().take(show) {
+        println!(
+            "INVARIANT post {}: sum of shards {} != liked memberships {}",
+            v.post_id, v.shard_sum, v.liked_members
+        );
+    }
+    println!(
+        "{}: {} posts checked, {} exact, {} mismatched, {} invariant violations; expected total {}, counted {}; {} shards, {} memberships read ({} expected)",
+        if r.is_exact() { "EXACT" } else { "NOT EXACT" },
+        r.posts_checked,
+        r.posts_exact,
+        r.mismatches.len(),
+        r.invariant_violations.len(),
+        r.expected_total,
+        r.actual_total,
+        r.shards_read,
+        r.memberships_read,
+        r.memberships_expected
+    );
+    println!(
+        "quarantine: {} records for {} poison messages published",
+        r.quarantined, r.poison_expected
+    );
+    if !r.consistent_snapshot {
+        println!("note: shards and memberships were not read at one read time; while the service is still committing, invariant violations may be artefacts");
+    }
+}
+
+/// The command line, quoted where a shell would need it.
+fn command_line() -> String {
+    let quote = |a: String| {
+        if !a.is_empty()
+            && a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:@,+%".contains(c))
+        {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', r"'\''"))
+        }
+    };
+    std::env::args().map(quote).collect::<Vec<_>>().join(" ")
+}
+
+/// Returns on Ctrl-C or SIGTERM.
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,36 @@
+//! `hotcount-loadgen verify`: compare every post's count and membership
+//! documents with a truth file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use hotcount::config::{Endpoints, Target};
+use hotcount_loadgen::{verify, Truth};
+
+use super::print_verify;
+
+/// `hotcount-loadgen verify`: the flags.
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Truth file written by `publish`.
+    #[arg(long, env = "LOADGEN_TRUTH", default_value = "truth.json")]
+    pub truth: PathBuf,
+    /// Mismatches printed at most (all are counted).
+    #[arg(long, default_value_t = 50)]
+    pub show: usize,
+}
+
+/// Verifies and prints the findings; exit 1 unless every count is exact.
+pub async fn run(endpoints: &Endpoints, args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let truth = Truth::load(&args.truth)?;
+    let report = verify::connect_and_verify(endpoints, &args.target, &truth).await?;
+    print_verify(&report, args.show);
+    Ok(if report.is_exact() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
