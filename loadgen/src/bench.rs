@@ -419,28 +419,24 @@ impl Consumer {
 
     /// The consumer's commit duration p50 and p99 so far, as it measures it.
     async fn commit_duration(&self) -> Option<(Duration, Duration)> {
-        match self {
-            Consumer::InProcess { stats, .. } => Some((
-                stats.commit_duration.quantile(0.5),
-                stats.commit_duration.quantile(0.99),
-            )),
+        let text = match self {
+            Consumer::InProcess { stats, .. } => stats.render_prometheus(),
             Consumer::Process { metrics, .. } => {
                 // Read at the end of the window: a slow answer is a missing
                 // figure, not a failed run.
-                let (status, text) =
-                    hotcount::http::fetch(*metrics, "/metrics", Duration::from_secs(1))
-                        .await
-                        .ok()?;
+                let client = hotcount_scrape::Client::new(Duration::from_secs(1)).ok()?;
+                let (status, text) = client.get(*metrics, "/metrics").await.ok()?;
                 if status != 200 {
                     return None;
                 }
-                let name = hotcount::telemetry::names::COMMIT_DURATION;
-                Some((
-                    summary_quantile(&text, name, "0.5")?,
-                    summary_quantile(&text, name, "0.99")?,
-                ))
+                text
             }
-        }
+        };
+        let name = hotcount::telemetry::names::COMMIT_DURATION.name;
+        Some((
+            summary_quantile(&text, name, "0.5")?,
+            summary_quantile(&text, name, "0.99")?,
+        ))
     }
 
     /// Stops the consumer: in-process it drains; a child process is killed
@@ -467,10 +463,11 @@ impl Consumer {
     }
 }
 
-/// The value of `name{quantile="q"}` in a Prometheus text exposition, as
-/// a duration (the summary is in seconds).
+/// The `q` quantile of histogram `name` (in seconds) in a Prometheus text
+/// exposition, estimated from its buckets, as a duration.
 fn summary_quantile(text: &str, name: &str, q: &str) -> Option<Duration> {
-    let seconds = hotcount::http::sample_value(text, &format!("{name}{{quantile=\"{q}\"}}"))?;
+    let exposition = hotcount_scrape::Exposition::parse(text);
+    let seconds = exposition.histogram_quantile(name, q.parse().ok()?)?;
     Duration::try_from_secs_f64(seconds).ok()
 }
 
@@ -796,7 +793,7 @@ mod tests {
             stats.commit_duration.record(Duration::from_millis(ms));
         }
         let text = stats.render_prometheus();
-        let name = hotcount::telemetry::names::COMMIT_DURATION;
+        let name = hotcount::telemetry::names::COMMIT_DURATION.name;
         let p50 = summary_quantile(&text, name, "0.5").expect("p50 exported");
         let p99 = summary_quantile(&text, name, "0.99").expect("p99 exported");
         assert!(
@@ -804,7 +801,7 @@ mod tests {
             "{p50:?}"
         );
         assert!(p99 >= Duration::from_millis(390), "{p99:?}");
-        assert_eq!(summary_quantile(&text, name, "0.42"), None);
+        assert_eq!(summary_quantile(&text, "hotcount_absent", "0.5"), None);
     }
 
     #[test]

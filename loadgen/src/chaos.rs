@@ -650,12 +650,12 @@ async fn kill_loop(
 /// Waits (at most `give_up`) until the victim's
 /// `hotcount_batches_committed_total` moves; true if it did.
 async fn victim_committed(metrics: std::net::SocketAddr, give_up: Duration) -> bool {
+    let Ok(client) = hotcount_scrape::Client::new(Duration::from_millis(500)) else {
+        return false;
+    };
     let read = || async {
-        let (status, text) = hotcount::http::fetch(metrics, "/metrics", Duration::from_millis(500))
-            .await
-            .ok()?;
-        let name = hotcount::telemetry::names::BATCHES_COMMITTED;
-        (status == 200).then(|| hotcount::http::sample_value(&text, name))?
+        let exposition = client.metrics(metrics).await.ok()?;
+        exposition.value(hotcount::telemetry::names::BATCHES_COMMITTED.name)
     };
     let Some(before) = read().await else {
         return false;

@@ -112,6 +112,24 @@ impl Effects {
     }
 }
 
+impl From<Effects> for crate::telemetry::EventCounts {
+    fn from(e: Effects) -> Self {
+        // Exhaustive: a new kind of effect does not compile until counted.
+        let Effects {
+            applied,
+            duplicates,
+            stale,
+            poison,
+        } = e;
+        Self {
+            applied,
+            duplicates,
+            stale,
+            poison,
+        }
+    }
+}
+
 /// The writes one batch needs, given the stored memberships.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {

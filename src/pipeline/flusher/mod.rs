@@ -225,7 +225,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         let started = Instant::now();
         let settled = self.commit_isolating(batch).await;
         self.stats.commit_duration.record(started.elapsed());
-        self.stats.record_effects(settled.effects);
+        self.stats.record_effects(settled.effects.into());
         if let Some(error) = &settled.gave_up {
             self.stats.batches_failed.add(1);
             tracing::warn!(%error, messages = settled.nack.len(), "giving up on batch; nacking for redelivery");
