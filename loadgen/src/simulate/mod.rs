@@ -441,7 +441,7 @@ pub fn evaluate(args: &SimulateArgs) -> Result<Outcome, SimulateError> {
                 meets &= args.meets_target(&trace);
                 summaries.push(trace.summary);
             }
-            worst.push(worst_of(&summaries));
+            worst.extend(worst_of(&summaries));
         }
         results.push(CandidateResult {
             candidate,
@@ -481,9 +481,10 @@ pub fn evaluate(args: &SimulateArgs) -> Result<Outcome, SimulateError> {
 }
 
 /// The worst of several runs' summaries (replica-minutes: the mean).
-fn worst_of(summaries: &[model::Summary]) -> model::Summary {
-    let mut worst = summaries[0].clone();
-    for s in &summaries[1..] {
+fn worst_of(summaries: &[model::Summary]) -> Option<model::Summary> {
+    let (first, rest) = summaries.split_first()?;
+    let mut worst = first.clone();
+    for s in rest {
         worst.peak_replicas = worst.peak_replicas.max(s.peak_replicas);
         worst.replica_minutes += s.replica_minutes;
         worst.max_backlog = worst.max_backlog.max(s.max_backlog);
@@ -507,7 +508,7 @@ fn worst_of(summaries: &[model::Summary]) -> model::Summary {
         worst.peak_stream_bytes = worst.peak_stream_bytes.max(s.peak_stream_bytes);
     }
     worst.replica_minutes /= summaries.len() as f64;
-    worst
+    Some(worst)
 }
 
 /// The report: settings, candidates, spike growth, timeline.
