@@ -12,6 +12,7 @@
 //! - [`chaos`]: kill -9, injected faults and a replay against consumer processes, verified.
 //! - [`chart`]: the dependency-light PNG percentile plot.
 //! - [`demo`]: the one-command demo (emulators, consumer, workload, verify, report).
+//! - [`simulate`]: replicas following a viral spike under the HPA, by model (`hotcount-loadgen simulate`).
 //! - [`run_error`]: why a `bench`, `chaos` or `demo` run could not be carried out.
 //!
 //! # Use from code (`hotcount demo`, tests)
@@ -57,6 +58,7 @@ pub mod publish;
 pub mod readback;
 pub mod report;
 pub mod run_error;
+pub mod simulate;
 pub mod truth;
 pub mod verify;
 pub mod workload;

@@ -43,6 +43,8 @@ enum Command {
     Publish(PublishArgs),
     /// Consumer processes under kill -9, injected faults and a replay; counts verified.
     Chaos(hotcount_loadgen::chaos::ChaosArgs),
+    /// Replicas following a viral spike under the HPA, by model: PNG and tables.
+    Simulate(hotcount_loadgen::simulate::SimulateArgs),
     /// Compare every post's count and membership documents with a truth file.
     Verify {
         #[command(flatten)]
@@ -208,6 +210,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => Ok(hotcount_loadgen::bench::run_command(args).await?),
         Command::Chaos(args) => run_chaos(args).await,
         Command::Publish(args) => run_publish(&cli.endpoints, args).await,
+        Command::Simulate(args) => Ok(hotcount_loadgen::simulate::run_command(&args)?),
         Command::Verify {
             target,
             truth,
