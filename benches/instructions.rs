@@ -1,13 +1,15 @@
 //! Instructions per event of the decode stages, counted by cachegrind: exact
 //! and repeatable where wall time on a shared, noisy machine is not (CPU
 //! steal and frequency changes do not enter the count). It complements
-//! `pipeline`'s `decode_validate_aggregate` group: same payloads, same loops
-//! (`support`).
+//! `pipeline`'s `decode_validate_aggregate` and `aggregator_vs_dashmap`
+//! groups: same payloads, same loops (`support`, `buffers`; the buffers on
+//! one thread only).
 //!
 //! `cargo bench --bench instructions` runs this binary again under
 //! `valgrind --tool=cachegrind` once per workload, and once for the setup
-//! alone (building the payloads), which it subtracts; then it prints
-//! instructions per event and each workload's ratio to `hotcount_sharded`.
+//! alone (building the inputs), which it subtracts; then it prints
+//! instructions per event and each workload's ratio to `hotcount_sharded`
+//! (and the DashMap buffer's to the aggregator's).
 //! Without valgrind it says so and exits with success: the count is an
 //! extra, not a gate. Instructions are not time (a cache miss costs more than
 //! an add), so read them next to the criterion figures, not instead.
@@ -19,19 +21,22 @@ use hotcount::pipeline::aggregator::Aggregator;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod buffers;
 mod support;
 
 /// Passes over the payloads per workload.
 const ROUNDS: usize = 10;
 
 /// The workloads, in print order; `setup` builds the payloads and stops.
-const WORKLOADS: [&str; 6] = [
+const WORKLOADS: [&str; 8] = [
     "setup",
     "parse_only",
     "hotcount_sharded",
     "naive_mutex_hashmap",
     "parse_into_naive_mutex_hashmap",
     "batch_build_1000",
+    "buffer_aggregator",
+    "buffer_dashmap",
 ];
 
 fn main() -> ExitCode {
@@ -77,6 +82,10 @@ fn run(name: &str) -> bool {
     let map = support::NaiveMap::default();
     let events = support::events();
     let config = support::store_config();
+    let items = buffers::items();
+    let mut messages: Vec<_> = (0..ROUNDS).map(|_| buffers::pending(&items, 1)).collect();
+    let buffer = Aggregator::new(buffers::SHARDS, buffers::BATCH);
+    let dash = buffers::DashBuffer::new();
     for _ in 0..ROUNDS {
         match name {
             "setup" => {}
@@ -91,6 +100,13 @@ fn run(name: &str) -> bool {
                 for chunk in events.chunks(support::BATCH) {
                     support::build_batch(&config, chunk);
                 }
+            }
+            // Owned messages, built with the setup: only the buffer counts.
+            "buffer_aggregator" => {
+                buffers::run(&buffer, messages.pop().unwrap_or_default());
+            }
+            "buffer_dashmap" => {
+                buffers::run(&dash, messages.pop().unwrap_or_default());
             }
             _ => return false,
         }
@@ -128,10 +144,13 @@ fn print_table(counts: &[(&str, u64)]) {
     let events = (support::PAYLOADS * ROUNDS) as f64;
     let setup = counts.first().map_or(0, |(_, n)| *n);
     let per_event = |n: u64| n.saturating_sub(setup) as f64 / events;
-    let reference = counts
-        .iter()
-        .find(|(name, _)| *name == "hotcount_sharded")
-        .map_or(f64::NAN, |(_, n)| per_event(*n));
+    let of = |workload: &str| {
+        counts
+            .iter()
+            .find(|(name, _)| *name == workload)
+            .map_or(f64::NAN, |(_, n)| per_event(*n))
+    };
+    let reference = of("hotcount_sharded");
     println!(
         "instructions per event (cachegrind; {} events per workload, setup subtracted)",
         events
@@ -144,4 +163,8 @@ fn print_table(counts: &[(&str, u64)]) {
         let mine = per_event(*n);
         println!("{name:<34} {mine:>12.0} {:>21.2}x", mine / reference);
     }
+    println!(
+        "buffer_dashmap / buffer_aggregator: {:.2}x",
+        of("buffer_dashmap") / of("buffer_aggregator")
+    );
 }

@@ -3,13 +3,15 @@
 //! shared and noisy):
 //! - decode + validate + aggregate, vs a `Mutex<HashMap<String, Vec<_>>>` aggregator;
 //! - batch building (group, apply rules, Firestore writes) for 1..=2000 events;
-//! - contention: every thread adding likes of one hot post.
+//! - contention: every thread adding likes of one hot post;
+//! - the aggregator's buffers vs a `DashMap` buffer, one and two producer
+//!   threads, on a Zipf + viral + duplicates workload (`buffers`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use hotcount::event::{self, LikeEvent};
 use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
 
@@ -18,6 +20,7 @@ use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod buffers;
 mod support;
 use support::{parse_via_value_map, payloads, NaiveMap, PAYLOADS};
 
@@ -133,9 +136,38 @@ fn hot_post_contention(c: &mut Criterion) {
     group.finish();
 }
 
+/// The aggregator against a `DashMap` buffer: the same messages, the same
+/// batch points, 1 and 2 producer threads (the machine has 2 cores). Each
+/// iteration gets fresh owned messages (cloned outside the timing).
+fn aggregator_vs_dashmap(c: &mut Criterion) {
+    let items = buffers::items();
+    let mut group = c.benchmark_group("aggregator_vs_dashmap");
+    group.throughput(Throughput::Elements(buffers::EVENTS as u64));
+    let agg: Aggregator<u32> = Aggregator::new(buffers::SHARDS, buffers::BATCH);
+    let dash = buffers::DashBuffer::new();
+    for threads in [1usize, 2] {
+        assert_eq!(
+            buffers::run(&agg, buffers::pending(&items, threads)),
+            items.len()
+        );
+        assert_eq!(
+            buffers::run(&dash, buffers::pending(&items, threads)),
+            items.len()
+        );
+        let parts = || buffers::pending(&items, threads);
+        group.bench_function(BenchmarkId::new("aggregator", threads), |b| {
+            b.iter_batched(parts, |p| buffers::run(&agg, p), BatchSize::LargeInput)
+        });
+        group.bench_function(BenchmarkId::new("dashmap", threads), |b| {
+            b.iter_batched(parts, |p| buffers::run(&dash, p), BatchSize::LargeInput)
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = decode_validate_aggregate, batch_building, hot_post_contention
+    targets = decode_validate_aggregate, batch_building, hot_post_contention, aggregator_vs_dashmap
 }
 criterion_main!(benches);

@@ -9,7 +9,12 @@
 #     publisher on the dead-letter topic and subscriber on the subscription);
 #   - the service account hotcount runs as, with its roles;
 #   - Firestore: the TTL policy on batches.expireAt and single-field index
-#     exemptions for the fields hotcount never queries.
+#     exemptions for the fields hotcount never queries;
+#   - with GKE_CLUSTER set (deploy/gke/): Workload Identity for hotcount's
+#     Kubernetes service account, and what the autoscaler reads the Pub/Sub
+#     metrics through: AUTOSCALER=hpa installs the Custom Metrics Stackdriver
+#     Adapter and lets it read Cloud Monitoring; AUTOSCALER=keda lets KEDA's
+#     operator read it (install KEDA with Helm first); AUTOSCALER=none skips.
 # Re-running is safe: a topic or subscription that exists is described, not
 # re-created (the consumer subscription's settings are updated in place);
 # IAM bindings, TTL and index settings are idempotent updates.
@@ -33,6 +38,20 @@ EXACTLY_ONCE="${EXACTLY_ONCE:-false}"
 DATABASE="${DATABASE:-(default)}"
 COLLECTION_PREFIX="${COLLECTION_PREFIX:-}"
 SERVICE_ACCOUNT_NAME="${SERVICE_ACCOUNT_NAME:-hotcount}"
+# GKE (optional; the cluster needs Workload Identity: --workload-pool=PROJECT_ID.svc.id.goog).
+GKE_CLUSTER="${GKE_CLUSTER:-}"
+GKE_LOCATION="${GKE_LOCATION:-${REGION}}"
+K8S_NAMESPACE="${K8S_NAMESPACE:-hotcount}"
+K8S_SERVICE_ACCOUNT="${K8S_SERVICE_ACCOUNT:-hotcount}"
+AUTOSCALER="${AUTOSCALER:-hpa}"
+ADAPTER_MANIFEST="${ADAPTER_MANIFEST:-https://raw.githubusercontent.com/GoogleCloudPlatform/k8s-stackdriver/master/custom-metrics-stackdriver-adapter/deploy/production/adapter_new_resource_model.yaml}"
+case "${AUTOSCALER}" in
+  hpa | keda | none) ;;
+  *)
+    echo "AUTOSCALER must be hpa, keda or none, not ${AUTOSCALER}" >&2
+    exit 1
+    ;;
+esac
 
 # ---- derived ---------------------------------------------------------------
 PROJECT_NUMBER="$(gcloud projects describe "${PROJECT_ID}" --format='value(projectNumber)')"
@@ -122,5 +141,39 @@ done
 for field in data dataBytes attributes reason quarantinedAt; do
   exempt quarantine "${field}"
 done
+
+if [[ -n "${GKE_CLUSTER}" ]]; then
+  WORKLOAD_POOL="${PROJECT_ID}.svc.id.goog"
+  # The IAM principal of a Kubernetes service account under Workload Identity.
+  principal() {
+    echo "principal://iam.googleapis.com/projects/${PROJECT_NUMBER}/locations/global/workloadIdentityPools/${WORKLOAD_POOL}/subject/ns/$1/sa/$2"
+  }
+
+  echo "== GKE: Workload Identity for hotcount (${K8S_NAMESPACE}/${K8S_SERVICE_ACCOUNT})"
+  gcloud_p iam service-accounts add-iam-policy-binding "${SERVICE_ACCOUNT}" \
+    --role=roles/iam.workloadIdentityUser \
+    --member="serviceAccount:${WORKLOAD_POOL}[${K8S_NAMESPACE}/${K8S_SERVICE_ACCOUNT}]" >/dev/null
+  gcloud_p container clusters get-credentials "${GKE_CLUSTER}" --location="${GKE_LOCATION}"
+
+  case "${AUTOSCALER}" in
+    hpa)
+      echo "== GKE: Custom Metrics Stackdriver Adapter (Pub/Sub metrics for deploy/gke/hpa.yaml)"
+      # Installing the adapter's RBAC needs cluster-admin.
+      kubectl create clusterrolebinding cluster-admin-binding --clusterrole=cluster-admin \
+        --user="$(gcloud config get-value account 2>/dev/null)" --dry-run=client -o yaml |
+        kubectl apply -f -
+      kubectl apply -f "${ADAPTER_MANIFEST}"
+      gcloud_p projects add-iam-policy-binding "${PROJECT_ID}" --role=roles/monitoring.viewer \
+        --member="$(principal custom-metrics custom-metrics-stackdriver-adapter)" \
+        --condition=None >/dev/null
+      ;;
+    keda)
+      echo "== GKE: KEDA's operator reads Cloud Monitoring (deploy/gke/keda/)"
+      gcloud_p projects add-iam-policy-binding "${PROJECT_ID}" --role=roles/monitoring.viewer \
+        --member="$(principal keda keda-operator)" --condition=None >/dev/null
+      ;;
+    none) ;;
+  esac
+fi
 
 echo "done: ${PROJECT_ID} (${REGION})"

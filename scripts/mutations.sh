@@ -26,7 +26,7 @@ mutations=(
   "if order.is_le() {" "if false {"
   "-p hotcount --lib batch::"
 
-  "ack what did not commit" src/pipeline/flusher.rs
+  "ack what did not commit" src/pipeline/flusher/mod.rs
   "if settled.nack.is_empty() {" "if true {"
   "-p hotcount --test isolation_prop"
 
@@ -50,7 +50,7 @@ mutations=(
   "let full = self.held.is_full();" "let full = false;"
   "-p hotcount --test store_failures memory_stays_bounded_when"
 
-  "no split on contention" src/pipeline/flusher.rs
+  "no split on contention" src/pipeline/flusher/isolate.rs
   "if contended {" "if false {"
   "-p hotcount --test store_failures a_document_locked"
 

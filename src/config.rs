@@ -1,11 +1,21 @@
 //! Typed, validated settings of `hotcount run`, and where the services are.
 //!
 //! Invariant: a [`Config`] only exists validated ([`RunArgs::validate`]);
-//! every duration and size carries its unit in its name.
+//! every duration and size carries its unit in its name. Each stage takes
+//! its own settings from it ([`Config::source`], [`Config::flush`],
+//! [`Config::store`]); the flags' defaults live here.
 
 use std::time::Duration;
 
 use crate::event::{check_id, MAX_EVENT_ID_BYTES};
+use crate::pipeline::flusher::FlushConfig;
+use crate::pipeline::source::SourceConfig;
+use crate::store::firestore::{FirestoreStoreConfig, Layout};
+
+/// Increments per second a counter shard document should take, by default
+/// (Firestore's guidance for one document is about one sustained write per
+/// second); `--counter-shard-target-writes-per-sec`.
+pub const DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC: u32 = 1;
 
 /// Where Pub/Sub and Firestore are: Google's endpoints with Application
 /// Default Credentials, or emulators (anonymous) when an address is given.
@@ -71,7 +81,7 @@ pub struct RunArgs {
     #[arg(
         long,
         env = "HOTCOUNT_COUNTER_SHARD_TARGET_WRITES_PER_SEC",
-        default_value_t = crate::store::counter_shards::DEFAULT_TARGET_WRITES_PER_SEC
+        default_value_t = DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC
     )]
     pub counter_shard_target_writes_per_sec: u32,
     /// Flush when the oldest buffered event is this old, in milliseconds
@@ -426,118 +436,63 @@ impl RunArgs {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-
-    fn parse(args: &[&str]) -> Result<Config, ConfigError> {
-        let mut all = vec!["hotcount"];
-        all.extend_from_slice(args);
-        Cli::parse_from(all).run.validate()
-    }
-
-    #[test]
-    fn flags_reproduce_every_setting() {
-        let defaults = Cli::parse_from(["hotcount"]).run;
-        assert_eq!(
-            Cli::parse_from(std::iter::once("hotcount".to_string()).chain(defaults.to_flags())).run,
-            defaults
+impl Config {
+    /// The source's settings, with held caps equal to the server-side
+    /// totals (held no more even when a reconnect opens a fresh budget).
+    pub fn source(&self) -> SourceConfig {
+        let (held_max_messages, held_max_bytes) = SourceConfig::held_caps(
+            self.streams,
+            self.max_outstanding_messages,
+            self.max_outstanding_bytes,
         );
-        // Every setting away from its default, each a different value.
-        let mut changed = defaults.clone();
-        changed.target.project = "p2".into();
-        changed.target.database = "db2".into();
-        changed.target.collection_prefix = "x_".into();
-        changed.subscription = "s2".into();
-        changed.consumer = "c2".into();
-        changed.shards = 3;
-        changed.counter_shards = 5;
-        changed.counter_shard_target_writes_per_sec = 7;
-        changed.flush_interval_ms = 11;
-        changed.flush_min_wait_ms = 2;
-        changed.max_commits_in_flight = 13;
-        changed.max_batch_events = 17;
-        changed.max_outstanding_messages = 19;
-        changed.max_outstanding_bytes = 23_000;
-        changed.streams = 29;
-        changed.lease_extension_secs = 31;
-        changed.commit_max_attempts = 37;
-        changed.commit_backoff_initial_ms = 41;
-        changed.commit_backoff_max_ms = 43;
-        changed.marker_ttl_days = 47;
-        changed.shutdown_deadline_secs = 53;
-        changed.log_json = true;
-        changed.strategy = Strategy::PerEvent;
-        changed.per_event_concurrency = 59;
-        changed.metrics_addr = "127.0.0.1:0".into();
-        changed.metrics_allow_remote = true;
-        // A setting added later and not changed here would prove nothing.
-        let (before, after) = (
-            serde_json::to_value(&defaults).expect("json"),
-            serde_json::to_value(&changed).expect("json"),
-        );
-        for (key, value) in before.as_object().expect("an object") {
-            assert_ne!(
-                &after[key], value,
-                "{key} is left at its default: change it above"
-            );
+        SourceConfig {
+            subscription: self.subscription.clone(),
+            streams: self.streams,
+            max_outstanding_messages: self.max_outstanding_messages,
+            max_outstanding_bytes: self.max_outstanding_bytes,
+            lease_extension: self.lease_extension,
+            held_max_messages,
+            held_max_bytes,
         }
-        let argv = std::iter::once("hotcount".to_string()).chain(changed.to_flags());
-        assert_eq!(Cli::parse_from(argv).run, changed);
     }
 
-    #[test]
-    fn defaults_are_valid() {
-        let c = parse(&[]).unwrap();
-        assert_eq!(
-            c.subscription,
-            "projects/hotcount-local/subscriptions/likes-hotcount"
-        );
-        assert_eq!(c.flush_interval, Duration::from_millis(100));
+    /// The flusher's settings for this strategy: with `per-event`, one
+    /// message per batch flushed at once, `per_event_concurrency` in flight.
+    pub fn flush(&self) -> FlushConfig {
+        let retry = FlushConfig {
+            commit_max_attempts: self.commit_max_attempts,
+            backoff_initial: self.commit_backoff_initial,
+            backoff_max: self.commit_backoff_max,
+            shutdown_deadline: self.shutdown_deadline,
+            ..FlushConfig::default()
+        };
+        match self.strategy {
+            Strategy::Batched => FlushConfig {
+                flush_interval: self.flush_interval,
+                flush_min_wait: self.flush_min_wait,
+                max_commits_in_flight: self.max_commits_in_flight,
+                ..retry
+            },
+            Strategy::PerEvent => FlushConfig {
+                flush_interval: Duration::ZERO,
+                flush_min_wait: Duration::ZERO,
+                max_commits_in_flight: self.per_event_concurrency,
+                ..retry
+            },
+        }
     }
 
-    #[test]
-    fn out_of_range_settings_name_their_flag() {
-        assert_eq!(parse(&["--shards", "0"]).unwrap_err().flag, "shards");
-        assert_eq!(
-            parse(&["--lease-extension-secs", "5"]).unwrap_err().flag,
-            "lease-extension-secs"
-        );
-        assert_eq!(parse(&["--consumer", "a/b"]).unwrap_err().flag, "consumer");
-        assert_eq!(
-            parse(&["--subscription", "goog-x"]).unwrap_err().flag,
-            "subscription"
-        );
-    }
-
-    #[test]
-    fn metrics_endpoint_is_loopback_unless_remote_is_allowed() {
-        assert_eq!(
-            parse(&[]).unwrap().metrics_addr,
-            Some("127.0.0.1:9464".parse().unwrap())
-        );
-        assert_eq!(
-            parse(&["--metrics-addr", "off"]).unwrap().metrics_addr,
-            None
-        );
-        assert_eq!(
-            parse(&["--metrics-addr", "0.0.0.0:8080"]).unwrap_err().flag,
-            "metrics-addr"
-        );
-        assert!(parse(&["--metrics-addr", "0.0.0.0:8080", "--metrics-allow-remote"]).is_ok());
-        assert!(parse(&["--metrics-addr", "[::1]:0"]).is_ok());
-    }
-
-    #[test]
-    fn full_subscription_names_are_kept() {
-        let c = parse(&["--subscription", "projects/other/subscriptions/sub-1"]).unwrap();
-        assert_eq!(c.subscription, "projects/other/subscriptions/sub-1");
+    /// The Firestore store's settings.
+    pub fn store(&self) -> FirestoreStoreConfig {
+        FirestoreStoreConfig {
+            layout: Layout::new(&self.project, &self.database, &self.collection_prefix),
+            consumer: self.consumer.clone(),
+            counter_shards: self.counter_shards,
+            counter_shard_target_writes_per_sec: self.counter_shard_target_writes_per_sec,
+            marker_ttl: self.marker_ttl,
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;

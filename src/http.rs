@@ -4,8 +4,7 @@
 //! Invariant: read-only; serving a scrape never blocks the pipeline longer
 //! than copying the counters (histograms are locked one at a time), and the
 //! endpoint binds a loopback address unless the operator allowed otherwise
-//! ([`crate::config::metrics_addr`]). Also the minimal client that reads
-//! it ([`fetch`], [`sample_value`]), for the load generator and the tests.
+//! ([`crate::config::metrics_addr`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,7 +17,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::telemetry::Stats;
+use crate::telemetry::{self, Stats};
 
 /// The metrics endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -31,9 +30,6 @@ pub struct HttpError {
     pub source: std::io::Error,
 }
 
-/// The Prometheus text format's content type.
-pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
 /// The routes, over `stats`.
 pub fn router(stats: Arc<Stats>) -> Router {
     Router::new()
@@ -45,7 +41,7 @@ pub fn router(stats: Arc<Stats>) -> Router {
 
 async fn metrics(State(stats): State<Arc<Stats>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)],
+        [(header::CONTENT_TYPE, telemetry::CONTENT_TYPE)],
         stats.render_prometheus(),
     )
 }
@@ -89,78 +85,4 @@ pub async fn serve(
             tracing::warn!(%error, "metrics endpoint failed");
         }
     }))
-}
-
-/// `GET path` on the endpoint at `addr` (HTTP/1.1, `Connection: close`,
-/// chunked bodies decoded), within `timeout`: (status code, body). A
-/// minimal client for scraping the service's own endpoint, so that the
-/// load generator and tests need no HTTP client dependency.
-pub async fn fetch(
-    addr: SocketAddr,
-    path: &str,
-    timeout: std::time::Duration,
-) -> std::io::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
-    };
-    let raw = tokio::time::timeout(timeout, exchange)
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no response in time"))??;
-    let malformed =
-        |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| malformed("no header/body separator"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| malformed("no status code"))?;
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Ok((status, body))
-}
-
-/// A chunked HTTP/1.1 body, decoded (stops at the last chunk or at the
-/// first malformed size line).
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        let Some(chunk) = rest.get(..n) else {
-            break;
-        };
-        out.push_str(chunk);
-        body = rest[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// The value of the sample `series` (name with labels, exactly as
-/// exported, e.g. `hotcount_commit_duration_seconds{quantile="0.99"}`) in a
-/// Prometheus text exposition.
-pub fn sample_value(exposition: &str, series: &str) -> Option<f64> {
-    exposition
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (s, v) = l.rsplit_once(' ')?;
-            (s == series).then(|| v.parse().ok())?
-        })
 }

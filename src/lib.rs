@@ -20,8 +20,9 @@
 //! - [`service`]: wires the stages and shuts them down in order.
 //! - [`config`]: typed, validated settings (units in names); [`connect`]:
 //!   clients for Google or the emulators.
-//! - [`telemetry`]: every metric name, the Prometheus exposition, and tracing
-//!   setup; [`http`]: the `/metrics`, `/healthz` and `/readyz` endpoint.
+//! - [`telemetry`] (a leaf): every metric name and HELP text, one
+//!   `prometheus-client` registry, and tracing setup; [`http`]: the
+//!   `/metrics`, `/healthz` and `/readyz` endpoint.
 //! - Beside the pipeline, the operator commands ([`ops`]): `setup`,
 //!   `reconcile`, `replay`, `dlq` and `quarantine`.
 //!

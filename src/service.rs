@@ -13,9 +13,9 @@ use crate::config::{Config, Endpoints, Strategy, Target};
 use crate::connect;
 use crate::pipeline::acker::Acker;
 use crate::pipeline::aggregator::Aggregator;
-use crate::pipeline::flusher::{FlushConfig, Flusher};
-use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source, SourceConfig};
-use crate::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
+use crate::pipeline::flusher::Flusher;
+use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
+use crate::store::firestore::FirestoreStore;
 use crate::telemetry::Stats;
 
 /// A running service failed to start.
@@ -40,16 +40,7 @@ pub async fn open_store(
         collection_prefix: config.collection_prefix.clone(),
     };
     let db = connect::firestore(endpoints, &target).await?;
-    Ok(FirestoreStore::new(
-        db,
-        FirestoreStoreConfig {
-            layout: Layout::new(&config.project, &config.database, &config.collection_prefix),
-            consumer: config.consumer.clone(),
-            counter_shards: config.counter_shards,
-            counter_shard_target_writes_per_sec: config.counter_shard_target_writes_per_sec,
-            marker_ttl: config.marker_ttl,
-        },
-    ))
+    Ok(FirestoreStore::new(db, config.store()))
 }
 
 /// Runs the service until `stop` turns true, then drains. Returns the stats.
@@ -91,35 +82,12 @@ async fn run_pipeline(
         matches!(dead_letters, DeadLetterPolicy::Configured { .. }),
         std::sync::atomic::Ordering::Relaxed,
     );
-    let retry = FlushConfig {
-        commit_max_attempts: config.commit_max_attempts,
-        backoff_initial: config.commit_backoff_initial,
-        backoff_max: config.commit_backoff_max,
-        shutdown_deadline: config.shutdown_deadline,
-        ..FlushConfig::default()
-    };
-    let (aggregator, flush_config) = match config.strategy {
-        Strategy::Batched => (
-            Aggregator::new(config.shards, config.max_batch_events),
-            FlushConfig {
-                flush_interval: config.flush_interval,
-                flush_min_wait: config.flush_min_wait,
-                max_commits_in_flight: config.max_commits_in_flight,
-                ..retry
-            },
-        ),
-        // One message per batch, flushed at once, round robin over
-        // `per_event_concurrency` shards: one transaction per event,
-        // `per_event_concurrency` in flight.
-        Strategy::PerEvent => (
-            Aggregator::per_message(config.per_event_concurrency),
-            FlushConfig {
-                flush_interval: std::time::Duration::ZERO,
-                flush_min_wait: std::time::Duration::ZERO,
-                max_commits_in_flight: config.per_event_concurrency,
-                ..retry
-            },
-        ),
+    // One message per batch with `per-event`, round robin over
+    // `per_event_concurrency` shards (its flush config flushes at once):
+    // one transaction per event, `per_event_concurrency` in flight.
+    let aggregator = match config.strategy {
+        Strategy::Batched => Aggregator::new(config.shards, config.max_batch_events),
+        Strategy::PerEvent => Aggregator::per_message(config.per_event_concurrency),
     };
     let aggregator: Arc<Aggregator<PubSubHandle>> = Arc::new(aggregator);
     let probe = Arc::downgrade(&aggregator);
@@ -135,26 +103,11 @@ async fn run_pipeline(
         store,
         acker,
         stats.clone(),
-        flush_config,
-    );
-    // What the server allows all streams together: the service holds no
-    // more, even when a reconnect opens a fresh budget.
-    let (held_max_messages, held_max_bytes) = SourceConfig::held_caps(
-        config.streams,
-        config.max_outstanding_messages,
-        config.max_outstanding_bytes,
+        config.flush(),
     );
     let source = Source::new(
         subscriber,
-        SourceConfig {
-            subscription: config.subscription.clone(),
-            streams: config.streams,
-            max_outstanding_messages: config.max_outstanding_messages,
-            max_outstanding_bytes: config.max_outstanding_bytes,
-            lease_extension: config.lease_extension,
-            held_max_messages,
-            held_max_bytes,
-        },
+        config.source(),
         aggregator.clone(),
         stats.clone(),
     );

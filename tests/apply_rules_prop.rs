@@ -3,11 +3,15 @@
 //! events (and any replay of them), the committed state equals the state
 //! from applying each (post, user)'s newest event once.
 
+#[path = "support/events.rs"]
+mod events;
+
 use std::collections::{BTreeMap, HashMap};
 
-use hotcount::event::{LikeEvent, LikeKind, Version};
+use hotcount::event::{LikeEvent, LikeKind};
 use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
-use hotcount::pipeline::batch::{Batch, Membership, MembershipKey, PoisonRecord};
+use hotcount::pipeline::batch::{Batch, Membership, MembershipKey};
+use hotcount::pipeline::poison::PoisonRecord;
 use proptest::prelude::*;
 
 /// One distinct event: (post, user, added, seq, occurred); its id is its index.
@@ -18,24 +22,7 @@ fn events(specs: &[Spec]) -> Vec<LikeEvent> {
         .iter()
         .enumerate()
         .map(|(i, (post, user, added, seq, occurred))| {
-            let kind = if *added {
-                LikeKind::Added
-            } else {
-                LikeKind::Removed
-            };
-            let version = Version {
-                seq: *seq,
-                occurred_at_micros: *occurred,
-                event_id: format!("e{i:04}"),
-            };
-            LikeEvent::new(
-                kind,
-                &format!("p{post}"),
-                &format!("u{user}"),
-                &version,
-                None,
-            )
-            .expect("generated fields are valid")
+            events::like(*post, *user, *added, *seq, *occurred, &format!("e{i:04}"))
         })
         .collect()
 }

@@ -6,11 +6,12 @@ mod common;
 #[path = "support/scrape.rs"]
 mod scrape;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{Ev, Harness};
+use hotcount_scrape::Exposition;
 
 /// Pub/Sub metric types as Cloud Monitoring lists them
 /// (cloud.google.com/monitoring/api/metrics_gcp_p_z#gcp-pubsub).
@@ -99,25 +100,12 @@ fn alert_files() -> Vec<PathBuf> {
     files
 }
 
-/// The exported families with their TYPE.
-fn types(exposition: &str) -> BTreeMap<String, String> {
-    exposition
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_once(' '))
-        .map(|(n, t)| (n.to_string(), t.to_string()))
-        .collect()
-}
-
-fn is_exported(name: &str, families: &BTreeMap<String, String>) -> bool {
-    if families.contains_key(name) {
-        return true;
-    }
-    ["_sum", "_count", "_bucket"].iter().any(|suffix| {
-        name.strip_suffix(suffix)
-            .and_then(|base| families.get(base))
-            .is_some_and(|t| t == "summary" || t == "histogram")
-    })
+/// Whether the exposition has a series named `name`: a sample's name (a
+/// histogram's `_bucket`, `_sum` and `_count`, never its bare name, which
+/// has no samples). Prose (`docs`) may also name a family.
+fn is_exported(name: &str, exposition: &Exposition, prose: bool) -> bool {
+    exposition.samples().iter().any(|s| s.name == name)
+        || (prose && exposition.families().iter().any(|(f, _)| f == name))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,7 +134,7 @@ async fn every_metric_the_dashboards_alerts_and_docs_reference_is_exported() {
     let (status, exposition) = scrape::get(addr, "/metrics").await;
     assert_eq!(status, 200);
     consumer.stop().await;
-    let families = types(&exposition);
+    let parsed = Exposition::parse(&exposition);
 
     let mut sources: Vec<(String, String)> = Vec::new();
     for path in std::iter::once(root().join("dashboards/grafana.json")).chain(alert_files()) {
@@ -166,8 +154,9 @@ async fn every_metric_the_dashboards_alerts_and_docs_reference_is_exported() {
             "{source} references hotcount metrics"
         );
         for name in names {
+            let prose = source.ends_with(".md");
             assert!(
-                is_exported(&name, &families),
+                is_exported(&name, &parsed, prose),
                 "{source} references {name}, which /metrics does not export:\n{exposition}"
             );
             if source.ends_with("grafana.json") {
@@ -175,7 +164,7 @@ async fn every_metric_the_dashboards_alerts_and_docs_reference_is_exported() {
             }
         }
     }
-    for family in families.keys() {
+    for (family, _) in parsed.families() {
         assert!(
             on_dashboard
                 .iter()

@@ -8,14 +8,17 @@
 //! - every poison message has a record and is acked, or is nacked;
 //! - nothing else is acked, and every message gets exactly one fate.
 
+#[path = "support/events.rs"]
+mod events;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use hotcount::event::{LikeEvent, LikeKind, Version};
+use hotcount::event::LikeKind;
 use hotcount::pipeline::acker::{AckHandle, Acker, Confirmation};
 use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
-use hotcount::pipeline::batch::PoisonRecord;
 use hotcount::pipeline::flusher::{FlushConfig, Flusher};
+use hotcount::pipeline::poison::PoisonRecord;
 use hotcount::store::memory::{InjectedFailure, MemoryStore};
 use hotcount::store::CounterStore;
 use hotcount::telemetry::Stats;
@@ -59,27 +62,6 @@ fn message() -> impl Strategy<Value = Msg> {
     ]
 }
 
-fn event(i: usize, post: u8, user: u8, added: bool, seq: i64) -> LikeEvent {
-    let kind = if added {
-        LikeKind::Added
-    } else {
-        LikeKind::Removed
-    };
-    let version = Version {
-        seq,
-        occurred_at_micros: 0,
-        event_id: format!("e{i}"),
-    };
-    LikeEvent::new(
-        kind,
-        &format!("p{post}"),
-        &format!("u{user}"),
-        &version,
-        None,
-    )
-    .expect("generated fields are valid")
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -116,7 +98,7 @@ proptest! {
         for (i, m) in messages.iter().enumerate() {
             let item = match m {
                 Msg::Event(p, u, a, s) => {
-                    let e = event(i, *p, *u, *a, *s);
+                    let e = events::like(*p, *u, *a, *s, 0, &format!("e{i}"));
                     if !refused_users.contains(u) {
                         accepted.push(e.clone());
                     }

@@ -70,7 +70,7 @@ pub fn parse_via_value_map(data: &[u8]) -> Option<LikeEvent> {
 pub fn to_item(data: &[u8]) -> Item {
     match event::parse(data) {
         Ok(e) => Item::Event(e),
-        Err(p) => Item::Poison(Box::new(hotcount::pipeline::batch::PoisonRecord::new(
+        Err(p) => Item::Poison(Box::new(hotcount::pipeline::poison::PoisonRecord::new(
             String::new(),
             p.to_string(),
             data,

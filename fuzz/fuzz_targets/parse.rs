@@ -3,7 +3,7 @@
 //! and round-trips; a poison reason is always short.
 #![no_main]
 
-use hotcount::batch::MembershipKey;
+use hotcount::pipeline::batch::MembershipKey;
 use hotcount::event::{
     check_id, parse, parse_general, to_json, MAX_EVENT_ID_BYTES, MAX_ID_BYTES,
 };

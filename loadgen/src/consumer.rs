@@ -192,16 +192,15 @@ impl Consumer {
 
     /// The consumer's commit duration p50 and p99 so far, as it measures it.
     pub async fn commit_duration(&self) -> Option<(Duration, Duration)> {
-        match self {
-            Consumer::InProcess(consumer) => {
-                let stats = consumer.stats();
-                Some((
-                    stats.commit_duration.quantile(0.5),
-                    stats.commit_duration.quantile(0.99),
-                ))
-            }
-            Consumer::Child(child) => commit_duration_of(child.metrics?).await,
-        }
+        let text = match self {
+            Consumer::InProcess(consumer) => consumer.stats().render_prometheus(),
+            Consumer::Child(child) => metrics_text(child.metrics?).await?,
+        };
+        let name = hotcount::telemetry::names::COMMIT_DURATION.name;
+        Some((
+            summary_quantile(&text, name, "0.5")?,
+            summary_quantile(&text, name, "0.99")?,
+        ))
     }
 
     /// Stops the consumer: in-process it drains; a child process is killed
@@ -261,34 +260,29 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-// What a child consumer's `/metrics` says: the only reads of it.
+// What a consumer's `/metrics` says: the only reads of it.
 
-/// A child's commit duration p50 and p99 from its `/metrics` at `metrics`.
-async fn commit_duration_of(metrics: SocketAddr) -> Option<(Duration, Duration)> {
+/// A child's `/metrics` text (`None` when it does not answer 200 within 1 s).
+async fn metrics_text(metrics: SocketAddr) -> Option<String> {
     // Read at the end of the window: a slow answer is a missing
     // figure, not a failed run.
-    let (status, text) = hotcount::http::fetch(metrics, "/metrics", Duration::from_secs(1))
-        .await
-        .ok()?;
+    let client = hotcount_scrape::Client::new(Duration::from_secs(1)).ok()?;
+    let (status, text) = client.get(metrics, "/metrics").await.ok()?;
     if status != 200 {
         return None;
     }
-    let name = hotcount::telemetry::names::COMMIT_DURATION;
-    Some((
-        summary_quantile(&text, name, "0.5")?,
-        summary_quantile(&text, name, "0.99")?,
-    ))
+    Some(text)
 }
 
 /// Waits (at most `give_up`) until the victim's
 /// `hotcount_batches_committed_total` moves; true if it did.
 pub async fn victim_committed(metrics: std::net::SocketAddr, give_up: Duration) -> bool {
+    let Ok(client) = hotcount_scrape::Client::new(Duration::from_millis(500)) else {
+        return false;
+    };
     let read = || async {
-        let (status, text) = hotcount::http::fetch(metrics, "/metrics", Duration::from_millis(500))
-            .await
-            .ok()?;
-        let name = hotcount::telemetry::names::BATCHES_COMMITTED;
-        (status == 200).then(|| hotcount::http::sample_value(&text, name))?
+        let exposition = client.metrics(metrics).await.ok()?;
+        exposition.value(hotcount::telemetry::names::BATCHES_COMMITTED.name)
     };
     let Some(before) = read().await else {
         return false;
@@ -303,10 +297,11 @@ pub async fn victim_committed(metrics: std::net::SocketAddr, give_up: Duration) 
     false
 }
 
-/// The value of `name{quantile="q"}` in a Prometheus text exposition, as
-/// a duration (the summary is in seconds).
+/// The `q` quantile of histogram `name` (in seconds) in a Prometheus text
+/// exposition, estimated from its buckets, as a duration.
 fn summary_quantile(text: &str, name: &str, q: &str) -> Option<Duration> {
-    let seconds = hotcount::http::sample_value(text, &format!("{name}{{quantile=\"{q}\"}}"))?;
+    let exposition = hotcount_scrape::Exposition::parse(text);
+    let seconds = exposition.histogram_quantile(name, q.parse().ok()?)?;
     Duration::try_from_secs_f64(seconds).ok()
 }
 
@@ -321,7 +316,7 @@ mod tests {
             stats.commit_duration.record(Duration::from_millis(ms));
         }
         let text = stats.render_prometheus();
-        let name = hotcount::telemetry::names::COMMIT_DURATION;
+        let name = hotcount::telemetry::names::COMMIT_DURATION.name;
         let p50 = summary_quantile(&text, name, "0.5").expect("p50 exported");
         let p99 = summary_quantile(&text, name, "0.99").expect("p99 exported");
         assert!(
@@ -329,7 +324,7 @@ mod tests {
             "{p50:?}"
         );
         assert!(p99 >= Duration::from_millis(390), "{p99:?}");
-        assert_eq!(summary_quantile(&text, name, "0.42"), None);
+        assert_eq!(summary_quantile(&text, "hotcount_absent", "0.5"), None);
     }
 
     #[test]

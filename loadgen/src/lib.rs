@@ -22,6 +22,8 @@
 //!   child process (start, kill, stop, log, exit status, its `/metrics`).
 //! - [`procfs`]: the one reader of `/proc` (a process's CPU and peak RSS, the machine).
 //! - [`run_error`]: why a `bench`, `chaos` or `demo` run could not be carried out.
+//! - [`simulate`]: replicas following a viral spike under the HPA, by model
+//!   (`hotcount-loadgen simulate`; no emulators, no consumer).
 //!
 //! The binary (`main.rs`, `commands/`) parses flags, calls these, prints
 //! and chooses exit codes; the library only returns values.
@@ -71,6 +73,7 @@ pub mod publish;
 pub mod readback;
 pub mod report;
 pub mod run_error;
+pub mod simulate;
 pub mod stage;
 pub mod truth;
 pub mod verify;

@@ -40,6 +40,8 @@ enum Command {
     Publish(publish::PublishArgs),
     /// Consumer processes under kill -9, injected faults and a replay; counts verified.
     Chaos(chaos::ChaosArgs),
+    /// Replicas following a viral spike under the HPA, by model: PNG and tables.
+    Simulate(hotcount_loadgen::simulate::SimulateArgs),
     /// Compare every post's count and membership documents with a truth file.
     Verify(verify::VerifyArgs),
     /// Write report.md, latency.png and throughput.png from the memberships.
@@ -77,6 +79,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::Publish(args) => publish::run(&cli.endpoints, args).await,
+        Command::Simulate(args) => Ok(hotcount_loadgen::simulate::run_command(&args)?),
         Command::Verify(args) => verify::run(&cli.endpoints, args).await,
         Command::Report(args) => report::run(&cli.endpoints, args).await,
     }

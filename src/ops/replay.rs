@@ -312,7 +312,7 @@ async fn open_store(
             consumer: args.consumer.clone(),
             counter_shards: args.counter_shards.max(1),
             counter_shard_target_writes_per_sec:
-                crate::store::counter_shards::DEFAULT_TARGET_WRITES_PER_SEC,
+                crate::config::DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC,
             marker_ttl: Duration::from_secs(86_400 * args.marker_ttl_days.clamp(1, 3650)),
         },
     ))

@@ -11,7 +11,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 
-use crate::event::{LikeEvent, LikeKind, Version};
+use crate::event::{fnv1a64, push_decimal, LikeEvent, LikeKind, Version};
+use crate::pipeline::poison::PoisonRecord;
 
 /// Identifies one membership document: one (post, user) pair.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,36 +67,6 @@ impl MembershipKey {
     }
 }
 
-/// Appends `n` in decimal to `out` (document names are built on the commit
-/// path, where `write!` costs more than the digits).
-pub(crate) fn push_decimal(out: &mut String, n: usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    for d in &digits[at..] {
-        out.push(char::from(*d));
-    }
-}
-
-/// FNV-1a over two byte strings with a separator: stable across builds and
-/// platforms, unlike `std`'s hasher.
-pub fn fnv1a64(a: &[u8], b: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in a.iter().chain(&[0xff]).chain(b) {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
-}
-
 /// The stored state of one (post, user).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Membership {
@@ -104,8 +75,6 @@ pub struct Membership {
     /// The version of the event that set this state.
     pub version: Version,
 }
-
-pub use crate::pipeline::poison::PoisonRecord;
 
 /// The position of a message's ack handle in the take its batch came from,
 /// so a batch part can be acked or nacked alone.
@@ -140,6 +109,24 @@ impl Effects {
         self.duplicates += other.duplicates;
         self.stale += other.stale;
         self.poison += other.poison;
+    }
+}
+
+impl From<Effects> for crate::telemetry::EventCounts {
+    fn from(e: Effects) -> Self {
+        // Exhaustive: a new kind of effect does not compile until counted.
+        let Effects {
+            applied,
+            duplicates,
+            stale,
+            poison,
+        } = e;
+        Self {
+            applied,
+            duplicates,
+            stale,
+            poison,
+        }
     }
 }
 

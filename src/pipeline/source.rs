@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 use crate::event;
 use crate::pipeline::acker::{AckHandle, Confirmation};
 use crate::pipeline::aggregator::{Aggregator, Item, Pending};
-use crate::pipeline::batch::PoisonRecord;
+use crate::pipeline::poison::PoisonRecord;
 use crate::telemetry::Stats;
 
 /// Source settings.

@@ -18,11 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rustc_hash::FxHashSet;
 
-use crate::pipeline::batch::fnv1a64;
-
-/// Increments per second a counter shard document should take, by default
-/// (Firestore's guidance for one document is about one sustained write per second).
-pub const DEFAULT_TARGET_WRITES_PER_SEC: u32 = 1;
+use crate::event::fnv1a64;
 
 /// Slots of the rate table.
 pub const SLOTS: usize = 4096;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
-use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, PoisonRecord};
+use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
+use crate::pipeline::poison::PoisonRecord;
 
 /// A failure the next commits will meet.
 #[derive(Clone, Debug, PartialEq, Eq)]

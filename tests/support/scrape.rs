@@ -1,30 +1,34 @@
-//! Scraping the service's own endpoint in tests: `hotcount::http`'s client,
-//! with failures as test panics.
+//! Scraping the service's own endpoint in tests: `hotcount_scrape`'s client
+//! and exposition parser, with failures as test panics.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use hotcount_scrape::{Client, Exposition};
+
 /// GET `path` on `addr`: (status code, body).
 pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    hotcount::http::fetch(addr, path, Duration::from_secs(10))
+    let client = Client::new(Duration::from_secs(10)).expect("an HTTP client");
+    client
+        .get(addr, path)
         .await
         .expect("a response within 10 s")
 }
 
 /// The metric families a Prometheus text exposition declares (`# TYPE` lines).
 pub fn families(exposition: &str) -> Vec<String> {
-    exposition
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
+    let parsed = Exposition::parse(exposition);
+    parsed
+        .families()
+        .iter()
+        .map(|(name, _)| name.clone())
         .collect()
 }
 
-/// The value of the sample `series` (name with labels, exactly as exported).
+/// The value of the sample `series` (name with all its labels, as exported).
 pub fn value(exposition: &str, series: &str) -> Option<f64> {
-    hotcount::http::sample_value(exposition, series)
+    Exposition::parse(exposition).value(series)
 }
 
 /// Waits (bounded) until the service has bound its metrics endpoint.

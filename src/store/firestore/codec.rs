@@ -18,7 +18,8 @@ use fs::value::ValueType;
 
 use super::FirestoreStoreConfig;
 use crate::event::Version;
-use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan, PoisonRecord};
+use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan};
+use crate::pipeline::poison::PoisonRecord;
 
 /// The writes of one batch's commit: changed memberships (each with a
 /// precondition on what was read), one increment per post on the counter

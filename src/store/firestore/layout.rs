@@ -5,7 +5,8 @@
 //! admits ids that are safe as document ids); membership ids are stable
 //! across builds (their hash is FNV-1a, see `batch::MembershipKey`).
 
-use crate::pipeline::batch::{push_decimal, MembershipKey};
+use crate::event::push_decimal;
+use crate::pipeline::batch::MembershipKey;
 
 /// Where hotcount's documents live in one database.
 #[derive(Clone, Debug)]

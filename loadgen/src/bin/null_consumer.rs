@@ -1,0 +1,80 @@
+//! `hotcount-null-consumer`: the delivery floor. It receives messages with
+//! the official `google-cloud-pubsub` subscriber, on the same stream
+//! settings as `hotcount run`, and acks each on receipt: no decoding, no
+//! store. Its CPU per 1,000 messages is the cost no consumer can avoid, the
+//! ceiling row `hotcount-loadgen bench` compares hotcount with.
+//!
+//! Invariant: every message received is acked at once and nothing else is
+//! done with it; it runs until SIGTERM/SIGINT (or until killed).
+
+use std::time::Duration;
+
+use clap::Parser;
+use google_cloud_pubsub::subscriber::ShutdownBehavior;
+use hotcount::config::Endpoints;
+use tokio::task::JoinSet;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Receive and ack, nothing else.
+#[derive(Parser, Debug)]
+#[command(name = "hotcount-null-consumer", version)]
+struct Args {
+    #[command(flatten)]
+    endpoints: Endpoints,
+    /// Google Cloud project id.
+    #[arg(long, default_value = "hotcount-local")]
+    project: String,
+    /// Subscription id (in `--project`).
+    #[arg(long, default_value = "likes-sub")]
+    subscription: String,
+    /// StreamingPull streams (as `hotcount run --streams`).
+    #[arg(long, default_value_t = 2)]
+    streams: usize,
+    /// Flow control per stream: messages (as `hotcount run`).
+    #[arg(long, default_value_t = 10_000)]
+    max_outstanding_messages: i64,
+    /// Flow control per stream: bytes (as `hotcount run`).
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    max_outstanding_bytes: i64,
+    /// Lease extension per modack, in seconds (as `hotcount run`).
+    #[arg(long, default_value_t = 60)]
+    lease_extension_secs: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let subscriber = hotcount::connect::subscriber(&args.endpoints).await?;
+    let subscription = format!(
+        "projects/{}/subscriptions/{}",
+        args.project, args.subscription
+    );
+    let mut streams = JoinSet::new();
+    for _ in 0..args.streams.max(1) {
+        let mut stream = subscriber
+            .subscribe(subscription.clone())
+            .set_max_outstanding_messages(args.max_outstanding_messages)
+            .set_max_outstanding_bytes(args.max_outstanding_bytes)
+            .set_max_lease_extension(Duration::from_secs(args.lease_extension_secs))
+            .set_shutdown_behavior(ShutdownBehavior::WaitForProcessing)
+            .build();
+        streams.spawn(async move {
+            while let Some(next) = stream.next().await {
+                match next {
+                    Ok((_message, handler)) => handler.ack(),
+                    Err(error) => {
+                        tracing::warn!(%error, "StreamingPull failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        });
+    }
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { while streams.join_next().await.is_some() {} } => {}
+    }
+    Ok(())
+}

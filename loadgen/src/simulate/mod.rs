@@ -1,0 +1,605 @@
+//! `hotcount-loadgen simulate`: how consumer replicas follow a viral
+//! spike under a backlog-driven autoscaler, and where the next limit is
+//! as the spike grows; deterministic for a seed, so the HPA settings
+//! `deploy/gke/hpa.yaml` ships with are the ones it picks.
+//!
+//! Invariants: no I/O but writing the report files at the end; the same
+//! arguments and seed give byte-identical files. The per-replica figures
+//! default to measured ones (docs/BENCHMARKS.md, `bench --backlog
+//! --consumer-process`); Google's limits are in [`limits`].
+//!
+//! # Layout
+//! - [`model`]: the second-by-second model (spike, replicas, metric delay, backlog).
+//! - [`hpa`]: the HorizontalPodAutoscaler's decision rules.
+//! - [`limits`]: Firestore and Pub/Sub limits and hotcount's counter-shard arithmetic.
+//! - [`render`]: the PNG and the Markdown tables.
+
+pub mod hpa;
+pub mod limits;
+pub mod model;
+pub mod render;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+
+use hpa::{HpaSpec, Policy, Rules, Select};
+use model::{Autoscaler, Load, MetricPipeline, ReplicaModel, Scenario, Spike, Trace};
+
+/// What the shipped HPA (`deploy/gke/hpa.yaml`) says, as the simulation
+/// picked it with the default arguments.
+pub mod shipped {
+    /// `minReplicas`.
+    pub const MIN_REPLICAS: u32 = 2;
+    /// `maxReplicas`.
+    pub const MAX_REPLICAS: u32 = 30;
+    /// Backlog target per replica, in seconds of one replica's capacity.
+    pub const BACKLOG_SECS: u32 = 60;
+    /// Publish-rate target per replica, as a fraction of one replica's capacity.
+    pub const PUBLISH_RATE_UTILIZATION: f64 = 0.7;
+    /// `behavior.scaleDown.stabilizationWindowSeconds`.
+    pub const SCALE_DOWN_WINDOW_SECS: u32 = 300;
+}
+
+/// The arguments of `hotcount-loadgen simulate`; every default is the
+/// figure the shipped settings were chosen with.
+#[derive(Args, Clone, Debug)]
+pub struct SimulateArgs {
+    /// Seed of the noise (arrivals, replica start-up and capacity spread, metric delays).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Seeds each candidate is tried with (`--seed`, `--seed` + 1, ...); it must meet the target with all.
+    #[arg(long, default_value_t = 5)]
+    pub seeds: u32,
+    /// Directory for simulation.md and the PNGs (created if needed).
+    #[arg(long, default_value = "reports/simulate")]
+    pub out: PathBuf,
+    /// Arrivals before and after the spike, events per second.
+    #[arg(long, default_value_t = 2_000.0)]
+    pub base_events_per_sec: f64,
+    /// Arrivals at the top of the 1x spike, events per second.
+    #[arg(long, default_value_t = 200_000.0)]
+    pub peak_events_per_sec: f64,
+    /// When the spike starts, seconds into the run.
+    #[arg(long, default_value_t = 60)]
+    pub spike_start_secs: u32,
+    /// Ramp from base to peak, in seconds.
+    #[arg(long, default_value_t = 120)]
+    pub ramp_secs: u32,
+    /// Time at the peak, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub hold_secs: u32,
+    /// Decay back to base, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub decay_secs: u32,
+    /// Simulated time after the decay, in seconds.
+    #[arg(long, default_value_t = 900)]
+    pub tail_secs: u32,
+    /// Random variation of each second's arrivals (fraction).
+    #[arg(long, default_value_t = 0.05)]
+    pub noise_fraction: f64,
+    /// One replica's capacity under a backlog, events per second (measured: docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = 40_000.0)]
+    pub replica_events_per_sec: f64,
+    /// Spread of capacity between replicas (fraction).
+    #[arg(long, default_value_t = 0.1)]
+    pub replica_capacity_jitter_fraction: f64,
+    /// Decision to pulling for a new replica, in seconds (scheduling, image pull, start, /readyz).
+    #[arg(long, default_value_t = 30)]
+    pub replica_start_secs: u32,
+    /// Extra start-up time per replica, up to this many seconds.
+    #[arg(long, default_value_t = 15)]
+    pub replica_start_jitter_secs: u32,
+    /// StreamingPull streams per replica (`hotcount run --streams`).
+    #[arg(long, default_value_t = 2)]
+    pub streams: u32,
+    /// Commits per 1,000 events while a replica keeps up (measured at half
+    /// the peak: 4.1-5.0 store RPCs per 1,000 events, two per commit).
+    #[arg(long, default_value_t = 2.5)]
+    pub commits_per_1k_events: f64,
+    /// Commits per second one replica makes at most (measured: ~45/s
+    /// under a backlog, 1,000-event batches; ~50/s at half the peak).
+    #[arg(long, default_value_t = 50.0)]
+    pub max_commits_per_replica_per_sec: f64,
+    /// Pub/Sub metric sampling period, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub metric_sample_secs: u32,
+    /// Shortest delay before a metric sample is visible, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub metric_delay_min_secs: u32,
+    /// Longest delay before a metric sample is visible, in seconds.
+    #[arg(long, default_value_t = 120)]
+    pub metric_delay_max_secs: u32,
+    /// Fraction of the events on the hottest post.
+    #[arg(long, default_value_t = 0.5)]
+    pub hot_post_share: f64,
+    /// Bytes per message on a stream (payload and attributes; the generated
+    /// events are ~195 bytes of JSON and a ~20-byte origin attribute).
+    #[arg(long, default_value_t = 220.0)]
+    pub message_bytes: f64,
+    /// `hotcount run --counter-shards`.
+    #[arg(long, default_value_t = 16)]
+    pub counter_shards: u32,
+    /// `hotcount run --counter-shard-target-writes-per-sec`.
+    #[arg(long, default_value_t = 1)]
+    pub counter_shard_target_writes_per_sec: u32,
+    /// HPA `minReplicas`.
+    #[arg(long, default_value_t = shipped::MIN_REPLICAS)]
+    pub min_replicas: u32,
+    /// HPA `maxReplicas` for the 1x spike (scaled with the spike for 10x and 100x).
+    #[arg(long, default_value_t = shipped::MAX_REPLICAS)]
+    pub max_replicas: u32,
+    /// HPA scale-down stabilization window, in seconds.
+    #[arg(long, default_value_t = shipped::SCALE_DOWN_WINDOW_SECS)]
+    pub scale_down_window_secs: u32,
+    /// Publish-rate target per replica, as a fraction of its capacity.
+    #[arg(long, default_value_t = shipped::PUBLISH_RATE_UTILIZATION)]
+    pub publish_rate_utilization: f64,
+    /// Peak held this long in the long-hold profile, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    pub long_hold_secs: u32,
+    /// How much slower replicas are than the HPA assumes, in the slow-replica profile (fraction).
+    #[arg(long, default_value_t = 0.5)]
+    pub slow_replica_fraction: f64,
+    /// The backlog-age alert's threshold (dashboards/alerts/backlog-age.json), in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub alert_age_secs: u32,
+    /// The oldest unacked message's age to stay under, in seconds.
+    #[arg(long, default_value_t = 120)]
+    pub age_target_secs: u32,
+    /// How soon after the spike starts the age must be under the target for good, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub settle_within_secs: u32,
+}
+
+/// A simulation that could not be run or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// Arguments out of range.
+    #[error("invalid settings: {0}")]
+    Invalid(String),
+    /// Drawing a PNG.
+    #[error(transparent)]
+    Render(#[from] render::RenderError),
+    /// Writing a file.
+    #[error("writing {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// An autoscaler tried on the spike.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Candidate {
+    /// `--min-replicas` replicas, no autoscaler (what a pull consumer gets
+    /// from request- or CPU-driven scaling that never fires).
+    Fixed,
+    /// An HPA on the Pub/Sub metrics.
+    Hpa {
+        /// Backlog target in seconds of one replica's capacity (`None`: not used).
+        backlog_secs: Option<u32>,
+        /// Whether the publish-rate metric is used.
+        publish_rate: bool,
+    },
+}
+
+impl Candidate {
+    /// The shipped HPA (`deploy/gke/hpa.yaml`).
+    pub const SHIPPED: Candidate = Candidate::Hpa {
+        backlog_secs: Some(shipped::BACKLOG_SECS),
+        publish_rate: true,
+    };
+}
+
+/// The conditions every candidate is tried under; it must meet the target under all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// The spike as given.
+    Spike,
+    /// The peak held `--long-hold-secs`: an autoscaler that lets go while
+    /// arrivals stay high shows here.
+    LongHold,
+    /// Replicas `--slow-replica-fraction` slower than the HPA's targets
+    /// assume: a capacity figure that turned out wrong.
+    SlowReplicas,
+}
+
+impl Profile {
+    /// Every profile, in table order.
+    pub const ALL: [Profile; 3] = [Profile::Spike, Profile::LongHold, Profile::SlowReplicas];
+}
+
+/// How one candidate did: under each profile, the worst over the seeds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CandidateResult {
+    /// The candidate.
+    pub candidate: Candidate,
+    /// Its label.
+    pub name: String,
+    /// Worst outcome over the seeds, per profile in [`Profile::ALL`] order
+    /// (highest peak, age and final backlog; latest settling; mean replica-minutes).
+    pub worst: Vec<model::Summary>,
+    /// Whether every run met the target.
+    pub meets: bool,
+}
+
+/// Everything `simulate` computes.
+pub struct Outcome {
+    /// Each candidate, in table order.
+    pub candidates: Vec<CandidateResult>,
+    /// Index of the picked candidate.
+    pub picked: Option<usize>,
+    /// The picked HPA on the spike grown 1x, 10x, 100x (first seed).
+    pub growth: Vec<(u32, Trace)>,
+}
+
+impl SimulateArgs {
+    fn validate(&self) -> Result<(), SimulateError> {
+        let bad = |what: &str| Err(SimulateError::Invalid(what.to_string()));
+        if self.seeds == 0 {
+            return bad("--seeds must be at least 1");
+        }
+        if self.replica_events_per_sec <= 0.0 || !self.replica_events_per_sec.is_finite() {
+            return bad("--replica-events-per-sec must be above 0");
+        }
+        if self.min_replicas == 0 || self.max_replicas < self.min_replicas {
+            return bad("--min-replicas must be at least 1 and at most --max-replicas");
+        }
+        if self.metric_delay_max_secs < self.metric_delay_min_secs || self.metric_sample_secs == 0 {
+            return bad(
+                "metric delays must satisfy min <= max, and the sampling period be above 0",
+            );
+        }
+        let fractions = [
+            self.noise_fraction,
+            self.hot_post_share,
+            self.replica_capacity_jitter_fraction,
+            self.publish_rate_utilization,
+            self.slow_replica_fraction,
+        ];
+        if fractions.iter().any(|f| !(0.0..=1.0).contains(f))
+            || self.slow_replica_fraction >= 1.0
+            || self.replica_capacity_jitter_fraction >= 1.0
+        {
+            return bad(
+                "fractions must be within 0..=1 (the slow-replica and capacity spreads below 1)",
+            );
+        }
+        if self.counter_shards == 0 || self.streams == 0 || self.message_bytes <= 0.0 {
+            return bad("--counter-shards, --streams and --message-bytes must be above 0");
+        }
+        Ok(())
+    }
+
+    /// The scenario of `autoscaler` on the spike grown `factor` times, under `profile`.
+    pub fn scenario(
+        &self,
+        name: String,
+        autoscaler: Autoscaler,
+        factor: u32,
+        profile: Profile,
+    ) -> Scenario {
+        let hold_secs = match profile {
+            Profile::LongHold => self.long_hold_secs,
+            _ => self.hold_secs,
+        };
+        let speed = match profile {
+            Profile::SlowReplicas => 1.0 - self.slow_replica_fraction,
+            _ => 1.0,
+        };
+        Scenario {
+            name,
+            spike: Spike {
+                base_events_per_sec: self.base_events_per_sec,
+                peak_events_per_sec: self.peak_events_per_sec * f64::from(factor),
+                start_secs: self.spike_start_secs,
+                ramp_secs: self.ramp_secs,
+                hold_secs,
+                decay_secs: self.decay_secs,
+                noise_fraction: self.noise_fraction,
+            },
+            replica: ReplicaModel {
+                events_per_sec: self.replica_events_per_sec * speed,
+                capacity_jitter_fraction: self.replica_capacity_jitter_fraction,
+                start_secs: self.replica_start_secs,
+                start_jitter_secs: self.replica_start_jitter_secs,
+                streams: self.streams,
+                commits_per_1k_events: self.commits_per_1k_events,
+                max_commits_per_sec: self.max_commits_per_replica_per_sec,
+            },
+            metrics: MetricPipeline {
+                sample_period_secs: self.metric_sample_secs,
+                visibility_delay_min_secs: self.metric_delay_min_secs,
+                visibility_delay_max_secs: self.metric_delay_max_secs,
+            },
+            autoscaler,
+            load: Load {
+                hot_post_share: self.hot_post_share,
+                message_bytes: self.message_bytes,
+                membership_writes_per_event: 1.0,
+                counter_shards: self.counter_shards,
+                counter_shard_target_writes_per_sec: self.counter_shard_target_writes_per_sec,
+            },
+            tail_secs: self.tail_secs,
+            age_target_secs: self.age_target_secs,
+        }
+    }
+
+    /// The autoscaler of `candidate` with `max_replicas`; its targets are
+    /// computed from `--replica-events-per-sec` whatever the profile.
+    pub fn autoscaler(&self, candidate: Candidate, max_replicas: u32) -> Autoscaler {
+        let Candidate::Hpa {
+            backlog_secs,
+            publish_rate,
+        } = candidate
+        else {
+            return Autoscaler::Fixed {
+                replicas: self.min_replicas,
+            };
+        };
+        Autoscaler::Hpa(HpaSpec {
+            min_replicas: self.min_replicas,
+            max_replicas,
+            backlog_messages_per_replica: backlog_secs
+                .map(|secs| self.replica_events_per_sec * f64::from(secs)),
+            publish_rate_per_replica: publish_rate
+                .then_some(self.replica_events_per_sec * self.publish_rate_utilization),
+            scale_up: Rules::default_scale_up(),
+            scale_down: Rules {
+                stabilization_window_secs: self.scale_down_window_secs,
+                policies: vec![Policy::Percent {
+                    value: 100,
+                    period_secs: 15,
+                }],
+                select: Select::Max,
+            },
+            sync_period_secs: 15,
+            tolerance: 0.1,
+        })
+    }
+
+    /// Whether a run met the target: the oldest unacked age never reached
+    /// the alert, was under the target for good within the settle time,
+    /// and the backlog drained by the end.
+    pub fn meets_target(&self, trace: &Trace) -> bool {
+        let s = &trace.summary;
+        let drained = s.final_backlog <= self.base_events_per_sec;
+        let settled = matches!(s.settled_after_secs, Some(secs) if secs <= self.settle_within_secs);
+        s.max_age_secs < self.alert_age_secs && settled && drained
+    }
+
+    fn candidate_name(&self, c: Candidate) -> String {
+        match c {
+            Candidate::Fixed => format!("fixed {} replicas, no autoscaler", self.min_replicas),
+            Candidate::Hpa {
+                backlog_secs,
+                publish_rate,
+            } => {
+                let mut parts = Vec::new();
+                if let Some(secs) = backlog_secs {
+                    parts.push(format!("backlog {secs} s/replica"));
+                }
+                if publish_rate {
+                    parts.push(format!(
+                        "publish rate {:.0} %/replica",
+                        self.publish_rate_utilization * 100.0
+                    ));
+                }
+                format!("HPA: {}", parts.join(" + "))
+            }
+        }
+    }
+}
+
+/// The candidates tried, in table order.
+pub fn candidates() -> Vec<Candidate> {
+    let mut list = vec![Candidate::Fixed];
+    for secs in [10, 30, 60] {
+        list.push(Candidate::Hpa {
+            backlog_secs: Some(secs),
+            publish_rate: false,
+        });
+    }
+    list.push(Candidate::Hpa {
+        backlog_secs: None,
+        publish_rate: true,
+    });
+    for secs in [10, 30, 60] {
+        list.push(Candidate::Hpa {
+            backlog_secs: Some(secs),
+            publish_rate: true,
+        });
+    }
+    list
+}
+
+/// Runs every candidate under every profile and `--seeds` seeds, picks
+/// the one with the fewest replica-minutes on the spike among those
+/// meeting the target in every run, and runs it on the spike grown 1x,
+/// 10x and 100x (its `maxReplicas` grown alike, so the limits outside the
+/// HPA show).
+pub fn evaluate(args: &SimulateArgs) -> Result<Outcome, SimulateError> {
+    args.validate()?;
+    let seeds: Vec<u64> = (0..u64::from(args.seeds))
+        .map(|i| args.seed.wrapping_add(i))
+        .collect();
+    let mut results = Vec::new();
+    for candidate in candidates() {
+        let name = args.candidate_name(candidate);
+        let autoscaler = args.autoscaler(candidate, args.max_replicas);
+        let mut meets = true;
+        let mut worst = Vec::new();
+        for profile in Profile::ALL {
+            let scenario = args.scenario(name.clone(), autoscaler.clone(), 1, profile);
+            let mut summaries = Vec::new();
+            for seed in &seeds {
+                let trace = model::simulate(&scenario, *seed);
+                meets &= args.meets_target(&trace);
+                summaries.push(trace.summary);
+            }
+            worst.extend(worst_of(&summaries));
+        }
+        results.push(CandidateResult {
+            candidate,
+            name,
+            worst,
+            meets,
+        });
+    }
+    let picked = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.meets)
+        .min_by(|a, b| {
+            let cost = |r: &CandidateResult| r.worst[0].replica_minutes;
+            cost(a.1).total_cmp(&cost(b.1))
+        })
+        .map(|(i, _)| i);
+    let mut growth = Vec::new();
+    if let Some(i) = picked {
+        let candidate = results[i].candidate;
+        for factor in [1, 10, 100] {
+            let max = args.max_replicas.saturating_mul(factor);
+            let scenario = args.scenario(
+                format!("{factor}x"),
+                args.autoscaler(candidate, max),
+                factor,
+                Profile::Spike,
+            );
+            growth.push((factor, model::simulate(&scenario, args.seed)));
+        }
+    }
+    Ok(Outcome {
+        candidates: results,
+        picked,
+        growth,
+    })
+}
+
+/// The worst of several runs' summaries (replica-minutes: the mean).
+fn worst_of(summaries: &[model::Summary]) -> Option<model::Summary> {
+    let (first, rest) = summaries.split_first()?;
+    let mut worst = first.clone();
+    for s in rest {
+        worst.peak_replicas = worst.peak_replicas.max(s.peak_replicas);
+        worst.replica_minutes += s.replica_minutes;
+        worst.max_backlog = worst.max_backlog.max(s.max_backlog);
+        worst.max_age_secs = worst.max_age_secs.max(s.max_age_secs);
+        worst.settled_after_secs = match (worst.settled_after_secs, s.settled_after_secs) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+        worst.final_backlog = worst.final_backlog.max(s.final_backlog);
+        worst.final_replicas = worst.final_replicas.max(s.final_replicas);
+        worst.peak_db_writes = worst.peak_db_writes.max(s.peak_db_writes);
+        worst.peak_hot_post_increments = worst
+            .peak_hot_post_increments
+            .max(s.peak_hot_post_increments);
+        worst.peak_hottest_counter_doc_writes = worst
+            .peak_hottest_counter_doc_writes
+            .max(s.peak_hottest_counter_doc_writes);
+        worst.peak_hottest_counter_doc_writes_at_max_shards = worst
+            .peak_hottest_counter_doc_writes_at_max_shards
+            .max(s.peak_hottest_counter_doc_writes_at_max_shards);
+        worst.peak_stream_bytes = worst.peak_stream_bytes.max(s.peak_stream_bytes);
+    }
+    worst.replica_minutes /= summaries.len() as f64;
+    Some(worst)
+}
+
+/// The report: settings, candidates, spike growth, timeline.
+pub fn markdown(args: &SimulateArgs, outcome: &Outcome) -> String {
+    let mut md = String::from("# Scaling simulation\n\n");
+    md.push_str(&format!(
+        "`hotcount-loadgen simulate --seed {}` (defaults otherwise). Spike: {:.0} -> {:.0} events/s over {} s from t = {} s, held {} s ({} s in the long-hold profile), back to base over {} s. One replica: {:.0} events/s ({:.0} in the slow-replica profile), pulling {}-{} s after the decision. Metrics sampled every {} s, visible {}-{} s later; HPA sync 15 s, tolerance 0.1, scale-down window {} s. Target: oldest unacked age always under {} s (the backlog alert), under {} s for good within {} s of the spike's start, backlog drained by the end, under every profile.\n\n",
+        args.seed,
+        args.base_events_per_sec,
+        args.peak_events_per_sec,
+        args.ramp_secs,
+        args.spike_start_secs,
+        args.hold_secs,
+        args.long_hold_secs,
+        args.decay_secs,
+        args.replica_events_per_sec,
+        args.replica_events_per_sec * (1.0 - args.slow_replica_fraction),
+        args.replica_start_secs,
+        args.replica_start_secs + args.replica_start_jitter_secs,
+        args.metric_sample_secs,
+        args.metric_delay_min_secs,
+        args.metric_delay_max_secs,
+        args.scale_down_window_secs,
+        args.alert_age_secs,
+        args.age_target_secs,
+        args.settle_within_secs,
+    ));
+    md.push_str("## Autoscalers on the 1x spike\n\n");
+    md.push_str(&render::candidate_header(args));
+    md.push('\n');
+    for (i, result) in outcome.candidates.iter().enumerate() {
+        md.push_str(&render::candidate_row(result, outcome.picked == Some(i)));
+        md.push('\n');
+    }
+    match outcome.picked {
+        Some(_) => md.push_str(
+            "\nPicked: the fewest replica-minutes on the spike among those meeting the target under every profile.\n",
+        ),
+        None => md.push_str("\nNo candidate met the target under every profile.\n"),
+    }
+    if !outcome.growth.is_empty() {
+        md.push_str("\n## The picked HPA as the spike grows (maxReplicas grown alike)\n\n");
+        md.push_str(&render::growth_header());
+        md.push('\n');
+        for (factor, trace) in &outcome.growth {
+            md.push_str(&render::growth_row(&format!("{factor}x"), trace));
+            md.push('\n');
+        }
+    }
+    if let Some((_, trace)) = outcome.growth.first() {
+        md.push_str("\n## Timeline of the picked HPA, 1x spike (every minute)\n\n");
+        md.push_str(&render::timeline(trace, 60));
+    }
+    md
+}
+
+/// Runs the simulation and writes `simulation.md`, `scaling.png` (the
+/// picked HPA, 1x) and `scaling-10x.png`, `scaling-100x.png`; prints the
+/// report. Exit code 1 when no candidate meets the target.
+pub fn run_command(args: &SimulateArgs) -> Result<ExitCode, SimulateError> {
+    let outcome = evaluate(args)?;
+    let md = markdown(args, &outcome);
+    create_dir(&args.out)?;
+    write(&args.out.join("simulation.md"), md.as_bytes())?;
+    for (factor, trace) in &outcome.growth {
+        let name = if *factor == 1 {
+            "scaling.png".to_string()
+        } else {
+            format!("scaling-{factor}x.png")
+        };
+        write(&args.out.join(name), &render::render_png(trace)?)?;
+    }
+    println!("{md}");
+    println!("wrote {}", args.out.join("simulation.md").display());
+    Ok(if outcome.picked.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn create_dir(dir: &Path) -> Result<(), SimulateError> {
+    std::fs::create_dir_all(dir).map_err(|source| SimulateError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), SimulateError> {
+    std::fs::write(path, bytes).map_err(|source| SimulateError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}

@@ -1,0 +1,132 @@
+//! The flags: defaults valid, every flag round-trips through
+//! [`RunArgs::to_flags`], and a bad value names its flag.
+
+use super::*;
+use clap::Parser;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+fn parse(args: &[&str]) -> Result<Config, ConfigError> {
+    let mut all = vec!["hotcount"];
+    all.extend_from_slice(args);
+    Cli::parse_from(all).run.validate()
+}
+
+#[test]
+fn flags_reproduce_every_setting() {
+    let defaults = Cli::parse_from(["hotcount"]).run;
+    assert_eq!(
+        Cli::parse_from(std::iter::once("hotcount".to_string()).chain(defaults.to_flags())).run,
+        defaults
+    );
+    // Every setting away from its default, each a different value.
+    let mut changed = defaults.clone();
+    changed.target.project = "p2".into();
+    changed.target.database = "db2".into();
+    changed.target.collection_prefix = "x_".into();
+    changed.subscription = "s2".into();
+    changed.consumer = "c2".into();
+    changed.shards = 3;
+    changed.counter_shards = 5;
+    changed.counter_shard_target_writes_per_sec = 7;
+    changed.flush_interval_ms = 11;
+    changed.flush_min_wait_ms = 2;
+    changed.max_commits_in_flight = 13;
+    changed.max_batch_events = 17;
+    changed.max_outstanding_messages = 19;
+    changed.max_outstanding_bytes = 23_000;
+    changed.streams = 29;
+    changed.lease_extension_secs = 31;
+    changed.commit_max_attempts = 37;
+    changed.commit_backoff_initial_ms = 41;
+    changed.commit_backoff_max_ms = 43;
+    changed.marker_ttl_days = 47;
+    changed.shutdown_deadline_secs = 53;
+    changed.log_json = true;
+    changed.strategy = Strategy::PerEvent;
+    changed.per_event_concurrency = 59;
+    changed.metrics_addr = "127.0.0.1:0".into();
+    changed.metrics_allow_remote = true;
+    // A setting added later and not changed here would prove nothing.
+    let (before, after) = (
+        serde_json::to_value(&defaults).expect("json"),
+        serde_json::to_value(&changed).expect("json"),
+    );
+    for (key, value) in before.as_object().expect("an object") {
+        assert_ne!(
+            &after[key], value,
+            "{key} is left at its default: change it above"
+        );
+    }
+    let argv = std::iter::once("hotcount".to_string()).chain(changed.to_flags());
+    assert_eq!(Cli::parse_from(argv).run, changed);
+}
+
+#[test]
+fn defaults_are_valid() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(
+        c.subscription,
+        "projects/hotcount-local/subscriptions/likes-hotcount"
+    );
+    assert_eq!(c.flush_interval, Duration::from_millis(100));
+}
+
+#[test]
+fn out_of_range_settings_name_their_flag() {
+    assert_eq!(parse(&["--shards", "0"]).unwrap_err().flag, "shards");
+    assert_eq!(
+        parse(&["--lease-extension-secs", "5"]).unwrap_err().flag,
+        "lease-extension-secs"
+    );
+    assert_eq!(parse(&["--consumer", "a/b"]).unwrap_err().flag, "consumer");
+    assert_eq!(
+        parse(&["--subscription", "goog-x"]).unwrap_err().flag,
+        "subscription"
+    );
+}
+
+#[test]
+fn metrics_endpoint_is_loopback_unless_remote_is_allowed() {
+    assert_eq!(
+        parse(&[]).unwrap().metrics_addr,
+        Some("127.0.0.1:9464".parse().unwrap())
+    );
+    assert_eq!(
+        parse(&["--metrics-addr", "off"]).unwrap().metrics_addr,
+        None
+    );
+    assert_eq!(
+        parse(&["--metrics-addr", "0.0.0.0:8080"]).unwrap_err().flag,
+        "metrics-addr"
+    );
+    assert!(parse(&["--metrics-addr", "0.0.0.0:8080", "--metrics-allow-remote"]).is_ok());
+    assert!(parse(&["--metrics-addr", "[::1]:0"]).is_ok());
+}
+
+#[test]
+fn full_subscription_names_are_kept() {
+    let c = parse(&["--subscription", "projects/other/subscriptions/sub-1"]).unwrap();
+    assert_eq!(c.subscription, "projects/other/subscriptions/sub-1");
+}
+
+#[test]
+fn each_stage_gets_its_own_settings_and_per_event_flushes_each_message_at_once() {
+    let c = parse(&["--streams", "3", "--max-outstanding-messages", "7"]).unwrap();
+    let source = c.source();
+    assert_eq!((source.streams, source.held_max_messages), (3, 21));
+    // `FlushConfig::default()` (what tests build on) is the flags' defaults.
+    assert_eq!(
+        format!("{:?}", c.flush()),
+        format!("{:?}", FlushConfig::default())
+    );
+    assert_eq!(c.store().consumer, "hotcount");
+    let per_event = parse(&["--strategy", "per-event", "--per-event-concurrency", "9"]).unwrap();
+    let flush = per_event.flush();
+    assert_eq!(flush.flush_interval, Duration::ZERO);
+    assert_eq!(flush.max_commits_in_flight, 9);
+}

@@ -1,0 +1,49 @@
+//! The flush rule: given what the free shards hold and how many commits
+//! are in flight, flush now or wait until when (see [`super`] for the rule
+//! in words).
+//!
+//! Invariant: pure (no clock read, no I/O): the same view, slots and time
+//! give the same decision, so the rule is tested alone.
+
+use tokio::time::Instant;
+
+use super::FlushConfig;
+use crate::pipeline::aggregator::FreeView;
+
+/// What the flush loop does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Take a batch now.
+    Flush,
+    /// Wait for a wake-up, a commit to finish, or this deadline.
+    WaitUntil(Option<Instant>),
+}
+
+/// The flush rule (see the module docs), pure so it can be tested alone.
+pub fn decide(
+    config: &FlushConfig,
+    free: FreeView,
+    in_flight: usize,
+    stopping: bool,
+    now: Instant,
+) -> Decision {
+    let Some(oldest) = free.oldest else {
+        return Decision::WaitUntil(None);
+    };
+    if free.messages == 0 || in_flight >= config.max_commits_in_flight.max(1) {
+        return Decision::WaitUntil(None);
+    }
+    let overdue = oldest + config.flush_interval;
+    let eager = oldest + config.flush_min_wait.min(config.flush_interval);
+    // (b): the busier the slots, the larger the batch worth a slot. Squared:
+    // side by side at 22,000 events/s, k/n gave p99 119-127 ms and (k/n)²
+    // 94-110 ms, with the same backlog throughput (docs/BENCHMARKS.md).
+    let slots = config.max_commits_in_flight.max(1);
+    let filled = in_flight > 0
+        && free.messages.saturating_mul(slots * slots)
+            >= free.batch_events.saturating_mul(in_flight * in_flight);
+    if stopping || free.full || filled || overdue <= now || (in_flight == 0 && eager <= now) {
+        return Decision::Flush;
+    }
+    Decision::WaitUntil(Some(if in_flight == 0 { eager } else { overdue }))
+}

@@ -1,0 +1,225 @@
+//! Commits one take as one or more transactions and settles each of its
+//! messages: retries what proves nothing about the content, splits a batch
+//! that keeps meeting contention, and splits a batch whose content the
+//! store refuses until the culprit is alone, then quarantines it.
+//!
+//! Invariant: a message is settled once, as acked only when the part
+//! holding its effects, or its quarantine record, committed ([`Settlement`]
+//! lists the rest, to nack); a refused quarantine record never takes a
+//! valid event with it.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{FlushConfig, Flusher};
+use crate::event::to_json;
+use crate::pipeline::acker::AckHandle;
+use crate::pipeline::batch::{Batch, Effects, MessageIndex, Tagged};
+use crate::pipeline::poison::PoisonRecord;
+use crate::store::{Attempt, CommitOutcome, CounterStore, StoreError};
+
+impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
+    /// Commits `batch`, settling each of its messages.
+    ///
+    /// A failure that proves nothing about the content (after its retries)
+    /// nacks the part that met it and every part not yet committed. A
+    /// refusal of the content splits the part ([`Batch::split`]: poison
+    /// apart from events first, then halves) until one item is alone: a
+    /// lone event is quarantined (its record committed on its own); a lone
+    /// quarantine record the store refuses is nacked, alone, for the
+    /// subscription's dead-letter policy. Nothing is acked without its
+    /// effect or its record, and a refused record never takes a valid
+    /// event with it.
+    pub(super) async fn commit_isolating(&self, batch: Batch) -> Settlement {
+        let mut settled = Settlement::default();
+        let mut work = vec![batch];
+        while let Some(batch) = work.pop() {
+            let (error, contended) = match self.commit_with_retry(&batch).await {
+                Ok(effects) => {
+                    settled.effects.add(effects);
+                    log_quarantined(&batch.poison);
+                    continue;
+                }
+                Err(Failure::Contended(error)) => (error, true),
+                Err(Failure::Other(error)) => (error, false),
+            };
+            if contended {
+                // Only ABORTED met (the store applied nothing): the parts
+                // are new batches. The one on the contended documents keeps
+                // backing off; the others commit now.
+                if let Ok((older, newer)) = batch.split() {
+                    self.stats.contention_splits.add(1);
+                    tracing::debug!(%error, "batch keeps meeting contention; splitting it");
+                    work.push(newer);
+                    work.push(older);
+                }
+                continue;
+            }
+            if !error.proves_content() {
+                settled.nack.extend(batch.messages());
+                for rest in work.drain(..) {
+                    settled.nack.extend(rest.messages());
+                }
+                settled.gave_up = Some(error);
+                break;
+            }
+            match batch.split() {
+                Ok((older, newer)) => {
+                    work.push(newer);
+                    work.push(older);
+                }
+                Err(culprit) if culprit.event_count() > 0 => {
+                    self.stats.isolated.add(culprit.event_count() as u64);
+                    for event in culprit.events.values().flatten() {
+                        tracing::warn!(
+                            event_id = event.item.event_id(),
+                            %error,
+                            "the store refused an event; quarantining it"
+                        );
+                    }
+                    work.push(quarantine_events(culprit, &error));
+                }
+                Err(culprit) => {
+                    self.stats
+                        .quarantine_refused
+                        .add(culprit.poison.len() as u64);
+                    for record in &culprit.poison {
+                        tracing::error!(
+                            message_id = %record.item.message_id,
+                            reason = %record.item.reason,
+                            %error,
+                            "the store refused a quarantine record; nacking the message (the subscription's dead-letter policy takes it)"
+                        );
+                    }
+                    settled.nack.extend(culprit.messages());
+                }
+            }
+        }
+        settled
+    }
+
+    /// Commits `batch`, retrying what proves nothing about its content,
+    /// with backoff. Returns the error early, for the caller to split the
+    /// batch, after `split_after_aborts` attempts that all met contention;
+    /// and starts no attempt past the shutdown deadline.
+    async fn commit_with_retry(&self, batch: &Batch) -> Result<Effects, Failure> {
+        let mut attempt = 1;
+        let mut this = Attempt::first();
+        let mut only_aborted = true;
+        loop {
+            let result = self
+                .store
+                .commit(batch, &this.clone().until(self.deadline.clone()))
+                .await;
+            match result {
+                Ok(report) => {
+                    self.stats.store_rpcs.add(u64::from(report.rpcs));
+                    self.stats.batches.add(1);
+                    if report.outcome == CommitOutcome::AlreadyCommitted {
+                        self.stats.already_committed.add(1);
+                    }
+                    self.stats.increments.add(report.increments as u64);
+                    tracing::debug!(
+                        batch = %batch.id,
+                        messages = batch.message_count,
+                        applied = report.effects.applied,
+                        duplicates = report.effects.duplicates,
+                        stale = report.effects.stale,
+                        poison = report.effects.poison,
+                        already = report.outcome == CommitOutcome::AlreadyCommitted,
+                        attempt,
+                        "batch committed"
+                    );
+                    // An attempt that committed but was answered with an error
+                    // counted nothing; its effects come back from the marker.
+                    return Ok(report.effects);
+                }
+                Err(error) if error.is_retryable() && attempt < self.config.commit_max_attempts => {
+                    only_aborted &= error.is_contention();
+                    let pause = backoff(&self.config, attempt);
+                    if self
+                        .deadline()
+                        .is_some_and(|deadline| Instant::now() + pause >= deadline)
+                    {
+                        return Err(Failure::Other(error));
+                    }
+                    if only_aborted
+                        && attempt >= self.config.split_after_aborts
+                        && batch.can_split()
+                    {
+                        return Err(Failure::Contended(error));
+                    }
+                    self.stats.commit_retries.add(1);
+                    tracing::debug!(%error, attempt, "commit failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    this = Attempt::after(&error);
+                    attempt += 1;
+                }
+                Err(error) => return Err(Failure::Other(error)),
+            }
+        }
+    }
+}
+
+/// Why [`Flusher::commit_with_retry`] gave up on a batch.
+#[derive(Debug)]
+enum Failure {
+    /// Every attempt met contention (ABORTED: nothing was applied) and the
+    /// batch can be split: its parts may commit where it could not.
+    Contended(StoreError),
+    /// Anything else (the last error).
+    Other(StoreError),
+}
+
+/// Exponential backoff with jitter: `initial * 2^(attempt-1)`, capped, times 0.5..1.0.
+pub fn backoff(config: &FlushConfig, attempt: u32) -> Duration {
+    let exp = config
+        .backoff_initial
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
+    exp.min(config.backoff_max)
+        .mul_f64(rand::random_range(0.5..=1.0))
+}
+
+/// How the messages of one take ended.
+#[derive(Debug, Default)]
+pub(super) struct Settlement {
+    /// The effects of every part that committed.
+    pub(super) effects: Effects,
+    /// Messages to nack; every other message of the take is acked.
+    pub(super) nack: Vec<MessageIndex>,
+    /// The failure that made the flusher give up on a part, if any.
+    pub(super) gave_up: Option<StoreError>,
+}
+
+/// Logs each quarantine record of a committed part at WARN.
+fn log_quarantined(poison: &[Tagged<PoisonRecord>]) {
+    for record in poison {
+        tracing::warn!(
+            message_id = %record.item.message_id,
+            reason = %record.item.reason,
+            data_bytes = record.item.data_len,
+            "message quarantined"
+        );
+    }
+}
+
+/// The refused events of one key turned into quarantine records, each
+/// keeping its message.
+fn quarantine_events(batch: Batch, error: &StoreError) -> Batch {
+    let poison: Vec<Tagged<PoisonRecord>> = batch
+        .events
+        .into_values()
+        .flatten()
+        .map(|event| Tagged {
+            item: PoisonRecord::new(
+                format!("event-{}", event.item.event_id()),
+                format!("rejected by the store: {error}"),
+                to_json(&event.item).as_bytes(),
+                Default::default(),
+            ),
+            message: event.message,
+        })
+        .collect();
+    Batch::of_messages(Vec::new(), poison)
+}

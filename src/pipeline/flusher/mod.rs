@@ -1,0 +1,263 @@
+//! When to flush, and what a flush does: take one batch from the shards
+//! that have none in flight, commit it as one transaction (retrying
+//! transient failures, isolating permanent ones), then hand the handles to
+//! the acker.
+//!
+//! The flush size adapts to the store (group commit): a batch is taken when
+//! a commit slot is free and (a) the store is idle and the oldest message
+//! has waited `flush_min_wait`, or (b) with `k` of the `n` commit slots
+//! busy, `(k/n)²` of a full batch is buffered (a sixteenth with 1 of 4
+//! busy, over half with 3 of 4), or (c) the oldest message has waited
+//! `flush_interval`, or (d) the service stops. While commits are in flight
+//! messages accumulate, so batches grow when commits are slow or queued and
+//! stay small (low latency) when they are fast and slots are free; under a
+//! backlog every batch is full. The rate of commits, and so of writes to
+//! any one counter, is at most `max_commits_in_flight / commit latency`
+//! whatever the event rate.
+//!
+//! Invariants: a shard is in at most one batch in flight (shards are marked
+//! busy from take to commit), so batches in flight in one process touch
+//! disjoint memberships (one post may be in several: each increments its
+//! own counter shard, [`crate::store::counter_shards`]); handles go to
+//! [`Acker::ack`] only after the store reports the batch committed, and to
+//! [`Acker::nack`] when it gives up; at shutdown every shard is drained and
+//! every commit finished before the flusher returns.
+//!
+//! The parts: [`decide`] (`decide.rs`) is the flush rule, pure; `isolate.rs`
+//! commits one take (retrying, splitting on contention, isolating what the
+//! store refuses) and says how each message ended; this file is the loop
+//! and the hand-off of the handles.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::pipeline::acker::{AckHandle, Acker};
+use crate::pipeline::aggregator::{Aggregator, Taken};
+use crate::pipeline::batch::Batch;
+use crate::store::{CounterStore, Deadline};
+use crate::telemetry::Stats;
+
+mod decide;
+mod isolate;
+
+pub use decide::{decide, Decision};
+pub use isolate::backoff;
+
+/// Flush and retry settings.
+#[derive(Clone, Debug)]
+pub struct FlushConfig {
+    /// Flush once the oldest buffered message is this old, whatever else.
+    pub flush_interval: Duration,
+    /// With no commit in flight, flush once the oldest message is this old.
+    pub flush_min_wait: Duration,
+    /// Batches being committed at once, at most.
+    pub max_commits_in_flight: usize,
+    /// Commit attempts per batch before giving up (nack).
+    pub commit_max_attempts: u32,
+    /// First retry backoff; doubles per attempt, with jitter.
+    pub backoff_initial: Duration,
+    /// Largest retry backoff.
+    pub backoff_max: Duration,
+    /// A batch that met this many ABORTED attempts in a row (and nothing
+    /// else) is split, so the events that can commit do and only the part
+    /// on the contended documents keeps backing off (e.g. documents a
+    /// killed replica's open transaction holds until it expires).
+    pub split_after_aborts: u32,
+    /// After the stop signal, commits may take this long: then no attempt
+    /// is started or retried, open transactions are rolled back and what
+    /// did not commit is nacked.
+    pub shutdown_deadline: Duration,
+}
+
+impl Default for FlushConfig {
+    fn default() -> Self {
+        Self {
+            flush_interval: Duration::from_millis(100),
+            flush_min_wait: Duration::from_millis(5),
+            max_commits_in_flight: 4,
+            commit_max_attempts: 8,
+            backoff_initial: Duration::from_millis(20),
+            backoff_max: Duration::from_secs(2),
+            split_after_aborts: 3,
+            shutdown_deadline: Duration::from_secs(8),
+        }
+    }
+}
+/// The flush loop over every shard of one aggregator.
+pub struct Flusher<S, H> {
+    aggregator: Arc<Aggregator<H>>,
+    store: Arc<S>,
+    acker: Arc<Acker>,
+    stats: Arc<Stats>,
+    config: FlushConfig,
+    /// Set when the stop signal arrives: when commits must have ended.
+    deadline: Deadline,
+    set_deadline: Arc<watch::Sender<Option<Instant>>>,
+}
+
+impl<S, H> Clone for Flusher<S, H> {
+    fn clone(&self) -> Self {
+        Self {
+            aggregator: self.aggregator.clone(),
+            store: self.store.clone(),
+            acker: self.acker.clone(),
+            stats: self.stats.clone(),
+            config: self.config.clone(),
+            deadline: self.deadline.clone(),
+            set_deadline: self.set_deadline.clone(),
+        }
+    }
+}
+
+impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
+    /// A flusher over `aggregator` committing into `store`.
+    pub fn new(
+        aggregator: Arc<Aggregator<H>>,
+        store: Arc<S>,
+        acker: Arc<Acker>,
+        stats: Arc<Stats>,
+        config: FlushConfig,
+    ) -> Self {
+        let (set_deadline, deadline) = Deadline::channel();
+        Self {
+            aggregator,
+            store,
+            acker,
+            stats,
+            config,
+            deadline,
+            set_deadline: Arc::new(set_deadline),
+        }
+    }
+
+    /// When commits must have ended, once stopping.
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline.get()
+    }
+
+    /// Flushes by [`decide`] until `stop` turns true, then drains every
+    /// shard and waits for every commit.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut busy = vec![false; self.aggregator.shard_count()];
+        let mut in_flight = tokio::task::JoinSet::new();
+        let mut held: HashMap<tokio::task::Id, Vec<usize>> = HashMap::new();
+        let mut stopping = false;
+        loop {
+            stopping |= *stop.borrow();
+            let now = Instant::now();
+            if stopping && self.deadline().is_none() {
+                self.set_deadline
+                    .send_replace(Some(now + self.config.shutdown_deadline));
+            }
+            let free = self.aggregator.free_view(&busy);
+            let deadline = match decide(&self.config, free, in_flight.len(), stopping, now) {
+                Decision::Flush => {
+                    let (taken, shards) = self.aggregator.take_merged(&busy, now);
+                    if !taken.is_empty() {
+                        for &shard in &shards {
+                            busy[shard] = true;
+                        }
+                        let flusher = self.clone();
+                        let task =
+                            in_flight.spawn(async move { flusher.commit_taken(taken).await });
+                        held.insert(task.id(), shards);
+                        continue;
+                    }
+                    None
+                }
+                Decision::WaitUntil(deadline) => deadline,
+            };
+            if stopping && in_flight.is_empty() && free.messages == 0 {
+                break;
+            }
+            let sleep_until = deadline.unwrap_or_else(|| now + Duration::from_secs(3600));
+            tokio::select! {
+                _ = self.aggregator.woken() => {}
+                Some(done) = in_flight.join_next_with_id(), if !in_flight.is_empty() => {
+                    let id = match done {
+                        Ok((id, ())) => id,
+                        Err(error) => {
+                            tracing::error!(%error, "commit task failed; its messages are redelivered");
+                            error.id()
+                        }
+                    };
+                    for shard in held.remove(&id).unwrap_or_default() {
+                        busy[shard] = false;
+                    }
+                }
+                _ = tokio::time::sleep_until(sleep_until) => {}
+                changed = stop.changed(), if !stopping => {
+                    // A dropped sender means the owner is gone: stop too.
+                    if changed.is_err() {
+                        stopping = true;
+                    }
+                }
+            }
+        }
+        self.acker.drain().await;
+    }
+
+    /// Takes one batch from `shard` alone and commits it (tests and tools).
+    pub async fn flush(&self, shard: usize) {
+        let taken = self.aggregator.take(shard);
+        if !taken.is_empty() {
+            self.commit_taken(taken).await;
+        }
+    }
+
+    /// Commits what was taken; acks the messages whose effects or
+    /// quarantine records committed and nacks the rest.
+    async fn commit_taken(&self, taken: Taken<H>) {
+        let (messages, bytes) = (taken.len() as u64, taken.bytes as u64);
+        self.stats.batch_size.record(messages);
+        let Taken {
+            events,
+            poison,
+            handles,
+            published,
+            ..
+        } = taken;
+        let batch = Batch::of_messages(events, poison);
+        let started = Instant::now();
+        let settled = self.commit_isolating(batch).await;
+        self.stats.commit_duration.record(started.elapsed());
+        self.stats.record_effects(settled.effects.into());
+        if let Some(error) = &settled.gave_up {
+            self.stats.batches_failed.add(1);
+            tracing::warn!(%error, messages = settled.nack.len(), "giving up on batch; nacking for redelivery");
+        }
+        // Out of the gauges before the handles go: acking or nacking one
+        // releases its place in the source's cap at once, and the source
+        // may take a new message before this task runs again.
+        self.stats.in_flight.dec(messages);
+        self.stats.bytes_in_flight.dec(bytes);
+        if settled.nack.is_empty() {
+            self.stats.publish_to_commit.record_since(&published);
+            self.acker.ack(handles);
+        } else {
+            let mut nack = vec![false; handles.len()];
+            for &message in &settled.nack {
+                if let Some(slot) = nack.get_mut(message as usize) {
+                    *slot = true;
+                }
+            }
+            let (mut to_ack, mut to_nack) = (Vec::new(), Vec::new());
+            for (handle, nack) in handles.into_iter().zip(nack) {
+                if nack {
+                    to_nack.push(handle);
+                } else {
+                    to_ack.push(handle);
+                }
+            }
+            self.acker.ack(to_ack);
+            self.acker.nack(to_nack);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

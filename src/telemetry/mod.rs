@@ -1,0 +1,348 @@
+//! Every metric hotcount keeps, in one `prometheus-client` registry, and
+//! the tracing setup.
+//!
+//! - [`names`]: each metric's name and HELP text, and the histograms'
+//!   bucket boundaries (what dashboards see);
+//! - [`Stats`]: the instruments the pipeline updates, registered once;
+//!   [`Stats::render_prometheus`] is the exposition `/metrics` serves.
+//!
+//! Invariant: a leaf: nothing here imports from the rest of the crate;
+//! counters only grow; labels never carry post or user ids (only
+//! `outcome`, `shard` and the histograms' `le`). Latencies and sizes are
+//! histograms, so replicas aggregate (`histogram_quantile` over the summed
+//! `_bucket` rates).
+
+mod instruments;
+pub mod names;
+mod scrape_time;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::registry::{Metric as Registered, Registry};
+
+pub use instruments::{Counter, Latency, Level, LevelProbe, ShardLevels, Sizes};
+use names::Metric;
+use scrape_time::ScrapeTime;
+
+/// The content type of [`Stats::render_prometheus`]: the Prometheus text
+/// format, version 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+/// A committed batch's effects on events, as counted (the pipeline's
+/// `Effects`, seen from here).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventCounts {
+    /// See [`names::EVENTS_APPLIED`].
+    pub applied: u64,
+    /// See [`names::EVENTS_DUPLICATE`].
+    pub duplicates: u64,
+    /// See [`names::EVENTS_STALE`].
+    pub stale: u64,
+    /// See [`names::EVENTS_POISON`].
+    pub poison: u64,
+}
+
+/// The service's instruments, and the registry that exports them.
+#[derive(Debug)]
+pub struct Stats {
+    /// See [`names::EVENTS_RECEIVED`].
+    pub received: Counter,
+    /// See [`names::EVENTS_APPLIED`].
+    pub applied: Counter,
+    /// See [`names::EVENTS_DUPLICATE`].
+    pub duplicates: Counter,
+    /// See [`names::EVENTS_STALE`].
+    pub stale: Counter,
+    /// See [`names::EVENTS_POISON`].
+    pub poison: Counter,
+    /// See [`names::BATCHES_COMMITTED`].
+    pub batches: Counter,
+    /// See [`names::COMMIT_RETRIES`].
+    pub commit_retries: Counter,
+    /// See [`names::BATCHES_FAILED`].
+    pub batches_failed: Counter,
+    /// See [`names::EVENTS_ISOLATED`].
+    pub isolated: Counter,
+    /// See [`names::QUARANTINE_REFUSED`].
+    pub quarantine_refused: Counter,
+    /// See [`names::CONTENTION_SPLITS`].
+    pub contention_splits: Counter,
+    /// See [`names::ACKS`].
+    pub acks: Counter,
+    /// See [`names::NACKS`].
+    pub nacks: Counter,
+    /// See [`names::ACK_FAILURES`].
+    pub ack_failures: Counter,
+    /// See [`names::STORE_RPCS`].
+    pub store_rpcs: Counter,
+    /// See [`names::COUNTER_INCREMENTS`].
+    pub increments: Counter,
+    /// See [`names::STREAM_RECONNECTS`].
+    pub reconnects: Counter,
+    /// See [`names::MESSAGES_IN_FLIGHT`] and [`names::MESSAGES_IN_FLIGHT_MAX`].
+    pub in_flight: Level,
+    /// See [`names::BYTES_IN_FLIGHT`] (its high-water mark is not exported).
+    pub bytes_in_flight: Level,
+    /// See [`names::COMMIT_DURATION`].
+    pub commit_duration: Latency,
+    /// See [`names::PUBLISH_TO_COMMIT`].
+    pub publish_to_commit: Latency,
+    /// Batches found already committed by an earlier attempt (part of
+    /// [`Stats::batches`]); see [`names::COMMITS`].
+    pub already_committed: Counter,
+    /// See [`names::BATCH_SIZE`].
+    pub batch_size: Sizes,
+    /// See [`names::BUFFERED_EVENTS`].
+    pub buffered: Arc<ShardLevels>,
+    /// See [`names::DEAD_LETTER_POLICY`].
+    pub dead_letter_policy: Arc<AtomicBool>,
+    /// The address the metrics endpoint listens on, once bound.
+    pub metrics_addr: OnceLock<SocketAddr>,
+    /// See [`names::READY`].
+    ready: Arc<AtomicBool>,
+    registry: Registry,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        let mut stats = Stats {
+            received: Counter::default(),
+            applied: Counter::default(),
+            duplicates: Counter::default(),
+            stale: Counter::default(),
+            poison: Counter::default(),
+            batches: Counter::default(),
+            commit_retries: Counter::default(),
+            batches_failed: Counter::default(),
+            isolated: Counter::default(),
+            quarantine_refused: Counter::default(),
+            contention_splits: Counter::default(),
+            acks: Counter::default(),
+            nacks: Counter::default(),
+            ack_failures: Counter::default(),
+            store_rpcs: Counter::default(),
+            increments: Counter::default(),
+            reconnects: Counter::default(),
+            in_flight: Level::default(),
+            bytes_in_flight: Level::default(),
+            commit_duration: Latency::new(&names::COMMIT_DURATION_BUCKETS),
+            publish_to_commit: Latency::new(&names::PUBLISH_TO_COMMIT_BUCKETS),
+            already_committed: Counter::default(),
+            batch_size: Sizes::new(&names::BATCH_SIZE_BUCKETS),
+            buffered: Arc::default(),
+            dead_letter_policy: Arc::default(),
+            metrics_addr: OnceLock::new(),
+            ready: Arc::default(),
+            registry: Registry::default(),
+        };
+        stats.register();
+        stats
+    }
+}
+
+impl Stats {
+    /// Registers every instrument, and the scrape-time collector, once.
+    fn register(&mut self) {
+        use names::*;
+        let counters = [
+            (EVENTS_RECEIVED, &self.received),
+            (EVENTS_APPLIED, &self.applied),
+            (EVENTS_DUPLICATE, &self.duplicates),
+            (EVENTS_STALE, &self.stale),
+            (EVENTS_POISON, &self.poison),
+            (BATCHES_COMMITTED, &self.batches),
+            (COMMIT_RETRIES, &self.commit_retries),
+            (BATCHES_FAILED, &self.batches_failed),
+            (EVENTS_ISOLATED, &self.isolated),
+            (CONTENTION_SPLITS, &self.contention_splits),
+            (QUARANTINE_REFUSED, &self.quarantine_refused),
+            (ACKS, &self.acks),
+            (NACKS, &self.nacks),
+            (ACK_FAILURES, &self.ack_failures),
+            (STORE_RPCS, &self.store_rpcs),
+            (COUNTER_INCREMENTS, &self.increments),
+            (STREAM_RECONNECTS, &self.reconnects),
+        ];
+        let registry = &mut self.registry;
+        for (metric, counter) in counters {
+            register(registry, metric, counter.0.clone());
+        }
+        register(registry, MESSAGES_IN_FLIGHT, self.in_flight.now.clone());
+        register(registry, MESSAGES_IN_FLIGHT_MAX, self.in_flight.max.clone());
+        register(registry, BYTES_IN_FLIGHT, self.bytes_in_flight.now.clone());
+        register(registry, COMMIT_DURATION, self.commit_duration.0.clone());
+        register(
+            registry,
+            PUBLISH_TO_COMMIT,
+            self.publish_to_commit.0.clone(),
+        );
+        register(registry, BATCH_SIZE, self.batch_size.0.clone());
+        self.registry.register_collector(Box::new(ScrapeTime {
+            batches: self.batches.clone(),
+            already_committed: self.already_committed.clone(),
+            retries: self.commit_retries.clone(),
+            failed: self.batches_failed.clone(),
+            buffered: self.buffered.clone(),
+            ready: self.ready.clone(),
+            dead_letter_policy: self.dead_letter_policy.clone(),
+        }));
+    }
+
+    /// Adds a committed batch's effects.
+    pub fn record_effects(&self, counts: EventCounts) {
+        self.applied.add(counts.applied);
+        self.duplicates.add(counts.duplicates);
+        self.stale.add(counts.stale);
+        self.poison.add(counts.poison);
+    }
+
+    /// Whether the service is ready (see [`names::READY`]).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Marks the service ready or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition (format 0.0.4, [`CONTENT_TYPE`]) of
+    /// every metric.
+    pub fn render_prometheus(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String fails only if an encoder does; ours do not.
+        if let Err(error) = prometheus_text::encode(&mut out, &self.registry) {
+            tracing::warn!(%error, "encoding the metrics failed");
+        }
+        out
+    }
+}
+
+/// Registers `instrument` under `metric`'s name and HELP text.
+fn register(registry: &mut Registry, metric: Metric, instrument: impl Registered) {
+    registry.register(metric.family(), metric.registry_help(), instrument);
+}
+
+/// Installs the global tracing subscriber: `RUST_LOG` filter (default
+/// `info`), plain text or JSON lines on stderr.
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second initialisation (tests) is harmless: keep the first.
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hotcount_scrape::Exposition;
+
+    #[test]
+    fn exposition_has_help_type_and_labelled_samples() {
+        let stats = Stats::default();
+        stats.received.add(3);
+        stats.batches.add(2);
+        stats.already_committed.add(1);
+        stats.batch_size.record(10);
+        stats
+            .commit_duration
+            .record(std::time::Duration::from_millis(5));
+        stats.buffered.set(Arc::new(|| vec![4, 0]));
+        let text = stats.render_prometheus();
+        assert!(text.contains(
+            "# TYPE hotcount_events_received_total counter\nhotcount_events_received_total 3\n"
+        ));
+        assert!(text.contains("hotcount_commits_total{outcome=\"committed\"} 1\n"));
+        assert!(text.contains("hotcount_commits_total{outcome=\"already_committed\"} 1\n"));
+        assert!(text.contains("hotcount_buffered_events{shard=\"0\"} 4\n"));
+        assert!(text.contains("hotcount_batch_size_messages_count 1\n"));
+        assert!(text.contains("hotcount_commit_duration_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(text.contains("hotcount_ready 0\n"));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (series, value) = line.rsplit_once(' ').expect("name value");
+            assert!(series.starts_with("hotcount_"), "{line}");
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn every_metric_has_one_help_and_one_type_with_its_text_from_names() {
+        let stats = Stats::default();
+        stats.set_ready(true);
+        let text = stats.render_prometheus();
+        for metric in names::ALL {
+            let help = format!("# HELP {} ", metric.name);
+            let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(&help)).collect();
+            assert_eq!(lines, [format!("{help}{}", metric.help)], "{text}");
+            let kind = format!("# TYPE {} ", metric.name);
+            assert_eq!(text.lines().filter(|l| l.starts_with(&kind)).count(), 1);
+        }
+        let declared = text.lines().filter(|l| l.starts_with("# HELP ")).count();
+        assert_eq!(declared, names::ALL.len(), "nothing exported outside names");
+    }
+
+    #[test]
+    fn latency_and_batch_size_are_histograms_with_buckets_sum_and_count() {
+        let stats = Stats::default();
+        for ms in [3, 40, 40, 900] {
+            stats
+                .commit_duration
+                .record(std::time::Duration::from_millis(ms));
+        }
+        stats.batch_size.record(1000);
+        stats
+            .publish_to_commit
+            .record_since(&[std::time::SystemTime::now()]);
+        let text = stats.render_prometheus();
+        let e = Exposition::parse(&text);
+        let duration = names::COMMIT_DURATION.name;
+        assert!(text.contains(&format!("# TYPE {duration} histogram\n")));
+        let bucket = |le: &str| e.value(&format!("{duration}_bucket{{le=\"{le}\"}}"));
+        assert_eq!(bucket("0.002"), Some(0.0));
+        assert_eq!(bucket("0.005"), Some(1.0));
+        assert_eq!(bucket("0.05"), Some(3.0));
+        assert_eq!(bucket("1"), Some(4.0));
+        assert_eq!(bucket("+Inf"), Some(4.0));
+        let buckets = e
+            .samples()
+            .iter()
+            .filter(|s| s.name == format!("{duration}_bucket"))
+            .count();
+        assert_eq!(buckets, names::COMMIT_DURATION_BUCKETS.len() + 1);
+        assert_eq!(e.value(&format!("{duration}_count")), Some(4.0));
+        let sum = e.value(&format!("{duration}_sum")).expect("sum");
+        assert!((sum - 0.983).abs() < 1e-9, "{sum}");
+        let median = e.histogram_quantile(duration, 0.5).expect("p50");
+        assert!((0.03..=0.05).contains(&median), "{median}");
+
+        let size = names::BATCH_SIZE.name;
+        assert!(text.contains(&format!("# TYPE {size} histogram\n")));
+        assert_eq!(e.value(&format!("{size}_bucket{{le=\"750\"}}")), Some(0.0));
+        assert_eq!(e.value(&format!("{size}_bucket{{le=\"1000\"}}")), Some(1.0));
+        assert_eq!(e.value(&format!("{size}_sum")), Some(1000.0));
+        let published = names::PUBLISH_TO_COMMIT.name;
+        assert_eq!(e.value(&format!("{published}_count")), Some(1.0));
+    }
+
+    #[test]
+    fn levels_never_go_below_zero_and_keep_their_high_water_mark() {
+        let stats = Stats::default();
+        stats.in_flight.inc(5);
+        stats.in_flight.dec(7);
+        stats.in_flight.inc(2);
+        assert_eq!((stats.in_flight.get(), stats.in_flight.max()), (2, 5));
+        let e = Exposition::parse(&stats.render_prometheus());
+        assert_eq!(e.value(names::MESSAGES_IN_FLIGHT.name), Some(2.0));
+        assert_eq!(e.value(names::MESSAGES_IN_FLIGHT_MAX.name), Some(5.0));
+    }
+}

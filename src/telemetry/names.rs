@@ -1,0 +1,133 @@
+//! What dashboards and alerts see: every metric's exported name and HELP
+//! text, and the bucket boundaries of the histograms.
+//!
+//! Invariant: each name and each HELP text is written here once; the
+//! registry ([`super::Stats`]) and the scrape-time collector take them from
+//! here, and `tests/dashboards.rs` checks the dashboards against what is
+//! exported. Changing a name or a boundary changes what dashboards query.
+
+/// A metric's exported name and its HELP text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Metric {
+    /// The name as exported (a counter's with its `_total`).
+    pub name: &'static str,
+    /// The HELP text: one sentence, ending with a period.
+    pub help: &'static str,
+}
+
+impl Metric {
+    /// The name without the `_total` a counter's samples carry (the name
+    /// `prometheus-client` registers; it adds the suffix when encoding).
+    pub fn family(&self) -> &'static str {
+        self.name.strip_suffix("_total").unwrap_or(self.name)
+    }
+
+    /// The HELP text without its final period (which the registry adds).
+    pub(super) fn registry_help(&self) -> &'static str {
+        self.help.strip_suffix('.').unwrap_or(self.help)
+    }
+}
+
+/// Declares each metric once: a constant whose doc is its HELP text, and
+/// [`ALL`].
+macro_rules! metrics {
+    ($($id:ident = $name:literal, $help:literal;)+) => {
+        $(
+            #[doc = concat!("`", $name, "`: ", $help)]
+            pub const $id: Metric = Metric { name: $name, help: $help };
+        )+
+        /// Every metric hotcount exports.
+        pub const ALL: &[Metric] = &[$($id),+];
+    };
+}
+
+metrics! {
+    EVENTS_RECEIVED = "hotcount_events_received_total",
+        "Messages received from Pub/Sub.";
+    EVENTS_APPLIED = "hotcount_events_applied_total",
+        "Events that changed a membership.";
+    EVENTS_DUPLICATE = "hotcount_events_duplicate_total",
+        "Events already applied (same event id as the stored state).";
+    EVENTS_STALE = "hotcount_events_stale_total",
+        "Events older than the stored state.";
+    EVENTS_POISON = "hotcount_events_poison_total",
+        "Messages quarantined as poison.";
+    EVENTS_ISOLATED = "hotcount_events_isolated_total",
+        "Valid events the store refused, isolated and quarantined.";
+    QUARANTINE_REFUSED = "hotcount_quarantine_refused_total",
+        "Quarantine records the store refused; each message was nacked for the dead-letter policy.";
+    BATCHES_COMMITTED = "hotcount_batches_committed_total",
+        "Batches committed (including ones found already committed).";
+    BATCHES_FAILED = "hotcount_batches_failed_total",
+        "Batches given up on (nacked).";
+    COMMIT_RETRIES = "hotcount_commit_retries_total",
+        "Commit attempts that failed and were retried.";
+    COMMITS = "hotcount_commits_total",
+        "Commit attempts by outcome (committed, already_committed, retry, failed).";
+    CONTENTION_SPLITS = "hotcount_contention_splits_total",
+        "Batches split after repeated contention (ABORTED), so the part off the contended documents commits.";
+    ACKS = "hotcount_acks_total",
+        "Acks sent.";
+    NACKS = "hotcount_nacks_total",
+        "Nacks sent.";
+    ACK_FAILURES = "hotcount_ack_failures_total",
+        "Acks whose confirmation failed (exactly-once subscriptions).";
+    STORE_RPCS = "hotcount_store_rpcs_total",
+        "Store round trips.";
+    COUNTER_INCREMENTS = "hotcount_counter_increments_total",
+        "Counter shard increments written.";
+    STREAM_RECONNECTS = "hotcount_stream_reconnects_total",
+        "StreamingPull streams re-opened after an error.";
+    MESSAGES_IN_FLIGHT = "hotcount_messages_in_flight",
+        "Messages held (received, not yet acked or nacked).";
+    MESSAGES_IN_FLIGHT_MAX = "hotcount_messages_in_flight_max",
+        "Highest number of messages held at once since start.";
+    BYTES_IN_FLIGHT = "hotcount_bytes_in_flight",
+        "Payload bytes held.";
+    BUFFERED_EVENTS = "hotcount_buffered_events",
+        "Messages buffered in each aggregator shard.";
+    READY = "hotcount_ready",
+        "1 once the store and subscriber are built and the source runs.";
+    DEAD_LETTER_POLICY = "hotcount_dead_letter_policy",
+        "1 when the subscription has a dead-letter policy (read at start).";
+    COMMIT_DURATION = "hotcount_commit_duration_seconds",
+        "Duration of a batch commit, retries included, in seconds.";
+    PUBLISH_TO_COMMIT = "hotcount_publish_to_commit_seconds",
+        "Time from publish to the commit of the message's batch, in seconds.";
+    BATCH_SIZE = "hotcount_batch_size_messages",
+        "Messages per batch.";
+}
+
+/// Upper bounds of [`COMMIT_DURATION`]'s buckets, in seconds.
+///
+/// A quantile is interpolated inside one bucket, so a bucket's width bounds
+/// its error; the steps are finest (at most 1.5x) where commits usually
+/// land: emulator commits take 1-10 ms, Firestore commits in the region
+/// 20-300 ms. The tail comes from retries (backoff from 20 ms doubling to
+/// 2 s) and is bounded by the shutdown deadline (8 s): above 10 s is `+Inf`.
+pub const COMMIT_DURATION_BUCKETS: [f64; 18] = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0,
+    5.0, 10.0,
+];
+
+/// Upper bounds of [`PUBLISH_TO_COMMIT`]'s buckets, in seconds.
+///
+/// In steady state an event waits for its flush (`--flush-interval-ms`,
+/// 100 ms by default) and one commit: 0.1-0.5 s, where the steps are
+/// finest. Draining a backlog shows the backlog's age, seconds to an hour,
+/// in coarse steps; beyond an hour is `+Inf` (Pub/Sub's
+/// `oldest_unacked_message_age` alert covers that range).
+pub const PUBLISH_TO_COMMIT_BUCKETS: [f64; 21] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Upper bounds of [`BATCH_SIZE`]'s buckets, in messages.
+///
+/// Roughly 1-2-5 steps from a lone message up to `--max-batch-events`'
+/// default (1000, a bucket bound, so full batches are counted exactly
+/// there) and its largest allowed value (10 000).
+pub const BATCH_SIZE_BUCKETS: [f64; 15] = [
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 300.0, 500.0, 750.0, 1000.0, 2000.0, 5000.0,
+    10000.0,
+];
