@@ -64,10 +64,10 @@ impl InProcess {
 /// How to start a `hotcount run` child process.
 #[derive(Clone, Debug)]
 pub struct ChildSpec {
-    /// The `hotcount` binary.
+    /// The binary: `hotcount`, or `hotcount-null-consumer`.
     pub bin: PathBuf,
-    /// The flags after `run` (e.g. from [`consumer_flags`]).
-    pub flags: Vec<String>,
+    /// Its arguments (for `hotcount`: `run` and e.g. [`consumer_flags`]).
+    pub args: Vec<String>,
     /// Passed as `PUBSUB_EMULATOR_HOST` and `FIRESTORE_EMULATOR_HOST`.
     pub endpoints: Endpoints,
     /// Its stderr is appended to this file; `None` = this process's stderr.
@@ -86,7 +86,7 @@ impl Child {
     /// Spawns `spec` with `RUST_LOG=warn`, stdin and stdout closed.
     pub fn spawn(spec: &ChildSpec) -> Result<Self, RunError> {
         let mut cmd = tokio::process::Command::new(&spec.bin);
-        cmd.arg("run").args(&spec.flags);
+        cmd.args(&spec.args);
         if let Some(h) = &spec.endpoints.pubsub_emulator_host {
             cmd.env("PUBSUB_EMULATOR_HOST", h);
         }
@@ -146,6 +146,9 @@ pub enum Consumer {
     InProcess(InProcess),
     /// `hotcount run` as a child process.
     Child(Child),
+    /// `hotcount-null-consumer` as a child process: the delivery floor
+    /// (receive and ack on the same stream settings, nothing else).
+    Null(Child),
 }
 
 impl Consumer {
@@ -165,7 +168,9 @@ impl Consumer {
         let metrics = free_loopback_port("the consumer's metrics")?;
         let spec = ChildSpec {
             bin: bin.to_path_buf(),
-            flags: consumer_flags(run_args, &metrics.to_string()),
+            args: std::iter::once("run".to_string())
+                .chain(consumer_flags(run_args, &metrics.to_string()))
+                .collect(),
             endpoints: endpoints.clone(),
             log: None,
             metrics: Some(metrics),
@@ -173,12 +178,29 @@ impl Consumer {
         Ok(Consumer::Child(Child::spawn(&spec)?))
     }
 
+    /// Starts `hotcount-null-consumer` (the binary `bin`) on the stream
+    /// settings of `run_args`.
+    pub fn start_null(
+        bin: &Path,
+        endpoints: &Endpoints,
+        run_args: &RunArgs,
+    ) -> Result<Self, RunError> {
+        let spec = ChildSpec {
+            bin: bin.to_path_buf(),
+            args: null_consumer_flags(run_args),
+            endpoints: endpoints.clone(),
+            log: None,
+            metrics: None,
+        };
+        Ok(Consumer::Null(Child::spawn(&spec)?))
+    }
+
     /// Peak RSS so far, and whether it is the consumer's alone (in-process
     /// it is this whole process's).
     pub fn peak_rss_bytes(&self) -> (u64, bool) {
         match self {
             Consumer::InProcess(_) => (procfs::peak_rss_bytes(Proc::This), false),
-            Consumer::Child(child) => (child.peak_rss_bytes(), true),
+            Consumer::Child(child) | Consumer::Null(child) => (child.peak_rss_bytes(), true),
         }
     }
 
@@ -186,7 +208,7 @@ impl Consumer {
     pub fn cpu_time(&self) -> Option<Duration> {
         match self {
             Consumer::InProcess(_) => None,
-            Consumer::Child(child) => child.cpu_time(),
+            Consumer::Child(child) | Consumer::Null(child) => child.cpu_time(),
         }
     }
 
@@ -195,6 +217,7 @@ impl Consumer {
         let text = match self {
             Consumer::InProcess(consumer) => consumer.stats().render_prometheus(),
             Consumer::Child(child) => metrics_text(child.metrics?).await?,
+            Consumer::Null(_) => return None,
         };
         let name = hotcount::telemetry::names::COMMIT_DURATION.name;
         Some((
@@ -210,7 +233,7 @@ impl Consumer {
     pub async fn stop(self) -> Result<(), RunError> {
         match self {
             Consumer::InProcess(consumer) => consumer.stop().await,
-            Consumer::Child(mut child) => {
+            Consumer::Child(mut child) | Consumer::Null(mut child) => {
                 if let Some(status) = child.exit_status() {
                     return Err(RunError::Start(format!("consumer exited early: {status}")));
                 }
@@ -230,10 +253,44 @@ pub fn consumer_flags(args: &RunArgs, metrics_addr: &str) -> Vec<String> {
     args.to_flags()
 }
 
+/// The `hotcount-null-consumer` flags with the subscription and stream
+/// settings of `args` (the ones that shape what receiving costs).
+pub fn null_consumer_flags(args: &RunArgs) -> Vec<String> {
+    [
+        ("--project", args.target.project.clone()),
+        ("--subscription", args.subscription.clone()),
+        ("--streams", args.streams.to_string()),
+        (
+            "--max-outstanding-messages",
+            args.max_outstanding_messages.to_string(),
+        ),
+        (
+            "--max-outstanding-bytes",
+            args.max_outstanding_bytes.to_string(),
+        ),
+        (
+            "--lease-extension-secs",
+            args.lease_extension_secs.to_string(),
+        ),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_string(), value])
+    .collect()
+}
+
 /// The `hotcount` binary next to the running executable (or its parent
 /// directory, for test executables under `deps/`).
 pub fn default_hotcount_bin() -> PathBuf {
-    let name = format!("hotcount{}", std::env::consts::EXE_SUFFIX);
+    sibling_bin("hotcount")
+}
+
+/// The `hotcount-null-consumer` binary next to the running executable.
+pub fn default_null_consumer_bin() -> PathBuf {
+    sibling_bin("hotcount-null-consumer")
+}
+
+fn sibling_bin(stem: &str) -> PathBuf {
+    let name = format!("{stem}{}", std::env::consts::EXE_SUFFIX);
     let exe = std::env::current_exe().unwrap_or_default();
     let dir = exe.parent().unwrap_or(Path::new("."));
     for candidate in [dir.join(&name), dir.join("..").join(&name)] {

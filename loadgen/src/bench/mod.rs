@@ -38,6 +38,17 @@ pub enum Case {
     Viral,
 }
 
+/// What consumes the workload in one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runner {
+    /// `hotcount run` with this strategy.
+    Hotcount(Strategy),
+    /// `hotcount-null-consumer`: receive and ack on hotcount's stream
+    /// settings, nothing else; the delivery floor hotcount's CPU per event
+    /// is compared with (the ceiling row).
+    Null,
+}
+
 /// What the benchmark runs.
 #[derive(Clone, Debug)]
 pub struct BenchConfig {
@@ -68,6 +79,13 @@ pub struct BenchConfig {
     /// Run the consumer as this `hotcount` binary in its own process (its
     /// peak RSS is then the consumer's alone) instead of in-process.
     pub consumer_bin: Option<std::path::PathBuf>,
+    /// Also run `hotcount-null-consumer` (this binary, as a child process)
+    /// on each case, first in each round: the ceiling row.
+    pub null_consumer_bin: Option<std::path::PathBuf>,
+    /// Rounds: each case runs every runner this many times, interleaved
+    /// (null, then each strategy, then again), so the medians compare runs
+    /// made side by side.
+    pub rounds: u32,
 }
 
 /// How a run's counts were checked.
@@ -89,6 +107,8 @@ pub enum Verdict {
         /// Posts whose shards do not sum to their liked memberships.
         invariant_breaks: usize,
     },
+    /// The null consumer counts nothing: only its acks are measured.
+    NotCounted,
 }
 
 /// What one strategy measured on one case.
@@ -96,8 +116,10 @@ pub enum Verdict {
 pub struct RunResult {
     /// Workload shape.
     pub case: Case,
-    /// Strategy.
-    pub strategy: Strategy,
+    /// What consumed it.
+    pub runner: Runner,
+    /// The round (0-based) this run belongs to.
+    pub round: u32,
     /// Messages published.
     pub published: u64,
     /// Messages acked by the subscription (emulator) at the end of the measured window.
@@ -145,6 +167,13 @@ impl RunResult {
         self.store_rpcs as f64 * 1000.0 / self.acked.max(1) as f64
     }
 
+    /// Consumer CPU (user + system) per 1,000 acked messages, in
+    /// milliseconds; `None` in-process.
+    pub fn cpu_ms_per_1k(&self) -> Option<f64> {
+        self.consumer_cpu
+            .map(|cpu| cpu.as_secs_f64() * 1e6 / self.acked.max(1) as f64)
+    }
+
     /// Writes per second to the most written document.
     pub fn hottest_writes_per_sec(&self) -> f64 {
         self.hottest_writes as f64 / self.elapsed.as_secs_f64().max(1e-9)
@@ -187,13 +216,24 @@ pub async fn run(
             .validate()
             .map_err(|e| RunError::Invalid(e.to_string()))?;
         let workload = Arc::new(generate(&workload_config));
-        for &strategy in &config.strategies {
-            let result = run_one(config, case, strategy, workload.clone()).await?;
-            on_result(&result);
-            results.push(result);
+        for round in 0..config.rounds.max(1) {
+            for runner in runners(config) {
+                let result = run_one(config, case, runner, round, workload.clone()).await?;
+                on_result(&result);
+                results.push(result);
+            }
         }
     }
     Ok(results)
+}
+
+/// The runners of one round, in order: the null consumer (when asked for)
+/// then each strategy.
+pub fn runners(config: &BenchConfig) -> Vec<Runner> {
+    let null = config.null_consumer_bin.as_ref().map(|_| Runner::Null);
+    null.into_iter()
+        .chain(config.strategies.iter().map(|&s| Runner::Hotcount(s)))
+        .collect()
 }
 
 /// One strategy on one workload, in a fresh stage: publish, run the
@@ -201,9 +241,15 @@ pub async fn run(
 async fn run_one(
     config: &BenchConfig,
     case: Case,
-    strategy: Strategy,
+    runner: Runner,
+    round: u32,
     workload: Arc<Workload>,
 ) -> Result<RunResult, RunError> {
+    // The null consumer runs on the stage and stream settings of batched.
+    let strategy = match runner {
+        Runner::Hotcount(strategy) => strategy,
+        Runner::Null => Strategy::Batched,
+    };
     let (run_args, service_config) = consumer_settings(config, strategy)?;
     let spec = StageSpec::for_consumer(
         &service_config,
@@ -214,12 +260,18 @@ async fn run_one(
     let baseline = Baseline::take(&stage);
     let (cancel_tx, cancel) = watch::channel(false);
     let publishing = Publishing::start(config, &stage, workload.clone(), cancel).await?;
-    let consumer = Consumer::start(
-        config.consumer_bin.as_deref(),
-        stage.endpoints(),
-        &run_args,
-        &service_config,
-    )?;
+    let consumer = match (runner, &config.null_consumer_bin) {
+        (Runner::Null, Some(bin)) => Consumer::start_null(bin, stage.endpoints(), &run_args)?,
+        (Runner::Null, None) => {
+            return Err(RunError::Invalid("no null consumer binary".into()));
+        }
+        (Runner::Hotcount(_), _) => Consumer::start(
+            config.consumer_bin.as_deref(),
+            stage.endpoints(),
+            &run_args,
+            &service_config,
+        )?,
+    };
     let total = workload.messages.len() as u64;
     let window = Window::measure(&stage, &consumer, &baseline, config.max_secs, total).await;
     let _ = cancel_tx.send(true);
@@ -228,9 +280,18 @@ async fn run_one(
     // Reading back is not part of the measured window: no RTT for it.
     stage.emulators().firestore_faults().clear();
     let completed = window.completed && published == total;
-    let (verdict, latency) = check(&stage, &run_args, &workload, completed).await?;
+    let (verdict, latency) = match runner {
+        Runner::Hotcount(_) => check(&stage, &run_args, &workload, completed).await?,
+        Runner::Null => (Verdict::NotCounted, Percentiles::default()),
+    };
     stage.shutdown().await;
-    Ok(window.into_result(case, strategy, published, completed, latency, verdict))
+    Ok(window.into_result(
+        (case, runner, round),
+        published,
+        completed,
+        latency,
+        verdict,
+    ))
 }
 
 /// The consumer settings of one strategy: `config.run` with `strategy`,
@@ -375,8 +436,7 @@ impl Window {
 
     fn into_result(
         self,
-        case: Case,
-        strategy: Strategy,
+        (case, runner, round): (Case, Runner, u32),
         published: u64,
         completed: bool,
         latency: Percentiles,
@@ -384,7 +444,8 @@ impl Window {
     ) -> RunResult {
         RunResult {
             case,
-            strategy,
+            runner,
+            round,
             published,
             acked: self.acked,
             elapsed: self.elapsed,
@@ -435,7 +496,7 @@ async fn check(
 /// wrong, or a partial run broke the invariant.
 pub fn any_failed(results: &[RunResult]) -> bool {
     results.iter().any(|r| match r.verdict {
-        Verdict::Exact => false,
+        Verdict::Exact | Verdict::NotCounted => false,
         Verdict::Wrong { .. } => true,
         Verdict::Partial { invariant_breaks } => invariant_breaks > 0,
     })

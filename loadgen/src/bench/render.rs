@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use hotcount::config::Strategy;
 
-use super::{BenchConfig, Case, RunResult, Verdict};
+use super::{BenchConfig, Case, RunResult, Runner, Verdict};
 
-fn strategy_name(s: Strategy) -> &'static str {
-    match s {
-        Strategy::Batched => "batched",
-        Strategy::PerEvent => "per-event",
+fn runner_name(r: Runner) -> &'static str {
+    match r {
+        Runner::Hotcount(Strategy::Batched) => "batched",
+        Runner::Hotcount(Strategy::PerEvent) => "per-event",
+        Runner::Null => "null consumer (receive + ack)",
     }
 }
 
@@ -25,17 +26,21 @@ fn verdict_text(v: &Verdict) -> String {
         Verdict::Partial { invariant_breaks } => {
             format!("partial run; invariant breaks: {invariant_breaks}")
         }
+        Verdict::NotCounted => "n/a (counts nothing)".into(),
     }
 }
 
 /// The progress line of one finished run.
 pub fn render_progress(r: &RunResult) -> String {
     format!(
-        "  {:?} {}: {:.0} events/s, {:.1} RPCs/1k, {}",
+        "  {:?} round {} {}: {:.0} events/s, {:.1} RPCs/1k, CPU {} ms/1k, {}",
         r.case,
-        strategy_name(r.strategy),
+        r.round + 1,
+        runner_name(r.runner),
         r.events_per_sec(),
         r.rpcs_per_1k(),
+        r.cpu_ms_per_1k()
+            .map_or("n/a".to_string(), |c| format!("{c:.1}")),
         verdict_text(&r.verdict)
     )
 }
@@ -112,44 +117,167 @@ const ROWS: [Row; 12] = [
         )
     }),
     ("consumer CPU per 1,000 events (ms)", |r| {
-        r.consumer_cpu
-            .map_or("n/a (in-process)".to_string(), |cpu| {
-                format!("{:.0}", cpu.as_secs_f64() * 1e6 / r.acked.max(1) as f64)
-            })
+        r.cpu_ms_per_1k()
+            .map_or("n/a (in-process)".to_string(), |cpu| format!("{cpu:.1}"))
     }),
     ("counts", |r| verdict_text(&r.verdict)),
 ];
 
-/// The side-by-side table of one case (Markdown), with the ratios when
-/// both strategies ran.
+/// The side-by-side table of one case (Markdown): per runner, the round
+/// with the median events/s; then, with several rounds or a null consumer,
+/// the medians over the rounds ([`render_medians`]); and the batched /
+/// per-event ratios when both ran.
 pub fn render(results: &[RunResult], case: Case) -> String {
     let runs: Vec<&RunResult> = results.iter().filter(|r| r.case == case).collect();
     if runs.is_empty() {
         return String::new();
     }
-    let mut out = format!("\n### {case:?}\n\n| metric |");
-    for r in &runs {
-        out.push_str(&format!(" {} |", strategy_name(r.strategy)));
+    let runners = runners_in_order(&runs);
+    let rounds = runs.iter().map(|r| r.round + 1).max().unwrap_or(1);
+    let shown: Vec<&RunResult> = runners
+        .iter()
+        .filter_map(|&runner| median_run(&runs, runner))
+        .collect();
+    let mut out = format!("\n### {case:?}\n\n");
+    if rounds > 1 {
+        out.push_str(&format!(
+            "Each column: the round with the median events/s of {rounds}.\n\n"
+        ));
+    }
+    out.push_str("| metric |");
+    for r in &shown {
+        out.push_str(&format!(" {} |", runner_name(r.runner)));
     }
     out.push_str("\n|---|");
-    for _ in &runs {
+    for _ in &shown {
         out.push_str("---:|");
     }
     out.push('\n');
     for (name, cell) in ROWS {
         out.push_str(&format!("| {name} |"));
-        for r in &runs {
+        for r in &shown {
             out.push_str(&format!(" {} |", cell(r)));
         }
         out.push('\n');
     }
-    let find = |s| runs.iter().find(|r| r.strategy == s);
+    if rounds > 1 || runners.contains(&Runner::Null) {
+        out.push_str(&render_medians(&runs, &runners, rounds));
+    }
+    let find = |s| shown.iter().find(|r| r.runner == Runner::Hotcount(s));
     if let (Some(b), Some(p)) = (find(Strategy::Batched), find(Strategy::PerEvent)) {
         out.push_str(&format!(
             "\nbatched / per-event: throughput x{:.1}, store RPCs per event x{:.3}\n",
             b.events_per_sec() / p.events_per_sec().max(1e-9),
             b.rpcs_per_1k() / p.rpcs_per_1k().max(1e-9),
         ));
+    }
+    out
+}
+
+/// The runners of `runs` in the order they first ran.
+fn runners_in_order(runs: &[&RunResult]) -> Vec<Runner> {
+    let mut runners = Vec::new();
+    for r in runs {
+        if !runners.contains(&r.runner) {
+            runners.push(r.runner);
+        }
+    }
+    runners
+}
+
+/// The run of `runner` with the median events/s (the lower middle one of
+/// an even count).
+fn median_run<'a>(runs: &[&'a RunResult], runner: Runner) -> Option<&'a RunResult> {
+    let mut mine: Vec<&RunResult> = runs
+        .iter()
+        .copied()
+        .filter(|r| r.runner == runner)
+        .collect();
+    mine.sort_by(|a, b| a.events_per_sec().total_cmp(&b.events_per_sec()));
+    mine.get(mine.len().saturating_sub(1) / 2).copied()
+}
+
+/// The median of `values` (the mean of the middle two of an even count);
+/// `None` when empty.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
+}
+
+/// A row of the medians table: its name and one run's figure.
+type FigureRow = (&'static str, fn(&RunResult) -> Option<f64>, usize);
+
+const MEDIAN_ROWS: [FigureRow; 5] = [
+    ("events/s", |r| Some(r.events_per_sec()), 0),
+    (
+        "consumer CPU per 1,000 messages (ms)",
+        RunResult::cpu_ms_per_1k,
+        2,
+    ),
+    ("store RPCs per 1,000 events", |r| Some(r.rpcs_per_1k()), 1),
+    (
+        "publish->commit p99 (ms)",
+        |r| (r.verdict != Verdict::NotCounted).then_some(r.latency.p99_ms),
+        0,
+    ),
+    (
+        "peak RSS (MiB)",
+        |r| Some(r.peak_rss_bytes as f64 / (1024.0 * 1024.0)),
+        0,
+    ),
+];
+
+/// Medians over the rounds, per runner; with a null consumer, each
+/// runner's CPU per 1,000 messages as a multiple of the null consumer's
+/// (the median of the per-round ratios: each round's runs ran side by
+/// side).
+pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> String {
+    let mut out = format!("\nMedian of {rounds} round(s):\n\n| metric |");
+    for &runner in runners {
+        out.push_str(&format!(" {} |", runner_name(runner)));
+    }
+    out.push_str("\n|---|");
+    for _ in runners {
+        out.push_str("---:|");
+    }
+    out.push('\n');
+    let of = |runner: Runner| -> Vec<&RunResult> {
+        runs.iter()
+            .copied()
+            .filter(|r| r.runner == runner)
+            .collect()
+    };
+    for (name, figure, decimals) in MEDIAN_ROWS {
+        out.push_str(&format!("| {name} |"));
+        for &runner in runners {
+            let cell = median(of(runner).into_iter().filter_map(figure).collect())
+                .map_or("n/a".to_string(), |v| format!("{v:.decimals$}"));
+            out.push_str(&format!(" {cell} |"));
+        }
+        out.push('\n');
+    }
+    if runners.contains(&Runner::Null) {
+        out.push_str("| CPU per message, x the null consumer |");
+        for &runner in runners {
+            let ratios = (0..rounds)
+                .filter_map(|round| {
+                    let cpu = |who: Runner| {
+                        runs.iter()
+                            .find(|r| r.runner == who && r.round == round)
+                            .and_then(|r| r.cpu_ms_per_1k())
+                    };
+                    Some(cpu(runner)? / cpu(Runner::Null)?.max(1e-9))
+                })
+                .collect();
+            let cell = median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"));
+            out.push_str(&format!(" {cell} |"));
+        }
+        out.push('\n');
     }
     out
 }

@@ -26,8 +26,8 @@ struct Args {
     /// Google Cloud project id.
     #[arg(long, default_value = "hotcount-local")]
     project: String,
-    /// Subscription id (in `--project`).
-    #[arg(long, default_value = "likes-sub")]
+    /// Subscription id (in `--project`), or its full name.
+    #[arg(long, default_value = "likes-hotcount")]
     subscription: String,
     /// StreamingPull streams (as `hotcount run --streams`).
     #[arg(long, default_value_t = 2)]
@@ -47,10 +47,14 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let subscriber = hotcount::connect::subscriber(&args.endpoints).await?;
-    let subscription = format!(
-        "projects/{}/subscriptions/{}",
-        args.project, args.subscription
-    );
+    let subscription = if args.subscription.starts_with("projects/") {
+        args.subscription.clone()
+    } else {
+        format!(
+            "projects/{}/subscriptions/{}",
+            args.project, args.subscription
+        )
+    };
     let mut streams = JoinSet::new();
     for _ in 0..args.streams.max(1) {
         let mut stream = subscriber

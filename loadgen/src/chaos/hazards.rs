@@ -175,7 +175,8 @@ fn child_spec(
 ) -> ChildSpec {
     let metrics = (index == 0).then_some(victim_metrics);
     let metrics_flag = metrics.map_or("off".to_string(), |m| m.to_string());
-    let flags = [
+    let args = [
+        "run",
         "--project",
         PROJECT,
         "--collection-prefix",
@@ -189,7 +190,7 @@ fn child_spec(
     ];
     ChildSpec {
         bin: config.hotcount_bin.clone(),
-        flags: flags.iter().map(|f| f.to_string()).collect(),
+        args: args.iter().map(|f| f.to_string()).collect(),
         endpoints: endpoints.clone(),
         log: Some(log_dir.join(format!("consumer-{index}.log"))),
         metrics,

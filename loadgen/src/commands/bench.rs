@@ -55,6 +55,18 @@ pub struct BenchArgs {
     /// The `hotcount` binary for `--consumer-process` (default: next to this one).
     #[arg(long)]
     pub hotcount_bin: Option<std::path::PathBuf>,
+    /// With `--consumer-process`: also run `hotcount-null-consumer`
+    /// (receive and ack, nothing else) first in each round, and print each
+    /// strategy's CPU per message as a multiple of it (the ceiling row).
+    #[arg(long)]
+    pub ceiling: bool,
+    /// The `hotcount-null-consumer` binary for `--ceiling` (default: next to this one).
+    #[arg(long)]
+    pub null_consumer_bin: Option<std::path::PathBuf>,
+    /// Rounds per case: every runner runs this many times, interleaved,
+    /// and the tables add the medians.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
 }
 
 /// Runs the benchmark and prints the tables; exit 1 when a completed
@@ -77,7 +89,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 .clone()
                 .unwrap_or_else(consumer::default_hotcount_bin)
         }),
+        null_consumer_bin: (args.consumer_process && args.ceiling).then(|| {
+            args.null_consumer_bin
+                .clone()
+                .unwrap_or_else(consumer::default_null_consumer_bin)
+        }),
+        rounds: args.rounds.max(1),
     };
+    if args.ceiling && !args.consumer_process {
+        anyhow::bail!("--ceiling compares CPU of child processes: add --consumer-process");
+    }
     eprintln!(
         "hotcount bench: {} messages over {} posts, store RTT {} ms, at most {} s per run",
         config.events, config.posts, config.store_rtt_ms, config.max_secs
