@@ -222,7 +222,9 @@ impl PostgresStore {
             Ok(read) => read,
             Err(e) => {
                 let error = query_error(OP, &e);
-                roll_back(conn).await;
+                if reusable_after(&error) {
+                    roll_back(conn).await;
+                }
                 return Err(error);
             }
         };
@@ -353,7 +355,7 @@ impl PostgresStore {
                     None => errors::unavailable(OP, "COMMIT was not sent"),
                 };
                 let open = conn.client().is_ok_and(|c| !c.is_closed());
-                if answered && open {
+                if answered && open && reusable_after(&error) {
                     conn.release();
                 }
                 Err(error)
@@ -377,6 +379,15 @@ fn membership_params<'a>(
         &c.event_ids,
         batch_id,
     ]
+}
+
+/// Whether a connection whose transaction failed with `error` (and ended)
+/// may serve another: after contention or a refused value, the expected
+/// failures, yes; after anything else (a statement the server no longer
+/// knows, a plan gone stale under a migration, ...) a fresh connection,
+/// with freshly prepared statements, is the safer start.
+fn reusable_after(error: &StoreError) -> bool {
+    error.is_contention() || error.proves_content()
 }
 
 /// Ends the transaction open on `conn` without applying it: the connection
