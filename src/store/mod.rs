@@ -10,6 +10,7 @@
 pub mod counter_shards;
 pub mod firestore;
 pub mod memory;
+pub mod postgres;
 
 use std::future::Future;
 

@@ -1,0 +1,519 @@
+//! The PostgreSQL [`CounterStore`]: one READ COMMITTED transaction per
+//! batch, in two round trips, with the apply rules of [`Batch::plan`].
+//!
+//! Invariants: the batch's existing memberships are read and locked, and
+//! the marker read, inside the transaction before anything is written; a
+//! batch whose marker exists is rolled back and reported already
+//! committed; a plan computed from a membership read as absent never
+//! overwrites a row it did not see (the insert fails instead); memberships,
+//! counter increments, the marker and quarantine records commit together
+//! or not at all.
+//!
+//! # One batch, two round trips
+//! tokio-postgres sends a request when its future is first polled and
+//! answers requests in order, so requests polled together share one round
+//! trip ([`pipeline`]):
+//! 1. `BEGIN ISOLATION LEVEL READ COMMITTED`; the batch marker; the batch's
+//!    memberships, `SELECT ... FOR UPDATE` joined to `unnest` of the key
+//!    arrays, locked in key order.
+//! 2. After [`Batch::plan`] (in memory): one `UPDATE ... FROM unnest` of the
+//!    memberships that were read, one `INSERT ... SELECT FROM unnest` of
+//!    those that were absent, one upsert adding each post's delta to one
+//!    counter shard, the marker, one upsert per quarantine record, `COMMIT`.
+//!    A statement that fails aborts the transaction, so the statements
+//!    after it and the pipelined `COMMIT` apply nothing.
+//!
+//! A connection's first commit prepares the statements first (one more
+//! round trip, once per connection).
+//!
+//! # Isolation: READ COMMITTED with row locks
+//! - The plan depends only on the batch's memberships. `FOR UPDATE` locks
+//!   the existing ones until the commit and, at READ COMMITTED, returns
+//!   their latest committed version (after waiting for a transaction that
+//!   holds one), so the plan is computed from the state it is written over.
+//! - A membership that does not exist cannot be locked: a competing
+//!   replica may create it after the read. The insert has no `ON CONFLICT`,
+//!   so it then fails with 23505 (once the other transaction commits),
+//!   classed as contention and retried from fresh reads.
+//! - Counter shards are never read by a commit: `likes = likes + delta` is
+//!   evaluated on the row's latest version under its lock, so increments of
+//!   concurrent transactions commute; two replicas writing one shard of a
+//!   hot post wait for each other, neither fails.
+//! - REPEATABLE READ would fail (40001) every update of a row changed
+//!   since the snapshot: every concurrent write to one counter shard, that
+//!   is, retries exactly on the hottest rows, for increments that commute.
+//!   SERIALIZABLE would also close the absent-membership gap, but with
+//!   predicate locks on every read and false-positive 40001s; the primary
+//!   key closes that gap at no cost.
+//! - Readers lose nothing: each commit writes a post's memberships and
+//!   deltas together, so any snapshot (a REPEATABLE READ READ ONLY
+//!   transaction, [`PgDb::tally`]) has sum(shards) == count(liked).
+//! - Deadlocks: memberships are locked in key order and counter shards
+//!   written in (post, shard) order; a cycle between replicas stays
+//!   possible through the later inserts and is rare. 40001, 40P01, 55P03
+//!   (`lock_timeout`) and 23505 are contention ([`errors::classify`]),
+//!   retried like Firestore's ABORTED.
+//!
+//! # Unknown outcomes and deadlines
+//! When the connection breaks after `COMMIT` was sent, the attempt fails
+//! transient (`Unavailable`) with its outcome unknown; the next attempt
+//! finds the marker (committed: the marker's effects are reported) or not
+//! (the server rolled the transaction back when the connection closed:
+//! applied now). An attempt past its deadline cancels its running
+//! statement and closes its connection, so the server rolls back and
+//! releases its locks at once.
+//!
+//! # Driver and pool
+//! `tokio-postgres`: the maintained native async driver (no libpq), which
+//! pipelines requests on one connection. `deadpool-postgres` for the pool:
+//! three small crates over the driver (`cargo tree`), giving what a
+//! hand-made pool would have to rewrite: a per-connection statement cache,
+//! a closed-connection check on checkout, wait and connect timeouts, and
+//! [`deadpool_postgres::Object::take`] to close a connection instead of
+//! reusing it ([`db::Conn`]).
+//!
+//! [`schema`] names every table, column and statement and holds the
+//! migrations; [`codec`] converts rows and parameters; [`errors`] classes
+//! failures; [`db`] is the pool and the operator reads.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{CancelToken, NoTls};
+
+pub mod codec;
+pub mod db;
+pub mod errors;
+pub mod schema;
+
+pub use codec::StoredRecord;
+pub use db::{PgConfigError, PgDb, PgDbConfig, PostTally};
+pub use errors::classify;
+pub use schema::{migrate, MigrateError, MigrationReport};
+
+use codec::{effects_from_row, membership_from_row, MembershipColumns, QuarantineColumns};
+use db::Conn;
+use errors::query_error;
+
+use super::counter_shards::CounterShardPlanner;
+use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
+use crate::pipeline::batch::{Batch, Membership, MembershipKey};
+
+/// The name failed commits are reported under.
+const OP: &str = "Commit";
+
+/// Longest wait for a best-effort cancel or rollback.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Store settings.
+#[derive(Clone, Debug)]
+pub struct PostgresStoreConfig {
+    /// Consumer name: namespaces batch markers and quarantine records.
+    pub consumer: String,
+    /// Counter shards per post at most; each increment goes to one, chosen
+    /// among as many as the post's write rate needs.
+    pub counter_shards: u32,
+    /// Increments per second one counter shard row should take (a post
+    /// uses more shards as its rate grows); 0 = always all shards.
+    pub counter_shard_target_writes_per_sec: u32,
+    /// How long batch markers are kept (`expires_at`; see
+    /// [`PgDb::delete_expired_markers`]).
+    pub marker_ttl: Duration,
+}
+
+/// The PostgreSQL store; a cheap cloneable handle.
+#[derive(Clone)]
+pub struct PostgresStore {
+    db: PgDb,
+    config: Arc<PostgresStoreConfig>,
+    shards: Arc<CounterShardPlanner>,
+}
+
+impl PostgresStore {
+    /// A store over `db`.
+    pub fn new(db: PgDb, config: PostgresStoreConfig) -> Self {
+        let shards = Arc::new(CounterShardPlanner::new(
+            config.counter_shards,
+            config.counter_shard_target_writes_per_sec,
+        ));
+        Self {
+            db,
+            config: Arc::new(config),
+            shards,
+        }
+    }
+
+    /// The database handle (reads and maintenance).
+    pub fn db(&self) -> &PgDb {
+        &self.db
+    }
+}
+
+impl CounterStore for PostgresStore {
+    async fn commit(&self, batch: &Batch, attempt: &Attempt) -> Result<CommitReport, StoreError> {
+        let cancel = parking_lot::Mutex::new(None);
+        tokio::select! {
+            result = self.attempt(batch, &cancel) => result,
+            () = attempt.deadline.reached() => {
+                // Abandoned: end the statement it waits on now (a lock wait,
+                // say); dropping the attempt closes its connection, and the
+                // server rolls the transaction back.
+                let token = cancel.lock().take();
+                if let Some(token) = token {
+                    cancel_statement(token).await;
+                }
+                Err(StoreError {
+                    op: OP,
+                    code: "DeadlineExceeded".into(),
+                    message: "the attempt's deadline passed; its transaction was rolled back"
+                        .into(),
+                    class: ErrorClass::Transient,
+                    transaction: None,
+                })
+            }
+        }
+    }
+
+    async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
+        self.db.count(post_id).await
+    }
+}
+
+impl PostgresStore {
+    /// One commit attempt of `batch`; leaves the connection's cancel token
+    /// in `cancel` as soon as it has one.
+    async fn attempt(
+        &self,
+        batch: &Batch,
+        cancel: &parking_lot::Mutex<Option<CancelToken>>,
+    ) -> Result<CommitReport, StoreError> {
+        let conn = self.db.checkout(OP).await?;
+        *cancel.lock() = Some(conn.client()?.cancel_token());
+        let prepared = conn.prepared();
+        let statements = conn.statements(OP, schema::COMMIT_STATEMENTS).await?;
+        let mut rpcs = u32::from(conn.prepared() > prepared);
+        let [read_marker, lock, update, insert, add, mark, quarantine] = &statements;
+        let client = conn.client()?;
+        let consumer = self.config.consumer.as_str();
+        let post_ids: Vec<&str> = batch.keys().map(|k| k.post_id.as_str()).collect();
+        let user_ids: Vec<&str> = batch.keys().map(|k| k.user_id.as_str()).collect();
+
+        // Round trip 1: open, read the marker, read and lock the memberships.
+        let marker_params: [&(dyn ToSql + Sync); 2] = [&consumer, &batch.id];
+        let (begun, marker, locked) = tokio::join!(
+            biased;
+            client.batch_execute(schema::BEGIN_BATCH),
+            client.query_opt(read_marker, &marker_params),
+            async {
+                if post_ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                client.query(lock, &[&post_ids, &user_ids]).await
+            },
+        );
+        rpcs += 1;
+        let read = begun.and(marker).and_then(|m| Ok((m, locked?)));
+        let (marker, locked) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                let error = query_error(OP, &e);
+                if reusable_after(&error) {
+                    roll_back(conn).await;
+                }
+                return Err(error);
+            }
+        };
+        if let Some(row) = marker {
+            let effects = effects_from_row(&row)?;
+            roll_back(conn).await;
+            return Ok(CommitReport {
+                outcome: CommitOutcome::AlreadyCommitted,
+                effects,
+                increments: 0,
+                rpcs: rpcs + 1,
+            });
+        }
+        let mut stored: FxHashMap<MembershipKey, Membership> =
+            FxHashMap::with_capacity_and_hasher(locked.len(), Default::default());
+        for row in &locked {
+            let (key, membership) = membership_from_row(row)?;
+            stored.insert(key, membership);
+        }
+        let plan = batch.plan(&stored);
+
+        // Round trip 2: write everything and commit.
+        let (mut updates, mut inserts) =
+            (MembershipColumns::default(), MembershipColumns::default());
+        for (key, membership) in &plan.memberships {
+            let columns = if stored.contains_key(key) {
+                &mut updates
+            } else {
+                &mut inserts
+            };
+            columns.push(key, membership);
+        }
+        // Held until the commit has ended: another batch in flight on one of
+        // these posts increments a different counter shard.
+        let counters = self.shards.lease(
+            plan.deltas.keys().map(String::as_str),
+            std::time::Instant::now(),
+        );
+        let shard_posts: Vec<&str> = plan.deltas.keys().map(String::as_str).collect();
+        let shard_ids: Vec<i32> = (0..plan.deltas.len())
+            .map(|i| i32::try_from(counters.shard(i)).unwrap_or(0))
+            .collect();
+        let deltas: Vec<i64> = plan.deltas.values().copied().collect();
+        let e = plan.effects;
+        let counts = [e.applied, e.duplicates, e.stale, e.poison]
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let messages = i32::try_from(batch.message_count).unwrap_or(i32::MAX);
+        let posts = i32::try_from(plan.deltas.len()).unwrap_or(i32::MAX);
+        let ttl_secs = i64::try_from(self.config.marker_ttl.as_secs()).unwrap_or(i64::MAX);
+        let records: Vec<QuarantineColumns<'_>> = batch
+            .poison
+            .iter()
+            .map(|p| QuarantineColumns::of(&p.item))
+            .collect();
+
+        let update_params = membership_params(&updates, &batch.id);
+        let insert_params = membership_params(&inserts, &batch.id);
+        let add_params: [&(dyn ToSql + Sync); 3] = [&shard_posts, &shard_ids, &deltas];
+        let mark_params: [&(dyn ToSql + Sync); 9] = [
+            &consumer, &batch.id, &messages, &counts[0], &counts[1], &counts[2], &counts[3],
+            &posts, &ttl_secs,
+        ];
+        let record_params: Vec<[&(dyn ToSql + Sync); 12]> = records
+            .iter()
+            .map(|r| -> [&(dyn ToSql + Sync); 12] {
+                [
+                    &consumer,
+                    &r.record_id,
+                    &r.message_id,
+                    &r.reason,
+                    &r.data,
+                    &r.data_bytes,
+                    &r.data_sha256,
+                    &r.keys,
+                    &r.values,
+                    &r.attribute_count,
+                    &r.attributes_truncated,
+                    &batch.id,
+                ]
+            })
+            .collect();
+
+        let mut requests: Vec<Request<'_>> = Vec::with_capacity(5 + records.len());
+        if !updates.is_empty() {
+            requests.push(Box::pin(client.execute(update, &update_params)));
+        }
+        if !inserts.is_empty() {
+            requests.push(Box::pin(client.execute(insert, &insert_params)));
+        }
+        if !deltas.is_empty() {
+            requests.push(Box::pin(client.execute(add, &add_params)));
+        }
+        requests.push(Box::pin(client.execute(mark, &mark_params)));
+        for params in &record_params {
+            requests.push(Box::pin(client.execute(quarantine, params)));
+        }
+        requests.push(Box::pin(async {
+            client.batch_execute(schema::COMMIT).await.map(|()| 0)
+        }));
+        let mut results = pipeline(requests).await;
+        rpcs += 1;
+        drop(counters);
+
+        // The server answered COMMIT (even with an error): the transaction
+        // is over and the connection can serve another. Otherwise (COMMIT
+        // unsent, or unanswered: the outcome is unknown) it is closed, and
+        // the server rolls back whatever it did not commit.
+        let ended = results.pop().flatten();
+        let answered = match &ended {
+            Some(Ok(_)) => true,
+            Some(Err(e)) => e.as_db_error().is_some(),
+            None => false,
+        };
+        let failed = results.into_iter().flatten().find_map(Result::err);
+        match (ended, failed) {
+            (Some(Ok(_)), None) => {
+                conn.release();
+                Ok(CommitReport {
+                    outcome: CommitOutcome::Committed,
+                    effects: plan.effects,
+                    increments: plan.deltas.len(),
+                    rpcs,
+                })
+            }
+            (ended, failed) => {
+                let error = match failed.or(ended.and_then(Result::err)) {
+                    Some(e) => query_error(OP, &e),
+                    None => errors::unavailable(OP, "COMMIT was not sent"),
+                };
+                let open = conn.client().is_ok_and(|c| !c.is_closed());
+                if answered && open && reusable_after(&error) {
+                    conn.release();
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+/// The parameters of [`schema::UPDATE_MEMBERSHIPS`] and
+/// [`schema::INSERT_MEMBERSHIPS`].
+fn membership_params<'a>(
+    c: &'a MembershipColumns<'_>,
+    batch_id: &'a String,
+) -> [&'a (dyn ToSql + Sync); 7] {
+    [
+        &c.post_ids,
+        &c.user_ids,
+        &c.liked,
+        &c.seqs,
+        &c.occurred_at_micros,
+        &c.event_ids,
+        batch_id,
+    ]
+}
+
+/// Whether a connection whose transaction failed with `error` (and ended)
+/// may serve another: after contention or a refused value, the expected
+/// failures, yes; after anything else (a statement the server no longer
+/// knows, a plan gone stale under a migration, ...) a fresh connection,
+/// with freshly prepared statements, is the safer start.
+fn reusable_after(error: &StoreError) -> bool {
+    error.is_contention() || error.proves_content()
+}
+
+/// Ends the transaction open on `conn` without applying it: the connection
+/// goes back to the pool if the server confirms, and is closed otherwise
+/// (which rolls back too).
+async fn roll_back(conn: Conn) {
+    let Ok(client) = conn.client() else {
+        return;
+    };
+    let rolled =
+        tokio::time::timeout(CLEANUP_TIMEOUT, client.batch_execute(schema::ROLLBACK)).await;
+    if matches!(rolled, Ok(Ok(()))) {
+        conn.release();
+    }
+}
+
+/// Asks the server to cancel the statement running on the connection of
+/// `token` (best effort, bounded).
+async fn cancel_statement(token: CancelToken) {
+    match tokio::time::timeout(CLEANUP_TIMEOUT, token.cancel_query(NoTls)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "cancel failed; the server rolls back when it sees the connection closed");
+        }
+        Err(_) => tracing::debug!(
+            "cancel timed out; the server rolls back when it sees the connection closed"
+        ),
+    }
+}
+
+/// One pipelined request.
+type Request<'a, T = u64, E = tokio_postgres::Error> =
+    Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'a>>;
+
+/// Runs `requests` in one round trip: tokio-postgres sends a request when
+/// its future is first polled (or fails it then, unsent: a parameter that
+/// cannot be encoded, a closed connection) and answers requests in order,
+/// so each is first polled in the order given, back to back. A request
+/// that fails unsent stops the others from being sent: a transaction's
+/// COMMIT is never sent after a statement of it that was not. The results
+/// are in the same order; `None` for a request never sent.
+pub async fn pipeline<T, E>(mut requests: Vec<Request<'_, T, E>>) -> Vec<Option<Result<T, E>>> {
+    let count = requests.len();
+    let mut results: Vec<Option<Result<T, E>>> = (0..count).map(|_| None).collect();
+    // Requests polled at least once, and whether one failed unsent.
+    let (mut started, mut stopped) = (0, false);
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, (request, result)) in requests.iter_mut().zip(results.iter_mut()).enumerate() {
+            if result.is_some() {
+                continue;
+            }
+            let first = i >= started;
+            if first && stopped {
+                break;
+            }
+            match request.as_mut().poll(cx) {
+                Poll::Ready(Err(e)) if first => {
+                    *result = Some(Err(e));
+                    stopped = true;
+                }
+                Poll::Ready(done) => *result = Some(done),
+                Poll::Pending => pending = true,
+            }
+            if first {
+                started = i + 1;
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request that records when it is first polled, then answers `outcome`
+    /// at once (`Err` on the first poll: it failed unsent) or after one wait.
+    fn request(
+        id: u32,
+        outcome: Result<u64, String>,
+        at_once: bool,
+        polled: Arc<parking_lot::Mutex<Vec<u32>>>,
+    ) -> Request<'static, u64, String> {
+        Box::pin(async move {
+            polled.lock().push(id);
+            if !at_once {
+                tokio::task::yield_now().await;
+            }
+            outcome
+        })
+    }
+
+    #[tokio::test]
+    async fn requests_are_sent_in_order_and_nothing_after_one_that_failed_unsent() {
+        let polled = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let all_sent = vec![
+            request(1, Ok(1), false, polled.clone()),
+            request(2, Err("refused".into()), false, polled.clone()),
+            request(3, Ok(3), false, polled.clone()),
+        ];
+        let results = pipeline(all_sent).await;
+        assert_eq!(*polled.lock(), [1, 2, 3]);
+        assert_eq!(
+            results,
+            [Some(Ok(1)), Some(Err("refused".into())), Some(Ok(3))],
+            "an error answered by the server stops nothing"
+        );
+
+        polled.lock().clear();
+        let unsent = vec![
+            request(1, Ok(1), false, polled.clone()),
+            request(2, Err("cannot encode".into()), true, polled.clone()),
+            request(3, Ok(3), false, polled.clone()),
+        ];
+        let results = pipeline(unsent).await;
+        assert_eq!(*polled.lock(), [1, 2], "the COMMIT after it is never sent");
+        assert_eq!(
+            results,
+            [Some(Ok(1)), Some(Err("cannot encode".into())), None]
+        );
+    }
+}

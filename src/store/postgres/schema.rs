@@ -1,0 +1,354 @@
+//! Every table, column and statement of the PostgreSQL store, and the
+//! versioned migrations that create the tables: changing the schema is a
+//! change to this file and `migrations/`.
+//!
+//! Invariants: [`migrate`] applies each migration once, in version order,
+//! in one transaction with its `schema_migrations` row, under an advisory
+//! lock, so concurrent `setup`s never apply one twice and a failed run
+//! leaves nothing half-applied; an applied migration's text never changes
+//! (its SHA-256 is recorded and checked on every run); ids and every other
+//! value reach the server only as bind parameters, never spliced into SQL.
+
+use sha2::{Digest, Sha256};
+use tokio_postgres::Client;
+
+use super::errors::query_error;
+use crate::store::StoreError;
+
+/// One versioned schema change.
+#[derive(Clone, Copy, Debug)]
+pub struct Migration {
+    /// Applied in increasing order; never reused.
+    pub version: i32,
+    /// A short name, recorded beside the version.
+    pub name: &'static str,
+    /// The statements (run as one simple query inside the transaction).
+    pub sql: &'static str,
+}
+
+/// Every migration this build knows, in version order.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "initial",
+    sql: include_str!("migrations/0001_initial.sql"),
+}];
+
+/// The advisory lock key every [`migrate`] takes: "hotcoun" in ASCII.
+const MIGRATION_LOCK: i64 = 0x0068_6f74_636f_756e;
+
+const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    sha256     text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)";
+
+const READ_MIGRATIONS: &str =
+    "SELECT version, name, sha256 FROM schema_migrations ORDER BY version";
+
+const RECORD_MIGRATION: &str =
+    "INSERT INTO schema_migrations (version, name, sha256) VALUES ($1, $2, $3)";
+
+/// Whether the `schema_migrations` table exists.
+const HAS_MIGRATIONS_TABLE: &str = "SELECT to_regclass('schema_migrations') IS NOT NULL";
+
+/// The newest applied version, `NULL` when none.
+const NEWEST_MIGRATION: &str = "SELECT max(version) FROM schema_migrations";
+
+/// What [`migrate`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// Versions applied by this run.
+    pub applied: Vec<i32>,
+    /// Versions found already applied.
+    pub present: Vec<i32>,
+}
+
+/// Why [`migrate`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// The server failed a statement or the connection broke.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The database has a migration this build does not know: it was set
+    /// up by a newer hotcount.
+    #[error("the database has schema migration {found}; this build knows up to {known}: run a newer hotcount")]
+    Newer {
+        /// The unknown version found.
+        found: i32,
+        /// This build's newest version.
+        known: i32,
+    },
+    /// An applied migration's text differs from this build's.
+    #[error("schema migration {version} ({name}) differs from the one applied (sha256 {recorded}, this build {built})")]
+    Changed {
+        /// The migration.
+        version: i32,
+        /// Its name.
+        name: &'static str,
+        /// The digest recorded when it was applied.
+        recorded: String,
+        /// The digest of this build's text.
+        built: String,
+    },
+}
+
+impl MigrateError {
+    /// Whether running [`migrate`] again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, MigrateError::Store(e) if e.is_retryable())
+    }
+}
+
+/// Brings the database `client` is connected to up to this build's schema:
+/// applies the missing [`MIGRATIONS`] in one transaction (see the module
+/// invariants). Idempotent: a second run applies nothing.
+pub async fn migrate(client: &Client) -> Result<MigrationReport, MigrateError> {
+    let op = "Migrate";
+    let err = |e: tokio_postgres::Error| MigrateError::Store(query_error(op, &e));
+    client.batch_execute("BEGIN").await.map_err(err)?;
+    let result = apply_missing(client).await;
+    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    let ended = client.batch_execute(end).await;
+    let report = result?;
+    ended.map_err(err)?;
+    Ok(report)
+}
+
+async fn apply_missing(client: &Client) -> Result<MigrationReport, MigrateError> {
+    let err = |e: tokio_postgres::Error| MigrateError::Store(query_error("Migrate", &e));
+    client
+        .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(err)?;
+    client
+        .batch_execute(CREATE_MIGRATIONS_TABLE)
+        .await
+        .map_err(err)?;
+    let rows = client.query(READ_MIGRATIONS, &[]).await.map_err(err)?;
+    let known = MIGRATIONS.last().map_or(0, |m| m.version);
+    let mut report = MigrationReport::default();
+    for row in rows {
+        let version: i32 = row.try_get(0).map_err(err)?;
+        let recorded: String = row.try_get(2).map_err(err)?;
+        let Some(migration) = MIGRATIONS.iter().find(|m| m.version == version) else {
+            return Err(MigrateError::Newer {
+                found: version,
+                known,
+            });
+        };
+        let built = sha256_hex(migration.sql);
+        if recorded != built {
+            return Err(MigrateError::Changed {
+                version,
+                name: migration.name,
+                recorded,
+                built,
+            });
+        }
+        report.present.push(version);
+    }
+    for migration in MIGRATIONS {
+        if report.present.contains(&migration.version) {
+            continue;
+        }
+        client.batch_execute(migration.sql).await.map_err(err)?;
+        let digest = sha256_hex(migration.sql);
+        client
+            .execute(
+                RECORD_MIGRATION,
+                &[&migration.version, &migration.name, &digest],
+            )
+            .await
+            .map_err(err)?;
+        tracing::info!(
+            version = migration.version,
+            name = migration.name,
+            "schema migration applied"
+        );
+        report.applied.push(migration.version);
+    }
+    Ok(report)
+}
+
+fn sha256_hex(text: &str) -> String {
+    let mut out = String::with_capacity(64);
+    for byte in Sha256::digest(text.as_bytes()) {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+/// Opens a batch's transaction. READ COMMITTED is named rather than taken
+/// from the server's default, which an operator may have changed; why this
+/// level is in the `postgres` module docs.
+pub const BEGIN_BATCH: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// Opens a consistent read-only snapshot (reports, reconcile).
+pub const BEGIN_SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+
+/// Opens a repair: its reads are one snapshot, and its write fails with
+/// 40001 if a row it writes changed since that snapshot.
+pub const BEGIN_REPAIR: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ";
+
+/// Ends a transaction, applying it.
+pub const COMMIT: &str = "COMMIT";
+
+/// Ends a transaction without applying it.
+pub const ROLLBACK: &str = "ROLLBACK";
+
+/// The effects a committed attempt recorded: `$1` consumer, `$2` batch id.
+pub const READ_MARKER: &str = "SELECT applied, duplicates, stale, poison
+    FROM batch_markers WHERE consumer = $1 AND batch_id = $2";
+
+/// Reads and locks the batch's existing memberships, in key order (so two
+/// batches lock their common rows in one order): `$1` post ids, `$2` user
+/// ids, pairwise.
+pub const LOCK_MEMBERSHIPS: &str = "SELECT m.post_id, m.user_id, m.liked, m.seq,
+        m.occurred_at_micros, m.event_id
+    FROM memberships AS m
+    JOIN unnest($1::text[], $2::text[]) AS k(post_id, user_id)
+      ON m.post_id = k.post_id AND m.user_id = k.user_id
+    ORDER BY m.post_id, m.user_id
+    FOR UPDATE OF m";
+
+/// Reads memberships without locking (replay's dry run): as [`LOCK_MEMBERSHIPS`].
+pub const READ_MEMBERSHIPS: &str = "SELECT m.post_id, m.user_id, m.liked, m.seq,
+        m.occurred_at_micros, m.event_id
+    FROM memberships AS m
+    JOIN unnest($1::text[], $2::text[]) AS k(post_id, user_id)
+      ON m.post_id = k.post_id AND m.user_id = k.user_id";
+
+/// Writes the new state of memberships the batch read (and locked):
+/// `$1` post ids, `$2` user ids, `$3` liked, `$4` seq, `$5` occurred-at
+/// micros, `$6` event ids (pairwise), `$7` the batch id.
+pub const UPDATE_MEMBERSHIPS: &str = "UPDATE memberships AS m
+    SET liked = u.liked, seq = u.seq, occurred_at_micros = u.occurred_at_micros,
+        event_id = u.event_id, batch_id = $7, updated_at = now()
+    FROM unnest($1::text[], $2::text[], $3::bool[], $4::int8[], $5::int8[], $6::text[])
+        AS u(post_id, user_id, liked, seq, occurred_at_micros, event_id)
+    WHERE m.post_id = u.post_id AND m.user_id = u.user_id";
+
+/// Creates the memberships the batch read as absent, parameters as
+/// [`UPDATE_MEMBERSHIPS`]. No `ON CONFLICT`: a row another transaction
+/// inserted since the read makes this statement fail (23505, contention),
+/// so a plan computed from "absent" never overwrites a row it did not see.
+pub const INSERT_MEMBERSHIPS: &str = "INSERT INTO memberships
+        (post_id, user_id, liked, seq, occurred_at_micros, event_id, batch_id)
+    SELECT u.post_id, u.user_id, u.liked, u.seq, u.occurred_at_micros, u.event_id, $7
+    FROM unnest($1::text[], $2::text[], $3::bool[], $4::int8[], $5::int8[], $6::text[])
+        AS u(post_id, user_id, liked, seq, occurred_at_micros, event_id)
+    ORDER BY u.post_id, u.user_id";
+
+/// Adds each post's delta to one of its counter shards, creating it if
+/// needed: `$1` post ids, `$2` shards, `$3` deltas (one row per post).
+/// `likes + excluded.likes` is evaluated on the row's latest version, so
+/// increments of concurrent transactions add up, never overwrite.
+pub const ADD_TO_COUNTER_SHARDS: &str = "INSERT INTO counter_shards AS c (post_id, shard, likes)
+    SELECT d.post_id, d.shard, d.likes
+    FROM unnest($1::text[], $2::int4[], $3::int8[]) AS d(post_id, shard, likes)
+    ORDER BY d.post_id, d.shard
+    ON CONFLICT (post_id, shard)
+    DO UPDATE SET likes = c.likes + excluded.likes, updated_at = now()";
+
+/// Records the batch's effects: `$1` consumer, `$2` batch id, `$3`
+/// messages, `$4` applied, `$5` duplicates, `$6` stale, `$7` poison, `$8`
+/// posts, `$9` seconds to keep it. No `ON CONFLICT`: an earlier attempt's
+/// marker committed since the read makes this attempt fail (23505) and the
+/// next one report the earlier effects.
+pub const INSERT_MARKER: &str = "INSERT INTO batch_markers
+        (consumer, batch_id, messages, applied, duplicates, stale, poison, posts, expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + $9::int8 * interval '1 second')";
+
+/// Writes (or, for a redelivered message, rewrites) one quarantine record:
+/// `$1` consumer, `$2` record id, `$3` message id, `$4` reason, `$5` data,
+/// `$6` data bytes, `$7` data SHA-256, `$8` attribute keys, `$9` attribute
+/// values, `$10` attribute count, `$11` attributes truncated, `$12` batch id.
+pub const UPSERT_QUARANTINE: &str = "INSERT INTO quarantine AS q
+        (consumer, record_id, message_id, reason, data, data_bytes, data_sha256,
+         attribute_keys, attribute_values, attribute_count, attributes_truncated, batch_id)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+    ON CONFLICT (consumer, record_id) DO UPDATE SET
+        message_id = excluded.message_id, reason = excluded.reason, data = excluded.data,
+        data_bytes = excluded.data_bytes, data_sha256 = excluded.data_sha256,
+        attribute_keys = excluded.attribute_keys, attribute_values = excluded.attribute_values,
+        attribute_count = excluded.attribute_count,
+        attributes_truncated = excluded.attributes_truncated,
+        batch_id = excluded.batch_id, quarantined_at = now()";
+
+/// Every statement a batch's commit runs, prepared once per connection.
+pub const COMMIT_STATEMENTS: [&str; 7] = [
+    READ_MARKER,
+    LOCK_MEMBERSHIPS,
+    UPDATE_MEMBERSHIPS,
+    INSERT_MEMBERSHIPS,
+    ADD_TO_COUNTER_SHARDS,
+    INSERT_MARKER,
+    UPSERT_QUARANTINE,
+];
+
+/// A post's count: `$1` post id.
+pub const COUNT: &str =
+    "SELECT COALESCE(sum(likes), 0)::int8 FROM counter_shards WHERE post_id = $1";
+
+/// Liked memberships per post, every post.
+pub const LIKED_PER_POST: &str =
+    "SELECT post_id, count(*)::int8 FROM memberships WHERE liked GROUP BY post_id";
+
+/// Counter sums per post, every post.
+pub const SHARDS_PER_POST: &str =
+    "SELECT post_id, sum(likes)::int8 FROM counter_shards GROUP BY post_id";
+
+/// Liked memberships of post `$1`.
+pub const LIKED_OF_POST: &str =
+    "SELECT count(*)::int8 FROM memberships WHERE post_id = $1 AND liked";
+
+/// A reconcile correction: adds `$2` to shard 0 of post `$1`.
+pub const CORRECT_SHARD_ZERO: &str = "INSERT INTO counter_shards AS c (post_id, shard, likes)
+    VALUES ($1, 0, $2)
+    ON CONFLICT (post_id, shard)
+    DO UPDATE SET likes = c.likes + excluded.likes, updated_at = now()";
+
+/// Quarantine records, oldest first (of consumer `$1`, or all when NULL).
+pub const LIST_QUARANTINE: &str = "SELECT consumer, record_id, message_id, reason, data,
+        data_bytes, data_sha256, attribute_keys, attribute_values, attribute_count,
+        attributes_truncated, batch_id, quarantined_at::text
+    FROM quarantine WHERE ($1::text IS NULL OR consumer = $1)
+    ORDER BY quarantined_at, consumer, record_id";
+
+/// Deletes up to `$1` expired batch markers, oldest first; skips rows
+/// another cleanup holds.
+pub const DELETE_EXPIRED_MARKERS: &str = "DELETE FROM batch_markers
+    WHERE (consumer, batch_id) IN (
+        SELECT consumer, batch_id FROM batch_markers
+        WHERE expires_at < now()
+        ORDER BY expires_at
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED)";
+
+/// The newest schema migration applied to the database `client` reaches
+/// (`None` before any).
+pub async fn schema_version(client: &Client) -> Result<Option<i32>, StoreError> {
+    let err = |e: tokio_postgres::Error| query_error("SchemaVersion", &e);
+    let exists = client
+        .query_one(HAS_MIGRATIONS_TABLE, &[])
+        .await
+        .map_err(err)?;
+    if !exists.try_get::<_, bool>(0).map_err(err)? {
+        return Ok(None);
+    }
+    let newest = client.query_one(NEWEST_MIGRATION, &[]).await.map_err(err)?;
+    newest.try_get(0).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_in_strictly_increasing_version_order() {
+        let versions: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+        assert_eq!(versions.first(), Some(&1));
+    }
+}
