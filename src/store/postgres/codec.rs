@@ -15,7 +15,8 @@ use tokio_postgres::Row;
 
 use super::errors::query_error;
 use crate::event::Version;
-use crate::pipeline::batch::{Effects, Membership, MembershipKey, PoisonRecord};
+use crate::pipeline::batch::{Effects, Membership, MembershipKey};
+use crate::pipeline::poison::PoisonRecord;
 use crate::store::StoreError;
 
 /// A membership row ([`super::schema::LOCK_MEMBERSHIPS`]'s columns).
