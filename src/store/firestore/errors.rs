@@ -13,7 +13,7 @@ use crate::store::{ErrorClass, StoreError};
 pub fn status_error(op: &'static str, status: &Status) -> StoreError {
     StoreError {
         op,
-        code: format!("{:?}", status.code()),
+        code: status.code(),
         message: status.message().to_string(),
         class: classify(status.code(), status.message()),
         transaction: None,

@@ -237,7 +237,7 @@ impl FirestoreStore {
         if snapshot.transaction.is_empty() {
             return Err(StoreError {
                 op,
-                code: "INTERNAL".into(),
+                code: Code::Internal,
                 message: "no transaction id in the BatchGetDocuments response".into(),
                 class: ErrorClass::Transient,
                 transaction: None,
@@ -289,7 +289,7 @@ impl CounterStore for FirestoreStore {
                 }
                 Err(StoreError {
                     op: "Commit",
-                    code: format!("{:?}", Code::DeadlineExceeded),
+                    code: Code::DeadlineExceeded,
                     message: "the attempt's deadline passed; its transaction was rolled back"
                         .into(),
                     class: ErrorClass::Transient,
