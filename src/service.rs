@@ -15,7 +15,7 @@ use crate::pipeline::acker::Acker;
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::{FlushConfig, Flusher};
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source, SourceConfig};
-use crate::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
+use crate::store::firestore::{FirestoreDb, FirestoreStore, FirestoreStoreConfig};
 use crate::telemetry::Stats;
 
 /// A running service failed to start.
@@ -39,11 +39,10 @@ pub async fn open_store(
         database: config.database.clone(),
         collection_prefix: config.collection_prefix.clone(),
     };
-    let db = connect::firestore(endpoints, &target).await?;
+    let db = FirestoreDb::open(endpoints, &target).await?;
     Ok(FirestoreStore::new(
         db,
         FirestoreStoreConfig {
-            layout: Layout::new(&config.project, &config.database, &config.collection_prefix),
             consumer: config.consumer.clone(),
             counter_shards: config.counter_shards,
             counter_shard_target_writes_per_sec: config.counter_shard_target_writes_per_sec,

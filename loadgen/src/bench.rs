@@ -305,7 +305,7 @@ async fn run_one(
     let db = readback::connect(&endpoints, &target)
         .await
         .map_err(verify::VerifyError::from)?;
-    let rows = readback::read_memberships(&db, &readback::layout(&target))
+    let rows = readback::read_memberships(&db)
         .await
         .map_err(verify::VerifyError::from)?;
     let latency = report::percentiles(&report::measure(&rows).latency_micros);

@@ -152,7 +152,7 @@ pub async fn run(
     let db = readback::connect(&endpoints, target)
         .await
         .map_err(verify::VerifyError::from)?;
-    let rows = readback::read_memberships(&db, &readback::layout(target))
+    let rows = readback::read_memberships(&db)
         .await
         .map_err(verify::VerifyError::from)?;
     let measurements = report::measure(&rows);

@@ -11,9 +11,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use firestore::FirestoreDb;
 use hdrhistogram::Histogram;
 use hotcount::config::{Endpoints, Target};
+use hotcount::store::firestore::FirestoreDb;
 
 use crate::chart::{ChartError, LineChart};
 use crate::readback::{self, MembershipRow, ReadError};
@@ -318,17 +318,16 @@ pub async fn connect_and_report(
     info: &RunInfo,
 ) -> Result<ReportFiles, ReportError> {
     let db = readback::connect(endpoints, target).await?;
-    report(&db, target, dir, info).await
+    report(&db, dir, info).await
 }
 
-/// Reads the memberships of `target` and writes the report into `dir`.
+/// Reads the memberships of `db`'s layout and writes the report into `dir`.
 pub async fn report(
     db: &FirestoreDb,
-    target: &Target,
     dir: &Path,
     info: &RunInfo,
 ) -> Result<ReportFiles, ReportError> {
-    let rows = readback::read_memberships(db, &readback::layout(target)).await?;
+    let rows = readback::read_memberships(db).await?;
     write_report(dir, &measure(&rows), info, &Machine::detect())
 }
 

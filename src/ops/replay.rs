@@ -20,16 +20,12 @@ use google_cloud_pubsub::subscriber::handler::Handler;
 use google_cloud_pubsub::subscriber::ShutdownBehavior;
 use tokio::time::Instant;
 
-use gcloud_sdk::google::firestore::v1 as fs;
-
 use crate::config::{check_pubsub_id, Endpoints, Target};
 use crate::connect;
 use crate::pipeline::aggregator::Item;
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
 use crate::pipeline::source::to_item;
-use crate::store::firestore::{
-    membership_from_fields, status_error, FirestoreStore, FirestoreStoreConfig, Layout,
-};
+use crate::store::firestore::{FirestoreDb, FirestoreStore, FirestoreStoreConfig, Read};
 use crate::store::{Attempt, CounterStore, StoreError};
 
 /// What to replay, as given on the command line.
@@ -303,12 +299,10 @@ async fn open_store(
     endpoints: &Endpoints,
     args: &ReplayArgs,
 ) -> Result<FirestoreStore, ReplayError> {
-    let t = &args.target;
-    let db = connect::firestore(endpoints, t).await?;
+    let db = FirestoreDb::open(endpoints, &args.target).await?;
     Ok(FirestoreStore::new(
         db,
         FirestoreStoreConfig {
-            layout: Layout::new(&t.project, &t.database, &t.collection_prefix),
             consumer: args.consumer.clone(),
             counter_shards: args.counter_shards.max(1),
             counter_shard_target_writes_per_sec:
@@ -473,7 +467,12 @@ impl<'a> Replayer<'a> {
             }
         }
         let batch = Batch::new(events, poison);
-        let mut stored = read_memberships(&self.store, &batch).await?;
+        // Read outside any transaction: locks nothing.
+        let read = self
+            .store
+            .db()
+            .read_memberships(batch.keys(), None, Read::Latest);
+        let mut stored = read.await?.found;
         if self.args.dry_run {
             for (key, m) in &self.overlay {
                 if stored.contains_key(key) || batch.events.contains_key(key) {
@@ -532,44 +531,6 @@ impl<'a> Replayer<'a> {
         let due = self.started + Duration::from_secs_f64(self.report.messages as f64 / rate);
         tokio::time::sleep_until(due).await;
     }
-}
-
-/// Memberships of `batch`'s keys, read outside any transaction (no locks).
-async fn read_memberships(
-    store: &FirestoreStore,
-    batch: &Batch,
-) -> Result<HashMap<MembershipKey, Membership>, StoreError> {
-    let layout = store.layout();
-    let names: HashMap<String, MembershipKey> = batch
-        .keys()
-        .map(|k| (layout.membership(k), k.clone()))
-        .collect();
-    let mut out = HashMap::new();
-    if names.is_empty() {
-        return Ok(out);
-    }
-    let op = "BatchGetDocuments";
-    let request = fs::BatchGetDocumentsRequest {
-        database: layout.database.clone(),
-        documents: names.keys().cloned().collect(),
-        ..Default::default()
-    };
-    let mut stream = store
-        .client()
-        .batch_get_documents(request)
-        .await
-        .map_err(|s| status_error(op, &s))?
-        .into_inner();
-    while let Some(response) = stream.message().await.map_err(|s| status_error(op, &s))? {
-        if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result {
-            if let (Some(key), Some(m)) =
-                (names.get(&doc.name), membership_from_fields(&doc.fields))
-            {
-                out.insert(key.clone(), m);
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

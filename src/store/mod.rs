@@ -1,6 +1,7 @@
 //! Where counts live: the [`CounterStore`] trait, its Firestore
-//! implementation ([`firestore`]) and an in-memory one for unit tests
-//! ([`memory`]).
+//! implementation ([`firestore`], over the one [`firestore::FirestoreDb`]
+//! handle every Firestore call goes through) and an in-memory one for unit
+//! tests ([`memory`]).
 //!
 //! Invariant: [`CounterStore::commit`] applies a whole batch atomically, in
 //! one transaction, or nothing of it; a batch whose marker already exists is

@@ -45,6 +45,12 @@ pub fn classify(code: Code, message: &str) -> ErrorClass {
     }
 }
 
+/// An INTERNAL failure of `op`: the server answered something this client
+/// cannot use (classed like any INTERNAL: transient).
+pub fn internal(op: &'static str, message: &str) -> StoreError {
+    status_error(op, &Status::new(Code::Internal, message))
+}
+
 /// Whether `message` is Firestore's "transaction expired" INVALID_ARGUMENT.
 fn is_expired_transaction(message: &str) -> bool {
     let message = message.to_ascii_lowercase();
