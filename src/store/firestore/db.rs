@@ -269,8 +269,8 @@ impl FirestoreDb {
         Ok(transaction)
     }
 
-    /// `error` ended a read or a commit: ends `transaction` too, if one
-    /// was opened, and names it in the error.
+    /// `error` ended a read: ends the `transaction` it opened too, if any,
+    /// and names it in the error (the next attempt retries it).
     async fn abandon(&self, transaction: Vec<u8>, mut error: StoreError) -> StoreError {
         if !transaction.is_empty() {
             self.rollback(transaction.clone()).await;
