@@ -30,16 +30,16 @@ mutations=(
   "if settled.nack.is_empty() {" "if true {"
   "-p hotcount --test isolation_prop"
 
-  "drop the marker read" src/store/firestore/mod.rs
-  "snapshot.marker = Some(effects_from_fields(&doc.fields));" "let _ = effects_from_fields(&doc.fields);"
+  "drop the marker read" src/store/firestore/documents.rs
+  "read_back.marker = Some(codec::effects_from_fields(&doc.fields));" "let _ = codec::effects_from_fields(&doc.fields);"
   "-p hotcount --test service_e2e aborted_and_applied"
 
   "ignore busy shards" src/pipeline/aggregator.rs
   ".filter(|(i, _)| !busy.get(*i).copied().unwrap_or(false))" ".filter(|_| true)"
   "-p hotcount --lib flusher::tests::a_membership_is_never"
 
-  "skip a poison record" src/store/firestore/codec.rs
-  "writes.push(quarantine_write(config, &poison.item));" "let _ = quarantine_write(config, &poison.item);"
+  "skip a poison record" src/store/firestore/codec/mod.rs
+  "writes.push(quarantine_write(layout, &config.consumer, &poison.item));" "let _ = quarantine_write(layout, &config.consumer, &poison.item);"
   "-p hotcount --test hostile_content"
 
   "quarantine on any error" src/store/firestore/errors.rs

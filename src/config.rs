@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::event::{check_id, MAX_EVENT_ID_BYTES};
 use crate::pipeline::flusher::FlushConfig;
 use crate::pipeline::source::SourceConfig;
-use crate::store::firestore::{FirestoreStoreConfig, Layout};
+use crate::store::firestore::FirestoreStoreConfig;
 
 /// Increments per second a counter shard document should take, by default
 /// (Firestore's guidance for one document is about one sustained write per
@@ -485,7 +485,6 @@ impl Config {
     /// The Firestore store's settings.
     pub fn store(&self) -> FirestoreStoreConfig {
         FirestoreStoreConfig {
-            layout: Layout::new(&self.project, &self.database, &self.collection_prefix),
             consumer: self.consumer.clone(),
             counter_shards: self.counter_shards,
             counter_shard_target_writes_per_sec: self.counter_shard_target_writes_per_sec,

@@ -6,8 +6,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::ops::{dlq, quarantine, reconcile, replay, setup};
-use hotcount::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
-use hotcount::store::CounterStore;
+use hotcount::store::firestore::FirestoreDb;
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
@@ -163,9 +162,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Count { target, post_ids } => {
-            let store = tool_store(&cli.endpoints, &target).await?;
+            let db = FirestoreDb::open(&cli.endpoints, &target).await?;
             for post in post_ids {
-                let count = store
+                let count = db
                     .count(&post)
                     .await
                     .with_context(|| format!("counting {post}"))?;
@@ -255,8 +254,8 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
             consumer,
             limit,
         } => {
-            let store = tool_store(endpoints, &target).await?;
-            let records = quarantine::list(&store, consumer.as_deref(), limit).await?;
+            let db = FirestoreDb::open(endpoints, &target).await?;
+            let records = quarantine::list(&db, consumer.as_deref(), limit).await?;
             println!("id\tbytes\tquarantined\treason");
             for r in &records {
                 println!(
@@ -271,8 +270,8 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
             Ok(())
         }
         QuarantineAction::Show { target, id } => {
-            let store = tool_store(endpoints, &target).await?;
-            let Some(r) = quarantine::show(&store, &id).await? else {
+            let db = FirestoreDb::open(endpoints, &target).await?;
+            let Some(r) = quarantine::show(&db, &id).await? else {
                 anyhow::bail!("no quarantine record {id}");
             };
             println!("record {}", r.id());
@@ -309,11 +308,11 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
             Ok(())
         }
         QuarantineAction::Redrive { target, topic, ids } => {
-            let store = tool_store(endpoints, &target).await?;
+            let db = FirestoreDb::open(endpoints, &target).await?;
             let topic = format!("projects/{}/topics/{topic}", target.project);
             let publisher = connect::publisher(endpoints, &topic).await?;
             let mut refused = 0;
-            for (id, outcome) in quarantine::redrive(&store, &publisher, &ids).await? {
+            for (id, outcome) in quarantine::redrive(&db, &publisher, &ids).await? {
                 match outcome {
                     quarantine::Redrive::Published { message_id } => {
                         println!("redriven\t{id}\t{message_id}");
@@ -336,34 +335,19 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
     }
 }
 
-/// A store for the operator tools (reads, and repairs that name their shard).
-async fn tool_store(endpoints: &Endpoints, target: &Target) -> anyhow::Result<FirestoreStore> {
-    let db = connect::firestore(endpoints, target).await?;
-    Ok(FirestoreStore::new(
-        db,
-        FirestoreStoreConfig {
-            layout: Layout::new(&target.project, &target.database, &target.collection_prefix),
-            consumer: String::new(),
-            counter_shards: 1,
-            counter_shard_target_writes_per_sec: 0,
-            marker_ttl: std::time::Duration::ZERO,
-        },
-    ))
-}
-
 async fn reconcile(
     endpoints: &Endpoints,
     target: &Target,
     posts: Vec<String>,
     repair: bool,
 ) -> anyhow::Result<()> {
-    let store = tool_store(endpoints, target).await?;
+    let db = FirestoreDb::open(endpoints, target).await?;
     let reports = if posts.is_empty() {
-        reconcile::reconcile_all(&store, repair).await?
+        reconcile::reconcile_all(&db, repair).await?
     } else {
         let mut reports = Vec::new();
         for post in posts {
-            let report = reconcile::reconcile_post(&store, &post, repair)
+            let report = reconcile::reconcile_post(&db, &post, repair)
                 .await
                 .with_context(|| format!("reconciling {post}"))?;
             reports.push(report);

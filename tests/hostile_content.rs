@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{expected, Ev, Harness};
-use gcloud_sdk::google::firestore::v1 as fs;
 use google_cloud_pubsub::model::Message;
+use hotcount::store::firestore::{codec, StoredRecord};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -25,31 +25,15 @@ async fn publish(h: &Harness, data: Vec<u8>, attributes: BTreeMap<String, String
 }
 
 /// The quarantine record of `message_id` written by consumer `c1`.
-async fn record(h: &Harness, message_id: &str) -> Option<fs::Document> {
-    let name = h.store.layout().quarantine("c1", message_id);
-    h.store.get(&name).await.expect("read quarantine")
+async fn record(h: &Harness, message_id: &str) -> Option<StoredRecord> {
+    let name = h.db.layout().quarantine("c1", message_id);
+    let doc = h.db.get(&name).await.expect("read quarantine");
+    doc.as_ref().map(codec::quarantine_from_document)
 }
 
 /// Every (key, value) the record keeps of the message's attributes.
-fn stored_attributes(doc: &fs::Document) -> BTreeMap<String, String> {
-    use fs::value::ValueType;
-    let text = |v: Option<&fs::Value>| match v.and_then(|v| v.value_type.as_ref()) {
-        Some(ValueType::StringValue(s)) => s.clone(),
-        other => panic!("not a string: {other:?}"),
-    };
-    let mut out = BTreeMap::new();
-    if let Some(ValueType::ArrayValue(array)) = doc
-        .fields
-        .get("attributes")
-        .and_then(|v| v.value_type.as_ref())
-    {
-        for entry in &array.values {
-            if let Some(ValueType::MapValue(map)) = &entry.value_type {
-                out.insert(text(map.fields.get("key")), text(map.fields.get("value")));
-            }
-        }
-    }
-    out
+fn stored_attributes(stored: &StoredRecord) -> BTreeMap<String, String> {
+    stored.record.attributes.iter().cloned().collect()
 }
 
 fn likes(posts: usize, per_post: usize) -> Vec<Ev> {
@@ -193,16 +177,14 @@ async fn an_event_the_store_refused_is_quarantined_then_redriven_and_counted_onc
     assert_eq!(h.count("post-r").await, 0, "quarantined, not counted");
     assert_eq!(consumer.stats.isolated.get(), 1);
 
-    let records = quarantine::list(&h.store, Some("c1"), 10)
-        .await
-        .expect("list");
+    let records = quarantine::list(&h.db, Some("c1"), 10).await.expect("list");
     assert_eq!(records.len(), 1, "{records:?}");
     assert!(records[0].record.reason.contains("rejected by the store"));
     let id = records[0].id().to_string();
-    let shown = quarantine::show(&h.store, &id).await.expect("show");
+    let shown = quarantine::show(&h.db, &id).await.expect("show");
     assert_eq!(shown.as_ref(), Some(&records[0]));
 
-    let done = quarantine::redrive(&h.store, &h.publisher, &[id.clone(), "c1:nope".into()])
+    let done = quarantine::redrive(&h.db, &h.publisher, &[id.clone(), "c1:nope".into()])
         .await
         .expect("redrive");
     assert!(matches!(done[0].1, Redrive::Published { .. }), "{done:?}");
@@ -211,12 +193,9 @@ async fn an_event_the_store_refused_is_quarantined_then_redriven_and_counted_onc
     assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
     assert!(consumer.wait_for_acks(2, WAIT).await);
     consumer.stop().await;
-    assert!(quarantine::show(&h.store, &id)
-        .await
-        .expect("show")
-        .is_none());
+    assert!(quarantine::show(&h.db, &id).await.expect("show").is_none());
     // A second re-drive of the same record finds nothing: no double count.
-    let again = quarantine::redrive(&h.store, &h.publisher, std::slice::from_ref(&id))
+    let again = quarantine::redrive(&h.db, &h.publisher, std::slice::from_ref(&id))
         .await
         .expect("redrive");
     assert_eq!(again[0].1, Redrive::Missing);
@@ -235,11 +214,11 @@ async fn a_truncated_record_is_never_redriven() {
     assert!(consumer.wait_for_acks(1, WAIT).await);
     consumer.stop().await;
     let record = format!("c1:{id}");
-    let done = quarantine::redrive(&h.store, &h.publisher, std::slice::from_ref(&record))
+    let done = quarantine::redrive(&h.db, &h.publisher, std::slice::from_ref(&record))
         .await
         .expect("redrive");
     assert!(matches!(done[0].1, Redrive::Refused(_)), "{done:?}");
-    assert!(quarantine::show(&h.store, &record)
+    assert!(quarantine::show(&h.db, &record)
         .await
         .expect("show")
         .is_some());

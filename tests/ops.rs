@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{expected, Ev, Harness};
 use hotcount::ops::{dlq, reconcile, replay};
+use hotcount::store::firestore::Read;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -62,16 +63,16 @@ async fn reconcile_finds_and_repairs_a_corrupted_shard() {
     let want = expected(&events);
     assert_eq!(h.counts(want.keys()).await, want);
 
-    let clean = reconcile::reconcile_all(&h.store, false).await.unwrap();
+    let clean = reconcile::reconcile_all(&h.db, false).await.unwrap();
     assert_eq!(clean.len(), 2);
     assert!(clean.iter().all(|r| r.difference() == 0), "{clean:?}");
 
     // Corrupt: a lost increment on one shard, a phantom one on another post.
-    corrupt::counter_shard(&h.store, "hot", 0, -4).await;
-    corrupt::counter_shard(&h.store, "calm", 5, 3).await;
+    corrupt::counter_shard(&h.db, "hot", 0, -4).await;
+    corrupt::counter_shard(&h.db, "calm", 5, 3).await;
     assert_eq!(h.count("hot").await, 5);
 
-    let report = reconcile::reconcile_post(&h.store, "hot", false)
+    let report = reconcile::reconcile_post(&h.db, "hot", false)
         .await
         .unwrap();
     assert_eq!(
@@ -80,7 +81,7 @@ async fn reconcile_finds_and_repairs_a_corrupted_shard() {
     );
     assert_eq!(h.count("hot").await, 5, "a report changes nothing");
 
-    let all = reconcile::reconcile_all(&h.store, true).await.unwrap();
+    let all = reconcile::reconcile_all(&h.db, true).await.unwrap();
     let repaired: Vec<_> = all
         .iter()
         .filter(|r| r.repaired)
@@ -92,7 +93,7 @@ async fn reconcile_finds_and_repairs_a_corrupted_shard() {
         want,
         "counts equal liked memberships again"
     );
-    let again = reconcile::reconcile_all(&h.store, true).await.unwrap();
+    let again = reconcile::reconcile_all(&h.db, true).await.unwrap();
     assert!(
         again.iter().all(|r| r.difference() == 0 && !r.repaired),
         "{again:?}"
@@ -138,10 +139,11 @@ impl HeldRepair {
             reached: tx,
             go: tokio::sync::Semaphore::new(0),
         });
-        let (store, post, hook) = (h.store.clone(), post.to_string(), pause.clone());
-        let task = tokio::spawn(async move {
-            reconcile::reconcile_post_with(&store, &post, true, &*hook).await
-        });
+        let (db, post, hook) = (h.db.clone(), post.to_string(), pause.clone());
+        let task =
+            tokio::spawn(
+                async move { reconcile::reconcile_post_with(&db, &post, true, &*hook).await },
+            );
         Self {
             pause,
             reached,
@@ -170,39 +172,11 @@ impl HeldRepair {
 
 /// Liked memberships of `post` in the database, counted by a plain query.
 async fn liked_memberships(h: &Harness, post: &str) -> i64 {
-    use fs::structured_query::{filter::FilterType, CollectionSelector, FieldFilter, Filter};
-    use gcloud_sdk::google::firestore::v1 as fs;
-    let query = fs::StructuredQuery {
-        from: vec![CollectionSelector {
-            collection_id: h.store.layout().collection("likes"),
-            all_descendants: false,
-        }],
-        r#where: Some(Filter {
-            filter_type: Some(FilterType::FieldFilter(FieldFilter {
-                field: Some(fs::structured_query::FieldReference {
-                    field_path: "postId".into(),
-                }),
-                op: fs::structured_query::field_filter::Operator::Equal as i32,
-                value: Some(fs::Value {
-                    value_type: Some(fs::value::ValueType::StringValue(post.into())),
-                }),
-            })),
-        }),
-        ..Default::default()
-    };
-    let docs = h
-        .store
-        .run_query(&h.store.layout().root(), query, None)
-        .await
-        .expect("memberships");
-    docs.iter()
-        .filter(|d| {
-            matches!(
-                d.fields.get("liked").and_then(|v| v.value_type.as_ref()),
-                Some(gcloud_sdk::google::firestore::v1::value::ValueType::BooleanValue(true))
-            )
-        })
-        .count() as i64
+    let (memberships, _) =
+        h.db.memberships(Some(post), Read::Latest)
+            .await
+            .expect("memberships");
+    memberships.iter().filter(|m| m.membership.liked).count() as i64
 }
 
 /// A like the consumer commits between the repair's reads (a new membership
@@ -214,7 +188,7 @@ async fn a_like_committed_between_a_repairs_reads_is_not_subtracted() {
     let mut events = likes("p", 3, "a");
     h.publish(&events).await;
     assert!(consumer.wait_for_acks(3, WAIT).await);
-    corrupt::counter_shard(&h.store, "p", 7, -2).await;
+    corrupt::counter_shard(&h.db, "p", 7, -2).await;
     assert_eq!(h.count("p").await, 1);
 
     let mut repair = HeldRepair::start(&h, "p", reconcile::RepairStep::FirstRead);
@@ -249,7 +223,7 @@ async fn a_like_committed_after_a_repair_compared_keeps_the_count_exact() {
     let consumer = h.spawn(h.run_args("c1", &[]));
     h.publish(&likes("p", 3, "a")).await;
     assert!(consumer.wait_for_acks(3, WAIT).await);
-    corrupt::counter_shard(&h.store, "p", 7, 5).await;
+    corrupt::counter_shard(&h.db, "p", 7, 5).await;
 
     let mut repair = HeldRepair::start(&h, "p", reconcile::RepairStep::Compared);
     repair.held().await;
@@ -283,7 +257,7 @@ async fn concurrent_repairs_of_one_post_apply_one_correction() {
     let h = Harness::start().await;
     // A phantom increment on shard 3 of posts with no likes (shard 0 absent).
     for post in ["older-first", "younger-first"] {
-        corrupt::counter_shard(&h.store, post, 3, 2).await;
+        corrupt::counter_shard(&h.db, post, 3, 2).await;
         let mut older = HeldRepair::start(&h, post, reconcile::RepairStep::Compared);
         older.held().await;
         let mut younger = HeldRepair::start(&h, post, reconcile::RepairStep::Compared);
@@ -311,12 +285,12 @@ async fn concurrent_repairs_of_one_post_apply_one_correction() {
 async fn a_repair_applied_but_answered_unavailable_applies_once_and_reports_it() {
     use hotcount_emulators::{FaultKind, FaultSpec};
     let h = Harness::start().await;
-    corrupt::counter_shard(&h.store, "p", 3, 4).await;
+    corrupt::counter_shard(&h.db, "p", 3, 4).await;
     let faults = h.emulators.firestore_faults();
     faults
         .add(FaultSpec::error_after_apply("Commit", gcloud_sdk::tonic::Code::Unavailable).times(1))
         .unwrap();
-    let report = reconcile::reconcile_post(&h.store, "p", true)
+    let report = reconcile::reconcile_post(&h.db, "p", true)
         .await
         .expect("repair");
     assert_eq!(faults.fired().get(&FaultKind::ErrorAfterApply), Some(&1));

@@ -61,7 +61,7 @@ async fn reconcile_exits_non_zero_on_a_difference_and_zero_once_repaired() {
     );
     assert!(stdout(&out).contains("p\t6\t6\t+0\tok"), "{}", stdout(&out));
 
-    corrupt::counter_shard(&h.store, "p", 3, 2).await;
+    corrupt::counter_shard(&h.db, "p", 3, 2).await;
     let out = hotcount(&h, &["reconcile", "--post", "p"]);
     assert!(!out.status.success(), "a difference fails the command");
     assert!(

@@ -115,7 +115,7 @@ async fn a_store_without_its_tables_fails_transient_never_as_content() {
         .await
         .expect_err("no tables: setup was not run");
     assert!(error.is_retryable() && !error.proves_content(), "{error}");
-    assert_eq!(error.code, "NotFound");
+    assert_eq!(error.code, hotcount::store::Code::NotFound);
 }
 
 fn config(marker_ttl: Duration) -> PostgresStoreConfig {

@@ -614,7 +614,7 @@ async fn an_attempt_past_its_deadline_is_cancelled_and_holds_nothing() {
         .await
         .expect("attempt task")
         .expect_err("the deadline passed during the lock wait");
-    assert_eq!(error.code, "DeadlineExceeded");
+    assert_eq!(error.code, hotcount::store::Code::DeadlineExceeded);
     // Its session is gone (cancelled, closed): it holds nothing.
     until_sessions(&monitor, "active", 0).await;
     until_sessions(&monitor, "idle in transaction (aborted)", 0).await;

@@ -244,20 +244,16 @@ async fn poison_is_quarantined_with_reason_and_acked_while_valid_events_count() 
 }
 
 async fn quarantine_reasons(h: &Harness, message_ids: &[String]) -> Vec<String> {
-    use gcloud_sdk::google::firestore::v1 as fs;
-    let layout = h.store.layout();
+    let layout = h.db.layout();
     let mut reasons = Vec::new();
     for id in message_ids {
-        let doc = h
-            .store
-            .get(&layout.quarantine("c1", id))
-            .await
-            .expect("read quarantine")
-            .expect("quarantine record exists");
-        match doc.fields.get("reason").and_then(|v| v.value_type.clone()) {
-            Some(fs::value::ValueType::StringValue(s)) => reasons.push(s),
-            other => panic!("no reason in quarantine record: {other:?}"),
-        }
+        let doc =
+            h.db.get(&layout.quarantine("c1", id))
+                .await
+                .expect("read quarantine")
+                .expect("quarantine record exists");
+        let stored = hotcount::store::firestore::codec::quarantine_from_document(&doc);
+        reasons.push(stored.record.reason);
     }
     reasons
 }
@@ -311,9 +307,10 @@ async fn hot_post_gets_one_increment_per_batch_not_per_event() {
     );
     // Counted on the emulator's side: writes to every counter shard the
     // post has (listed, whatever their number).
-    let shards = hotcount::store::firestore::list_counter_shards(&h.store, "viral")
-        .await
-        .expect("list shards");
+    let shards =
+        h.db.counter_shards("viral", hotcount::store::firestore::Read::Latest)
+            .await
+            .expect("list shards");
     assert!(!shards.is_empty());
     let shard_writes: u64 = shards
         .keys()
@@ -363,7 +360,7 @@ async fn a_viral_post_is_in_several_commits_at_once_on_distinct_counter_shards()
     assert_eq!(h.count("viral").await, 1350);
     let stats = consumer.stop().await;
     let after = h.emulators.firestore().stats();
-    let layout = h.store.layout();
+    let layout = h.db.layout();
     let writes: Vec<u64> = (0..8)
         .map(|k| {
             h.emulators

@@ -126,39 +126,22 @@ async fn harness_with_lock_wait(lock_wait: Duration) -> Harness {
 /// of (`post`, `user`) and never ends it: what a replica killed mid-batch
 /// leaves behind until the transaction expires. Returns its id.
 async fn abandon_a_transaction_on(h: &Harness, post: &str, user: &str) -> Vec<u8> {
-    use gcloud_sdk::google::firestore::v1 as fs;
+    use hotcount::store::firestore::{Opened, Read};
     let key = hotcount::pipeline::batch::MembershipKey {
         post_id: post.into(),
         user_id: user.into(),
     };
-    let layout = h.store.layout();
-    let request = fs::BatchGetDocumentsRequest {
-        database: layout.database.clone(),
-        documents: vec![layout.membership(&key)],
-        consistency_selector: Some(
-            fs::batch_get_documents_request::ConsistencySelector::NewTransaction(
-                fs::TransactionOptions {
-                    mode: Some(fs::transaction_options::Mode::ReadWrite(Default::default())),
-                },
-            ),
-        ),
-        ..Default::default()
+    let opened = Opened::default();
+    let read = Read::ReadWrite {
+        retry: None,
+        opened: &opened,
     };
-    let mut stream = h
-        .store
-        .client()
-        .batch_get_documents(request)
-        .await
-        .expect("batch get")
-        .into_inner();
-    let mut transaction = Vec::new();
-    while let Some(response) = stream.message().await.expect("read") {
-        if !response.transaction.is_empty() {
-            transaction = response.transaction;
-        }
-    }
-    assert!(!transaction.is_empty());
-    transaction
+    let read =
+        h.db.read_memberships(std::iter::once(&key), None, read)
+            .await
+            .expect("read");
+    assert!(!read.transaction.is_empty());
+    read.transaction
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,7 +162,7 @@ async fn a_document_locked_by_a_dead_transaction_stalls_only_its_own_events() {
     );
     assert!(consumer.stats.contention_splits.get() > 0);
     // Once it ends, the stuck event commits too.
-    h.store.rollback(stuck).await;
+    h.db.rollback(stuck).await;
     let all = std::collections::BTreeMap::from([("p".to_string(), 30)]);
     assert_eq!(h.wait_for_counts(&all, WAIT).await, all);
     consumer.stop().await;

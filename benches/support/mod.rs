@@ -8,7 +8,8 @@ use std::sync::Mutex;
 use hotcount::event::{self, LikeEvent, LikeKind, Version};
 use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
 use hotcount::pipeline::batch::{Batch, MembershipKey};
-use hotcount::store::firestore::{build_writes, FirestoreStoreConfig, Layout};
+use hotcount::store::firestore::codec::build_writes;
+use hotcount::store::firestore::{FirestoreStoreConfig, Layout};
 use tokio::time::Instant;
 
 /// Payloads in the workload (each pass decodes all of them).
@@ -138,24 +139,35 @@ pub fn events() -> Vec<LikeEvent> {
         .collect()
 }
 
+/// A Firestore layout and store settings, for [`build_batch`].
+pub struct StoreSettings {
+    /// Where the documents live.
+    pub layout: Layout,
+    /// The store's settings.
+    pub config: FirestoreStoreConfig,
+}
+
 /// A Firestore layout and settings for [`build_batch`].
-pub fn store_config() -> FirestoreStoreConfig {
-    FirestoreStoreConfig {
+pub fn store_config() -> StoreSettings {
+    StoreSettings {
         layout: Layout::new("bench", "(default)", ""),
-        consumer: "bench".into(),
-        counter_shards: 8,
-        counter_shard_target_writes_per_sec: 1,
-        marker_ttl: std::time::Duration::from_secs(86_400),
+        config: FirestoreStoreConfig {
+            consumer: "bench".into(),
+            counter_shards: 8,
+            counter_shard_target_writes_per_sec: 1,
+            marker_ttl: std::time::Duration::from_secs(86_400),
+        },
     }
 }
 
 /// One commit's in-process work for `events`: group them into a batch,
 /// apply the rules to nothing stored, build the Firestore writes. Returns
 /// how many writes.
-pub fn build_batch(config: &FirestoreStoreConfig, events: &[LikeEvent]) -> usize {
+pub fn build_batch(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
     let batch = Batch::new(events.to_vec(), Vec::new());
     let plan = batch.plan(&HashMap::new());
     let times: HashMap<MembershipKey, _> = HashMap::new();
-    let writes = build_writes(config, &batch, &plan, &times, "marker", |_| 3);
+    let (layout, config) = (&settings.layout, &settings.config);
+    let writes = build_writes(layout, config, &batch, &plan, &times, "marker", |_| 3);
     std::hint::black_box(writes.len())
 }

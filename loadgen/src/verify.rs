@@ -7,8 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use firestore::FirestoreDb;
 use hotcount::config::{Endpoints, Target};
+use hotcount::store::firestore::FirestoreDb;
 
 use crate::readback::{self, MembershipRow, ReadError};
 use crate::truth::Truth;
@@ -96,16 +96,12 @@ pub async fn connect_and_verify(
     truth: &Truth,
 ) -> Result<VerifyReport, VerifyError> {
     let db = readback::connect(endpoints, target).await?;
-    verify(&db, target, truth).await
+    verify(&db, truth).await
 }
 
-/// Reads every counter shard and membership of `target` and compares them with `truth`.
-pub async fn verify(
-    db: &FirestoreDb,
-    target: &Target,
-    truth: &Truth,
-) -> Result<VerifyReport, VerifyError> {
-    let snapshot = readback::read_snapshot(db, &readback::layout(target)).await?;
+/// Reads every counter shard and membership of `db`'s layout and compares them with `truth`.
+pub async fn verify(db: &FirestoreDb, truth: &Truth) -> Result<VerifyReport, VerifyError> {
+    let snapshot = readback::read_snapshot(db).await?;
     let mut report = compare(truth, &snapshot.counts, &snapshot.memberships);
     report.shards_read = snapshot.shards_read;
     report.consistent_snapshot = snapshot.consistent;

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use gcloud_sdk::google::firestore::v1 as fs;
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::ops::setup::{self, SetupArgs};
-use hotcount::store::firestore::Layout;
+use hotcount::store::firestore::{codec, FirestoreDb};
 use hotcount_emulators::{Emulators, EmulatorsConfig};
 use hotcount_loadgen::demo::{self, DemoConfig};
 use hotcount_loadgen::publish::{self, PublishOptions};
@@ -190,34 +189,9 @@ async fn verify_names_a_corrupted_post_and_exits_nonzero() {
         database: "(default)".into(),
         collection_prefix: String::new(),
     };
-    let db = hotcount::connect::firestore(&endpoints, &target)
-        .await
-        .expect("db");
-    let layout = Layout::new("loadgen-test", "(default)", "");
-    use fs::document_transform::field_transform::TransformType;
-    let write = fs::Write {
-        operation: Some(fs::write::Operation::Update(fs::Document {
-            name: layout.counter_shard(post, 0),
-            ..Default::default()
-        })),
-        update_mask: Some(fs::DocumentMask {
-            field_paths: vec![],
-        }),
-        update_transforms: vec![fs::document_transform::FieldTransform {
-            field_path: "likes".into(),
-            transform_type: Some(TransformType::Increment(fs::Value {
-                value_type: Some(fs::value::ValueType::IntegerValue(3)),
-            })),
-        }],
-        current_document: None,
-    };
-    db.client()
-        .get()
-        .commit(fs::CommitRequest {
-            database: layout.database.clone(),
-            writes: vec![write],
-            ..Default::default()
-        })
+    let db = FirestoreDb::open(&endpoints, &target).await.expect("db");
+    let write = codec::counter_increment(db.layout(), post, 0, 3);
+    db.commit(vec![write], None)
         .await
         .expect("corrupting commit");
 

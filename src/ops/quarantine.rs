@@ -12,11 +12,10 @@
 
 use std::collections::BTreeMap;
 
-use gcloud_sdk::google::firestore::v1 as fs;
 use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::model::Message;
 
-use crate::store::firestore::{quarantine_from_document, FirestoreStore, StoredRecord};
+use crate::store::firestore::{FirestoreDb, StoredRecord};
 use crate::store::StoreError;
 
 /// The attribute naming the quarantine record a re-driven message came from.
@@ -55,61 +54,30 @@ pub enum Redrive {
 /// Up to `limit` quarantine records, by document id, of `consumer` only
 /// when given.
 pub async fn list(
-    store: &FirestoreStore,
+    db: &FirestoreDb,
     consumer: Option<&str>,
     limit: usize,
 ) -> Result<Vec<StoredRecord>, StoreError> {
-    use fs::structured_query::{field_filter, filter, FieldFilter, FieldReference, Filter};
-    let layout = store.layout();
-    let filter = consumer.map(|c| Filter {
-        filter_type: Some(filter::FilterType::FieldFilter(FieldFilter {
-            field: Some(FieldReference {
-                field_path: "consumer".into(),
-            }),
-            op: field_filter::Operator::Equal as i32,
-            value: Some(fs::Value {
-                value_type: Some(fs::value::ValueType::StringValue(c.to_string())),
-            }),
-        })),
-    });
-    let query = fs::StructuredQuery {
-        from: vec![fs::structured_query::CollectionSelector {
-            collection_id: layout.collection("quarantine"),
-            all_descendants: false,
-        }],
-        r#where: filter,
-        limit: Some(i32::try_from(limit).unwrap_or(i32::MAX)),
-        ..Default::default()
-    };
-    let documents = store.run_query(&layout.root(), query, None).await?;
-    Ok(documents.iter().map(quarantine_from_document).collect())
+    db.quarantine_records(consumer, Some(limit)).await
 }
 
 /// The record with document id `id` (`{consumer}:{message id}` as `list`
 /// prints it), if any.
-pub async fn show(store: &FirestoreStore, id: &str) -> Result<Option<StoredRecord>, StoreError> {
-    if id.is_empty() || id.contains('/') {
-        return Ok(None);
-    }
-    let name = store.layout().quarantine_record(id);
-    Ok(store
-        .get(&name)
-        .await?
-        .as_ref()
-        .map(quarantine_from_document))
+pub async fn show(db: &FirestoreDb, id: &str) -> Result<Option<StoredRecord>, StoreError> {
+    db.quarantine_record(id).await
 }
 
 /// Re-drives each record of `ids` to the main topic through `publisher`,
 /// then deletes it (see the module invariants). Stops at the first failed
 /// publish, returning what was done before it in the error's place.
 pub async fn redrive(
-    store: &FirestoreStore,
+    db: &FirestoreDb,
     publisher: &Publisher,
     ids: &[String],
 ) -> Result<Vec<(String, Redrive)>, QuarantineError> {
     let mut done = Vec::new();
     for id in ids {
-        let Some(stored) = show(store, id).await? else {
+        let Some(stored) = show(db, id).await? else {
             done.push((id.clone(), Redrive::Missing));
             continue;
         };
@@ -132,7 +100,7 @@ pub async fn redrive(
                     id: id.clone(),
                     message: e.to_string(),
                 })?;
-        delete(store, &stored.name).await?;
+        db.delete_quarantine_record(&stored).await?;
         tracing::info!(record = %id, %message_id, "quarantine record re-driven and deleted");
         done.push((id.clone(), Redrive::Published { message_id }));
     }
@@ -149,25 +117,4 @@ fn incomplete(stored: &StoredRecord) -> Option<&'static str> {
     } else {
         None
     }
-}
-
-/// Deletes the document `name` (it must exist).
-async fn delete(store: &FirestoreStore, name: &str) -> Result<(), StoreError> {
-    let request = fs::CommitRequest {
-        database: store.layout().database.clone(),
-        writes: vec![fs::Write {
-            operation: Some(fs::write::Operation::Delete(name.to_string())),
-            current_document: Some(fs::Precondition {
-                condition_type: Some(fs::precondition::ConditionType::Exists(true)),
-            }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    store
-        .client()
-        .commit(request)
-        .await
-        .map_err(|s| crate::store::firestore::status_error("Commit", &s))?;
-    Ok(())
 }

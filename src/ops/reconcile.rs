@@ -26,24 +26,13 @@
 //! lost finds its own `repairId` in the guard and is not applied twice.
 //! Reports without repair read in one read-only transaction too.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 
-use gcloud_sdk::google::firestore::v1 as fs;
-use gcloud_sdk::prost_types::Timestamp;
-use gcloud_sdk::tonic::{Code, Status};
-
-use fs::document_transform::field_transform::{ServerValue, TransformType};
-use fs::document_transform::FieldTransform;
-use fs::structured_aggregation_query::aggregation::{Count, Operator as AggregationOperator};
-use fs::structured_query::{
-    field_filter, filter::FilterType, CollectionSelector, CompositeFilter, FieldFilter,
-    FieldReference, Filter, Projection,
-};
-use fs::value::ValueType;
-
-use crate::store::firestore::{status_error, FirestoreStore};
+use crate::store::firestore::codec::Correction;
+use crate::store::firestore::errors::internal;
+use crate::store::firestore::{FirestoreDb, Read};
 use crate::store::StoreError;
 
 /// Attempts of one post's repair (snapshot, then conditional commit) before giving up.
@@ -96,24 +85,24 @@ impl RepairHook for NoHook {
 
 /// Compares (and with `repair`, fixes) one post.
 pub async fn reconcile_post(
-    store: &FirestoreStore,
+    db: &FirestoreDb,
     post_id: &str,
     repair: bool,
 ) -> Result<PostReport, StoreError> {
-    reconcile_post_with(store, post_id, repair, &NoHook).await
+    reconcile_post_with(db, post_id, repair, &NoHook).await
 }
 
 /// [`reconcile_post`], awaiting `hook` at each [`RepairStep`] of a repair.
 pub async fn reconcile_post_with(
-    store: &FirestoreStore,
+    db: &FirestoreDb,
     post_id: &str,
     repair: bool,
     hook: &dyn RepairHook,
 ) -> Result<PostReport, StoreError> {
     if !repair {
-        let txn = snapshot(store).await?;
-        let result = read_post(store, post_id, &txn, None).await;
-        store.rollback(txn).await;
+        let txn = db.begin_read_only().await?;
+        let result = read_post(db, post_id, &txn, None).await;
+        db.rollback(txn).await;
         let (liked, shards) = result?;
         return Ok(PostReport {
             post_id: post_id.to_string(),
@@ -128,7 +117,7 @@ pub async fn reconcile_post_with(
     let mut unanswered: Option<PostReport> = None;
     let mut attempt = 1;
     loop {
-        let result = repair_once(store, post_id, &repair_id, hook, attempt).await;
+        let result = repair_once(db, post_id, &repair_id, hook, attempt).await;
         let error = match result {
             Ok(Outcome::Done(report)) => return Ok(report),
             Ok(Outcome::AlreadyApplied) => {
@@ -167,20 +156,20 @@ type AttemptError = (StoreError, Option<PostReport>);
 /// shards and its guard in one read-only snapshot, then commits the
 /// correction with the guard, on the precondition that the guard is as read.
 async fn repair_once(
-    store: &FirestoreStore,
+    db: &FirestoreDb,
     post_id: &str,
     repair_id: &str,
     hook: &dyn RepairHook,
     attempt: u32,
 ) -> Result<Outcome, AttemptError> {
-    let txn = snapshot(store).await.map_err(|e| (e, None))?;
+    let txn = db.begin_read_only().await.map_err(|e| (e, None))?;
     let read = async {
-        let (liked, shards) = read_post(store, post_id, &txn, Some((hook, attempt))).await?;
-        let guard = read_guard(store, post_id, &txn).await?;
+        let (liked, shards) = read_post(db, post_id, &txn, Some((hook, attempt))).await?;
+        let guard = db.repair_guard(post_id, Read::In(&txn)).await?;
         Ok::<_, StoreError>((liked, shards, guard))
     }
     .await;
-    store.rollback(txn).await;
+    db.rollback(txn).await;
     let (liked, shards, guard) = read.map_err(|e| (e, None))?;
     if guard.repair_id.as_deref() == Some(repair_id) {
         return Ok(Outcome::AlreadyApplied);
@@ -196,144 +185,34 @@ async fn repair_once(
     if difference == 0 {
         return Ok(Outcome::Done(report));
     }
-    let layout = store.layout();
-    let request = fs::CommitRequest {
-        database: layout.database.clone(),
-        writes: vec![
-            correction(&layout.counter_shard(post_id, 0), post_id, difference),
-            guard_write(store, post_id, repair_id, &report, &guard),
-        ],
-        // No transaction: the snapshot was read-only and nothing is locked;
-        // the guard's precondition makes the commit conditional instead.
-        ..Default::default()
+    let correction = Correction {
+        post_id,
+        repair_id,
+        liked: report.liked,
+        shards_sum: report.shards_sum,
     };
     report.repaired = true;
-    if let Err(status) = store.client().commit(request).await {
-        return Err((status_error("Commit", &status), Some(report)));
+    // No transaction: the snapshot was read-only and nothing is locked;
+    // the guard's precondition makes the commit conditional instead.
+    if let Err(error) = db.commit_correction(&correction, &guard).await {
+        return Err((error, Some(report)));
     }
     tracing::info!(post = post_id, difference, "counter repaired");
     Ok(Outcome::Done(report))
 }
 
-/// A post's guard document as a repair's snapshot saw it.
-#[derive(Debug, Default)]
-struct Guard {
-    /// Its update time; `None` when it did not exist.
-    update_time: Option<Timestamp>,
-    /// The repair that wrote it last.
-    repair_id: Option<String>,
-}
-
-/// `{root}/{prefix}reconcile/{post}`: written by every correction of the post.
-fn guard_name(store: &FirestoreStore, post_id: &str) -> String {
-    let layout = store.layout();
-    format!(
-        "{}/{}/{post_id}",
-        layout.root(),
-        layout.collection("reconcile")
-    )
-}
-
-/// Reads the post's guard document in `txn`.
-async fn read_guard(
-    store: &FirestoreStore,
-    post_id: &str,
-    txn: &[u8],
-) -> Result<Guard, StoreError> {
-    let op = "BatchGetDocuments";
-    let request = fs::BatchGetDocumentsRequest {
-        database: store.layout().database.clone(),
-        documents: vec![guard_name(store, post_id)],
-        consistency_selector: Some(
-            fs::batch_get_documents_request::ConsistencySelector::Transaction(txn.to_vec()),
-        ),
-        ..Default::default()
-    };
-    let mut stream = store
-        .client()
-        .batch_get_documents(request)
-        .await
-        .map_err(|s| status_error(op, &s))?
-        .into_inner();
-    let mut guard = Guard::default();
-    while let Some(response) = stream.message().await.map_err(|s| status_error(op, &s))? {
-        if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result {
-            guard.repair_id = match doc
-                .fields
-                .get("repairId")
-                .and_then(|v| v.value_type.as_ref())
-            {
-                Some(ValueType::StringValue(id)) => Some(id.clone()),
-                _ => None,
-            };
-            guard.update_time = Some(
-                doc.update_time
-                    .ok_or_else(|| internal(op, "a document without an update time"))?,
-            );
-        }
-    }
-    Ok(guard)
-}
-
-/// The guard write of a correction: records it, on the precondition that
-/// the guard is still what the snapshot saw (so no other correction of the
-/// post committed since).
-fn guard_write(
-    store: &FirestoreStore,
-    post_id: &str,
-    repair_id: &str,
-    report: &PostReport,
-    seen: &Guard,
-) -> fs::Write {
-    let precondition = match seen.update_time {
-        Some(time) => fs::precondition::ConditionType::UpdateTime(time),
-        None => fs::precondition::ConditionType::Exists(false),
-    };
-    let string = |s: &str| fs::Value {
-        value_type: Some(ValueType::StringValue(s.to_string())),
-    };
-    let int = |n: i64| fs::Value {
-        value_type: Some(ValueType::IntegerValue(n)),
-    };
-    fs::Write {
-        operation: Some(fs::write::Operation::Update(fs::Document {
-            name: guard_name(store, post_id),
-            fields: HashMap::from([
-                ("postId".to_string(), string(post_id)),
-                ("repairId".to_string(), string(repair_id)),
-                ("difference".to_string(), int(report.difference())),
-                ("liked".to_string(), int(report.liked)),
-                ("shardsSum".to_string(), int(report.shards_sum)),
-            ]),
-            ..Default::default()
-        })),
-        update_mask: None,
-        update_transforms: vec![FieldTransform {
-            field_path: "repairedAt".into(),
-            transform_type: Some(TransformType::SetToServerValue(
-                ServerValue::RequestTime as i32,
-            )),
-        }],
-        current_document: Some(fs::Precondition {
-            condition_type: Some(precondition),
-        }),
-    }
-}
-
-fn internal(op: &'static str, message: &str) -> StoreError {
-    status_error(op, &Status::new(Code::Internal, message))
-}
-
 /// Compares every post that has counter shards or liked memberships, in one
 /// read-only snapshot; with `repair`, each differing post is then repaired
 /// in its own snapshot and conditional commit (which re-read it). Sorted by post id.
-pub async fn reconcile_all(
-    store: &FirestoreStore,
-    repair: bool,
-) -> Result<Vec<PostReport>, StoreError> {
-    let txn = snapshot(store).await?;
-    let scanned = scan_all(store, &txn).await;
-    store.rollback(txn).await;
+pub async fn reconcile_all(db: &FirestoreDb, repair: bool) -> Result<Vec<PostReport>, StoreError> {
+    let txn = db.begin_read_only().await?;
+    let scanned = async {
+        let liked = db.liked_per_post(Read::In(&txn)).await?;
+        let sums = db.counter_sums(Read::In(&txn)).await?;
+        Ok::<_, StoreError>((liked, sums.per_post))
+    }
+    .await;
+    db.rollback(txn).await;
     let (liked, sums) = scanned?;
     let mut posts: BTreeMap<String, (i64, i64)> = BTreeMap::new();
     for (post, n) in liked {
@@ -351,7 +230,7 @@ pub async fn reconcile_all(
             repaired: false,
         };
         if repair && report.difference() != 0 {
-            reports.push(reconcile_post(store, &report.post_id, true).await?);
+            reports.push(reconcile_post(db, &report.post_id, true).await?);
         } else {
             reports.push(report);
         }
@@ -359,202 +238,19 @@ pub async fn reconcile_all(
     Ok(reports)
 }
 
-/// Liked memberships per post, and counter sums per post.
-type Scan = (HashMap<String, i64>, HashMap<String, i64>);
-
-async fn scan_all(store: &FirestoreStore, txn: &[u8]) -> Result<Scan, StoreError> {
-    let layout = store.layout();
-    let likes = fs::StructuredQuery {
-        select: Some(Projection {
-            fields: vec![field("postId")],
-        }),
-        from: vec![collection(&layout.collection("likes"), false)],
-        r#where: Some(equals("liked", ValueType::BooleanValue(true))),
-        ..Default::default()
-    };
-    let mut liked: HashMap<String, i64> = HashMap::new();
-    for doc in store.run_query(&layout.root(), likes, Some(txn)).await? {
-        if let Some(ValueType::StringValue(post)) =
-            doc.fields.get("postId").and_then(|v| v.value_type.as_ref())
-        {
-            *liked.entry(post.clone()).or_default() += 1;
-        }
-    }
-    let shards = fs::StructuredQuery {
-        from: vec![collection("shards", true)],
-        ..Default::default()
-    };
-    let counters = layout.counters_prefix();
-    let mut sums: HashMap<String, i64> = HashMap::new();
-    for doc in store.run_query(&layout.root(), shards, Some(txn)).await? {
-        // `{root}/{prefix}counters/{post}/shards/{k}`: other prefixes' shards are skipped.
-        let Some(rest) = doc.name.strip_prefix(counters) else {
-            continue;
-        };
-        let Some((post, _)) = rest.rsplit_once("/shards/") else {
-            continue;
-        };
-        *sums.entry(post.to_string()).or_default() += likes_of(&doc);
-    }
-    Ok((liked, sums))
-}
-
 /// Liked memberships (count) and counter shards of one post, in `txn`.
 async fn read_post(
-    store: &FirestoreStore,
+    db: &FirestoreDb,
     post_id: &str,
     txn: &[u8],
     hook: Option<(&dyn RepairHook, u32)>,
 ) -> Result<(i64, BTreeMap<String, i64>), StoreError> {
-    let layout = store.layout();
-    let liked_query = fs::StructuredQuery {
-        from: vec![collection(&layout.collection("likes"), false)],
-        r#where: Some(Filter {
-            filter_type: Some(FilterType::CompositeFilter(CompositeFilter {
-                op: fs::structured_query::composite_filter::Operator::And as i32,
-                filters: vec![
-                    equals("postId", ValueType::StringValue(post_id.to_string())),
-                    equals("liked", ValueType::BooleanValue(true)),
-                ],
-            })),
-        }),
-        ..Default::default()
-    };
-    let liked = count(store, &layout.root(), liked_query, txn).await?;
+    let liked = db.liked_count(post_id, Read::In(txn)).await?;
     if let Some((hook, attempt)) = hook {
         hook.reached(RepairStep::FirstRead, attempt).await;
     }
-    let shards_query = fs::StructuredQuery {
-        from: vec![collection("shards", false)],
-        ..Default::default()
-    };
-    let mut shards = BTreeMap::new();
-    for doc in store
-        .run_query(&layout.counter_parent(post_id), shards_query, Some(txn))
-        .await?
-    {
-        let likes = likes_of(&doc);
-        shards.insert(doc.name, likes);
-    }
+    let shards = db.counter_shards(post_id, Read::In(txn)).await?;
     Ok((liked, shards))
-}
-
-/// Begins a read-only transaction: every read in it sees one snapshot (its
-/// read time), and it locks nothing.
-async fn snapshot(store: &FirestoreStore) -> Result<Vec<u8>, StoreError> {
-    let mode = fs::transaction_options::Mode::ReadOnly(Default::default());
-    let request = fs::BeginTransactionRequest {
-        database: store.layout().database.clone(),
-        options: Some(fs::TransactionOptions { mode: Some(mode) }),
-        ..Default::default()
-    };
-    let response = store
-        .client()
-        .begin_transaction(request)
-        .await
-        .map_err(|s| status_error("BeginTransaction", &s))?;
-    Ok(response.into_inner().transaction)
-}
-
-async fn count(
-    store: &FirestoreStore,
-    parent: &str,
-    query: fs::StructuredQuery,
-    txn: &[u8],
-) -> Result<i64, StoreError> {
-    let op = "RunAggregationQuery";
-    let aggregation = fs::StructuredAggregationQuery {
-        aggregations: vec![fs::structured_aggregation_query::Aggregation {
-            alias: "n".into(),
-            operator: Some(AggregationOperator::Count(Count { up_to: None })),
-        }],
-        query_type: Some(fs::structured_aggregation_query::QueryType::StructuredQuery(query)),
-    };
-    let request = fs::RunAggregationQueryRequest {
-        parent: parent.to_string(),
-        query_type: Some(
-            fs::run_aggregation_query_request::QueryType::StructuredAggregationQuery(aggregation),
-        ),
-        consistency_selector: Some(
-            fs::run_aggregation_query_request::ConsistencySelector::Transaction(txn.to_vec()),
-        ),
-        ..Default::default()
-    };
-    let mut stream = store
-        .client()
-        .run_aggregation_query(request)
-        .await
-        .map_err(|s| status_error(op, &s))?
-        .into_inner();
-    while let Some(response) = stream.message().await.map_err(|s| status_error(op, &s))? {
-        let value = response
-            .result
-            .and_then(|r| r.aggregate_fields.get("n").cloned())
-            .and_then(|v| v.value_type);
-        if let Some(ValueType::IntegerValue(n)) = value {
-            return Ok(n);
-        }
-    }
-    Err(internal(op, "no count in the aggregation response"))
-}
-
-/// The increment of `difference` on one counter shard.
-fn correction(shard: &str, post_id: &str, difference: i64) -> fs::Write {
-    fs::Write {
-        operation: Some(fs::write::Operation::Update(fs::Document {
-            name: shard.to_string(),
-            fields: HashMap::from([(
-                "postId".to_string(),
-                fs::Value {
-                    value_type: Some(ValueType::StringValue(post_id.to_string())),
-                },
-            )]),
-            ..Default::default()
-        })),
-        update_mask: Some(fs::DocumentMask {
-            field_paths: vec!["postId".into()],
-        }),
-        update_transforms: vec![FieldTransform {
-            field_path: "likes".into(),
-            transform_type: Some(TransformType::Increment(fs::Value {
-                value_type: Some(ValueType::IntegerValue(difference)),
-            })),
-        }],
-        current_document: None,
-    }
-}
-
-fn likes_of(doc: &fs::Document) -> i64 {
-    match doc.fields.get("likes").and_then(|v| v.value_type.as_ref()) {
-        Some(ValueType::IntegerValue(n)) => *n,
-        Some(ValueType::DoubleValue(d)) => *d as i64,
-        _ => 0,
-    }
-}
-
-fn field(path: &str) -> FieldReference {
-    FieldReference {
-        field_path: path.to_string(),
-    }
-}
-
-fn collection(id: &str, all_descendants: bool) -> CollectionSelector {
-    CollectionSelector {
-        collection_id: id.to_string(),
-        all_descendants,
-    }
-}
-
-fn equals(path: &str, value: ValueType) -> Filter {
-    Filter {
-        filter_type: Some(FilterType::FieldFilter(FieldFilter {
-            field: Some(field(path)),
-            op: field_filter::Operator::Equal as i32,
-            value: Some(fs::Value {
-                value_type: Some(value),
-            }),
-        })),
-    }
 }
 
 #[cfg(test)]
@@ -570,22 +266,5 @@ mod tests {
             repaired: false,
         };
         assert_eq!(report.difference(), -2);
-    }
-
-    #[test]
-    fn correction_increments_likes_and_keeps_other_fields() {
-        let write = correction("x/shards/0", "p", -2);
-        assert_eq!(
-            write.update_mask.map(|m| m.field_paths),
-            Some(vec!["postId".to_string()])
-        );
-        let transform = &write.update_transforms[0];
-        assert_eq!(transform.field_path, "likes");
-        assert!(matches!(
-            &transform.transform_type,
-            Some(TransformType::Increment(fs::Value {
-                value_type: Some(ValueType::IntegerValue(-2))
-            }))
-        ));
     }
 }

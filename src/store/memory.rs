@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
+use super::{Attempt, Code, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
 use crate::pipeline::poison::PoisonRecord;
 
@@ -101,8 +101,8 @@ impl MemoryStore {
         StoreError {
             op: "Commit",
             code: match class {
-                ErrorClass::Transient => "Aborted".into(),
-                ErrorClass::Content => "InvalidArgument".into(),
+                ErrorClass::Transient => Code::Aborted,
+                ErrorClass::Content => Code::InvalidArgument,
             },
             message: message.into(),
             class,

@@ -1,6 +1,7 @@
 //! Where counts live: the [`CounterStore`] trait, its Firestore
-//! implementation ([`firestore`]) and an in-memory one for unit tests
-//! ([`memory`]).
+//! implementation ([`firestore`], over the one [`firestore::FirestoreDb`]
+//! handle every Firestore call goes through) and an in-memory one for unit
+//! tests ([`memory`]).
 //!
 //! Invariant: [`CounterStore::commit`] applies a whole batch atomically, in
 //! one transaction, or nothing of it; a batch whose marker already exists is
@@ -55,14 +56,18 @@ pub enum ErrorClass {
     Content,
 }
 
+/// The canonical code of a store failure: gRPC's (Google's error model),
+/// which a store that is not Firestore maps its failures to.
+pub use gcloud_sdk::tonic::Code;
+
 /// A failed store call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{op} failed ({code}): {message}")]
+#[error("{op} failed ({code:?}): {message}")]
 pub struct StoreError {
     /// Which operation failed (`BatchGetDocuments`, `Commit`, ...).
     pub op: &'static str,
-    /// gRPC code name.
-    pub code: String,
+    /// What failed, as a canonical code.
+    pub code: Code,
     /// The store's message.
     pub message: String,
     /// What the failure proves.
@@ -88,7 +93,7 @@ impl StoreError {
 
     /// Whether another transaction won a lock this attempt needed (ABORTED).
     pub fn is_contention(&self) -> bool {
-        self.code == "Aborted"
+        self.code == Code::Aborted
     }
 }
 

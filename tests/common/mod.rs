@@ -12,8 +12,7 @@ use google_cloud_pubsub::model::Message;
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::ops::setup::{self, SetupArgs};
 use hotcount::service;
-use hotcount::store::firestore::{FirestoreStore, FirestoreStoreConfig, Layout};
-use hotcount::store::CounterStore;
+use hotcount::store::firestore::FirestoreDb;
 use hotcount::telemetry::Stats;
 use hotcount_emulators::{Emulators, EmulatorsConfig};
 use tokio::sync::watch;
@@ -99,7 +98,8 @@ pub struct Harness {
     pub emulators: Emulators,
     pub endpoints: Endpoints,
     pub publisher: Publisher,
-    pub store: FirestoreStore,
+    /// The database the service writes, for the tests' reads.
+    pub db: FirestoreDb,
 }
 
 /// Subscription settings of a harness.
@@ -159,24 +159,14 @@ impl Harness {
             database: "(default)".into(),
             collection_prefix: String::new(),
         };
-        let db = hotcount::connect::firestore(&endpoints, &target)
+        let db = FirestoreDb::open(&endpoints, &target)
             .await
             .expect("firestore");
-        let store = FirestoreStore::new(
-            db,
-            FirestoreStoreConfig {
-                layout: Layout::new(PROJECT, "(default)", ""),
-                consumer: "reader".into(),
-                counter_shards: 1,
-                counter_shard_target_writes_per_sec: 0,
-                marker_ttl: Duration::from_secs(60),
-            },
-        );
         Self {
             emulators,
             endpoints,
             publisher,
-            store,
+            db,
         }
     }
 
@@ -248,7 +238,7 @@ impl Harness {
     }
 
     pub async fn count(&self, post: &str) -> i64 {
-        self.store.count(post).await.expect("count")
+        self.db.count(post).await.expect("count")
     }
 
     pub async fn counts(&self, posts: impl IntoIterator<Item = &String>) -> BTreeMap<String, i64> {

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use chrono::Utc;
-use firestore::FirestoreDb;
 use hdrhistogram::Histogram;
 use hotcount::config::{Endpoints, Target};
+use hotcount::store::firestore::FirestoreDb;
 
 use crate::chart::ChartError;
 use crate::procfs::Machine;
@@ -215,7 +215,7 @@ pub async fn connect_and_report(
     info: &RunInfo,
 ) -> Result<ReportFiles, ReportError> {
     let db = readback::connect(endpoints, target).await?;
-    report(&db, target, dir, info).await
+    report(&db, dir, info).await
 }
 
 /// Connects to Firestore and measures the memberships of `target`.
@@ -224,18 +224,17 @@ pub async fn connect_and_measure(
     target: &Target,
 ) -> Result<Measurements, ReadError> {
     let db = readback::connect(endpoints, target).await?;
-    let rows = readback::read_memberships(&db, &readback::layout(target)).await?;
+    let rows = readback::read_memberships(&db).await?;
     Ok(measure(&rows))
 }
 
-/// Reads the memberships of `target` and writes the report into `dir`.
+/// Reads the memberships of `db`'s layout and writes the report into `dir`.
 pub async fn report(
     db: &FirestoreDb,
-    target: &Target,
     dir: &Path,
     info: &RunInfo,
 ) -> Result<ReportFiles, ReportError> {
-    let rows = readback::read_memberships(db, &readback::layout(target)).await?;
+    let rows = readback::read_memberships(db).await?;
     write_report(dir, &measure(&rows), info, &Machine::detect())
 }
 

@@ -13,7 +13,7 @@ use crate::store::{ErrorClass, StoreError};
 pub fn status_error(op: &'static str, status: &Status) -> StoreError {
     StoreError {
         op,
-        code: format!("{:?}", status.code()),
+        code: status.code(),
         message: status.message().to_string(),
         class: classify(status.code(), status.message()),
         transaction: None,
@@ -43,6 +43,12 @@ pub fn classify(code: Code, message: &str) -> ErrorClass {
         Code::InvalidArgument if !is_expired_transaction(message) => ErrorClass::Content,
         _ => ErrorClass::Transient,
     }
+}
+
+/// An INTERNAL failure of `op`: the server answered something this client
+/// cannot use (classed like any INTERNAL: transient).
+pub fn internal(op: &'static str, message: &str) -> StoreError {
+    status_error(op, &Status::new(Code::Internal, message))
 }
 
 /// Whether `message` is Firestore's "transaction expired" INVALID_ARGUMENT.

@@ -1,5 +1,6 @@
-//! Every collection, document and field-path name hotcount uses in one
-//! Firestore database: changing the layout is a change to this file.
+//! Every collection, document and field name hotcount uses in one
+//! Firestore database: changing the layout is a change to this file (and,
+//! for a field's value, to `codec`).
 //!
 //! Invariant: names are built from the ids as given (the event schema only
 //! admits ids that are safe as document ids); membership ids are stable
@@ -7,6 +8,121 @@
 
 use crate::event::push_decimal;
 use crate::pipeline::batch::MembershipKey;
+
+/// Collection ids (top-level ones take the layout's prefix).
+pub mod collections {
+    /// Membership documents, one per (post, user).
+    pub const LIKES: &str = "likes";
+    /// One document per post, parent of its counter shards.
+    pub const COUNTERS: &str = "counters";
+    /// A post's counter shards (`counters/{post}/shards/{k}`): not prefixed.
+    pub const SHARDS: &str = "shards";
+    /// Batch markers.
+    pub const BATCHES: &str = "batches";
+    /// Quarantine records.
+    pub const QUARANTINE: &str = "quarantine";
+    /// Reconcile guards, one per repaired post.
+    pub const RECONCILE: &str = "reconcile";
+}
+
+/// Field names, per kind of document.
+pub mod fields {
+    /// A membership document `likes/{id}`.
+    pub mod membership {
+        /// The post (string).
+        pub const POST_ID: &str = "postId";
+        /// The user (string).
+        pub const USER_ID: &str = "userId";
+        /// Whether the user likes the post now (boolean).
+        pub const LIKED: &str = "liked";
+        /// The applied event's `seq` (integer).
+        pub const SEQ: &str = "seq";
+        /// The applied event's `occurredAt` (timestamp).
+        pub const OCCURRED_AT: &str = "occurredAt";
+        /// The applied event's id (string).
+        pub const EVENT_ID: &str = "eventId";
+        /// The batch that wrote it (string).
+        pub const BATCH_ID: &str = "batchId";
+        /// The commit's server time (timestamp).
+        pub const UPDATED_AT: &str = "updatedAt";
+    }
+
+    /// A counter shard `counters/{post}/shards/{k}`.
+    pub mod counter_shard {
+        /// The post (string).
+        pub const POST_ID: &str = "postId";
+        /// The shard's part of the count (integer, incremented).
+        pub const LIKES: &str = "likes";
+    }
+
+    /// A batch marker `batches/{consumer}:{batchId}`.
+    pub mod marker {
+        /// The consumer (string).
+        pub const CONSUMER: &str = "consumer";
+        /// The batch (string).
+        pub const BATCH_ID: &str = "batchId";
+        /// Messages the batch covered (integer).
+        pub const MESSAGES: &str = "messages";
+        /// Events applied (integer).
+        pub const APPLIED: &str = "applied";
+        /// Duplicate events (integer).
+        pub const DUPLICATES: &str = "duplicates";
+        /// Stale events (integer).
+        pub const STALE: &str = "stale";
+        /// Poison messages quarantined (integer).
+        pub const POISON: &str = "poison";
+        /// Posts incremented (integer).
+        pub const POSTS: &str = "posts";
+        /// The commit's server time (timestamp).
+        pub const COMMITTED_AT: &str = "committedAt";
+        /// When the marker may be deleted (timestamp; the TTL field).
+        pub const EXPIRE_AT: &str = "expireAt";
+    }
+
+    /// A quarantine record `quarantine/{consumer}:{doc_id}`.
+    pub mod quarantine {
+        /// The consumer (string).
+        pub const CONSUMER: &str = "consumer";
+        /// The message id, bounded (string).
+        pub const MESSAGE_ID: &str = "messageId";
+        /// Why it was quarantined (string).
+        pub const REASON: &str = "reason";
+        /// The payload's first bytes (bytes).
+        pub const DATA: &str = "data";
+        /// The payload's whole length (integer).
+        pub const DATA_BYTES: &str = "dataBytes";
+        /// The payload's SHA-256 (string).
+        pub const DATA_SHA256: &str = "dataSha256";
+        /// The attributes kept, an array of `{key, value}` maps.
+        pub const ATTRIBUTES: &str = "attributes";
+        /// An attribute's key, inside [`ATTRIBUTES`].
+        pub const ATTRIBUTE_KEY: &str = "key";
+        /// An attribute's value, inside [`ATTRIBUTES`].
+        pub const ATTRIBUTE_VALUE: &str = "value";
+        /// The message's attribute count (integer).
+        pub const ATTRIBUTE_COUNT: &str = "attributeCount";
+        /// Whether attributes were dropped or cut (boolean).
+        pub const ATTRIBUTES_TRUNCATED: &str = "attributesTruncated";
+        /// The commit's server time (timestamp).
+        pub const QUARANTINED_AT: &str = "quarantinedAt";
+    }
+
+    /// A reconcile guard `reconcile/{post}`.
+    pub mod guard {
+        /// The post (string).
+        pub const POST_ID: &str = "postId";
+        /// The repair that wrote it last (string).
+        pub const REPAIR_ID: &str = "repairId";
+        /// The correction applied (integer).
+        pub const DIFFERENCE: &str = "difference";
+        /// Liked memberships compared (integer).
+        pub const LIKED: &str = "liked";
+        /// Counter shard sum compared (integer).
+        pub const SHARDS_SUM: &str = "shardsSum";
+        /// The correction's server time (timestamp).
+        pub const REPAIRED_AT: &str = "repairedAt";
+    }
+}
 
 /// Where hotcount's documents live in one database.
 #[derive(Clone, Debug)]
@@ -27,8 +143,8 @@ impl Layout {
     /// The layout of `project`/`database` with `prefix`.
     pub fn new(project: &str, database: &str, prefix: &str) -> Self {
         let database = format!("projects/{project}/databases/{database}");
-        let likes_prefix = format!("{database}/documents/{prefix}likes/");
-        let counters_prefix = format!("{database}/documents/{prefix}counters/");
+        let likes_prefix = format!("{database}/documents/{prefix}{}/", collections::LIKES);
+        let counters_prefix = format!("{database}/documents/{prefix}{}/", collections::COUNTERS);
         Self {
             database,
             collection_prefix: prefix.to_string(),
@@ -72,14 +188,28 @@ impl Layout {
     /// Counter shard `k` of `post_id` (`{parent}/shards/{k}`), in one
     /// allocation: a commit names one per post it increments.
     pub fn counter_shard(&self, post_id: &str, k: u32) -> String {
-        const SHARDS: &str = "/shards/";
-        let mut name =
-            String::with_capacity(self.counters_prefix.len() + post_id.len() + SHARDS.len() + 10);
+        let shards = collections::SHARDS;
+        let mut name = String::with_capacity(
+            self.counters_prefix.len() + post_id.len() + shards.len() + 2 + 10,
+        );
         name.push_str(&self.counters_prefix);
         name.push_str(post_id);
-        name.push_str(SHARDS);
+        name.push('/');
+        name.push_str(shards);
+        name.push('/');
         push_decimal(&mut name, k as usize);
         name
+    }
+
+    /// The post of a counter shard named `{prefix}counters/{post}/shards/{k}`;
+    /// `None` for any other document (another prefix's shards, or a
+    /// `shards` collection elsewhere), so a collection group query on
+    /// `shards` can be filtered to this layout.
+    pub fn counter_shard_post<'a>(&self, name: &'a str) -> Option<&'a str> {
+        let rest = name.strip_prefix(self.counters_prefix.as_str())?;
+        let (post, rest) = rest.split_once('/')?;
+        let shard = rest.strip_prefix(collections::SHARDS)?.strip_prefix('/')?;
+        (!post.is_empty() && !shard.is_empty() && !shard.contains('/')).then_some(post)
     }
 
     /// The batch marker `{consumer}:{batch_id}`.
@@ -87,7 +217,7 @@ impl Layout {
         format!(
             "{}/{}/{consumer}:{batch_id}",
             self.root(),
-            self.collection("batches")
+            self.collection(collections::BATCHES)
         )
     }
 
@@ -99,7 +229,20 @@ impl Layout {
     /// The quarantine record whose document id is `id` (`{consumer}:{doc_id}`,
     /// as the operator tools list it).
     pub fn quarantine_record(&self, id: &str) -> String {
-        format!("{}/{}/{id}", self.root(), self.collection("quarantine"))
+        format!(
+            "{}/{}/{id}",
+            self.root(),
+            self.collection(collections::QUARANTINE)
+        )
+    }
+
+    /// The reconcile guard of `post_id`, written by every correction of the post.
+    pub fn reconcile_guard(&self, post_id: &str) -> String {
+        format!(
+            "{}/{}/{post_id}",
+            self.root(),
+            self.collection(collections::RECONCILE)
+        )
     }
 }
 
@@ -133,6 +276,25 @@ mod tests {
         assert_eq!(
             layout.membership(&key),
             "projects/proj/databases/(default)/documents/hc_likes/9368d4ee.6.post-1.user-2"
+        );
+        assert_eq!(
+            layout.reconcile_guard("p1"),
+            "projects/proj/databases/(default)/documents/hc_reconcile/p1"
+        );
+    }
+
+    #[test]
+    fn counter_shard_names_outside_the_layout_have_no_post() {
+        let layout = Layout::new("x", "(default)", "hc_");
+        let shard = layout.counter_shard("post-1", 3);
+        assert_eq!(layout.counter_shard_post(&shard), Some("post-1"));
+        let other = "projects/x/databases/(default)/documents/counters/post-1/shards/3";
+        assert_eq!(layout.counter_shard_post(other), None);
+        assert_eq!(layout.counter_shard_post(&format!("{shard}/x/y")), None);
+        let parent = layout.counter_parent("post-1");
+        assert_eq!(
+            layout.counter_shard_post(&format!("{parent}/other/3")),
+            None
         );
     }
 }

@@ -7,7 +7,7 @@
 //! connection, a missing table, credentials, an unknown commit outcome) is
 //! transient, so nothing else can lead to a quarantine.
 
-use crate::store::{ErrorClass, StoreError};
+use crate::store::{Code, ErrorClass, StoreError};
 
 /// A failure of the driver or the pool during `op`, as a [`StoreError`]
 /// classed by [`classify`]. Failures without a SQLSTATE (the connection
@@ -21,7 +21,7 @@ pub fn query_error(op: &'static str, error: &tokio_postgres::Error) -> StoreErro
             let (class, code) = classify(sqlstate);
             StoreError {
                 op,
-                code: code.into(),
+                code,
                 message: format!("SQLSTATE {sqlstate}: {}", db.message()),
                 class,
                 transaction: None,
@@ -43,7 +43,7 @@ pub fn pool_error(op: &'static str, error: &deadpool_postgres::PoolError) -> Sto
 pub fn unavailable(op: &'static str, error: impl std::fmt::Display) -> StoreError {
     StoreError {
         op,
-        code: "Unavailable".into(),
+        code: Code::Unavailable,
         message: error.to_string(),
         class: ErrorClass::Transient,
         transaction: None,
@@ -68,20 +68,20 @@ pub fn unavailable(op: &'static str, error: impl std::fmt::Display) -> StoreErro
 /// Only a refusal of the content may lead to a quarantine; everything else
 /// is retried with backoff, then the batch is nacked and redelivered, so a
 /// wrong password or a missing table never quarantines a valid event.
-pub fn classify(sqlstate: &str) -> (ErrorClass, &'static str) {
+pub fn classify(sqlstate: &str) -> (ErrorClass, Code) {
     use ErrorClass::{Content, Transient};
     let class_of = sqlstate.get(..2).unwrap_or_default();
     match (class_of, sqlstate) {
-        ("22", _) | (_, "54000") => (Content, "InvalidArgument"),
-        (_, "40001" | "40P01" | "55P03" | "23505") => (Transient, "Aborted"),
-        (_, "57014") => (Transient, "DeadlineExceeded"),
-        ("08" | "57", _) => (Transient, "Unavailable"),
-        ("53", _) => (Transient, "ResourceExhausted"),
-        ("28", _) => (Transient, "Unauthenticated"),
-        (_, "42501") => (Transient, "PermissionDenied"),
-        (_, "3D000" | "42P01" | "42703" | "42883") => (Transient, "NotFound"),
-        ("23", _) => (Transient, "FailedPrecondition"),
-        _ => (Transient, "Internal"),
+        ("22", _) | (_, "54000") => (Content, Code::InvalidArgument),
+        (_, "40001" | "40P01" | "55P03" | "23505") => (Transient, Code::Aborted),
+        (_, "57014") => (Transient, Code::DeadlineExceeded),
+        ("08" | "57", _) => (Transient, Code::Unavailable),
+        ("53", _) => (Transient, Code::ResourceExhausted),
+        ("28", _) => (Transient, Code::Unauthenticated),
+        (_, "42501") => (Transient, Code::PermissionDenied),
+        (_, "3D000" | "42P01" | "42703" | "42883") => (Transient, Code::NotFound),
+        ("23", _) => (Transient, Code::FailedPrecondition),
+        _ => (Transient, Code::Internal),
     }
 }
 
@@ -93,7 +93,7 @@ mod tests {
         let (class, code) = classify(sqlstate);
         StoreError {
             op: "Commit",
-            code: code.into(),
+            code,
             message: String::new(),
             class,
             transaction: None,

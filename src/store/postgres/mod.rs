@@ -169,7 +169,7 @@ impl CounterStore for PostgresStore {
                 }
                 Err(StoreError {
                     op: OP,
-                    code: "DeadlineExceeded".into(),
+                    code: crate::store::Code::DeadlineExceeded,
                     message: "the attempt's deadline passed; its transaction was rolled back"
                         .into(),
                     class: ErrorClass::Transient,

@@ -11,26 +11,21 @@
 //! written); a chunk whose events would push the applied fraction above
 //! `--max-divergence` is not committed: the replay pauses and reports.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use google_cloud_gax::error::rpc::Code;
-use google_cloud_pubsub::model::{ExpirationPolicy, Message, Subscription};
-use google_cloud_pubsub::subscriber::handler::Handler;
-use google_cloud_pubsub::subscriber::ShutdownBehavior;
-use tokio::time::Instant;
-
-use gcloud_sdk::google::firestore::v1 as fs;
+use google_cloud_pubsub::model::{ExpirationPolicy, Subscription};
 
 use crate::config::{check_pubsub_id, Endpoints, Target};
 use crate::connect;
-use crate::pipeline::aggregator::Item;
-use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
-use crate::pipeline::source::to_item;
-use crate::store::firestore::{
-    membership_from_fields, status_error, FirestoreStore, FirestoreStoreConfig, Layout,
-};
-use crate::store::{Attempt, CounterStore, StoreError};
+use crate::pipeline::batch::Effects;
+use crate::store::firestore::{FirestoreDb, FirestoreStore, FirestoreStoreConfig};
+use crate::store::StoreError;
+
+mod replayer;
+
+use replayer::Replayer;
 
 /// What to replay, as given on the command line.
 #[derive(clap::Args, Clone, Debug)]
@@ -165,15 +160,21 @@ pub struct ReplayReport {
 impl ReplayReport {
     /// Applied events over events considered.
     pub fn divergence(&self) -> f64 {
-        let events = self.effects.applied + self.effects.duplicates + self.effects.stale;
-        if events == 0 {
-            0.0
-        } else {
-            self.effects.applied as f64 / events as f64
-        }
+        divergence(&self.effects)
     }
 }
 
+/// Applied events over events considered (0 when none were).
+fn divergence(effects: &Effects) -> f64 {
+    let events = effects.applied + effects.duplicates + effects.stale;
+    if events == 0 {
+        0.0
+    } else {
+        effects.applied as f64 / events as f64
+    }
+}
+
+/// The replay window: `from` inclusive, `to` exclusive.
 struct Window {
     from: SystemTime,
     to: SystemTime,
@@ -303,12 +304,10 @@ async fn open_store(
     endpoints: &Endpoints,
     args: &ReplayArgs,
 ) -> Result<FirestoreStore, ReplayError> {
-    let t = &args.target;
-    let db = connect::firestore(endpoints, t).await?;
+    let db = FirestoreDb::open(endpoints, &args.target).await?;
     Ok(FirestoreStore::new(
         db,
         FirestoreStoreConfig {
-            layout: Layout::new(&t.project, &t.database, &t.collection_prefix),
             consumer: args.consumer.clone(),
             counter_shards: args.counter_shards.max(1),
             counter_shard_target_writes_per_sec:
@@ -316,260 +315,6 @@ async fn open_store(
             marker_ttl: Duration::from_secs(86_400 * args.marker_ttl_days.clamp(1, 3650)),
         },
     ))
-}
-
-struct Replayer<'a> {
-    store: FirestoreStore,
-    args: &'a ReplayArgs,
-    window: Window,
-    subscription: String,
-    /// Dry run: what earlier chunks would have written.
-    overlay: HashMap<MembershipKey, Membership>,
-    report: ReplayReport,
-    started: Instant,
-}
-
-impl<'a> Replayer<'a> {
-    fn new(
-        store: FirestoreStore,
-        args: &'a ReplayArgs,
-        window: Window,
-        subscription: &str,
-    ) -> Self {
-        Self {
-            store,
-            args,
-            window,
-            subscription: subscription.to_string(),
-            overlay: HashMap::new(),
-            report: ReplayReport {
-                subscription: subscription.to_string(),
-                deleted: false,
-                messages: 0,
-                skipped: 0,
-                effects: Effects::default(),
-                deltas: BTreeMap::new(),
-                ending: Ending::Drained,
-                dry_run: args.dry_run,
-            },
-            started: Instant::now(),
-        }
-    }
-
-    async fn run(
-        mut self,
-        subscriber: google_cloud_pubsub::client::Subscriber,
-    ) -> Result<ReplayReport, ReplayError> {
-        let chunk = self.args.chunk_events.max(1);
-        let mut stream = subscriber
-            .subscribe(self.subscription.clone())
-            .set_max_outstanding_messages(i64::try_from(chunk * 2).unwrap_or(i64::MAX))
-            .set_shutdown_behavior(ShutdownBehavior::NackImmediately)
-            .build();
-        let token = stream.shutdown_token();
-        let idle = Duration::from_millis(self.args.idle_ms.max(1));
-        let gather = Duration::from_millis(100).min(idle);
-        let mut end_deadline: Option<Instant> = None;
-        let mut pending: Vec<(Message, Handler)> = Vec::new();
-        let outcome = loop {
-            if end_deadline.is_some_and(|d| Instant::now() >= d) {
-                break self.finish(&mut pending, Ending::WindowEnd).await;
-            }
-            let mut wait = if pending.is_empty() { idle } else { gather };
-            if let Some(d) = end_deadline {
-                wait = wait.min(d.saturating_duration_since(Instant::now()));
-            }
-            let mut ending = None;
-            match tokio::time::timeout(wait, stream.next()).await {
-                Ok(Some(Ok((message, handler)))) => {
-                    if !self.in_window(&message, &mut end_deadline) {
-                        handler.ack();
-                        continue;
-                    }
-                    pending.push((message, handler));
-                    if pending.len() < chunk {
-                        continue;
-                    }
-                }
-                Ok(Some(Err(e))) => break Err(pubsub_error("pulling", &self.subscription, e)),
-                Ok(None) => ending = Some(Ending::Drained),
-                Err(_) if pending.is_empty() && end_deadline.is_none() => {
-                    ending = Some(Ending::Drained)
-                }
-                Err(_) => {}
-            }
-            if let Some(ending) = ending {
-                break self.finish(&mut pending, ending).await;
-            }
-            match self.process(std::mem::take(&mut pending)).await {
-                Ok(true) => {}
-                Ok(false) => break Ok(Ending::Paused),
-                Err(e) => break Err(e),
-            }
-        };
-        for (_, handler) in pending {
-            handler.nack();
-        }
-        token.shutdown().await;
-        self.report.ending = outcome?;
-        Ok(self.report)
-    }
-
-    /// Processes what is pending, then ends with `ending` (or paused).
-    async fn finish(
-        &mut self,
-        pending: &mut Vec<(Message, Handler)>,
-        ending: Ending,
-    ) -> Result<Ending, ReplayError> {
-        if pending.is_empty() {
-            return Ok(ending);
-        }
-        if self.process(std::mem::take(pending)).await? {
-            Ok(ending)
-        } else {
-            Ok(Ending::Paused)
-        }
-    }
-
-    /// Whether `message` was published inside the window; a later one starts
-    /// the end grace period.
-    fn in_window(&mut self, message: &Message, end_deadline: &mut Option<Instant>) -> bool {
-        let published = message.publish_time.and_then(|t| {
-            let d = Duration::new(
-                u64::try_from(t.seconds()).ok()?,
-                u32::try_from(t.nanos()).ok()?,
-            );
-            Some(SystemTime::UNIX_EPOCH + d)
-        });
-        let Some(published) = published else {
-            return true;
-        };
-        if published < self.window.from {
-            self.report.skipped += 1;
-            return false;
-        }
-        if published >= self.window.to {
-            self.report.skipped += 1;
-            if end_deadline.is_none() {
-                *end_deadline =
-                    Some(Instant::now() + Duration::from_millis(self.args.end_grace_ms));
-            }
-            return false;
-        }
-        true
-    }
-
-    /// Plans (and unless dry, commits) one chunk; `Ok(false)` = paused, chunk nacked.
-    async fn process(&mut self, chunk: Vec<(Message, Handler)>) -> Result<bool, ReplayError> {
-        if chunk.is_empty() {
-            return Ok(true);
-        }
-        let mut events = Vec::new();
-        let mut poison = Vec::new();
-        for (message, _) in &chunk {
-            match to_item(message) {
-                Item::Event(e) => events.push(e),
-                Item::Poison(p) => poison.push(*p),
-            }
-        }
-        let batch = Batch::new(events, poison);
-        let mut stored = read_memberships(&self.store, &batch).await?;
-        if self.args.dry_run {
-            for (key, m) in &self.overlay {
-                if stored.contains_key(key) || batch.events.contains_key(key) {
-                    stored.insert(key.clone(), m.clone());
-                }
-            }
-        }
-        let plan = batch.plan(&stored);
-        let mut would = self.report.effects;
-        would.add(plan.effects);
-        let considered = would.applied + would.duplicates + would.stale;
-        let divergence = if considered == 0 {
-            0.0
-        } else {
-            would.applied as f64 / considered as f64
-        };
-        if !self.args.dry_run && divergence > self.args.max_divergence {
-            tracing::warn!(
-                divergence,
-                max = self.args.max_divergence,
-                applied = would.applied,
-                "replay paused: it would change more than --max-divergence allows"
-            );
-            for (_, handler) in chunk {
-                handler.nack();
-            }
-            return Ok(false);
-        }
-        let (effects, deltas) = if self.args.dry_run {
-            for (key, m) in &plan.memberships {
-                self.overlay.insert(key.clone(), m.clone());
-            }
-            (plan.effects, plan.deltas)
-        } else {
-            let report = self.store.commit(&batch, &Attempt::first()).await?;
-            // The committed plan is recomputed inside the transaction; with
-            // the same reads it equals `plan`.
-            (report.effects, plan.deltas)
-        };
-        self.report.messages += chunk.len() as u64;
-        self.report.effects.add(effects);
-        for (post, delta) in deltas {
-            *self.report.deltas.entry(post).or_default() += delta;
-        }
-        self.report.deltas.retain(|_, d| *d != 0);
-        for (_, handler) in chunk {
-            handler.ack();
-        }
-        self.pace().await;
-        Ok(true)
-    }
-
-    /// Sleeps so that the messages so far took at least `messages / rate`.
-    async fn pace(&self) {
-        let rate = f64::from(self.args.max_events_per_sec.max(1));
-        let due = self.started + Duration::from_secs_f64(self.report.messages as f64 / rate);
-        tokio::time::sleep_until(due).await;
-    }
-}
-
-/// Memberships of `batch`'s keys, read outside any transaction (no locks).
-async fn read_memberships(
-    store: &FirestoreStore,
-    batch: &Batch,
-) -> Result<HashMap<MembershipKey, Membership>, StoreError> {
-    let layout = store.layout();
-    let names: HashMap<String, MembershipKey> = batch
-        .keys()
-        .map(|k| (layout.membership(k), k.clone()))
-        .collect();
-    let mut out = HashMap::new();
-    if names.is_empty() {
-        return Ok(out);
-    }
-    let op = "BatchGetDocuments";
-    let request = fs::BatchGetDocumentsRequest {
-        database: layout.database.clone(),
-        documents: names.keys().cloned().collect(),
-        ..Default::default()
-    };
-    let mut stream = store
-        .client()
-        .batch_get_documents(request)
-        .await
-        .map_err(|s| status_error(op, &s))?
-        .into_inner();
-    while let Some(response) = stream.message().await.map_err(|s| status_error(op, &s))? {
-        if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result {
-            if let (Some(key), Some(m)) =
-                (names.get(&doc.name), membership_from_fields(&doc.fields))
-            {
-                out.insert(key.clone(), m);
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

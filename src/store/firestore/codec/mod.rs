@@ -1,0 +1,372 @@
+//! Firestore values <-> hotcount's documents: memberships, counter shards
+//! and batch markers, and the writes of one batch's commit; the operator
+//! tools' documents (quarantine records, reconcile guards) in `records.rs`.
+//!
+//! Invariant: what is written here, the readers here read back unchanged
+//! (round-trip tests); a shard's `likes` and a membership's fields are
+//! parsed in this module only.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use gcloud_sdk::google::firestore::v1 as fs;
+use gcloud_sdk::prost_types::Timestamp;
+
+use fs::document_transform::field_transform::{ServerValue, TransformType};
+use fs::document_transform::FieldTransform;
+use fs::value::ValueType;
+
+use super::layout::fields::{counter_shard, marker, membership};
+use super::{FirestoreStoreConfig, Layout};
+use crate::event::Version;
+use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan};
+
+mod records;
+
+pub use records::{
+    correction_writes, guard_from_document, quarantine_from_document, quarantine_write, Correction,
+    RepairGuard, StoredRecord,
+};
+
+/// The writes of one batch's commit: changed memberships (each with a
+/// precondition on what was read), one increment per post on the counter
+/// shard `counter_shard_of(i)` picks for the `i`-th post of `plan.deltas`,
+/// the marker (create-if-absent) and quarantine records.
+pub fn build_writes(
+    layout: &Layout,
+    config: &FirestoreStoreConfig,
+    batch: &Batch,
+    plan: &Plan,
+    update_times: &HashMap<MembershipKey, Option<Timestamp>, impl BuildHasher>,
+    marker: &str,
+    counter_shard_of: impl Fn(usize) -> u32,
+) -> Vec<fs::Write> {
+    let mut writes = Vec::with_capacity(plan.memberships.len() + plan.deltas.len() + 2);
+    for (key, membership) in &plan.memberships {
+        let precondition = match update_times.get(key) {
+            Some(Some(time)) => fs::precondition::ConditionType::UpdateTime(*time),
+            _ => fs::precondition::ConditionType::Exists(false),
+        };
+        writes.push(fs::Write {
+            operation: Some(fs::write::Operation::Update(fs::Document {
+                name: layout.membership(key),
+                fields: membership_fields(key, membership, &batch.id),
+                ..Default::default()
+            })),
+            update_mask: None,
+            update_transforms: vec![server_time(membership::UPDATED_AT)],
+            current_document: Some(fs::Precondition {
+                condition_type: Some(precondition),
+            }),
+        });
+    }
+    for (i, (post, delta)) in plan.deltas.iter().enumerate() {
+        writes.push(counter_increment(layout, post, counter_shard_of(i), *delta));
+    }
+    writes.push(marker_write(config, batch, plan, marker));
+    for poison in &batch.poison {
+        writes.push(quarantine_write(layout, &config.consumer, &poison.item));
+    }
+    writes
+}
+
+/// Adds `delta` to counter shard `k` of `post_id` (creating it), keeping
+/// its other fields: the one way a count changes.
+pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> fs::Write {
+    fs::Write {
+        operation: Some(fs::write::Operation::Update(fs::Document {
+            name: layout.counter_shard(post_id, k),
+            fields: HashMap::from([(counter_shard::POST_ID.to_string(), string(post_id))]),
+            ..Default::default()
+        })),
+        update_mask: Some(fs::DocumentMask {
+            field_paths: vec![counter_shard::POST_ID.into()],
+        }),
+        update_transforms: vec![FieldTransform {
+            field_path: counter_shard::LIKES.into(),
+            transform_type: Some(TransformType::Increment(int(delta))),
+        }],
+        current_document: None,
+    }
+}
+
+/// A counter shard's `likes`: 0 when absent.
+pub fn counter_shard_likes(doc: &fs::Document) -> i64 {
+    match get(&doc.fields, counter_shard::LIKES) {
+        Some(ValueType::IntegerValue(n)) => *n,
+        // An increment that overflowed saturates; a double never comes from us.
+        Some(ValueType::DoubleValue(d)) => *d as i64,
+        _ => 0,
+    }
+}
+
+fn marker_write(
+    config: &FirestoreStoreConfig,
+    batch: &Batch,
+    plan: &Plan,
+    name: &str,
+) -> fs::Write {
+    let expire = std::time::SystemTime::now() + config.marker_ttl;
+    let e = plan.effects;
+    let fields = HashMap::from([
+        (marker::CONSUMER.to_string(), string(&config.consumer)),
+        (marker::BATCH_ID.to_string(), string(&batch.id)),
+        (
+            marker::MESSAGES.to_string(),
+            int(batch.message_count as i64),
+        ),
+        (marker::APPLIED.to_string(), int(e.applied as i64)),
+        (marker::DUPLICATES.to_string(), int(e.duplicates as i64)),
+        (marker::STALE.to_string(), int(e.stale as i64)),
+        (marker::POISON.to_string(), int(e.poison as i64)),
+        (marker::POSTS.to_string(), int(plan.deltas.len() as i64)),
+        (marker::EXPIRE_AT.to_string(), timestamp(expire.into())),
+    ]);
+    fs::Write {
+        operation: Some(fs::write::Operation::Update(fs::Document {
+            name: name.to_string(),
+            fields,
+            ..Default::default()
+        })),
+        update_mask: None,
+        update_transforms: vec![server_time(marker::COMMITTED_AT)],
+        current_document: Some(fs::Precondition {
+            condition_type: Some(fs::precondition::ConditionType::Exists(false)),
+        }),
+    }
+}
+
+/// The effects a batch marker recorded.
+pub fn effects_from_fields(fields: &HashMap<String, fs::Value>) -> Effects {
+    let count = |name: &str| match get(fields, name) {
+        Some(ValueType::IntegerValue(n)) => u64::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    Effects {
+        applied: count(marker::APPLIED),
+        duplicates: count(marker::DUPLICATES),
+        stale: count(marker::STALE),
+        poison: count(marker::POISON),
+    }
+}
+
+fn membership_fields(
+    key: &MembershipKey,
+    m: &Membership,
+    batch_id: &str,
+) -> HashMap<String, fs::Value> {
+    HashMap::from([
+        (membership::POST_ID.to_string(), string(&key.post_id)),
+        (membership::USER_ID.to_string(), string(&key.user_id)),
+        (membership::LIKED.to_string(), boolean(m.liked)),
+        (membership::SEQ.to_string(), int(m.version.seq)),
+        (
+            membership::OCCURRED_AT.to_string(),
+            timestamp(micros_to_timestamp(m.version.occurred_at_micros)),
+        ),
+        (
+            membership::EVENT_ID.to_string(),
+            string(&m.version.event_id),
+        ),
+        (membership::BATCH_ID.to_string(), string(batch_id)),
+    ])
+}
+
+/// Reads a membership document's state; `None` if it is not one of ours.
+pub fn membership_from_fields(fields: &HashMap<String, fs::Value>) -> Option<Membership> {
+    let liked = match get(fields, membership::LIKED)? {
+        ValueType::BooleanValue(b) => *b,
+        _ => return None,
+    };
+    let seq = match get(fields, membership::SEQ) {
+        Some(ValueType::IntegerValue(n)) => *n,
+        _ => 0,
+    };
+    let occurred_at_micros = match get(fields, membership::OCCURRED_AT) {
+        Some(ValueType::TimestampValue(t)) => timestamp_to_micros(t),
+        _ => 0,
+    };
+    Some(Membership {
+        liked,
+        version: Version {
+            seq,
+            occurred_at_micros,
+            event_id: text(fields, membership::EVENT_ID).unwrap_or_default(),
+        },
+    })
+}
+
+/// A membership document as the tools read it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredMembership {
+    /// Its (post, user).
+    pub key: MembershipKey,
+    /// Its state.
+    pub membership: Membership,
+    /// `updatedAt` (the commit's server time), microseconds since the
+    /// epoch; `None` if absent.
+    pub updated_at_micros: Option<i64>,
+}
+
+/// Reads a membership document whole; `None` unless it names its post and
+/// user and holds a state.
+pub fn stored_membership(doc: &fs::Document) -> Option<StoredMembership> {
+    let membership = membership_from_fields(&doc.fields)?;
+    let key = MembershipKey {
+        post_id: text(&doc.fields, membership::POST_ID)?,
+        user_id: text(&doc.fields, membership::USER_ID)?,
+    };
+    let updated_at_micros = match get(&doc.fields, membership::UPDATED_AT) {
+        Some(ValueType::TimestampValue(t)) => Some(timestamp_to_micros(t)),
+        _ => None,
+    };
+    Some(StoredMembership {
+        key,
+        membership,
+        updated_at_micros,
+    })
+}
+
+/// The post a membership document names (read by a query projecting it).
+pub fn membership_post(doc: &fs::Document) -> Option<String> {
+    text(&doc.fields, membership::POST_ID)
+}
+
+/// A field's value, if set.
+pub(super) fn get<'a>(fields: &'a HashMap<String, fs::Value>, name: &str) -> Option<&'a ValueType> {
+    fields.get(name).and_then(|v| v.value_type.as_ref())
+}
+
+/// A string field, if it is one.
+pub(super) fn text(fields: &HashMap<String, fs::Value>, name: &str) -> Option<String> {
+    match get(fields, name) {
+        Some(ValueType::StringValue(s)) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// A value of type `v`.
+pub(super) fn value(v: ValueType) -> fs::Value {
+    fs::Value {
+        value_type: Some(v),
+    }
+}
+
+/// A string value.
+pub(super) fn string(s: &str) -> fs::Value {
+    value(ValueType::StringValue(s.to_string()))
+}
+
+/// A boolean value.
+pub(super) fn boolean(b: bool) -> fs::Value {
+    value(ValueType::BooleanValue(b))
+}
+
+/// An integer value.
+pub(super) fn int(n: i64) -> fs::Value {
+    value(ValueType::IntegerValue(n))
+}
+
+/// A timestamp value.
+fn timestamp(t: Timestamp) -> fs::Value {
+    value(ValueType::TimestampValue(t))
+}
+
+/// Sets `field` to the commit's server time.
+pub(super) fn server_time(field: &str) -> FieldTransform {
+    FieldTransform {
+        field_path: field.to_string(),
+        transform_type: Some(TransformType::SetToServerValue(
+            ServerValue::RequestTime as i32,
+        )),
+    }
+}
+
+fn micros_to_timestamp(micros: i64) -> Timestamp {
+    Timestamp {
+        seconds: micros.div_euclid(1_000_000),
+        nanos: (micros.rem_euclid(1_000_000) * 1000) as i32,
+    }
+}
+
+fn timestamp_to_micros(t: &Timestamp) -> i64 {
+    t.seconds * 1_000_000 + i64::from(t.nanos) / 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn membership_fields_round_trip() {
+        let key = MembershipKey {
+            post_id: "p".into(),
+            user_id: "u".into(),
+        };
+        let m = Membership {
+            liked: true,
+            version: Version {
+                seq: 3,
+                occurred_at_micros: -1_500_001,
+                event_id: "e".into(),
+            },
+        };
+        let fields = membership_fields(&key, &m, "b");
+        assert_eq!(membership_from_fields(&fields), Some(m.clone()));
+        let doc = fs::Document {
+            fields,
+            ..Default::default()
+        };
+        let stored = stored_membership(&doc).expect("a membership");
+        assert_eq!((stored.key, stored.membership), (key, m));
+        assert_eq!(membership_post(&doc).as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn stored_memberships_need_post_user_and_liked() {
+        let mut doc = fs::Document {
+            fields: HashMap::from([
+                (membership::POST_ID.into(), string("p")),
+                (membership::USER_ID.into(), string("u")),
+                (membership::LIKED.into(), boolean(true)),
+                (
+                    membership::UPDATED_AT.into(),
+                    timestamp(Timestamp {
+                        seconds: 2,
+                        nanos: 5_000,
+                    }),
+                ),
+            ]),
+            ..Default::default()
+        };
+        let row = stored_membership(&doc).expect("a membership");
+        assert_eq!(row.updated_at_micros, Some(2_000_005));
+        assert!(row.membership.liked);
+        doc.fields.remove(membership::POST_ID);
+        assert_eq!(stored_membership(&doc), None);
+    }
+
+    #[test]
+    fn markers_record_the_effects_they_are_read_back_with() {
+        let config = FirestoreStoreConfig {
+            consumer: "c1".into(),
+            counter_shards: 1,
+            counter_shard_target_writes_per_sec: 0,
+            marker_ttl: Duration::ZERO,
+        };
+        let batch = Batch::new(Vec::new(), Vec::new());
+        let mut plan = batch.plan(&HashMap::new());
+        plan.effects = Effects {
+            applied: 1,
+            duplicates: 2,
+            stale: 3,
+            poison: 4,
+        };
+        let write = marker_write(&config, &batch, &plan, "m");
+        let Some(fs::write::Operation::Update(doc)) = write.operation else {
+            panic!("an update");
+        };
+        assert_eq!(effects_from_fields(&doc.fields), plan.effects);
+    }
+}

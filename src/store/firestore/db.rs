@@ -1,0 +1,380 @@
+//! The one handle to hotcount's Firestore database, opened once from the
+//! endpoints and the target: every Firestore call in the repo (the store's
+//! transactions, the operator tools, the load generator's read-back, the
+//! tests) goes through a [`FirestoreDb`]. This file holds the handle and
+//! its RPCs; `documents.rs` the reads and writes of hotcount's documents.
+//!
+//! Invariants: every name comes from [`Layout`] and every value from
+//! [`codec`](super::codec); a read or a commit that fails after a
+//! transaction was opened for it ends that transaction (best effort) and
+//! names it in the error, so its locks do not outlive the attempt; every
+//! failure is a [`StoreError`] classed by [`classify`](super::classify).
+
+use std::time::Duration;
+
+use gcloud_sdk::google::firestore::v1 as fs;
+use gcloud_sdk::prost_types::Timestamp;
+use gcloud_sdk::tonic::{Code, Status};
+
+use fs::structured_aggregation_query::aggregation::{Count, Operator};
+use fs::value::ValueType;
+
+use super::errors::{internal, status_error};
+use super::Layout;
+use crate::config::{Endpoints, Target};
+use crate::connect::{self, ConnectError};
+use crate::store::StoreError;
+
+/// Longest wait for a best-effort rollback.
+const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The one handle to a Firestore database and hotcount's layout in it.
+/// Cheap to clone (the connection is shared).
+#[derive(Clone)]
+pub struct FirestoreDb {
+    client: ::firestore::FirestoreDb,
+    layout: Layout,
+}
+
+/// Which state a read sees.
+#[derive(Clone, Copy, Debug)]
+pub enum Read<'a> {
+    /// The latest committed state, outside any transaction (locks nothing).
+    Latest,
+    /// Inside the transaction `t`.
+    In(&'a [u8]),
+    /// The state at a read time.
+    At(Timestamp),
+    /// Opens a read-write transaction, naming the one it retries (if any)
+    /// so it keeps that one's age and wins lock conflicts against younger
+    /// ones; its id is left in `opened` as soon as the server sends it.
+    ReadWrite {
+        /// The transaction this one retries.
+        retry: Option<&'a [u8]>,
+        /// Where the new transaction's id is left.
+        opened: &'a Opened,
+    },
+}
+
+/// Where a read that opens a transaction leaves its id as soon as it
+/// arrives, so a caller that abandons the read mid-way can still end it.
+#[derive(Debug, Default)]
+pub struct Opened(parking_lot::Mutex<Option<Vec<u8>>>);
+
+impl Opened {
+    /// The transaction opened, if any (taken: a second call returns `None`).
+    pub fn take(&self) -> Option<Vec<u8>> {
+        self.0.lock().take()
+    }
+}
+
+/// What a query returned.
+#[derive(Clone, Debug, Default)]
+pub struct Queried {
+    /// Every document the query yielded.
+    pub documents: Vec<fs::Document>,
+    /// The read time the server reported first, if any.
+    pub read_time: Option<Timestamp>,
+}
+
+/// The consistency selector of a `$request` for `$read`.
+macro_rules! selector {
+    ($read:expr, $request:ident) => {{
+        use fs::$request::ConsistencySelector as S;
+        match $read {
+            Read::Latest => None,
+            Read::In(t) => Some(S::Transaction(t.to_vec())),
+            Read::At(t) => Some(S::ReadTime(t)),
+            Read::ReadWrite { retry, .. } => Some(S::NewTransaction(read_write(retry))),
+        }
+    }};
+}
+
+impl FirestoreDb {
+    /// Opens the database of `target` (the emulator's when `endpoints`
+    /// names one, else Google's with Application Default Credentials).
+    pub async fn open(endpoints: &Endpoints, target: &Target) -> Result<Self, ConnectError> {
+        let client = connect::firestore(endpoints, target).await?;
+        let layout = Layout::new(&target.project, &target.database, &target.collection_prefix);
+        Ok(Self { client, layout })
+    }
+
+    /// The layout in use.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn client(&self) -> fs::firestore_client::FirestoreClient<gcloud_sdk::GoogleAuthMiddleware> {
+        self.client.client().get()
+    }
+
+    /// Reads one document by full name (`None` when missing), latest state.
+    pub async fn get(&self, name: &str) -> Result<Option<fs::Document>, StoreError> {
+        let request = fs::GetDocumentRequest {
+            name: name.to_string(),
+            ..Default::default()
+        };
+        match self.client().get_document(request).await {
+            Ok(doc) => Ok(Some(doc.into_inner())),
+            Err(status) if status.code() == Code::NotFound => Ok(None),
+            Err(status) => Err(status_error("GetDocument", &status)),
+        }
+    }
+
+    /// Reads `documents` (BatchGetDocuments), handing each one found to
+    /// `found`, in any order. Returns the transaction the read opened
+    /// (empty unless `read` is [`Read::ReadWrite`], which fails without one).
+    pub async fn batch_get(
+        &self,
+        documents: Vec<String>,
+        read: Read<'_>,
+        mut found: impl FnMut(fs::Document),
+    ) -> Result<Vec<u8>, StoreError> {
+        let request = fs::BatchGetDocumentsRequest {
+            database: self.layout.database.clone(),
+            documents,
+            mask: None,
+            consistency_selector: selector!(read, batch_get_documents_request),
+            ..Default::default()
+        };
+        let mut client = self.client();
+        let call = client.batch_get_documents(request);
+        self.stream("BatchGetDocuments", read, call, |response| {
+            if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result {
+                found(doc);
+            }
+            true
+        })
+        .await
+    }
+
+    /// Runs `query` under `parent` and returns every document it yields.
+    pub async fn run_query(
+        &self,
+        parent: &str,
+        query: fs::StructuredQuery,
+        read: Read<'_>,
+    ) -> Result<Queried, StoreError> {
+        let request = fs::RunQueryRequest {
+            parent: parent.to_string(),
+            query_type: Some(fs::run_query_request::QueryType::StructuredQuery(query)),
+            consistency_selector: selector!(read, run_query_request),
+            ..Default::default()
+        };
+        let mut queried = Queried::default();
+        let mut client = self.client();
+        let call = client.run_query(request);
+        self.stream("RunQuery", read, call, |response| {
+            if queried.read_time.is_none() {
+                queried.read_time = response.read_time;
+            }
+            queried.documents.extend(response.document);
+            true
+        })
+        .await?;
+        Ok(queried)
+    }
+
+    /// How many documents `query` under `parent` matches (a COUNT
+    /// aggregation: the documents are not sent).
+    pub async fn run_count(
+        &self,
+        parent: &str,
+        query: fs::StructuredQuery,
+        read: Read<'_>,
+    ) -> Result<i64, StoreError> {
+        let op = "RunAggregationQuery";
+        let aggregation = fs::StructuredAggregationQuery {
+            aggregations: vec![fs::structured_aggregation_query::Aggregation {
+                alias: "n".into(),
+                operator: Some(Operator::Count(Count { up_to: None })),
+            }],
+            query_type: Some(fs::structured_aggregation_query::QueryType::StructuredQuery(query)),
+        };
+        let request = fs::RunAggregationQueryRequest {
+            parent: parent.to_string(),
+            query_type: Some(
+                fs::run_aggregation_query_request::QueryType::StructuredAggregationQuery(
+                    aggregation,
+                ),
+            ),
+            consistency_selector: selector!(read, run_aggregation_query_request),
+            ..Default::default()
+        };
+        let mut count = None;
+        let mut client = self.client();
+        let call = client.run_aggregation_query(request);
+        let transaction = self
+            .stream(op, read, call, |response| {
+                let value = response
+                    .result
+                    .and_then(|r| r.aggregate_fields.get("n").cloned())
+                    .and_then(|v| v.value_type);
+                if let Some(ValueType::IntegerValue(n)) = value {
+                    count = Some(n);
+                }
+                count.is_none()
+            })
+            .await?;
+        match count {
+            Some(n) => Ok(n),
+            None => {
+                let error = internal(op, "no count in the aggregation response");
+                Err(self.abandon(transaction, error).await)
+            }
+        }
+    }
+
+    /// Reads the responses of the streaming call `op`, handing each to
+    /// `each` until it returns false or the stream ends. Returns the
+    /// transaction the read opened (see [`Self::batch_get`]); a failure
+    /// after it was opened ends it.
+    async fn stream<T: Streamed>(
+        &self,
+        op: &'static str,
+        read: Read<'_>,
+        call: impl std::future::Future<
+            Output = Result<gcloud_sdk::tonic::Response<gcloud_sdk::tonic::Streaming<T>>, Status>,
+        >,
+        mut each: impl FnMut(T) -> bool,
+    ) -> Result<Vec<u8>, StoreError> {
+        let mut stream = call.await.map_err(|s| status_error(op, &s))?.into_inner();
+        let mut transaction = Vec::new();
+        loop {
+            let mut response = match stream.message().await {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(status) => {
+                    let error = status_error(op, &status);
+                    return Err(self.abandon(transaction, error).await);
+                }
+            };
+            let opened = response.take_transaction();
+            if !opened.is_empty() {
+                if let Read::ReadWrite { opened: slot, .. } = read {
+                    *slot.0.lock() = Some(opened.clone());
+                }
+                transaction = opened;
+            }
+            if !each(response) {
+                break;
+            }
+        }
+        if matches!(read, Read::ReadWrite { .. }) && transaction.is_empty() {
+            return Err(internal(
+                op,
+                &format!("no transaction id in the {op} response"),
+            ));
+        }
+        Ok(transaction)
+    }
+
+    /// `error` ended a read: ends the `transaction` it opened too, if any,
+    /// and names it in the error (the next attempt retries it).
+    async fn abandon(&self, transaction: Vec<u8>, mut error: StoreError) -> StoreError {
+        if !transaction.is_empty() {
+            self.rollback(transaction.clone()).await;
+            error.transaction = Some(transaction);
+        }
+        error
+    }
+
+    /// Begins a read-only transaction: every read in it sees one snapshot
+    /// (its read time), and it locks nothing. End it with [`Self::rollback`].
+    pub async fn begin_read_only(&self) -> Result<Vec<u8>, StoreError> {
+        let mode = fs::transaction_options::Mode::ReadOnly(Default::default());
+        let request = fs::BeginTransactionRequest {
+            database: self.layout.database.clone(),
+            options: Some(fs::TransactionOptions { mode: Some(mode) }),
+            ..Default::default()
+        };
+        let response = self
+            .client()
+            .begin_transaction(request)
+            .await
+            .map_err(|s| status_error("BeginTransaction", &s))?;
+        Ok(response.into_inner().transaction)
+    }
+
+    /// Commits `writes`, in `transaction` when given (else each write's
+    /// preconditions are the only condition). A transaction whose Commit
+    /// fails other than with ABORTED (which ended it) may still be open, its
+    /// answer lost on the wire: it is rolled back (best effort; a commit
+    /// that did apply makes the rollback fail, harmlessly) and named in the
+    /// error.
+    pub async fn commit(
+        &self,
+        writes: Vec<fs::Write>,
+        transaction: Option<Vec<u8>>,
+    ) -> Result<(), StoreError> {
+        let request = fs::CommitRequest {
+            database: self.layout.database.clone(),
+            writes,
+            transaction: transaction.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        let Err(status) = self.client().commit(request).await else {
+            return Ok(());
+        };
+        let mut error = status_error("Commit", &status);
+        if let Some(transaction) = transaction {
+            if status.code() != Code::Aborted {
+                self.rollback(transaction.clone()).await;
+            }
+            error.transaction = Some(transaction);
+        }
+        Err(error)
+    }
+
+    /// Ends `transaction` without writing, releasing its locks (best effort:
+    /// a failed rollback leaves the transaction to expire on its own).
+    pub async fn rollback(&self, transaction: Vec<u8>) {
+        let request = fs::RollbackRequest {
+            database: self.layout.database.clone(),
+            transaction,
+            ..Default::default()
+        };
+        // Bounded: a rollback is best effort, and it runs on the way out.
+        let rolled = tokio::time::timeout(ROLLBACK_TIMEOUT, self.client().rollback(request)).await;
+        match rolled {
+            Ok(Ok(_)) => {}
+            Ok(Err(status)) => {
+                tracing::debug!(code = ?status.code(), "rollback failed; the transaction expires on its own");
+            }
+            Err(_) => tracing::debug!("rollback timed out; the transaction expires on its own"),
+        }
+    }
+}
+
+fn read_write(retry: Option<&[u8]>) -> fs::TransactionOptions {
+    fs::TransactionOptions {
+        mode: Some(fs::transaction_options::Mode::ReadWrite(
+            fs::transaction_options::ReadWrite {
+                retry_transaction: retry.map(<[u8]>::to_vec).unwrap_or_default(),
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+/// A streamed response, which may carry the transaction its read opened.
+trait Streamed {
+    /// The transaction id it carries (empty when none).
+    fn take_transaction(&mut self) -> Vec<u8>;
+}
+
+macro_rules! streamed {
+    ($($response:ty),*) => {$(
+        impl Streamed for $response {
+            fn take_transaction(&mut self) -> Vec<u8> {
+                std::mem::take(&mut self.transaction)
+            }
+        }
+    )*};
+}
+
+streamed!(
+    fs::BatchGetDocumentsResponse,
+    fs::RunQueryResponse,
+    fs::RunAggregationQueryResponse
+);

@@ -1,0 +1,312 @@
+//! hotcount's documents read and written through the [`FirestoreDb`]
+//! handle: memberships (the store's read path, also replay's), counter
+//! shards and their sums, quarantine records and reconcile guards.
+//!
+//! Invariant: each query here is the only one of its kind in the repo, and
+//! each names its documents through [`Layout`] and parses them with
+//! [`codec`]; a shard's `likes` is summed here only.
+
+use std::collections::BTreeMap;
+
+use gcloud_sdk::google::firestore::v1 as fs;
+use gcloud_sdk::prost_types::Timestamp;
+use rustc_hash::FxHashMap;
+
+use fs::structured_query::{
+    composite_filter, field_filter, filter::FilterType, CollectionSelector, CompositeFilter,
+    FieldFilter, FieldReference, Filter, Projection,
+};
+
+use super::codec::{self, Correction, RepairGuard, StoredMembership, StoredRecord};
+use super::db::{FirestoreDb, Read};
+use super::errors::internal;
+use super::layout::collections;
+use super::layout::fields::{membership, quarantine};
+use crate::pipeline::batch::{Effects, Membership, MembershipKey};
+use crate::store::StoreError;
+
+/// What [`FirestoreDb::read_memberships`] found.
+#[derive(Debug, Default)]
+pub struct Memberships {
+    /// The transaction the read opened (empty unless it was asked to).
+    pub transaction: Vec<u8>,
+    /// The effects the batch marker recorded, when it exists.
+    pub marker: Option<Effects>,
+    /// The state of each key whose membership document exists.
+    pub found: FxHashMap<MembershipKey, Membership>,
+    /// The update time of each key whose membership document exists (the
+    /// precondition of its next write).
+    pub update_times: FxHashMap<MembershipKey, Option<Timestamp>>,
+}
+
+/// Every counter shard of the layout, summed per post.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CounterSums {
+    /// Sum of the counter shards per post.
+    pub per_post: BTreeMap<String, i64>,
+    /// Counter shard documents read.
+    pub shards: usize,
+}
+
+impl FirestoreDb {
+    /// Reads the memberships of `keys` and, when given, the batch marker
+    /// `marker`, in one BatchGetDocuments: the store's read path (with
+    /// [`Read::ReadWrite`], opening the batch's transaction) and replay's
+    /// (with [`Read::Latest`], locking nothing).
+    pub async fn read_memberships<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k MembershipKey>,
+        marker: Option<&str>,
+        read: Read<'_>,
+    ) -> Result<Memberships, StoreError> {
+        let layout = self.layout();
+        // Document name -> key, to place what comes back (in any order).
+        // FxHash: at most one batch of names, and SipHash showed in profiles.
+        let count = keys.size_hint().0;
+        let mut names: FxHashMap<String, &MembershipKey> =
+            FxHashMap::with_capacity_and_hasher(count, Default::default());
+        let mut documents: Vec<String> = Vec::with_capacity(count + 1);
+        for key in keys {
+            let name = layout.membership(key);
+            documents.push(name.clone());
+            names.insert(name, key);
+        }
+        let mut read_back = Memberships {
+            found: FxHashMap::with_capacity_and_hasher(count, Default::default()),
+            update_times: FxHashMap::with_capacity_and_hasher(count, Default::default()),
+            ..Memberships::default()
+        };
+        if let Some(marker) = marker {
+            documents.push(marker.to_string());
+        } else if documents.is_empty() {
+            return Ok(read_back);
+        }
+        let transaction = self
+            .batch_get(documents, read, |doc| {
+                if Some(doc.name.as_str()) == marker {
+                    read_back.marker = Some(codec::effects_from_fields(&doc.fields));
+                } else if let Some(&key) = names.get(&doc.name) {
+                    read_back.update_times.insert(key.clone(), doc.update_time);
+                    if let Some(m) = codec::membership_from_fields(&doc.fields) {
+                        read_back.found.insert(key.clone(), m);
+                    }
+                }
+            })
+            .await?;
+        read_back.transaction = transaction;
+        Ok(read_back)
+    }
+
+    /// Every membership document (of `post` only, when given), and the
+    /// read time the server reported.
+    pub async fn memberships(
+        &self,
+        post: Option<&str>,
+        read: Read<'_>,
+    ) -> Result<(Vec<StoredMembership>, Option<Timestamp>), StoreError> {
+        let query = fs::StructuredQuery {
+            from: vec![self.top_level(collections::LIKES)],
+            r#where: post.map(|p| equals(membership::POST_ID, codec::string(p))),
+            ..Default::default()
+        };
+        let queried = self.run_query(&self.layout().root(), query, read).await?;
+        let rows = queried
+            .documents
+            .iter()
+            .filter_map(codec::stored_membership)
+            .collect();
+        Ok((rows, queried.read_time))
+    }
+
+    /// Liked memberships per post (a query that sends only their post ids).
+    pub async fn liked_per_post(
+        &self,
+        read: Read<'_>,
+    ) -> Result<BTreeMap<String, i64>, StoreError> {
+        let query = fs::StructuredQuery {
+            select: Some(Projection {
+                fields: vec![field(membership::POST_ID)],
+            }),
+            from: vec![self.top_level(collections::LIKES)],
+            r#where: Some(equals(membership::LIKED, codec::boolean(true))),
+            ..Default::default()
+        };
+        let mut liked: BTreeMap<String, i64> = BTreeMap::new();
+        let queried = self.run_query(&self.layout().root(), query, read).await?;
+        for doc in &queried.documents {
+            if let Some(post) = codec::membership_post(doc) {
+                *liked.entry(post).or_default() += 1;
+            }
+        }
+        Ok(liked)
+    }
+
+    /// How many memberships of `post_id` are liked (counted by the server).
+    pub async fn liked_count(&self, post_id: &str, read: Read<'_>) -> Result<i64, StoreError> {
+        let query = fs::StructuredQuery {
+            from: vec![self.top_level(collections::LIKES)],
+            r#where: Some(Filter {
+                filter_type: Some(FilterType::CompositeFilter(CompositeFilter {
+                    op: composite_filter::Operator::And as i32,
+                    filters: vec![
+                        equals(membership::POST_ID, codec::string(post_id)),
+                        equals(membership::LIKED, codec::boolean(true)),
+                    ],
+                })),
+            }),
+            ..Default::default()
+        };
+        self.run_count(&self.layout().root(), query, read).await
+    }
+
+    /// Every counter shard of `post_id` (by document name) with its `likes`.
+    pub async fn counter_shards(
+        &self,
+        post_id: &str,
+        read: Read<'_>,
+    ) -> Result<BTreeMap<String, i64>, StoreError> {
+        let query = fs::StructuredQuery {
+            from: vec![collection(collections::SHARDS, false)],
+            ..Default::default()
+        };
+        let parent = self.layout().counter_parent(post_id);
+        let queried = self.run_query(&parent, query, read).await?;
+        let mut shards = BTreeMap::new();
+        for doc in queried.documents {
+            let likes = codec::counter_shard_likes(&doc);
+            shards.insert(doc.name, likes);
+        }
+        Ok(shards)
+    }
+
+    /// The like count of `post_id`: the sum of its counter shards, latest state.
+    pub async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
+        let shards = self.counter_shards(post_id, Read::Latest).await?;
+        Ok(shards.values().sum())
+    }
+
+    /// Every counter shard of the layout, summed per post (a collection
+    /// group query on `shards`, filtered to this layout's counters).
+    pub async fn counter_sums(&self, read: Read<'_>) -> Result<CounterSums, StoreError> {
+        let query = fs::StructuredQuery {
+            from: vec![collection(collections::SHARDS, true)],
+            ..Default::default()
+        };
+        let queried = self.run_query(&self.layout().root(), query, read).await?;
+        let mut sums = CounterSums::default();
+        for doc in &queried.documents {
+            let Some(post) = self.layout().counter_shard_post(&doc.name) else {
+                continue;
+            };
+            *sums.per_post.entry(post.to_string()).or_default() += codec::counter_shard_likes(doc);
+            sums.shards += 1;
+        }
+        Ok(sums)
+    }
+
+    /// Quarantine records by document id, of `consumer` only when given, at
+    /// most `limit` when given; latest state.
+    pub async fn quarantine_records(
+        &self,
+        consumer: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<Vec<StoredRecord>, StoreError> {
+        let query = fs::StructuredQuery {
+            from: vec![self.top_level(collections::QUARANTINE)],
+            r#where: consumer.map(|c| equals(quarantine::CONSUMER, codec::string(c))),
+            limit: limit.map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
+            ..Default::default()
+        };
+        let queried = self
+            .run_query(&self.layout().root(), query, Read::Latest)
+            .await?;
+        Ok(queried
+            .documents
+            .iter()
+            .map(codec::quarantine_from_document)
+            .collect())
+    }
+
+    /// The quarantine record whose document id is `id` (`{consumer}:{doc_id}`,
+    /// as [`StoredRecord::id`] gives it), if any; `None` for an id that
+    /// cannot name one.
+    pub async fn quarantine_record(&self, id: &str) -> Result<Option<StoredRecord>, StoreError> {
+        if id.is_empty() || id.contains('/') {
+            return Ok(None);
+        }
+        let name = self.layout().quarantine_record(id);
+        Ok(self
+            .get(&name)
+            .await?
+            .as_ref()
+            .map(codec::quarantine_from_document))
+    }
+
+    /// Deletes the quarantine record `record` (it must still exist).
+    pub async fn delete_quarantine_record(&self, record: &StoredRecord) -> Result<(), StoreError> {
+        let write = fs::Write {
+            operation: Some(fs::write::Operation::Delete(record.name.clone())),
+            current_document: Some(fs::Precondition {
+                condition_type: Some(fs::precondition::ConditionType::Exists(true)),
+            }),
+            ..Default::default()
+        };
+        self.commit(vec![write], None).await
+    }
+
+    /// The reconcile guard of `post_id` (default when it does not exist).
+    pub async fn repair_guard(
+        &self,
+        post_id: &str,
+        read: Read<'_>,
+    ) -> Result<RepairGuard, StoreError> {
+        let op = "BatchGetDocuments";
+        let mut guard = Ok(RepairGuard::default());
+        let name = self.layout().reconcile_guard(post_id);
+        self.batch_get(vec![name], read, |doc| {
+            guard = codec::guard_from_document(&doc)
+                .ok_or_else(|| internal(op, "a document without an update time"));
+        })
+        .await?;
+        guard
+    }
+
+    /// Commits `correction` with its guard, outside any transaction, on the
+    /// precondition that the guard is still `seen`.
+    pub async fn commit_correction(
+        &self,
+        correction: &Correction<'_>,
+        seen: &RepairGuard,
+    ) -> Result<(), StoreError> {
+        let writes = codec::correction_writes(self.layout(), correction, seen);
+        self.commit(writes, None).await
+    }
+
+    /// A top-level collection of the layout (prefixed).
+    fn top_level(&self, id: &str) -> CollectionSelector {
+        collection(&self.layout().collection(id), false)
+    }
+}
+
+fn field(path: &str) -> FieldReference {
+    FieldReference {
+        field_path: path.to_string(),
+    }
+}
+
+fn collection(id: &str, all_descendants: bool) -> CollectionSelector {
+    CollectionSelector {
+        collection_id: id.to_string(),
+        all_descendants,
+    }
+}
+
+fn equals(path: &str, value: fs::Value) -> Filter {
+    Filter {
+        filter_type: Some(FilterType::FieldFilter(FieldFilter {
+            field: Some(field(path)),
+            op: field_filter::Operator::Equal as i32,
+            value: Some(value),
+        })),
+    }
+}
