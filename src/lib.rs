@@ -16,7 +16,8 @@
 //!   - and the values that travel: [`batch`](pipeline::batch) (a flush's
 //!     events per (post, user) and the apply rules) and
 //!     [`poison`](pipeline::poison) (the bounded quarantine record).
-//! - [`store`]: the [`store::CounterStore`] trait, Firestore and in-memory stores.
+//! - [`store`]: the [`store::CounterStore`] trait; the Firestore, PostgreSQL
+//!   and in-memory stores.
 //! - [`service`]: wires the stages and shuts them down in order.
 //! - [`config`]: typed, validated settings (units in names); [`connect`]:
 //!   clients for Google or the emulators.

@@ -1,7 +1,8 @@
 //! Where counts live: the [`CounterStore`] trait, its Firestore
 //! implementation ([`firestore`], over the one [`firestore::FirestoreDb`]
-//! handle every Firestore call goes through) and an in-memory one for unit
-//! tests ([`memory`]).
+//! handle every Firestore call goes through), a PostgreSQL one
+//! ([`postgres`]: tested against a real server, not yet selectable from the
+//! command line) and an in-memory one for unit tests ([`memory`]).
 //!
 //! Invariant: [`CounterStore::commit`] applies a whole batch atomically, in
 //! one transaction, or nothing of it; a batch whose marker already exists is
