@@ -101,3 +101,19 @@ pub async fn firestore(
         message: e.to_string(),
     })
 }
+
+/// Opens the hotcount database of `target`: the client of [`firestore`]
+/// with the document layout of `target`, as the one
+/// [`crate::store::firestore::FirestoreDb`] handle.
+pub async fn firestore_db(
+    endpoints: &Endpoints,
+    target: &Target,
+) -> Result<crate::store::firestore::FirestoreDb, ConnectError> {
+    let client = firestore(endpoints, target).await?;
+    let layout = crate::store::firestore::Layout::new(
+        &target.project,
+        &target.database,
+        &target.collection_prefix,
+    );
+    Ok(crate::store::firestore::FirestoreDb::new(client, layout))
+}

@@ -6,7 +6,6 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::ops::{dlq, quarantine, reconcile, replay, setup};
-use hotcount::store::firestore::FirestoreDb;
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
@@ -162,7 +161,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Count { target, post_ids } => {
-            let db = FirestoreDb::open(&cli.endpoints, &target).await?;
+            let db = connect::firestore_db(&cli.endpoints, &target).await?;
             for post in post_ids {
                 let count = db
                     .count(&post)
@@ -254,7 +253,7 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
             consumer,
             limit,
         } => {
-            let db = FirestoreDb::open(endpoints, &target).await?;
+            let db = connect::firestore_db(endpoints, &target).await?;
             let records = quarantine::list(&db, consumer.as_deref(), limit).await?;
             println!("id\tbytes\tquarantined\treason");
             for r in &records {
@@ -270,7 +269,7 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
             Ok(())
         }
         QuarantineAction::Show { target, id } => {
-            let db = FirestoreDb::open(endpoints, &target).await?;
+            let db = connect::firestore_db(endpoints, &target).await?;
             let Some(r) = quarantine::show(&db, &id).await? else {
                 anyhow::bail!("no quarantine record {id}");
             };
@@ -308,7 +307,7 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
             Ok(())
         }
         QuarantineAction::Redrive { target, topic, ids } => {
-            let db = FirestoreDb::open(endpoints, &target).await?;
+            let db = connect::firestore_db(endpoints, &target).await?;
             let topic = format!("projects/{}/topics/{topic}", target.project);
             let publisher = connect::publisher(endpoints, &topic).await?;
             let mut refused = 0;
@@ -341,7 +340,7 @@ async fn reconcile(
     posts: Vec<String>,
     repair: bool,
 ) -> anyhow::Result<()> {
-    let db = FirestoreDb::open(endpoints, target).await?;
+    let db = connect::firestore_db(endpoints, target).await?;
     let reports = if posts.is_empty() {
         reconcile::reconcile_all(&db, repair).await?
     } else {

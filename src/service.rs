@@ -15,7 +15,7 @@ use crate::pipeline::acker::Acker;
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::Flusher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
-use crate::store::firestore::{FirestoreDb, FirestoreStore};
+use crate::store::firestore::FirestoreStore;
 use crate::telemetry::Stats;
 
 /// A running service failed to start.
@@ -39,7 +39,7 @@ pub async fn open_store(
         database: config.database.clone(),
         collection_prefix: config.collection_prefix.clone(),
     };
-    let db = FirestoreDb::open(endpoints, &target).await?;
+    let db = connect::firestore_db(endpoints, &target).await?;
     Ok(FirestoreStore::new(db, config.store()))
 }
 

@@ -10,12 +10,11 @@
 //! keeps neither the oldest-first order across memberships nor the busy-shard
 //! exclusion the flusher relies on: it is the generous version.
 
-use std::hash::Hasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 use hotcount::event::{LikeEvent, LikeKind, Version};
-use hotcount::pipeline::aggregator::{Aggregator, Item, Pending, Taken};
+use hotcount::pipeline::aggregator::{route_hash, Aggregator, Item, Pending, Taken};
 use hotcount::pipeline::batch::{MessageIndex, Tagged};
 use rand::{Rng, SeedableRng};
 use rustc_hash::FxBuildHasher;
@@ -136,31 +135,13 @@ impl DashBuffer {
             wake: Notify::new(),
         }
     }
-
-    /// The aggregator's route before its modulo: FxHash of post, a
-    /// separator, user (message id for poison).
-    fn route(item: &Item) -> u64 {
-        let mut hasher = rustc_hash::FxHasher::default();
-        match item {
-            Item::Event(e) => {
-                hasher.write(e.post_id().as_bytes());
-                hasher.write_u8(0xff);
-                hasher.write(e.user_id().as_bytes());
-            }
-            Item::Poison(p) => {
-                hasher.write(p.message_id.as_bytes());
-                hasher.write_u8(0xff);
-            }
-        }
-        hasher.finish()
-    }
 }
 
 impl Buffer for DashBuffer {
     /// Appends to the message's membership; wakes the flusher at every full
     /// batch buffered (fewer wake-ups than the aggregator: generous again).
     fn add(&self, pending: Pending<u32>) {
-        let route = Self::route(&pending.item);
+        let route = route_hash(&pending.item);
         self.map.entry(route).or_default().push(pending);
         let total = self.buffered.fetch_add(1, Ordering::Relaxed) + 1;
         if total.is_multiple_of(BATCH) {

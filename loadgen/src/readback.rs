@@ -89,7 +89,7 @@ impl ReadError {
 
 /// Opens hotcount's database for `target`.
 pub async fn connect(endpoints: &Endpoints, target: &Target) -> Result<FirestoreDb, ReadError> {
-    FirestoreDb::open(endpoints, target)
+    hotcount::connect::firestore_db(endpoints, target)
         .await
         .map_err(|e| ReadError::Connect(e.to_string()))
 }

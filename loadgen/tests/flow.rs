@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::ops::setup::{self, SetupArgs};
-use hotcount::store::firestore::{codec, FirestoreDb};
+use hotcount::store::firestore::codec;
 use hotcount_emulators::{Emulators, EmulatorsConfig};
 use hotcount_loadgen::demo::{self, DemoConfig};
 use hotcount_loadgen::publish::{self, PublishOptions};
@@ -189,7 +189,9 @@ async fn verify_names_a_corrupted_post_and_exits_nonzero() {
         database: "(default)".into(),
         collection_prefix: String::new(),
     };
-    let db = FirestoreDb::open(&endpoints, &target).await.expect("db");
+    let db = hotcount::connect::firestore_db(&endpoints, &target)
+        .await
+        .expect("db");
     let write = codec::counter_increment(db.layout(), post, 0, 3);
     db.commit(vec![write], None)
         .await

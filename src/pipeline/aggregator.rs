@@ -174,22 +174,7 @@ impl<H> Aggregator<H> {
             let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return n % self.shards.len();
         }
-        // FxHash: a word at a time (routing is in-process only, so the hash
-        // need not be stable across builds; it runs once per message).
-        let mut hasher = rustc_hash::FxHasher::default();
-        match item {
-            Item::Event(e) => {
-                // The separator keeps ("ab", "c") and ("a", "bc") apart.
-                hasher.write(e.post_id().as_bytes());
-                hasher.write_u8(0xff);
-                hasher.write(e.user_id().as_bytes());
-            }
-            Item::Poison(p) => {
-                hasher.write(p.message_id.as_bytes());
-                hasher.write_u8(0xff);
-            }
-        }
-        let hash = hasher.finish();
+        let hash = route_hash(item);
         (hash % self.shards.len() as u64) as usize
     }
 
@@ -356,6 +341,27 @@ impl<H> Aggregator<H> {
     pub fn wake(&self) {
         self.wake.notify_one();
     }
+}
+
+/// The hash a message is routed by, before the modulo: FxHash of the post,
+/// a separator, the user (the message id for poison). FxHash goes a word at
+/// a time; routing is in-process only, so the hash need not be stable
+/// across builds. It runs once per message.
+pub fn route_hash(item: &Item) -> u64 {
+    let mut hasher = rustc_hash::FxHasher::default();
+    match item {
+        Item::Event(e) => {
+            // The separator keeps ("ab", "c") and ("a", "bc") apart.
+            hasher.write(e.post_id().as_bytes());
+            hasher.write_u8(0xff);
+            hasher.write(e.user_id().as_bytes());
+        }
+        Item::Poison(p) => {
+            hasher.write(p.message_id.as_bytes());
+            hasher.write_u8(0xff);
+        }
+    }
+    hasher.finish()
 }
 
 #[cfg(test)]

@@ -159,7 +159,7 @@ impl Harness {
             database: "(default)".into(),
             collection_prefix: String::new(),
         };
-        let db = FirestoreDb::open(&endpoints, &target)
+        let db = hotcount::connect::firestore_db(&endpoints, &target)
             .await
             .expect("firestore");
         Self {

@@ -20,7 +20,7 @@ use google_cloud_pubsub::model::{ExpirationPolicy, Subscription};
 use crate::config::{check_pubsub_id, Endpoints, Target};
 use crate::connect;
 use crate::pipeline::batch::Effects;
-use crate::store::firestore::{FirestoreDb, FirestoreStore, FirestoreStoreConfig};
+use crate::store::firestore::{FirestoreStore, FirestoreStoreConfig};
 use crate::store::StoreError;
 
 mod replayer;
@@ -304,7 +304,7 @@ async fn open_store(
     endpoints: &Endpoints,
     args: &ReplayArgs,
 ) -> Result<FirestoreStore, ReplayError> {
-    let db = FirestoreDb::open(endpoints, &args.target).await?;
+    let db = crate::connect::firestore_db(endpoints, &args.target).await?;
     Ok(FirestoreStore::new(
         db,
         FirestoreStoreConfig {

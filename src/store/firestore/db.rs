@@ -21,8 +21,6 @@ use fs::value::ValueType;
 
 use super::errors::{internal, status_error};
 use super::Layout;
-use crate::config::{Endpoints, Target};
-use crate::connect::{self, ConnectError};
 use crate::store::StoreError;
 
 /// Longest wait for a best-effort rollback.
@@ -91,12 +89,10 @@ macro_rules! selector {
 }
 
 impl FirestoreDb {
-    /// Opens the database of `target` (the emulator's when `endpoints`
-    /// names one, else Google's with Application Default Credentials).
-    pub async fn open(endpoints: &Endpoints, target: &Target) -> Result<Self, ConnectError> {
-        let client = connect::firestore(endpoints, target).await?;
-        let layout = Layout::new(&target.project, &target.database, &target.collection_prefix);
-        Ok(Self { client, layout })
+    /// The handle over a connected client and the layout of its database
+    /// (opened by `crate::connect::firestore_db`).
+    pub fn new(client: firestore::FirestoreDb, layout: Layout) -> Self {
+        Self { client, layout }
     }
 
     /// The layout in use.

@@ -204,6 +204,25 @@ impl PgDb {
         Ok(Self { pool })
     }
 
+    /// Runs one statement outside a transaction on a pooled connection and
+    /// returns its rows; the connection goes back to the pool only when the
+    /// statement ended normally.
+    async fn query_rows(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let conn = self.checkout(op).await?;
+        let rows = conn
+            .client()?
+            .query(sql, params)
+            .await
+            .map_err(|e| query_error(op, &e))?;
+        conn.release();
+        Ok(rows)
+    }
+
     /// A connection for `op`, opened if none is free.
     pub async fn checkout(&self, op: &'static str) -> Result<Conn, StoreError> {
         let object = self.pool.get().await.map_err(|e| pool_error(op, &e))?;
@@ -392,13 +411,9 @@ impl PgDb {
         let op = "ReadMemberships";
         let post_ids: Vec<&str> = keys.iter().map(|k| k.post_id.as_str()).collect();
         let user_ids: Vec<&str> = keys.iter().map(|k| k.user_id.as_str()).collect();
-        let conn = self.checkout(op).await?;
-        let rows = conn
-            .client()?
-            .query(schema::READ_MEMBERSHIPS, &[&post_ids, &user_ids])
-            .await
-            .map_err(|e| query_error(op, &e))?;
-        conn.release();
+        let rows = self
+            .query_rows(op, schema::READ_MEMBERSHIPS, &[&post_ids, &user_ids])
+            .await?;
         rows.iter().map(membership_from_row).collect()
     }
 
@@ -408,13 +423,9 @@ impl PgDb {
         consumer: Option<&str>,
     ) -> Result<Vec<StoredRecord>, StoreError> {
         let op = "ListQuarantine";
-        let conn = self.checkout(op).await?;
-        let rows = conn
-            .client()?
-            .query(schema::LIST_QUARANTINE, &[&consumer])
-            .await
-            .map_err(|e| query_error(op, &e))?;
-        conn.release();
+        let rows = self
+            .query_rows(op, schema::LIST_QUARANTINE, &[&consumer])
+            .await?;
         rows.iter().map(quarantine_from_row).collect()
     }
 
