@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use dashmap::DashMap;
 use hotcount::event::{LikeEvent, LikeKind, Version};
 use hotcount::pipeline::aggregator::{route_hash, Aggregator, Item, Pending, Taken};
-use hotcount::pipeline::batch::{MessageIndex, Tagged};
 use rand::{Rng, SeedableRng};
 use rustc_hash::FxBuildHasher;
 use tokio::sync::Notify;
@@ -156,24 +155,12 @@ impl Buffer for DashBuffer {
             let room = BATCH - taken.len();
             let n = messages.len().min(room);
             for pending in messages.drain(..n) {
-                push(&mut taken, pending);
+                taken.push(pending);
             }
             !messages.is_empty()
         });
         self.buffered.fetch_sub(taken.len(), Ordering::Relaxed);
         taken
-    }
-}
-
-/// Moves one message into `taken`, as the aggregator's take does.
-fn push(taken: &mut Taken<u32>, pending: Pending<u32>) {
-    taken.bytes += pending.bytes;
-    taken.published.extend(pending.published);
-    let message = taken.handles.len() as MessageIndex;
-    taken.handles.push(pending.handle);
-    match pending.item {
-        Item::Event(item) => taken.events.push(Tagged { item, message }),
-        Item::Poison(p) => taken.poison.push(Tagged { item: *p, message }),
     }
 }
 

@@ -60,6 +60,22 @@ pub struct Taken<H> {
     pub published: Vec<std::time::SystemTime>,
 }
 
+impl<H> Taken<H> {
+    /// Adds one message: its handle gets the next index, and its event or
+    /// poison record is tagged with that index.
+    pub fn push(&mut self, pending: Pending<H>) {
+        self.bytes += pending.bytes;
+        self.published.extend(pending.published);
+        // At most max_batch_events handles: far below 2^32.
+        let message = self.handles.len() as MessageIndex;
+        self.handles.push(pending.handle);
+        match pending.item {
+            Item::Event(item) => self.events.push(Tagged { item, message }),
+            Item::Poison(p) => self.poison.push(Tagged { item: *p, message }),
+        }
+    }
+}
+
 impl<H> Default for Taken<H> {
     fn default() -> Self {
         Self {
@@ -276,7 +292,7 @@ impl<H> Aggregator<H> {
         let Some(shard) = self.shards.get(shard) else {
             return 0;
         };
-        let (items, items_bytes) = {
+        let items = {
             let mut buffer = shard.buffer.lock();
             let n = buffer.items.len().min(limit);
             let taken: VecDeque<Pending<H>> = if n == buffer.items.len() {
@@ -293,23 +309,15 @@ impl<H> Aggregator<H> {
             } else {
                 Some(now)
             };
-            (taken, taken_bytes)
+            taken
         };
         self.buffered
             .fetch_sub(items.len(), std::sync::atomic::Ordering::Relaxed);
         let n = items.len();
         taken.handles.reserve(n);
         taken.events.reserve(n);
-        taken.bytes += items_bytes;
         for pending in items {
-            taken.published.extend(pending.published);
-            // At most max_batch_events handles: far below 2^32.
-            let message = taken.handles.len() as MessageIndex;
-            taken.handles.push(pending.handle);
-            match pending.item {
-                Item::Event(item) => taken.events.push(Tagged { item, message }),
-                Item::Poison(p) => taken.poison.push(Tagged { item: *p, message }),
-            }
+            taken.push(pending);
         }
         n
     }
