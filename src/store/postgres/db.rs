@@ -250,15 +250,11 @@ impl PgDb {
     /// The like count of `post_id`: the sum of its counter shards.
     pub async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
         let op = "Count";
-        let conn = self.checkout(op).await?;
-        let row = conn
-            .client()?
-            .query_one(schema::COUNT, &[&post_id])
-            .await
-            .map_err(|e| query_error(op, &e))?;
-        let count = row.try_get(0).map_err(|e| query_error(op, &e))?;
-        conn.release();
-        Ok(count)
+        let rows = self.query_rows(op, schema::COUNT, &[&post_id]).await?;
+        match rows.first() {
+            Some(row) => row.try_get(0).map_err(|e| query_error(op, &e)),
+            None => Ok(0),
+        }
     }
 
     /// Every post with liked memberships or counter shards, both sides read
@@ -266,23 +262,10 @@ impl PgDb {
     /// many commits land meanwhile), in one round trip. Sorted by post.
     pub async fn tally(&self) -> Result<Vec<PostTally>, StoreError> {
         let op = "Tally";
-        let conn = self.checkout(op).await?;
-        let [liked, shards] = conn
-            .statements(op, [schema::LIKED_PER_POST, schema::SHARDS_PER_POST])
+        let [liked, shards] = self
+            .snapshot_pair(op, [schema::LIKED_PER_POST, schema::SHARDS_PER_POST], &[])
             .await?;
-        let client = conn.client()?;
-        let (begun, liked, shards, ended) = tokio::join!(
-            biased;
-            client.batch_execute(schema::BEGIN_SNAPSHOT),
-            client.query(&liked, &[]),
-            client.query(&shards, &[]),
-            client.batch_execute(schema::COMMIT),
-        );
         let err = |e: tokio_postgres::Error| query_error(op, &e);
-        begun.map_err(err)?;
-        let (liked, shards) = (liked.map_err(err)?, shards.map_err(err)?);
-        ended.map_err(err)?;
-        conn.release();
         let mut posts: BTreeMap<String, PostTally> = BTreeMap::new();
         for row in liked {
             let post_id: String = row.try_get(0).map_err(err)?;
@@ -299,31 +282,49 @@ impl PgDb {
         Ok(posts.into_values().collect())
     }
 
-    /// One post's [`PostTally`], read at one snapshot.
-    pub async fn tally_post(&self, post_id: &str) -> Result<PostTally, StoreError> {
-        let op = "TallyPost";
+    /// Runs two queries with the same `params` in one REPEATABLE READ READ
+    /// ONLY transaction (one snapshot), pipelined in one round trip.
+    async fn snapshot_pair(
+        &self,
+        op: &'static str,
+        sqls: [&str; 2],
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<[Vec<tokio_postgres::Row>; 2], StoreError> {
         let conn = self.checkout(op).await?;
-        let [liked, shards] = conn
-            .statements(op, [schema::LIKED_OF_POST, schema::COUNT])
-            .await?;
+        let [first, second] = conn.statements(op, sqls).await?;
         let client = conn.client()?;
-        let by_post: [&(dyn ToSql + Sync); 1] = [&post_id];
-        let (begun, liked, shards, ended) = tokio::join!(
+        let (begun, first, second, ended) = tokio::join!(
             biased;
             client.batch_execute(schema::BEGIN_SNAPSHOT),
-            client.query_one(&liked, &by_post),
-            client.query_one(&shards, &by_post),
+            client.query(&first, params),
+            client.query(&second, params),
             client.batch_execute(schema::COMMIT),
         );
         let err = |e: tokio_postgres::Error| query_error(op, &e);
         begun.map_err(err)?;
-        let (liked, shards) = (liked.map_err(err)?, shards.map_err(err)?);
+        let rows = [first.map_err(err)?, second.map_err(err)?];
         ended.map_err(err)?;
         conn.release();
+        Ok(rows)
+    }
+
+    /// One post's [`PostTally`], read at one snapshot.
+    pub async fn tally_post(&self, post_id: &str) -> Result<PostTally, StoreError> {
+        let op = "TallyPost";
+        let [liked, shards] = self
+            .snapshot_pair(op, [schema::LIKED_OF_POST, schema::COUNT], &[&post_id])
+            .await?;
+        // Both are aggregates: exactly one row each.
+        let first = |rows: &[tokio_postgres::Row]| -> Result<i64, StoreError> {
+            match rows.first() {
+                Some(row) => row.try_get(0).map_err(|e| query_error(op, &e)),
+                None => Ok(0),
+            }
+        };
         Ok(PostTally {
             post_id: post_id.to_string(),
-            liked: liked.try_get(0).map_err(err)?,
-            shards_sum: shards.try_get(0).map_err(err)?,
+            liked: first(&liked)?,
+            shards_sum: first(&shards)?,
         })
     }
 
@@ -435,13 +436,10 @@ impl PgDb {
     /// same statement can run from `pg_cron`.
     pub async fn delete_expired_markers(&self, limit: i64) -> Result<u64, StoreError> {
         let op = "DeleteExpiredMarkers";
-        let conn = self.checkout(op).await?;
-        let deleted = conn
-            .client()?
-            .execute(schema::DELETE_EXPIRED_MARKERS, &[&limit])
-            .await
-            .map_err(|e| query_error(op, &e))?;
-        conn.release();
-        Ok(deleted)
+        // One row returned per marker deleted.
+        let deleted = self
+            .query_rows(op, schema::DELETE_EXPIRED_MARKERS, &[&limit])
+            .await?;
+        Ok(deleted.len() as u64)
     }
 }

@@ -324,7 +324,8 @@ pub const DELETE_EXPIRED_MARKERS: &str = "DELETE FROM batch_markers
         WHERE expires_at < now()
         ORDER BY expires_at
         LIMIT $1
-        FOR UPDATE SKIP LOCKED)";
+        FOR UPDATE SKIP LOCKED)
+    RETURNING 1";
 
 /// The newest schema migration applied to the database `client` reaches
 /// (`None` before any).
