@@ -10,41 +10,23 @@
 
 #[path = "support/events.rs"]
 mod events;
+#[path = "support/fates.rs"]
+mod fates;
+
+use fates::{Fate, Fates, Handle};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use hotcount::event::LikeKind;
-use hotcount::pipeline::acker::{AckHandle, Acker, Confirmation};
+use hotcount::pipeline::acker::Acker;
 use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
 use hotcount::pipeline::flusher::{FlushConfig, Flusher};
 use hotcount::pipeline::poison::PoisonRecord;
 use hotcount::store::memory::{InjectedFailure, MemoryStore};
 use hotcount::store::CounterStore;
 use hotcount::telemetry::Stats;
-use parking_lot::Mutex;
 use proptest::prelude::*;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fate {
-    Acked,
-    Nacked,
-}
-
-type Fates = Arc<Mutex<BTreeMap<usize, Vec<Fate>>>>;
-
-#[derive(Debug)]
-struct Handle(usize, Fates);
-
-impl AckHandle for Handle {
-    fn ack(self) -> Option<Confirmation> {
-        self.1.lock().entry(self.0).or_default().push(Fate::Acked);
-        None
-    }
-    fn nack(self) {
-        self.1.lock().entry(self.0).or_default().push(Fate::Nacked);
-    }
-}
 
 /// A message of the generated batch.
 #[derive(Clone, Debug)]

@@ -3,15 +3,21 @@
 //! store has, the round trips a batch takes, and what a broken connection,
 //! a held lock or a competing replica leaves behind.
 
+#[path = "support/events.rs"]
+mod events;
+#[path = "support/fates.rs"]
+mod fates;
 #[path = "support/postgres.rs"]
 mod pg;
+
+use fates::{Fate, Fates, Handle};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hotcount::event::{LikeEvent, LikeKind, Version};
-use hotcount::pipeline::acker::{AckHandle, Acker, Confirmation};
+use hotcount::event::LikeEvent;
+use hotcount::pipeline::acker::Acker;
 use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
 use hotcount::pipeline::batch::{Batch, Effects, MembershipKey};
 use hotcount::pipeline::flusher::{FlushConfig, Flusher};
@@ -20,7 +26,6 @@ use hotcount::store::memory::MemoryStore;
 use hotcount::store::postgres::{PgDb, PgDbConfig, PostgresStore, PostgresStoreConfig};
 use hotcount::store::{Attempt, CommitOutcome, CommitReport, CounterStore, Deadline};
 use hotcount::telemetry::Stats;
-use parking_lot::Mutex;
 use pg::{Cut, PgCluster, Proxy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -61,17 +66,7 @@ async fn open(url: &str, max_connections: usize) -> PostgresStore {
 }
 
 fn event(added: bool, post: &str, user: &str, seq: i64, id: &str) -> LikeEvent {
-    let kind = if added {
-        LikeKind::Added
-    } else {
-        LikeKind::Removed
-    };
-    let version = Version {
-        seq,
-        occurred_at_micros: 1_700_000_000_000_000,
-        event_id: id.into(),
-    };
-    LikeEvent::new(kind, post, user, &version, None).expect("valid test event")
+    events::event_of(added, post, user, seq, 1_700_000_000_000_000, id)
 }
 
 fn like(post: &str, user: &str, seq: i64, id: &str) -> LikeEvent {
@@ -696,27 +691,6 @@ async fn a_repair_corrects_drift_once_while_consumers_commit() {
     let tally = store.db().tally_post("p").await.expect("tally");
     assert_eq!(tally.difference(), 0, "{tally:?}");
     assert_eq!(count(&store, "p").await, 10, "the 20 rounds end unliked");
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate {
-    Acked,
-    Nacked,
-}
-
-type Fates = Arc<Mutex<BTreeMap<usize, Vec<Fate>>>>;
-
-#[derive(Debug)]
-struct Handle(usize, Fates);
-
-impl AckHandle for Handle {
-    fn ack(self) -> Option<Confirmation> {
-        self.1.lock().entry(self.0).or_default().push(Fate::Acked);
-        None
-    }
-    fn nack(self) {
-        self.1.lock().entry(self.0).or_default().push(Fate::Nacked);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

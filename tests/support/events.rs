@@ -15,6 +15,26 @@ pub fn like(
     occurred_at_micros: i64,
     event_id: &str,
 ) -> LikeEvent {
+    event_of(
+        added,
+        &format!("p{post}"),
+        &format!("u{user}"),
+        seq,
+        occurred_at_micros,
+        event_id,
+    )
+}
+
+/// Event `event_id`: `user` likes `post` (`added`) or takes the like back,
+/// at `seq` and `occurred_at_micros`. Panics on invalid ids (a test bug).
+pub fn event_of(
+    added: bool,
+    post: &str,
+    user: &str,
+    seq: i64,
+    occurred_at_micros: i64,
+    event_id: &str,
+) -> LikeEvent {
     let kind = if added {
         LikeKind::Added
     } else {
@@ -25,12 +45,5 @@ pub fn like(
         occurred_at_micros,
         event_id: event_id.into(),
     };
-    LikeEvent::new(
-        kind,
-        &format!("p{post}"),
-        &format!("u{user}"),
-        &version,
-        None,
-    )
-    .expect("generated fields are valid")
+    LikeEvent::new(kind, post, user, &version, None).expect("valid test event")
 }
