@@ -29,9 +29,15 @@ pub struct Endpoints {
     pub firestore_emulator_host: Option<String>,
 }
 
-/// Which Google Cloud project, database and documents.
+/// Where the counts live: the store (Firestore unless `--store` names a
+/// PostgreSQL database) and, for Firestore, which Google Cloud project,
+/// database and collections.
 #[derive(clap::Args, Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Target {
+    /// The store: `firestore` (the default) or a PostgreSQL connection URL
+    /// (`postgres://user:password@host:port/database`).
+    #[arg(long = "store", env = "HOTCOUNT_STORE", default_value = "firestore")]
+    pub store: StoreLocation,
     /// Google Cloud project id.
     #[arg(long, env = "HOTCOUNT_PROJECT", default_value = "hotcount-local")]
     pub project: String,
@@ -41,6 +47,78 @@ pub struct Target {
     /// Prefix of every Firestore collection hotcount writes (e.g. `hc_`).
     #[arg(long, env = "HOTCOUNT_COLLECTION_PREFIX", default_value = "")]
     pub collection_prefix: String,
+}
+
+/// Which database holds the counts. Its `Debug` and `Display` hide a
+/// PostgreSQL URL's password (they end up in logs); `Serialize` keeps the
+/// URL whole, as [`RunArgs::to_flags`] must reproduce it.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub enum StoreLocation {
+    /// Firestore, at the endpoints and [`Target`] given.
+    #[default]
+    Firestore,
+    /// PostgreSQL, by libpq connection URL.
+    Postgres {
+        /// `postgres://` or `postgresql://` URL.
+        url: String,
+    },
+}
+
+impl std::str::FromStr for StoreLocation {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("firestore") {
+            return Ok(Self::Firestore);
+        }
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return match s.parse::<tokio_postgres::Config>() {
+                Ok(_) => Ok(Self::Postgres { url: s.to_string() }),
+                Err(e) => Err(format!("not a PostgreSQL connection URL: {e}")),
+            };
+        }
+        Err("expected `firestore` or a `postgres://` URL".into())
+    }
+}
+
+impl std::fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Firestore => f.write_str("firestore"),
+            Self::Postgres { url } => f.write_str(&redact_password(url)),
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl serde::Serialize for StoreLocation {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Firestore => serializer.serialize_str("firestore"),
+            Self::Postgres { url } => serializer.serialize_str(url),
+        }
+    }
+}
+
+/// `url` with the password of its user info (`user:password@`) replaced by `***`.
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) => match user_info.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
 }
 
 /// How events become transactions.
@@ -154,6 +232,8 @@ pub struct RunArgs {
 /// Validated settings.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// The store.
+    pub store_location: StoreLocation,
     /// Project id.
     pub project: String,
     /// Database id.
@@ -351,6 +431,7 @@ impl RunArgs {
             })?;
         let metrics_addr = metrics_addr(&self.metrics_addr, self.metrics_allow_remote)?;
         Ok(Config {
+            store_location: t.store.clone(),
             project: t.project.clone(),
             database: t.database.clone(),
             collection_prefix: t.collection_prefix.clone(),
@@ -479,6 +560,16 @@ impl Config {
                 max_commits_in_flight: self.per_event_concurrency,
                 ..retry
             },
+        }
+    }
+
+    /// The PostgreSQL store's settings.
+    pub fn postgres_store(&self) -> crate::store::postgres::PostgresStoreConfig {
+        crate::store::postgres::PostgresStoreConfig {
+            consumer: self.consumer.clone(),
+            counter_shards: self.counter_shards,
+            counter_shard_target_writes_per_sec: self.counter_shard_target_writes_per_sec,
+            marker_ttl: self.marker_ttl,
         }
     }
 

@@ -9,13 +9,15 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::config::{Config, Endpoints, Strategy, Target};
+use crate::config::{Config, Endpoints, StoreLocation, Strategy, Target};
 use crate::connect;
 use crate::pipeline::acker::Acker;
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::Flusher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
 use crate::store::firestore::FirestoreStore;
+use crate::store::postgres::{PgConfigError, PgDb, PgDbConfig, PostgresStore};
+use crate::store::selected::SelectedStore;
 use crate::telemetry::Stats;
 
 /// A running service failed to start.
@@ -24,23 +26,48 @@ pub enum ServiceError {
     /// A client could not be built.
     #[error(transparent)]
     Connect(#[from] connect::ConnectError),
+    /// The PostgreSQL URL or pool settings cannot be used.
+    #[error(transparent)]
+    Postgres(#[from] PgConfigError),
     /// The metrics endpoint could not bind.
     #[error(transparent)]
     Http(#[from] crate::http::HttpError),
 }
 
-/// Opens the Firestore store described by `config`.
+/// Opens the store `config.store_location` names: Firestore (at
+/// `endpoints`) or PostgreSQL, with a connection for each commit in flight.
 pub async fn open_store(
     endpoints: &Endpoints,
     config: &Config,
-) -> Result<FirestoreStore, ServiceError> {
-    let target = Target {
-        project: config.project.clone(),
-        database: config.database.clone(),
-        collection_prefix: config.collection_prefix.clone(),
-    };
-    let db = connect::firestore_db(endpoints, &target).await?;
-    Ok(FirestoreStore::new(db, config.store()))
+) -> Result<SelectedStore, ServiceError> {
+    match &config.store_location {
+        StoreLocation::Firestore => {
+            let target = Target {
+                store: StoreLocation::Firestore,
+                project: config.project.clone(),
+                database: config.database.clone(),
+                collection_prefix: config.collection_prefix.clone(),
+            };
+            let db = connect::firestore_db(endpoints, &target).await?;
+            Ok(SelectedStore::Firestore(FirestoreStore::new(
+                db,
+                config.store(),
+            )))
+        }
+        StoreLocation::Postgres { url } => {
+            let mut db_config = PgDbConfig::new(url.clone());
+            let in_flight = match config.strategy {
+                Strategy::Batched => config.max_commits_in_flight,
+                Strategy::PerEvent => config.per_event_concurrency,
+            };
+            db_config.max_connections = db_config.max_connections.max(in_flight + 2);
+            let db = PgDb::new(&db_config)?;
+            Ok(SelectedStore::Postgres(PostgresStore::new(
+                db,
+                config.postgres_store(),
+            )))
+        }
+    }
 }
 
 /// Runs the service until `stop` turns true, then drains. Returns the stats.

@@ -38,6 +38,7 @@
 //!     firestore_emulator_host: Some("127.0.0.1:8682".into()),
 //! };
 //! let target = Target {
+//!     store: Default::default(),
 //!     project: "hotcount-local".into(),
 //!     database: "(default)".into(),
 //!     collection_prefix: "demo_".into(),

@@ -185,6 +185,7 @@ async fn verify_names_a_corrupted_post_and_exits_nonzero() {
         .find(|(_, c)| **c > 0)
         .expect("a liked post");
     let target = Target {
+        store: Default::default(),
         project: "loadgen-test".into(),
         database: "(default)".into(),
         collection_prefix: String::new(),

@@ -25,6 +25,9 @@ fn flags_reproduce_every_setting() {
     );
     // Every setting away from its default, each a different value.
     let mut changed = defaults.clone();
+    changed.target.store = StoreLocation::Postgres {
+        url: "postgres://u:secret@127.0.0.1:5433/hc".into(),
+    };
     changed.target.project = "p2".into();
     changed.target.database = "db2".into();
     changed.target.collection_prefix = "x_".into();
@@ -129,4 +132,34 @@ fn each_stage_gets_its_own_settings_and_per_event_flushes_each_message_at_once()
     let flush = per_event.flush();
     assert_eq!(flush.flush_interval, Duration::ZERO);
     assert_eq!(flush.max_commits_in_flight, 9);
+}
+
+#[test]
+fn store_location_parses_firestore_and_postgres_urls_and_refuses_the_rest() {
+    assert_eq!("firestore".parse(), Ok(StoreLocation::Firestore));
+    assert_eq!(
+        "postgresql://hc@localhost/hc".parse(),
+        Ok(StoreLocation::Postgres {
+            url: "postgresql://hc@localhost/hc".into()
+        })
+    );
+    assert!("mysql://localhost/hc".parse::<StoreLocation>().is_err());
+    assert!("postgres://host:notaport/db"
+        .parse::<StoreLocation>()
+        .is_err());
+}
+
+#[test]
+fn store_location_hides_the_password_in_logs_but_not_in_flags() {
+    let url = "postgres://hc:s3cret@db.internal:5432/hc?sslmode=require";
+    let store: StoreLocation = url.parse().expect("a postgres url");
+    assert_eq!(
+        store.to_string(),
+        "postgres://hc:***@db.internal:5432/hc?sslmode=require"
+    );
+    assert!(!format!("{store:?}").contains("s3cret"));
+    assert_eq!(
+        serde_json::to_value(&store).expect("json"),
+        serde_json::Value::String(url.into())
+    );
 }

@@ -1,8 +1,8 @@
 //! Where counts live: the [`CounterStore`] trait, its Firestore
 //! implementation ([`firestore`], over the one [`firestore::FirestoreDb`]
 //! handle every Firestore call goes through), a PostgreSQL one
-//! ([`postgres`]: tested against a real server, not yet selectable from the
-//! command line) and an in-memory one for unit tests ([`memory`]).
+//! ([`postgres`]), the one `--store` selects ([`selected`]) and an
+//! in-memory one for unit tests ([`memory`]).
 //!
 //! Invariant: [`CounterStore::commit`] applies a whole batch atomically, in
 //! one transaction, or nothing of it; a batch whose marker already exists is
@@ -13,6 +13,7 @@ pub mod counter_shards;
 pub mod firestore;
 pub mod memory;
 pub mod postgres;
+pub mod selected;
 
 use std::future::Future;
 

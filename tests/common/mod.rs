@@ -155,6 +155,7 @@ impl Harness {
             .await
             .expect("publisher");
         let target = Target {
+            store: Default::default(),
             project: PROJECT.into(),
             database: "(default)".into(),
             collection_prefix: String::new(),

@@ -228,6 +228,7 @@ fn stage_spec() -> StageSpec {
 /// Where the consumers write.
 fn target() -> Target {
     Target {
+        store: Default::default(),
         project: PROJECT.into(),
         database: "(default)".into(),
         collection_prefix: PREFIX.into(),
