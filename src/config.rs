@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::event::{check_id, MAX_EVENT_ID_BYTES};
 use crate::pipeline::flusher::FlushConfig;
 use crate::pipeline::source::SourceConfig;
-use crate::store::firestore::FirestoreStoreConfig;
+use crate::store::selected::StoreSettings;
 
 /// Increments per second a counter shard document should take, by default
 /// (Firestore's guidance for one document is about one sustained write per
@@ -205,6 +205,23 @@ pub struct RunArgs {
     /// subscription's retention plus the longest replay window.
     #[arg(long, env = "HOTCOUNT_MARKER_TTL_DAYS", default_value_t = 40)]
     pub marker_ttl_days: u64,
+    /// With `--store postgres://...`: how often expired batch markers are
+    /// deleted, in seconds (0 = never, e.g. when `pg_cron` runs the same
+    /// statement). Replicas may all run it: each skips rows another holds.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MARKER_CLEANUP_INTERVAL_SECS",
+        default_value_t = 300
+    )]
+    pub marker_cleanup_interval_secs: u64,
+    /// Expired batch markers one cleanup statement deletes at most (a
+    /// cleanup runs at most 10 statements, then waits for the next interval).
+    #[arg(
+        long,
+        env = "HOTCOUNT_MARKER_CLEANUP_BATCH_ROWS",
+        default_value_t = 1000
+    )]
+    pub marker_cleanup_batch_rows: u32,
     /// After SIGTERM, at most this long is spent committing what is
     /// buffered: then retries stop, open transactions are rolled back and
     /// what did not commit is nacked, in seconds (fits Cloud Run's 10 s).
@@ -274,6 +291,10 @@ pub struct Config {
     pub commit_backoff_max: Duration,
     /// Batch marker lifetime.
     pub marker_ttl: Duration,
+    /// How often expired batch markers are deleted (PostgreSQL); `None` = never.
+    pub marker_cleanup_interval: Option<Duration>,
+    /// Expired batch markers deleted per cleanup statement, at most.
+    pub marker_cleanup_batch_rows: i64,
     /// Longest drain after a stop signal.
     pub shutdown_deadline: Duration,
     /// Batched or per-event.
@@ -505,6 +526,21 @@ impl RunArgs {
             marker_ttl: Duration::from_secs(
                 86_400 * range("marker-ttl-days", self.marker_ttl_days, 1, 3650)?,
             ),
+            marker_cleanup_interval: match range(
+                "marker-cleanup-interval-secs",
+                self.marker_cleanup_interval_secs,
+                0,
+                86_400,
+            )? {
+                0 => None,
+                secs => Some(Duration::from_secs(secs)),
+            },
+            marker_cleanup_batch_rows: i64::from(range(
+                "marker-cleanup-batch-rows",
+                self.marker_cleanup_batch_rows,
+                1,
+                100_000,
+            )?),
             strategy: self.strategy,
             per_event_concurrency: range(
                 "per-event-concurrency",
@@ -563,9 +599,9 @@ impl Config {
         }
     }
 
-    /// The PostgreSQL store's settings.
-    pub fn postgres_store(&self) -> crate::store::postgres::PostgresStoreConfig {
-        crate::store::postgres::PostgresStoreConfig {
+    /// The store's settings (the same for Firestore and PostgreSQL).
+    pub fn store(&self) -> StoreSettings {
+        StoreSettings {
             consumer: self.consumer.clone(),
             counter_shards: self.counter_shards,
             counter_shard_target_writes_per_sec: self.counter_shard_target_writes_per_sec,
@@ -573,13 +609,13 @@ impl Config {
         }
     }
 
-    /// The Firestore store's settings.
-    pub fn store(&self) -> FirestoreStoreConfig {
-        FirestoreStoreConfig {
-            consumer: self.consumer.clone(),
-            counter_shards: self.counter_shards,
-            counter_shard_target_writes_per_sec: self.counter_shard_target_writes_per_sec,
-            marker_ttl: self.marker_ttl,
+    /// The [`Target`] these settings name.
+    pub fn target(&self) -> Target {
+        Target {
+            store: self.store_location.clone(),
+            project: self.project.clone(),
+            database: self.database.clone(),
+            collection_prefix: self.collection_prefix.clone(),
         }
     }
 }

@@ -1,13 +1,19 @@
 //! Opening clients: Google's endpoints with Application Default Credentials,
-//! or emulators (anonymous credentials) when an emulator address is set.
+//! or emulators (anonymous credentials) when an emulator address is set;
+//! and the database `--store` selects, Firestore or PostgreSQL.
 //!
-//! Invariant: credentials are never logged; an emulator address is only
-//! ever used with anonymous credentials over plain HTTP/2.
+//! Invariants: credentials are never logged (a PostgreSQL URL only with
+//! its password hidden); an emulator address is only ever used with
+//! anonymous credentials over plain HTTP/2; a PostgreSQL database is
+//! handed out only once its schema is this build's ([`store_db`]), and
+//! nothing here migrates it.
 
 use firestore::{FirestoreDb, FirestoreDbOptions};
 use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
 
-use crate::config::{Endpoints, Target};
+use crate::config::{Endpoints, StoreLocation, Target};
+use crate::store::postgres::{PgConfigError, PgDb, PgDbConfig, SchemaError};
+use crate::store::selected::SelectedDb;
 
 /// A client could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -116,4 +122,52 @@ pub async fn firestore_db(
         &target.collection_prefix,
     );
     Ok(crate::store::firestore::FirestoreDb::new(client, layout))
+}
+
+/// The selected database could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No Firestore client.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The PostgreSQL URL or pool settings cannot be used.
+    #[error(transparent)]
+    Postgres(#[from] PgConfigError),
+    /// The PostgreSQL schema is missing or older than this build's.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+}
+
+impl OpenError {
+    /// Whether opening again may succeed without an operator's change.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            OpenError::Schema(e) => e.is_retryable(),
+            OpenError::Connect(_) | OpenError::Postgres(_) => false,
+        }
+    }
+}
+
+/// Opens the database `target.store` names: Firestore (at `endpoints`,
+/// [`firestore_db`]) or a PostgreSQL pool of at most `max_connections`,
+/// after checking that `setup` brought its schema to this build's
+/// migrations ([`PgDb::check_schema`]).
+pub async fn store_db(
+    endpoints: &Endpoints,
+    target: &Target,
+    max_connections: usize,
+) -> Result<SelectedDb, OpenError> {
+    match &target.store {
+        StoreLocation::Firestore => Ok(SelectedDb::Firestore(
+            firestore_db(endpoints, target).await?,
+        )),
+        StoreLocation::Postgres { url } => {
+            let mut config = PgDbConfig::new(url.clone());
+            config.max_connections = config.max_connections.max(max_connections);
+            let db = PgDb::new(&config)?;
+            let version = db.check_schema().await?;
+            tracing::debug!(store = %target.store, version, "PostgreSQL schema checked");
+            Ok(SelectedDb::Postgres(db))
+        }
+    }
 }

@@ -37,8 +37,14 @@ enum Command {
         #[arg(required = true)]
         post_ids: Vec<String>,
     },
-    /// Create the topic, dead-letter topic and subscriptions (idempotent).
-    Setup(setup::SetupArgs),
+    /// Create the topic, dead-letter topic and subscriptions, and with
+    /// `--store postgres://...` apply the schema migrations (idempotent).
+    Setup {
+        #[command(flatten)]
+        args: setup::SetupArgs,
+        #[command(flatten)]
+        store: setup::SetupStore,
+    },
     /// Compare each post's counter shards with its liked memberships; fix with --repair.
     Reconcile {
         #[command(flatten)]
@@ -161,7 +167,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Count { target, post_ids } => {
-            let db = connect::firestore_db(&cli.endpoints, &target).await?;
+            let db = connect::store_db(&cli.endpoints, &target, 1).await?;
             for post in post_ids {
                 let count = db
                     .count(&post)
@@ -233,8 +239,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
         },
         Command::Quarantine(action) => quarantine_command(&cli.endpoints, action).await,
-        Command::Setup(args) => {
-            for (name, created) in setup::setup(&cli.endpoints, &args).await? {
+        Command::Setup { args, store } => {
+            let mut done = setup::migrate_store(&store.store).await?;
+            done.extend(setup::setup(&cli.endpoints, &args).await?);
+            for (name, created) in done {
                 let what = match created {
                     setup::Created::Created => "created",
                     setup::Created::Existed => "exists",
@@ -253,7 +261,7 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
             consumer,
             limit,
         } => {
-            let db = connect::firestore_db(endpoints, &target).await?;
+            let db = connect::store_db(endpoints, &target, 1).await?;
             let records = quarantine::list(&db, consumer.as_deref(), limit).await?;
             println!("id\tbytes\tquarantined\treason");
             for r in &records {
@@ -269,7 +277,7 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
             Ok(())
         }
         QuarantineAction::Show { target, id } => {
-            let db = connect::firestore_db(endpoints, &target).await?;
+            let db = connect::store_db(endpoints, &target, 1).await?;
             let Some(r) = quarantine::show(&db, &id).await? else {
                 anyhow::bail!("no quarantine record {id}");
             };
@@ -307,7 +315,7 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
             Ok(())
         }
         QuarantineAction::Redrive { target, topic, ids } => {
-            let db = connect::firestore_db(endpoints, &target).await?;
+            let db = connect::store_db(endpoints, &target, 1).await?;
             let topic = format!("projects/{}/topics/{topic}", target.project);
             let publisher = connect::publisher(endpoints, &topic).await?;
             let mut refused = 0;
@@ -340,7 +348,7 @@ async fn reconcile(
     posts: Vec<String>,
     repair: bool,
 ) -> anyhow::Result<()> {
-    let db = connect::firestore_db(endpoints, target).await?;
+    let db = connect::store_db(endpoints, target, 1).await?;
     let reports = if posts.is_empty() {
         reconcile::reconcile_all(&db, repair).await?
     } else {

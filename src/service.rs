@@ -6,19 +6,23 @@
 //! acks; nothing buffered is dropped without an ack or a nack.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::config::{Config, Endpoints, StoreLocation, Strategy, Target};
+use crate::config::{Config, Endpoints, Strategy};
 use crate::connect;
 use crate::pipeline::acker::Acker;
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::Flusher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
-use crate::store::firestore::FirestoreStore;
-use crate::store::postgres::{PgConfigError, PgDb, PgDbConfig, PostgresStore};
+use crate::store::postgres::PgDb;
 use crate::store::selected::SelectedStore;
 use crate::telemetry::Stats;
+
+/// Statements one marker cleanup runs at most before it waits for the
+/// next interval (so one cleanup is bounded however large the backlog).
+const MARKER_CLEANUP_STATEMENTS: u32 = 10;
 
 /// A running service failed to start.
 #[derive(Debug, thiserror::Error)]
@@ -26,47 +30,78 @@ pub enum ServiceError {
     /// A client could not be built.
     #[error(transparent)]
     Connect(#[from] connect::ConnectError),
-    /// The PostgreSQL URL or pool settings cannot be used.
+    /// The store could not be opened: an unusable PostgreSQL URL, or a
+    /// schema `setup` has not brought to this build's migrations.
     #[error(transparent)]
-    Postgres(#[from] PgConfigError),
+    Store(#[from] connect::OpenError),
     /// The metrics endpoint could not bind.
     #[error(transparent)]
     Http(#[from] crate::http::HttpError),
 }
 
 /// Opens the store `config.store_location` names: Firestore (at
-/// `endpoints`) or PostgreSQL, with a connection for each commit in flight.
+/// `endpoints`) or PostgreSQL, with a connection for each commit in flight;
+/// refuses a PostgreSQL schema older than this build's ([`connect::store_db`]).
 pub async fn open_store(
     endpoints: &Endpoints,
     config: &Config,
 ) -> Result<SelectedStore, ServiceError> {
-    match &config.store_location {
-        StoreLocation::Firestore => {
-            let target = Target {
-                store: StoreLocation::Firestore,
-                project: config.project.clone(),
-                database: config.database.clone(),
-                collection_prefix: config.collection_prefix.clone(),
-            };
-            let db = connect::firestore_db(endpoints, &target).await?;
-            Ok(SelectedStore::Firestore(FirestoreStore::new(
-                db,
-                config.store(),
-            )))
+    let in_flight = match config.strategy {
+        Strategy::Batched => config.max_commits_in_flight,
+        Strategy::PerEvent => config.per_event_concurrency,
+    };
+    // One more for the marker cleanup, one spare.
+    let db = connect::store_db(endpoints, &config.target(), in_flight + 2).await?;
+    Ok(SelectedStore::new(db, config.store()))
+}
+
+/// Deletes a PostgreSQL store's expired batch markers every `interval`:
+/// up to [`MARKER_CLEANUP_STATEMENTS`] statements of at most `batch_rows`
+/// rows each, so one cleanup is bounded. A failure is logged and the
+/// cleanup tried again at the next interval; it never stops the service.
+struct MarkerCleanup {
+    db: PgDb,
+    interval: Duration,
+    batch_rows: i64,
+    stats: Arc<Stats>,
+}
+
+impl MarkerCleanup {
+    /// Cleans up at start and every interval until `stop` turns true.
+    async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut ticks = tokio::time::interval(self.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            self.clean().await;
         }
-        StoreLocation::Postgres { url } => {
-            let mut db_config = PgDbConfig::new(url.clone());
-            let in_flight = match config.strategy {
-                Strategy::Batched => config.max_commits_in_flight,
-                Strategy::PerEvent => config.per_event_concurrency,
-            };
-            db_config.max_connections = db_config.max_connections.max(in_flight + 2);
-            let db = PgDb::new(&db_config)?;
-            Ok(SelectedStore::Postgres(PostgresStore::new(
-                db,
-                config.postgres_store(),
-            )))
+    }
+
+    /// One bounded cleanup; returns how many markers it deleted.
+    async fn clean(&self) -> u64 {
+        let mut deleted = 0;
+        for _ in 0..MARKER_CLEANUP_STATEMENTS {
+            match self.db.delete_expired_markers(self.batch_rows).await {
+                Ok(n) => {
+                    deleted += n;
+                    self.stats.markers_deleted.add(n);
+                    if n < self.batch_rows.unsigned_abs() {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "deleting expired batch markers failed; trying again at the next interval");
+                    break;
+                }
+            }
         }
+        if deleted > 0 {
+            tracing::info!(deleted, "expired batch markers deleted");
+        }
+        deleted
     }
 }
 
@@ -101,6 +136,20 @@ async fn run_pipeline(
     stats: Arc<Stats>,
 ) -> Result<Arc<Stats>, ServiceError> {
     let store = Arc::new(open_store(endpoints, config).await?);
+    // Beside the pipeline: ends when the source stops.
+    let mut cleanup = tokio::task::JoinSet::new();
+    if let (SelectedStore::Postgres(pg), Some(interval)) =
+        (store.as_ref(), config.marker_cleanup_interval)
+    {
+        let task = MarkerCleanup {
+            db: pg.db().clone(),
+            interval,
+            batch_rows: config.marker_cleanup_batch_rows,
+            stats: stats.clone(),
+        };
+        cleanup.spawn(task.run(stop.clone()));
+    }
+
     let subscriber = connect::subscriber(endpoints).await?;
     let admin = connect::subscription_admin(endpoints).await?;
     let dead_letters = DeadLetterPolicy::of(&admin, &config.subscription).await;
@@ -157,6 +206,7 @@ async fn run_pipeline(
         }
     }
     closing.wait().await;
+    while cleanup.join_next().await.is_some() {}
     stats.buffered.clear();
     tracing::info!(
         received = stats.received.get(),

@@ -48,6 +48,8 @@ fn flags_reproduce_every_setting() {
     changed.commit_backoff_initial_ms = 41;
     changed.commit_backoff_max_ms = 43;
     changed.marker_ttl_days = 47;
+    changed.marker_cleanup_interval_secs = 61;
+    changed.marker_cleanup_batch_rows = 67;
     changed.shutdown_deadline_secs = 53;
     changed.log_json = true;
     changed.strategy = Strategy::PerEvent;

@@ -9,14 +9,168 @@
 //! publish a different message), and marks each copy with
 //! [`REDRIVEN_FROM_ATTRIBUTE`]. A re-driven event takes the normal path,
 //! where an event already counted is a duplicate and a no-op.
+//!
+//! Each store reads and deletes its records through [`QuarantineStore`]
+//! (Firestore documents `quarantine/{consumer}:{id}`, PostgreSQL rows keyed
+//! by (consumer, id)); the commands have one code path for both.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 
 use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::model::Message;
 
-use crate::store::firestore::{FirestoreDb, StoredRecord};
+use crate::pipeline::poison::PoisonRecord;
+use crate::store::firestore::FirestoreDb;
+use crate::store::postgres::PgDb;
+use crate::store::selected::SelectedDb;
 use crate::store::StoreError;
+
+/// One quarantine record as the commands show it, whichever store holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRecord {
+    id: String,
+    /// The consumer that wrote it.
+    pub consumer: String,
+    /// The record's content.
+    pub record: PoisonRecord,
+    /// When it was written, if known.
+    pub quarantined_at: Option<String>,
+}
+
+impl StoredRecord {
+    /// Its id, `{consumer}:{record id}` ([`PoisonRecord::doc_id`]), as
+    /// `list` prints it and `show` and `redrive` take it.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// Where quarantine records are read and deleted: one implementation per
+/// store.
+pub trait QuarantineStore: Sync {
+    /// Up to `limit` records, of `consumer` only when given.
+    fn records(
+        &self,
+        consumer: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StoredRecord>, StoreError>> + Send;
+
+    /// The record `id`, if any.
+    fn record(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<StoredRecord>, StoreError>> + Send;
+
+    /// Deletes `record`.
+    fn delete(&self, record: &StoredRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl From<crate::store::firestore::StoredRecord> for StoredRecord {
+    fn from(stored: crate::store::firestore::StoredRecord) -> Self {
+        Self {
+            id: stored.id().to_string(),
+            consumer: stored.consumer,
+            record: stored.record,
+            quarantined_at: stored.quarantined_at,
+        }
+    }
+}
+
+impl QuarantineStore for FirestoreDb {
+    async fn records(
+        &self,
+        consumer: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StoredRecord>, StoreError> {
+        let records = self.quarantine_records(consumer, Some(limit)).await?;
+        Ok(records.into_iter().map(StoredRecord::from).collect())
+    }
+
+    async fn record(&self, id: &str) -> Result<Option<StoredRecord>, StoreError> {
+        Ok(self.quarantine_record(id).await?.map(StoredRecord::from))
+    }
+
+    async fn delete(&self, record: &StoredRecord) -> Result<(), StoreError> {
+        let stored = crate::store::firestore::StoredRecord {
+            name: self.layout().quarantine_record(record.id()),
+            consumer: record.consumer.clone(),
+            record: record.record.clone(),
+            quarantined_at: record.quarantined_at.clone(),
+        };
+        self.delete_quarantine_record(&stored).await
+    }
+}
+
+impl From<crate::store::postgres::StoredRecord> for StoredRecord {
+    fn from(stored: crate::store::postgres::StoredRecord) -> Self {
+        Self {
+            id: format!("{}:{}", stored.consumer, stored.record_id),
+            consumer: stored.consumer,
+            record: stored.record,
+            quarantined_at: Some(stored.quarantined_at),
+        }
+    }
+}
+
+/// A record id's consumer and record id within it (a consumer name never
+/// holds `:`).
+fn split_id(id: &str) -> Option<(&str, &str)> {
+    id.split_once(':')
+}
+
+impl QuarantineStore for PgDb {
+    async fn records(
+        &self,
+        consumer: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StoredRecord>, StoreError> {
+        let records = self.quarantine_records(consumer, Some(limit)).await?;
+        Ok(records.into_iter().map(StoredRecord::from).collect())
+    }
+
+    async fn record(&self, id: &str) -> Result<Option<StoredRecord>, StoreError> {
+        let Some((consumer, record_id)) = split_id(id) else {
+            return Ok(None);
+        };
+        let stored = self.quarantine_record(consumer, record_id).await?;
+        Ok(stored.map(StoredRecord::from))
+    }
+
+    async fn delete(&self, record: &StoredRecord) -> Result<(), StoreError> {
+        if let Some((consumer, record_id)) = split_id(record.id()) {
+            self.delete_quarantine_record(consumer, record_id).await?;
+        }
+        Ok(())
+    }
+}
+
+impl QuarantineStore for SelectedDb {
+    async fn records(
+        &self,
+        consumer: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StoredRecord>, StoreError> {
+        match self {
+            SelectedDb::Firestore(db) => db.records(consumer, limit).await,
+            SelectedDb::Postgres(db) => db.records(consumer, limit).await,
+        }
+    }
+
+    async fn record(&self, id: &str) -> Result<Option<StoredRecord>, StoreError> {
+        match self {
+            SelectedDb::Firestore(db) => db.record(id).await,
+            SelectedDb::Postgres(db) => db.record(id).await,
+        }
+    }
+
+    async fn delete(&self, record: &StoredRecord) -> Result<(), StoreError> {
+        match self {
+            SelectedDb::Firestore(db) => db.delete(record).await,
+            SelectedDb::Postgres(db) => db.delete(record).await,
+        }
+    }
+}
 
 /// The attribute naming the quarantine record a re-driven message came from.
 pub const REDRIVEN_FROM_ATTRIBUTE: &str = "hotcountQuarantineRedriveOf";
@@ -24,7 +178,7 @@ pub const REDRIVEN_FROM_ATTRIBUTE: &str = "hotcountQuarantineRedriveOf";
 /// A quarantine tool failure.
 #[derive(Debug, thiserror::Error)]
 pub enum QuarantineError {
-    /// Firestore failed.
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Publishing a re-driven copy failed; the record is kept.
@@ -54,24 +208,24 @@ pub enum Redrive {
 /// Up to `limit` quarantine records, by document id, of `consumer` only
 /// when given.
 pub async fn list(
-    db: &FirestoreDb,
+    db: &impl QuarantineStore,
     consumer: Option<&str>,
     limit: usize,
 ) -> Result<Vec<StoredRecord>, StoreError> {
-    db.quarantine_records(consumer, Some(limit)).await
+    db.records(consumer, limit).await
 }
 
 /// The record with document id `id` (`{consumer}:{message id}` as `list`
 /// prints it), if any.
-pub async fn show(db: &FirestoreDb, id: &str) -> Result<Option<StoredRecord>, StoreError> {
-    db.quarantine_record(id).await
+pub async fn show(db: &impl QuarantineStore, id: &str) -> Result<Option<StoredRecord>, StoreError> {
+    db.record(id).await
 }
 
 /// Re-drives each record of `ids` to the main topic through `publisher`,
 /// then deletes it (see the module invariants). Stops at the first failed
 /// publish, returning what was done before it in the error's place.
 pub async fn redrive(
-    db: &FirestoreDb,
+    db: &impl QuarantineStore,
     publisher: &Publisher,
     ids: &[String],
 ) -> Result<Vec<(String, Redrive)>, QuarantineError> {
@@ -100,7 +254,7 @@ pub async fn redrive(
                     id: id.clone(),
                     message: e.to_string(),
                 })?;
-        db.delete_quarantine_record(&stored).await?;
+        db.delete(&stored).await?;
         tracing::info!(record = %id, %message_id, "quarantine record re-driven and deleted");
         done.push((id.clone(), Redrive::Published { message_id }));
     }

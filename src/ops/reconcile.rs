@@ -25,15 +25,87 @@
 //! busy post's traffic cannot starve it. An attempt whose Commit answer was
 //! lost finds its own `repairId` in the guard and is not applied twice.
 //! Reports without repair read in one read-only transaction too.
+//!
+//! The same command runs on PostgreSQL ([`Reconcilable`] for [`PgDb`]):
+//! both sides read in one REPEATABLE READ READ ONLY snapshot, a repair in
+//! one REPEATABLE READ transaction whose write to shard 0 fails (and is
+//! retried from a fresh snapshot) if another correction wrote it since
+//! ([`PgDb::repair_post`] states why that is exact).
 
 use std::collections::BTreeMap;
+use std::future::Future;
 
 use futures::future::BoxFuture;
 
 use crate::store::firestore::codec::Correction;
 use crate::store::firestore::errors::internal;
 use crate::store::firestore::{FirestoreDb, Read};
+use crate::store::postgres::{PgDb, PostTally};
+use crate::store::selected::SelectedDb;
 use crate::store::StoreError;
+
+/// A store reconcile compares and repairs: one per store, so the command
+/// has one code path ([`reconcile_all`], [`reconcile_post`]).
+pub trait Reconcilable: Sync {
+    /// Every post with counter shards or liked memberships, both sides read
+    /// at one snapshot, none repaired; sorted by post id.
+    fn compare_all(&self) -> impl Future<Output = Result<Vec<PostReport>, StoreError>> + Send;
+
+    /// One post compared at one snapshot and, with `repair`, corrected.
+    fn compare_post(
+        &self,
+        post_id: &str,
+        repair: bool,
+    ) -> impl Future<Output = Result<PostReport, StoreError>> + Send;
+}
+
+impl Reconcilable for FirestoreDb {
+    fn compare_all(&self) -> impl Future<Output = Result<Vec<PostReport>, StoreError>> + Send {
+        compare_all_firestore(self)
+    }
+
+    fn compare_post(
+        &self,
+        post_id: &str,
+        repair: bool,
+    ) -> impl Future<Output = Result<PostReport, StoreError>> + Send {
+        reconcile_post_with(self, post_id, repair, &NoHook)
+    }
+}
+
+impl Reconcilable for PgDb {
+    async fn compare_all(&self) -> Result<Vec<PostReport>, StoreError> {
+        let tallies = self.tally().await?;
+        Ok(tallies
+            .into_iter()
+            .map(|t| PostReport::of(t, false))
+            .collect())
+    }
+
+    async fn compare_post(&self, post_id: &str, repair: bool) -> Result<PostReport, StoreError> {
+        if !repair {
+            return Ok(PostReport::of(self.tally_post(post_id).await?, false));
+        }
+        let (tally, correction) = self.repair_post(post_id).await?;
+        Ok(PostReport::of(tally, correction != 0))
+    }
+}
+
+impl Reconcilable for SelectedDb {
+    async fn compare_all(&self) -> Result<Vec<PostReport>, StoreError> {
+        match self {
+            SelectedDb::Firestore(db) => db.compare_all().await,
+            SelectedDb::Postgres(db) => db.compare_all().await,
+        }
+    }
+
+    async fn compare_post(&self, post_id: &str, repair: bool) -> Result<PostReport, StoreError> {
+        match self {
+            SelectedDb::Firestore(db) => db.compare_post(post_id, repair).await,
+            SelectedDb::Postgres(db) => db.compare_post(post_id, repair).await,
+        }
+    }
+}
 
 /// Attempts of one post's repair (snapshot, then conditional commit) before giving up.
 pub const REPAIR_MAX_ATTEMPTS: u32 = 5;
@@ -52,6 +124,16 @@ pub struct PostReport {
 }
 
 impl PostReport {
+    /// The report of `tally` (both sides as read).
+    fn of(tally: PostTally, repaired: bool) -> Self {
+        Self {
+            post_id: tally.post_id,
+            shards_sum: tally.shards_sum,
+            liked: tally.liked,
+            repaired,
+        }
+    }
+
     /// `liked - shards_sum`: the increment that makes the count right.
     pub fn difference(&self) -> i64 {
         self.liked - self.shards_sum
@@ -85,14 +167,15 @@ impl RepairHook for NoHook {
 
 /// Compares (and with `repair`, fixes) one post.
 pub async fn reconcile_post(
-    db: &FirestoreDb,
+    db: &impl Reconcilable,
     post_id: &str,
     repair: bool,
 ) -> Result<PostReport, StoreError> {
-    reconcile_post_with(db, post_id, repair, &NoHook).await
+    db.compare_post(post_id, repair).await
 }
 
-/// [`reconcile_post`], awaiting `hook` at each [`RepairStep`] of a repair.
+/// [`reconcile_post`] on Firestore, awaiting `hook` at each [`RepairStep`]
+/// of a repair.
 pub async fn reconcile_post_with(
     db: &FirestoreDb,
     post_id: &str,
@@ -204,7 +287,24 @@ async fn repair_once(
 /// Compares every post that has counter shards or liked memberships, in one
 /// read-only snapshot; with `repair`, each differing post is then repaired
 /// in its own snapshot and conditional commit (which re-read it). Sorted by post id.
-pub async fn reconcile_all(db: &FirestoreDb, repair: bool) -> Result<Vec<PostReport>, StoreError> {
+pub async fn reconcile_all(
+    db: &impl Reconcilable,
+    repair: bool,
+) -> Result<Vec<PostReport>, StoreError> {
+    let mut reports = db.compare_all().await?;
+    if repair {
+        for report in &mut reports {
+            if report.difference() != 0 {
+                *report = db.compare_post(&report.post_id, true).await?;
+            }
+        }
+    }
+    Ok(reports)
+}
+
+/// Firestore's [`Reconcilable::compare_all`]: both sides in one read-only
+/// transaction.
+async fn compare_all_firestore(db: &FirestoreDb) -> Result<Vec<PostReport>, StoreError> {
     let txn = db.begin_read_only().await?;
     let scanned = async {
         let liked = db.liked_per_post(Read::In(&txn)).await?;
@@ -221,20 +321,15 @@ pub async fn reconcile_all(db: &FirestoreDb, repair: bool) -> Result<Vec<PostRep
     for (post, sum) in sums {
         posts.entry(post).or_default().1 = sum;
     }
-    let mut reports = Vec::with_capacity(posts.len());
-    for (post_id, (liked, shards_sum)) in posts {
-        let report = PostReport {
+    let reports = posts
+        .into_iter()
+        .map(|(post_id, (liked, shards_sum))| PostReport {
             post_id,
             shards_sum,
             liked,
             repaired: false,
-        };
-        if repair && report.difference() != 0 {
-            reports.push(reconcile_post(db, &report.post_id, true).await?);
-        } else {
-            reports.push(report);
-        }
-    }
+        })
+        .collect();
     Ok(reports)
 }
 

@@ -1,14 +1,27 @@
 //! `hotcount setup`: the topic, dead-letter topic with its inspect
-//! subscription, and the consumer subscription, created idempotently.
+//! subscription, and the consumer subscription, created idempotently; with
+//! `--store postgres://...`, the PostgreSQL schema migrations applied.
 //!
 //! Invariant: an existing resource is left as it is and reported as such;
-//! running setup twice changes nothing.
+//! running setup twice changes nothing. Migrations are applied only here
+//! (never by `run`), each once, by [`PgDb::migrate`].
 
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_pubsub::model::{DeadLetterPolicy, RetryPolicy, Subscription, Topic};
 
-use crate::config::{check_pubsub_id, Endpoints};
+use crate::config::{check_pubsub_id, Endpoints, StoreLocation};
 use crate::connect;
+use crate::store::postgres::{schema, MigrateError, PgConfigError, PgDb, PgDbConfig};
+
+/// The store `setup` prepares besides Pub/Sub.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SetupStore {
+    /// The store: `firestore` (nothing to create: collections appear with
+    /// their first document) or a PostgreSQL connection URL, whose schema
+    /// migrations are applied.
+    #[arg(long = "store", env = "HOTCOUNT_STORE", default_value = "firestore")]
+    pub store: StoreLocation,
+}
 
 /// What to create.
 #[derive(clap::Args, Clone, Debug)]
@@ -73,18 +86,22 @@ pub enum SetupError {
     /// No client.
     #[error(transparent)]
     Connect(#[from] connect::ConnectError),
+    /// The PostgreSQL URL or pool settings cannot be used.
+    #[error(transparent)]
+    Postgres(#[from] PgConfigError),
+    /// Applying the PostgreSQL schema migrations failed (none is half-applied).
+    #[error("migrating the PostgreSQL schema: {0}")]
+    Migrate(#[from] MigrateError),
 }
 
 impl SetupError {
     /// Whether running setup again may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            SetupError::PubSub {
-                retryable: true,
-                ..
-            }
-        )
+        match self {
+            SetupError::PubSub { retryable, .. } => *retryable,
+            SetupError::Migrate(e) => e.is_retryable(),
+            _ => false,
+        }
     }
 }
 
@@ -190,4 +207,29 @@ pub async fn setup(
     let r = subs.create_subscription().with_request(main).send().await;
     report.push((sub.clone(), outcome(&sub, r)?));
     Ok(report)
+}
+
+/// Brings the store's schema to this build's: for PostgreSQL, applies the
+/// missing migrations ([`PgDb::migrate`]) and returns each migration with
+/// whether this run applied it; Firestore needs nothing.
+pub async fn migrate_store(store: &StoreLocation) -> Result<Vec<(String, Created)>, SetupError> {
+    let StoreLocation::Postgres { url } = store else {
+        return Ok(Vec::new());
+    };
+    let db = PgDb::new(&PgDbConfig::new(url.clone()))?;
+    let report = db.migrate().await?;
+    let mut done = Vec::new();
+    for migration in schema::MIGRATIONS {
+        let created = if report.applied.contains(&migration.version) {
+            Created::Created
+        } else {
+            Created::Existed
+        };
+        let name = format!(
+            "postgres schema migration {} ({})",
+            migration.version, migration.name
+        );
+        done.push((name, created));
+    }
+    Ok(done)
 }

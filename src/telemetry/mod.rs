@@ -82,6 +82,8 @@ pub struct Stats {
     pub increments: Counter,
     /// See [`names::STREAM_RECONNECTS`].
     pub reconnects: Counter,
+    /// See [`names::MARKERS_DELETED`].
+    pub markers_deleted: Counter,
     /// See [`names::MESSAGES_IN_FLIGHT`] and [`names::MESSAGES_IN_FLIGHT_MAX`].
     pub in_flight: Level,
     /// See [`names::BYTES_IN_FLIGHT`] (its high-water mark is not exported).
@@ -126,6 +128,7 @@ impl Default for Stats {
             store_rpcs: Counter::default(),
             increments: Counter::default(),
             reconnects: Counter::default(),
+            markers_deleted: Counter::default(),
             in_flight: Level::default(),
             bytes_in_flight: Level::default(),
             commit_duration: Latency::new(&names::COMMIT_DURATION_BUCKETS),
@@ -165,6 +168,7 @@ impl Stats {
             (STORE_RPCS, &self.store_rpcs),
             (COUNTER_INCREMENTS, &self.increments),
             (STREAM_RECONNECTS, &self.reconnects),
+            (MARKERS_DELETED, &self.markers_deleted),
         ];
         let registry = &mut self.registry;
         for (metric, counter) in counters {

@@ -76,6 +76,8 @@ metrics! {
         "Store round trips.";
     COUNTER_INCREMENTS = "hotcount_counter_increments_total",
         "Counter shard increments written.";
+    MARKERS_DELETED = "hotcount_batch_markers_deleted_total",
+        "Expired batch markers deleted by the periodic cleanup (PostgreSQL store).";
     STREAM_RECONNECTS = "hotcount_stream_reconnects_total",
         "StreamingPull streams re-opened after an error.";
     MESSAGES_IN_FLIGHT = "hotcount_messages_in_flight",

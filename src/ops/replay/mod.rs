@@ -20,7 +20,7 @@ use google_cloud_pubsub::model::{ExpirationPolicy, Subscription};
 use crate::config::{check_pubsub_id, Endpoints, Target};
 use crate::connect;
 use crate::pipeline::batch::Effects;
-use crate::store::firestore::{FirestoreStore, FirestoreStoreConfig};
+use crate::store::selected::{SelectedStore, StoreSettings};
 use crate::store::StoreError;
 
 mod replayer;
@@ -112,6 +112,10 @@ pub enum ReplayError {
     /// No client.
     #[error(transparent)]
     Connect(#[from] connect::ConnectError),
+    /// The store could not be opened (a PostgreSQL schema `setup` has not
+    /// migrated, say).
+    #[error(transparent)]
+    Open(#[from] connect::OpenError),
 }
 
 impl ReplayError {
@@ -119,6 +123,7 @@ impl ReplayError {
     pub fn is_retryable(&self) -> bool {
         match self {
             ReplayError::Store(e) => e.is_retryable(),
+            ReplayError::Open(e) => e.is_retryable(),
             ReplayError::PubSub { .. } => true,
             _ => false,
         }
@@ -300,14 +305,16 @@ async fn create(
     }
 }
 
+/// The store the service writes, under the service's consumer name
+/// ([`connect::store_db`]: a PostgreSQL schema must be this build's).
 async fn open_store(
     endpoints: &Endpoints,
     args: &ReplayArgs,
-) -> Result<FirestoreStore, ReplayError> {
-    let db = crate::connect::firestore_db(endpoints, &args.target).await?;
-    Ok(FirestoreStore::new(
+) -> Result<SelectedStore, ReplayError> {
+    let db = connect::store_db(endpoints, &args.target, 2).await?;
+    Ok(SelectedStore::new(
         db,
-        FirestoreStoreConfig {
+        StoreSettings {
             consumer: args.consumer.clone(),
             counter_shards: args.counter_shards.max(1),
             counter_shard_target_writes_per_sec:

@@ -19,12 +19,12 @@ use super::{divergence, pubsub_error, Ending, ReplayArgs, ReplayError, ReplayRep
 use crate::pipeline::aggregator::Item;
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
 use crate::pipeline::source::to_item;
-use crate::store::firestore::{FirestoreStore, Read};
+use crate::store::selected::SelectedStore;
 use crate::store::{Attempt, CounterStore};
 
 /// One replay's state: the store, the window, what was done so far.
 pub(super) struct Replayer<'a> {
-    store: FirestoreStore,
+    store: SelectedStore,
     args: &'a ReplayArgs,
     window: Window,
     subscription: String,
@@ -36,7 +36,7 @@ pub(super) struct Replayer<'a> {
 
 impl<'a> Replayer<'a> {
     pub(super) fn new(
-        store: FirestoreStore,
+        store: SelectedStore,
         args: &'a ReplayArgs,
         window: Window,
         subscription: &str,
@@ -179,11 +179,8 @@ impl<'a> Replayer<'a> {
         }
         let batch = Batch::new(events, poison);
         // Read outside any transaction: locks nothing.
-        let read = self
-            .store
-            .db()
-            .read_memberships(batch.keys(), None, Read::Latest);
-        let mut stored = read.await?.found;
+        let keys: Vec<MembershipKey> = batch.keys().cloned().collect();
+        let mut stored = self.store.memberships(&keys).await?;
         if self.args.dry_run {
             for (key, m) in &self.overlay {
                 if stored.contains_key(key) || batch.events.contains_key(key) {

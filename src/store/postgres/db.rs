@@ -20,7 +20,7 @@ use tokio_postgres::{NoTls, Statement};
 
 use super::codec::{membership_from_row, quarantine_from_row, StoredRecord};
 use super::errors::{pool_error, query_error, unavailable};
-use super::schema::{self, MigrateError, MigrationReport};
+use super::schema::{self, MigrateError, MigrationReport, SchemaError};
 use crate::pipeline::batch::{Membership, MembershipKey};
 use crate::store::StoreError;
 
@@ -247,6 +247,22 @@ impl PgDb {
         Ok(version)
     }
 
+    /// Checks that the database has this build's schema
+    /// ([`schema::check_version`]); returns its version. Never migrates:
+    /// only `setup` does.
+    pub async fn check_schema(&self) -> Result<i32, SchemaError> {
+        let found = self.schema_version().await?;
+        let version = schema::check_version(found)?;
+        if version > schema::latest_version() {
+            tracing::warn!(
+                version,
+                known = schema::latest_version(),
+                "the database schema is newer than this build (a newer hotcount ran setup)"
+            );
+        }
+        Ok(version)
+    }
+
     /// The like count of `post_id`: the sum of its counter shards.
     pub async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
         let op = "Count";
@@ -423,11 +439,53 @@ impl PgDb {
         &self,
         consumer: Option<&str>,
     ) -> Result<Vec<StoredRecord>, StoreError> {
+        self.quarantine_records(consumer, None).await
+    }
+
+    /// Up to `limit` (all when `None`) quarantine records, oldest first: of
+    /// `consumer`, or every consumer's.
+    pub async fn quarantine_records(
+        &self,
+        consumer: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<Vec<StoredRecord>, StoreError> {
         let op = "ListQuarantine";
+        let limit = limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         let rows = self
-            .query_rows(op, schema::LIST_QUARANTINE, &[&consumer])
+            .query_rows(op, schema::LIST_QUARANTINE, &[&consumer, &limit])
             .await?;
         rows.iter().map(quarantine_from_row).collect()
+    }
+
+    /// The quarantine record `record_id` of `consumer`, if any.
+    pub async fn quarantine_record(
+        &self,
+        consumer: &str,
+        record_id: &str,
+    ) -> Result<Option<StoredRecord>, StoreError> {
+        let op = "ReadQuarantine";
+        let rows = self
+            .query_rows(op, schema::READ_QUARANTINE_RECORD, &[&consumer, &record_id])
+            .await?;
+        rows.first().map(quarantine_from_row).transpose()
+    }
+
+    /// Deletes the quarantine record `record_id` of `consumer`; whether it
+    /// existed.
+    pub async fn delete_quarantine_record(
+        &self,
+        consumer: &str,
+        record_id: &str,
+    ) -> Result<bool, StoreError> {
+        let op = "DeleteQuarantine";
+        let rows = self
+            .query_rows(
+                op,
+                schema::DELETE_QUARANTINE_RECORD,
+                &[&consumer, &record_id],
+            )
+            .await?;
+        Ok(!rows.is_empty())
     }
 
     /// Deletes up to `limit` expired batch markers, oldest first; returns

@@ -94,7 +94,7 @@ pub mod schema;
 pub use codec::StoredRecord;
 pub use db::{PgConfigError, PgDb, PgDbConfig, PostTally};
 pub use errors::classify;
-pub use schema::{migrate, MigrateError, MigrationReport};
+pub use schema::{migrate, MigrateError, MigrationReport, SchemaError};
 
 use codec::{effects_from_row, membership_from_row, MembershipColumns, QuarantineColumns};
 use db::Conn;

@@ -309,12 +309,25 @@ pub const CORRECT_SHARD_ZERO: &str = "INSERT INTO counter_shards AS c (post_id, 
     ON CONFLICT (post_id, shard)
     DO UPDATE SET likes = c.likes + excluded.likes, updated_at = now()";
 
-/// Quarantine records, oldest first (of consumer `$1`, or all when NULL).
+/// Quarantine records, oldest first: of consumer `$1` (all when NULL), at
+/// most `$2` (all when NULL).
 pub const LIST_QUARANTINE: &str = "SELECT consumer, record_id, message_id, reason, data,
         data_bytes, data_sha256, attribute_keys, attribute_values, attribute_count,
         attributes_truncated, batch_id, quarantined_at::text
     FROM quarantine WHERE ($1::text IS NULL OR consumer = $1)
-    ORDER BY quarantined_at, consumer, record_id";
+    ORDER BY quarantined_at, consumer, record_id
+    LIMIT $2::int8";
+
+/// One quarantine record, columns as [`LIST_QUARANTINE`]: `$1` consumer,
+/// `$2` record id.
+pub const READ_QUARANTINE_RECORD: &str = "SELECT consumer, record_id, message_id, reason, data,
+        data_bytes, data_sha256, attribute_keys, attribute_values, attribute_count,
+        attributes_truncated, batch_id, quarantined_at::text
+    FROM quarantine WHERE consumer = $1 AND record_id = $2";
+
+/// Deletes one quarantine record: `$1` consumer, `$2` record id.
+pub const DELETE_QUARANTINE_RECORD: &str =
+    "DELETE FROM quarantine WHERE consumer = $1 AND record_id = $2 RETURNING 1";
 
 /// Deletes up to `$1` expired batch markers, oldest first; skips rows
 /// another cleanup holds.
@@ -326,6 +339,57 @@ pub const DELETE_EXPIRED_MARKERS: &str = "DELETE FROM batch_markers
         LIMIT $1
         FOR UPDATE SKIP LOCKED)
     RETURNING 1";
+
+/// The newest migration this build knows: the schema `run` needs.
+pub fn latest_version() -> i32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// Why the service refuses a database's schema: `setup` has not brought
+/// it to this build's migrations.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    /// The schema version could not be read (the server is unreachable,
+    /// the credentials are refused, ...).
+    #[error("reading the schema version: {0}")]
+    Store(#[from] StoreError),
+    /// No migration was ever applied.
+    #[error("the database has no hotcount schema (this build needs schema migration {needed}): run `hotcount setup --store <the same URL>` first")]
+    Missing {
+        /// This build's newest migration.
+        needed: i32,
+    },
+    /// Older migrations only.
+    #[error("the database schema is at migration {found}, this build needs {needed}: run `hotcount setup --store <the same URL>` with this build first")]
+    Behind {
+        /// The newest migration applied.
+        found: i32,
+        /// This build's newest migration.
+        needed: i32,
+    },
+}
+
+impl SchemaError {
+    /// Whether checking again may succeed without an operator running
+    /// `setup` (only a failed read).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, SchemaError::Store(e) if e.is_retryable())
+    }
+}
+
+/// Whether a database whose newest applied migration is `found` serves
+/// this build: it must have every migration up to [`latest_version`]. A
+/// newer schema (a newer hotcount ran `setup`) is accepted: migrations
+/// only add, so it keeps what this build uses; `setup` with this build
+/// refuses it ([`MigrateError::Newer`]).
+pub fn check_version(found: Option<i32>) -> Result<i32, SchemaError> {
+    let needed = latest_version();
+    match found {
+        None => Err(SchemaError::Missing { needed }),
+        Some(found) if found < needed => Err(SchemaError::Behind { found, needed }),
+        Some(found) => Ok(found),
+    }
+}
 
 /// The newest schema migration applied to the database `client` reaches
 /// (`None` before any).
@@ -351,5 +415,22 @@ mod tests {
         let versions: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
         assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
         assert_eq!(versions.first(), Some(&1));
+    }
+
+    #[test]
+    fn only_a_schema_with_every_migration_of_this_build_serves_it() {
+        let needed = latest_version();
+        assert!(matches!(
+            check_version(None),
+            Err(SchemaError::Missing { .. })
+        ));
+        assert!(matches!(
+            check_version(Some(needed - 1)),
+            Err(SchemaError::Behind { found, .. }) if found == needed - 1
+        ));
+        assert_eq!(check_version(Some(needed)).ok(), Some(needed));
+        assert_eq!(check_version(Some(needed + 1)).ok(), Some(needed + 1));
+        let advice = SchemaError::Missing { needed }.to_string();
+        assert!(advice.contains("hotcount setup --store"), "{advice}");
     }
 }
