@@ -1,13 +1,16 @@
 //! End-to-end behaviour of the counter service: the real client crates
 //! against the in-process emulators, with counts checked against an
-//! independent model of the expected state.
+//! independent model of the expected state. The exactness scenarios run on
+//! each store (`name::firestore`, `name::postgres`: Firestore in the
+//! emulator, a real PostgreSQL server); the ones that inject Firestore
+//! faults or count Firestore writes run on Firestore.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{expected, Ev, Harness, SubscriptionOptions};
+use common::{expected, Backend, Ev, Harness, SubscriptionOptions};
 use gcloud_sdk::tonic::Code;
 use hotcount_emulators::{FaultKind, FaultSpec};
 
@@ -19,9 +22,16 @@ fn many_likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicates_publisher_retries_and_double_likes_count_once() {
-    let h = Harness::start().await;
+crate::on_each_store!(
+    duplicates_publisher_retries_and_double_likes_count_once,
+    like_unlike_like_out_of_order_and_redelivered_ends_right,
+    consumer_killed_after_commit_before_ack_applies_nothing_twice,
+    poison_is_quarantined_with_reason_and_acked_while_valid_events_count,
+    two_competing_consumers_count_exactly,
+);
+
+async fn duplicates_publisher_retries_and_double_likes_count_once(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     let mut events = many_likes("p1", 20, "a");
     // A publisher retry: the same event (same eventId) under a new message id.
     events.push(events[3].clone());
@@ -52,9 +62,8 @@ async fn duplicates_publisher_retries_and_double_likes_count_once() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn like_unlike_like_out_of_order_and_redelivered_ends_right() {
-    let h = Harness::start().await;
+async fn like_unlike_like_out_of_order_and_redelivered_ends_right(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     let consumer = h.spawn(h.run_args("c1", &[]));
     let history = vec![
         Ev::like("l1", "p", "alice", 1),
@@ -120,9 +129,8 @@ async fn aborted_and_applied_but_unavailable_commits_neither_lose_nor_double() {
     assert_eq!(stats.applied.get(), 60);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn consumer_killed_after_commit_before_ack_applies_nothing_twice() {
-    let h = Harness::start().await;
+async fn consumer_killed_after_commit_before_ack_applies_nothing_twice(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     let events = many_likes("p", 40, "k");
     let want = expected(&events);
     // Every ack is lost: the first consumer commits everything, acks nothing.
@@ -215,9 +223,8 @@ async fn nothing_is_acked_before_its_batch_commits() {
     assert!(h.emulators.pubsub_counters().get("Acknowledge") > 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn poison_is_quarantined_with_reason_and_acked_while_valid_events_count() {
-    let h = Harness::start().await;
+async fn poison_is_quarantined_with_reason_and_acked_while_valid_events_count(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     let consumer = h.spawn(h.run_args("c1", &["--shards", "1"]));
     let valid = many_likes("p", 10, "v");
     let mut payloads: Vec<Vec<u8>> = valid.iter().map(|e| e.json().into_bytes()).collect();
@@ -243,24 +250,25 @@ async fn poison_is_quarantined_with_reason_and_acked_while_valid_events_count() 
     assert!(reasons[3].contains("UTF-8"), "{}", reasons[3]);
 }
 
+/// The reason of each message's quarantine record, in `message_ids`' order
+/// (read as `hotcount quarantine list` reads them, from either store).
 async fn quarantine_reasons(h: &Harness, message_ids: &[String]) -> Vec<String> {
-    let layout = h.db.layout();
+    let records = hotcount::ops::quarantine::list(&h.store, Some("c1"), 1000)
+        .await
+        .expect("read quarantine");
     let mut reasons = Vec::new();
     for id in message_ids {
-        let doc =
-            h.db.get(&layout.quarantine("c1", id))
-                .await
-                .expect("read quarantine")
-                .expect("quarantine record exists");
-        let stored = hotcount::store::firestore::codec::quarantine_from_document(&doc);
-        reasons.push(stored.record.reason);
+        let stored = records
+            .iter()
+            .find(|r| &r.record.message_id == id)
+            .expect("quarantine record exists");
+        reasons.push(stored.record.reason.clone());
     }
     reasons
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_competing_consumers_count_exactly() {
-    let h = Harness::start().await;
+async fn two_competing_consumers_count_exactly(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     // Small flow-control windows, so neither consumer can take the whole backlog.
     let args = ["--max-outstanding-messages", "20", "--streams", "1"];
     let a = h.spawn(h.run_args("c1", &args));

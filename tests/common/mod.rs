@@ -1,6 +1,11 @@
 //! Test harness: in-process emulators, `hotcount setup`, a publisher, and
-//! the service run as a task; plus an independent model of expected counts.
+//! the service run as a task, on either store (Firestore in the emulator,
+//! or a throwaway PostgreSQL server: [`Backend`]); plus an independent
+//! model of expected counts.
 #![allow(dead_code)]
+
+#[path = "../support/postgres.rs"]
+pub mod pg;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,6 +18,8 @@ use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::ops::setup::{self, SetupArgs};
 use hotcount::service;
 use hotcount::store::firestore::FirestoreDb;
+use hotcount::store::postgres::{PgDb, PgDbConfig};
+use hotcount::store::selected::SelectedDb;
 use hotcount::telemetry::Stats;
 use hotcount_emulators::{Emulators, EmulatorsConfig};
 use tokio::sync::watch;
@@ -93,13 +100,47 @@ struct RunCli {
     run: RunArgs,
 }
 
+/// The store a harness's consumers write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Firestore, in the emulator.
+    Firestore,
+    /// A throwaway PostgreSQL server ([`pg::PgCluster`]), migrated.
+    Postgres,
+}
+
+/// Runs a scenario `async fn name(backend: Backend)` once per store, as
+/// the tests `name::firestore` and `name::postgres`.
+#[macro_export]
+macro_rules! on_each_store {
+    ($($scenario:ident),+ $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn firestore() {
+                super::$scenario($crate::common::Backend::Firestore).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$scenario($crate::common::Backend::Postgres).await;
+            }
+        }
+    )+};
+}
+
 /// Emulators with the topic and subscription set up, and a publisher.
 pub struct Harness {
     pub emulators: Emulators,
     pub endpoints: Endpoints,
     pub publisher: Publisher,
-    /// The database the service writes, for the tests' reads.
+    /// The Firestore database (the service writes it unless the backend
+    /// is PostgreSQL), for the tests' reads.
     pub db: FirestoreDb,
+    /// The database the service writes, whichever the backend.
+    pub store: SelectedDb,
+    /// With [`Backend::Postgres`]: the server (stopped on drop) and the
+    /// database's URL, which `run_args` passes as `--store`.
+    pub postgres: Option<(pg::PgCluster, String)>,
 }
 
 /// Subscription settings of a harness.
@@ -129,6 +170,24 @@ impl Harness {
     }
 
     pub async fn start_with_emulators(
+        options: SubscriptionOptions,
+        config: EmulatorsConfig,
+    ) -> Self {
+        Self::start_on_with(Backend::Firestore, options, config).await
+    }
+
+    /// A harness whose consumers write `backend`.
+    pub async fn start_on(backend: Backend) -> Self {
+        Self::start_on_with(
+            backend,
+            SubscriptionOptions::default(),
+            EmulatorsConfig::default(),
+        )
+        .await
+    }
+
+    pub async fn start_on_with(
+        backend: Backend,
         options: SubscriptionOptions,
         config: EmulatorsConfig,
     ) -> Self {
@@ -163,17 +222,32 @@ impl Harness {
         let db = hotcount::connect::firestore_db(&endpoints, &target)
             .await
             .expect("firestore");
+        let (store, postgres) = match backend {
+            Backend::Firestore => (SelectedDb::Firestore(db.clone()), None),
+            Backend::Postgres => {
+                let (cluster, url, pg) = migrated_postgres().await;
+                (SelectedDb::Postgres(pg), Some((cluster, url)))
+            }
+        };
         Self {
             emulators,
             endpoints,
             publisher,
             db,
+            store,
+            postgres,
         }
+    }
+
+    /// The `--store` URL with [`Backend::Postgres`].
+    pub fn postgres_url(&self) -> Option<&str> {
+        self.postgres.as_ref().map(|(_, url)| url.as_str())
     }
 
     /// Default run settings for tests, with `extra` flags appended.
     pub fn run_args(&self, consumer: &str, extra: &[&str]) -> RunArgs {
         let mut flags: Vec<(&str, &str)> = vec![
+            ("--store", self.postgres_url().unwrap_or("firestore")),
             ("--project", PROJECT),
             ("--subscription", SUBSCRIPTION),
             ("--consumer", consumer),
@@ -239,7 +313,7 @@ impl Harness {
     }
 
     pub async fn count(&self, post: &str) -> i64 {
-        self.db.count(post).await.expect("count")
+        self.store.count(post).await.expect("count")
     }
 
     pub async fn counts(&self, posts: impl IntoIterator<Item = &String>) -> BTreeMap<String, i64> {
@@ -302,4 +376,23 @@ impl Running {
         self.task.abort();
         let _ = self.task.await;
     }
+}
+
+/// A fresh PostgreSQL server with a database `hotcount` migrated as
+/// `hotcount setup` does: the server, the database's URL and a pool on it.
+pub async fn migrated_postgres() -> (pg::PgCluster, String, PgDb) {
+    let (cluster, url) = unmigrated_postgres().await;
+    let db = PgDb::new(&PgDbConfig::new(url.clone())).expect("valid settings");
+    db.migrate().await.expect("migrate");
+    (cluster, url, db)
+}
+
+/// A fresh PostgreSQL server with an empty database `hotcount`: the server
+/// and the database's URL.
+pub async fn unmigrated_postgres() -> (pg::PgCluster, String) {
+    let cluster = tokio::task::spawn_blocking(pg::PgCluster::start)
+        .await
+        .expect("start the test cluster");
+    let url = cluster.create_database("hotcount").await;
+    (cluster, url)
 }
