@@ -1,5 +1,6 @@
 //! Operations features against the in-process emulators: the metrics
-//! endpoint, reconcile, replay and the dead-letter tools.
+//! endpoint, reconcile, replay and the dead-letter tools. The replays run
+//! on each store (`name::firestore`, `name::postgres`).
 
 mod common;
 #[path = "support/corrupt.rs"]
@@ -9,7 +10,7 @@ mod scrape;
 
 use std::time::Duration;
 
-use common::{expected, Ev, Harness};
+use common::{expected, Backend, Ev, Harness};
 use hotcount::ops::{dlq, reconcile, replay};
 use hotcount::store::firestore::Read;
 
@@ -339,9 +340,9 @@ fn replay_args(
         #[command(flatten)]
         replay: replay::ReplayArgs,
     }
-    let _ = h;
     let (from, to) = (rfc3339(from), rfc3339(to));
     let mut flags: Vec<(&str, &str)> = vec![
+        ("--store", h.postgres_url().unwrap_or("firestore")),
         ("--project", common::PROJECT),
         ("--consumer", "c1"),
         ("--from", &from),
@@ -381,9 +382,29 @@ fn history() -> Vec<Ev> {
     events
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replaying_processed_traffic_leaves_every_count_unchanged() {
-    let h = Harness::start().await;
+crate::on_each_store!(
+    replaying_processed_traffic_leaves_every_count_unchanged,
+    dry_run_reports_changes_and_writes_nothing_and_divergence_pauses,
+);
+
+/// Commits the store has seen: Firestore `Commit` calls (the emulator's
+/// count), PostgreSQL batch markers (one per committed batch).
+async fn commits(h: &Harness) -> u64 {
+    match &h.postgres {
+        None => h.emulators.firestore_counters().get("Commit"),
+        Some((_, url)) => {
+            let client = common::pg::connect(url).await;
+            let row = client
+                .query_one("SELECT count(*) FROM batch_markers", &[])
+                .await
+                .expect("count markers");
+            row.get::<_, i64>(0).unsigned_abs()
+        }
+    }
+}
+
+async fn replaying_processed_traffic_leaves_every_count_unchanged(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     archive(&h, "likes-archive").await;
     let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
     let consumer = h.spawn(h.run_args("c1", &[]));
@@ -447,9 +468,8 @@ async fn replaying_processed_traffic_leaves_every_count_unchanged() {
     assert_eq!(h.counts(want.keys()).await, want);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dry_run_reports_changes_and_writes_nothing_and_divergence_pauses() {
-    let h = Harness::start().await;
+async fn dry_run_reports_changes_and_writes_nothing_and_divergence_pauses(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     archive(&h, "likes-archive").await;
     let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
     // Never processed by a consumer: replaying it would change counts.
@@ -460,7 +480,7 @@ async fn dry_run_reports_changes_and_writes_nothing_and_divergence_pauses() {
     let zero: std::collections::BTreeMap<String, i64> =
         want.keys().map(|k| (k.clone(), 0)).collect();
 
-    let commits_before = h.emulators.firestore_counters().get("Commit");
+    let commits_before = commits(&h).await;
     let dry = replay_args(
         &h,
         from,
@@ -477,11 +497,7 @@ async fn dry_run_reports_changes_and_writes_nothing_and_divergence_pauses() {
         zero,
         "a dry run changes nothing"
     );
-    assert_eq!(
-        h.emulators.firestore_counters().get("Commit"),
-        commits_before,
-        "no commit at all"
-    );
+    assert_eq!(commits(&h).await, commits_before, "no commit at all");
 
     let guarded = replay_args(
         &h,
