@@ -1,0 +1,284 @@
+//! The `hotcount` binary on PostgreSQL as an operator runs it (a real
+//! throwaway server per test): `setup --store` migrates, `run` refuses a
+//! database `setup` has not migrated, `count`, `reconcile` and
+//! `quarantine` read and repair it; and `run` deletes expired batch
+//! markers periodically.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{Backend, Ev, Harness};
+use hotcount::store::postgres::{schema, PgDb, PgDbConfig};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The `hotcount` binary pointed at the harness's emulators and project.
+fn command(h: &Harness) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hotcount"));
+    command
+        .env(
+            "PUBSUB_EMULATOR_HOST",
+            h.emulators.pubsub_addr().to_string(),
+        )
+        .env(
+            "FIRESTORE_EMULATOR_HOST",
+            h.emulators.firestore_addr().to_string(),
+        )
+        .env("HOTCOUNT_PROJECT", common::PROJECT)
+        .env("HOTCOUNT_METRICS_ADDR", "127.0.0.1:0")
+        .env("RUST_LOG", "warn");
+    command
+}
+
+/// Runs `hotcount args...` with `--store` given in the environment.
+fn hotcount(h: &Harness, url: &str, args: &[&str]) -> Output {
+    command(h)
+        .env("HOTCOUNT_STORE", url)
+        .args(args)
+        .output()
+        .expect("hotcount runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+async fn schema_version(url: &str) -> Option<i32> {
+    let db = PgDb::new(&PgDbConfig::new(url)).expect("valid settings");
+    db.schema_version().await.expect("read the schema version")
+}
+
+async fn processed(h: &Harness, events: &[Ev]) {
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    h.publish(events).await;
+    assert!(consumer.wait_for_acks(events.len() as u64, WAIT).await);
+    consumer.stop().await;
+}
+
+fn likes(post: &str, users: usize) -> Vec<Ev> {
+    (0..users)
+        .map(|u| Ev::like(&format!("{post}-{u}"), post, &format!("user-{u}"), 1))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_applies_the_migrations_once_and_reports_them_present_after() {
+    let h = Harness::start().await;
+    let (_cluster, url) = common::unmigrated_postgres().await;
+    let migration = format!(
+        "postgres schema migration {} ({})",
+        schema::MIGRATIONS[0].version,
+        schema::MIGRATIONS[0].name
+    );
+    let args = ["setup", "--topic", "other", "--subscription", "other-sub"];
+    let first = hotcount(&h, &url, &args);
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(
+        stdout(&first).contains(&format!("created\t{migration}")),
+        "{}",
+        stdout(&first)
+    );
+    assert!(
+        stdout(&first).contains("created\tprojects/hotcount-test/topics/other"),
+        "Pub/Sub is set up as before: {}",
+        stdout(&first)
+    );
+    assert_eq!(schema_version(&url).await, Some(schema::latest_version()));
+
+    let again = hotcount(&h, &url, &args);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains(&format!("exists\t{migration}")),
+        "{}",
+        stdout(&again)
+    );
+    assert!(!stdout(&again).contains("created"), "{}", stdout(&again));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_an_unmigrated_database_names_setup_and_migrates_nothing() {
+    let h = Harness::start().await;
+    let (_cluster, url) = common::unmigrated_postgres().await;
+    let mut child = command(&h)
+        .args(["run", "--store", &url])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hotcount starts");
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hotcount run kept running on an unmigrated database");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().expect("output");
+    assert!(!status.success());
+    let err = stderr(&out);
+    assert!(err.contains("no hotcount schema"), "{err}");
+    assert!(err.contains("hotcount setup --store"), "{err}");
+    assert_eq!(schema_version(&url).await, None, "run never migrates");
+
+    // The operator commands refuse it the same way.
+    let out = hotcount(&h, &url, &["count", "p"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("hotcount setup --store"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_and_reconcile_read_and_repair_postgres() {
+    let h = Harness::start_on(Backend::Postgres).await;
+    let url = h.postgres_url().expect("postgres").to_string();
+    processed(&h, &likes("p", 6)).await;
+
+    let out = hotcount(&h, &url, &["count", "p", "nobody"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "p\t6\nnobody\t0\n");
+    let out = hotcount(&h, &url, &["reconcile"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("p\t6\t6\t+0\tok"), "{}", stdout(&out));
+
+    // Drift no consumer wrote: two likes too many on another shard.
+    let client = common::pg::connect(&url).await;
+    client
+        .execute(
+            "INSERT INTO counter_shards (post_id, shard, likes) VALUES ('p', 7, 2)
+             ON CONFLICT (post_id, shard) DO UPDATE SET likes = counter_shards.likes + 2",
+            &[],
+        )
+        .await
+        .expect("corrupt a shard");
+    let out = hotcount(&h, &url, &["reconcile", "--post", "p"]);
+    assert!(!out.status.success(), "a difference fails the command");
+    assert!(
+        stdout(&out).contains("p\t8\t6\t-2\tdiffers"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("--repair"), "{}", stderr(&out));
+
+    let out = hotcount(&h, &url, &["reconcile", "--repair"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("p\t8\t6\t-2\trepaired"),
+        "{}",
+        stdout(&out)
+    );
+    let out = hotcount(&h, &url, &["reconcile"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("p\t6\t6\t+0\tok"), "{}", stdout(&out));
+    assert_eq!(h.count("p").await, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_lists_shows_and_redrives_postgres_records() {
+    let h = Harness::start_on(Backend::Postgres).await;
+    let url = h.postgres_url().expect("postgres").to_string();
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    let ids = h.publish_raw(&[b"{not json".to_vec()]).await;
+    assert!(consumer.wait_for_acks(1, WAIT).await);
+    consumer.stop().await;
+
+    let out = hotcount(&h, &url, &["quarantine", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = stdout(&out);
+    assert!(listed.contains("1 record(s)"), "{listed}");
+    let line = listed
+        .lines()
+        .find(|l| l.starts_with("hotcount:"))
+        .expect("a record line");
+    let id = line.split('\t').next().expect("the id column").to_string();
+    assert!(line.contains("not a JSON object"), "{line}");
+
+    let out = hotcount(&h, &url, &["quarantine", "show", &id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = stdout(&out);
+    assert!(
+        shown.contains(&format!("message id: {}", ids[0])),
+        "{shown}"
+    );
+    assert!(shown.contains("{not json"), "{shown}");
+
+    let out = hotcount(&h, &url, &["quarantine", "redrive", &id, "hotcount:nope"]);
+    assert!(!out.status.success(), "an unknown id fails the command");
+    assert!(
+        stdout(&out).contains(&format!("redriven\t{id}\t")),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stdout(&out).contains("not found\thotcount:nope"));
+    let out = hotcount(&h, &url, &["quarantine", "show", &id]);
+    assert!(
+        !out.status.success(),
+        "the record is deleted once re-driven"
+    );
+    let out = hotcount(&h, &url, &["quarantine", "list"]);
+    assert!(stdout(&out).contains("0 record(s)"), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_deletes_expired_batch_markers_periodically_and_counts_them() {
+    let h = Harness::start_on(Backend::Postgres).await;
+    let url = h.postgres_url().expect("postgres").to_string();
+    let consumer = h.spawn(h.run_args(
+        "hotcount",
+        &[
+            "--marker-cleanup-interval-secs",
+            "1",
+            "--marker-cleanup-batch-rows",
+            "2",
+            "--max-batch-events",
+            "3",
+        ],
+    ));
+    let events = likes("p", 30);
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(30, WAIT).await);
+    let client = common::pg::connect(&url).await;
+    let markers = |sql: &'static str| {
+        let client = &client;
+        async move {
+            let row = client.query_one(sql, &[]).await.expect("query markers");
+            row.get::<_, i64>(0)
+        }
+    };
+    let written = markers("SELECT count(*) FROM batch_markers").await;
+    assert!(written >= 10, "{written} batches of at most 3 events");
+    assert_eq!(consumer.stats.markers_deleted.get(), 0, "none expired yet");
+
+    // All but one expire now.
+    client
+        .execute(
+            "UPDATE batch_markers SET expires_at = now() - interval '1 hour'
+             WHERE batch_id <> (SELECT min(batch_id) FROM batch_markers)",
+            &[],
+        )
+        .await
+        .expect("expire markers");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while markers("SELECT count(*) FROM batch_markers").await > 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "expired markers deleted within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stats = consumer.stop().await;
+    assert_eq!(stats.markers_deleted.get(), (written - 1).unsigned_abs());
+    assert_eq!(markers("SELECT count(*) FROM batch_markers").await, 1);
+    assert_eq!(h.count("p").await, 30);
+}
