@@ -72,7 +72,8 @@ impl std::str::FromStr for StoreLocation {
             return Ok(Self::Firestore);
         }
         if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            return match s.parse::<tokio_postgres::Config>() {
+            let (driver, _) = crate::store::postgres::tls::split(s).map_err(|e| e.to_string())?;
+            return match driver.parse::<tokio_postgres::Config>() {
                 Ok(_) => Ok(Self::Postgres { url: s.to_string() }),
                 Err(e) => Err(format!("not a PostgreSQL connection URL: {e}")),
             };

@@ -16,11 +16,13 @@ use std::time::Duration;
 
 use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Statement};
+use tokio_postgres::{CancelToken, NoTls, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::codec::{membership_from_row, quarantine_from_row, StoredRecord};
 use super::errors::{pool_error, query_error, unavailable};
 use super::schema::{self, MigrateError, MigrationReport, SchemaError};
+use super::tls::{self, TlsError};
 use crate::pipeline::batch::{Membership, MembershipKey};
 use crate::store::StoreError;
 
@@ -77,6 +79,9 @@ pub enum PgConfigError {
     /// The pool cannot be built with these settings.
     #[error("invalid PostgreSQL pool settings: {0}")]
     Pool(String),
+    /// The TLS settings (`sslmode`, `sslrootcert`) cannot be used.
+    #[error("invalid PostgreSQL TLS settings: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// One post's two sides, read at one snapshot.
@@ -102,6 +107,9 @@ impl PostTally {
 #[derive(Clone)]
 pub struct PgDb {
     pool: Pool,
+    /// The connector of the pool's connections (`None`: plain TCP), for
+    /// cancel requests.
+    tls: Option<MakeRustlsConnect>,
 }
 
 /// A pooled connection that goes back to the pool only through
@@ -165,7 +173,9 @@ impl Drop for Conn {
 impl PgDb {
     /// A pool over `config.url` (no connection is opened yet).
     pub fn new(config: &PgDbConfig) -> Result<Self, PgConfigError> {
-        let mut pg: tokio_postgres::Config = config.url.parse().map_err(PgConfigError::Url)?;
+        let (url, tls) = tls::split(&config.url)?;
+        let tls = tls::connector(&tls)?;
+        let mut pg: tokio_postgres::Config = url.parse().map_err(PgConfigError::Url)?;
         if pg.get_application_name().is_none() {
             pg.application_name("hotcount");
         }
@@ -187,13 +197,13 @@ impl PgDb {
             None => session,
         };
         pg.options(options);
-        let manager = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let recycling = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &tls {
+            Some(connector) => Manager::from_config(pg, connector.clone(), recycling),
+            None => Manager::from_config(pg, NoTls, recycling),
+        };
         let pool = Pool::builder(manager)
             .max_size(config.max_connections.max(1))
             .wait_timeout(Some(config.connect_timeout))
@@ -201,7 +211,28 @@ impl PgDb {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| PgConfigError::Pool(e.to_string()))?;
-        Ok(Self { pool })
+        Ok(Self { pool, tls })
+    }
+
+    /// Asks the server to cancel the statement running on the connection
+    /// of `token` (best effort, bounded by `timeout`: otherwise the server
+    /// rolls back when it sees the connection closed).
+    pub async fn cancel(&self, token: CancelToken, timeout: Duration) {
+        let cancelled = match &self.tls {
+            Some(connector) => {
+                tokio::time::timeout(timeout, token.cancel_query(connector.clone())).await
+            }
+            None => tokio::time::timeout(timeout, token.cancel_query(NoTls)).await,
+        };
+        match cancelled {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "cancel failed; the server rolls back when it sees the connection closed");
+            }
+            Err(_) => tracing::debug!(
+                "cancel timed out; the server rolls back when it sees the connection closed"
+            ),
+        }
     }
 
     /// Runs one statement outside a transaction on a pooled connection and

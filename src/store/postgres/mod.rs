@@ -74,7 +74,8 @@
 //!
 //! [`schema`] names every table, column and statement and holds the
 //! migrations; [`codec`] converts rows and parameters; [`errors`] classes
-//! failures; [`db`] is the pool and the operator reads.
+//! failures; [`db`] is the pool and the operator reads; [`tls`] applies
+//! `sslmode` and `sslrootcert` over rustls.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -84,12 +85,13 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{CancelToken, NoTls};
+use tokio_postgres::CancelToken;
 
 pub mod codec;
 pub mod db;
 pub mod errors;
 pub mod schema;
+pub mod tls;
 
 pub use codec::StoredRecord;
 pub use db::{PgConfigError, PgDb, PgDbConfig, PostTally};
@@ -165,7 +167,7 @@ impl CounterStore for PostgresStore {
                 // server rolls the transaction back.
                 let token = cancel.lock().take();
                 if let Some(token) = token {
-                    cancel_statement(token).await;
+                    self.db.cancel(token, CLEANUP_TIMEOUT).await;
                 }
                 Err(StoreError {
                     op: OP,
@@ -401,20 +403,6 @@ async fn roll_back(conn: Conn) {
         tokio::time::timeout(CLEANUP_TIMEOUT, client.batch_execute(schema::ROLLBACK)).await;
     if matches!(rolled, Ok(Ok(()))) {
         conn.release();
-    }
-}
-
-/// Asks the server to cancel the statement running on the connection of
-/// `token` (best effort, bounded).
-async fn cancel_statement(token: CancelToken) {
-    match tokio::time::timeout(CLEANUP_TIMEOUT, token.cancel_query(NoTls)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => {
-            tracing::debug!(%error, "cancel failed; the server rolls back when it sees the connection closed");
-        }
-        Err(_) => tracing::debug!(
-            "cancel timed out; the server rolls back when it sees the connection closed"
-        ),
     }
 }
 
