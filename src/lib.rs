@@ -20,7 +20,8 @@
 //!   and in-memory stores.
 //! - [`service`]: wires the stages and shuts them down in order.
 //! - [`config`]: typed, validated settings (units in names); [`connect`]:
-//!   clients for Google or the emulators.
+//!   clients for Google or the emulators, and the database `--store`
+//!   selects (a PostgreSQL one only once `setup` migrated it).
 //! - [`telemetry`] (a leaf): every metric name and HELP text, one
 //!   `prometheus-client` registry, and tracing setup; [`http`]: the
 //!   `/metrics`, `/healthz` and `/readyz` endpoint.

@@ -2,11 +2,17 @@
 //! stages: they use the store and the Pub/Sub clients the way the service
 //! does, and none of them is on the path of a live message.
 //!
-//! - [`setup`]: creates the topic, subscriptions and dead-letter topic (idempotent).
+//! - [`setup`]: creates the topic, subscriptions and dead-letter topic, and
+//!   applies the PostgreSQL schema migrations (idempotent).
 //! - [`reconcile`]: counter shards vs liked memberships, reported and repaired.
 //! - [`replay`]: a time window re-read through an isolated, Seeked subscription.
 //! - [`dlq`]: dead letters inspected and replayed to the main topic.
 //! - [`quarantine`]: quarantine records listed, shown and re-driven.
+//!
+//!
+//! Each runs on the store `--store` selects, through one code path: a
+//! trait per concern (`reconcile::Reconcilable`, `quarantine::QuarantineStore`)
+//! implemented for both stores, or the selected store itself (`replay`).
 //!
 //! Invariant: each writes only through the same transactions and
 //! preconditions as the pipeline (replay through `CounterStore::commit`
