@@ -11,19 +11,7 @@ use std::time::Duration;
 use common::{Ev, Harness};
 
 fn hotcount(h: &Harness) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hotcount"));
-    cmd.env(
-        "PUBSUB_EMULATOR_HOST",
-        h.emulators.pubsub_addr().to_string(),
-    )
-    .env(
-        "FIRESTORE_EMULATOR_HOST",
-        h.emulators.firestore_addr().to_string(),
-    )
-    .env("HOTCOUNT_PROJECT", common::PROJECT)
-    .env("HOTCOUNT_METRICS_ADDR", "127.0.0.1:0")
-    .env("RUST_LOG", "warn");
-    cmd
+    h.command()
 }
 
 fn output(mut cmd: Command) -> Output {
@@ -36,20 +24,6 @@ fn signal(child: &Child, name: &str) {
         .status()
         .expect("kill runs");
     assert!(status.success());
-}
-
-fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("hotcount did not exit within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,7 +136,7 @@ async fn sigterm_drains_acks_and_exits_zero() {
         "nothing flushed before the signal"
     );
     signal(&child, "-TERM");
-    let status = wait_with_timeout(&mut child, Duration::from_secs(30));
+    let status = common::wait_with_timeout(&mut child, Duration::from_secs(30));
     assert!(status.success(), "exit status {status:?}");
     let want = common::expected(&events);
     assert_eq!(h.counts(want.keys()).await, want, "drained at shutdown");

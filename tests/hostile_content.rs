@@ -177,14 +177,16 @@ async fn an_event_the_store_refused_is_quarantined_then_redriven_and_counted_onc
     assert_eq!(h.count("post-r").await, 0, "quarantined, not counted");
     assert_eq!(consumer.stats.isolated.get(), 1);
 
-    let records = quarantine::list(&h.db, Some("c1"), 10).await.expect("list");
+    let records = quarantine::list(&h.store, Some("c1"), 10)
+        .await
+        .expect("list");
     assert_eq!(records.len(), 1, "{records:?}");
     assert!(records[0].record.reason.contains("rejected by the store"));
     let id = records[0].id().to_string();
-    let shown = quarantine::show(&h.db, &id).await.expect("show");
+    let shown = quarantine::show(&h.store, &id).await.expect("show");
     assert_eq!(shown.as_ref(), Some(&records[0]));
 
-    let done = quarantine::redrive(&h.db, &h.publisher, &[id.clone(), "c1:nope".into()])
+    let done = quarantine::redrive(&h.store, &h.publisher, &[id.clone(), "c1:nope".into()])
         .await
         .expect("redrive");
     assert!(matches!(done[0].1, Redrive::Published { .. }), "{done:?}");
@@ -193,9 +195,12 @@ async fn an_event_the_store_refused_is_quarantined_then_redriven_and_counted_onc
     assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
     assert!(consumer.wait_for_acks(2, WAIT).await);
     consumer.stop().await;
-    assert!(quarantine::show(&h.db, &id).await.expect("show").is_none());
+    assert!(quarantine::show(&h.store, &id)
+        .await
+        .expect("show")
+        .is_none());
     // A second re-drive of the same record finds nothing: no double count.
-    let again = quarantine::redrive(&h.db, &h.publisher, std::slice::from_ref(&id))
+    let again = quarantine::redrive(&h.store, &h.publisher, std::slice::from_ref(&id))
         .await
         .expect("redrive");
     assert_eq!(again[0].1, Redrive::Missing);
@@ -214,11 +219,11 @@ async fn a_truncated_record_is_never_redriven() {
     assert!(consumer.wait_for_acks(1, WAIT).await);
     consumer.stop().await;
     let record = format!("c1:{id}");
-    let done = quarantine::redrive(&h.db, &h.publisher, std::slice::from_ref(&record))
+    let done = quarantine::redrive(&h.store, &h.publisher, std::slice::from_ref(&record))
         .await
         .expect("redrive");
     assert!(matches!(done[0].1, Redrive::Refused(_)), "{done:?}");
-    assert!(quarantine::show(&h.db, &record)
+    assert!(quarantine::show(&h.store, &record)
         .await
         .expect("show")
         .is_some());

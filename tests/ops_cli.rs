@@ -12,19 +12,7 @@ use common::{expected, Ev, Harness};
 
 /// The `hotcount` binary pointed at the harness's emulators and project.
 fn command(h: &Harness) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hotcount"));
-    command
-        .env(
-            "PUBSUB_EMULATOR_HOST",
-            h.emulators.pubsub_addr().to_string(),
-        )
-        .env(
-            "FIRESTORE_EMULATOR_HOST",
-            h.emulators.firestore_addr().to_string(),
-        )
-        .env("HOTCOUNT_PROJECT", common::PROJECT)
-        .env("RUST_LOG", "warn");
-    command
+    h.command()
 }
 
 fn hotcount(h: &Harness, args: &[&str]) -> Output {

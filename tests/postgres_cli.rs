@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use common::{Backend, Ev, Harness};
@@ -14,27 +14,9 @@ use hotcount::store::postgres::{schema, PgDb, PgDbConfig};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// The `hotcount` binary pointed at the harness's emulators and project.
-fn command(h: &Harness) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hotcount"));
-    command
-        .env(
-            "PUBSUB_EMULATOR_HOST",
-            h.emulators.pubsub_addr().to_string(),
-        )
-        .env(
-            "FIRESTORE_EMULATOR_HOST",
-            h.emulators.firestore_addr().to_string(),
-        )
-        .env("HOTCOUNT_PROJECT", common::PROJECT)
-        .env("HOTCOUNT_METRICS_ADDR", "127.0.0.1:0")
-        .env("RUST_LOG", "warn");
-    command
-}
-
 /// Runs `hotcount args...` with `--store` given in the environment.
 fn hotcount(h: &Harness, url: &str, args: &[&str]) -> Output {
-    command(h)
+    h.command()
         .env("HOTCOUNT_STORE", url)
         .args(args)
         .output()
@@ -59,12 +41,6 @@ async fn processed(h: &Harness, events: &[Ev]) {
     h.publish(events).await;
     assert!(consumer.wait_for_acks(events.len() as u64, WAIT).await);
     consumer.stop().await;
-}
-
-fn likes(post: &str, users: usize) -> Vec<Ev> {
-    (0..users)
-        .map(|u| Ev::like(&format!("{post}-{u}"), post, &format!("user-{u}"), 1))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,23 +81,14 @@ async fn setup_applies_the_migrations_once_and_reports_them_present_after() {
 async fn run_refuses_an_unmigrated_database_names_setup_and_migrates_nothing() {
     let h = Harness::start().await;
     let (_cluster, url) = common::unmigrated_postgres().await;
-    let mut child = command(&h)
+    let mut child = h
+        .command()
         .args(["run", "--store", &url])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("hotcount starts");
-    let deadline = std::time::Instant::now() + WAIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("hotcount run kept running on an unmigrated database");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::wait_with_timeout(&mut child, WAIT);
     let out = child.wait_with_output().expect("output");
     assert!(!status.success());
     let err = stderr(&out);
@@ -143,7 +110,7 @@ async fn run_refuses_an_unmigrated_database_names_setup_and_migrates_nothing() {
 async fn count_and_reconcile_read_and_repair_postgres() {
     let h = Harness::start_on(Backend::Postgres).await;
     let url = h.postgres_url().expect("postgres").to_string();
-    processed(&h, &likes("p", 6)).await;
+    processed(&h, &common::likes("p", 6, "p")).await;
 
     let out = hotcount(&h, &url, &["count", "p", "nobody"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -245,7 +212,7 @@ async fn run_deletes_expired_batch_markers_periodically_and_counts_them() {
             "3",
         ],
     ));
-    let events = likes("p", 30);
+    let events = common::likes("p", 30, "p");
     h.publish(&events).await;
     assert!(consumer.wait_for_acks(30, WAIT).await);
     let client = common::pg::connect(&url).await;

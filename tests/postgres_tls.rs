@@ -130,21 +130,23 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-/// As root, the (uid, gid) of `postgres`, which the test server runs as.
+/// As root, the (uid, gid) of the user the test server runs as
+/// (`$HOTCOUNT_PG_USER`, else `postgres`), from the passwd database.
 fn server_user() -> Option<(u32, u32)> {
-    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok()?;
-    if me != 0 {
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root {
         return None;
     }
     let name = std::env::var("HOTCOUNT_PG_USER").unwrap_or_else(|_| "postgres".into());
-    let id = |flag: &str| -> u32 {
-        let out = Command::new("id").args([flag, &name]).output().expect("id");
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse()
-            .expect("an id")
-    };
-    Some((id("-u"), id("-g")))
+    let out = Command::new("getent")
+        .args(["passwd", &name])
+        .output()
+        .ok()?;
+    let entry = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut fields = entry.trim().split(':').skip(2);
+    let uid = fields.next()?.parse().ok()?;
+    let gid = fields.next()?.parse().ok()?;
+    Some((uid, gid))
 }
 
 /// Whether a session opened with `url` is encrypted (an error if no session

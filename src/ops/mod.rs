@@ -11,8 +11,8 @@
 //!
 //!
 //! Each runs on the store `--store` selects, through one code path: a
-//! trait per concern (`reconcile::Reconcilable`, `quarantine::QuarantineStore`)
-//! implemented for both stores, or the selected store itself (`replay`).
+//! trait implemented for both stores (`reconcile::Reconcilable`), or a
+//! dispatch on the selected database or store (`quarantine`, `replay`).
 //!
 //! Invariant: each writes only through the same transactions and
 //! preconditions as the pipeline (replay through `CounterStore::commit`

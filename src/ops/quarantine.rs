@@ -10,21 +10,38 @@
 //! [`REDRIVEN_FROM_ATTRIBUTE`]. A re-driven event takes the normal path,
 //! where an event already counted is a duplicate and a no-op.
 //!
-//! Each store reads and deletes its records through [`QuarantineStore`]
-//! (Firestore documents `quarantine/{consumer}:{id}`, PostgreSQL rows keyed
-//! by (consumer, id)); the commands have one code path for both.
+//! The commands have one code path for both stores: records come back as
+//! one [`StoredRecord`] whichever store holds them (Firestore documents
+//! `quarantine/{consumer}:{id}`, PostgreSQL rows keyed by (consumer, id));
+//! only reading and deleting dispatch on the [`SelectedDb`].
 
 use std::collections::BTreeMap;
-use std::future::Future;
 
 use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::model::Message;
 
 use crate::pipeline::poison::PoisonRecord;
-use crate::store::firestore::FirestoreDb;
-use crate::store::postgres::PgDb;
 use crate::store::selected::SelectedDb;
 use crate::store::StoreError;
+
+/// The attribute naming the quarantine record a re-driven message came from.
+pub const REDRIVEN_FROM_ATTRIBUTE: &str = "hotcountQuarantineRedriveOf";
+
+/// A quarantine tool failure.
+#[derive(Debug, thiserror::Error)]
+pub enum QuarantineError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Publishing a re-driven copy failed; the record is kept.
+    #[error("publishing the copy of {id}: {message}")]
+    Publish {
+        /// The record.
+        id: String,
+        /// The publisher's error.
+        message: String,
+    },
+}
 
 /// One quarantine record as the commands show it, whichever store holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,26 +63,6 @@ impl StoredRecord {
     }
 }
 
-/// Where quarantine records are read and deleted: one implementation per
-/// store.
-pub trait QuarantineStore: Sync {
-    /// Up to `limit` records, of `consumer` only when given.
-    fn records(
-        &self,
-        consumer: Option<&str>,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<StoredRecord>, StoreError>> + Send;
-
-    /// The record `id`, if any.
-    fn record(
-        &self,
-        id: &str,
-    ) -> impl Future<Output = Result<Option<StoredRecord>, StoreError>> + Send;
-
-    /// Deletes `record`.
-    fn delete(&self, record: &StoredRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
-}
-
 impl From<crate::store::firestore::StoredRecord> for StoredRecord {
     fn from(stored: crate::store::firestore::StoredRecord) -> Self {
         Self {
@@ -74,31 +71,6 @@ impl From<crate::store::firestore::StoredRecord> for StoredRecord {
             record: stored.record,
             quarantined_at: stored.quarantined_at,
         }
-    }
-}
-
-impl QuarantineStore for FirestoreDb {
-    async fn records(
-        &self,
-        consumer: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StoredRecord>, StoreError> {
-        let records = self.quarantine_records(consumer, Some(limit)).await?;
-        Ok(records.into_iter().map(StoredRecord::from).collect())
-    }
-
-    async fn record(&self, id: &str) -> Result<Option<StoredRecord>, StoreError> {
-        Ok(self.quarantine_record(id).await?.map(StoredRecord::from))
-    }
-
-    async fn delete(&self, record: &StoredRecord) -> Result<(), StoreError> {
-        let stored = crate::store::firestore::StoredRecord {
-            name: self.layout().quarantine_record(record.id()),
-            consumer: record.consumer.clone(),
-            record: record.record.clone(),
-            quarantined_at: record.quarantined_at.clone(),
-        };
-        self.delete_quarantine_record(&stored).await
     }
 }
 
@@ -113,82 +85,36 @@ impl From<crate::store::postgres::StoredRecord> for StoredRecord {
     }
 }
 
-/// A record id's consumer and record id within it (a consumer name never
-/// holds `:`).
+/// A store's records as the commands show them.
+fn shown<T: Into<StoredRecord>>(records: Vec<T>) -> Vec<StoredRecord> {
+    records.into_iter().map(Into::into).collect()
+}
+
+/// A record id's consumer and its record id within it (a consumer name
+/// never holds `:`); `None` for an id no record can have.
 fn split_id(id: &str) -> Option<(&str, &str)> {
     id.split_once(':')
 }
 
-impl QuarantineStore for PgDb {
-    async fn records(
-        &self,
-        consumer: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StoredRecord>, StoreError> {
-        let records = self.quarantine_records(consumer, Some(limit)).await?;
-        Ok(records.into_iter().map(StoredRecord::from).collect())
-    }
-
-    async fn record(&self, id: &str) -> Result<Option<StoredRecord>, StoreError> {
-        let Some((consumer, record_id)) = split_id(id) else {
-            return Ok(None);
-        };
-        let stored = self.quarantine_record(consumer, record_id).await?;
-        Ok(stored.map(StoredRecord::from))
-    }
-
-    async fn delete(&self, record: &StoredRecord) -> Result<(), StoreError> {
-        if let Some((consumer, record_id)) = split_id(record.id()) {
-            self.delete_quarantine_record(consumer, record_id).await?;
+/// Deletes `record` from the store that holds it.
+async fn delete(db: &SelectedDb, record: &StoredRecord) -> Result<(), StoreError> {
+    match db {
+        SelectedDb::Firestore(db) => {
+            let stored = crate::store::firestore::StoredRecord {
+                name: db.layout().quarantine_record(record.id()),
+                consumer: record.consumer.clone(),
+                record: record.record.clone(),
+                quarantined_at: record.quarantined_at.clone(),
+            };
+            db.delete_quarantine_record(&stored).await
         }
-        Ok(())
-    }
-}
-
-impl QuarantineStore for SelectedDb {
-    async fn records(
-        &self,
-        consumer: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StoredRecord>, StoreError> {
-        match self {
-            SelectedDb::Firestore(db) => db.records(consumer, limit).await,
-            SelectedDb::Postgres(db) => db.records(consumer, limit).await,
+        SelectedDb::Postgres(db) => {
+            if let Some((consumer, record_id)) = split_id(record.id()) {
+                db.delete_quarantine_record(consumer, record_id).await?;
+            }
+            Ok(())
         }
     }
-
-    async fn record(&self, id: &str) -> Result<Option<StoredRecord>, StoreError> {
-        match self {
-            SelectedDb::Firestore(db) => db.record(id).await,
-            SelectedDb::Postgres(db) => db.record(id).await,
-        }
-    }
-
-    async fn delete(&self, record: &StoredRecord) -> Result<(), StoreError> {
-        match self {
-            SelectedDb::Firestore(db) => db.delete(record).await,
-            SelectedDb::Postgres(db) => db.delete(record).await,
-        }
-    }
-}
-
-/// The attribute naming the quarantine record a re-driven message came from.
-pub const REDRIVEN_FROM_ATTRIBUTE: &str = "hotcountQuarantineRedriveOf";
-
-/// A quarantine tool failure.
-#[derive(Debug, thiserror::Error)]
-pub enum QuarantineError {
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// Publishing a re-driven copy failed; the record is kept.
-    #[error("publishing the copy of {id}: {message}")]
-    Publish {
-        /// The record.
-        id: String,
-        /// The publisher's error.
-        message: String,
-    },
 }
 
 /// What became of one record asked to be re-driven.
@@ -208,24 +134,36 @@ pub enum Redrive {
 /// Up to `limit` quarantine records, by document id, of `consumer` only
 /// when given.
 pub async fn list(
-    db: &impl QuarantineStore,
+    db: &SelectedDb,
     consumer: Option<&str>,
     limit: usize,
 ) -> Result<Vec<StoredRecord>, StoreError> {
-    db.records(consumer, limit).await
+    Ok(match db {
+        SelectedDb::Firestore(db) => shown(db.quarantine_records(consumer, Some(limit)).await?),
+        SelectedDb::Postgres(db) => shown(db.quarantine_records(consumer, Some(limit)).await?),
+    })
 }
 
-/// The record with document id `id` (`{consumer}:{message id}` as `list`
-/// prints it), if any.
-pub async fn show(db: &impl QuarantineStore, id: &str) -> Result<Option<StoredRecord>, StoreError> {
-    db.record(id).await
+/// The record `id` (`{consumer}:{record id}` as `list` prints it), if any.
+pub async fn show(db: &SelectedDb, id: &str) -> Result<Option<StoredRecord>, StoreError> {
+    let stored = match db {
+        SelectedDb::Firestore(db) => db.quarantine_record(id).await?.map(Into::into),
+        SelectedDb::Postgres(db) => match split_id(id) {
+            Some((consumer, record_id)) => db
+                .quarantine_record(consumer, record_id)
+                .await?
+                .map(Into::into),
+            None => None,
+        },
+    };
+    Ok(stored)
 }
 
 /// Re-drives each record of `ids` to the main topic through `publisher`,
 /// then deletes it (see the module invariants). Stops at the first failed
 /// publish, returning what was done before it in the error's place.
 pub async fn redrive(
-    db: &impl QuarantineStore,
+    db: &SelectedDb,
     publisher: &Publisher,
     ids: &[String],
 ) -> Result<Vec<(String, Redrive)>, QuarantineError> {
@@ -254,7 +192,7 @@ pub async fn redrive(
                     id: id.clone(),
                     message: e.to_string(),
                 })?;
-        db.delete(&stored).await?;
+        delete(db, &stored).await?;
         tracing::info!(record = %id, %message_id, "quarantine record re-driven and deleted");
         done.push((id.clone(), Redrive::Published { message_id }));
     }

@@ -239,6 +239,25 @@ impl Harness {
         }
     }
 
+    /// The `hotcount` binary pointed at the emulators and the project,
+    /// its metrics endpoint on a free port, logging warnings only.
+    pub fn command(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hotcount"));
+        command
+            .env(
+                "PUBSUB_EMULATOR_HOST",
+                self.emulators.pubsub_addr().to_string(),
+            )
+            .env(
+                "FIRESTORE_EMULATOR_HOST",
+                self.emulators.firestore_addr().to_string(),
+            )
+            .env("HOTCOUNT_PROJECT", PROJECT)
+            .env("HOTCOUNT_METRICS_ADDR", "127.0.0.1:0")
+            .env("RUST_LOG", "warn");
+        command
+    }
+
     /// The `--store` URL with [`Backend::Postgres`].
     pub fn postgres_url(&self) -> Option<&str> {
         self.postgres.as_ref().map(|(_, url)| url.as_str())
@@ -395,4 +414,30 @@ pub async fn unmigrated_postgres() -> (pg::PgCluster, String) {
         .expect("start the test cluster");
     let url = cluster.create_database("hotcount").await;
     (cluster, url)
+}
+
+/// Waits (bounded) for `child` to exit; kills it and fails the test if it
+/// runs past `timeout`.
+pub fn wait_with_timeout(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hotcount did not exit within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `users` first likes of `post`, event ids `{prefix}-{n}`, users `user-{n}`.
+pub fn likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
+    (0..users)
+        .map(|u| Ev::like(&format!("{prefix}-{u}"), post, &format!("user-{u}"), 1))
+        .collect()
 }

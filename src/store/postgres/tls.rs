@@ -132,21 +132,22 @@ fn mode(value: &str) -> Result<SslMode, TlsError> {
 /// The connector for `settings`: `None` when `sslmode=disable`.
 pub fn connector(settings: &TlsSettings) -> Result<Option<MakeRustlsConnect>, TlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let verifier: Arc<dyn ServerCertVerifier> = match settings.mode {
+    let chain = match settings.mode {
         SslMode::Disable => return Ok(None),
-        SslMode::Prefer | SslMode::Require => Arc::new(Unauthenticated(provider.clone())),
+        SslMode::Prefer | SslMode::Require => None,
         SslMode::VerifyCa | SslMode::VerifyFull => {
             let roots = Arc::new(roots(settings.root_cert.as_ref())?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
                 .build()
                 .map_err(|e| TlsError::Config(e.to_string()))?;
-            if settings.mode == SslMode::VerifyCa {
-                Arc::new(ChainOnly(webpki))
-            } else {
-                webpki
-            }
+            Some(webpki)
         }
     };
+    let verifier = Arc::new(ServerAuth {
+        provider: provider.clone(),
+        chain,
+        name: settings.mode == SslMode::VerifyFull,
+    });
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?
@@ -182,63 +183,21 @@ fn roots(path: Option<&PathBuf>) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// `prefer` and `require`: any certificate is accepted (libpq's
-/// behaviour without a root certificate); the handshake's signatures are
-/// still checked, so the session key belongs to the certificate presented.
+/// How the server's certificate is checked. Without `chain` (`prefer`,
+/// `require`) any certificate is accepted, as libpq does without a root
+/// certificate; with it the chain must lead to the roots, and with `name`
+/// (`verify-full`) the certificate must also name the host (the webpki
+/// verifier checks the chain first, so a name error means the chain held).
+/// The handshake's signatures are checked in every mode, so the session
+/// key belongs to the certificate presented.
 #[derive(Debug)]
-struct Unauthenticated(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unauthenticated {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct ServerAuth {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    name: bool,
 }
 
-/// `verify-ca`: the chain is verified, the name is not (the webpki
-/// verifier checks the chain first, so a name error means the chain held).
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for ServerAuth {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -247,13 +206,15 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
         let verified =
-            self.0
-                .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
+            chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
         match verified {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
+            )) if !self.name => Ok(ServerCertVerified::assertion()),
             other => other,
         }
     }
@@ -264,7 +225,8 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -273,11 +235,14 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
