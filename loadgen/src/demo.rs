@@ -52,7 +52,8 @@ pub struct DemoSummary {
     pub stats: Arc<Stats>,
     /// Firestore commits served by the emulator.
     pub commits: u64,
-    /// All Firestore RPCs served by the emulator during the run.
+    /// All Firestore RPCs served by the emulator during the run (with a
+    /// PostgreSQL store: round trips to the server).
     pub store_rpcs: u64,
     /// Writes to the most written document.
     pub hottest_document_writes: u64,
@@ -102,6 +103,7 @@ pub async fn run(
     let target = &config.run.target;
     let spec = StageSpec::for_consumer(&service_config, &target.project, config.store_rtt_ms);
     let stage = Stage::start(&spec).await?;
+    let (_, service_config) = stage.consumer_settings(&config.run, &service_config);
     let consumer = InProcess::start(stage.endpoints(), &service_config);
     let stats = consumer.stats().clone();
 
@@ -121,7 +123,11 @@ pub async fn run(
 
     let emulators = stage.emulators();
     let commits = emulators.firestore_counters().get("Commit");
-    let store_rpcs = emulators.firestore_counters().total();
+    // With PostgreSQL: the round trips the stage's proxy counted.
+    let store_rpcs = match stage.postgres() {
+        Some(pg) => pg.proxy.round_trips(),
+        None => emulators.firestore_counters().total(),
+    };
     let hottest_document_writes = emulators
         .firestore()
         .hottest_documents(1)
@@ -192,6 +198,7 @@ fn settings(config: &DemoConfig) -> Vec<(String, String)> {
             "store RTT injected (ms)".into(),
             config.store_rtt_ms.to_string(),
         ),
+        ("store".into(), r.target.store.to_string()),
         ("emulators".into(), "in-process, loopback".into()),
     ]
 }
@@ -215,7 +222,7 @@ pub fn render(summary: &DemoSummary) -> String {
     row("batches committed", s.batches.get().to_string());
     row("Firestore commits", summary.commits.to_string());
     row(
-        "store RPCs per 1k events",
+        "store RPCs (or round trips) per 1k events",
         format!("{:.1}", summary.store_rpcs as f64 * 1000.0 / events),
     );
     row(
