@@ -110,6 +110,47 @@ pub async fn prepare(url: &str) -> Result<(), RunError> {
     Ok(())
 }
 
+/// The server's settings that shape a measurement, one line:
+/// `version()`, then `name=value` of durability, memory and WAL settings.
+pub async fn server_settings(url: &str) -> Result<String, RunError> {
+    let client = client(url).await?;
+    let version: String = client
+        .query_one("SELECT version()", &[])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(sql_error("read the server's version"))?;
+    let rows = client
+        .query(
+            "SELECT name, setting || COALESCE(unit, '') FROM pg_settings
+             WHERE name = ANY($1) ORDER BY name",
+            &[&SETTINGS.to_vec()],
+        )
+        .await
+        .map_err(sql_error("read the server's settings"))?;
+    let mut line = version;
+    for row in rows {
+        let (name, value): (String, String) = (row.get(0), row.get(1));
+        line.push_str(&format!("; {name}={value}"));
+    }
+    Ok(line)
+}
+
+/// The settings [`server_settings`] reports.
+const SETTINGS: [&str; 12] = [
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_level",
+    "shared_buffers",
+    "wal_buffers",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "work_mem",
+    "max_connections",
+    "commit_delay",
+    "effective_io_concurrency",
+];
+
 /// `url` with its host and port replaced by `addr` (for a consumer that
 /// goes through the proxy); one TCP host only.
 pub fn via(url: &str, addr: SocketAddr) -> Result<String, RunError> {

@@ -147,18 +147,15 @@ impl Chaos {
         install_faults(stage.emulators(), stage.postgres().is_none()).map_err(RunError::Start)?;
         let tally = Arc::new(Tally::default());
         let (stop, stop_rx) = watch::channel(false);
-        let store_faults = match stage.postgres() {
-            Some(pg) => Some(StoreFaults {
-                cutter: tokio::spawn(cut_loop(
-                    pg.proxy.clone(),
-                    tally.clone(),
-                    stop_rx.clone(),
-                    seed,
-                )),
-                proxy: pg.proxy.clone(),
-            }),
-            None => None,
-        };
+        let store_faults = stage.postgres().map(|pg| StoreFaults {
+            cutter: tokio::spawn(cut_loop(
+                pg.proxy.clone(),
+                tally.clone(),
+                stop_rx.clone(),
+                seed,
+            )),
+            proxy: pg.proxy.clone(),
+        });
         let spike_on = match stage.postgres() {
             Some(pg) => Spike::Postgres(pg.url.clone()),
             None => Spike::Firestore,
@@ -423,7 +420,7 @@ async fn cut_loop(proxy: Arc<Proxy>, tally: Arc<Tally>, stop: watch::Receiver<bo
     let mut rng = StdRng::seed_from_u64(seed ^ 0xC0FF_EE00);
     let mut turn = 0u64;
     while !*stop.borrow() {
-        let cut = if turn % 2 == 0 {
+        let cut = if turn.is_multiple_of(2) {
             Cut::BeforeCommit
         } else {
             Cut::AfterCommit
