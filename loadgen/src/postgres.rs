@@ -121,7 +121,7 @@ pub async fn server_settings(url: &str) -> Result<String, RunError> {
         .map_err(sql_error("read the server's version"))?;
     let rows = client
         .query(
-            "SELECT name, setting || COALESCE(unit, '') FROM pg_settings
+            "SELECT name, current_setting(name) FROM pg_settings
              WHERE name = ANY($1) ORDER BY name",
             &[&SETTINGS.to_vec()],
         )
@@ -322,6 +322,9 @@ pub struct ServerWindow {
     pub hottest_row: String,
     /// Its writes (inserts and updates) committed in the window.
     pub hottest_writes: u64,
+    /// Writes to the counter rows of the most written post, all its
+    /// shards together.
+    pub hottest_post_writes: u64,
 }
 
 /// A logical decoding slot over a measured window (`None` inside when the
@@ -398,30 +401,49 @@ impl Probe {
             .map_err(sql_error("read the decoded window"))?;
         Ok(Some(ServerWindow {
             transactions: u64::try_from(get(0)?).unwrap_or(0),
-            hottest_row: hottest_row.unwrap_or_default(),
+            hottest_row: row_name(&hottest_row.unwrap_or_default()),
             hottest_writes: u64::try_from(get(2)?).unwrap_or(0),
+            hottest_post_writes: u64::try_from(get(3)?).unwrap_or(0),
         }))
+    }
+}
+
+/// `post_id[text]:'p' shard[integer]:3` (a decoded row's key) as `p / shard 3`.
+fn row_name(key: &str) -> String {
+    let parsed = key
+        .strip_prefix("post_id[text]:'")
+        .and_then(|rest| rest.split_once("' shard[integer]:"));
+    match parsed {
+        Some((post, shard)) => format!("{post} / shard {shard}"),
+        None => key.to_string(),
     }
 }
 
 /// Every change committed up to `$2` (an LSN, or NULL for all), from slot
 /// `$1`: the transactions, and the counter row with the most writes
+/// and the post whose counter rows took the most, all shards together
 /// (`test_decoding` prints one line per row written:
 /// `table public.counter_shards: UPDATE: post_id[text]:'p' shard[integer]:0 likes[bigint]:7 ...`).
 const DECODE_WINDOW: &str = "WITH changes AS MATERIALIZED (
         SELECT data FROM pg_logical_slot_get_changes($1, $2::text::pg_lsn, NULL,
             'skip-empty-xacts', '1', 'include-xids', '0', 'include-timestamp', '0')
-    ), hottest AS (
+    ), keys AS (
         SELECT regexp_replace(
                    regexp_replace(data, '^table [^ ]*counter_shards: [A-Z]+: ', ''),
-                   ' likes\\[bigint\\]:.*$', '') AS row_key,
-               count(*)::int8 AS writes
+                   ' likes\\[bigint\\]:.*$', '') AS row_key
         FROM changes WHERE data ~ '^table [^ ]*counter_shards: '
-        GROUP BY 1 ORDER BY 2 DESC LIMIT 1
+    ), hottest AS (
+        SELECT row_key, count(*)::int8 AS writes
+        FROM keys GROUP BY 1 ORDER BY 2 DESC LIMIT 1
+    ), hottest_post AS (
+        SELECT regexp_replace(row_key, ' shard\\[integer\\]:.*$', '') AS post_key,
+               count(*)::int8 AS writes
+        FROM keys GROUP BY 1 ORDER BY 2 DESC LIMIT 1
     )
     SELECT (SELECT count(*)::int8 FROM changes WHERE data = 'COMMIT'),
            (SELECT row_key FROM hottest),
-           (SELECT writes FROM hottest)";
+           (SELECT writes FROM hottest),
+           (SELECT writes FROM hottest_post)";
 
 #[cfg(test)]
 mod tests {
@@ -439,5 +461,14 @@ mod tests {
             Some("postgresql://127.0.0.1:6000/hc".to_string())
         );
         assert!(via("postgres://a,b/hc", addr).is_err());
+    }
+
+    #[test]
+    fn a_decoded_counter_row_key_is_named_by_post_and_shard() {
+        assert_eq!(
+            row_name("post_id[text]:'post-000001' shard[integer]:3"),
+            "post-000001 / shard 3"
+        );
+        assert_eq!(row_name("odd"), "odd");
     }
 }

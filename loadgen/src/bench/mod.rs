@@ -148,6 +148,9 @@ pub struct RunResult {
     /// Writes to the most written document (or counter row): inserts and
     /// updates committed in the window.
     pub hottest_writes: u64,
+    /// PostgreSQL: writes to the counter rows of the most written post,
+    /// all its shards together (`None` on Firestore or without decoding).
+    pub hottest_post_writes: Option<u64>,
     /// Publish -> commit latency over the final membership writes.
     pub latency: Percentiles,
     /// Peak resident set during the run, bytes: of the consumer process
@@ -184,6 +187,13 @@ impl RunResult {
     pub fn cpu_ms_per_1k(&self) -> Option<f64> {
         self.consumer_cpu
             .map(|cpu| cpu.as_secs_f64() * 1e6 / self.acked.max(1) as f64)
+    }
+
+    /// PostgreSQL: writes per second to the counter rows of the most
+    /// written post (all its shards).
+    pub fn hottest_post_writes_per_sec(&self) -> Option<f64> {
+        self.hottest_post_writes
+            .map(|w| w as f64 / self.elapsed.as_secs_f64().max(1e-9))
     }
 
     /// Writes per second to the most written document.
@@ -417,6 +427,7 @@ struct Window {
     commits: u64,
     hottest_document: String,
     hottest_writes: u64,
+    hottest_post_writes: Option<u64>,
     peak_rss_bytes: u64,
     rss_is_consumer_only: bool,
     consumer_cpu: Option<Duration>,
@@ -461,6 +472,7 @@ impl Window {
             commits,
             hottest_document,
             hottest_writes,
+            hottest_post_writes: None,
             peak_rss_bytes,
             rss_is_consumer_only,
             consumer_cpu: consumer.cpu_time(),
@@ -475,10 +487,12 @@ impl Window {
         let Some(probe) = baseline.probe else {
             return Ok(());
         };
-        (self.commits, self.hottest_document, self.hottest_writes) = match probe.finish().await? {
-            Some(w) => (w.transactions, w.hottest_row, w.hottest_writes),
+        let window = probe.finish().await?;
+        (self.commits, self.hottest_document, self.hottest_writes) = match &window {
+            Some(w) => (w.transactions, w.hottest_row.clone(), w.hottest_writes),
             None => (0, String::new(), 0),
         };
+        self.hottest_post_writes = window.map(|w| w.hottest_post_writes);
         Ok(())
     }
 
@@ -503,6 +517,7 @@ impl Window {
             commits: self.commits,
             hottest_document: self.hottest_document,
             hottest_writes: self.hottest_writes,
+            hottest_post_writes: self.hottest_post_writes,
             latency,
             peak_rss_bytes: self.peak_rss_bytes,
             rss_is_consumer_only: self.rss_is_consumer_only,

@@ -95,7 +95,7 @@ pub fn render_settings(config: &BenchConfig) -> String {
 type Row = (&'static str, fn(&RunResult) -> String);
 
 /// The rows of the side-by-side table, in order.
-const ROWS: [Row; 12] = [
+const ROWS: [Row; 13] = [
     ("messages acked / published", |r| {
         format!("{} / {}", r.acked, r.published)
     }),
@@ -119,6 +119,10 @@ const ROWS: [Row; 12] = [
     ("hottest document", |r| {
         let d = &r.hottest_document;
         d.split("/documents/").nth(1).unwrap_or(d).to_string()
+    }),
+    ("hottest post's counter writes/s (all its shards)", |r| {
+        r.hottest_post_writes_per_sec()
+            .map_or("n/a".to_string(), |w| format!("{w:.1}"))
     }),
     ("publish->commit p50 / p99 (ms)", |r| {
         format!("{:.0} / {:.0}", r.latency.p50_ms, r.latency.p99_ms)
@@ -242,7 +246,7 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
 /// A row of the medians table: its name and one run's figure.
 type FigureRow = (&'static str, fn(&RunResult) -> Option<f64>, usize);
 
-const MEDIAN_ROWS: [FigureRow; 6] = [
+const MEDIAN_ROWS: [FigureRow; 7] = [
     ("events/s", |r| Some(r.events_per_sec()), 0),
     (
         "consumer CPU per 1,000 messages (ms)",
@@ -253,6 +257,11 @@ const MEDIAN_ROWS: [FigureRow; 6] = [
     (
         "hottest document writes/s",
         |r| (!r.hottest_document.is_empty()).then_some(r.hottest_writes_per_sec()),
+        1,
+    ),
+    (
+        "hottest post's counter writes/s (all its shards)",
+        RunResult::hottest_post_writes_per_sec,
         1,
     ),
     (
