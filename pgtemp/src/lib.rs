@@ -472,14 +472,16 @@ pub enum Cut {
 struct ProxyShared {
     armed: Mutex<Option<Cut>>,
     cuts: AtomicU64,
-    /// Client sends that followed an answer of the server.
+    /// Client sends that followed an answer of the server on the same
+    /// connection (each connection's first send included).
     round_trips: AtomicU64,
-    server_answered: AtomicBool,
 }
 
 /// A loopback TCP proxy to a PostgreSQL server that parses the protocol's
 /// message framing, to cut a connection at a COMMIT ([`Cut`]) and to count
-/// round trips: client sends that follow an answer of the server.
+/// round trips: client sends that follow an answer of the server on the
+/// same connection, summed over all connections (requests pipelined
+/// before an answer count once).
 pub struct Proxy {
     addr: SocketAddr,
     shared: Arc<ProxyShared>,
@@ -548,7 +550,6 @@ impl Proxy {
     /// Restarts the round-trip count.
     pub fn reset_round_trips(&self) {
         self.shared.round_trips.store(0, Ordering::SeqCst);
-        self.shared.server_answered.store(true, Ordering::SeqCst);
     }
 }
 
@@ -572,22 +573,37 @@ async fn accept(listener: TcpListener, upstream: SocketAddr, shared: Arc<ProxySh
         connections.spawn(async move {
             let (client_read, client_write) = client.into_split();
             let (server_read, server_write) = server.into_split();
+            // Whether the server answered since the client's last send, on
+            // this connection; the client's first send is a round trip.
+            let answered = AtomicBool::new(true);
+            let (to_server, to_client) = (
+                Direction::ToServer(&answered),
+                Direction::ToClient(&answered),
+            );
             // Whichever direction ends (EOF or a cut) ends both.
             tokio::select! {
-                _ = relay(client_read, server_write, true, &shared) => {}
-                _ = relay(server_read, client_write, false, &shared) => {}
+                _ = relay(client_read, server_write, to_server, &shared) => {}
+                _ = relay(server_read, client_write, to_client, &shared) => {}
             }
         });
     }
+}
+
+/// Which way a relay forwards, with its connection's "server answered" flag.
+#[derive(Clone, Copy)]
+enum Direction<'a> {
+    ToServer(&'a AtomicBool),
+    ToClient(&'a AtomicBool),
 }
 
 /// Forwards whole protocol messages from `from` to `to` until EOF or a cut.
 async fn relay(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    from_client: bool,
+    direction: Direction<'_>,
     shared: &ProxyShared,
 ) -> std::io::Result<()> {
+    let from_client = matches!(direction, Direction::ToServer(_));
     // The client's first message (startup) has no type byte.
     let mut untyped = from_client;
     let mut pending: Vec<u8> = Vec::new();
@@ -597,12 +613,13 @@ async fn relay(
         if n == 0 {
             return Ok(());
         }
-        if from_client {
-            if shared.server_answered.swap(false, Ordering::SeqCst) {
-                shared.round_trips.fetch_add(1, Ordering::SeqCst);
+        match direction {
+            Direction::ToServer(answered) => {
+                if answered.swap(false, Ordering::SeqCst) {
+                    shared.round_trips.fetch_add(1, Ordering::SeqCst);
+                }
             }
-        } else {
-            shared.server_answered.store(true, Ordering::SeqCst);
+            Direction::ToClient(answered) => answered.store(true, Ordering::SeqCst),
         }
         pending.extend_from_slice(&chunk[..n]);
         loop {
