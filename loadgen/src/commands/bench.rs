@@ -117,9 +117,13 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.ceiling && !args.consumer_process {
         anyhow::bail!("--ceiling compares CPU of child processes: add --consumer-process");
     }
+    let store = match &config.run.target.store {
+        StoreLocation::Firestore => format!("store RTT {} ms", config.store_rtt_ms),
+        postgres => format!("store {postgres}"),
+    };
     eprintln!(
-        "hotcount bench: {} messages over {} posts, store RTT {} ms, at most {} s per run",
-        config.events, config.posts, config.store_rtt_ms, config.max_secs
+        "hotcount bench: {} messages over {} posts, {store}, at most {} s per run",
+        config.events, config.posts, config.max_secs
     );
     let results = bench::run(&config, |r| eprintln!("{}", bench::render_progress(r))).await?;
     let mut tables = bench::render_settings(&config);
