@@ -50,6 +50,9 @@ pub struct DemoSummary {
     pub verify: VerifyReport,
     /// The consumer's counters.
     pub stats: Arc<Stats>,
+    /// Whether the store was PostgreSQL (then the Firestore figures are
+    /// not printed and `store_rpcs` are round trips).
+    pub postgres: bool,
     /// Firestore commits served by the emulator.
     pub commits: u64,
     /// All Firestore RPCs served by the emulator during the run (with a
@@ -144,11 +147,13 @@ pub async fn run(
         workload: Some(config.workload.clone()),
     };
     let files = report::write_report(&config.out_dir, &measurements, &info, &Machine::detect())?;
+    let postgres = stage.postgres().is_some();
     stage.shutdown().await;
     Ok(DemoSummary {
         publish: published,
         verify,
         stats,
+        postgres,
         commits,
         store_rpcs,
         hottest_document_writes,
@@ -220,15 +225,17 @@ pub fn render(summary: &DemoSummary) -> String {
         format!("{} / {}", v.quarantined, v.poison_expected),
     );
     row("batches committed", s.batches.get().to_string());
-    row("Firestore commits", summary.commits.to_string());
-    row(
-        "store RPCs (or round trips) per 1k events",
-        format!("{:.1}", summary.store_rpcs as f64 * 1000.0 / events),
-    );
-    row(
-        "writes to the hottest document",
-        summary.hottest_document_writes.to_string(),
-    );
+    let per_1k = format!("{:.1}", summary.store_rpcs as f64 * 1000.0 / events);
+    if summary.postgres {
+        row("round trips per 1k events", per_1k);
+    } else {
+        row("Firestore commits", summary.commits.to_string());
+        row("store RPCs per 1k events", per_1k);
+        row(
+            "writes to the hottest document",
+            summary.hottest_document_writes.to_string(),
+        );
+    }
     row(
         "throughput (publish -> drained)",
         format!("{:.0} events/s", summary.throughput()),
