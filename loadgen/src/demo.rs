@@ -50,9 +50,13 @@ pub struct DemoSummary {
     pub verify: VerifyReport,
     /// The consumer's counters.
     pub stats: Arc<Stats>,
+    /// Whether the store was PostgreSQL (then the Firestore figures are
+    /// not printed and `store_rpcs` are round trips).
+    pub postgres: bool,
     /// Firestore commits served by the emulator.
     pub commits: u64,
-    /// All Firestore RPCs served by the emulator during the run.
+    /// All Firestore RPCs served by the emulator during the run (with a
+    /// PostgreSQL store: round trips to the server).
     pub store_rpcs: u64,
     /// Writes to the most written document.
     pub hottest_document_writes: u64,
@@ -102,6 +106,7 @@ pub async fn run(
     let target = &config.run.target;
     let spec = StageSpec::for_consumer(&service_config, &target.project, config.store_rtt_ms);
     let stage = Stage::start(&spec).await?;
+    let (_, service_config) = stage.consumer_settings(&config.run, &service_config);
     let consumer = InProcess::start(stage.endpoints(), &service_config);
     let stats = consumer.stats().clone();
 
@@ -121,7 +126,11 @@ pub async fn run(
 
     let emulators = stage.emulators();
     let commits = emulators.firestore_counters().get("Commit");
-    let store_rpcs = emulators.firestore_counters().total();
+    // With PostgreSQL: the round trips the stage's proxy counted.
+    let store_rpcs = match stage.postgres() {
+        Some(pg) => pg.proxy.round_trips(),
+        None => emulators.firestore_counters().total(),
+    };
     let hottest_document_writes = emulators
         .firestore()
         .hottest_documents(1)
@@ -138,11 +147,13 @@ pub async fn run(
         workload: Some(config.workload.clone()),
     };
     let files = report::write_report(&config.out_dir, &measurements, &info, &Machine::detect())?;
+    let postgres = stage.postgres().is_some();
     stage.shutdown().await;
     Ok(DemoSummary {
         publish: published,
         verify,
         stats,
+        postgres,
         commits,
         store_rpcs,
         hottest_document_writes,
@@ -192,6 +203,7 @@ fn settings(config: &DemoConfig) -> Vec<(String, String)> {
             "store RTT injected (ms)".into(),
             config.store_rtt_ms.to_string(),
         ),
+        ("store".into(), r.target.store.to_string()),
         ("emulators".into(), "in-process, loopback".into()),
     ]
 }
@@ -213,15 +225,17 @@ pub fn render(summary: &DemoSummary) -> String {
         format!("{} / {}", v.quarantined, v.poison_expected),
     );
     row("batches committed", s.batches.get().to_string());
-    row("Firestore commits", summary.commits.to_string());
-    row(
-        "store RPCs per 1k events",
-        format!("{:.1}", summary.store_rpcs as f64 * 1000.0 / events),
-    );
-    row(
-        "writes to the hottest document",
-        summary.hottest_document_writes.to_string(),
-    );
+    let per_1k = format!("{:.1}", summary.store_rpcs as f64 * 1000.0 / events);
+    if summary.postgres {
+        row("round trips per 1k events", per_1k);
+    } else {
+        row("Firestore commits", summary.commits.to_string());
+        row("store RPCs per 1k events", per_1k);
+        row(
+            "writes to the hottest document",
+            summary.hottest_document_writes.to_string(),
+        );
+    }
     row(
         "throughput (publish -> drained)",
         format!("{:.0} events/s", summary.throughput()),

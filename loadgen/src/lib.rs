@@ -8,7 +8,9 @@
 //! - [`truth`]: the exact expected count per post, and its JSON file.
 //! - [`publish`]: paced, bounded, cancellable publishing with a report.
 //! - [`readback`]: reads counter shards and memberships back, at one read time.
-//! - [`verify`]: compares Firestore with the truth and checks the shard invariant.
+//! - [`verify`]: compares the store with the truth and checks the shard invariant.
+//! - [`postgres`]: a PostgreSQL store's side of a run: migrations and a
+//!   clean state, reading back at one snapshot, the server's own figures.
 //! - [`report`]: end-to-end latency and throughput into Markdown and PNGs
 //!   (measurements in `report`, charts and text in `report::render`).
 //! - [`chart`]: the dependency-light PNG line chart.
@@ -69,6 +71,7 @@ pub mod chaos;
 pub mod chart;
 pub mod consumer;
 pub mod demo;
+pub mod postgres;
 pub mod procfs;
 pub mod publish;
 pub mod readback;

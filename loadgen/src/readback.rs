@@ -1,18 +1,30 @@
-//! Reads back what hotcount wrote: every counter shard and every membership
-//! document under one collection prefix, through hotcount's [`FirestoreDb`].
+//! Reads back what hotcount wrote: every counter shard and every membership,
+//! from the store the target names: under one collection prefix through
+//! hotcount's [`FirestoreDb`], or from a PostgreSQL database
+//! ([`crate::postgres`]), so "exact" means the same for both.
 //!
 //! Invariant: only documents of the given layout are returned (a collection
 //! group query on `shards` is filtered to `{prefix}counters/*/shards/*`);
 //! a [`Snapshot`] reads both at one read time when the server allows it, and
-//! says so; nothing is ever written.
+//! says so (PostgreSQL always does); nothing is ever written.
 
 use std::collections::{BTreeMap, HashMap};
 
 use gcloud_sdk::tonic::Code;
-use hotcount::config::{Endpoints, Target};
+use hotcount::config::{Endpoints, StoreLocation, Target};
 use hotcount::store::firestore::layout::collections;
 use hotcount::store::firestore::{FirestoreDb, Read, StoredMembership};
+use hotcount::store::postgres::PgDb;
 use hotcount::store::StoreError;
+
+/// The store read back: Firestore or PostgreSQL.
+#[derive(Clone)]
+pub enum Reader {
+    /// hotcount's documents under the target's collection prefix.
+    Firestore(FirestoreDb),
+    /// hotcount's tables in one database.
+    Postgres(PgDb),
+}
 
 /// One membership document as read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,11 +99,16 @@ impl ReadError {
     }
 }
 
-/// Opens hotcount's database for `target`.
-pub async fn connect(endpoints: &Endpoints, target: &Target) -> Result<FirestoreDb, ReadError> {
-    hotcount::connect::firestore_db(endpoints, target)
-        .await
-        .map_err(|e| ReadError::Connect(e.to_string()))
+/// Opens hotcount's database for `target`: Firestore at `endpoints`, or
+/// the PostgreSQL database `target.store` names.
+pub async fn connect(endpoints: &Endpoints, target: &Target) -> Result<Reader, ReadError> {
+    match &target.store {
+        StoreLocation::Firestore => hotcount::connect::firestore_db(endpoints, target)
+            .await
+            .map(Reader::Firestore)
+            .map_err(|e| ReadError::Connect(e.to_string())),
+        StoreLocation::Postgres { url } => crate::postgres::open(url).map(Reader::Postgres),
+    }
 }
 
 /// Counter shards and memberships read at one point in time, so the shard
@@ -114,8 +131,17 @@ pub struct Snapshot {
     pub consistent: bool,
 }
 
+/// Reads memberships, counter shards and quarantine records at one read
+/// time (when the store allows it).
+pub async fn read_snapshot(reader: &Reader) -> Result<Snapshot, ReadError> {
+    match reader {
+        Reader::Firestore(db) => read_firestore_snapshot(db).await,
+        Reader::Postgres(db) => crate::postgres::read_snapshot(db).await,
+    }
+}
+
 /// Reads memberships, then counter shards at the memberships' read time.
-pub async fn read_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError> {
+async fn read_firestore_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError> {
     let shards = ReadError::query(collections::SHARDS.to_string());
     let (memberships, read_time) = db
         .memberships(None, Read::Latest)
@@ -162,7 +188,11 @@ pub async fn read_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError> {
 }
 
 /// Sum of the counter shards per post, and how many shard documents were read.
-pub async fn read_counts(db: &FirestoreDb) -> Result<(BTreeMap<String, i64>, usize), ReadError> {
+pub async fn read_counts(reader: &Reader) -> Result<(BTreeMap<String, i64>, usize), ReadError> {
+    let db = match reader {
+        Reader::Firestore(db) => db,
+        Reader::Postgres(db) => return crate::postgres::read_counts(db).await,
+    };
     let sums = db
         .counter_sums(Read::Latest)
         .await
@@ -171,7 +201,11 @@ pub async fn read_counts(db: &FirestoreDb) -> Result<(BTreeMap<String, i64>, usi
 }
 
 /// Every membership document of the database's layout.
-pub async fn read_memberships(db: &FirestoreDb) -> Result<Vec<MembershipRow>, ReadError> {
+pub async fn read_memberships(reader: &Reader) -> Result<Vec<MembershipRow>, ReadError> {
+    let db = match reader {
+        Reader::Firestore(db) => db,
+        Reader::Postgres(db) => return crate::postgres::read_memberships(db).await,
+    };
     let (memberships, _) = db
         .memberships(None, Read::Latest)
         .await

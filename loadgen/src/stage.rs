@@ -1,21 +1,27 @@
 //! The world a run stands on: both emulators in this process, an optional
 //! round trip added to every Firestore RPC, the topic, the consumer
 //! subscription and the dead-letter pair made by `hotcount setup`'s own code,
-//! the subscription watched for acks and backlog, and teardown.
+//! the subscription watched for acks and backlog, and teardown. With a
+//! PostgreSQL store: the database migrated and emptied for this run
+//! ([`crate::postgres::prepare`]) and a proxy in front of it that the
+//! consumers go through ([`Stage::consumer_store`]), which counts round
+//! trips and can cut a connection at COMMIT.
 //!
 //! Invariant: consumers, publisher and verifier reach the emulators only
 //! over [`Stage::endpoints`], as they would reach Google; the run reads the
 //! emulators' own counters and faults through [`Stage::emulators`], never
-//! through the service under test. [`prepare`] is the same setup on any
+//! through the service under test; reading back goes to the database
+//! directly, never through the proxy. [`prepare`] is the same setup on any
 //! endpoints (emulators started elsewhere, or Google).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotcount::config::{Config, Endpoints};
+use hotcount::config::{Config, Endpoints, RunArgs, StoreLocation};
 use hotcount::ops::setup::{self, SetupArgs};
 use hotcount_emulators::pubsub::SubscriptionStats;
 use hotcount_emulators::{Emulators, EmulatorsConfig, FaultSpec};
+use hotcount_pgtemp::Proxy;
 
 use crate::run_error::RunError;
 
@@ -32,6 +38,9 @@ pub struct StageSpec {
     pub subscription: String,
     /// Added latency per Firestore RPC, in milliseconds (0 = none).
     pub store_rtt_ms: u64,
+    /// Where the consumers count: Firestore (the emulator) or a PostgreSQL
+    /// database, emptied for the run.
+    pub store: StoreLocation,
 }
 
 impl StageSpec {
@@ -61,8 +70,23 @@ impl StageSpec {
             setup,
             subscription: config.subscription.clone(),
             store_rtt_ms,
+            store: config.store_location.clone(),
         }
     }
+}
+
+/// Migrates and empties the database of `url`, and starts the proxy in front of it.
+async fn pg_stage(url: &str) -> Result<PgStage, RunError> {
+    crate::postgres::prepare(url).await?;
+    let proxy = Proxy::try_start(crate::postgres::server_addr(url)?)
+        .await
+        .map_err(|e| RunError::Start(format!("postgres proxy: {e}")))?;
+    let consumer_url = crate::postgres::via(url, proxy.addr())?;
+    Ok(PgStage {
+        url: url.to_string(),
+        proxy: Arc::new(proxy),
+        consumer_url,
+    })
 }
 
 /// Makes the topic, subscription and dead-letter pair of `setup` on
@@ -74,12 +98,25 @@ pub async fn prepare(endpoints: &Endpoints, setup: &SetupArgs) -> Result<(), Run
     Ok(())
 }
 
-/// Emulators started, RTT injected, setup done.
+/// A PostgreSQL store's part of the stage.
+pub struct PgStage {
+    /// The database, as given (for reading back).
+    pub url: String,
+    /// The proxy the consumers go through (shared with the chaos tasks
+    /// that cut connections).
+    pub proxy: Arc<Proxy>,
+    /// The database through the proxy (for the consumers).
+    pub consumer_url: String,
+}
+
+/// Emulators started, RTT injected, setup done (and a PostgreSQL store
+/// migrated, emptied and proxied).
 pub struct Stage {
     emulators: Arc<Emulators>,
     endpoints: Endpoints,
     topic: String,
     subscription: String,
+    postgres: Option<PgStage>,
 }
 
 impl Stage {
@@ -101,6 +138,10 @@ impl Stage {
             firestore_emulator_host: Some(emulators.firestore_addr().to_string()),
         };
         prepare(&endpoints, &spec.setup).await?;
+        let postgres = match &spec.store {
+            StoreLocation::Firestore => None,
+            StoreLocation::Postgres { url } => Some(pg_stage(url).await?),
+        };
         Ok(Self {
             emulators: Arc::new(emulators),
             endpoints,
@@ -109,7 +150,32 @@ impl Stage {
                 spec.setup.project, spec.setup.topic
             ),
             subscription: spec.subscription.clone(),
+            postgres,
         })
+    }
+
+    /// The PostgreSQL part, when the store is PostgreSQL.
+    pub fn postgres(&self) -> Option<&PgStage> {
+        self.postgres.as_ref()
+    }
+
+    /// The store as the consumers must reach it: Firestore, or the
+    /// database through the stage's proxy.
+    pub fn consumer_store(&self) -> StoreLocation {
+        match &self.postgres {
+            None => StoreLocation::Firestore,
+            Some(pg) => StoreLocation::Postgres {
+                url: pg.consumer_url.clone(),
+            },
+        }
+    }
+
+    /// `run_args` and `config` with the store as the consumers must reach it.
+    pub fn consumer_settings(&self, run_args: &RunArgs, config: &Config) -> (RunArgs, Config) {
+        let (mut run_args, mut config) = (run_args.clone(), config.clone());
+        run_args.target.store = self.consumer_store();
+        config.store_location = self.consumer_store();
+        (run_args, config)
     }
 
     /// The emulators: their counters, faults and clock.

@@ -8,9 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use hotcount::config::{Endpoints, Target};
-use hotcount::store::firestore::FirestoreDb;
 
-use crate::readback::{self, MembershipRow, ReadError};
+use crate::readback::{self, MembershipRow, ReadError, Reader};
 use crate::truth::Truth;
 
 /// A post whose stored count differs from the truth.
@@ -89,7 +88,7 @@ impl VerifyError {
     }
 }
 
-/// Connects to Firestore for `target` and verifies it against `truth`.
+/// Connects to the store of `target` (Firestore or PostgreSQL) and verifies it against `truth`.
 pub async fn connect_and_verify(
     endpoints: &Endpoints,
     target: &Target,
@@ -99,8 +98,8 @@ pub async fn connect_and_verify(
     verify(&db, truth).await
 }
 
-/// Reads every counter shard and membership of `db`'s layout and compares them with `truth`.
-pub async fn verify(db: &FirestoreDb, truth: &Truth) -> Result<VerifyReport, VerifyError> {
+/// Reads every counter shard and membership of the store and compares them with `truth`.
+pub async fn verify(db: &Reader, truth: &Truth) -> Result<VerifyReport, VerifyError> {
     let snapshot = readback::read_snapshot(db).await?;
     let mut report = compare(truth, &snapshot.counts, &snapshot.memberships);
     report.shards_read = snapshot.shards_read;

@@ -1,10 +1,15 @@
 //! The end-to-end benchmark: both strategies (`batched`, `per-event`) on the
 //! same generated workload, each in a fresh pair of in-process emulators with
-//! an injected round trip per Firestore RPC, printed side by side.
+//! an injected round trip per Firestore RPC, printed side by side; or, with
+//! `--store postgres://...`, against a real PostgreSQL server, emptied
+//! before each run ([`crate::postgres::prepare`]).
 //!
 //! Invariant: every figure comes from outside the service under test (the
 //! emulators' RPC and write counters, the Pub/Sub subscription's acks, the
-//! membership documents' commit times, `/proc` through [`crate::procfs`]),
+//! membership documents' commit times, `/proc` through [`crate::procfs`];
+//! with PostgreSQL, the round trips the stage's proxy relayed and the
+//! server's logical decoding of the window: transactions committed and the
+//! writes to each counter row),
 //! and a count is called exact only for a run that published and drained
 //! everything; a run stopped by `max_secs` is reported as partial, its
 //! throughput measured over the messages it acked, and only the shard
@@ -128,14 +133,24 @@ pub struct RunResult {
     pub elapsed: Duration,
     /// Whether the run published and drained everything.
     pub completed: bool,
-    /// Firestore RPCs served by the emulator in the measured window.
+    /// Whether the store was PostgreSQL (else the Firestore emulator).
+    pub postgres: bool,
+    /// Firestore RPCs served by the emulator in the measured window; with
+    /// PostgreSQL, round trips (client sends that followed an answer of
+    /// the server, over all connections, pipelined requests counted once).
     pub store_rpcs: u64,
-    /// Firestore commits served by the emulator in the measured window.
+    /// Firestore commits served by the emulator in the measured window;
+    /// with PostgreSQL, transactions that wrote something, committed in it.
     pub commits: u64,
-    /// The most written document and its writes in the measured window.
+    /// The most written document (with PostgreSQL: counter row) in the
+    /// measured window; empty when it could not be measured.
     pub hottest_document: String,
-    /// Writes to the most written document.
+    /// Writes to the most written document (or counter row): inserts and
+    /// updates committed in the window.
     pub hottest_writes: u64,
+    /// PostgreSQL: writes to the counter rows of the most written post,
+    /// all its shards together (`None` on Firestore or without decoding).
+    pub hottest_post_writes: Option<u64>,
     /// Publish -> commit latency over the final membership writes.
     pub latency: Percentiles,
     /// Peak resident set during the run, bytes: of the consumer process
@@ -172,6 +187,13 @@ impl RunResult {
     pub fn cpu_ms_per_1k(&self) -> Option<f64> {
         self.consumer_cpu
             .map(|cpu| cpu.as_secs_f64() * 1e6 / self.acked.max(1) as f64)
+    }
+
+    /// PostgreSQL: writes per second to the counter rows of the most
+    /// written post (all its shards).
+    pub fn hottest_post_writes_per_sec(&self) -> Option<f64> {
+        self.hottest_post_writes
+            .map(|w| w as f64 / self.elapsed.as_secs_f64().max(1e-9))
     }
 
     /// Writes per second to the most written document.
@@ -257,9 +279,11 @@ async fn run_one(
         config.store_rtt_ms,
     );
     let stage = Stage::start(&spec).await?;
-    let baseline = Baseline::take(&stage);
+    let mut baseline = Baseline::take(&stage).await?;
     let (cancel_tx, cancel) = watch::channel(false);
     let publishing = Publishing::start(config, &stage, workload.clone(), cancel).await?;
+    // The consumer reaches a PostgreSQL store through the stage's proxy.
+    let (consumer_args, consumer_config) = stage.consumer_settings(&run_args, &service_config);
     let consumer = match (runner, &config.null_consumer_bin) {
         (Runner::Null, Some(bin)) => Consumer::start_null(bin, stage.endpoints(), &run_args)?,
         (Runner::Null, None) => {
@@ -268,15 +292,17 @@ async fn run_one(
         (Runner::Hotcount(_), _) => Consumer::start(
             config.consumer_bin.as_deref(),
             stage.endpoints(),
-            &run_args,
-            &service_config,
+            &consumer_args,
+            &consumer_config,
         )?,
     };
     let total = workload.messages.len() as u64;
-    let window = Window::measure(&stage, &consumer, &baseline, config.max_secs, total).await;
+    let mut window =
+        Window::measure(&stage, &consumer, &mut baseline, config.max_secs, total).await;
     let _ = cancel_tx.send(true);
     let published = publishing.finish().await?;
     consumer.stop().await?;
+    window.add_server_figures(baseline).await?;
     // Reading back is not part of the measured window: no RTT for it.
     stage.emulators().firestore_faults().clear();
     let completed = window.completed && published == total;
@@ -310,23 +336,33 @@ fn consumer_settings(
 }
 
 /// The emulators' counters before the window, and this process's peak RSS
-/// reset to now.
+/// reset to now; with PostgreSQL, the proxy's round trips reset and a
+/// decoding slot opened.
 struct Baseline {
     store_rpcs: u64,
     commits: u64,
+    probe: Option<crate::postgres::Probe>,
 }
 
 impl Baseline {
-    fn take(stage: &Stage) -> Self {
+    async fn take(stage: &Stage) -> Result<Self, RunError> {
         let emulators = stage.emulators();
         emulators.firestore().reset_stats();
         let store_rpcs = emulators.firestore_counters().total();
         let commits = emulators.firestore_counters().get("Commit");
+        let probe = match stage.postgres() {
+            Some(pg) => {
+                pg.proxy.reset_round_trips();
+                Some(crate::postgres::Probe::begin(&pg.url).await?)
+            }
+            None => None,
+        };
         procfs::reset_peak_rss();
-        Self {
+        Ok(Self {
             store_rpcs,
             commits,
-        }
+            probe,
+        })
     }
 }
 
@@ -383,6 +419,7 @@ async fn publisher_result(
 /// What the measured window saw: from the first publish, or with a backlog
 /// from the consumer's start, to the last ack (or the cap).
 struct Window {
+    postgres: bool,
     elapsed: Duration,
     completed: bool,
     acked: u64,
@@ -390,6 +427,7 @@ struct Window {
     commits: u64,
     hottest_document: String,
     hottest_writes: u64,
+    hottest_post_writes: Option<u64>,
     peak_rss_bytes: u64,
     rss_is_consumer_only: bool,
     consumer_cpu: Option<Duration>,
@@ -402,7 +440,7 @@ impl Window {
     async fn measure(
         stage: &Stage,
         consumer: &Consumer,
-        baseline: &Baseline,
+        baseline: &mut Baseline,
         max_secs: u64,
         total: u64,
     ) -> Self {
@@ -411,15 +449,22 @@ impl Window {
         let completed = stage.wait_for_acks(total, deadline).await;
         let elapsed = started.elapsed();
         let acked = stage.acked();
+        if let Some(probe) = &mut baseline.probe {
+            probe.mark_end().await;
+        }
         let emulators = stage.emulators();
-        let store_rpcs = emulators.firestore_counters().total() - baseline.store_rpcs;
+        let mut store_rpcs = emulators.firestore_counters().total() - baseline.store_rpcs;
         let commits = emulators.firestore_counters().get("Commit") - baseline.commits;
         let hottest = emulators.firestore().hottest_documents(1);
         let (hottest_document, hottest_writes) = hottest
             .first()
             .map_or((String::new(), 0), |d| (d.name.clone(), d.writes));
+        if let Some(pg) = stage.postgres() {
+            store_rpcs = pg.proxy.round_trips();
+        }
         let (peak_rss_bytes, rss_is_consumer_only) = consumer.peak_rss_bytes();
         Self {
+            postgres: stage.postgres().is_some(),
             elapsed,
             completed,
             acked,
@@ -427,11 +472,28 @@ impl Window {
             commits,
             hottest_document,
             hottest_writes,
+            hottest_post_writes: None,
             peak_rss_bytes,
             rss_is_consumer_only,
             consumer_cpu: consumer.cpu_time(),
             commit_duration: consumer.commit_duration().await,
         }
+    }
+
+    /// With PostgreSQL: the transactions and the hottest counter row's
+    /// writes committed in the window, decoded now (after the consumer
+    /// stopped: decoding is not measured); none are made up without a slot.
+    async fn add_server_figures(&mut self, baseline: Baseline) -> Result<(), RunError> {
+        let Some(probe) = baseline.probe else {
+            return Ok(());
+        };
+        let window = probe.finish().await?;
+        (self.commits, self.hottest_document, self.hottest_writes) = match &window {
+            Some(w) => (w.transactions, w.hottest_row.clone(), w.hottest_writes),
+            None => (0, String::new(), 0),
+        };
+        self.hottest_post_writes = window.map(|w| w.hottest_post_writes);
+        Ok(())
     }
 
     fn into_result(
@@ -450,10 +512,12 @@ impl Window {
             acked: self.acked,
             elapsed: self.elapsed,
             completed,
+            postgres: self.postgres,
             store_rpcs: self.store_rpcs,
             commits: self.commits,
             hottest_document: self.hottest_document,
             hottest_writes: self.hottest_writes,
+            hottest_post_writes: self.hottest_post_writes,
             latency,
             peak_rss_bytes: self.peak_rss_bytes,
             rss_is_consumer_only: self.rss_is_consumer_only,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hotcount::config::Strategy;
+use hotcount::config::{StoreLocation, Strategy};
 
 use super::{BenchConfig, Case, RunResult, Runner, Verdict};
 
@@ -12,6 +12,21 @@ fn runner_name(r: Runner) -> &'static str {
         Runner::Hotcount(Strategy::Batched) => "batched",
         Runner::Hotcount(Strategy::PerEvent) => "per-event",
         Runner::Null => "null consumer (receive + ack)",
+    }
+}
+
+/// A row's name as printed: Firestore's words, or PostgreSQL's for the
+/// same figure.
+fn label(name: &'static str, postgres: bool) -> &'static str {
+    if !postgres {
+        return name;
+    }
+    match name {
+        "store RPCs per 1,000 events" => "round trips per 1,000 events",
+        "commits" => "transactions committed (server)",
+        "hottest document writes/s" => "hottest counter row updates/s",
+        "hottest document" => "hottest counter row (post, shard)",
+        other => other,
     }
 }
 
@@ -33,12 +48,13 @@ fn verdict_text(v: &Verdict) -> String {
 /// The progress line of one finished run.
 pub fn render_progress(r: &RunResult) -> String {
     format!(
-        "  {:?} round {} {}: {:.0} events/s, {:.1} RPCs/1k, CPU {} ms/1k, {}",
+        "  {:?} round {} {}: {:.0} events/s, {:.1} {}/1k, CPU {} ms/1k, {}",
         r.case,
         r.round + 1,
         runner_name(r.runner),
         r.events_per_sec(),
         r.rpcs_per_1k(),
+        if r.postgres { "round trips" } else { "RPCs" },
         r.cpu_ms_per_1k()
             .map_or("n/a".to_string(), |c| format!("{c:.1}")),
         verdict_text(&r.verdict)
@@ -47,9 +63,14 @@ pub fn render_progress(r: &RunResult) -> String {
 
 /// The line above the tables: every setting that shapes the figures.
 pub fn render_settings(config: &BenchConfig) -> String {
+    let store = match &config.run.target.store {
+        StoreLocation::Firestore => format!("store RTT {} ms per RPC", config.store_rtt_ms),
+        postgres => format!(
+            "store {postgres} (a real server, reached through the run's round-trip counting proxy)"
+        ),
+    };
     format!(
-        "store RTT {} ms per RPC; {} messages, {} posts, {} users, seed {}; publish rate {}{}; consumer {}; cap {} s per run; shards {}, counter shards <= {} at {} writes/s each, flush interval {} ms (min wait {} ms), commits in flight {}, max batch {}, streams {}, per-event concurrency {}\n",
-        config.store_rtt_ms,
+        "{store}; {} messages, {} posts, {} users, seed {}; publish rate {}{}; consumer {}; cap {} s per run; shards {}, counter shards <= {} at {} writes/s each, flush interval {} ms (min wait {} ms), commits in flight {}, max batch {}, streams {}, per-event concurrency {}\n",
         config.events,
         config.posts,
         config.users,
@@ -74,7 +95,7 @@ pub fn render_settings(config: &BenchConfig) -> String {
 type Row = (&'static str, fn(&RunResult) -> String);
 
 /// The rows of the side-by-side table, in order.
-const ROWS: [Row; 12] = [
+const ROWS: [Row; 13] = [
     ("messages acked / published", |r| {
         format!("{} / {}", r.acked, r.published)
     }),
@@ -90,11 +111,18 @@ const ROWS: [Row; 12] = [
     }),
     ("commits", |r| r.commits.to_string()),
     ("hottest document writes/s", |r| {
+        if r.postgres && r.hottest_document.is_empty() {
+            return "n/a (no logical decoding)".into();
+        }
         format!("{:.1}", r.hottest_writes_per_sec())
     }),
     ("hottest document", |r| {
         let d = &r.hottest_document;
         d.split("/documents/").nth(1).unwrap_or(d).to_string()
+    }),
+    ("hottest post's counter writes/s (all its shards)", |r| {
+        r.hottest_post_writes_per_sec()
+            .map_or("n/a".to_string(), |w| format!("{w:.1}"))
     }),
     ("publish->commit p50 / p99 (ms)", |r| {
         format!("{:.0} / {:.0}", r.latency.p50_ms, r.latency.p99_ms)
@@ -133,6 +161,7 @@ pub fn render(results: &[RunResult], case: Case) -> String {
         return String::new();
     }
     let runners = runners_in_order(&runs);
+    let postgres = runs.iter().any(|r| r.postgres);
     let rounds = runs.iter().map(|r| r.round + 1).max().unwrap_or(1);
     let shown: Vec<&RunResult> = runners
         .iter()
@@ -154,7 +183,7 @@ pub fn render(results: &[RunResult], case: Case) -> String {
     }
     out.push('\n');
     for (name, cell) in ROWS {
-        out.push_str(&format!("| {name} |"));
+        out.push_str(&format!("| {} |", label(name, postgres)));
         for r in &shown {
             out.push_str(&format!(" {} |", cell(r)));
         }
@@ -166,8 +195,13 @@ pub fn render(results: &[RunResult], case: Case) -> String {
     let find = |s| shown.iter().find(|r| r.runner == Runner::Hotcount(s));
     if let (Some(b), Some(p)) = (find(Strategy::Batched), find(Strategy::PerEvent)) {
         out.push_str(&format!(
-            "\nbatched / per-event: throughput x{:.1}, store RPCs per event x{:.3}\n",
+            "\nbatched / per-event: throughput x{:.1}, {} per event x{:.3}\n",
             b.events_per_sec() / p.events_per_sec().max(1e-9),
+            if postgres {
+                "round trips"
+            } else {
+                "store RPCs"
+            },
             b.rpcs_per_1k() / p.rpcs_per_1k().max(1e-9),
         ));
     }
@@ -212,7 +246,7 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
 /// A row of the medians table: its name and one run's figure.
 type FigureRow = (&'static str, fn(&RunResult) -> Option<f64>, usize);
 
-const MEDIAN_ROWS: [FigureRow; 5] = [
+const MEDIAN_ROWS: [FigureRow; 7] = [
     ("events/s", |r| Some(r.events_per_sec()), 0),
     (
         "consumer CPU per 1,000 messages (ms)",
@@ -220,6 +254,16 @@ const MEDIAN_ROWS: [FigureRow; 5] = [
         2,
     ),
     ("store RPCs per 1,000 events", |r| Some(r.rpcs_per_1k()), 1),
+    (
+        "hottest document writes/s",
+        |r| (!r.hottest_document.is_empty()).then_some(r.hottest_writes_per_sec()),
+        1,
+    ),
+    (
+        "hottest post's counter writes/s (all its shards)",
+        RunResult::hottest_post_writes_per_sec,
+        1,
+    ),
     (
         "publish->commit p99 (ms)",
         |r| (r.verdict != Verdict::NotCounted).then_some(r.latency.p99_ms),
@@ -237,6 +281,7 @@ const MEDIAN_ROWS: [FigureRow; 5] = [
 /// (the median of the per-round ratios: each round's runs ran side by
 /// side).
 pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> String {
+    let postgres = runs.iter().any(|r| r.postgres);
     let mut out = format!("\nMedian of {rounds} round(s):\n\n| metric |");
     for &runner in runners {
         out.push_str(&format!(" {} |", runner_name(runner)));
@@ -253,7 +298,7 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
             .collect()
     };
     for (name, figure, decimals) in MEDIAN_ROWS {
-        out.push_str(&format!("| {name} |"));
+        out.push_str(&format!("| {} |", label(name, postgres)));
         for &runner in runners {
             let cell = median(of(runner).into_iter().filter_map(figure).collect())
                 .map_or("n/a".to_string(), |v| format!("{v:.decimals$}"));

@@ -1,7 +1,9 @@
 //! The hazards of the chaos run, each made here: the shuffle before
 //! publishing, the steady Pub/Sub and Firestore faults, the consumer
 //! processes with the victim killed (SIGKILL) and restarted again and
-//! again, and the latency spikes with a clock jump past every lease.
+//! again, and the latency spikes with a clock jump past every lease. With a
+//! PostgreSQL store, the commit faults are connections cut at COMMIT by the
+//! stage's proxy and the spikes a lock held on the counter table.
 //!
 //! Invariant: every consumer process is started from one [`ChildSpec`]
 //! per slot and is running again when [`Chaos::calm`] returns; a consumer
@@ -13,8 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hotcount::config::Endpoints;
+use hotcount::config::{Endpoints, StoreLocation};
 use hotcount_emulators::{Emulators, FaultKind, FaultSpec};
+use hotcount_pgtemp::{Cut, Proxy};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom as _;
 use rand::{Rng, SeedableRng};
@@ -60,6 +63,10 @@ pub(super) struct Tally {
     kills_after_commit: AtomicU64,
     unexpected_exits: AtomicU64,
     spikes: AtomicU64,
+    /// PostgreSQL: connections cut before their COMMIT reached the server.
+    cuts_before_commit: AtomicU64,
+    /// PostgreSQL: connections cut after the server committed.
+    cuts_after_commit: AtomicU64,
     /// How each unexpected exit ended, with the tail of its log.
     exit_reports: Mutex<Vec<String>>,
 }
@@ -85,6 +92,14 @@ impl Tally {
         self.spikes.load(Ordering::Relaxed)
     }
 
+    /// PostgreSQL: connections cut (before COMMIT, after COMMIT).
+    pub(super) fn cuts(&self) -> (u64, u64) {
+        (
+            self.cuts_before_commit.load(Ordering::Relaxed),
+            self.cuts_after_commit.load(Ordering::Relaxed),
+        )
+    }
+
     /// The reports of the unexpected exits, taken out.
     pub(super) fn take_exit_reports(&self) -> Vec<String> {
         self.exit_reports
@@ -101,6 +116,13 @@ pub(super) struct Chaos {
     stop: watch::Sender<bool>,
     killer: tokio::task::JoinHandle<Consumers>,
     spiker: tokio::task::JoinHandle<()>,
+    store_faults: Option<StoreFaults>,
+}
+
+/// PostgreSQL: the task cutting connections at COMMIT, and its proxy.
+struct StoreFaults {
+    cutter: tokio::task::JoinHandle<()>,
+    proxy: Arc<Proxy>,
 }
 
 impl Chaos {
@@ -114,13 +136,30 @@ impl Chaos {
         seed: u64,
     ) -> Result<Self, RunError> {
         let victim_metrics = consumer::free_loopback_port("the victim's metrics")?;
+        let store = stage.consumer_store();
         let specs = (0..config.consumers)
-            .map(|index| child_spec(config, stage.endpoints(), &log_dir, index, victim_metrics))
+            .map(|index| {
+                let spec = child_spec(config, stage.endpoints(), &log_dir, index, victim_metrics);
+                with_store(spec, &store)
+            })
             .collect();
         let consumers = Consumers::start(specs, victim_metrics)?;
-        install_faults(stage.emulators()).map_err(RunError::Start)?;
+        install_faults(stage.emulators(), stage.postgres().is_none()).map_err(RunError::Start)?;
         let tally = Arc::new(Tally::default());
         let (stop, stop_rx) = watch::channel(false);
+        let store_faults = stage.postgres().map(|pg| StoreFaults {
+            cutter: tokio::spawn(cut_loop(
+                pg.proxy.clone(),
+                tally.clone(),
+                stop_rx.clone(),
+                seed,
+            )),
+            proxy: pg.proxy.clone(),
+        });
+        let spike_on = match stage.postgres() {
+            Some(pg) => Spike::Postgres(pg.url.clone()),
+            None => Spike::Firestore,
+        };
         let killer = tokio::spawn(kill_loop(
             consumers,
             tally.clone(),
@@ -130,6 +169,7 @@ impl Chaos {
         ));
         let spiker = tokio::spawn(spike_loop(
             stage.emulators().clone(),
+            spike_on,
             tally.clone(),
             config.spike_every,
             stop_rx,
@@ -139,6 +179,7 @@ impl Chaos {
             stop,
             killer,
             spiker,
+            store_faults,
         })
     }
 
@@ -158,6 +199,10 @@ impl Chaos {
             .map_err(|e| RunError::Start(format!("kill loop: {e}")))?;
         stage.emulators().pubsub_faults().clear();
         stage.emulators().firestore_faults().clear();
+        if let Some(faults) = self.store_faults {
+            let _ = faults.cutter.await;
+            faults.proxy.disarm();
+        }
         consumers.restart_missing()?;
         Ok(consumers)
     }
@@ -195,6 +240,16 @@ fn child_spec(
         log: Some(log_dir.join(format!("consumer-{index}.log"))),
         metrics,
     }
+}
+
+/// `spec` with `--store` for `store` (a PostgreSQL consumer reaches the
+/// database through the stage's proxy; Firestore is the default).
+fn with_store(mut spec: ChildSpec, store: &StoreLocation) -> ChildSpec {
+    if let StoreLocation::Postgres { url } = store {
+        spec.args.push("--store".into());
+        spec.args.push(url.clone());
+    }
+    spec
 }
 
 /// One consumer process slot.
@@ -294,13 +349,17 @@ impl Consumers {
 }
 
 /// The steady faults: each commit fault once for certain, then all of them
-/// at random (cleared before the final drain).
-fn install_faults(emulators: &Emulators) -> Result<(), String> {
+/// at random (cleared before the final drain); the Firestore ones only
+/// when the consumers commit to Firestore.
+fn install_faults(emulators: &Emulators, firestore: bool) -> Result<(), String> {
     let pubsub = emulators.pubsub_faults();
     pubsub.add(FaultSpec::new(FaultKind::AckLost).probability(0.02))?;
     pubsub.add(FaultSpec::new(FaultKind::SpuriousRedelivery).probability(0.02))?;
     // Each open stream checks about every 50 ms: about one drop per stream per 5 s.
     pubsub.add(FaultSpec::new(FaultKind::DropStream).probability(0.01))?;
+    if !firestore {
+        return Ok(());
+    }
     let firestore = emulators.firestore_faults();
     // Once each for certain (the first eligible commits), then at random: a
     // small run with large batches makes few commits, and every kind must
@@ -354,11 +413,53 @@ async fn kill_loop(
     consumers
 }
 
-/// Every `every`: Commit calls stall 1.5 s (three of them) while the
-/// emulated clock jumps past every lease, so messages in flight are
-/// redelivered to other consumers while their first commit is still pending.
+/// PostgreSQL: cuts a consumer connection at its next COMMIT every
+/// 0.2-0.8 s, before it reaches the server and after the server committed
+/// in turn (each waits until made, or until the next turn).
+async fn cut_loop(proxy: Arc<Proxy>, tally: Arc<Tally>, stop: watch::Receiver<bool>, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xC0FF_EE00);
+    let mut turn = 0u64;
+    while !*stop.borrow() {
+        let cut = if turn.is_multiple_of(2) {
+            Cut::BeforeCommit
+        } else {
+            Cut::AfterCommit
+        };
+        turn += 1;
+        let before = proxy.cuts();
+        proxy.arm(cut);
+        let pause = Duration::from_millis(rng.random_range(200..=800));
+        let stopped = sleep_or_stop(pause, &stop).await;
+        proxy.disarm();
+        if proxy.cuts() > before {
+            let counter = match cut {
+                Cut::BeforeCommit => &tally.cuts_before_commit,
+                Cut::AfterCommit => &tally.cuts_after_commit,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        if stopped {
+            return;
+        }
+    }
+}
+
+/// Where the spikes stall commits.
+enum Spike {
+    /// Commit calls to the Firestore emulator.
+    Firestore,
+    /// Writes to the counter table of this PostgreSQL database.
+    Postgres(String),
+}
+
+/// Every `every`: commits stall 1.5 s (on Firestore, three Commit calls;
+/// on PostgreSQL, every commit, behind a SHARE lock on the counter table)
+/// while the emulated clock jumps past every lease, so messages in flight
+/// are redelivered to other consumers while their first commit is still
+/// pending.
 async fn spike_loop(
     emulators: Arc<Emulators>,
+    on: Spike,
     tally: Arc<Tally>,
     every: Duration,
     stop: watch::Receiver<bool>,
@@ -367,16 +468,45 @@ async fn spike_loop(
         if sleep_or_stop(every, &stop).await {
             return;
         }
-        let spike = FaultSpec::latency("Commit", Duration::from_millis(1500)).times(3);
-        if emulators.firestore_faults().add(spike).is_err() {
-            return;
-        }
+        let locked = match &on {
+            Spike::Firestore => {
+                let spike = FaultSpec::latency("Commit", Duration::from_millis(1500)).times(3);
+                if emulators.firestore_faults().add(spike).is_err() {
+                    return;
+                }
+                None
+            }
+            Spike::Postgres(url) => Some(tokio::spawn(lock_counters(url.clone()))),
+        };
         if sleep_or_stop(Duration::from_millis(200), &stop).await {
             return;
         }
         emulators.clock().advance(LEASE_JUMP);
-        tally.spikes.fetch_add(1, Ordering::Relaxed);
+        if let Some(locked) = locked {
+            if matches!(locked.await, Ok(true)) {
+                tally.spikes.fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            tally.spikes.fetch_add(1, Ordering::Relaxed);
+        }
     }
+}
+
+/// Holds a SHARE lock on `counter_shards` for 1.5 s (every commit's
+/// counter upsert waits for it; reads go on); true if it was held.
+async fn lock_counters(url: String) -> bool {
+    let Ok((client, connection)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await
+    else {
+        return false;
+    };
+    tokio::spawn(connection);
+    let held = client
+        .batch_execute("BEGIN; LOCK TABLE counter_shards IN SHARE MODE")
+        .await
+        .is_ok();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let _ = client.batch_execute("COMMIT").await;
+    held
 }
 
 /// Prints the subscription's state and the kill count every 10 s.

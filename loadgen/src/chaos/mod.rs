@@ -19,7 +19,11 @@
 //! - faults: `ack_lost`, `spurious_redelivery`, `drop_stream` (Pub/Sub),
 //!   Commit `ABORTED`, Commit applied then answered `UNAVAILABLE`, and latency
 //!   spikes on Commit during which the emulated clock jumps past every lease
-//!   (Firestore);
+//!   (Firestore); with a PostgreSQL store (`store`), the same three on the
+//!   real server: the stage's proxy cuts a consumer's connection before its
+//!   COMMIT reaches the server (rolled back) or after the server committed
+//!   (outcome unknown to the consumer), and a spike holds a SHARE lock on
+//!   the counter table for 1.5 s, so commits wait while the clock jumps;
 //! - replay: a snapshot taken before publishing, Seeked to once the traffic
 //!   has been processed, so all of it is delivered again.
 //!
@@ -31,7 +35,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use google_cloud_pubsub::client::SubscriptionAdmin;
-use hotcount::config::Target;
+use hotcount::config::{StoreLocation, Target};
 use hotcount::ops::setup::SetupArgs;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -48,7 +52,7 @@ mod hazards;
 mod summary;
 
 pub use hazards::reorder;
-pub use summary::{render, ChaosSummary, FAULT_KINDS};
+pub use summary::{render, ChaosSummary, FAULT_KINDS, POSTGRES_FAULT_KINDS};
 
 use hazards::{Chaos, Tally};
 use summary::Outcome;
@@ -91,6 +95,9 @@ pub struct ChaosConfig {
     pub seed: u64,
     /// Print a status line to stderr every 10 s.
     pub progress: bool,
+    /// Where the consumers count: the Firestore emulator, or a PostgreSQL
+    /// database (emptied first; the store faults then act on the server).
+    pub store: StoreLocation,
 }
 
 impl ChaosConfig {
@@ -120,6 +127,7 @@ impl ChaosConfig {
             log_dir: None,
             seed: 6,
             progress: false,
+            store: StoreLocation::Firestore,
         }
     }
 }
@@ -133,7 +141,7 @@ pub async fn run(
     check(config)?;
     let log_dir = log_dir(config)?;
     let started = Instant::now();
-    let stage = Stage::start(&stage_spec()).await?;
+    let stage = Stage::start(&stage_spec(&config.store)).await?;
     let replay = Replay::prepare(&stage, config.replay).await?;
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut workload = generate(&config.workload);
@@ -161,7 +169,8 @@ pub async fn run(
     }
     consumers.kill_all().await;
 
-    let verify = verify::connect_and_verify(stage.endpoints(), &target(), &workload.truth).await?;
+    let target = target(&config.store);
+    let verify = verify::connect_and_verify(stage.endpoints(), &target, &workload.truth).await?;
     let outcome = Outcome {
         publish: published,
         replayed,
@@ -206,7 +215,7 @@ fn log_dir(config: &ChaosConfig) -> Result<PathBuf, RunError> {
 
 /// Short deadlines and backoffs, so that redeliveries come quickly, and
 /// room for many deliveries before a message is dead-lettered.
-fn stage_spec() -> StageSpec {
+fn stage_spec(store: &StoreLocation) -> StageSpec {
     StageSpec {
         setup: SetupArgs {
             project: PROJECT.into(),
@@ -222,13 +231,14 @@ fn stage_spec() -> StageSpec {
         },
         subscription: format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}"),
         store_rtt_ms: 0,
+        store: store.clone(),
     }
 }
 
-/// Where the consumers write.
-fn target() -> Target {
+/// Where the consumers write (read back directly, not through the proxy).
+fn target(store: &StoreLocation) -> Target {
     Target {
-        store: Default::default(),
+        store: store.clone(),
         project: PROJECT.into(),
         database: "(default)".into(),
         collection_prefix: PREFIX.into(),

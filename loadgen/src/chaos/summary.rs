@@ -36,8 +36,10 @@ pub struct ChaosSummary {
     pub faults: BTreeMap<String, u64>,
     /// The subscription's counters at the end.
     pub subscription: SubscriptionStats,
-    /// Firestore commits served.
+    /// Firestore commits served (0 on PostgreSQL).
     pub commits: u64,
+    /// Whether the consumers counted in PostgreSQL (else Firestore).
+    pub postgres: bool,
     /// The verification.
     pub verify: VerifyReport,
     /// Whether the subscription drained (nothing unacked) before the timeout.
@@ -52,7 +54,17 @@ pub struct ChaosSummary {
     pub replay_expected: bool,
 }
 
-/// Every fault kind the run injects; each must fire.
+/// Every fault kind a run on PostgreSQL injects; each must fire.
+pub const POSTGRES_FAULT_KINDS: [&str; 6] = [
+    "ack lost",
+    "spurious redelivery",
+    "stream dropped",
+    "connection cut before COMMIT",
+    "connection cut after COMMIT",
+    "commit latency spike",
+];
+
+/// Every fault kind the run injects (on Firestore); each must fire.
 pub const FAULT_KINDS: [&str; 6] = [
     "ack lost",
     "spurious redelivery",
@@ -131,7 +143,12 @@ impl ChaosSummary {
             !self.replay_expected || self.replayed > 0,
             "the Seek replayed nothing".into(),
         );
-        for kind in FAULT_KINDS {
+        let kinds = if self.postgres {
+            POSTGRES_FAULT_KINDS
+        } else {
+            FAULT_KINDS
+        };
+        for kind in kinds {
             check(
                 self.faults.get(kind).copied().unwrap_or(0) > 0,
                 format!("fault {kind} never fired"),
@@ -175,6 +192,13 @@ impl ChaosSummary {
         {
             *faults.entry(fault_label(kind).to_string()).or_default() += n;
         }
+        let postgres = stage.postgres().is_some();
+        if postgres {
+            let (before, after) = tally.cuts();
+            faults.insert("connection cut before COMMIT".into(), before);
+            faults.insert("connection cut after COMMIT".into(), after);
+            faults.insert("commit latency spike".into(), tally.spikes());
+        }
         Self {
             publish: outcome.publish,
             replayed: outcome.replayed,
@@ -185,6 +209,7 @@ impl ChaosSummary {
             faults,
             subscription: stage.subscription_stats(),
             commits: emulators.firestore_counters().get("Commit"),
+            postgres,
             verify: outcome.verify,
             drained: outcome.drained,
             elapsed: outcome.elapsed,
@@ -228,7 +253,9 @@ pub fn render(s: &ChaosSummary) -> String {
     for (kind, n) in &s.faults {
         row(&format!("fault fired: {kind}"), n.to_string());
     }
-    row("Firestore commits", s.commits.to_string());
+    if !s.postgres {
+        row("Firestore commits", s.commits.to_string());
+    }
     row("dead-lettered", sub.dead_lettered.to_string());
     row(
         "posts verified exact",

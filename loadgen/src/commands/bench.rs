@@ -3,9 +3,9 @@
 
 use std::process::ExitCode;
 
-use hotcount::config::{RunArgs, Strategy};
+use hotcount::config::{RunArgs, StoreLocation, Strategy};
 use hotcount_loadgen::bench::{self, BenchConfig, Case};
-use hotcount_loadgen::consumer;
+use hotcount_loadgen::{consumer, postgres};
 
 /// `hotcount-loadgen bench`: the flags.
 #[derive(clap::Args, Clone, Debug)]
@@ -67,11 +67,29 @@ pub struct BenchArgs {
     /// and the tables add the medians.
     #[arg(long, default_value_t = 1)]
     pub rounds: u32,
+    /// Count in a throwaway PostgreSQL server started for the bench
+    /// (durable settings, `wal_level=logical`; needs the server binaries)
+    /// instead of `--store`.
+    #[arg(long, conflicts_with = "store")]
+    pub temp_postgres: bool,
 }
 
 /// Runs the benchmark and prints the tables; exit 1 when a completed
 /// run's counts are wrong or a partial run broke the invariant.
-pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
+    // Kept until the bench ends; dropping it stops and removes the server.
+    let _cluster = match args.temp_postgres {
+        true => {
+            let (cluster, store) = super::temp_postgres("bench").await?;
+            args.run.target.store = store;
+            Some(cluster)
+        }
+        false => None,
+    };
+    let server = match &args.run.target.store {
+        StoreLocation::Postgres { url } => Some(postgres::server_settings(url).await?),
+        StoreLocation::Firestore => None,
+    };
     let config = BenchConfig {
         run: args.run,
         events: args.events,
@@ -99,12 +117,19 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.ceiling && !args.consumer_process {
         anyhow::bail!("--ceiling compares CPU of child processes: add --consumer-process");
     }
+    let store = match &config.run.target.store {
+        StoreLocation::Firestore => format!("store RTT {} ms", config.store_rtt_ms),
+        postgres => format!("store {postgres}"),
+    };
     eprintln!(
-        "hotcount bench: {} messages over {} posts, store RTT {} ms, at most {} s per run",
-        config.events, config.posts, config.store_rtt_ms, config.max_secs
+        "hotcount bench: {} messages over {} posts, {store}, at most {} s per run",
+        config.events, config.posts, config.max_secs
     );
     let results = bench::run(&config, |r| eprintln!("{}", bench::render_progress(r))).await?;
     let mut tables = bench::render_settings(&config);
+    if let Some(server) = server {
+        tables.push_str(&format!("\nserver: {server}\n"));
+    }
     for &case in &config.cases {
         tables.push_str(&bench::render(&results, case));
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use hotcount::config::StoreLocation;
 use hotcount_loadgen::chaos::{self, ChaosConfig};
 use hotcount_loadgen::{consumer, WorkloadConfig};
 use tokio::sync::watch;
@@ -68,6 +69,10 @@ pub struct ChaosArgs {
     /// Directory for consumer logs (default: a temporary directory).
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
+    /// Where the consumers count: `firestore` (the emulator) or a
+    /// `postgres://` URL of a database the run may empty.
+    #[arg(long, env = "HOTCOUNT_STORE", default_value = "firestore")]
+    pub store: StoreLocation,
 }
 
 impl ChaosArgs {
@@ -103,6 +108,7 @@ impl ChaosArgs {
             log_dir: self.log_dir.clone(),
             seed: self.seed,
             progress: true,
+            store: self.store.clone(),
         }
     }
 }

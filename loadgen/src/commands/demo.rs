@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use hotcount::config::StoreLocation;
 use hotcount_loadgen::{demo, WorkloadConfig};
+use hotcount_pgtemp::{Durability, PgCluster};
 use tokio::sync::watch;
 
 use super::{print_verify, MessageMixArgs};
@@ -51,10 +53,29 @@ pub struct DemoArgs {
     /// Do not draw a progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Count in a throwaway PostgreSQL server started for the demo
+    /// (`initdb` in a temp dir, a free loopback port, removed at the end;
+    /// needs the server binaries, e.g. Debian's `postgresql`) instead of
+    /// `--store`.
+    #[arg(long, conflicts_with = "store")]
+    pub temp_postgres: bool,
 }
 
 /// Runs the demo and prints its table; exit 1 unless every count is exact.
-pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(mut args: DemoArgs) -> anyhow::Result<ExitCode> {
+    // Kept until the demo ends; dropping it stops and removes the server.
+    let _cluster = match args.temp_postgres {
+        true => {
+            let cluster =
+                tokio::task::spawn_blocking(|| PgCluster::try_start(Durability::Durable, &[]))
+                    .await??;
+            let url = cluster.try_create_database("hotcount").await?;
+            eprintln!("hotcount demo: throwaway {} at {url}", cluster.version());
+            args.run.target.store = StoreLocation::Postgres { url };
+            Some(cluster)
+        }
+        false => None,
+    };
     let config = demo::DemoConfig {
         workload: WorkloadConfig {
             events: args.events,
@@ -81,8 +102,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         }
     });
     eprintln!(
-        "hotcount demo: {} messages over {} posts (Zipf {}), emulators in-process...",
-        config.workload.events, config.workload.posts, config.workload.zipf_exponent
+        "hotcount demo: {} messages over {} posts (Zipf {}), emulators in-process, store {}...",
+        config.workload.events,
+        config.workload.posts,
+        config.workload.zipf_exponent,
+        config.run.target.store
     );
     let summary = demo::run(&config, cancel).await?;
     print!("{}", demo::render(&summary));

@@ -14,7 +14,30 @@ pub mod publish;
 pub mod report;
 pub mod verify;
 
+use hotcount::config::StoreLocation;
 use hotcount_loadgen::verify::VerifyReport;
+use hotcount_pgtemp::{Durability, PgCluster};
+
+/// Starts a throwaway PostgreSQL server for `--temp-postgres` (durable:
+/// `fsync` and `synchronous_commit` on, as a real server; `wal_level=logical`
+/// so `bench` can decode which counter row took the writes; room for
+/// per-event's connections) with a database `hotcount`; the server lives
+/// as long as the returned cluster.
+async fn temp_postgres(command: &str) -> anyhow::Result<(PgCluster, StoreLocation)> {
+    let cluster = tokio::task::spawn_blocking(|| {
+        PgCluster::try_start(
+            Durability::Durable,
+            &[("wal_level", "logical"), ("max_connections", "300")],
+        )
+    })
+    .await??;
+    let url = cluster.try_create_database("hotcount").await?;
+    eprintln!(
+        "hotcount {command}: throwaway {} at {url} (removed at the end)",
+        cluster.version()
+    );
+    Ok((cluster, StoreLocation::Postgres { url }))
+}
 
 /// The `--duplicate-fraction` and `--poison-fraction` flags of `chaos` and
 /// `demo`, which take them with the same defaults (`publish` words them

@@ -12,11 +12,10 @@ use std::path::{Path, PathBuf};
 use chrono::Utc;
 use hdrhistogram::Histogram;
 use hotcount::config::{Endpoints, Target};
-use hotcount::store::firestore::FirestoreDb;
 
 use crate::chart::ChartError;
 use crate::procfs::Machine;
-use crate::readback::{self, MembershipRow, ReadError};
+use crate::readback::{self, MembershipRow, ReadError, Reader};
 use crate::workload::WorkloadConfig;
 
 mod render;
@@ -207,7 +206,7 @@ pub fn percentiles(h: &Histogram<u64>) -> Percentiles {
     }
 }
 
-/// Connects to Firestore, reads the memberships of `target` and writes the report into `dir`.
+/// Connects to the store of `target`, reads its memberships and writes the report into `dir`.
 pub async fn connect_and_report(
     endpoints: &Endpoints,
     target: &Target,
@@ -218,7 +217,7 @@ pub async fn connect_and_report(
     report(&db, dir, info).await
 }
 
-/// Connects to Firestore and measures the memberships of `target`.
+/// Connects to the store of `target` and measures its memberships.
 pub async fn connect_and_measure(
     endpoints: &Endpoints,
     target: &Target,
@@ -228,12 +227,8 @@ pub async fn connect_and_measure(
     Ok(measure(&rows))
 }
 
-/// Reads the memberships of `db`'s layout and writes the report into `dir`.
-pub async fn report(
-    db: &FirestoreDb,
-    dir: &Path,
-    info: &RunInfo,
-) -> Result<ReportFiles, ReportError> {
+/// Reads the store's memberships and writes the report into `dir`.
+pub async fn report(db: &Reader, dir: &Path, info: &RunInfo) -> Result<ReportFiles, ReportError> {
     let rows = readback::read_memberships(db).await?;
     write_report(dir, &measure(&rows), info, &Machine::detect())
 }
