@@ -12,6 +12,8 @@
 //! batch's writes, [`errors`] classes failures, and [`FirestoreDb`] (`db`,
 //! `documents`) is the one handle every Firestore call in the repo goes
 //! through: this store, the operator tools, the load generator and the tests.
+//! [`wire`] holds the lean, wire-compatible messages of the hot path (a
+//! batch's read and commit), which carry fields as lists, not maps.
 
 use std::time::Duration;
 
@@ -22,6 +24,7 @@ mod db;
 mod documents;
 pub mod errors;
 pub mod layout;
+pub mod wire;
 
 pub use codec::{StoredMembership, StoredRecord};
 pub use db::{FirestoreDb, Opened, Queried, Read};

@@ -17,6 +17,7 @@ use fs::document_transform::FieldTransform;
 use fs::value::ValueType;
 
 use super::layout::fields::{counter_shard, marker, membership};
+use super::wire::{self, Field};
 use super::{FirestoreStoreConfig, Layout};
 use crate::event::Version;
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan};
@@ -40,24 +41,24 @@ pub fn build_writes(
     update_times: &HashMap<MembershipKey, Option<Timestamp>, impl BuildHasher>,
     marker: &str,
     counter_shard_of: impl Fn(usize) -> u32,
-) -> Vec<fs::Write> {
+) -> Vec<wire::Write> {
     let mut writes = Vec::with_capacity(plan.memberships.len() + plan.deltas.len() + 2);
     for (key, membership) in &plan.memberships {
         let precondition = match update_times.get(key) {
             Some(Some(time)) => fs::precondition::ConditionType::UpdateTime(*time),
             _ => fs::precondition::ConditionType::Exists(false),
         };
-        writes.push(fs::Write {
-            operation: Some(fs::write::Operation::Update(fs::Document {
+        writes.push(wire::Write {
+            update: Some(wire::Document {
                 name: layout.membership(key),
                 fields: membership_fields(key, membership, &batch.id),
-                ..Default::default()
-            })),
-            update_mask: None,
+                update_time: None,
+            }),
             update_transforms: vec![server_time(membership::UPDATED_AT)],
             current_document: Some(fs::Precondition {
                 condition_type: Some(precondition),
             }),
+            ..Default::default()
         });
     }
     for (i, (post, delta)) in plan.deltas.iter().enumerate() {
@@ -72,13 +73,14 @@ pub fn build_writes(
 
 /// Adds `delta` to counter shard `k` of `post_id` (creating it), keeping
 /// its other fields: the one way a count changes.
-pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> fs::Write {
-    fs::Write {
-        operation: Some(fs::write::Operation::Update(fs::Document {
+pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> wire::Write {
+    wire::Write {
+        update: Some(wire::Document {
             name: layout.counter_shard(post_id, k),
-            fields: HashMap::from([(counter_shard::POST_ID.to_string(), string(post_id))]),
-            ..Default::default()
-        })),
+            fields: vec![field(counter_shard::POST_ID, string(post_id))],
+            update_time: None,
+        }),
+        delete: None,
         update_mask: Some(fs::DocumentMask {
             field_paths: vec![counter_shard::POST_ID.into()],
         }),
@@ -105,39 +107,36 @@ fn marker_write(
     batch: &Batch,
     plan: &Plan,
     name: &str,
-) -> fs::Write {
+) -> wire::Write {
     let expire = std::time::SystemTime::now() + config.marker_ttl;
     let e = plan.effects;
-    let fields = HashMap::from([
-        (marker::CONSUMER.to_string(), string(&config.consumer)),
-        (marker::BATCH_ID.to_string(), string(&batch.id)),
-        (
-            marker::MESSAGES.to_string(),
-            int(batch.message_count as i64),
-        ),
-        (marker::APPLIED.to_string(), int(e.applied as i64)),
-        (marker::DUPLICATES.to_string(), int(e.duplicates as i64)),
-        (marker::STALE.to_string(), int(e.stale as i64)),
-        (marker::POISON.to_string(), int(e.poison as i64)),
-        (marker::POSTS.to_string(), int(plan.deltas.len() as i64)),
-        (marker::EXPIRE_AT.to_string(), timestamp(expire.into())),
-    ]);
-    fs::Write {
-        operation: Some(fs::write::Operation::Update(fs::Document {
+    let fields = vec![
+        field(marker::CONSUMER, string(&config.consumer)),
+        field(marker::BATCH_ID, string(&batch.id)),
+        field(marker::MESSAGES, int(batch.message_count as i64)),
+        field(marker::APPLIED, int(e.applied as i64)),
+        field(marker::DUPLICATES, int(e.duplicates as i64)),
+        field(marker::STALE, int(e.stale as i64)),
+        field(marker::POISON, int(e.poison as i64)),
+        field(marker::POSTS, int(plan.deltas.len() as i64)),
+        field(marker::EXPIRE_AT, timestamp(expire.into())),
+    ];
+    wire::Write {
+        update: Some(wire::Document {
             name: name.to_string(),
             fields,
-            ..Default::default()
-        })),
-        update_mask: None,
+            update_time: None,
+        }),
         update_transforms: vec![server_time(marker::COMMITTED_AT)],
         current_document: Some(fs::Precondition {
             condition_type: Some(fs::precondition::ConditionType::Exists(false)),
         }),
+        ..Default::default()
     }
 }
 
 /// The effects a batch marker recorded.
-pub fn effects_from_fields(fields: &HashMap<String, fs::Value>) -> Effects {
+pub fn effects_from_fields(fields: &(impl Fields + ?Sized)) -> Effects {
     let count = |name: &str| match get(fields, name) {
         Some(ValueType::IntegerValue(n)) => u64::try_from(*n).unwrap_or(0),
         _ => 0,
@@ -150,30 +149,21 @@ pub fn effects_from_fields(fields: &HashMap<String, fs::Value>) -> Effects {
     }
 }
 
-fn membership_fields(
-    key: &MembershipKey,
-    m: &Membership,
-    batch_id: &str,
-) -> HashMap<String, fs::Value> {
-    HashMap::from([
-        (membership::POST_ID.to_string(), string(&key.post_id)),
-        (membership::USER_ID.to_string(), string(&key.user_id)),
-        (membership::LIKED.to_string(), boolean(m.liked)),
-        (membership::SEQ.to_string(), int(m.version.seq)),
-        (
-            membership::OCCURRED_AT.to_string(),
-            timestamp(micros_to_timestamp(m.version.occurred_at_micros)),
-        ),
-        (
-            membership::EVENT_ID.to_string(),
-            string(&m.version.event_id),
-        ),
-        (membership::BATCH_ID.to_string(), string(batch_id)),
-    ])
+fn membership_fields(key: &MembershipKey, m: &Membership, batch_id: &str) -> Vec<Field> {
+    let occurred_at = micros_to_timestamp(m.version.occurred_at_micros);
+    vec![
+        field(membership::POST_ID, string(&key.post_id)),
+        field(membership::USER_ID, string(&key.user_id)),
+        field(membership::LIKED, boolean(m.liked)),
+        field(membership::SEQ, int(m.version.seq)),
+        field(membership::OCCURRED_AT, timestamp(occurred_at)),
+        field(membership::EVENT_ID, string(&m.version.event_id)),
+        field(membership::BATCH_ID, string(batch_id)),
+    ]
 }
 
 /// Reads a membership document's state; `None` if it is not one of ours.
-pub fn membership_from_fields(fields: &HashMap<String, fs::Value>) -> Option<Membership> {
+pub fn membership_from_fields(fields: &(impl Fields + ?Sized)) -> Option<Membership> {
     let liked = match get(fields, membership::LIKED)? {
         ValueType::BooleanValue(b) => *b,
         _ => return None,
@@ -232,16 +222,51 @@ pub fn membership_post(doc: &fs::Document) -> Option<String> {
     text(&doc.fields, membership::POST_ID)
 }
 
+/// A document's fields, as gcloud-sdk decodes them (a map) or as the
+/// store's lean messages do (a list of entries).
+pub trait Fields {
+    /// The value of the field `name`, if set.
+    fn value_of(&self, name: &str) -> Option<&ValueType>;
+}
+
+impl<S: BuildHasher> Fields for HashMap<String, fs::Value, S> {
+    fn value_of(&self, name: &str) -> Option<&ValueType> {
+        self.get(name).and_then(|v| v.value_type.as_ref())
+    }
+}
+
+impl Fields for [Field] {
+    /// A linear scan: a document of ours has at most a dozen fields.
+    fn value_of(&self, name: &str) -> Option<&ValueType> {
+        let found = self.iter().find(|f| f.key == name)?;
+        found.value.as_ref().and_then(|v| v.value_type.as_ref())
+    }
+}
+
+impl Fields for Vec<Field> {
+    fn value_of(&self, name: &str) -> Option<&ValueType> {
+        self.as_slice().value_of(name)
+    }
+}
+
 /// A field's value, if set.
-pub(super) fn get<'a>(fields: &'a HashMap<String, fs::Value>, name: &str) -> Option<&'a ValueType> {
-    fields.get(name).and_then(|v| v.value_type.as_ref())
+pub(super) fn get<'a>(fields: &'a (impl Fields + ?Sized), name: &str) -> Option<&'a ValueType> {
+    fields.value_of(name)
 }
 
 /// A string field, if it is one.
-pub(super) fn text(fields: &HashMap<String, fs::Value>, name: &str) -> Option<String> {
+pub(super) fn text(fields: &(impl Fields + ?Sized), name: &str) -> Option<String> {
     match get(fields, name) {
         Some(ValueType::StringValue(s)) => Some(s.clone()),
         _ => None,
+    }
+}
+
+/// The field `name` set to `value`.
+pub(super) fn field(name: &str, value: fs::Value) -> Field {
+    Field {
+        key: name.to_string(),
+        value: Some(value),
     }
 }
 
@@ -315,9 +340,13 @@ mod tests {
         let fields = membership_fields(&key, &m, "b");
         assert_eq!(membership_from_fields(&fields), Some(m.clone()));
         let doc = fs::Document {
-            fields,
+            fields: fields
+                .into_iter()
+                .map(|f| (f.key, f.value.unwrap_or_default()))
+                .collect(),
             ..Default::default()
         };
+        assert_eq!(membership_from_fields(&doc.fields), Some(m.clone()));
         let stored = stored_membership(&doc).expect("a membership");
         assert_eq!((stored.key, stored.membership), (key, m));
         assert_eq!(membership_post(&doc).as_deref(), Some("p"));
@@ -364,7 +393,7 @@ mod tests {
             poison: 4,
         };
         let write = marker_write(&config, &batch, &plan, "m");
-        let Some(fs::write::Operation::Update(doc)) = write.operation else {
+        let Some(doc) = write.update else {
             panic!("an update");
         };
         assert_eq!(effects_from_fields(&doc.fields), plan.effects);
