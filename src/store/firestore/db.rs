@@ -334,12 +334,22 @@ impl FirestoreDb {
         writes: Vec<wire::Write>,
         transaction: Option<Vec<u8>>,
     ) -> Result<(), StoreError> {
-        let request = wire::CommitRequest {
-            database: self.layout.database.clone(),
-            writes,
-            transaction: transaction.clone().unwrap_or_default(),
-        };
-        let Err(status) = wire::commit(&mut self.channel(), request).await else {
+        let mut request = wire::EncodedCommit::new(&self.layout.database, 0);
+        for write in &writes {
+            request.push(write);
+        }
+        self.commit_encoded(request, transaction).await
+    }
+
+    /// [`Self::commit`] of writes already encoded (the store's batches:
+    /// see `codec::encode_writes`).
+    pub async fn commit_encoded(
+        &self,
+        request: wire::EncodedCommit,
+        transaction: Option<Vec<u8>>,
+    ) -> Result<(), StoreError> {
+        let bytes = request.finish(transaction.as_deref().unwrap_or_default());
+        let Err(status) = wire::commit(&mut self.channel(), bytes).await else {
             return Ok(());
         };
         let mut error = status_error("Commit", &status);

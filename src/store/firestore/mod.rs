@@ -142,7 +142,11 @@ impl FirestoreStore {
             plan.deltas.keys().map(String::as_str),
             std::time::Instant::now(),
         );
-        let writes = codec::build_writes(
+        // About 250 bytes per membership write.
+        let capacity = 512 + 256 * (plan.memberships.len() + plan.deltas.len());
+        let mut commit = wire::EncodedCommit::new(&layout.database, capacity);
+        codec::encode_writes(
+            &mut commit,
             layout,
             &self.config,
             batch,
@@ -151,7 +155,9 @@ impl FirestoreStore {
             &marker,
             |i| counters.shard(i),
         );
-        self.db.commit(writes, Some(snapshot.transaction)).await?;
+        self.db
+            .commit_encoded(commit, Some(snapshot.transaction))
+            .await?;
         Ok(CommitReport {
             outcome: CommitOutcome::Committed,
             effects: plan.effects,

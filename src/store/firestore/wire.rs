@@ -11,8 +11,11 @@
 //! preconditions, masks and transforms are gcloud-sdk's own types.
 
 use gcloud_sdk::google::firestore::v1 as fs;
+use gcloud_sdk::prost::bytes::BufMut;
+use gcloud_sdk::prost::{encoding, Message};
 use gcloud_sdk::prost_types::Timestamp;
 use gcloud_sdk::tonic::client::Grpc;
+use gcloud_sdk::tonic::codec::{Codec, EncodeBuf, Encoder};
 use gcloud_sdk::tonic::codegen::http::uri::PathAndQuery;
 use gcloud_sdk::tonic::{GrpcMethod, IntoRequest, Response, Status, Streaming};
 
@@ -65,20 +68,6 @@ pub struct Write {
     pub current_document: Option<fs::Precondition>,
 }
 
-/// `google.firestore.v1.CommitRequest`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct CommitRequest {
-    /// `projects/{p}/databases/{d}`.
-    #[prost(string, tag = "1")]
-    pub database: String,
-    /// The writes, applied atomically in order.
-    #[prost(message, repeated, tag = "2")]
-    pub writes: Vec<Write>,
-    /// The transaction committed (none: the writes' preconditions only).
-    #[prost(bytes = "vec", tag = "3")]
-    pub transaction: Vec<u8>,
-}
-
 /// `google.firestore.v1.CommitResponse`, of which the store reads nothing
 /// (a write result per write and the commit time are skipped).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -103,21 +92,151 @@ const BATCH_GET: &str = "/google.firestore.v1.Firestore/BatchGetDocuments";
 /// A gRPC client over the authenticated channel of a Firestore client.
 pub type Channel = Grpc<gcloud_sdk::GoogleAuthMiddleware>;
 
-/// Calls Commit with the lean messages (as the generated client calls it:
-/// same path, same method extension, prost encoding).
+/// A `google.firestore.v1.CommitRequest` encoded as it is built: the
+/// database first (field 1), then each write framed as field 2, the
+/// transaction last (field 3), the order prost encodes them in.
+#[derive(Clone, Debug)]
+pub struct EncodedCommit {
+    buf: Vec<u8>,
+    writes: usize,
+}
+
+impl EncodedCommit {
+    /// A request on `database` with no write yet, room for `capacity` bytes.
+    pub fn new(database: &str, capacity: usize) -> Self {
+        let mut buf = Vec::with_capacity(capacity);
+        put_str(&mut buf, 1, database);
+        Self { buf, writes: 0 }
+    }
+
+    /// Appends `write`.
+    pub fn push(&mut self, write: &Write) {
+        put_header(&mut self.buf, 2, write.encoded_len());
+        write.encode_raw(&mut self.buf);
+        self.writes += 1;
+    }
+
+    /// Appends a write already encoded by `encode` into the `len` bytes it
+    /// says (the caller computed `len` as the encoded length of a `Write`).
+    pub fn push_encoded(&mut self, len: usize, encode: impl FnOnce(&mut Vec<u8>)) {
+        put_header(&mut self.buf, 2, len);
+        let start = self.buf.len();
+        encode(&mut self.buf);
+        debug_assert_eq!(self.buf.len() - start, len, "a write's length as computed");
+        self.writes += 1;
+    }
+
+    /// Writes appended so far.
+    pub fn writes(&self) -> usize {
+        self.writes
+    }
+
+    /// The request's bytes, committing `transaction` (none when empty).
+    pub fn finish(mut self, transaction: &[u8]) -> Vec<u8> {
+        if !transaction.is_empty() {
+            put_header(&mut self.buf, 3, transaction.len());
+            self.buf.extend_from_slice(transaction);
+        }
+        self.buf
+    }
+}
+
+/// The bytes of a length-delimited field `tag` holding `len` bytes.
+pub fn len_field(tag: u32, len: usize) -> usize {
+    encoding::key_len(tag) + encoding::encoded_len_varint(len as u64) + len
+}
+
+/// Appends the key and length of a length-delimited field `tag`.
+pub fn put_header(buf: &mut Vec<u8>, tag: u32, len: usize) {
+    encoding::encode_key(tag, encoding::WireType::LengthDelimited, buf);
+    encoding::encode_varint(len as u64, buf);
+}
+
+/// Appends the string field `tag`.
+pub fn put_str(buf: &mut Vec<u8>, tag: u32, s: &str) {
+    put_header(buf, tag, s.len());
+    buf.extend_from_slice(s.as_bytes());
+}
+
+/// Appends the varint field `tag` (bool, int32, int64, enum: as prost
+/// encodes them, negatives sign-extended to 64 bits).
+pub fn put_varint(buf: &mut Vec<u8>, tag: u32, n: u64) {
+    encoding::encode_key(tag, encoding::WireType::Varint, buf);
+    encoding::encode_varint(n, buf);
+}
+
+/// The bytes of the varint field `tag` holding `n`.
+pub fn varint_field(tag: u32, n: u64) -> usize {
+    encoding::key_len(tag) + encoding::encoded_len_varint(n)
+}
+
+/// The bytes of a `Timestamp` message's fields (defaults left out).
+pub fn timestamp_len(t: &Timestamp) -> usize {
+    let mut len = 0;
+    if t.seconds != 0 {
+        len += varint_field(1, t.seconds as u64);
+    }
+    if t.nanos != 0 {
+        len += varint_field(2, i64::from(t.nanos) as u64);
+    }
+    len
+}
+
+/// Appends a `Timestamp` message's fields.
+pub fn put_timestamp(buf: &mut Vec<u8>, t: &Timestamp) {
+    if t.seconds != 0 {
+        put_varint(buf, 1, t.seconds as u64);
+    }
+    if t.nanos != 0 {
+        put_varint(buf, 2, i64::from(t.nanos) as u64);
+    }
+}
+
+/// Calls Commit with a request encoded by [`EncodedCommit`] (as the
+/// generated client calls it: same path, same method extension).
 pub async fn commit(
     channel: &mut Channel,
-    request: CommitRequest,
+    request: Vec<u8>,
 ) -> Result<Response<CommitResponse>, Status> {
     channel.ready().await.map_err(not_ready)?;
     let mut request = request.into_request();
     request
         .extensions_mut()
         .insert(GrpcMethod::new("google.firestore.v1.Firestore", "Commit"));
-    let codec = tonic_prost::ProstCodec::default();
     channel
-        .unary(request, PathAndQuery::from_static(COMMIT), codec)
+        .unary(request, PathAndQuery::from_static(COMMIT), Encoded)
         .await
+}
+
+/// Sends bytes already encoded; reads a [`CommitResponse`].
+struct Encoded;
+
+/// Copies the request's bytes into the frame.
+struct Copy;
+
+impl Codec for Encoded {
+    type Encode = Vec<u8>;
+    type Decode = CommitResponse;
+    type Encoder = Copy;
+    type Decoder = <tonic_prost::ProstCodec<CommitResponse, CommitResponse> as Codec>::Decoder;
+
+    fn encoder(&mut self) -> Copy {
+        Copy
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstCodec::<CommitResponse, CommitResponse>::default().decoder()
+    }
+}
+
+impl Encoder for Copy {
+    type Item = Vec<u8>;
+    type Error = Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
 }
 
 /// Calls BatchGetDocuments, reading the responses as [`BatchGetResponse`].
@@ -144,16 +263,13 @@ fn not_ready(error: impl Into<gcloud_sdk::tonic::codegen::StdError>) -> Status {
 /// `write` as gcloud-sdk decodes it off the wire (for tests and tools that
 /// read a write back).
 pub fn to_sdk(write: &Write) -> fs::Write {
-    let bytes = prost::Message::encode_to_vec(write);
     // Our own encoding of a wire-compatible message always decodes.
-    prost::Message::decode(bytes.as_slice()).unwrap_or_default()
+    fs::Write::decode(write.encode_to_vec().as_slice()).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-
-    use prost::Message;
 
     use super::*;
     use fs::precondition::ConditionType;
@@ -252,13 +368,12 @@ mod tests {
             ("occurredAt", ValueType::TimestampValue(time(-1))),
         ];
         let (lean, sdk) = both(&fields);
-        let request = CommitRequest {
-            database: "projects/p/databases/d".into(),
-            writes: vec![lean.clone(), lean],
-            transaction: vec![1, 2, 3],
-        };
-        let decoded = fs::CommitRequest::decode(request.encode_to_vec().as_slice())
-            .expect("the SDK decodes it");
+        let mut request = EncodedCommit::new("projects/p/databases/d", 0);
+        request.push(&lean);
+        request.push(&lean);
+        assert_eq!(request.writes(), 2);
+        let bytes = request.finish(&[1, 2, 3]);
+        let decoded = fs::CommitRequest::decode(bytes.as_slice()).expect("the SDK decodes it");
         let expected = fs::CommitRequest {
             database: "projects/p/databases/d".into(),
             writes: vec![sdk.clone(), sdk],
@@ -266,10 +381,16 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(decoded, expected);
-        // And the way back.
-        let again = CommitRequest::decode(expected.encode_to_vec().as_slice()).expect("decodes");
-        assert_eq!(again.writes.len(), 2);
-        assert_eq!(to_sdk(&again.writes[0]), expected.writes[0]);
+        // One field per write: the SDK's maps have one order, so the bytes match.
+        let (lean, sdk) = both(&fields[..1]);
+        let mut request = EncodedCommit::new("d", 0);
+        request.push(&lean);
+        let expected = fs::CommitRequest {
+            database: "d".into(),
+            writes: vec![sdk],
+            ..Default::default()
+        };
+        assert_eq!(request.finish(&[]), expected.encode_to_vec());
     }
 
     #[test]

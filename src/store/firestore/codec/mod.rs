@@ -29,11 +29,15 @@ pub use records::{
     RepairGuard, StoredRecord,
 };
 
-/// The writes of one batch's commit: changed memberships (each with a
-/// precondition on what was read), one increment per post on the counter
-/// shard `counter_shard_of(i)` picks for the `i`-th post of `plan.deltas`,
-/// the marker (create-if-absent) and quarantine records.
-pub fn build_writes(
+/// Appends the writes of one batch's commit to `commit`: changed
+/// memberships (each with a precondition on what was read), one increment
+/// per post on the counter shard `counter_shard_of(i)` picks for the `i`-th
+/// post of `plan.deltas`, the marker (create-if-absent) and quarantine
+/// records. Memberships, most of the writes, are encoded straight to
+/// protobuf bytes ([`put_membership_write`]), the rest through [`wire`].
+#[allow(clippy::too_many_arguments)]
+pub fn encode_writes(
+    commit: &mut wire::EncodedCommit,
     layout: &Layout,
     config: &FirestoreStoreConfig,
     batch: &Batch,
@@ -41,34 +45,130 @@ pub fn build_writes(
     update_times: &HashMap<MembershipKey, Option<Timestamp>, impl BuildHasher>,
     marker: &str,
     counter_shard_of: impl Fn(usize) -> u32,
-) -> Vec<wire::Write> {
-    let mut writes = Vec::with_capacity(plan.memberships.len() + plan.deltas.len() + 2);
+) {
     for (key, membership) in &plan.memberships {
-        let precondition = match update_times.get(key) {
-            Some(Some(time)) => fs::precondition::ConditionType::UpdateTime(*time),
-            _ => fs::precondition::ConditionType::Exists(false),
+        let read = match update_times.get(key) {
+            Some(Some(time)) => Some(time),
+            _ => None,
         };
-        writes.push(wire::Write {
-            update: Some(wire::Document {
-                name: layout.membership(key),
-                fields: membership_fields(key, membership, &batch.id),
-                update_time: None,
-            }),
-            update_transforms: vec![server_time(membership::UPDATED_AT)],
-            current_document: Some(fs::Precondition {
-                condition_type: Some(precondition),
-            }),
-            ..Default::default()
-        });
+        let name = layout.membership(key);
+        put_membership_write(commit, &name, key, membership, &batch.id, read);
     }
     for (i, (post, delta)) in plan.deltas.iter().enumerate() {
-        writes.push(counter_increment(layout, post, counter_shard_of(i), *delta));
+        commit.push(&counter_increment(
+            layout,
+            post,
+            counter_shard_of(i),
+            *delta,
+        ));
     }
-    writes.push(marker_write(config, batch, plan, marker));
+    commit.push(&marker_write(config, batch, plan, marker));
     for poison in &batch.poison {
-        writes.push(quarantine_write(layout, &config.consumer, &poison.item));
+        commit.push(&quarantine_write(layout, &config.consumer, &poison.item));
     }
-    writes
+}
+
+/// A membership field's value, as [`put_membership_write`] encodes it
+/// (`google.firestore.v1.Value`, one member of its `value_type` oneof).
+enum Scalar<'a> {
+    Boolean(bool),
+    Integer(i64),
+    Timestamp(Timestamp),
+    String(&'a str),
+}
+
+impl Scalar<'_> {
+    /// The bytes of the `Value` message.
+    fn len(&self) -> usize {
+        match self {
+            Self::Boolean(b) => wire::varint_field(1, u64::from(*b)),
+            Self::Integer(n) => wire::varint_field(2, *n as u64),
+            Self::Timestamp(t) => wire::len_field(10, wire::timestamp_len(t)),
+            Self::String(s) => wire::len_field(17, s.len()),
+        }
+    }
+
+    fn put(&self, buf: &mut Vec<u8>) {
+        match self {
+            Self::Boolean(b) => wire::put_varint(buf, 1, u64::from(*b)),
+            Self::Integer(n) => wire::put_varint(buf, 2, *n as u64),
+            Self::Timestamp(t) => {
+                wire::put_header(buf, 10, wire::timestamp_len(t));
+                wire::put_timestamp(buf, t);
+            }
+            Self::String(s) => wire::put_str(buf, 17, s),
+        }
+    }
+}
+
+/// Appends the write of membership `m` of `key`, named `name`, to
+/// `commit`: exactly the bytes prost gives the [`wire::Write`] with
+/// [`membership_fields`] (in that order), the transform of `updatedAt` to
+/// the server time, and the precondition `read` (the update time read; none:
+/// the document must not exist). Without building that message: no field
+/// list, no copies of the ids, each length computed once.
+fn put_membership_write(
+    commit: &mut wire::EncodedCommit,
+    name: &str,
+    key: &MembershipKey,
+    m: &Membership,
+    batch_id: &str,
+    read: Option<&Timestamp>,
+) {
+    let fields = [
+        (membership::POST_ID, Scalar::String(&key.post_id)),
+        (membership::USER_ID, Scalar::String(&key.user_id)),
+        (membership::LIKED, Scalar::Boolean(m.liked)),
+        (membership::SEQ, Scalar::Integer(m.version.seq)),
+        (
+            membership::OCCURRED_AT,
+            Scalar::Timestamp(micros_to_timestamp(m.version.occurred_at_micros)),
+        ),
+        (membership::EVENT_ID, Scalar::String(&m.version.event_id)),
+        (membership::BATCH_ID, Scalar::String(batch_id)),
+    ];
+    // Field entry {key = 1, value = 2}, Document {name = 1, fields = 2}.
+    let entry_len =
+        |(k, v): &(&str, Scalar)| wire::len_field(1, k.len()) + wire::len_field(2, v.len());
+    let fields_len: usize = fields
+        .iter()
+        .map(|f| wire::len_field(2, entry_len(f)))
+        .sum();
+    let document_len = wire::len_field(1, name.len()) + fields_len;
+    // Precondition {exists = 1 | update_time = 2}.
+    let precondition_len = match read {
+        Some(t) => wire::len_field(2, wire::timestamp_len(t)),
+        None => wire::varint_field(1, 0),
+    };
+    // FieldTransform {field_path = 1, set_to_server_value = 2}.
+    let request_time = ServerValue::RequestTime as u64;
+    let transform_len =
+        wire::len_field(1, membership::UPDATED_AT.len()) + wire::varint_field(2, request_time);
+    // Write {update = 1, current_document = 4, update_transforms = 7}.
+    let write_len = wire::len_field(1, document_len)
+        + wire::len_field(4, precondition_len)
+        + wire::len_field(7, transform_len);
+    commit.push_encoded(write_len, |buf| {
+        wire::put_header(buf, 1, document_len);
+        wire::put_str(buf, 1, name);
+        for field in &fields {
+            wire::put_header(buf, 2, entry_len(field));
+            wire::put_str(buf, 1, field.0);
+            wire::put_header(buf, 2, field.1.len());
+            field.1.put(buf);
+        }
+        wire::put_header(buf, 4, precondition_len);
+        match read {
+            Some(t) => {
+                wire::put_header(buf, 2, wire::timestamp_len(t));
+                wire::put_timestamp(buf, t);
+            }
+            None => wire::put_varint(buf, 1, 0),
+        }
+        wire::put_header(buf, 7, transform_len);
+        wire::put_str(buf, 1, membership::UPDATED_AT);
+        wire::put_varint(buf, 2, request_time);
+    });
 }
 
 /// Adds `delta` to counter shard `k` of `post_id` (creating it), keeping
@@ -149,6 +249,9 @@ pub fn effects_from_fields(fields: &(impl Fields + ?Sized)) -> Effects {
     }
 }
 
+/// A membership's fields as a list (the reference [`put_membership_write`]
+/// encodes without building it; tests compare the two).
+#[cfg(test)]
 fn membership_fields(key: &MembershipKey, m: &Membership, batch_id: &str) -> Vec<Field> {
     let occurred_at = micros_to_timestamp(m.version.occurred_at_micros);
     vec![
@@ -350,6 +453,65 @@ mod tests {
         let stored = stored_membership(&doc).expect("a membership");
         assert_eq!((stored.key, stored.membership), (key, m));
         assert_eq!(membership_post(&doc).as_deref(), Some("p"));
+    }
+
+    /// The [`wire::Write`] that [`put_membership_write`] encodes directly.
+    fn membership_write(
+        name: &str,
+        key: &MembershipKey,
+        m: &Membership,
+        read: Option<&Timestamp>,
+    ) -> wire::Write {
+        let precondition = match read {
+            Some(time) => fs::precondition::ConditionType::UpdateTime(*time),
+            None => fs::precondition::ConditionType::Exists(false),
+        };
+        wire::Write {
+            update: Some(wire::Document {
+                name: name.into(),
+                fields: membership_fields(key, m, "batch-1"),
+                update_time: None,
+            }),
+            update_transforms: vec![server_time(membership::UPDATED_AT)],
+            current_document: Some(fs::Precondition {
+                condition_type: Some(precondition),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn membership_writes_encode_as_the_message_they_stand_for() {
+        let key = MembershipKey {
+            post_id: "post-1".into(),
+            user_id: "u".repeat(200),
+        };
+        let times = [
+            None,
+            Some(Timestamp::default()),
+            Some(Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 123_456_000,
+            }),
+        ];
+        for (liked, seq, micros) in [(true, 0, 0), (false, -7, -1_500_001), (true, i64::MAX, 1)] {
+            let m = Membership {
+                liked,
+                version: Version {
+                    seq,
+                    occurred_at_micros: micros,
+                    event_id: "01J9Z8Q7ABCDEF".into(),
+                },
+            };
+            for read in &times {
+                let name = "projects/p/databases/d/documents/likes/x";
+                let mut direct = wire::EncodedCommit::new("d", 0);
+                put_membership_write(&mut direct, name, &key, &m, "batch-1", read.as_ref());
+                let mut built = wire::EncodedCommit::new("d", 0);
+                built.push(&membership_write(name, &key, &m, read.as_ref()));
+                assert_eq!(direct.finish(b"t"), built.finish(b"t"), "{m:?} {read:?}");
+            }
+        }
     }
 
     #[test]
