@@ -317,7 +317,7 @@ mod tests {
                 field_paths: vec!["postId".into()],
             }),
             update_transforms: vec![transform()],
-            current_document: precondition.clone(),
+            current_document: precondition,
         };
         let sdk = fs::Write {
             operation: Some(fs::write::Operation::Update(fs::Document {
@@ -353,7 +353,7 @@ mod tests {
             operation: Some(fs::write::Operation::Delete(
                 "projects/p/databases/d/documents/q/1".into(),
             )),
-            current_document: lean.current_document.clone(),
+            current_document: lean.current_document,
             ..Default::default()
         };
         assert_eq!(lean.encode_to_vec(), sdk.encode_to_vec());
