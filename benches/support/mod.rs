@@ -8,7 +8,8 @@ use std::sync::Mutex;
 use hotcount::event::{self, LikeEvent, LikeKind, Version};
 use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
 use hotcount::pipeline::batch::{Batch, MembershipKey};
-use hotcount::store::firestore::codec::build_writes;
+use hotcount::store::firestore::codec::encode_writes;
+use hotcount::store::firestore::wire::EncodedCommit;
 use hotcount::store::firestore::{FirestoreStoreConfig, Layout};
 use tokio::time::Instant;
 
@@ -168,6 +169,16 @@ pub fn build_batch(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
     let plan = batch.plan(&HashMap::new());
     let times: HashMap<MembershipKey, _> = HashMap::new();
     let (layout, config) = (&settings.layout, &settings.config);
-    let writes = build_writes(layout, config, &batch, &plan, &times, "marker", |_| 3);
-    std::hint::black_box(writes.len())
+    let mut commit = EncodedCommit::new(&layout.database, 0);
+    encode_writes(
+        &mut commit,
+        layout,
+        config,
+        &batch,
+        &plan,
+        &times,
+        "marker",
+        |_| 3,
+    );
+    std::hint::black_box(commit.writes())
 }

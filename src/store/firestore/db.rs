@@ -20,7 +20,7 @@ use fs::structured_aggregation_query::aggregation::{Count, Operator};
 use fs::value::ValueType;
 
 use super::errors::{internal, status_error};
-use super::Layout;
+use super::{wire, Layout};
 use crate::store::StoreError;
 
 /// Longest wait for a best-effort rollback.
@@ -104,6 +104,11 @@ impl FirestoreDb {
         self.client.client().get()
     }
 
+    /// The same authenticated channel, for the lean messages of [`wire`].
+    fn channel(&self) -> wire::Channel {
+        self.client.client().get_with(wire::Channel::new)
+    }
+
     /// Reads one document by full name (`None` when missing), latest state.
     pub async fn get(&self, name: &str) -> Result<Option<fs::Document>, StoreError> {
         let request = fs::GetDocumentRequest {
@@ -137,6 +142,32 @@ impl FirestoreDb {
         let call = client.batch_get_documents(request);
         self.stream("BatchGetDocuments", read, call, |response| {
             if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result {
+                found(doc);
+            }
+            true
+        })
+        .await
+    }
+
+    /// [`Self::batch_get`] reading the documents found as lean
+    /// [`wire::Document`]s (the store's read path: no field maps).
+    pub async fn batch_get_lean(
+        &self,
+        documents: Vec<String>,
+        read: Read<'_>,
+        mut found: impl FnMut(wire::Document),
+    ) -> Result<Vec<u8>, StoreError> {
+        let request = fs::BatchGetDocumentsRequest {
+            database: self.layout.database.clone(),
+            documents,
+            mask: None,
+            consistency_selector: selector!(read, batch_get_documents_request),
+            ..Default::default()
+        };
+        let mut channel = self.channel();
+        let call = wire::batch_get(&mut channel, request);
+        self.stream("BatchGetDocuments", read, call, |response| {
+            if let Some(doc) = response.found {
                 found(doc);
             }
             true
@@ -300,16 +331,25 @@ impl FirestoreDb {
     /// error.
     pub async fn commit(
         &self,
-        writes: Vec<fs::Write>,
+        writes: Vec<wire::Write>,
         transaction: Option<Vec<u8>>,
     ) -> Result<(), StoreError> {
-        let request = fs::CommitRequest {
-            database: self.layout.database.clone(),
-            writes,
-            transaction: transaction.clone().unwrap_or_default(),
-            ..Default::default()
-        };
-        let Err(status) = self.client().commit(request).await else {
+        let mut request = wire::EncodedCommit::new(&self.layout.database, 0);
+        for write in &writes {
+            request.push(write);
+        }
+        self.commit_encoded(request, transaction).await
+    }
+
+    /// [`Self::commit`] of writes already encoded (the store's batches:
+    /// see `codec::encode_writes`).
+    pub async fn commit_encoded(
+        &self,
+        request: wire::EncodedCommit,
+        transaction: Option<Vec<u8>>,
+    ) -> Result<(), StoreError> {
+        let bytes = request.finish(transaction.as_deref().unwrap_or_default());
+        let Err(status) = wire::commit(&mut self.channel(), bytes).await else {
             return Ok(());
         };
         let mut error = status_error("Commit", &status);
@@ -371,6 +411,7 @@ macro_rules! streamed {
 
 streamed!(
     fs::BatchGetDocumentsResponse,
+    wire::BatchGetResponse,
     fs::RunQueryResponse,
     fs::RunAggregationQueryResponse
 );

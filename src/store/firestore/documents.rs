@@ -22,6 +22,7 @@ use super::db::{FirestoreDb, Read};
 use super::errors::internal;
 use super::layout::collections;
 use super::layout::fields::{membership, quarantine};
+use super::wire;
 use crate::pipeline::batch::{Effects, Membership, MembershipKey};
 use crate::store::StoreError;
 
@@ -82,7 +83,7 @@ impl FirestoreDb {
             return Ok(read_back);
         }
         let transaction = self
-            .batch_get(documents, read, |doc| {
+            .batch_get_lean(documents, read, |doc| {
                 if Some(doc.name.as_str()) == marker {
                     read_back.marker = Some(codec::effects_from_fields(&doc.fields));
                 } else if let Some(&key) = names.get(&doc.name) {
@@ -244,8 +245,8 @@ impl FirestoreDb {
 
     /// Deletes the quarantine record `record` (it must still exist).
     pub async fn delete_quarantine_record(&self, record: &StoredRecord) -> Result<(), StoreError> {
-        let write = fs::Write {
-            operation: Some(fs::write::Operation::Delete(record.name.clone())),
+        let write = wire::Write {
+            delete: Some(record.name.clone()),
             current_document: Some(fs::Precondition {
                 condition_type: Some(fs::precondition::ConditionType::Exists(true)),
             }),

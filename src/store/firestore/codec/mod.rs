@@ -17,6 +17,7 @@ use fs::document_transform::FieldTransform;
 use fs::value::ValueType;
 
 use super::layout::fields::{counter_shard, marker, membership};
+use super::wire::{self, Field};
 use super::{FirestoreStoreConfig, Layout};
 use crate::event::Version;
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan};
@@ -28,11 +29,15 @@ pub use records::{
     RepairGuard, StoredRecord,
 };
 
-/// The writes of one batch's commit: changed memberships (each with a
-/// precondition on what was read), one increment per post on the counter
-/// shard `counter_shard_of(i)` picks for the `i`-th post of `plan.deltas`,
-/// the marker (create-if-absent) and quarantine records.
-pub fn build_writes(
+/// Appends the writes of one batch's commit to `commit`: changed
+/// memberships (each with a precondition on what was read), one increment
+/// per post on the counter shard `counter_shard_of(i)` picks for the `i`-th
+/// post of `plan.deltas`, the marker (create-if-absent) and quarantine
+/// records. Memberships, most of the writes, are encoded straight to
+/// protobuf bytes ([`put_membership_write`]), the rest through [`wire`].
+#[allow(clippy::too_many_arguments)]
+pub fn encode_writes(
+    commit: &mut wire::EncodedCommit,
     layout: &Layout,
     config: &FirestoreStoreConfig,
     batch: &Batch,
@@ -40,45 +45,142 @@ pub fn build_writes(
     update_times: &HashMap<MembershipKey, Option<Timestamp>, impl BuildHasher>,
     marker: &str,
     counter_shard_of: impl Fn(usize) -> u32,
-) -> Vec<fs::Write> {
-    let mut writes = Vec::with_capacity(plan.memberships.len() + plan.deltas.len() + 2);
+) {
     for (key, membership) in &plan.memberships {
-        let precondition = match update_times.get(key) {
-            Some(Some(time)) => fs::precondition::ConditionType::UpdateTime(*time),
-            _ => fs::precondition::ConditionType::Exists(false),
+        let read = match update_times.get(key) {
+            Some(Some(time)) => Some(time),
+            _ => None,
         };
-        writes.push(fs::Write {
-            operation: Some(fs::write::Operation::Update(fs::Document {
-                name: layout.membership(key),
-                fields: membership_fields(key, membership, &batch.id),
-                ..Default::default()
-            })),
-            update_mask: None,
-            update_transforms: vec![server_time(membership::UPDATED_AT)],
-            current_document: Some(fs::Precondition {
-                condition_type: Some(precondition),
-            }),
-        });
+        let name = layout.membership(key);
+        put_membership_write(commit, &name, key, membership, &batch.id, read);
     }
     for (i, (post, delta)) in plan.deltas.iter().enumerate() {
-        writes.push(counter_increment(layout, post, counter_shard_of(i), *delta));
+        commit.push(&counter_increment(
+            layout,
+            post,
+            counter_shard_of(i),
+            *delta,
+        ));
     }
-    writes.push(marker_write(config, batch, plan, marker));
+    commit.push(&marker_write(config, batch, plan, marker));
     for poison in &batch.poison {
-        writes.push(quarantine_write(layout, &config.consumer, &poison.item));
+        commit.push(&quarantine_write(layout, &config.consumer, &poison.item));
     }
-    writes
+}
+
+/// A membership field's value, as [`put_membership_write`] encodes it
+/// (`google.firestore.v1.Value`, one member of its `value_type` oneof).
+enum Scalar<'a> {
+    Boolean(bool),
+    Integer(i64),
+    Timestamp(Timestamp),
+    String(&'a str),
+}
+
+impl Scalar<'_> {
+    /// The bytes of the `Value` message.
+    fn len(&self) -> usize {
+        match self {
+            Self::Boolean(b) => wire::varint_field(1, u64::from(*b)),
+            Self::Integer(n) => wire::varint_field(2, *n as u64),
+            Self::Timestamp(t) => wire::len_field(10, wire::timestamp_len(t)),
+            Self::String(s) => wire::len_field(17, s.len()),
+        }
+    }
+
+    fn put(&self, buf: &mut Vec<u8>) {
+        match self {
+            Self::Boolean(b) => wire::put_varint(buf, 1, u64::from(*b)),
+            Self::Integer(n) => wire::put_varint(buf, 2, *n as u64),
+            Self::Timestamp(t) => {
+                wire::put_header(buf, 10, wire::timestamp_len(t));
+                wire::put_timestamp(buf, t);
+            }
+            Self::String(s) => wire::put_str(buf, 17, s),
+        }
+    }
+}
+
+/// Appends the write of membership `m` of `key`, named `name`, to
+/// `commit`: exactly the bytes prost gives the [`wire::Write`] with
+/// [`membership_fields`] (in that order), the transform of `updatedAt` to
+/// the server time, and the precondition `read` (the update time read; none:
+/// the document must not exist). Without building that message: no field
+/// list, no copies of the ids, each length computed once.
+fn put_membership_write(
+    commit: &mut wire::EncodedCommit,
+    name: &str,
+    key: &MembershipKey,
+    m: &Membership,
+    batch_id: &str,
+    read: Option<&Timestamp>,
+) {
+    let fields = [
+        (membership::POST_ID, Scalar::String(&key.post_id)),
+        (membership::USER_ID, Scalar::String(&key.user_id)),
+        (membership::LIKED, Scalar::Boolean(m.liked)),
+        (membership::SEQ, Scalar::Integer(m.version.seq)),
+        (
+            membership::OCCURRED_AT,
+            Scalar::Timestamp(micros_to_timestamp(m.version.occurred_at_micros)),
+        ),
+        (membership::EVENT_ID, Scalar::String(&m.version.event_id)),
+        (membership::BATCH_ID, Scalar::String(batch_id)),
+    ];
+    // Field entry {key = 1, value = 2}, Document {name = 1, fields = 2}.
+    let entry_len =
+        |(k, v): &(&str, Scalar)| wire::len_field(1, k.len()) + wire::len_field(2, v.len());
+    let fields_len: usize = fields
+        .iter()
+        .map(|f| wire::len_field(2, entry_len(f)))
+        .sum();
+    let document_len = wire::len_field(1, name.len()) + fields_len;
+    // Precondition {exists = 1 | update_time = 2}.
+    let precondition_len = match read {
+        Some(t) => wire::len_field(2, wire::timestamp_len(t)),
+        None => wire::varint_field(1, 0),
+    };
+    // FieldTransform {field_path = 1, set_to_server_value = 2}.
+    let request_time = ServerValue::RequestTime as u64;
+    let transform_len =
+        wire::len_field(1, membership::UPDATED_AT.len()) + wire::varint_field(2, request_time);
+    // Write {update = 1, current_document = 4, update_transforms = 7}.
+    let write_len = wire::len_field(1, document_len)
+        + wire::len_field(4, precondition_len)
+        + wire::len_field(7, transform_len);
+    commit.push_encoded(write_len, |buf| {
+        wire::put_header(buf, 1, document_len);
+        wire::put_str(buf, 1, name);
+        for field in &fields {
+            wire::put_header(buf, 2, entry_len(field));
+            wire::put_str(buf, 1, field.0);
+            wire::put_header(buf, 2, field.1.len());
+            field.1.put(buf);
+        }
+        wire::put_header(buf, 4, precondition_len);
+        match read {
+            Some(t) => {
+                wire::put_header(buf, 2, wire::timestamp_len(t));
+                wire::put_timestamp(buf, t);
+            }
+            None => wire::put_varint(buf, 1, 0),
+        }
+        wire::put_header(buf, 7, transform_len);
+        wire::put_str(buf, 1, membership::UPDATED_AT);
+        wire::put_varint(buf, 2, request_time);
+    });
 }
 
 /// Adds `delta` to counter shard `k` of `post_id` (creating it), keeping
 /// its other fields: the one way a count changes.
-pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> fs::Write {
-    fs::Write {
-        operation: Some(fs::write::Operation::Update(fs::Document {
+pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> wire::Write {
+    wire::Write {
+        update: Some(wire::Document {
             name: layout.counter_shard(post_id, k),
-            fields: HashMap::from([(counter_shard::POST_ID.to_string(), string(post_id))]),
-            ..Default::default()
-        })),
+            fields: vec![field(counter_shard::POST_ID, string(post_id))],
+            update_time: None,
+        }),
+        delete: None,
         update_mask: Some(fs::DocumentMask {
             field_paths: vec![counter_shard::POST_ID.into()],
         }),
@@ -105,39 +207,36 @@ fn marker_write(
     batch: &Batch,
     plan: &Plan,
     name: &str,
-) -> fs::Write {
+) -> wire::Write {
     let expire = std::time::SystemTime::now() + config.marker_ttl;
     let e = plan.effects;
-    let fields = HashMap::from([
-        (marker::CONSUMER.to_string(), string(&config.consumer)),
-        (marker::BATCH_ID.to_string(), string(&batch.id)),
-        (
-            marker::MESSAGES.to_string(),
-            int(batch.message_count as i64),
-        ),
-        (marker::APPLIED.to_string(), int(e.applied as i64)),
-        (marker::DUPLICATES.to_string(), int(e.duplicates as i64)),
-        (marker::STALE.to_string(), int(e.stale as i64)),
-        (marker::POISON.to_string(), int(e.poison as i64)),
-        (marker::POSTS.to_string(), int(plan.deltas.len() as i64)),
-        (marker::EXPIRE_AT.to_string(), timestamp(expire.into())),
-    ]);
-    fs::Write {
-        operation: Some(fs::write::Operation::Update(fs::Document {
+    let fields = vec![
+        field(marker::CONSUMER, string(&config.consumer)),
+        field(marker::BATCH_ID, string(&batch.id)),
+        field(marker::MESSAGES, int(batch.message_count as i64)),
+        field(marker::APPLIED, int(e.applied as i64)),
+        field(marker::DUPLICATES, int(e.duplicates as i64)),
+        field(marker::STALE, int(e.stale as i64)),
+        field(marker::POISON, int(e.poison as i64)),
+        field(marker::POSTS, int(plan.deltas.len() as i64)),
+        field(marker::EXPIRE_AT, timestamp(expire.into())),
+    ];
+    wire::Write {
+        update: Some(wire::Document {
             name: name.to_string(),
             fields,
-            ..Default::default()
-        })),
-        update_mask: None,
+            update_time: None,
+        }),
         update_transforms: vec![server_time(marker::COMMITTED_AT)],
         current_document: Some(fs::Precondition {
             condition_type: Some(fs::precondition::ConditionType::Exists(false)),
         }),
+        ..Default::default()
     }
 }
 
 /// The effects a batch marker recorded.
-pub fn effects_from_fields(fields: &HashMap<String, fs::Value>) -> Effects {
+pub fn effects_from_fields(fields: &(impl Fields + ?Sized)) -> Effects {
     let count = |name: &str| match get(fields, name) {
         Some(ValueType::IntegerValue(n)) => u64::try_from(*n).unwrap_or(0),
         _ => 0,
@@ -150,30 +249,24 @@ pub fn effects_from_fields(fields: &HashMap<String, fs::Value>) -> Effects {
     }
 }
 
-fn membership_fields(
-    key: &MembershipKey,
-    m: &Membership,
-    batch_id: &str,
-) -> HashMap<String, fs::Value> {
-    HashMap::from([
-        (membership::POST_ID.to_string(), string(&key.post_id)),
-        (membership::USER_ID.to_string(), string(&key.user_id)),
-        (membership::LIKED.to_string(), boolean(m.liked)),
-        (membership::SEQ.to_string(), int(m.version.seq)),
-        (
-            membership::OCCURRED_AT.to_string(),
-            timestamp(micros_to_timestamp(m.version.occurred_at_micros)),
-        ),
-        (
-            membership::EVENT_ID.to_string(),
-            string(&m.version.event_id),
-        ),
-        (membership::BATCH_ID.to_string(), string(batch_id)),
-    ])
+/// A membership's fields as a list (the reference [`put_membership_write`]
+/// encodes without building it; tests compare the two).
+#[cfg(test)]
+fn membership_fields(key: &MembershipKey, m: &Membership, batch_id: &str) -> Vec<Field> {
+    let occurred_at = micros_to_timestamp(m.version.occurred_at_micros);
+    vec![
+        field(membership::POST_ID, string(&key.post_id)),
+        field(membership::USER_ID, string(&key.user_id)),
+        field(membership::LIKED, boolean(m.liked)),
+        field(membership::SEQ, int(m.version.seq)),
+        field(membership::OCCURRED_AT, timestamp(occurred_at)),
+        field(membership::EVENT_ID, string(&m.version.event_id)),
+        field(membership::BATCH_ID, string(batch_id)),
+    ]
 }
 
 /// Reads a membership document's state; `None` if it is not one of ours.
-pub fn membership_from_fields(fields: &HashMap<String, fs::Value>) -> Option<Membership> {
+pub fn membership_from_fields(fields: &(impl Fields + ?Sized)) -> Option<Membership> {
     let liked = match get(fields, membership::LIKED)? {
         ValueType::BooleanValue(b) => *b,
         _ => return None,
@@ -232,16 +325,51 @@ pub fn membership_post(doc: &fs::Document) -> Option<String> {
     text(&doc.fields, membership::POST_ID)
 }
 
+/// A document's fields, as gcloud-sdk decodes them (a map) or as the
+/// store's lean messages do (a list of entries).
+pub trait Fields {
+    /// The value of the field `name`, if set.
+    fn value_of(&self, name: &str) -> Option<&ValueType>;
+}
+
+impl<S: BuildHasher> Fields for HashMap<String, fs::Value, S> {
+    fn value_of(&self, name: &str) -> Option<&ValueType> {
+        self.get(name).and_then(|v| v.value_type.as_ref())
+    }
+}
+
+impl Fields for [Field] {
+    /// A linear scan: a document of ours has at most a dozen fields.
+    fn value_of(&self, name: &str) -> Option<&ValueType> {
+        let found = self.iter().find(|f| f.key == name)?;
+        found.value.as_ref().and_then(|v| v.value_type.as_ref())
+    }
+}
+
+impl Fields for Vec<Field> {
+    fn value_of(&self, name: &str) -> Option<&ValueType> {
+        self.as_slice().value_of(name)
+    }
+}
+
 /// A field's value, if set.
-pub(super) fn get<'a>(fields: &'a HashMap<String, fs::Value>, name: &str) -> Option<&'a ValueType> {
-    fields.get(name).and_then(|v| v.value_type.as_ref())
+pub(super) fn get<'a>(fields: &'a (impl Fields + ?Sized), name: &str) -> Option<&'a ValueType> {
+    fields.value_of(name)
 }
 
 /// A string field, if it is one.
-pub(super) fn text(fields: &HashMap<String, fs::Value>, name: &str) -> Option<String> {
+pub(super) fn text(fields: &(impl Fields + ?Sized), name: &str) -> Option<String> {
     match get(fields, name) {
         Some(ValueType::StringValue(s)) => Some(s.clone()),
         _ => None,
+    }
+}
+
+/// The field `name` set to `value`.
+pub(super) fn field(name: &str, value: fs::Value) -> Field {
+    Field {
+        key: name.to_string(),
+        value: Some(value),
     }
 }
 
@@ -315,12 +443,75 @@ mod tests {
         let fields = membership_fields(&key, &m, "b");
         assert_eq!(membership_from_fields(&fields), Some(m.clone()));
         let doc = fs::Document {
-            fields,
+            fields: fields
+                .into_iter()
+                .map(|f| (f.key, f.value.unwrap_or_default()))
+                .collect(),
             ..Default::default()
         };
+        assert_eq!(membership_from_fields(&doc.fields), Some(m.clone()));
         let stored = stored_membership(&doc).expect("a membership");
         assert_eq!((stored.key, stored.membership), (key, m));
         assert_eq!(membership_post(&doc).as_deref(), Some("p"));
+    }
+
+    /// The [`wire::Write`] that [`put_membership_write`] encodes directly.
+    fn membership_write(
+        name: &str,
+        key: &MembershipKey,
+        m: &Membership,
+        read: Option<&Timestamp>,
+    ) -> wire::Write {
+        let precondition = match read {
+            Some(time) => fs::precondition::ConditionType::UpdateTime(*time),
+            None => fs::precondition::ConditionType::Exists(false),
+        };
+        wire::Write {
+            update: Some(wire::Document {
+                name: name.into(),
+                fields: membership_fields(key, m, "batch-1"),
+                update_time: None,
+            }),
+            update_transforms: vec![server_time(membership::UPDATED_AT)],
+            current_document: Some(fs::Precondition {
+                condition_type: Some(precondition),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn membership_writes_encode_as_the_message_they_stand_for() {
+        let key = MembershipKey {
+            post_id: "post-1".into(),
+            user_id: "u".repeat(200),
+        };
+        let times = [
+            None,
+            Some(Timestamp::default()),
+            Some(Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 123_456_000,
+            }),
+        ];
+        for (liked, seq, micros) in [(true, 0, 0), (false, -7, -1_500_001), (true, i64::MAX, 1)] {
+            let m = Membership {
+                liked,
+                version: Version {
+                    seq,
+                    occurred_at_micros: micros,
+                    event_id: "01J9Z8Q7ABCDEF".into(),
+                },
+            };
+            for read in &times {
+                let name = "projects/p/databases/d/documents/likes/x";
+                let mut direct = wire::EncodedCommit::new("d", 0);
+                put_membership_write(&mut direct, name, &key, &m, "batch-1", read.as_ref());
+                let mut built = wire::EncodedCommit::new("d", 0);
+                built.push(&membership_write(name, &key, &m, read.as_ref()));
+                assert_eq!(direct.finish(b"t"), built.finish(b"t"), "{m:?} {read:?}");
+            }
+        }
     }
 
     #[test]
@@ -364,7 +555,7 @@ mod tests {
             poison: 4,
         };
         let write = marker_write(&config, &batch, &plan, "m");
-        let Some(fs::write::Operation::Update(doc)) = write.operation else {
+        let Some(doc) = write.update else {
             panic!("an update");
         };
         assert_eq!(effects_from_fields(&doc.fields), plan.effects);

@@ -15,15 +15,16 @@ use gcloud_sdk::prost_types::Timestamp;
 use fs::value::ValueType;
 
 use super::super::layout::fields::{guard, quarantine};
+use super::super::wire;
 use super::super::Layout;
-use super::{boolean, counter_increment, get, int, server_time, string, text, value};
+use super::{boolean, counter_increment, field, get, int, server_time, string, text, value};
 use crate::pipeline::poison::PoisonRecord;
 
 /// The quarantine record of `poison` written by `consumer`. Attribute keys
 /// are stored as values (`attributes` is an array of `{key, value}` maps),
 /// so no key the message carried becomes a field name; every part is
 /// bounded by [`PoisonRecord`].
-pub fn quarantine_write(layout: &Layout, consumer: &str, poison: &PoisonRecord) -> fs::Write {
+pub fn quarantine_write(layout: &Layout, consumer: &str, poison: &PoisonRecord) -> wire::Write {
     let attributes = poison
         .attributes
         .iter()
@@ -36,47 +37,33 @@ pub fn quarantine_write(layout: &Layout, consumer: &str, poison: &PoisonRecord) 
             }))
         })
         .collect();
-    let fields = HashMap::from([
-        (quarantine::CONSUMER.to_string(), string(consumer)),
-        (
-            quarantine::MESSAGE_ID.to_string(),
-            string(poison.stored_message_id()),
-        ),
-        (quarantine::REASON.to_string(), string(&poison.reason)),
-        (
-            quarantine::DATA.to_string(),
-            value(ValueType::BytesValue(poison.data.clone())),
-        ),
-        (
-            quarantine::DATA_BYTES.to_string(),
-            int(poison.data_len as i64),
-        ),
-        (
-            quarantine::DATA_SHA256.to_string(),
-            string(&poison.data_sha256),
-        ),
-        (
-            quarantine::ATTRIBUTES.to_string(),
-            value(ValueType::ArrayValue(fs::ArrayValue { values: attributes })),
-        ),
-        (
-            quarantine::ATTRIBUTE_COUNT.to_string(),
+    let data = value(ValueType::BytesValue(poison.data.clone()));
+    let attributes = value(ValueType::ArrayValue(fs::ArrayValue { values: attributes }));
+    let fields = vec![
+        field(quarantine::CONSUMER, string(consumer)),
+        field(quarantine::MESSAGE_ID, string(poison.stored_message_id())),
+        field(quarantine::REASON, string(&poison.reason)),
+        field(quarantine::DATA, data),
+        field(quarantine::DATA_BYTES, int(poison.data_len as i64)),
+        field(quarantine::DATA_SHA256, string(&poison.data_sha256)),
+        field(quarantine::ATTRIBUTES, attributes),
+        field(
+            quarantine::ATTRIBUTE_COUNT,
             int(poison.attribute_count as i64),
         ),
-        (
-            quarantine::ATTRIBUTES_TRUNCATED.to_string(),
+        field(
+            quarantine::ATTRIBUTES_TRUNCATED,
             boolean(poison.attributes_truncated),
         ),
-    ]);
-    fs::Write {
-        operation: Some(fs::write::Operation::Update(fs::Document {
+    ];
+    wire::Write {
+        update: Some(wire::Document {
             name: layout.quarantine(consumer, &poison.doc_id()),
             fields,
-            ..Default::default()
-        })),
-        update_mask: None,
+            update_time: None,
+        }),
         update_transforms: vec![server_time(quarantine::QUARANTINED_AT)],
-        current_document: None,
+        ..Default::default()
     }
 }
 
@@ -193,28 +180,28 @@ impl Correction<'_> {
 /// guard recording it, on the precondition that the guard is still what
 /// the repair's snapshot saw (`seen`: so no other correction of the post
 /// committed since).
-pub fn correction_writes(layout: &Layout, c: &Correction, seen: &RepairGuard) -> Vec<fs::Write> {
+pub fn correction_writes(layout: &Layout, c: &Correction, seen: &RepairGuard) -> Vec<wire::Write> {
     let precondition = match seen.update_time {
         Some(time) => fs::precondition::ConditionType::UpdateTime(time),
         None => fs::precondition::ConditionType::Exists(false),
     };
-    let guard = fs::Write {
-        operation: Some(fs::write::Operation::Update(fs::Document {
+    let guard = wire::Write {
+        update: Some(wire::Document {
             name: layout.reconcile_guard(c.post_id),
-            fields: HashMap::from([
-                (guard::POST_ID.to_string(), string(c.post_id)),
-                (guard::REPAIR_ID.to_string(), string(c.repair_id)),
-                (guard::DIFFERENCE.to_string(), int(c.difference())),
-                (guard::LIKED.to_string(), int(c.liked)),
-                (guard::SHARDS_SUM.to_string(), int(c.shards_sum)),
-            ]),
-            ..Default::default()
-        })),
-        update_mask: None,
+            fields: vec![
+                field(guard::POST_ID, string(c.post_id)),
+                field(guard::REPAIR_ID, string(c.repair_id)),
+                field(guard::DIFFERENCE, int(c.difference())),
+                field(guard::LIKED, int(c.liked)),
+                field(guard::SHARDS_SUM, int(c.shards_sum)),
+            ],
+            update_time: None,
+        }),
         update_transforms: vec![server_time(guard::REPAIRED_AT)],
         current_document: Some(fs::Precondition {
             condition_type: Some(precondition),
         }),
+        ..Default::default()
     };
     vec![
         counter_increment(layout, c.post_id, 0, c.difference()),
@@ -239,7 +226,8 @@ mod tests {
             ("x.y".to_string(), "b".to_string()),
         ]);
         let record = PoisonRecord::new("42".into(), "bad".into(), b"{nope", attributes);
-        let write = quarantine_write(&layout, "c1", &record);
+        // Read back as the SDK decodes it off the wire.
+        let write = wire::to_sdk(&quarantine_write(&layout, "c1", &record));
         let Some(fs::write::Operation::Update(doc)) = write.operation else {
             panic!("an update");
         };
@@ -267,7 +255,10 @@ mod tests {
             liked: 5,
             shards_sum: 7,
         };
-        let writes = correction_writes(&layout, &c, &RepairGuard::default());
+        let writes: Vec<fs::Write> = correction_writes(&layout, &c, &RepairGuard::default())
+            .iter()
+            .map(wire::to_sdk)
+            .collect();
         let increment = &writes[0];
         assert_eq!(
             increment
