@@ -4,8 +4,15 @@
 //! store. Its CPU per 1,000 messages is the cost no consumer can avoid, the
 //! ceiling row `hotcount-loadgen bench` compares hotcount with.
 //!
-//! Invariant: every message received is acked at once and nothing else is
-//! done with it; it runs until SIGTERM/SIGINT (or until killed).
+//! With `--ack-delay-ms` (or `HOTCOUNT_NULL_ACK_DELAY_MS`) it holds each
+//! message that long before acking it, in groups every 10 ms, as hotcount
+//! holds messages until their batch commits: the floor of a consumer that
+//! acks only after a commit, so the client's lease bookkeeping for held
+//! messages is in the floor too (docs/BENCHMARKS.md says what it shows).
+//!
+//! Invariant: every message received is acked (at once, or after the delay)
+//! and nothing else is done with it; it runs until SIGTERM/SIGINT (or until
+//! killed).
 
 use std::time::Duration;
 
@@ -41,6 +48,9 @@ struct Args {
     /// Lease extension per modack, in seconds (as `hotcount run`).
     #[arg(long, default_value_t = 60)]
     lease_extension_secs: u64,
+    /// Hold each message this long before acking it (0 = ack on receipt).
+    #[arg(long, env = "HOTCOUNT_NULL_ACK_DELAY_MS", default_value_t = 0)]
+    ack_delay_ms: u64,
 }
 
 #[tokio::main]
@@ -64,15 +74,34 @@ async fn main() -> anyhow::Result<()> {
             .set_max_lease_extension(Duration::from_secs(args.lease_extension_secs))
             .set_shutdown_behavior(ShutdownBehavior::WaitForProcessing)
             .build();
+        let delay = Duration::from_millis(args.ack_delay_ms);
         streams.spawn(async move {
-            while let Some(next) = stream.next().await {
-                match next {
-                    Ok((_message, handler)) => handler.ack(),
-                    Err(error) => {
-                        tracing::warn!(%error, "StreamingPull failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut held = std::collections::VecDeque::new();
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            loop {
+                tokio::select! {
+                    next = stream.next() => match next {
+                        Some(Ok((_message, handler))) if delay.is_zero() => handler.ack(),
+                        Some(Ok((_message, handler))) => {
+                            held.push_back((tokio::time::Instant::now() + delay, handler));
+                        }
+                        Some(Err(error)) => {
+                            tracing::warn!(%error, "StreamingPull failed");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        None => break,
+                    },
+                    now = tick.tick(), if !held.is_empty() => {
+                        while held.front().is_some_and(|(due, _)| *due <= now) {
+                            if let Some((_, handler)) = held.pop_front() {
+                                handler.ack();
+                            }
+                        }
                     }
                 }
+            }
+            for (_, handler) in held {
+                handler.ack();
             }
         });
     }

@@ -134,8 +134,10 @@ fn latency_section(s: &mut String, m: &Measurements) {
     let _ = writeln!(
         s,
         "From each membership's `occurredAt` (the event's time, stamped when it was \
-         handed to the publisher) to its `updatedAt` (the commit time Firestore recorded). \
-         Firestore keeps only the newest event of each (post, user), so latency is \
+         handed to the publisher) to its `updatedAt`: the commit time Firestore recorded \
+         or, on PostgreSQL, `updated_at`, the start of the committing transaction (so \
+         there it reads low by up to one commit's duration). \
+         The store keeps only the newest event of each (post, user), so latency is \
          **sampled over memberships**: {} samples, one per membership, not one per event. \
          Duplicates, stale events and poison leave no sample.\n",
         p.count
