@@ -11,8 +11,8 @@ use hotcount::ops::setup::{self, SetupArgs};
 use hotcount::store::firestore::codec;
 use hotcount_emulators::{Emulators, EmulatorsConfig};
 use hotcount_loadgen::demo::{self, DemoConfig};
+use hotcount_loadgen::generate;
 use hotcount_loadgen::publish::{self, PublishOptions};
-use hotcount_loadgen::{generate, WorkloadConfig};
 use tokio::sync::watch;
 
 #[derive(Parser)]
@@ -35,19 +35,9 @@ fn run_args(extra: &[&str]) -> RunArgs {
     RunCli::parse_from(argv).run
 }
 
-fn small_workload(seed: u64) -> WorkloadConfig {
-    WorkloadConfig {
-        events: 3_000,
-        posts: 200,
-        users: 2_000,
-        zipf_exponent: 1.1,
-        unlike_fraction: 0.05,
-        duplicate_fraction: 0.05,
-        poison_fraction: 0.01,
-        hostile_fraction: 0.0,
-        seed,
-    }
-}
+#[path = "support/small_workload.rs"]
+mod small_workload;
+use small_workload::small_workload;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_flow_at_ci_size_verifies_every_count_exact() {

@@ -11,9 +11,12 @@ use hotcount::store::postgres::{PgDb, PgDbConfig};
 use hotcount_loadgen::bench::{self, BenchConfig, Case, Verdict};
 use hotcount_loadgen::demo::{self, DemoConfig};
 use hotcount_loadgen::run_error::RunError;
-use hotcount_loadgen::WorkloadConfig;
 use hotcount_pgtemp::{connect, PgCluster};
 use tokio::sync::watch;
+
+#[path = "support/small_workload.rs"]
+mod small_workload;
+use small_workload::small_workload;
 
 #[derive(Parser)]
 struct RunCli {
@@ -52,17 +55,7 @@ async fn demo_on_postgres_counts_every_post_exactly_read_back_from_the_database(
     let out = std::env::temp_dir().join(format!("hotcount-pg-demo-test-{}", std::process::id()));
     let config = DemoConfig {
         run: run_args(&url),
-        workload: WorkloadConfig {
-            events: 3_000,
-            posts: 200,
-            users: 2_000,
-            zipf_exponent: 1.1,
-            unlike_fraction: 0.05,
-            duplicate_fraction: 0.05,
-            poison_fraction: 0.01,
-            hostile_fraction: 0.0,
-            seed: 7,
-        },
+        workload: small_workload(7),
         rate_per_sec: 0,
         store_rtt_ms: 0,
         out_dir: out.clone(),

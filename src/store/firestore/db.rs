@@ -131,13 +131,7 @@ impl FirestoreDb {
         read: Read<'_>,
         mut found: impl FnMut(fs::Document),
     ) -> Result<Vec<u8>, StoreError> {
-        let request = fs::BatchGetDocumentsRequest {
-            database: self.layout.database.clone(),
-            documents,
-            mask: None,
-            consistency_selector: selector!(read, batch_get_documents_request),
-            ..Default::default()
-        };
+        let request = self.batch_get_request(documents, read);
         let mut client = self.client();
         let call = client.batch_get_documents(request);
         self.stream("BatchGetDocuments", read, call, |response| {
@@ -149,6 +143,21 @@ impl FirestoreDb {
         .await
     }
 
+    /// The BatchGetDocuments request for `documents` under `read`.
+    fn batch_get_request(
+        &self,
+        documents: Vec<String>,
+        read: Read<'_>,
+    ) -> fs::BatchGetDocumentsRequest {
+        fs::BatchGetDocumentsRequest {
+            database: self.layout.database.clone(),
+            documents,
+            mask: None,
+            consistency_selector: selector!(read, batch_get_documents_request),
+            ..Default::default()
+        }
+    }
+
     /// [`Self::batch_get`] reading the documents found as lean
     /// [`wire::Document`]s (the store's read path: no field maps).
     pub async fn batch_get_lean(
@@ -157,13 +166,7 @@ impl FirestoreDb {
         read: Read<'_>,
         mut found: impl FnMut(wire::Document),
     ) -> Result<Vec<u8>, StoreError> {
-        let request = fs::BatchGetDocumentsRequest {
-            database: self.layout.database.clone(),
-            documents,
-            mask: None,
-            consistency_selector: selector!(read, batch_get_documents_request),
-            ..Default::default()
-        };
+        let request = self.batch_get_request(documents, read);
         let mut channel = self.channel();
         let call = wire::batch_get(&mut channel, request);
         self.stream("BatchGetDocuments", read, call, |response| {
