@@ -19,6 +19,23 @@ use std::future::Future;
 
 use crate::pipeline::batch::{Batch, Effects};
 
+/// A store's settings, the same for Firestore and PostgreSQL (where the
+/// data lives is the database handle's business).
+#[derive(Clone, Debug)]
+pub struct StoreSettings {
+    /// Consumer name: namespaces batch markers and quarantine records.
+    pub consumer: String,
+    /// Counter shards per post at most; each increment goes to one, chosen
+    /// among as many as the post's write rate needs.
+    pub counter_shards: u32,
+    /// Increments per second one counter shard should take (a post uses
+    /// more shards as its rate grows); 0 = always all shards.
+    pub counter_shard_target_writes_per_sec: u32,
+    /// How long batch markers are kept (Firestore's `expireAt` TTL field;
+    /// PostgreSQL's `expires_at`, see `PgDb::delete_expired_markers`).
+    pub marker_ttl: std::time::Duration,
+}
+
 /// How a commit ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommitOutcome {

@@ -7,10 +7,10 @@
 //! here adds behaviour of its own.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use super::firestore::{FirestoreDb, FirestoreStore, FirestoreStoreConfig, Read};
-use super::postgres::{PgDb, PostgresStore, PostgresStoreConfig};
+use super::firestore::{FirestoreDb, FirestoreStore, Read};
+use super::postgres::{PgDb, PostgresStore};
+pub use super::StoreSettings;
 use super::{Attempt, CommitReport, CounterStore, StoreError};
 use crate::pipeline::batch::{Batch, Membership, MembershipKey};
 
@@ -23,48 +23,12 @@ pub enum SelectedStore {
     Postgres(PostgresStore),
 }
 
-/// The settings either store takes (the same for both).
-#[derive(Clone, Debug)]
-pub struct StoreSettings {
-    /// Consumer name: namespaces batch markers and quarantine records.
-    pub consumer: String,
-    /// Counter shards per post, at most.
-    pub counter_shards: u32,
-    /// Increments per second one counter shard should take (0 = always
-    /// all shards).
-    pub counter_shard_target_writes_per_sec: u32,
-    /// How long batch markers are kept.
-    pub marker_ttl: Duration,
-}
-
 impl SelectedStore {
     /// The store over `db` with `settings`.
     pub fn new(db: SelectedDb, settings: StoreSettings) -> Self {
-        let StoreSettings {
-            consumer,
-            counter_shards,
-            counter_shard_target_writes_per_sec,
-            marker_ttl,
-        } = settings;
         match db {
-            SelectedDb::Firestore(db) => Self::Firestore(FirestoreStore::new(
-                db,
-                FirestoreStoreConfig {
-                    consumer,
-                    counter_shards,
-                    counter_shard_target_writes_per_sec,
-                    marker_ttl,
-                },
-            )),
-            SelectedDb::Postgres(db) => Self::Postgres(PostgresStore::new(
-                db,
-                PostgresStoreConfig {
-                    consumer,
-                    counter_shards,
-                    counter_shard_target_writes_per_sec,
-                    marker_ttl,
-                },
-            )),
+            SelectedDb::Firestore(db) => Self::Firestore(FirestoreStore::new(db, settings)),
+            SelectedDb::Postgres(db) => Self::Postgres(PostgresStore::new(db, settings)),
         }
     }
 

@@ -15,8 +15,6 @@
 //! [`wire`] holds the lean, wire-compatible messages of the hot path (a
 //! batch's read and commit), which carry fields as lists, not maps.
 
-use std::time::Duration;
-
 use gcloud_sdk::tonic::Code;
 
 pub mod codec;
@@ -37,19 +35,7 @@ use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, Stor
 use crate::pipeline::batch::Batch;
 
 /// Store settings (where the documents live is the [`FirestoreDb`]'s layout).
-#[derive(Clone, Debug)]
-pub struct FirestoreStoreConfig {
-    /// Consumer name: namespaces batch markers and quarantine records.
-    pub consumer: String,
-    /// Counter shards per post at most; each increment goes to one, chosen
-    /// at random among as many as the post's write rate needs.
-    pub counter_shards: u32,
-    /// Increments per second one counter shard document should take (a
-    /// post uses more shards as its rate grows); 0 = always all shards.
-    pub counter_shard_target_writes_per_sec: u32,
-    /// How long batch markers are kept (the `expireAt` TTL field).
-    pub marker_ttl: Duration,
-}
+pub type FirestoreStoreConfig = super::StoreSettings;
 
 /// The Firestore store.
 #[derive(Clone)]

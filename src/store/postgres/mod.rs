@@ -112,21 +112,8 @@ const OP: &str = "Commit";
 /// Longest wait for a best-effort cancel or rollback.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Store settings.
-#[derive(Clone, Debug)]
-pub struct PostgresStoreConfig {
-    /// Consumer name: namespaces batch markers and quarantine records.
-    pub consumer: String,
-    /// Counter shards per post at most; each increment goes to one, chosen
-    /// among as many as the post's write rate needs.
-    pub counter_shards: u32,
-    /// Increments per second one counter shard row should take (a post
-    /// uses more shards as its rate grows); 0 = always all shards.
-    pub counter_shard_target_writes_per_sec: u32,
-    /// How long batch markers are kept (`expires_at`; see
-    /// [`PgDb::delete_expired_markers`]).
-    pub marker_ttl: Duration,
-}
+/// Store settings (where the rows live is the [`PgDb`]'s connection).
+pub type PostgresStoreConfig = super::StoreSettings;
 
 /// The PostgreSQL store; a cheap cloneable handle.
 #[derive(Clone)]
