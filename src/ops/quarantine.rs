@@ -99,15 +99,7 @@ fn split_id(id: &str) -> Option<(&str, &str)> {
 /// Deletes `record` from the store that holds it.
 async fn delete(db: &SelectedDb, record: &StoredRecord) -> Result<(), StoreError> {
     match db {
-        SelectedDb::Firestore(db) => {
-            let stored = crate::store::firestore::StoredRecord {
-                name: db.layout().quarantine_record(record.id()),
-                consumer: record.consumer.clone(),
-                record: record.record.clone(),
-                quarantined_at: record.quarantined_at.clone(),
-            };
-            db.delete_quarantine_record(&stored).await
-        }
+        SelectedDb::Firestore(db) => db.delete_quarantine_record(record.id()).await,
         SelectedDb::Postgres(db) => {
             if let Some((consumer, record_id)) = split_id(record.id()) {
                 db.delete_quarantine_record(consumer, record_id).await?;

@@ -243,10 +243,10 @@ impl FirestoreDb {
             .map(codec::quarantine_from_document))
     }
 
-    /// Deletes the quarantine record `record` (it must still exist).
-    pub async fn delete_quarantine_record(&self, record: &StoredRecord) -> Result<(), StoreError> {
+    /// Deletes the quarantine record `id` (`{consumer}:{record id}`; it must still exist).
+    pub async fn delete_quarantine_record(&self, id: &str) -> Result<(), StoreError> {
         let write = wire::Write {
-            delete: Some(record.name.clone()),
+            delete: Some(self.layout().quarantine_record(id)),
             current_document: Some(fs::Precondition {
                 condition_type: Some(fs::precondition::ConditionType::Exists(true)),
             }),
