@@ -62,17 +62,25 @@ struct Store {
 impl Store {
     fn commit(&mut self, batch: &Batch) {
         let plan = batch.plan(&self.memberships);
+        // The store's read gives the states aligned with the batch's keys
+        // instead of by key: the same plan.
+        let aligned: Vec<Option<Membership>> = batch
+            .keys()
+            .map(|k| self.memberships.get(k).cloned())
+            .collect();
+        assert_eq!(batch.plan(aligned.as_slice()), plan);
         for (post, delta) in &plan.deltas {
             assert!(delta.abs() <= batch.events.len() as i64);
             *self.counts.entry(post.clone()).or_insert(0) += delta;
         }
-        for (key, state) in plan.memberships {
-            let stored = self.memberships.get(&key);
+        for planned in &plan.memberships {
+            let state = planned.membership();
+            let stored = self.memberships.get(planned.key);
             assert!(
                 stored.is_none_or(|s| s.version < state.version),
                 "a membership only moves forward"
             );
-            self.memberships.insert(key, state);
+            self.memberships.insert(planned.key.clone(), state);
         }
         self.counts.retain(|_, c| *c != 0);
     }

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use hotcount::event::{self, LikeEvent, LikeKind, Version};
 use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
-use hotcount::pipeline::batch::{Batch, MembershipKey};
+use hotcount::pipeline::batch::Batch;
 use hotcount::store::firestore::codec::encode_writes;
 use hotcount::store::firestore::wire::EncodedCommit;
 use hotcount::store::firestore::{FirestoreStoreConfig, Layout};
@@ -166,9 +166,12 @@ pub fn store_config() -> StoreSettings {
 /// how many writes.
 pub fn build_batch(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
     let batch = Batch::new(events.to_vec(), Vec::new());
-    let plan = batch.plan(&HashMap::new());
-    let times: HashMap<MembershipKey, _> = HashMap::new();
     let (layout, config) = (&settings.layout, &settings.config);
+    // As the store does: each name built once, for the read and the write.
+    let names: Vec<String> = batch.keys().map(|k| layout.membership(k)).collect();
+    let found = vec![None; names.len()];
+    let times = vec![None; names.len()];
+    let plan = batch.plan(found.as_slice());
     let mut commit = EncodedCommit::new(&layout.database, 0);
     encode_writes(
         &mut commit,
@@ -176,6 +179,7 @@ pub fn build_batch(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
         config,
         &batch,
         &plan,
+        &names,
         &times,
         "marker",
         |_| 3,

@@ -130,11 +130,57 @@ impl From<Effects> for crate::telemetry::EventCounts {
     }
 }
 
+/// A membership whose state a batch changes: borrowed from the batch, so
+/// planning copies no id (the writers read them where they are).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planned<'b> {
+    /// The position of its key in [`Batch::keys`] (what an index-aligned
+    /// read, like [`StoredStates`] for a slice, is indexed by).
+    pub index: usize,
+    /// Its (post, user).
+    pub key: &'b MembershipKey,
+    /// Whether the user likes the post after the batch.
+    pub liked: bool,
+    /// The newest event applied: its version is the new state's.
+    pub event: &'b LikeEvent,
+}
+
+impl Planned<'_> {
+    /// The new state, owned (copies the event id).
+    pub fn membership(&self) -> Membership {
+        Membership {
+            liked: self.liked,
+            version: self.event.version(),
+        }
+    }
+}
+
+/// The stored memberships a batch is planned against: `state(index, key)`
+/// is the stored state of the batch's `index`-th key `key` (absent: never
+/// seen). Implemented by a map (by key) and by a slice aligned with
+/// [`Batch::keys`] (by index: no hashing, no key to own).
+pub trait StoredStates {
+    /// The stored state of the `index`-th key, `key`, of the batch.
+    fn state(&self, index: usize, key: &MembershipKey) -> Option<&Membership>;
+}
+
+impl<S: BuildHasher> StoredStates for HashMap<MembershipKey, Membership, S> {
+    fn state(&self, _index: usize, key: &MembershipKey) -> Option<&Membership> {
+        self.get(key)
+    }
+}
+
+impl StoredStates for [Option<Membership>] {
+    fn state(&self, index: usize, _key: &MembershipKey) -> Option<&Membership> {
+        self.get(index).and_then(Option::as_ref)
+    }
+}
+
 /// The writes one batch needs, given the stored memberships.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
-    /// Memberships whose state changes, with the new state.
-    pub memberships: Vec<(MembershipKey, Membership)>,
+pub struct Plan<'b> {
+    /// Memberships whose state changes, with the new state, in key order.
+    pub memberships: Vec<Planned<'b>>,
     /// Net like delta per post (zero deltas omitted).
     pub deltas: BTreeMap<String, i64>,
     /// Per-event outcome counts.
@@ -204,7 +250,7 @@ impl Batch {
 
     /// Applies the events, per key in version order, to `stored` (absent =
     /// never seen: not liked, older than any event).
-    pub fn plan<S: BuildHasher>(&self, stored: &HashMap<MembershipKey, Membership, S>) -> Plan {
+    pub fn plan(&self, stored: &(impl StoredStates + ?Sized)) -> Plan<'_> {
         let mut plan = Plan {
             effects: Effects {
                 poison: self.poison.len() as u64,
@@ -212,8 +258,8 @@ impl Batch {
             },
             ..Plan::default()
         };
-        for (key, events) in &self.events {
-            let stored = stored.get(key);
+        for (index, (key, events)) in self.events.iter().enumerate() {
+            let stored = stored.state(index, key);
             let mut liked = stored.is_some_and(|s| s.liked);
             // The newest event applied so far; before any, the stored state.
             let mut newest: Option<&LikeEvent> = None;
@@ -248,11 +294,12 @@ impl Batch {
                 plan.effects.applied += 1;
             }
             if let Some(event) = newest {
-                let state = Membership {
+                plan.memberships.push(Planned {
+                    index,
+                    key,
                     liked,
-                    version: event.version(),
-                };
-                plan.memberships.push((key.clone(), state));
+                    event,
+                });
             }
         }
         plan.deltas.retain(|_, d| *d != 0);
@@ -341,13 +388,18 @@ mod tests {
 
     use LikeKind::{Added, Removed};
 
+    /// No membership stored yet.
+    fn nothing_stored() -> HashMap<MembershipKey, Membership> {
+        HashMap::new()
+    }
+
     #[test]
     fn double_like_by_one_user_counts_once() {
         let batch = Batch::new(
             vec![ev(Added, "p", "u", 1, "a"), ev(Added, "p", "u", 2, "b")],
             vec![],
         );
-        let plan = batch.plan(&HashMap::new());
+        let plan = batch.plan(&nothing_stored());
         assert_eq!(plan.deltas["p"], 1);
         assert_eq!(plan.effects.applied, 2);
         assert_eq!(plan.memberships.len(), 1);
@@ -359,7 +411,7 @@ mod tests {
             vec![ev(Added, "p", "u", 1, "a"), ev(Added, "p", "u", 1, "a")],
             vec![],
         );
-        let plan = batch.plan(&HashMap::new());
+        let plan = batch.plan(&nothing_stored());
         assert_eq!(plan.deltas["p"], 1);
         assert_eq!(plan.effects.duplicates, 1);
     }
@@ -374,10 +426,10 @@ mod tests {
             ],
             vec![],
         );
-        let plan = batch.plan(&HashMap::new());
+        let plan = batch.plan(&nothing_stored());
         assert_eq!(plan.deltas["p"], 1);
-        assert!(plan.memberships[0].1.liked);
-        assert_eq!(plan.memberships[0].1.version.seq, 3);
+        assert!(plan.memberships[0].liked);
+        assert_eq!(plan.memberships[0].event.seq, 3);
     }
 
     #[test]
@@ -403,9 +455,15 @@ mod tests {
     #[test]
     fn redelivered_batch_changes_nothing() {
         let events = vec![ev(Added, "p", "u1", 1, "a"), ev(Added, "p", "u2", 1, "b")];
-        let first = Batch::new(events.clone(), vec![]).plan(&HashMap::new());
-        let stored: HashMap<_, _> = first.memberships.into_iter().collect();
-        let again = Batch::new(events, vec![]).plan(&stored);
+        let first_batch = Batch::new(events.clone(), vec![]);
+        let first = first_batch.plan(&nothing_stored());
+        let stored: HashMap<_, _> = first
+            .memberships
+            .iter()
+            .map(|p| (p.key.clone(), p.membership()))
+            .collect();
+        let again_batch = Batch::new(events, vec![]);
+        let again = again_batch.plan(&stored);
         assert!(again.deltas.is_empty());
         assert!(again.memberships.is_empty());
         assert_eq!(again.effects.duplicates, 2);
@@ -413,10 +471,11 @@ mod tests {
 
     #[test]
     fn unlike_of_unknown_key_is_recorded_without_delta() {
-        let plan = Batch::new(vec![ev(Removed, "p", "u", 1, "r")], vec![]).plan(&HashMap::new());
+        let batch = Batch::new(vec![ev(Removed, "p", "u", 1, "r")], vec![]);
+        let plan = batch.plan(&nothing_stored());
         assert!(plan.deltas.is_empty());
         assert_eq!(plan.memberships.len(), 1);
-        assert!(!plan.memberships[0].1.liked);
+        assert!(!plan.memberships[0].liked);
     }
 
     #[test]

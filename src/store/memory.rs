@@ -200,8 +200,10 @@ impl MemoryStore {
             });
         }
         let plan = batch.plan(&state.memberships);
-        for (key, membership) in &plan.memberships {
-            state.memberships.insert(key.clone(), membership.clone());
+        for planned in &plan.memberships {
+            state
+                .memberships
+                .insert(planned.key.clone(), planned.membership());
         }
         for (post, delta) in &plan.deltas {
             *state.counters.entry(post.clone()).or_default() += delta;

@@ -41,7 +41,9 @@ impl SelectedStore {
         match self {
             Self::Firestore(store) => {
                 let read = store.db().read_memberships(keys.iter(), None, Read::Latest);
-                Ok(read.await?.found.into_iter().collect())
+                let found = read.await?.found;
+                let stored = keys.iter().zip(found);
+                Ok(stored.filter_map(|(k, m)| Some((k.clone(), m?))).collect())
             }
             Self::Postgres(store) => store.db().memberships(keys).await,
         }

@@ -205,8 +205,9 @@ impl<'a> Replayer<'a> {
             return Ok(false);
         }
         let (effects, deltas) = if self.args.dry_run {
-            for (key, m) in &plan.memberships {
-                self.overlay.insert(key.clone(), m.clone());
+            for planned in &plan.memberships {
+                self.overlay
+                    .insert(planned.key.clone(), planned.membership());
             }
             (plan.effects, plan.deltas)
         } else {

@@ -88,6 +88,18 @@ macro_rules! selector {
     }};
 }
 
+/// A BatchGetDocuments request without its database and documents: under
+/// `read`, returning only the fields named in `fields` (all when empty).
+fn batch_get_options(read: Read<'_>, fields: &[&str]) -> fs::BatchGetDocumentsRequest {
+    fs::BatchGetDocumentsRequest {
+        mask: (!fields.is_empty()).then(|| fs::DocumentMask {
+            field_paths: fields.iter().map(|f| (*f).to_string()).collect(),
+        }),
+        consistency_selector: selector!(read, batch_get_documents_request),
+        ..Default::default()
+    }
+}
+
 impl FirestoreDb {
     /// The handle over a connected client and the layout of its database
     /// (opened by `crate::connect::firestore_db`).
@@ -131,7 +143,11 @@ impl FirestoreDb {
         read: Read<'_>,
         mut found: impl FnMut(fs::Document),
     ) -> Result<Vec<u8>, StoreError> {
-        let request = self.batch_get_request(documents, read);
+        let request = fs::BatchGetDocumentsRequest {
+            database: self.layout.database.clone(),
+            documents,
+            ..batch_get_options(read, &[])
+        };
         let mut client = self.client();
         let call = client.batch_get_documents(request);
         self.stream("BatchGetDocuments", read, call, |response| {
@@ -143,30 +159,22 @@ impl FirestoreDb {
         .await
     }
 
-    /// The BatchGetDocuments request for `documents` under `read`.
-    fn batch_get_request(
+    /// [`Self::batch_get`] of the `count` `documents`, each returned with
+    /// only the fields named in `fields` (all of them when empty), read as
+    /// lean [`wire::Document`]s (the store's read path: no field maps, and
+    /// the request encoded from the borrowed names).
+    pub async fn batch_get_lean<'a>(
         &self,
-        documents: Vec<String>,
-        read: Read<'_>,
-    ) -> fs::BatchGetDocumentsRequest {
-        fs::BatchGetDocumentsRequest {
-            database: self.layout.database.clone(),
-            documents,
-            mask: None,
-            consistency_selector: selector!(read, batch_get_documents_request),
-            ..Default::default()
-        }
-    }
-
-    /// [`Self::batch_get`] reading the documents found as lean
-    /// [`wire::Document`]s (the store's read path: no field maps).
-    pub async fn batch_get_lean(
-        &self,
-        documents: Vec<String>,
+        documents: impl IntoIterator<Item = &'a str>,
+        count: usize,
+        fields: &[&str],
         read: Read<'_>,
         mut found: impl FnMut(wire::Document),
     ) -> Result<Vec<u8>, StoreError> {
-        let request = self.batch_get_request(documents, read);
+        let options = batch_get_options(read, fields);
+        // A name is about 100 bytes.
+        let capacity = 64 + self.layout.database.len() + 128 * count;
+        let request = wire::encode_batch_get(&self.layout.database, documents, &options, capacity);
         let mut channel = self.channel();
         let call = wire::batch_get(&mut channel, request);
         self.stream("BatchGetDocuments", read, call, |response| {

@@ -21,7 +21,7 @@ use super::codec::{self, Correction, RepairGuard, StoredMembership, StoredRecord
 use super::db::{FirestoreDb, Read};
 use super::errors::internal;
 use super::layout::collections;
-use super::layout::fields::{membership, quarantine};
+use super::layout::fields::{marker, membership, quarantine};
 use super::wire;
 use crate::pipeline::batch::{Effects, Membership, MembershipKey};
 use crate::store::StoreError;
@@ -33,12 +33,30 @@ pub struct Memberships {
     pub transaction: Vec<u8>,
     /// The effects the batch marker recorded, when it exists.
     pub marker: Option<Effects>,
-    /// The state of each key whose membership document exists.
-    pub found: FxHashMap<MembershipKey, Membership>,
-    /// The update time of each key whose membership document exists (the
-    /// precondition of its next write).
-    pub update_times: FxHashMap<MembershipKey, Option<Timestamp>>,
+    /// Per key, in the order read: its membership document's full name
+    /// (built once: the batch's writes name the documents with it).
+    pub names: Vec<String>,
+    /// Per key, in the order read: its stored state, when its document
+    /// exists.
+    pub found: Vec<Option<Membership>>,
+    /// Per key, in the order read: its document's update time, when it
+    /// exists (the precondition of its next write).
+    pub update_times: Vec<Option<Timestamp>>,
 }
+
+/// The fields a batch reads: a membership's state and a marker's effects
+/// (in one request; a document has the ones of its kind). The ids, the
+/// batch id and `updatedAt` are not sent back.
+const READ_FIELDS: [&str; 8] = [
+    membership::LIKED,
+    membership::SEQ,
+    membership::OCCURRED_AT,
+    membership::EVENT_ID,
+    marker::APPLIED,
+    marker::DUPLICATES,
+    marker::STALE,
+    marker::POISON,
+];
 
 /// Every counter shard of the layout, summed per post.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -61,41 +79,39 @@ impl FirestoreDb {
         read: Read<'_>,
     ) -> Result<Memberships, StoreError> {
         let layout = self.layout();
-        // Document name -> key, to place what comes back (in any order).
-        // FxHash: at most one batch of names, and SipHash showed in profiles.
-        let count = keys.size_hint().0;
-        let mut names: FxHashMap<String, &MembershipKey> =
+        let names: Vec<String> = keys.map(|key| layout.membership(key)).collect();
+        let count = names.len();
+        let mut found = vec![None; count];
+        let mut update_times = vec![None; count];
+        let mut marker_effects = None;
+        if marker.is_none() && names.is_empty() {
+            return Ok(Memberships::default());
+        }
+        // Document name -> position, to place what comes back (in any
+        // order). FxHash: at most one batch of names, and SipHash showed in
+        // profiles.
+        let mut position: FxHashMap<&str, usize> =
             FxHashMap::with_capacity_and_hasher(count, Default::default());
-        let mut documents: Vec<String> = Vec::with_capacity(count + 1);
-        for key in keys {
-            let name = layout.membership(key);
-            documents.push(name.clone());
-            names.insert(name, key);
-        }
-        let mut read_back = Memberships {
-            found: FxHashMap::with_capacity_and_hasher(count, Default::default()),
-            update_times: FxHashMap::with_capacity_and_hasher(count, Default::default()),
-            ..Memberships::default()
-        };
-        if let Some(marker) = marker {
-            documents.push(marker.to_string());
-        } else if documents.is_empty() {
-            return Ok(read_back);
-        }
+        position.extend(names.iter().enumerate().map(|(i, n)| (n.as_str(), i)));
+        let documents = names.iter().map(String::as_str).chain(marker);
         let transaction = self
-            .batch_get_lean(documents, read, |doc| {
+            .batch_get_lean(documents, count + 1, &READ_FIELDS, read, |doc| {
                 if Some(doc.name.as_str()) == marker {
-                    read_back.marker = Some(codec::effects_from_fields(&doc.fields));
-                } else if let Some(&key) = names.get(&doc.name) {
-                    read_back.update_times.insert(key.clone(), doc.update_time);
-                    if let Some(m) = codec::membership_from_fields(&doc.fields) {
-                        read_back.found.insert(key.clone(), m);
-                    }
+                    marker_effects = Some(codec::effects_from_fields(&doc.fields));
+                } else if let Some(&i) = position.get(doc.name.as_str()) {
+                    update_times[i] = doc.update_time;
+                    found[i] = codec::membership_from_fields(&doc.fields);
                 }
             })
             .await?;
-        read_back.transaction = transaction;
-        Ok(read_back)
+        drop(position);
+        Ok(Memberships {
+            transaction,
+            marker: marker_effects,
+            names,
+            found,
+            update_times,
+        })
     }
 
     /// Every membership document (of `post` only, when given), and the

@@ -121,7 +121,7 @@ impl FirestoreStore {
                 rpcs: 2,
             });
         }
-        let plan = batch.plan(&snapshot.found);
+        let plan = batch.plan(snapshot.found.as_slice());
         // Held until the commit has ended: another batch in flight on one of
         // these posts increments a different counter shard.
         let counters = self.shards.lease(
@@ -137,6 +137,7 @@ impl FirestoreStore {
             &self.config,
             batch,
             &plan,
+            &snapshot.names,
             &snapshot.update_times,
             &marker,
             |i| counters.shard(i),

@@ -141,6 +141,28 @@ impl EncodedCommit {
     }
 }
 
+/// A `google.firestore.v1.BatchGetDocumentsRequest` encoded from borrowed
+/// names: the database (field 1), each document (field 2), then the rest
+/// of `options` (its mask and consistency selector, fields 3 and up; its
+/// own database and documents must be empty), the order prost encodes
+/// them in, so the bytes are the ones of the whole request built and
+/// encoded (tests compare). The names are not copied into a request.
+pub fn encode_batch_get<'a>(
+    database: &str,
+    documents: impl IntoIterator<Item = &'a str>,
+    options: &fs::BatchGetDocumentsRequest,
+    capacity: usize,
+) -> Vec<u8> {
+    debug_assert!(options.database.is_empty() && options.documents.is_empty());
+    let mut buf = Vec::with_capacity(capacity + options.encoded_len());
+    put_str(&mut buf, 1, database);
+    for name in documents {
+        put_str(&mut buf, 2, name);
+    }
+    options.encode_raw(&mut buf);
+    buf
+}
+
 /// The bytes of a length-delimited field `tag` holding `len` bytes.
 pub fn len_field(tag: u32, len: usize) -> usize {
     encoding::key_len(tag) + encoding::encoded_len_varint(len as u64) + len
@@ -204,28 +226,38 @@ pub async fn commit(
         .extensions_mut()
         .insert(GrpcMethod::new("google.firestore.v1.Firestore", "Commit"));
     channel
-        .unary(request, PathAndQuery::from_static(COMMIT), Encoded)
+        .unary(
+            request,
+            PathAndQuery::from_static(COMMIT),
+            Encoded::default(),
+        )
         .await
 }
 
-/// Sends bytes already encoded; reads a [`CommitResponse`].
-struct Encoded;
+/// Sends bytes already encoded; reads `R` (a prost message).
+struct Encoded<R>(std::marker::PhantomData<R>);
+
+impl<R> Default for Encoded<R> {
+    fn default() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
 
 /// Copies the request's bytes into the frame.
 struct Copy;
 
-impl Codec for Encoded {
+impl<R: Message + Default + Send + 'static> Codec for Encoded<R> {
     type Encode = Vec<u8>;
-    type Decode = CommitResponse;
+    type Decode = R;
     type Encoder = Copy;
-    type Decoder = <tonic_prost::ProstCodec<CommitResponse, CommitResponse> as Codec>::Decoder;
+    type Decoder = <tonic_prost::ProstCodec<R, R> as Codec>::Decoder;
 
     fn encoder(&mut self) -> Copy {
         Copy
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        tonic_prost::ProstCodec::<CommitResponse, CommitResponse>::default().decoder()
+        tonic_prost::ProstCodec::<R, R>::default().decoder()
     }
 }
 
@@ -239,10 +271,11 @@ impl Encoder for Copy {
     }
 }
 
-/// Calls BatchGetDocuments, reading the responses as [`BatchGetResponse`].
+/// Calls BatchGetDocuments with a request encoded by [`encode_batch_get`],
+/// reading the responses as [`BatchGetResponse`].
 pub async fn batch_get(
     channel: &mut Channel,
-    request: fs::BatchGetDocumentsRequest,
+    request: Vec<u8>,
 ) -> Result<Response<Streaming<BatchGetResponse>>, Status> {
     channel.ready().await.map_err(not_ready)?;
     let mut request = request.into_request();
@@ -250,9 +283,12 @@ pub async fn batch_get(
         "google.firestore.v1.Firestore",
         "BatchGetDocuments",
     ));
-    let codec = tonic_prost::ProstCodec::default();
     channel
-        .server_streaming(request, PathAndQuery::from_static(BATCH_GET), codec)
+        .server_streaming(
+            request,
+            PathAndQuery::from_static(BATCH_GET),
+            Encoded::default(),
+        )
         .await
 }
 
@@ -391,6 +427,51 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(request.finish(&[]), expected.encode_to_vec());
+    }
+
+    #[test]
+    fn a_batch_get_request_from_borrowed_names_is_the_sdk_request_byte_for_byte() {
+        use fs::batch_get_documents_request::ConsistencySelector as S;
+        let selectors = [
+            None,
+            Some(S::Transaction(vec![7, 0, 7])),
+            Some(S::NewTransaction(fs::TransactionOptions::default())),
+            Some(S::ReadTime(time(5))),
+        ];
+        let masks = [
+            None,
+            Some(fs::DocumentMask {
+                field_paths: vec!["liked".into(), "eventId".into()],
+            }),
+        ];
+        let names = ["projects/p/databases/d/documents/likes/a", "b", ""];
+        for selector in &selectors {
+            for mask in &masks {
+                for count in 0..=names.len() {
+                    let options = fs::BatchGetDocumentsRequest {
+                        mask: mask.clone(),
+                        consistency_selector: selector.clone(),
+                        ..Default::default()
+                    };
+                    let bytes = encode_batch_get(
+                        "projects/p/databases/d",
+                        names[..count].iter().copied(),
+                        &options,
+                        0,
+                    );
+                    let whole = fs::BatchGetDocumentsRequest {
+                        database: "projects/p/databases/d".into(),
+                        documents: names[..count].iter().map(|n| n.to_string()).collect(),
+                        ..options
+                    };
+                    assert_eq!(
+                        bytes,
+                        whole.encode_to_vec(),
+                        "{selector:?} {mask:?} {count}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use tokio_postgres::Row;
 
 use super::errors::query_error;
 use crate::event::Version;
-use crate::pipeline::batch::{Effects, Membership, MembershipKey};
+use crate::pipeline::batch::{Effects, Membership, MembershipKey, Planned};
 use crate::pipeline::poison::PoisonRecord;
 use crate::store::StoreError;
 
@@ -72,14 +72,14 @@ pub struct MembershipColumns<'a> {
 
 impl<'a> MembershipColumns<'a> {
     /// Appends one row.
-    pub fn push(&mut self, key: &'a MembershipKey, membership: &'a Membership) {
-        self.post_ids.push(&key.post_id);
-        self.user_ids.push(&key.user_id);
-        self.liked.push(membership.liked);
-        self.seqs.push(membership.version.seq);
+    pub fn push(&mut self, planned: &Planned<'a>) {
+        self.post_ids.push(&planned.key.post_id);
+        self.user_ids.push(&planned.key.user_id);
+        self.liked.push(planned.liked);
+        self.seqs.push(planned.event.seq);
         self.occurred_at_micros
-            .push(membership.version.occurred_at_micros);
-        self.event_ids.push(&membership.version.event_id);
+            .push(planned.event.occurred_at_micros);
+        self.event_ids.push(planned.event.event_id());
     }
 
     /// Whether there is no row.

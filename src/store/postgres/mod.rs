@@ -238,13 +238,13 @@ impl PostgresStore {
         // Round trip 2: write everything and commit.
         let (mut updates, mut inserts) =
             (MembershipColumns::default(), MembershipColumns::default());
-        for (key, membership) in &plan.memberships {
-            let columns = if stored.contains_key(key) {
+        for planned in &plan.memberships {
+            let columns = if stored.contains_key(planned.key) {
                 &mut updates
             } else {
                 &mut inserts
             };
-            columns.push(key, membership);
+            columns.push(planned);
         }
         // Held until the commit has ended: another batch in flight on one of
         // these posts increments a different counter shard.

@@ -20,7 +20,7 @@ use super::layout::fields::{counter_shard, marker, membership};
 use super::wire::{self, Field};
 use super::{FirestoreStoreConfig, Layout};
 use crate::event::Version;
-use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan};
+use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan, Planned};
 
 mod records;
 
@@ -30,7 +30,8 @@ pub use records::{
 };
 
 /// Appends the writes of one batch's commit to `commit`: changed
-/// memberships (each with a precondition on what was read), one increment
+/// memberships (each named `names[i]` and with the precondition
+/// `update_times[i]`, what was read, for the batch's `i`-th key), one increment
 /// per post on the counter shard `counter_shard_of(i)` picks for the `i`-th
 /// post of `plan.deltas`, the marker (create-if-absent) and quarantine
 /// records. Memberships, most of the writes, are encoded straight to
@@ -42,25 +43,24 @@ pub fn encode_writes(
     config: &FirestoreStoreConfig,
     batch: &Batch,
     plan: &Plan,
-    update_times: &HashMap<MembershipKey, Option<Timestamp>, impl BuildHasher>,
+    names: &[String],
+    update_times: &[Option<Timestamp>],
     marker: &str,
     counter_shard_of: impl Fn(usize) -> u32,
 ) {
-    for (key, membership) in &plan.memberships {
-        let read = match update_times.get(key) {
-            Some(Some(time)) => Some(time),
-            _ => None,
-        };
-        let name = layout.membership(key);
-        put_membership_write(commit, &name, key, membership, &batch.id, read);
+    for planned in &plan.memberships {
+        let read = update_times.get(planned.index).and_then(Option::as_ref);
+        let state = NewState::from(planned);
+        match names.get(planned.index) {
+            Some(name) => put_membership_write(commit, name, planned.key, &state, &batch.id, read),
+            None => {
+                let name = layout.membership(planned.key);
+                put_membership_write(commit, &name, planned.key, &state, &batch.id, read);
+            }
+        }
     }
     for (i, (post, delta)) in plan.deltas.iter().enumerate() {
-        commit.push(&counter_increment(
-            layout,
-            post,
-            counter_shard_of(i),
-            *delta,
-        ));
+        put_counter_increment(commit, layout, post, counter_shard_of(i), *delta);
     }
     commit.push(&marker_write(config, batch, plan, marker));
     for poison in &batch.poison {
@@ -101,6 +101,38 @@ impl Scalar<'_> {
     }
 }
 
+/// A membership's new state as [`put_membership_write`] writes it, borrowed
+/// from wherever it is (a planned event, a stored membership).
+#[derive(Clone, Copy, Debug)]
+struct NewState<'a> {
+    liked: bool,
+    seq: i64,
+    occurred_at_micros: i64,
+    event_id: &'a str,
+}
+
+impl<'a> From<&Planned<'a>> for NewState<'a> {
+    fn from(p: &Planned<'a>) -> Self {
+        Self {
+            liked: p.liked,
+            seq: p.event.seq,
+            occurred_at_micros: p.event.occurred_at_micros,
+            event_id: p.event.event_id(),
+        }
+    }
+}
+
+impl<'a> From<&'a Membership> for NewState<'a> {
+    fn from(m: &'a Membership) -> Self {
+        Self {
+            liked: m.liked,
+            seq: m.version.seq,
+            occurred_at_micros: m.version.occurred_at_micros,
+            event_id: &m.version.event_id,
+        }
+    }
+}
+
 /// Appends the write of membership `m` of `key`, named `name`, to
 /// `commit`: exactly the bytes prost gives the [`wire::Write`] with
 /// [`membership_fields`] (in that order), the transform of `updatedAt` to
@@ -111,7 +143,7 @@ fn put_membership_write(
     commit: &mut wire::EncodedCommit,
     name: &str,
     key: &MembershipKey,
-    m: &Membership,
+    m: &NewState,
     batch_id: &str,
     read: Option<&Timestamp>,
 ) {
@@ -119,12 +151,12 @@ fn put_membership_write(
         (membership::POST_ID, Scalar::String(&key.post_id)),
         (membership::USER_ID, Scalar::String(&key.user_id)),
         (membership::LIKED, Scalar::Boolean(m.liked)),
-        (membership::SEQ, Scalar::Integer(m.version.seq)),
+        (membership::SEQ, Scalar::Integer(m.seq)),
         (
             membership::OCCURRED_AT,
-            Scalar::Timestamp(micros_to_timestamp(m.version.occurred_at_micros)),
+            Scalar::Timestamp(micros_to_timestamp(m.occurred_at_micros)),
         ),
-        (membership::EVENT_ID, Scalar::String(&m.version.event_id)),
+        (membership::EVENT_ID, Scalar::String(m.event_id)),
         (membership::BATCH_ID, Scalar::String(batch_id)),
     ];
     // Field entry {key = 1, value = 2}, Document {name = 1, fields = 2}.
@@ -190,6 +222,48 @@ pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> 
         }],
         current_document: None,
     }
+}
+
+/// Appends [`counter_increment`] to `commit`: exactly the bytes prost gives
+/// that write (tests compare), without building it (no field list, no
+/// mask or transform strings to allocate). One per post per batch.
+fn put_counter_increment(
+    commit: &mut wire::EncodedCommit,
+    layout: &Layout,
+    post_id: &str,
+    k: u32,
+    delta: i64,
+) {
+    let name = layout.counter_shard(post_id, k);
+    let post = Scalar::String(post_id);
+    let increment = Scalar::Integer(delta);
+    // Field entry {key = 1, value = 2}; Document {name = 1, fields = 2}.
+    let entry_len =
+        wire::len_field(1, counter_shard::POST_ID.len()) + wire::len_field(2, post.len());
+    let document_len = wire::len_field(1, name.len()) + wire::len_field(2, entry_len);
+    // DocumentMask {field_paths = 1}.
+    let mask_len = wire::len_field(1, counter_shard::POST_ID.len());
+    // FieldTransform {field_path = 1, increment = 3}.
+    let transform_len =
+        wire::len_field(1, counter_shard::LIKES.len()) + wire::len_field(3, increment.len());
+    // Write {update = 1, update_mask = 3, update_transforms = 7}.
+    let write_len = wire::len_field(1, document_len)
+        + wire::len_field(3, mask_len)
+        + wire::len_field(7, transform_len);
+    commit.push_encoded(write_len, |buf| {
+        wire::put_header(buf, 1, document_len);
+        wire::put_str(buf, 1, &name);
+        wire::put_header(buf, 2, entry_len);
+        wire::put_str(buf, 1, counter_shard::POST_ID);
+        wire::put_header(buf, 2, post.len());
+        post.put(buf);
+        wire::put_header(buf, 3, mask_len);
+        wire::put_str(buf, 1, counter_shard::POST_ID);
+        wire::put_header(buf, 7, transform_len);
+        wire::put_str(buf, 1, counter_shard::LIKES);
+        wire::put_header(buf, 3, increment.len());
+        increment.put(buf);
+    });
 }
 
 /// A counter shard's `likes`: 0 when absent.
@@ -481,6 +555,27 @@ mod tests {
     }
 
     #[test]
+    fn counter_increments_encode_as_the_message_they_stand_for() {
+        let layout = Layout::new("p", "(default)", "hc_");
+        for post in ["post-1", "", "é/x"] {
+            for k in [0, 7, u32::MAX] {
+                for delta in [1, -1, 0, 300, i64::MIN, i64::MAX] {
+                    let mut direct = wire::EncodedCommit::new("d", 0);
+                    put_counter_increment(&mut direct, &layout, post, k, delta);
+                    let mut built = wire::EncodedCommit::new("d", 0);
+                    built.push(&counter_increment(&layout, post, k, delta));
+                    assert_eq!(direct.writes(), 1);
+                    assert_eq!(
+                        direct.finish(b"t"),
+                        built.finish(b"t"),
+                        "{post} {k} {delta}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn membership_writes_encode_as_the_message_they_stand_for() {
         let key = MembershipKey {
             post_id: "post-1".into(),
@@ -506,7 +601,14 @@ mod tests {
             for read in &times {
                 let name = "projects/p/databases/d/documents/likes/x";
                 let mut direct = wire::EncodedCommit::new("d", 0);
-                put_membership_write(&mut direct, name, &key, &m, "batch-1", read.as_ref());
+                put_membership_write(
+                    &mut direct,
+                    name,
+                    &key,
+                    &NewState::from(&m),
+                    "batch-1",
+                    read.as_ref(),
+                );
                 let mut built = wire::EncodedCommit::new("d", 0);
                 built.push(&membership_write(name, &key, &m, read.as_ref()));
                 assert_eq!(direct.finish(b"t"), built.finish(b"t"), "{m:?} {read:?}");
@@ -547,7 +649,7 @@ mod tests {
             marker_ttl: Duration::ZERO,
         };
         let batch = Batch::new(Vec::new(), Vec::new());
-        let mut plan = batch.plan(&HashMap::new());
+        let mut plan = batch.plan(&HashMap::<MembershipKey, Membership>::new());
         plan.effects = Effects {
             applied: 1,
             duplicates: 2,
