@@ -212,21 +212,36 @@ impl Batch {
     }
 
     /// Groups tagged `events` and `poison` into a batch with a fresh random id.
-    pub fn of_messages(events: Vec<Tagged<LikeEvent>>, poison: Vec<Tagged<PoisonRecord>>) -> Self {
+    pub fn of_messages(
+        mut events: Vec<Tagged<LikeEvent>>,
+        poison: Vec<Tagged<PoisonRecord>>,
+    ) -> Self {
         let message_count = events.len() + poison.len();
-        let mut grouped: BTreeMap<MembershipKey, Vec<Tagged<LikeEvent>>> = BTreeMap::new();
-        for event in events {
-            grouped
-                .entry(MembershipKey::of(&event.item))
-                .or_default()
-                .push(event);
-        }
-        for list in grouped.values_mut() {
-            list.sort_by(|a, b| a.item.cmp_versions(&b.item));
+        // By (post, user), then version; stable, so equal versions keep
+        // their arrival order. Sorting compares the ids where they are:
+        // one key is allocated per membership, not per event, and the map
+        // is built from sorted runs instead of one search per event.
+        events.sort_by(|a, b| {
+            (a.item.post_id(), a.item.user_id())
+                .cmp(&(b.item.post_id(), b.item.user_id()))
+                .then_with(|| a.item.cmp_versions(&b.item))
+        });
+        let mut runs: Vec<(MembershipKey, Vec<Tagged<LikeEvent>>)> = Vec::new();
+        let mut sorted = events.into_iter().peekable();
+        while let Some(first) = sorted.next() {
+            let key = MembershipKey::of(&first.item);
+            let mut list = vec![first];
+            let same = |e: &Tagged<LikeEvent>| {
+                e.item.post_id() == key.post_id && e.item.user_id() == key.user_id
+            };
+            while let Some(next) = sorted.next_if(same) {
+                list.push(next);
+            }
+            runs.push((key, list));
         }
         Self {
             id: new_batch_id(),
-            events: grouped,
+            events: runs.into_iter().collect(),
             poison,
             message_count,
         }
