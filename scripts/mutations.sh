@@ -31,7 +31,7 @@ mutations=(
   "-p hotcount --test isolation_prop"
 
   "drop the marker read" src/store/firestore/documents.rs
-  "read_back.marker = Some(codec::effects_from_fields(&doc.fields));" "let _ = codec::effects_from_fields(&doc.fields);"
+  "marker_effects = Some(codec::effects_from_fields(&doc.fields));" "let _ = codec::effects_from_fields(&doc.fields);"
   "-p hotcount --test service_e2e aborted_and_applied"
 
   "ignore busy shards" src/pipeline/aggregator.rs
@@ -39,7 +39,7 @@ mutations=(
   "-p hotcount --lib flusher::tests::a_membership_is_never"
 
   "skip a poison record" src/store/firestore/codec/mod.rs
-  "writes.push(quarantine_write(layout, &config.consumer, &poison.item));" "let _ = quarantine_write(layout, &config.consumer, &poison.item);"
+  "commit.push(&quarantine_write(layout, &config.consumer, &poison.item));" "let _ = quarantine_write(layout, &config.consumer, &poison.item);"
   "-p hotcount --test hostile_content"
 
   "quarantine on any error" src/store/firestore/errors.rs
@@ -57,6 +57,12 @@ mutations=(
   "no retry_transaction" src/store/mod.rs
   "retry_transaction: error.transaction.clone()," "retry_transaction: None,"
   "-p hotcount --test store_failures a_retry_after_aborted"
+
+  "read mask without eventId" src/store/firestore/documents.rs
+  "    membership::EVENT_ID,
+    marker::APPLIED," "    membership::BATCH_ID,
+    marker::APPLIED,"
+  "-p hotcount --lib store::firestore::documents"
 
   "no shutdown deadline" src/store/firestore/mod.rs
   "() = attempt.deadline.reached() => {" "() = std::future::pending::<()>() => {"

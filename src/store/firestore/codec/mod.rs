@@ -276,7 +276,7 @@ pub fn counter_shard_likes(doc: &fs::Document) -> i64 {
     }
 }
 
-fn marker_write(
+pub(super) fn marker_write(
     config: &FirestoreStoreConfig,
     batch: &Batch,
     plan: &Plan,
@@ -326,7 +326,7 @@ pub fn effects_from_fields(fields: &(impl Fields + ?Sized)) -> Effects {
 /// A membership's fields as a list (the reference [`put_membership_write`]
 /// encodes without building it; tests compare the two).
 #[cfg(test)]
-fn membership_fields(key: &MembershipKey, m: &Membership, batch_id: &str) -> Vec<Field> {
+pub(super) fn membership_fields(key: &MembershipKey, m: &Membership, batch_id: &str) -> Vec<Field> {
     let occurred_at = micros_to_timestamp(m.version.occurred_at_micros);
     vec![
         field(membership::POST_ID, string(&key.post_id)),
