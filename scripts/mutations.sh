@@ -62,7 +62,7 @@ mutations=(
   "    membership::EVENT_ID,
     marker::APPLIED," "    membership::BATCH_ID,
     marker::APPLIED,"
-  "-p hotcount --lib store::firestore::documents"
+  "-p hotcount --lib store::firestore::codec"
 
   "no shutdown deadline" src/store/firestore/mod.rs
   "() = attempt.deadline.reached() => {" "() = std::future::pending::<()>() => {"

@@ -276,7 +276,7 @@ pub fn counter_shard_likes(doc: &fs::Document) -> i64 {
     }
 }
 
-pub(super) fn marker_write(
+fn marker_write(
     config: &FirestoreStoreConfig,
     batch: &Batch,
     plan: &Plan,
@@ -326,7 +326,7 @@ pub fn effects_from_fields(fields: &(impl Fields + ?Sized)) -> Effects {
 /// A membership's fields as a list (the reference [`put_membership_write`]
 /// encodes without building it; tests compare the two).
 #[cfg(test)]
-pub(super) fn membership_fields(key: &MembershipKey, m: &Membership, batch_id: &str) -> Vec<Field> {
+fn membership_fields(key: &MembershipKey, m: &Membership, batch_id: &str) -> Vec<Field> {
     let occurred_at = micros_to_timestamp(m.version.occurred_at_micros);
     vec![
         field(membership::POST_ID, string(&key.post_id)),
@@ -516,6 +516,9 @@ mod tests {
         };
         let fields = membership_fields(&key, &m, "b");
         assert_eq!(membership_from_fields(&fields), Some(m.clone()));
+        let masked = through_the_read_mask(&fields);
+        assert!(masked.len() < fields.len(), "the ids are not read back");
+        assert_eq!(membership_from_fields(&masked), Some(m.clone()));
         let doc = fs::Document {
             fields: fields
                 .into_iter()
@@ -661,5 +664,15 @@ mod tests {
             panic!("an update");
         };
         assert_eq!(effects_from_fields(&doc.fields), plan.effects);
+        let masked = through_the_read_mask(&doc.fields);
+        assert!(masked.len() < doc.fields.len());
+        assert_eq!(effects_from_fields(&masked), plan.effects);
+    }
+
+    /// What a batch's read (through its field mask) gets back of `fields`.
+    fn through_the_read_mask(fields: &[Field]) -> Vec<Field> {
+        let mask = super::super::documents::READ_FIELDS;
+        let kept = fields.iter().filter(|f| mask.contains(&f.key.as_str()));
+        kept.cloned().collect()
     }
 }
