@@ -159,21 +159,20 @@ impl FirestoreDb {
         .await
     }
 
-    /// [`Self::batch_get`] of the `count` `documents`, each returned with
-    /// only the fields named in `fields` (all of them when empty), read as
-    /// lean [`wire::Document`]s (the store's read path: no field maps, and
-    /// the request encoded from the borrowed names).
+    /// [`Self::batch_get`] of `documents`, each returned with only the
+    /// fields named in `fields` (all of them when empty), read as lean
+    /// [`wire::Document`]s (the store's read path: no field maps, and the
+    /// request encoded from the borrowed names).
     pub async fn batch_get_lean<'a>(
         &self,
-        documents: impl IntoIterator<Item = &'a str>,
-        count: usize,
+        documents: impl Iterator<Item = &'a str>,
         fields: &[&str],
         read: Read<'_>,
         mut found: impl FnMut(wire::Document),
     ) -> Result<Vec<u8>, StoreError> {
         let options = batch_get_options(read, fields);
         // A name is about 100 bytes.
-        let capacity = 64 + self.layout.database.len() + 128 * count;
+        let capacity = 64 + self.layout.database.len() + 128 * documents.size_hint().0;
         let request = wire::encode_batch_get(&self.layout.database, documents, &options, capacity);
         let mut channel = self.channel();
         let call = wire::batch_get(&mut channel, request);

@@ -96,7 +96,7 @@ impl FirestoreDb {
         position.extend(names.iter().enumerate().map(|(i, n)| (n.as_str(), i)));
         let documents = names.iter().map(String::as_str).chain(marker);
         let transaction = self
-            .batch_get_lean(documents, count + 1, &READ_FIELDS, read, |doc| {
+            .batch_get_lean(documents, &READ_FIELDS, read, |doc| {
                 if Some(doc.name.as_str()) == marker {
                     marker_effects = Some(codec::effects_from_fields(&doc.fields));
                 } else if let Some(&i) = position.get(doc.name.as_str()) {
