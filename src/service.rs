@@ -105,6 +105,20 @@ impl MarkerCleanup {
     }
 }
 
+/// Prints the summary lines of the rate-limited warnings every interval
+/// (so a storm's count is reported even when nothing follows it) until
+/// `stop` turns true; the last ones after the drain, by [`run_pipeline`].
+async fn report_suppressed_warnings(stats: Arc<Stats>, mut stop: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval(stats.warnings.interval());
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => stats.warnings.flush(false),
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
+    }
+}
+
 /// Runs the service until `stop` turns true, then drains. Returns the stats.
 ///
 /// With `config.metrics_addr` set, the metrics endpoint serves from start
@@ -149,6 +163,7 @@ async fn run_pipeline(
         };
         cleanup.spawn(task.run(stop.clone()));
     }
+    cleanup.spawn(report_suppressed_warnings(stats.clone(), stop.clone()));
 
     let subscriber = connect::subscriber(endpoints).await?;
     let admin = connect::subscription_admin(endpoints).await?;
@@ -207,6 +222,7 @@ async fn run_pipeline(
     }
     closing.wait().await;
     while cleanup.join_next().await.is_some() {}
+    stats.warnings.flush(true);
     stats.buffered.clear();
     tracing::info!(
         received = stats.received.get(),

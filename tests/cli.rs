@@ -176,3 +176,116 @@ async fn invalid_settings_are_refused_at_start_with_the_flag_named() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--consumer"));
 }
+
+/// A poison storm (10,000 messages, five reasons) through `hotcount run`:
+/// stderr holds a few lines per reason and interval plus one summary line
+/// per reason and interval, while the metric and the quarantine records
+/// hold every message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_storm_logs_a_few_lines_while_every_message_is_counted_and_stored() {
+    const STORM: usize = 10_000;
+    let h = Harness::start().await;
+    let shapes: [fn(usize) -> String; 5] = [
+        |i| format!("not json {i}"),
+        |i| format!(r#"{{"eventId":"p{i}","type":"like.added"}}"#),
+        |i| {
+            format!(
+                r#"{{"eventId":"p{i}","type":"like.maybe","postId":"p","userId":"u","occurredAt":"2026-01-01T00:00:00Z"}}"#
+            )
+        },
+        |i| {
+            format!(
+                r#"{{"eventId":"p{i}","type":"like.added","postId":"p","userId":"u","occurredAt":"2026-01-01T00:00:00Z","version":9}}"#
+            )
+        },
+        |i| {
+            format!(
+                r#"{{"eventId":"p{i}","type":"like.added","postId":"a/b","userId":"u","occurredAt":"2026-01-01T00:00:00Z"}}"#
+            )
+        },
+    ];
+    let payloads: Vec<Vec<u8>> = (0..STORM)
+        .map(|i| shapes[i % shapes.len()](i).into_bytes())
+        .collect();
+    for chunk in payloads.chunks(1000) {
+        h.publish_raw(chunk).await;
+    }
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let log_path = std::env::temp_dir().join(format!("hotcount-storm-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let mut cmd = hotcount(&h);
+    cmd.env("HOTCOUNT_METRICS_ADDR", metrics.to_string())
+        .env("RUST_LOG", "warn")
+        .args(["run", "--consumer", "storm"])
+        .stdout(Stdio::null())
+        .stderr(log);
+    let mut child = cmd.spawn().expect("hotcount run starts");
+    let sub = format!(
+        "projects/{}/subscriptions/{}",
+        common::PROJECT,
+        common::SUBSCRIPTION
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let poison = loop {
+        if let Ok(stream) = tokio::net::TcpStream::connect(metrics).await {
+            drop(stream);
+            let (_, body) = scrape::get(metrics, "/metrics").await;
+            let acked = h.emulators.pubsub().stats(&sub).map_or(0, |s| s.acks);
+            if acked >= STORM as u64 {
+                break scrape::value(&body, "hotcount_events_poison_total");
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the storm is drained"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    signal(&child, "-TERM");
+    let status = common::wait_with_timeout(&mut child, Duration::from_secs(30));
+    assert!(status.success(), "exit status {status:?}");
+    assert_eq!(
+        poison,
+        Some(STORM as f64),
+        "the metric counts every message"
+    );
+    let records = hotcount::ops::quarantine::list(&h.store, Some("storm"), 2 * STORM)
+        .await
+        .expect("quarantine records");
+    assert_eq!(records.len(), STORM, "a record for every message");
+
+    let text = std::fs::read_to_string(&log_path).expect("log");
+    let _ = std::fs::remove_file(&log_path);
+    let lines: Vec<&str> = text.lines().collect();
+    let full = lines
+        .iter()
+        .filter(|l| l.contains("message quarantined"))
+        .count();
+    let summaries: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains("more messages quarantined"))
+        .collect();
+    assert!(lines.len() <= 100, "{} lines:\n{text}", lines.len());
+    assert!(
+        full >= shapes.len(),
+        "each reason logged in full first:\n{text}"
+    );
+    let summed: u64 = summaries
+        .iter()
+        .map(|l| {
+            let after = l.split("more=").nth(1).expect("more= field");
+            after
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .expect("a count")
+        })
+        .sum();
+    assert_eq!(
+        full as u64 + summed,
+        STORM as u64,
+        "every quarantine is either logged or in a summary line:\n{text}"
+    );
+}

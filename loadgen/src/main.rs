@@ -50,13 +50,18 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    match &cli.command {
+        // The demo's terminal shows the demo (progress, then the summary):
+        // the in-process consumer's logs go to a file the summary names.
+        Command::Demo(args) => match demo::open_log(&args.out) {
+            Ok((path, file)) => init_tracing("info", std::sync::Mutex::new(file), Some(path)),
+            Err(e) => {
+                eprintln!("hotcount demo: cannot write the consumer log ({e}); logging to stderr");
+                init_tracing("warn", std::io::stderr, None);
+            }
+        },
+        _ => init_tracing("warn", std::io::stderr, None),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -70,6 +75,26 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Installs the global tracing subscriber: `RUST_LOG`, else `default`, to
+/// `writer`; a file (`log`) gets no colour codes and is named in
+/// [`commands::LOG_FILE`].
+fn init_tracing<W>(default: &str, writer: W, log: Option<std::path::PathBuf>)
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+        )
+        .with_ansi(log.is_none())
+        .with_writer(writer)
+        .init();
+    if let Some(path) = log {
+        let _ = commands::LOG_FILE.set(path);
     }
 }
 

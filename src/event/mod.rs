@@ -319,6 +319,27 @@ pub enum Poison {
     },
 }
 
+impl Poison {
+    /// A short, stable label of the reason (one per variant, and per id
+    /// problem for unsafe ids): what rate-limited warnings are keyed by.
+    /// Never carries the payload's content.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Poison::TooLarge(_) => "too_large",
+            Poison::NotUtf8 => "not_utf8",
+            Poison::NotJson(_) => "not_json",
+            Poison::DuplicateField(_) => "duplicate_field",
+            Poison::MissingField(_) => "missing_field",
+            Poison::WrongType { .. } => "wrong_type",
+            Poison::UnknownType(_) => "unknown_type",
+            Poison::UnsupportedVersion(_) => "unsupported_version",
+            Poison::BadTimestamp(_) => "bad_timestamp",
+            Poison::BadSeq => "bad_seq",
+            Poison::UnsafeId { .. } => "unsafe_id",
+        }
+    }
+}
+
 /// Parses one Pub/Sub payload as a v1 like event.
 ///
 /// Common payloads take a hand-written fast path; anything it is not sure

@@ -37,6 +37,11 @@ pub struct PoisonRecord {
     pub attribute_count: usize,
     /// Whether any attribute was dropped or truncated.
     pub attributes_truncated: bool,
+    /// A short label of the reason ([`crate::event::Poison::kind`],
+    /// [`PoisonRecord::STORE_REFUSED`]); keys the rate limit of the
+    /// warnings about it. Not stored: a record read back has
+    /// [`PoisonRecord::STORED`].
+    pub kind: &'static str,
 }
 
 impl PoisonRecord {
@@ -60,6 +65,13 @@ impl PoisonRecord {
         + Self::MAX_REASON_BYTES
         + 2 * Self::MAX_ID_BYTES
         + 1024;
+
+    /// The kind of a record built without one ([`PoisonRecord::of_kind`]).
+    pub const UNSPECIFIED: &'static str = "unspecified";
+    /// The kind of a valid event the store refused.
+    pub const STORE_REFUSED: &'static str = "store_refused";
+    /// The kind of a record read back from the store.
+    pub const STORED: &'static str = "stored";
 
     /// A record for `data` with `reason`, bounding every part.
     pub fn new(
@@ -90,7 +102,14 @@ impl PoisonRecord {
             attributes,
             attribute_count,
             attributes_truncated: truncated,
+            kind: Self::UNSPECIFIED,
         }
+    }
+
+    /// The record with its reason's `kind`.
+    pub fn of_kind(mut self, kind: &'static str) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// The message id as the record's fields keep it (bounded).

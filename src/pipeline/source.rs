@@ -374,12 +374,15 @@ pub fn to_item(message: &Message) -> Item {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            Item::Poison(Box::new(PoisonRecord::new(
-                message.message_id.clone(),
-                poison.to_string(),
-                &message.data,
-                attributes,
-            )))
+            Item::Poison(Box::new(
+                PoisonRecord::new(
+                    message.message_id.clone(),
+                    poison.to_string(),
+                    &message.data,
+                    attributes,
+                )
+                .of_kind(poison.kind()),
+            ))
         }
     }
 }

@@ -15,6 +15,7 @@
 mod instruments;
 pub mod names;
 mod scrape_time;
+pub mod throttle;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +27,7 @@ use prometheus_client::registry::{Metric as Registered, Registry};
 pub use instruments::{Counter, Latency, Level, LevelProbe, ShardLevels, Sizes};
 use names::Metric;
 use scrape_time::ScrapeTime;
+pub use throttle::LogThrottle;
 
 /// The content type of [`Stats::render_prometheus`]: the Prometheus text
 /// format, version 0.0.4.
@@ -84,6 +86,9 @@ pub struct Stats {
     pub reconnects: Counter,
     /// See [`names::MARKERS_DELETED`].
     pub markers_deleted: Counter,
+    /// Rate-limits the warnings that can repeat thousands of times; see
+    /// [`names::LOG_LINES_SUPPRESSED`].
+    pub warnings: LogThrottle,
     /// See [`names::MESSAGES_IN_FLIGHT`] and [`names::MESSAGES_IN_FLIGHT_MAX`].
     pub in_flight: Level,
     /// See [`names::BYTES_IN_FLIGHT`] (its high-water mark is not exported).
@@ -129,6 +134,11 @@ impl Default for Stats {
             increments: Counter::default(),
             reconnects: Counter::default(),
             markers_deleted: Counter::default(),
+            warnings: LogThrottle::new(
+                throttle::DEFAULT_FIRST_PER_INTERVAL,
+                throttle::DEFAULT_INTERVAL,
+                Counter::default(),
+            ),
             in_flight: Level::default(),
             bytes_in_flight: Level::default(),
             commit_duration: Latency::new(&names::COMMIT_DURATION_BUCKETS),
@@ -169,6 +179,7 @@ impl Stats {
             (COUNTER_INCREMENTS, &self.increments),
             (STREAM_RECONNECTS, &self.reconnects),
             (MARKERS_DELETED, &self.markers_deleted),
+            (LOG_LINES_SUPPRESSED, self.warnings.suppressed()),
         ];
         let registry = &mut self.registry;
         for (metric, counter) in counters {
@@ -231,12 +242,15 @@ fn register(registry: &mut Registry, metric: Metric, instrument: impl Registered
 }
 
 /// Installs the global tracing subscriber: `RUST_LOG` filter (default
-/// `info`), plain text or JSON lines on stderr.
+/// `info`), plain text or JSON lines on stderr (colours only on a terminal,
+/// so a log file or collector gets plain text).
 pub fn init_tracing(json: bool) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     // A second initialisation (tests) is harmless: keep the first.
     let _ = if json {

@@ -78,6 +78,8 @@ metrics! {
         "Counter shard increments written.";
     MARKERS_DELETED = "hotcount_batch_markers_deleted_total",
         "Expired batch markers deleted by the periodic cleanup (PostgreSQL store).";
+    LOG_LINES_SUPPRESSED = "hotcount_log_lines_suppressed_total",
+        "Warnings not printed one by one because their kind passed its rate limit (each is in a summary line).";
     STREAM_RECONNECTS = "hotcount_stream_reconnects_total",
         "StreamingPull streams re-opened after an error.";
     MESSAGES_IN_FLIGHT = "hotcount_messages_in_flight",

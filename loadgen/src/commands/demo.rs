@@ -1,6 +1,7 @@
 //! `hotcount-loadgen demo`: the README's main job, one command.
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -9,7 +10,18 @@ use hotcount_loadgen::{demo, WorkloadConfig};
 use hotcount_pgtemp::{Durability, PgCluster};
 use tokio::sync::watch;
 
-use super::{print_verify, MessageMixArgs};
+use super::{print_verify, MessageMixArgs, LOG_FILE};
+
+/// The name of the consumer's log file under `--out`.
+const LOG_NAME: &str = "consumer.log";
+
+/// Creates `out` and the consumer's log file in it (truncated).
+pub fn open_log(out: &Path) -> std::io::Result<(PathBuf, File)> {
+    std::fs::create_dir_all(out)?;
+    let path = out.join(LOG_NAME);
+    let file = File::create(&path)?;
+    Ok((path, file))
+}
 
 /// `hotcount-loadgen demo`: the flags.
 #[derive(Args, Debug)]
@@ -110,6 +122,9 @@ pub async fn run(mut args: DemoArgs) -> anyhow::Result<ExitCode> {
     );
     let summary = demo::run(&config, cancel).await?;
     print!("{}", demo::render(&summary));
+    if let Some(log) = LOG_FILE.get() {
+        println!("  {:<34} {}", "consumer log", log.display());
+    }
     if summary.is_success() {
         println!("RESULT: every count exact");
         Ok(ExitCode::SUCCESS)

@@ -14,9 +14,16 @@ pub mod publish;
 pub mod report;
 pub mod verify;
 
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
 use hotcount::config::StoreLocation;
 use hotcount_loadgen::verify::VerifyReport;
 use hotcount_pgtemp::{Durability, PgCluster};
+
+/// The file this run's logs go to, when not the terminal (the demo's
+/// in-process consumer); set once, by `main`.
+pub static LOG_FILE: OnceLock<PathBuf> = OnceLock::new();
 
 /// Starts a throwaway PostgreSQL server for `--temp-postgres` (durable:
 /// `fsync` and `synchronous_commit` on, as a real server; `wal_level=logical`

@@ -18,6 +18,14 @@ use crate::pipeline::acker::AckHandle;
 use crate::pipeline::batch::{Batch, Effects, MessageIndex, Tagged};
 use crate::pipeline::poison::PoisonRecord;
 use crate::store::{Attempt, CommitOutcome, CounterStore, StoreError};
+use crate::telemetry::LogThrottle;
+
+/// What the rate-limited quarantine warnings are called in their summary line.
+const QUARANTINED: &str = "messages quarantined";
+/// ... the warnings about valid events the store refused.
+const REFUSED_EVENTS: &str = "events refused by the store";
+/// ... the errors about quarantine records the store refused.
+const REFUSED_RECORDS: &str = "quarantine records refused by the store";
 
 impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
     /// Commits `batch`, settling each of its messages.
@@ -38,7 +46,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             let (error, contended) = match self.commit_with_retry(&batch).await {
                 Ok(effects) => {
                     settled.effects.add(effects);
-                    log_quarantined(&batch.poison);
+                    log_quarantined(&self.stats.warnings, &batch.poison);
                     continue;
                 }
                 Err(Failure::Contended(error)) => (error, true),
@@ -72,6 +80,13 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                 Err(culprit) if culprit.event_count() > 0 => {
                     self.stats.isolated.add(culprit.event_count() as u64);
                     for event in culprit.events.values().flatten() {
+                        if !self
+                            .stats
+                            .warnings
+                            .admit(REFUSED_EVENTS, PoisonRecord::STORE_REFUSED)
+                        {
+                            continue;
+                        }
                         tracing::warn!(
                             event_id = event.item.event_id(),
                             %error,
@@ -85,7 +100,11 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                         .quarantine_refused
                         .add(culprit.poison.len() as u64);
                     for record in &culprit.poison {
+                        if !self.stats.warnings.admit(REFUSED_RECORDS, record.item.kind) {
+                            continue;
+                        }
                         tracing::error!(
+                            kind = record.item.kind,
                             message_id = %record.item.message_id,
                             reason = %record.item.reason,
                             %error,
@@ -192,10 +211,16 @@ pub(super) struct Settlement {
     pub(super) gave_up: Option<StoreError>,
 }
 
-/// Logs each quarantine record of a committed part at WARN.
-fn log_quarantined(poison: &[Tagged<PoisonRecord>]) {
+/// Logs the quarantine records of a committed part at WARN, rate-limited
+/// per reason kind (each record is counted in its metric and stored
+/// whether or not its line is printed).
+fn log_quarantined(warnings: &LogThrottle, poison: &[Tagged<PoisonRecord>]) {
     for record in poison {
+        if !warnings.admit(QUARANTINED, record.item.kind) {
+            continue;
+        }
         tracing::warn!(
+            kind = record.item.kind,
             message_id = %record.item.message_id,
             reason = %record.item.reason,
             data_bytes = record.item.data_len,
@@ -217,7 +242,8 @@ fn quarantine_events(batch: Batch, error: &StoreError) -> Batch {
                 format!("rejected by the store: {error}"),
                 to_json(&event.item).as_bytes(),
                 Default::default(),
-            ),
+            )
+            .of_kind(PoisonRecord::STORE_REFUSED),
             message: event.message,
         })
         .collect();

@@ -186,6 +186,7 @@ pub fn quarantine_from_row(row: &Row) -> Result<StoredRecord, StoreError> {
             attributes: keys.into_iter().zip(values).collect(),
             attribute_count: usize::try_from(attribute_count).unwrap_or(0),
             attributes_truncated: row.try_get(10).map_err(err)?,
+            kind: PoisonRecord::STORED,
         },
         quarantined_at: row.try_get(12).map_err(err)?,
     })

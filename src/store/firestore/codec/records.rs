@@ -133,6 +133,7 @@ pub fn quarantine_from_document(doc: &fs::Document) -> StoredRecord {
                 get(fields, quarantine::ATTRIBUTES_TRUNCATED),
                 Some(ValueType::BooleanValue(true))
             ),
+            kind: PoisonRecord::STORED,
         },
         quarantined_at,
     }
@@ -225,7 +226,8 @@ mod tests {
             ("__name__".to_string(), "a".to_string()),
             ("x.y".to_string(), "b".to_string()),
         ]);
-        let record = PoisonRecord::new("42".into(), "bad".into(), b"{nope", attributes);
+        let record = PoisonRecord::new("42".into(), "bad".into(), b"{nope", attributes)
+            .of_kind(PoisonRecord::STORED);
         // Read back as the SDK decodes it off the wire.
         let write = wire::to_sdk(&quarantine_write(&layout, "c1", &record));
         let Some(fs::write::Operation::Update(doc)) = write.operation else {
