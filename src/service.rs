@@ -1,8 +1,9 @@
-//! Wires the pipeline (source -> aggregator -> flusher/store -> acker) and
-//! shuts it down in pipeline order.
+//! Wires the pipeline (source -> aggregator -> flusher/store -> acker, and
+//! the rollup refresher beside it) and shuts it down in pipeline order.
 //!
 //! Invariant: at shutdown the source stops pulling first, then every shard
-//! is flushed and its batches acked (or nacked), then the streams flush their
+//! is flushed and its batches acked (or nacked), then the rollups of the
+//! posts changed are refreshed (bounded), then the streams flush their
 //! acks; nothing buffered is dropped without an ack or a nack.
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use crate::connect;
 use crate::pipeline::acker::Acker;
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::Flusher;
+use crate::pipeline::rollup::Refresher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
 use crate::store::postgres::PgDb;
 use crate::store::selected::SelectedStore;
@@ -50,8 +52,8 @@ pub async fn open_store(
         Strategy::Batched => config.max_commits_in_flight,
         Strategy::PerEvent => config.per_event_concurrency,
     };
-    // One more for the marker cleanup, one spare.
-    let db = connect::store_db(endpoints, &config.target(), in_flight + 2).await?;
+    // One more for the marker cleanup, one for the rollup refresher, one spare.
+    let db = connect::store_db(endpoints, &config.target(), in_flight + 3).await?;
     Ok(SelectedStore::new(db, config.store()))
 }
 
@@ -189,13 +191,22 @@ async fn run_pipeline(
         None => Vec::new(),
     }));
     let acker = Arc::new(Acker::new(stats.clone()));
-    let flusher = Flusher::new(
+    let mut flusher = Flusher::new(
         aggregator.clone(),
-        store,
+        store.clone(),
         acker,
         stats.clone(),
         config.flush(),
     );
+    // Beside the pipeline, after the flusher: stops once the flusher has
+    // drained, so the last commits' posts are refreshed too.
+    let (rollup_stop_tx, rollup_stop) = watch::channel(false);
+    let mut rollups = tokio::task::JoinSet::new();
+    if let Some(rollup) = config.rollup() {
+        let refresher = Refresher::new(Arc::new(store.db()), rollup, stats.clone());
+        flusher = flusher.with_rollups(refresher.marks().clone());
+        rollups.spawn(refresher.run(rollup_stop));
+    }
     let source = Source::new(
         subscriber,
         config.source(),
@@ -220,6 +231,8 @@ async fn run_pipeline(
             tracing::error!(%error, "flusher task failed");
         }
     }
+    let _ = rollup_stop_tx.send(true);
+    while rollups.join_next().await.is_some() {}
     closing.wait().await;
     while cleanup.join_next().await.is_some() {}
     stats.warnings.flush(true);

@@ -22,6 +22,7 @@ mod db;
 mod documents;
 pub mod errors;
 pub mod layout;
+mod rollups;
 pub mod wire;
 
 pub use codec::{StoredMembership, StoredRecord};
@@ -31,7 +32,9 @@ pub use errors::{classify, status_error};
 pub use layout::Layout;
 
 use super::counter_shards::CounterShardPlanner;
-use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
+use super::{
+    Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
+};
 use crate::pipeline::batch::Batch;
 
 /// Store settings (where the documents live is the [`FirestoreDb`]'s layout).
@@ -119,6 +122,8 @@ impl FirestoreStore {
                 effects,
                 increments: 0,
                 rpcs: 2,
+                changed: ChangedCounter::every_post_of(batch),
+                committed_at: None,
             });
         }
         let plan = batch.plan(snapshot.found.as_slice());
@@ -142,14 +147,24 @@ impl FirestoreStore {
             &marker,
             |i| counters.shard(i),
         );
-        self.db
+        let committed_at = self
+            .db
             .commit_encoded(commit, Some(snapshot.transaction))
             .await?;
+        let increments = plan.deltas.len();
+        let changed = (plan.deltas.into_keys().enumerate())
+            .map(|(i, post_id)| ChangedCounter {
+                post_id,
+                shard: Some(counters.shard(i)),
+            })
+            .collect();
         Ok(CommitReport {
             outcome: CommitOutcome::Committed,
             effects: plan.effects,
-            increments: plan.deltas.len(),
+            increments,
             rpcs: 2,
+            changed,
+            committed_at: committed_at.as_ref().map(codec::timestamp_to_micros),
         })
     }
 }

@@ -68,10 +68,14 @@ pub struct Write {
     pub current_document: Option<fs::Precondition>,
 }
 
-/// `google.firestore.v1.CommitResponse`, of which the store reads nothing
-/// (a write result per write and the commit time are skipped).
+/// `google.firestore.v1.CommitResponse`, of which the store reads only the
+/// commit time (a write result per write is skipped, undecoded).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct CommitResponse {}
+pub struct CommitResponse {
+    /// When the commit applied: a read at this time or later sees it.
+    #[prost(message, optional, tag = "2")]
+    pub commit_time: Option<Timestamp>,
+}
 
 /// `google.firestore.v1.BatchGetDocumentsResponse` without `missing` and
 /// `read_time` (skipped when read).
@@ -514,7 +518,7 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_response_with_write_results_decodes_to_nothing_kept() {
+    fn a_commit_response_with_write_results_decodes_to_its_commit_time_only() {
         let response = fs::CommitResponse {
             write_results: vec![fs::WriteResult {
                 update_time: Some(time(3)),
@@ -523,6 +527,11 @@ mod tests {
             commit_time: Some(time(3)),
         };
         let lean = CommitResponse::decode(response.encode_to_vec().as_slice());
-        assert_eq!(lean, Ok(CommitResponse {}));
+        assert_eq!(
+            lean,
+            Ok(CommitResponse {
+                commit_time: Some(time(3))
+            })
+        );
     }
 }

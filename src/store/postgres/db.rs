@@ -238,7 +238,7 @@ impl PgDb {
     /// Runs one statement outside a transaction on a pooled connection and
     /// returns its rows; the connection goes back to the pool only when the
     /// statement ended normally.
-    async fn query_rows(
+    pub(super) async fn query_rows(
         &self,
         op: &'static str,
         sql: &str,

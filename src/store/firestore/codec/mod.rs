@@ -24,11 +24,13 @@ use crate::event::Version;
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan, Planned};
 
 mod records;
+mod rollups;
 
 pub use records::{
     correction_writes, guard_from_document, quarantine_from_document, quarantine_write, Correction,
     RepairGuard, StoredRecord,
 };
+pub use rollups::{rollup_write, stored_rollup};
 
 /// Appends the writes of one batch's commit to `commit`: changed
 /// memberships (each named `names[i]` and with the precondition
@@ -205,7 +207,9 @@ fn put_membership_write(
 }
 
 /// Adds `delta` to counter shard `k` of `post_id` (creating it), keeping
-/// its other fields: the one way a count changes.
+/// its other fields, and sets its `updatedAt` to the commit's time (what the
+/// rollup sweep finds recently changed posts by): the one way a count
+/// changes.
 pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> wire::Write {
     wire::Write {
         update: Some(wire::Document {
@@ -217,10 +221,13 @@ pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> 
         update_mask: Some(fs::DocumentMask {
             field_paths: vec![counter_shard::POST_ID.into()],
         }),
-        update_transforms: vec![FieldTransform {
-            field_path: counter_shard::LIKES.into(),
-            transform_type: Some(TransformType::Increment(int(delta))),
-        }],
+        update_transforms: vec![
+            FieldTransform {
+                field_path: counter_shard::LIKES.into(),
+                transform_type: Some(TransformType::Increment(int(delta))),
+            },
+            server_time(counter_shard::UPDATED_AT),
+        ],
         current_document: None,
     }
 }
@@ -247,10 +254,15 @@ fn put_counter_increment(
     // FieldTransform {field_path = 1, increment = 3}.
     let transform_len =
         wire::len_field(1, counter_shard::LIKES.len()) + wire::len_field(3, increment.len());
-    // Write {update = 1, update_mask = 3, update_transforms = 7}.
+    // FieldTransform {field_path = 1, set_to_server_value = 2}.
+    let request_time = ServerValue::RequestTime as u64;
+    let stamp_len =
+        wire::len_field(1, counter_shard::UPDATED_AT.len()) + wire::varint_field(2, request_time);
+    // Write {update = 1, update_mask = 3, update_transforms = 7 (twice)}.
     let write_len = wire::len_field(1, document_len)
         + wire::len_field(3, mask_len)
-        + wire::len_field(7, transform_len);
+        + wire::len_field(7, transform_len)
+        + wire::len_field(7, stamp_len);
     commit.push_encoded(write_len, |buf| {
         wire::put_header(buf, 1, document_len);
         wire::put_str(buf, 1, &name);
@@ -264,6 +276,9 @@ fn put_counter_increment(
         wire::put_str(buf, 1, counter_shard::LIKES);
         wire::put_header(buf, 3, increment.len());
         increment.put(buf);
+        wire::put_header(buf, 7, stamp_len);
+        wire::put_str(buf, 1, counter_shard::UPDATED_AT);
+        wire::put_varint(buf, 2, request_time);
     });
 }
 
@@ -428,7 +443,7 @@ impl Fields for Vec<Field> {
 }
 
 /// A field's value, if set.
-pub(super) fn get<'a>(fields: &'a (impl Fields + ?Sized), name: &str) -> Option<&'a ValueType> {
+pub(crate) fn get<'a>(fields: &'a (impl Fields + ?Sized), name: &str) -> Option<&'a ValueType> {
     fields.value_of(name)
 }
 
@@ -485,14 +500,14 @@ pub(super) fn server_time(field: &str) -> FieldTransform {
     }
 }
 
-fn micros_to_timestamp(micros: i64) -> Timestamp {
+pub(crate) fn micros_to_timestamp(micros: i64) -> Timestamp {
     Timestamp {
         seconds: micros.div_euclid(1_000_000),
         nanos: (micros.rem_euclid(1_000_000) * 1000) as i32,
     }
 }
 
-fn timestamp_to_micros(t: &Timestamp) -> i64 {
+pub(crate) fn timestamp_to_micros(t: &Timestamp) -> i64 {
     t.seconds * 1_000_000 + i64::from(t.nanos) / 1000
 }
 
