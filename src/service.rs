@@ -203,7 +203,8 @@ async fn run_pipeline(
     let (rollup_stop_tx, rollup_stop) = watch::channel(false);
     let mut rollups = tokio::task::JoinSet::new();
     if let Some(rollup) = config.rollup() {
-        let refresher = Refresher::new(Arc::new(store.db()), rollup, stats.clone());
+        let refresher = Refresher::new(Arc::new(store.db()), rollup, stats.clone())
+            .with_registry(store.shard_registry());
         flusher = flusher.with_rollups(refresher.marks().clone());
         rollups.spawn(refresher.run(rollup_stop));
     }

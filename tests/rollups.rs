@@ -318,6 +318,23 @@ async fn a_viral_posts_rollup_is_written_about_once_per_interval_by_three_replic
     for r in replicas {
         deferred += r.stop().await.rollup_deferred.get();
     }
+    // The post grew past one counter shard once its rollup registered more.
+    let stored = h.db.rollup("viral").await.expect("read").expect("a rollup");
+    let shards = stored.shards.unwrap_or(0);
+    assert!(shards > 1, "registered {shards} counter shards");
+    let layout = h.db.layout();
+    let used = (0..16)
+        .filter(|&k| {
+            h.emulators
+                .firestore()
+                .document(&layout.counter_shard("viral", k))
+                .is_some()
+        })
+        .count() as u32;
+    assert!(
+        used > 1 && used <= shards,
+        "{used} shards used, {shards} registered"
+    );
     // One write per 500 ms interval fleet-wide (a few more where two
     // replicas raced, or at shutdown), not one per replica per interval.
     let intervals = elapsed.as_secs_f64() / 0.5;

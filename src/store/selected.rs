@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
+use super::counter_shards::ShardRegistry;
 use super::firestore::{FirestoreDb, FirestoreStore, Read};
 use super::postgres::{PgDb, PostgresStore};
 use super::rollup::{
@@ -55,6 +56,16 @@ impl SelectedStore {
 }
 
 impl SelectedStore {
+    /// With rollups on: the counter shard registry the commits are capped
+    /// by (Firestore, whose rollups read counter shards by name;
+    /// PostgreSQL's sum every row of a post and need none).
+    pub fn shard_registry(&self) -> Option<std::sync::Arc<ShardRegistry>> {
+        match self {
+            Self::Firestore(store) => Some(store.register_shards()),
+            Self::Postgres(_) => None,
+        }
+    }
+
     /// The database it commits to (a cheap handle).
     pub fn db(&self) -> SelectedDb {
         match self {

@@ -39,6 +39,10 @@ struct Mark {
     generation: u64,
     /// Failed refreshes in a row (for the backoff).
     failures: u32,
+    /// Whether a change is marked (else only `grow`).
+    changed: bool,
+    /// Counter shards the rollup must register (0: none asked).
+    grow: u32,
 }
 
 /// A mark taken for a refresh.
@@ -53,6 +57,11 @@ pub struct Due {
     pub shards: u32,
     /// The mark's generation when taken.
     pub generation: u64,
+    /// Whether a change is marked; without one, the mark only asks the
+    /// rollup to register `grow` counter shards.
+    pub changed: bool,
+    /// Counter shards the rollup must register (0: none asked).
+    pub grow: u32,
 }
 
 /// How a refresh of one post ended, for [`Marks::settle`].
@@ -130,6 +139,33 @@ impl Marks {
         self.state.lock().add(post, changed_at, shards.max(1), now);
     }
 
+    /// Asks that `post`'s rollup register `shards` counter shards (due at
+    /// once unless already marked).
+    pub fn want_shards(&self, post: &str, shards: u32, now: Instant) {
+        let mut state = self.state.lock();
+        state.next_generation += 1;
+        let generation = state.next_generation;
+        match state.marks.get_mut(post) {
+            Some(mark) => {
+                mark.grow = mark.grow.max(shards);
+                mark.generation = generation;
+            }
+            None => {
+                let mark = Mark {
+                    covered_at: None,
+                    shards: 1,
+                    since: now,
+                    due: now,
+                    generation,
+                    failures: 0,
+                    changed: false,
+                    grow: shards,
+                };
+                state.marks.insert(post.to_string(), mark);
+            }
+        }
+    }
+
     /// Posts marked now.
     pub fn len(&self) -> usize {
         self.state.lock().marks.len()
@@ -157,6 +193,8 @@ impl Marks {
                 covered_at: mark.covered_at,
                 shards: mark.shards.max(state.span(post)),
                 generation: mark.generation,
+                changed: mark.changed,
+                grow: mark.grow,
             })
             .collect()
     }
@@ -223,9 +261,14 @@ impl State {
             // replica's rollup is younger than the interval, or backing off
             // a failing store, is not hurried by more changes.
             Some(mark) => {
-                mark.covered_at = mark.covered_at.zip(changed_at).map(|(a, b)| a.max(b));
+                mark.covered_at = if mark.changed {
+                    mark.covered_at.zip(changed_at).map(|(a, b)| a.max(b))
+                } else {
+                    changed_at
+                };
                 mark.shards = mark.shards.max(shards);
                 mark.generation = generation;
+                mark.changed = true;
             }
             None => {
                 let mark = Mark {
@@ -235,6 +278,8 @@ impl State {
                     due: now,
                     generation,
                     failures: 0,
+                    changed: true,
+                    grow: 0,
                 };
                 self.marks.insert(post.to_string(), mark);
             }

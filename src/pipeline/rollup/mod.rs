@@ -29,6 +29,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::store::counter_shards::ShardRegistry;
 use crate::store::rollup::{
     Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite, StoredRollup,
     WriteOutcome,
@@ -117,18 +118,21 @@ pub fn decide(
     interval: Duration,
     rate_limited: bool,
 ) -> Decision {
+    // The counter shards the rollup must register: every one read (which
+    // is every one registered) and those asked for.
+    let register = due.shards.max(due.grow);
     let Some(stored) = &read.stored else {
         return Decision::Write {
             likes: read.likes,
-            shards: due.shards,
+            shards: register,
         };
     };
     if let Some(shards) = stored.shards.filter(|&s| s > due.shards) {
         return Decision::Incomplete { shards };
     }
+    let registers = stored.shards.is_none_or(|s| s >= register);
     let covered_at = due.covered_at.unwrap_or(read_time);
-    let covers_shards = stored.shards.is_none_or(|s| s >= due.shards);
-    if stored.as_of >= covered_at && covers_shards {
+    if registers && (!due.changed || stored.as_of >= covered_at) {
         return Decision::Covered;
     }
     let age = Duration::from_micros(u64::try_from(read_time - stored.as_of).unwrap_or(0));
@@ -139,7 +143,7 @@ pub fn decide(
     }
     Decision::Write {
         likes: read.likes,
-        shards: due.shards.max(stored.shards.unwrap_or(0)),
+        shards: register.max(stored.shards.unwrap_or(0)),
     }
 }
 
@@ -193,6 +197,9 @@ pub struct Refresher<S> {
     marks: Arc<Marks>,
     config: RollupConfig,
     stats: Arc<Stats>,
+    /// Where the counter shards each rollup registers are kept for the
+    /// commits (Firestore), and the posts that need more.
+    registry: Option<Arc<ShardRegistry>>,
 }
 
 impl<S: RollupStore> Refresher<S> {
@@ -205,7 +212,15 @@ impl<S: RollupStore> Refresher<S> {
             marks,
             config,
             stats,
+            registry: None,
         }
+    }
+
+    /// This refresher, registering in each rollup the counter shards its
+    /// post's commits ask `registry` for, and telling `registry` what each
+    /// rollup it reads or writes registers.
+    pub fn with_registry(self, registry: Option<Arc<ShardRegistry>>) -> Self {
+        Self { registry, ..self }
     }
 
     /// The marks the flusher fills.
@@ -298,13 +313,25 @@ impl<S: RollupStore> Refresher<S> {
     /// refresh at shutdown, which also writes rollups younger than the
     /// interval).
     pub async fn cycle(&self, all: bool) -> CycleReport {
-        let due = self.marks.take_due(Instant::now(), all, usize::MAX);
+        let due = self.take_due(all);
         let mut report = CycleReport::default();
         for chunk in due.chunks(self.config.posts_per_read.max(1)) {
             self.refresh(chunk, !all, &mut report).await;
         }
         self.stats.rollup_pending.set(self.marks.len() as u64);
         report
+    }
+
+    /// The marks due now (all of them with `all`), with the posts whose
+    /// commits asked for more counter shards marked first.
+    pub fn take_due(&self, all: bool) -> Vec<Due> {
+        let now = Instant::now();
+        if let Some(registry) = &self.registry {
+            for (post, shards) in registry.take_wanted() {
+                self.marks.want_shards(&post, shards, now);
+            }
+        }
+        self.marks.take_due(now, all, usize::MAX)
     }
 
     /// One read of `due`, then the writes it calls for.
@@ -356,6 +383,10 @@ impl<S: RollupStore> Refresher<S> {
         let read_time = snapshot.read_time;
         let mut writes = Vec::new();
         for (due, read) in due.iter().zip(snapshot.posts) {
+            let registered = read.stored.as_ref().and_then(|s| s.shards);
+            if let (Some(registry), Some(shards)) = (&self.registry, registered) {
+                registry.confirm(&due.post_id, shards);
+            }
             let decision = decide(due, &read, read_time, self.config.interval, rate_limited);
             let settled = match decision {
                 Decision::Covered => Settled::Done,
@@ -407,6 +438,9 @@ impl<S: RollupStore> Refresher<S> {
                 WriteOutcome::Written => {
                     written += 1;
                     self.stats.rollup_refreshes.add(1);
+                    if let Some(registry) = &self.registry {
+                        registry.confirm(&planned.due.post_id, planned.shards);
+                    }
                     Settled::Done
                 }
                 WriteOutcome::Lost => {

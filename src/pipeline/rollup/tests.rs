@@ -255,6 +255,8 @@ fn due(covered_at: Option<Micros>, shards: u32) -> Due {
         covered_at,
         shards,
         generation: 1,
+        changed: true,
+        grow: 0,
     }
 }
 
@@ -343,6 +345,46 @@ fn the_decision_table() {
             true
         ),
         write(6, 8)
+    );
+    // A hot post asks for more counter shards: the rollup registers them
+    // (with the sum read: no shard beyond those registered exists yet)...
+    let grow = Due {
+        changed: false,
+        grow: 8,
+        ..due(None, 2)
+    };
+    assert_eq!(
+        decide(
+            &grow,
+            &read(6, Some((6, t - 5 * second, Some(2)))),
+            t,
+            INTERVAL,
+            true
+        ),
+        write(6, 8)
+    );
+    // ... once: a rollup registering them is all it needs.
+    assert_eq!(
+        decide(
+            &grow,
+            &read(6, Some((6, t - 5 * second, Some(8)))),
+            t,
+            INTERVAL,
+            true
+        ),
+        Decision::Incomplete { shards: 8 },
+        "read the registered shards first"
+    );
+    let grown = Due { shards: 8, ..grow };
+    assert_eq!(
+        decide(
+            &grown,
+            &read(6, Some((6, t - 5 * second, Some(8)))),
+            t,
+            INTERVAL,
+            true
+        ),
+        Decision::Covered
     );
     // PostgreSQL sums every shard: a rollup covers them all.
     assert_eq!(

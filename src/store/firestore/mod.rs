@@ -31,7 +31,7 @@ pub use documents::{CounterSums, Memberships};
 pub use errors::{classify, status_error};
 pub use layout::Layout;
 
-use super::counter_shards::CounterShardPlanner;
+use super::counter_shards::{CounterShardPlanner, ShardRegistry};
 use super::{
     Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
 };
@@ -61,6 +61,13 @@ impl FirestoreStore {
     /// The database it commits to.
     pub fn db(&self) -> &FirestoreDb {
         &self.db
+    }
+
+    /// From now on, caps each post's counter shards at what its rollup
+    /// registers (see [`super::counter_shards`]); the registry the rollup
+    /// refresher keeps up to date.
+    pub fn register_shards(&self) -> std::sync::Arc<ShardRegistry> {
+        self.shards.register_in(std::sync::Arc::default())
     }
 }
 
