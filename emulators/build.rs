@@ -289,6 +289,14 @@ fn main() {
                 false,
                 false,
             ),
+            (
+                "listen",
+                "Listen",
+                "ListenRequest",
+                "ListenResponse",
+                true,
+                true,
+            ),
         ],
     );
     Builder::new()
