@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
-use hotcount::ops::{dlq, quarantine, reconcile, replay, setup};
+use hotcount::ops::{dlq, live, quarantine, reconcile, replay, setup};
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
@@ -29,10 +29,15 @@ struct Cli {
 enum Command {
     /// Consume like events and count them until SIGINT/SIGTERM.
     Run(RunArgs),
-    /// Print the like count of each post (sum of its counter shards).
+    /// Print the like count of each post (sum of its counter shards); with
+    /// --live, each change of the posts' rollups as it happens.
     Count {
         #[command(flatten)]
         target: Target,
+        /// Print each post's rollup (`POST<TAB>likes<TAB>asOf`), then each
+        /// change of it as it happens, until interrupted.
+        #[arg(long)]
+        live: bool,
         /// Post ids.
         #[arg(required = true)]
         post_ids: Vec<String>,
@@ -166,7 +171,28 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             service::run(&cli.endpoints, &config, stop, stats).await?;
             Ok(())
         }
-        Command::Count { target, post_ids } => {
+        Command::Count {
+            target,
+            live: true,
+            post_ids,
+        } => {
+            let db = connect::store_db(&cli.endpoints, &target, 2).await?;
+            let print = |change: &hotcount::store::rollup::RollupChange| {
+                use std::io::Write as _;
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "{}", live::line(change)).is_ok() && out.flush().is_ok()
+            };
+            tokio::select! {
+                () = live::watch(&db, &post_ids, print) => {}
+                () = wait_for_signal() => {}
+            }
+            Ok(())
+        }
+        Command::Count {
+            target,
+            live: false,
+            post_ids,
+        } => {
             let db = connect::store_db(&cli.endpoints, &target, 1).await?;
             for post in post_ids {
                 let count = db

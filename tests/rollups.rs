@@ -23,6 +23,7 @@ const WAIT: Duration = Duration::from_secs(60);
 crate::on_each_store!(
     every_rollup_equals_its_count_and_the_truth_at_rest,
     three_replicas_killed_and_restarted_leave_every_rollup_exact,
+    count_live_prints_each_change_of_a_rollup,
 );
 
 /// Likes and unlikes over `posts` posts by `users` users (fewer on later
@@ -369,4 +370,104 @@ async fn a_batch_commit_gains_no_round_trip_with_rollups_on() {
     let reads = counters.get("BatchGetDocuments") - stats.batches.get();
     let writes = counters.get("BatchWrite");
     assert_eq!(reads + writes, stats.rollup_rpcs.get());
+}
+
+/// `hotcount count --live` as a child process: its stdout lines arrive on
+/// the returned receiver.
+fn count_live(h: &Harness, posts: &[&str]) -> (Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut command = h.command();
+    command.args(["count", "--live"]).args(posts);
+    if let Some(url) = h.postgres_url() {
+        command.args(["--store", url]);
+    }
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("hotcount count --live runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// The next line of `lines` that starts with `prefix` (bounded wait).
+async fn next_line(lines: &std::sync::mpsc::Receiver<String>, prefix: &str) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match lines.try_recv() {
+            Ok(line) if line.starts_with(prefix) => return line,
+            Ok(_) => continue,
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                assert!(tokio::time::Instant::now() < deadline, "no line {prefix:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => panic!("count --live exited"),
+        }
+    }
+}
+
+async fn count_live_prints_each_change_of_a_rollup(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let (mut live, lines) = count_live(&h, &["p1", "p2"]);
+    // Each post's state first: no rollup yet.
+    assert_eq!(next_line(&lines, "p1\t").await, "p1\t0\t-");
+    assert_eq!(next_line(&lines, "p2\t").await, "p2\t0\t-");
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "200"]));
+    let likes: Vec<Ev> = (0..3)
+        .map(|u| Ev::like(&format!("l{u}"), "p1", &format!("u{u}"), 1))
+        .collect();
+    h.publish(&likes).await;
+    let first = next_line(&lines, "p1\t3\t").await;
+    // The change after: an unlike.
+    h.publish(&[Ev::unlike("x0", "p1", "u0", 2)]).await;
+    let second = next_line(&lines, "p1\t2\t").await;
+    let as_of = |line: &str| line.rsplit('\t').next().map(str::to_string);
+    assert!(
+        as_of(&second) > as_of(&first),
+        "a later asOf: {first} then {second}"
+    );
+    consumer.stop().await;
+    live.kill().expect("stop count --live");
+    let _ = live.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_live_resumes_after_its_listen_stream_is_dropped() {
+    let h = Harness::start().await;
+    let (mut live, lines) = count_live(&h, &["p1"]);
+    assert_eq!(next_line(&lines, "p1\t").await, "p1\t0\t-");
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "200"]));
+    h.publish(&[Ev::like("a", "p1", "u1", 1)]).await;
+    next_line(&lines, "p1\t1\t").await;
+    // The server closes the stream (UNAVAILABLE): count --live opens it
+    // again from its resume token and misses nothing.
+    h.emulators
+        .firestore_faults()
+        .add(
+            FaultSpec::new(FaultKind::DropStream)
+                .method("Listen")
+                .times(1),
+        )
+        .unwrap();
+    h.publish(&[Ev::like("b", "p1", "u2", 1)]).await;
+    next_line(&lines, "p1\t2\t").await;
+    assert_eq!(
+        h.emulators
+            .firestore_faults()
+            .fired()
+            .get(&FaultKind::DropStream),
+        Some(&1)
+    );
+    consumer.stop().await;
+    live.kill().expect("stop count --live");
+    let _ = live.wait();
 }

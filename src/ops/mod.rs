@@ -8,7 +8,7 @@
 //! - [`replay`]: a time window re-read through an isolated, Seeked subscription.
 //! - [`dlq`]: dead letters inspected and replayed to the main topic.
 //! - [`quarantine`]: quarantine records listed, shown and re-driven.
-//!
+//! - [`live`]: `count --live`, each change of posts' rollups as it happens.
 //!
 //! Each runs on the store `--store` selects, through one code path: a
 //! trait implemented for both stores (`reconcile::Reconcilable`), or a
@@ -20,6 +20,7 @@
 //! consumers never breaks the counting invariants.
 
 pub mod dlq;
+pub mod live;
 pub mod quarantine;
 pub mod reconcile;
 pub mod replay;

@@ -116,6 +116,15 @@ pub struct ChangedPost {
     pub shards: u32,
 }
 
+/// A rollup's state as a listener sees it change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RollupChange {
+    /// The post.
+    pub post_id: String,
+    /// Its `likes` and `asOf`; `None` while it has no rollup.
+    pub rollup: Option<(i64, Micros)>,
+}
+
 /// What the rollup refresher needs of a store.
 pub trait RollupStore: Send + Sync + 'static {
     /// Reads the counter shards and the rollup of each of `keys` at one

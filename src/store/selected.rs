@@ -13,7 +13,8 @@ use super::counter_shards::ShardRegistry;
 use super::firestore::{FirestoreDb, FirestoreStore, Read};
 use super::postgres::{PgDb, PostgresStore};
 use super::rollup::{
-    ChangedPost, Micros, RollupKey, RollupSnapshot, RollupStore, RollupWrite, WriteOutcome,
+    ChangedPost, Micros, RollupChange, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
+    WriteOutcome,
 };
 pub use super::StoreSettings;
 use super::{Attempt, CommitReport, CounterStore, StoreError};
@@ -107,6 +108,22 @@ impl SelectedDb {
         match self {
             Self::Firestore(db) => db.count(post_id).await,
             Self::Postgres(db) => db.count(post_id).await,
+        }
+    }
+
+    /// Listens to the rollups of `posts`: each one's current state, then
+    /// each change, sent to `changes` (Firestore: the Listen RPC, resuming
+    /// from `resume`; PostgreSQL: `LISTEN hotcount_counts`). Returns when
+    /// the stream or connection ends (an error) or `changes` closes.
+    pub async fn listen_rollups(
+        &self,
+        posts: &[String],
+        resume: &mut Vec<u8>,
+        changes: &tokio::sync::mpsc::UnboundedSender<RollupChange>,
+    ) -> Result<(), StoreError> {
+        match self {
+            Self::Firestore(db) => db.listen_rollups(posts, resume, changes).await,
+            Self::Postgres(db) => db.listen_rollups(posts, changes).await,
         }
     }
 

@@ -112,7 +112,9 @@ impl FirestoreDb {
         &self.layout
     }
 
-    fn client(&self) -> fs::firestore_client::FirestoreClient<gcloud_sdk::GoogleAuthMiddleware> {
+    pub(super) fn client(
+        &self,
+    ) -> fs::firestore_client::FirestoreClient<gcloud_sdk::GoogleAuthMiddleware> {
         self.client.client().get()
     }
 

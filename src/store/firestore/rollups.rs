@@ -22,11 +22,12 @@ use fs::value::ValueType;
 
 use super::codec::{self, micros_to_timestamp, timestamp_to_micros};
 use super::db::{FirestoreDb, Read};
+use super::errors::status_error;
 use super::layout::collections;
 use super::layout::fields::{counter_shard, rollup};
 use crate::store::rollup::{
-    micros_of, ChangedPost, Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
-    StoredRollup, WriteOutcome,
+    micros_of, ChangedPost, Micros, PostRead, RollupChange, RollupKey, RollupSnapshot, RollupStore,
+    RollupWrite, StoredRollup, WriteOutcome,
 };
 use crate::store::{Code, StoreError};
 
@@ -178,6 +179,110 @@ impl FirestoreDb {
             }
         }
         Ok(out)
+    }
+
+    /// Listens to the rollups of `posts` on one Listen stream (a documents
+    /// target): sends each post's current state (`None` without a rollup),
+    /// then each change as it is committed, to `changes`. Resumes from
+    /// `resume` when it is not empty, and keeps the latest resume token
+    /// there. Returns when the stream ends or fails, or `changes` closes.
+    pub async fn listen_rollups(
+        &self,
+        posts: &[String],
+        resume: &mut Vec<u8>,
+        changes: &tokio::sync::mpsc::UnboundedSender<RollupChange>,
+    ) -> Result<(), StoreError> {
+        use fs::listen_response::ResponseType;
+        use fs::target_change::TargetChangeType;
+        use futures::StreamExt;
+        let op = "Listen";
+        let by_name: FxHashMap<String, &str> = posts
+            .iter()
+            .map(|p| (self.layout().rollup(p), p.as_str()))
+            .collect();
+        let target = fs::Target {
+            target_id: 1,
+            target_type: Some(fs::target::TargetType::Documents(
+                fs::target::DocumentsTarget {
+                    documents: by_name.keys().cloned().collect(),
+                },
+            )),
+            resume_type: (!resume.is_empty())
+                .then(|| fs::target::ResumeType::ResumeToken(resume.clone())),
+            ..Default::default()
+        };
+        let request = fs::ListenRequest {
+            database: self.layout().database.clone(),
+            target_change: Some(fs::listen_request::TargetChange::AddTarget(target)),
+            ..Default::default()
+        };
+        // One request, then the stream stays open for the answers.
+        let requests =
+            futures::stream::once(async move { request }).chain(futures::stream::pending());
+        let mut stream = self
+            .client()
+            .listen(requests)
+            .await
+            .map_err(|s| status_error(op, &s))?
+            .into_inner();
+        let mut seen: rustc_hash::FxHashSet<&str> = Default::default();
+        let send = |post: &str, rollup: Option<(i64, Micros)>| {
+            changes.send(RollupChange {
+                post_id: post.to_string(),
+                rollup,
+            })
+        };
+        loop {
+            let response = match stream.message().await {
+                Ok(Some(response)) => response,
+                Ok(None) => return Ok(()),
+                Err(status) => return Err(status_error(op, &status)),
+            };
+            let sent = match response.response_type {
+                Some(ResponseType::DocumentChange(change)) => {
+                    let Some(doc) = change.document else { continue };
+                    let Some(&post) = by_name.get(&doc.name) else {
+                        continue;
+                    };
+                    seen.insert(post);
+                    let rollup = codec::stored_rollup(&doc).map(|r| (r.likes, r.as_of));
+                    send(post, rollup)
+                }
+                Some(ResponseType::DocumentDelete(fs::DocumentDelete { document, .. }))
+                | Some(ResponseType::DocumentRemove(fs::DocumentRemove { document, .. })) => {
+                    let Some(&post) = by_name.get(&document) else {
+                        continue;
+                    };
+                    seen.insert(post);
+                    send(post, None)
+                }
+                Some(ResponseType::TargetChange(change)) => {
+                    if let Some(cause) = change.cause.filter(|c| c.code != 0) {
+                        let code = Code::from(cause.code);
+                        let status = gcloud_sdk::tonic::Status::new(code, cause.message);
+                        return Err(status_error(op, &status));
+                    }
+                    if !change.resume_token.is_empty() {
+                        resume.clone_from(&change.resume_token);
+                    }
+                    let current = change.target_change_type == TargetChangeType::Current as i32;
+                    let mut result = Ok(());
+                    if current {
+                        // Posts with no rollup: nothing was sent for them.
+                        for post in posts.iter().map(String::as_str) {
+                            if seen.insert(post) {
+                                result = result.and(send(post, None));
+                            }
+                        }
+                    }
+                    result
+                }
+                _ => Ok(()),
+            };
+            if sent.is_err() {
+                return Ok(());
+            }
+        }
     }
 
     /// The rollup of `post_id`, if any (latest state).

@@ -95,7 +95,7 @@ pub mod schema;
 pub mod tls;
 
 pub use codec::StoredRecord;
-pub use db::{PgConfigError, PgDb, PgDbConfig, PostTally};
+pub use db::{Listening, PgConfigError, PgDb, PgDbConfig, PostTally};
 pub use errors::classify;
 pub use schema::{migrate, MigrateError, MigrationReport, SchemaError};
 

@@ -16,8 +16,8 @@ use tokio_postgres::types::ToSql;
 use super::errors::query_error;
 use super::{schema, PgDb};
 use crate::store::rollup::{
-    micros_of, ChangedPost, Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
-    StoredRollup, WriteOutcome,
+    micros_of, ChangedPost, Micros, PostRead, RollupChange, RollupKey, RollupSnapshot, RollupStore,
+    RollupWrite, StoredRollup, WriteOutcome,
 };
 use crate::store::StoreError;
 
@@ -109,6 +109,60 @@ impl RollupStore for PgDb {
 }
 
 impl PgDb {
+    /// Listens to the rollups of `posts` (`LISTEN hotcount_counts` on a
+    /// connection of its own, then the current rows): sends each post's
+    /// current state (`None` without a rollup), then its state again after
+    /// each notification of it, to `changes`. Returns when the connection
+    /// ends (an error) or `changes` closes.
+    pub async fn listen_rollups(
+        &self,
+        posts: &[String],
+        changes: &tokio::sync::mpsc::UnboundedSender<RollupChange>,
+    ) -> Result<(), StoreError> {
+        // LISTEN first: a write after the reads below is notified.
+        let mut listening = self.listen(schema::ROLLUP_CHANNEL).await?;
+        let send = |post: &str, read: &PostRead| {
+            let rollup = read.stored.as_ref().map(|r| (r.likes, r.as_of));
+            changes.send(RollupChange {
+                post_id: post.to_string(),
+                rollup,
+            })
+        };
+        let keys: Vec<RollupKey<'_>> = posts
+            .iter()
+            .map(|p| RollupKey {
+                post_id: p,
+                shards: 0,
+            })
+            .collect();
+        let current = self.read_rollups(&keys).await?;
+        for (post, read) in posts.iter().zip(&current.posts) {
+            if send(post, read).is_err() {
+                return Ok(());
+            }
+        }
+        while let Some(post) = listening.notifications.recv().await {
+            if !posts.contains(&post) {
+                continue;
+            }
+            let key = [RollupKey {
+                post_id: &post,
+                shards: 0,
+            }];
+            let read = self.read_rollups(&key).await?;
+            let Some(read) = read.posts.first() else {
+                continue;
+            };
+            if send(&post, read).is_err() {
+                return Ok(());
+            }
+        }
+        Err(super::errors::unavailable(
+            "Listen",
+            "the LISTEN connection ended",
+        ))
+    }
+
     /// Every rollup: post -> (`likes`, `as_of`).
     pub async fn rollups(&self) -> Result<BTreeMap<String, (i64, Micros)>, StoreError> {
         let op = "ReadRollups";
