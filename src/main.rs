@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::ops::{dlq, live, quarantine, reconcile, replay, setup};
+use hotcount::pipeline::rollup;
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
@@ -387,6 +388,15 @@ async fn reconcile(
         }
         reports
     };
+    let repaired: Vec<String> = (reports.iter())
+        .filter(|r| r.repaired)
+        .map(|r| r.post_id.clone())
+        .collect();
+    if !repaired.is_empty() {
+        // The counts changed: so do the rollups of the posts that have one.
+        let store = std::sync::Arc::new(db.clone());
+        rollup::refresh_existing(store, &repaired, 1).await;
+    }
     println!("post\tshards\tliked\tdifference\tstatus");
     let mut unrepaired = 0;
     for r in &reports {

@@ -6,6 +6,8 @@
 //! batch commit gains no round trip.
 
 mod common;
+#[path = "support/corrupt.rs"]
+mod corrupt;
 
 use std::collections::BTreeMap;
 use std::process::{Child, Stdio};
@@ -470,4 +472,56 @@ async fn count_live_resumes_after_its_listen_stream_is_dropped() {
     consumer.stop().await;
     live.kill().expect("stop count --live");
     let _ = live.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_repair_refreshes_the_rollup_of_the_post_it_repairs() {
+    let h = Harness::start().await;
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "100"]));
+    let events = workload(2, 10, "r");
+    let want = expected(&events);
+    h.publish(&events).await;
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    wait_for_rollups(&h, &want).await;
+    consumer.stop().await;
+    // Shard 0 of post-0 corrupted behind hotcount's back: the count is off
+    // (the rollup still shows the true total), then repaired.
+    corrupt::counter_shard(&h.db, "post-0", 0, 5).await;
+    let out = h
+        .command()
+        .args(["reconcile", "--post", "post-0", "--repair"])
+        .output()
+        .expect("reconcile runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(h.count("post-0").await, want["post-0"]);
+    let rollups = h.store.rollups().await.expect("rollups");
+    assert_eq!(rollups.get("post-0").map(|r| r.0), Some(want["post-0"]));
+    // Corrupted the other way round: the rollup shows the corrupted sum
+    // once refreshed, and the repair refreshes it back.
+    corrupt::counter_shard(&h.db, "post-1", 0, 3).await;
+    let refreshed = hotcount::pipeline::rollup::refresh_existing(
+        std::sync::Arc::new(h.store.clone()),
+        &["post-1".to_string()],
+        16,
+    )
+    .await;
+    assert_eq!(refreshed, 1);
+    let before = h.store.rollups().await.expect("rollups")["post-1"].0;
+    assert_eq!(before, want["post-1"] + 3);
+    let out = h
+        .command()
+        .args(["reconcile", "--post", "post-1", "--repair"])
+        .output()
+        .expect("reconcile runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = h.store.rollups().await.expect("rollups")["post-1"].0;
+    assert_eq!(after, want["post-1"], "the repair refreshed the rollup");
 }

@@ -175,6 +175,33 @@ impl PlannedWrite {
     }
 }
 
+/// Refreshes now, whatever their age, the rollups of `posts` that exist
+/// (the operator tools, after changing counts: `replay`, `reconcile
+/// --repair`); returns how many were written. A post without a rollup is
+/// left alone: rollups are the running service's, which may have them off.
+pub async fn refresh_existing<S: RollupStore>(
+    store: Arc<S>,
+    posts: &[String],
+    max_shards: u32,
+) -> usize {
+    let config = RollupConfig {
+        sweep_lookback: None,
+        drain_timeout: Duration::from_secs(60),
+        ..RollupConfig::new(Duration::from_secs(1), max_shards)
+    };
+    let stats = Arc::new(Stats::default());
+    let refresher = Refresher {
+        existing_only: true,
+        ..Refresher::new(store, config, stats.clone())
+    };
+    let now = Instant::now();
+    for post in posts {
+        refresher.marks.mark_post(post, None, 1, now);
+    }
+    refresher.drain().await;
+    stats.rollup_refreshes.get() as usize
+}
+
 /// A store answer the refresher cannot use.
 fn internal(message: &str) -> StoreError {
     crate::store::firestore::errors::internal("Rollups", message)
@@ -200,6 +227,9 @@ pub struct Refresher<S> {
     /// Where the counter shards each rollup registers are kept for the
     /// commits (Firestore), and the posts that need more.
     registry: Option<Arc<ShardRegistry>>,
+    /// Refresh only rollups that exist (the operator tools: a deployment
+    /// without rollups gets none from them).
+    existing_only: bool,
 }
 
 impl<S: RollupStore> Refresher<S> {
@@ -213,6 +243,7 @@ impl<S: RollupStore> Refresher<S> {
             config,
             stats,
             registry: None,
+            existing_only: false,
         }
     }
 
@@ -257,10 +288,14 @@ impl<S: RollupStore> Refresher<S> {
     pub async fn drain(&self) {
         let deadline = Instant::now() + self.config.drain_timeout;
         let drained = tokio::time::timeout_at(deadline, async {
-            while !self.marks.is_empty() {
+            // Cycles in a row that settled nothing (a failing store), at most.
+            let mut stalled = 0;
+            while !self.marks.is_empty() && stalled < 3 {
                 let before = self.marks.len();
                 let report = self.cycle(true).await;
-                if report.posts == 0 || (report.written == 0 && self.marks.len() >= before) {
+                let progress = report.written > 0 || self.marks.len() < before;
+                stalled = if progress { 0 } else { stalled + 1 };
+                if report.posts == 0 {
                     break;
                 }
             }
@@ -383,6 +418,10 @@ impl<S: RollupStore> Refresher<S> {
         let read_time = snapshot.read_time;
         let mut writes = Vec::new();
         for (due, read) in due.iter().zip(snapshot.posts) {
+            if self.existing_only && read.stored.is_none() {
+                self.settle(due, Some(read_time), Settled::Done, now);
+                continue;
+            }
             let registered = read.stored.as_ref().and_then(|s| s.shards);
             if let (Some(registry), Some(shards)) = (&self.registry, registered) {
                 registry.confirm(&due.post_id, shards);
