@@ -6,7 +6,6 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::ops::{dlq, live, quarantine, reconcile, replay, setup};
-use hotcount::pipeline::rollup;
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
@@ -178,7 +177,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             post_ids,
         } => {
             let db = connect::store_db(&cli.endpoints, &target, 2).await?;
-            let print = |change: &hotcount::store::rollup::RollupChange| {
+            let print = |change: &live::RollupChange| {
                 use std::io::Write as _;
                 let mut out = std::io::stdout().lock();
                 writeln!(out, "{}", live::line(change)).is_ok() && out.flush().is_ok()
@@ -388,15 +387,8 @@ async fn reconcile(
         }
         reports
     };
-    let repaired: Vec<String> = (reports.iter())
-        .filter(|r| r.repaired)
-        .map(|r| r.post_id.clone())
-        .collect();
-    if !repaired.is_empty() {
-        // The counts changed: so do the rollups of the posts that have one.
-        let store = std::sync::Arc::new(db.clone());
-        rollup::refresh_existing(store, &repaired, 1).await;
-    }
+    // The counts repaired changed: so do the rollups of those posts.
+    reconcile::refresh_rollups(&db, &reports).await;
     println!("post\tshards\tliked\tdifference\tstatus");
     let mut unrepaired = 0;
     for r in &reports {

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::store::rollup::RollupChange;
+pub use crate::store::rollup::RollupChange;
 use crate::store::selected::SelectedDb;
 
 /// Longest wait before a lost stream is opened again.
