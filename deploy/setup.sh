@@ -8,8 +8,9 @@
 #   - IAM for the Pub/Sub service agent (forwarding dead letters needs
 #     publisher on the dead-letter topic and subscriber on the subscription);
 #   - the service account hotcount runs as, with its roles;
-#   - Firestore: the TTL policy on batches.expireAt and single-field index
-#     exemptions for the fields hotcount never queries;
+#   - Firestore: the TTL policy on batches.expireAt, single-field index
+#     exemptions for the fields hotcount never queries, and the
+#     collection-group index of the rollup sweep (shards.updatedAt);
 #   - with GKE_CLUSTER set (deploy/gke/): Workload Identity for hotcount's
 #     Kubernetes service account, and what the autoscaler reads the Pub/Sub
 #     metrics through: AUTOSCALER=hpa installs the Custom Metrics Stackdriver
@@ -141,6 +142,15 @@ done
 for field in data dataBytes attributes reason quarantinedAt; do
   exempt quarantine "${field}"
 done
+
+echo "== Firestore: the rollup sweep's index (counter shards by updatedAt, collection group)"
+# A replica's start-up sweep finds recently changed posts with a
+# collection-group query on shards.updatedAt (docs/OPERATIONS.md, "Rollups").
+gcloud_p firestore indexes fields update updatedAt \
+  --collection-group=shards \
+  --database="${DATABASE}" \
+  --index=order=ASCENDING,query-scope=COLLECTION \
+  --index=order=ASCENDING,query-scope=COLLECTION_GROUP --async
 
 if [[ -n "${GKE_CLUSTER}" ]]; then
   WORKLOAD_POOL="${PROJECT_ID}.svc.id.goog"

@@ -211,7 +211,7 @@ pub async fn read_snapshot(db: &PgDb) -> Result<Snapshot, ReadError> {
     let err = read_error(op);
     let conn = db.checkout(op).await.map_err(from_store(op))?;
     let client = conn.client().map_err(from_store(op))?;
-    let (begun, memberships, shards, quarantine, ended) = tokio::join!(
+    let (begun, memberships, shards, quarantine, rollups, ended) = tokio::join!(
         biased;
         client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
         client.query(MEMBERSHIPS, &[]),
@@ -220,12 +220,16 @@ pub async fn read_snapshot(db: &PgDb) -> Result<Snapshot, ReadError> {
             &[],
         ),
         client.query("SELECT message_id FROM quarantine", &[]),
+        client.query("SELECT post_id, likes FROM post_counts", &[]),
         client.batch_execute("COMMIT"),
     );
     begun.map_err(&err)?;
     let memberships = memberships_of(memberships.map_err(&err)?)?;
     let (counts, shards_read) = sums_of(shards.map_err(&err)?)?;
     let quarantine = quarantine.map_err(&err)?;
+    let rollups = (rollups.map_err(&err)?.iter())
+        .map(|row| Ok((row.try_get(0).map_err(&err)?, row.try_get(1).map_err(&err)?)))
+        .collect::<Result<BTreeMap<String, i64>, ReadError>>()?;
     ended.map_err(&err)?;
     conn.release();
     let mut quarantined_events = 0;
@@ -240,6 +244,7 @@ pub async fn read_snapshot(db: &PgDb) -> Result<Snapshot, ReadError> {
         quarantined: quarantine.len(),
         quarantined_events,
         consistent: true,
+        rollups,
     })
 }
 

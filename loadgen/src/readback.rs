@@ -129,6 +129,9 @@ pub struct Snapshot {
     /// Whether both reads used the same read time (false if the server
     /// refused a read at the first read's time and a current read was used).
     pub consistent: bool,
+    /// Each rollup's `likes` (`counts/{post}`, `post_counts`), read with
+    /// the shards.
+    pub rollups: BTreeMap<String, i64>,
 }
 
 /// Reads memberships, counter shards and quarantine records at one read
@@ -147,9 +150,18 @@ async fn read_firestore_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError
         .memberships(None, Read::Latest)
         .await
         .map_err(ReadError::query(db.layout().collection(collections::LIKES)))?;
-    let (sums, consistent) = match read_time {
+    let rollups_at = |read| async move {
+        let rollups = db.rollups(read).await?;
+        Ok::<_, StoreError>(
+            rollups
+                .into_iter()
+                .map(|(p, (likes, _))| (p, likes))
+                .collect(),
+        )
+    };
+    let (sums, rollups, consistent) = match read_time {
         Some(t) => match db.counter_sums(Read::At(t)).await {
-            Ok(sums) => (sums, true),
+            Ok(sums) => (sums, rollups_at(Read::At(t)).await.map_err(&shards)?, true),
             Err(e)
                 if matches!(
                     e.code,
@@ -161,11 +173,16 @@ async fn read_firestore_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError
                     "reading at a fixed time was refused; reading the shards now"
                 );
                 let sums = db.counter_sums(Read::Latest).await.map_err(&shards)?;
-                (sums, false)
+                let rollups = rollups_at(Read::Latest).await.map_err(&shards)?;
+                (sums, rollups, false)
             }
             Err(e) => return Err(shards(e)),
         },
-        None => (db.counter_sums(Read::Latest).await.map_err(&shards)?, false),
+        None => (
+            db.counter_sums(Read::Latest).await.map_err(&shards)?,
+            rollups_at(Read::Latest).await.map_err(&shards)?,
+            false,
+        ),
     };
     let records = db
         .quarantine_records(None, None)
@@ -184,6 +201,7 @@ async fn read_firestore_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError
         quarantined: records.len(),
         quarantined_events,
         consistent,
+        rollups,
     })
 }
 

@@ -48,6 +48,9 @@ pub enum Case {
 pub enum Runner {
     /// `hotcount run` with this strategy.
     Hotcount(Strategy),
+    /// `hotcount run`, batched, with `--rollup-interval-ms 0`: the same
+    /// run without rollups, beside the one with them (`--compare-rollups`).
+    NoRollups,
     /// `hotcount-null-consumer`: receive and ack on hotcount's stream
     /// settings, nothing else; the delivery floor hotcount's CPU per event
     /// is compared with (the ceiling row).
@@ -91,6 +94,11 @@ pub struct BenchConfig {
     /// (null, then each strategy, then again), so the medians compare runs
     /// made side by side.
     pub rounds: u32,
+    /// Consumers (replicas) per run, on one subscription.
+    pub replicas: usize,
+    /// Also run batched with rollups off ([`Runner::NoRollups`]), last in
+    /// each round.
+    pub compare_rollups: bool,
 }
 
 /// How a run's counts were checked.
@@ -167,6 +175,16 @@ pub struct RunResult {
     /// its `/metrics`: where the publish->commit time goes. `None` when it
     /// could not be read.
     pub commit_duration: Option<(Duration, Duration)>,
+    /// Firestore: the rollup refreshers' RPCs in the window (BatchWrite,
+    /// RunQuery, and the BatchGetDocuments beyond one per batch committed
+    /// or rolled back); `None` on PostgreSQL (compare the round trips of a
+    /// run without rollups).
+    pub rollup_rpcs: Option<u64>,
+    /// Firestore: writes to the rollup of the workload's most liked post
+    /// in the window; `None` on PostgreSQL.
+    pub top_rollup_writes: Option<u64>,
+    /// Consumers (replicas) that ran.
+    pub replicas: usize,
     /// The count check.
     pub verdict: Verdict,
 }
@@ -193,6 +211,18 @@ impl RunResult {
     /// written post (all its shards).
     pub fn hottest_post_writes_per_sec(&self) -> Option<f64> {
         self.hottest_post_writes
+            .map(|w| w as f64 / self.elapsed.as_secs_f64().max(1e-9))
+    }
+
+    /// Rollup RPCs per 1,000 acked messages (Firestore).
+    pub fn rollup_rpcs_per_1k(&self) -> Option<f64> {
+        self.rollup_rpcs
+            .map(|n| n as f64 * 1000.0 / self.acked.max(1) as f64)
+    }
+
+    /// Writes per second to the most liked post's rollup (Firestore).
+    pub fn top_rollup_writes_per_sec(&self) -> Option<f64> {
+        self.top_rollup_writes
             .map(|w| w as f64 / self.elapsed.as_secs_f64().max(1e-9))
     }
 
@@ -253,8 +283,10 @@ pub async fn run(
 /// then each strategy.
 pub fn runners(config: &BenchConfig) -> Vec<Runner> {
     let null = config.null_consumer_bin.as_ref().map(|_| Runner::Null);
+    let no_rollups = config.compare_rollups.then_some(Runner::NoRollups);
     null.into_iter()
         .chain(config.strategies.iter().map(|&s| Runner::Hotcount(s)))
+        .chain(no_rollups)
         .collect()
 }
 
@@ -270,9 +302,10 @@ async fn run_one(
     // The null consumer runs on the stage and stream settings of batched.
     let strategy = match runner {
         Runner::Hotcount(strategy) => strategy,
-        Runner::Null => Strategy::Batched,
+        Runner::Null | Runner::NoRollups => Strategy::Batched,
     };
-    let (run_args, service_config) = consumer_settings(config, strategy)?;
+    let (run_args, service_config) =
+        consumer_settings(config, strategy, runner == Runner::NoRollups)?;
     let spec = StageSpec::for_consumer(
         &service_config,
         &run_args.target.project,
@@ -284,30 +317,50 @@ async fn run_one(
     let publishing = Publishing::start(config, &stage, workload.clone(), cancel).await?;
     // The consumer reaches a PostgreSQL store through the stage's proxy.
     let (consumer_args, consumer_config) = stage.consumer_settings(&run_args, &service_config);
-    let consumer = match (runner, &config.null_consumer_bin) {
-        (Runner::Null, Some(bin)) => Consumer::start_null(bin, stage.endpoints(), &run_args)?,
-        (Runner::Null, None) => {
-            return Err(RunError::Invalid("no null consumer binary".into()));
-        }
-        (Runner::Hotcount(_), _) => Consumer::start(
-            config.consumer_bin.as_deref(),
-            stage.endpoints(),
-            &consumer_args,
-            &consumer_config,
-        )?,
-    };
+    let mut consumers = Vec::new();
+    for _ in 0..config.replicas.max(1) {
+        consumers.push(match (runner, &config.null_consumer_bin) {
+            (Runner::Null, Some(bin)) => Consumer::start_null(bin, stage.endpoints(), &run_args)?,
+            (Runner::Null, None) => {
+                return Err(RunError::Invalid("no null consumer binary".into()));
+            }
+            (Runner::Hotcount(_) | Runner::NoRollups, _) => Consumer::start(
+                config.consumer_bin.as_deref(),
+                stage.endpoints(),
+                &consumer_args,
+                &consumer_config,
+            )?,
+        });
+    }
     let total = workload.messages.len() as u64;
-    let mut window =
-        Window::measure(&stage, &consumer, &mut baseline, config.max_secs, total).await;
+    let target = &run_args.target;
+    let layout = hotcount::store::firestore::Layout::new(
+        &target.project,
+        &target.database,
+        &target.collection_prefix,
+    );
+    let top_rollup = layout.rollup(&top_post(&workload));
+    let mut window = Window::measure(
+        &stage,
+        &consumers,
+        &mut baseline,
+        (config.max_secs, total),
+        &top_rollup,
+    )
+    .await;
     let _ = cancel_tx.send(true);
     let published = publishing.finish().await?;
-    consumer.stop().await?;
+    for consumer in consumers {
+        consumer.stop().await?;
+    }
     window.add_server_figures(baseline).await?;
     // Reading back is not part of the measured window: no RTT for it.
     stage.emulators().firestore_faults().clear();
     let completed = window.completed && published == total;
     let (verdict, latency) = match runner {
-        Runner::Hotcount(_) => check(&stage, &run_args, &workload, completed).await?,
+        Runner::Hotcount(_) | Runner::NoRollups => {
+            check(&stage, &run_args, &workload, completed).await?
+        }
         Runner::Null => (Verdict::NotCounted, Percentiles::default()),
     };
     stage.shutdown().await;
@@ -320,15 +373,28 @@ async fn run_one(
     ))
 }
 
-/// The consumer settings of one strategy: `config.run` with `strategy`,
-/// its metrics endpoint off (a child's is set by [`Consumer::start`]).
+/// The workload's most liked post (the viral one, in the viral case).
+fn top_post(workload: &Workload) -> String {
+    (workload.truth.counts.iter())
+        .max_by_key(|(_, n)| **n)
+        .map(|(post, _)| post.clone())
+        .unwrap_or_default()
+}
+
+/// The consumer settings of one strategy: `config.run` with `strategy`
+/// (and rollups off with `no_rollups`), its metrics endpoint off (a
+/// child's is set by [`Consumer::start`]).
 fn consumer_settings(
     config: &BenchConfig,
     strategy: Strategy,
+    no_rollups: bool,
 ) -> Result<(RunArgs, Config), RunError> {
     let mut run_args = config.run.clone();
     run_args.strategy = strategy;
     run_args.metrics_addr = "off".into();
+    if no_rollups {
+        run_args.rollup_interval_ms = 0;
+    }
     let service_config = run_args
         .validate()
         .map_err(|e| RunError::Invalid(e.to_string()))?;
@@ -341,7 +407,20 @@ fn consumer_settings(
 struct Baseline {
     store_rpcs: u64,
     commits: u64,
+    rollup_rpcs: u64,
     probe: Option<crate::postgres::Probe>,
+}
+
+/// The Firestore RPCs of rollup refreshers so far (and of anything else
+/// that reads without committing: nothing else in a bench run): BatchWrite,
+/// RunQuery (the sweep), and every BatchGetDocuments beyond one per batch
+/// committed or rolled back. Saturates at 0.
+fn rollup_rpcs(stage: &Stage) -> u64 {
+    let counters = stage.emulators().firestore_counters();
+    let batches = counters.get("Commit") + counters.get("Rollback");
+    counters.get("BatchWrite")
+        + counters.get("RunQuery")
+        + counters.get("BatchGetDocuments").saturating_sub(batches)
 }
 
 impl Baseline {
@@ -350,6 +429,7 @@ impl Baseline {
         emulators.firestore().reset_stats();
         let store_rpcs = emulators.firestore_counters().total();
         let commits = emulators.firestore_counters().get("Commit");
+        let rollup_rpcs = rollup_rpcs(stage);
         let probe = match stage.postgres() {
             Some(pg) => {
                 pg.proxy.reset_round_trips();
@@ -361,6 +441,7 @@ impl Baseline {
         Ok(Self {
             store_rpcs,
             commits,
+            rollup_rpcs,
             probe,
         })
     }
@@ -432,17 +513,21 @@ struct Window {
     rss_is_consumer_only: bool,
     consumer_cpu: Option<Duration>,
     commit_duration: Option<(Duration, Duration)>,
+    rollup_rpcs: Option<u64>,
+    top_rollup_writes: Option<u64>,
+    replicas: usize,
 }
 
 impl Window {
     /// Waits for `total` acks (at most `max_secs`) and reads every figure
-    /// at that moment, before the consumer drains.
+    /// at that moment, before the consumers drain (`top_rollup`: the name
+    /// of the most liked post's rollup).
     async fn measure(
         stage: &Stage,
-        consumer: &Consumer,
+        consumers: &[Consumer],
         baseline: &mut Baseline,
-        max_secs: u64,
-        total: u64,
+        (max_secs, total): (u64, u64),
+        top_rollup: &str,
     ) -> Self {
         let started = Instant::now();
         let deadline = started + Duration::from_secs(max_secs);
@@ -459,10 +544,26 @@ impl Window {
         let (hottest_document, hottest_writes) = hottest
             .first()
             .map_or((String::new(), 0), |d| (d.name.clone(), d.writes));
+        let postgres = stage.postgres().is_some();
+        let rollup_rpcs = rollup_rpcs(stage).saturating_sub(baseline.rollup_rpcs);
+        let top_rollup_writes = emulators.firestore().document_writes(top_rollup);
         if let Some(pg) = stage.postgres() {
             store_rpcs = pg.proxy.round_trips();
         }
-        let (peak_rss_bytes, rss_is_consumer_only) = consumer.peak_rss_bytes();
+        // The replicas' largest peak RSS, their CPU together.
+        let mut peak_rss_bytes = 0;
+        let mut rss_is_consumer_only = true;
+        let mut consumer_cpu = Some(Duration::ZERO);
+        for consumer in consumers {
+            let (rss, only) = consumer.peak_rss_bytes();
+            peak_rss_bytes = peak_rss_bytes.max(rss);
+            rss_is_consumer_only &= only;
+            consumer_cpu = consumer_cpu.zip(consumer.cpu_time()).map(|(a, b)| a + b);
+        }
+        let commit_duration = match consumers.first() {
+            Some(consumer) => consumer.commit_duration().await,
+            None => None,
+        };
         Self {
             postgres: stage.postgres().is_some(),
             elapsed,
@@ -475,8 +576,11 @@ impl Window {
             hottest_post_writes: None,
             peak_rss_bytes,
             rss_is_consumer_only,
-            consumer_cpu: consumer.cpu_time(),
-            commit_duration: consumer.commit_duration().await,
+            consumer_cpu,
+            commit_duration,
+            rollup_rpcs: (!postgres).then_some(rollup_rpcs),
+            top_rollup_writes: (!postgres).then_some(top_rollup_writes),
+            replicas: consumers.len(),
         }
     }
 
@@ -523,6 +627,9 @@ impl Window {
             rss_is_consumer_only: self.rss_is_consumer_only,
             consumer_cpu: self.consumer_cpu,
             commit_duration: self.commit_duration,
+            rollup_rpcs: self.rollup_rpcs,
+            top_rollup_writes: self.top_rollup_writes,
+            replicas: self.replicas,
             verdict,
         }
     }
@@ -537,7 +644,9 @@ async fn check(
     completed: bool,
 ) -> Result<(Verdict, Percentiles), RunError> {
     let (endpoints, target) = (stage.endpoints(), &run_args.target);
-    let report = verify::connect_and_verify(endpoints, target, &workload.truth).await?;
+    // The consumers drained at their stop: rollups are exact at rest.
+    let rollups = completed && run_args.rollup_interval_ms > 0;
+    let report = verify::connect_and_verify(endpoints, target, &workload.truth, rollups).await?;
     let verdict = if !completed {
         Verdict::Partial {
             invariant_breaks: report.invariant_violations.len(),
@@ -546,7 +655,7 @@ async fn check(
         Verdict::Exact
     } else {
         Verdict::Wrong {
-            mismatches: report.mismatches.len(),
+            mismatches: report.mismatches.len() + report.rollup_mismatches.len(),
             invariant_breaks: report.invariant_violations.len(),
         }
     };

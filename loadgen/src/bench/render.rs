@@ -12,6 +12,7 @@ fn runner_name(r: Runner) -> &'static str {
         Runner::Hotcount(Strategy::Batched) => "batched",
         Runner::Hotcount(Strategy::PerEvent) => "per-event",
         Runner::Null => "null consumer (receive + ack)",
+        Runner::NoRollups => "batched, rollups off",
     }
 }
 
@@ -70,7 +71,7 @@ pub fn render_settings(config: &BenchConfig) -> String {
         ),
     };
     format!(
-        "{store}; {} messages, {} posts, {} users, seed {}; publish rate {}{}; consumer {}; cap {} s per run; shards {}, counter shards <= {} at {} writes/s each, flush interval {} ms (min wait {} ms), commits in flight {}, max batch {}, streams {}, per-event concurrency {}\n",
+        "{store}; {} messages, {} posts, {} users, seed {}; publish rate {}{}; consumer {} x {}; cap {} s per run; shards {}, counter shards <= {} at {} writes/s each, flush interval {} ms (min wait {} ms), commits in flight {}, max batch {}, streams {}, per-event concurrency {}, rollup interval {} ms\n",
         config.events,
         config.posts,
         config.users,
@@ -78,6 +79,7 @@ pub fn render_settings(config: &BenchConfig) -> String {
         if config.rate_per_sec == 0 { "max".to_string() } else { format!("{}/s", config.rate_per_sec) },
         if config.backlog { ", all published before the consumer starts (window from its start)" } else { "" },
         if config.consumer_bin.is_some() { "in a child process" } else { "in this process" },
+        config.replicas.max(1),
         config.max_secs,
         config.run.shards,
         config.run.counter_shards,
@@ -88,6 +90,7 @@ pub fn render_settings(config: &BenchConfig) -> String {
         config.run.max_batch_events,
         config.run.streams,
         config.run.per_event_concurrency,
+        config.run.rollup_interval_ms,
     )
 }
 
@@ -95,7 +98,7 @@ pub fn render_settings(config: &BenchConfig) -> String {
 type Row = (&'static str, fn(&RunResult) -> String);
 
 /// The rows of the side-by-side table, in order.
-const ROWS: [Row; 13] = [
+const ROWS: [Row; 15] = [
     ("messages acked / published", |r| {
         format!("{} / {}", r.acked, r.published)
     }),
@@ -147,6 +150,14 @@ const ROWS: [Row; 13] = [
     ("consumer CPU per 1,000 events (ms)", |r| {
         r.cpu_ms_per_1k()
             .map_or("n/a (in-process)".to_string(), |cpu| format!("{cpu:.1}"))
+    }),
+    ("rollup RPCs per 1,000 events", |r| {
+        r.rollup_rpcs_per_1k()
+            .map_or("n/a (see rollups off)".to_string(), |n| format!("{n:.2}"))
+    }),
+    ("most liked post's rollup writes/s", |r| {
+        r.top_rollup_writes_per_sec()
+            .map_or("n/a".to_string(), |w| format!("{w:.2}"))
     }),
     ("counts", |r| verdict_text(&r.verdict)),
 ];
@@ -246,7 +257,7 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
 /// A row of the medians table: its name and one run's figure.
 type FigureRow = (&'static str, fn(&RunResult) -> Option<f64>, usize);
 
-const MEDIAN_ROWS: [FigureRow; 7] = [
+const MEDIAN_ROWS: [FigureRow; 9] = [
     ("events/s", |r| Some(r.events_per_sec()), 0),
     (
         "consumer CPU per 1,000 messages (ms)",
@@ -273,6 +284,16 @@ const MEDIAN_ROWS: [FigureRow; 7] = [
         "peak RSS (MiB)",
         |r| Some(r.peak_rss_bytes as f64 / (1024.0 * 1024.0)),
         0,
+    ),
+    (
+        "rollup RPCs per 1,000 events",
+        RunResult::rollup_rpcs_per_1k,
+        3,
+    ),
+    (
+        "most liked post's rollup writes/s",
+        RunResult::top_rollup_writes_per_sec,
+        2,
     ),
 ];
 

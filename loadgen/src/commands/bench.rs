@@ -72,6 +72,13 @@ pub struct BenchArgs {
     /// instead of `--store`.
     #[arg(long, conflicts_with = "store")]
     pub temp_postgres: bool,
+    /// Consumers (replicas of `hotcount run`) per run, on one subscription.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// Also run batched with `--rollup-interval-ms 0`, last in each round:
+    /// the rollups' cost side by side with none.
+    #[arg(long)]
+    pub compare_rollups: bool,
 }
 
 /// Runs the benchmark and prints the tables; exit 1 when a completed
@@ -113,6 +120,8 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(consumer::default_null_consumer_bin)
         }),
         rounds: args.rounds.max(1),
+        replicas: args.replicas.max(1),
+        compare_rollups: args.compare_rollups,
     };
     if args.ceiling && !args.consumer_process {
         anyhow::bail!("--ceiling compares CPU of child processes: add --consumer-process");
