@@ -62,6 +62,8 @@ pub struct VerifyReport {
     pub quarantined: usize,
     /// Of those, valid events the store refused (should be none).
     pub quarantined_events: usize,
+    /// Quarantine records by their reason's kind.
+    pub quarantined_by_reason: std::collections::BTreeMap<&'static str, usize>,
     /// Poison messages the truth covers (each should be quarantined once).
     pub poison_expected: u64,
     /// Whether shards and memberships were read at one read time; if not,
@@ -106,6 +108,7 @@ pub async fn verify(db: &Reader, truth: &Truth) -> Result<VerifyReport, VerifyEr
     report.consistent_snapshot = snapshot.consistent;
     report.quarantined = snapshot.quarantined;
     report.quarantined_events = snapshot.quarantined_events;
+    report.quarantined_by_reason = snapshot.quarantined_by_reason.clone();
     Ok(report)
 }
 

@@ -123,7 +123,7 @@ pub async fn run(mut args: DemoArgs) -> anyhow::Result<ExitCode> {
     let summary = demo::run(&config, cancel).await?;
     print!("{}", demo::render(&summary));
     if let Some(log) = LOG_FILE.get() {
-        println!("  {:<34} {}", "consumer log", log.display());
+        println!("  {:<38} {}", "consumer log", log.display());
     }
     if summary.is_success() {
         println!("RESULT: every count exact");
