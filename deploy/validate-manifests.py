@@ -370,6 +370,7 @@ def documented_commands(path):
     (deploy/render.sh, `... | kubectl apply -f -`), continuation lines
     joined, with the line each starts on."""
     commands = []
+    exports = []
     fenced = False
     start, command = None, ""
     for number, line in enumerate(pathlib.Path(path).read_text().splitlines(), 1):
@@ -384,8 +385,12 @@ def documented_commands(path):
         if line.rstrip().endswith("\\"):
             continue
         command = " ".join(command.split())
+        if command.startswith("export "):
+            exports.append(command)
         if "deploy/render.sh" in command or re.search(r"\|\s*kubectl apply -f -", command):
-            commands.append((start, command))
+            # The page's `export` lines before it are in force, as in the
+            # reader's shell.
+            commands.append((start, "; ".join(exports + [command])))
         start = None
     return commands
 
