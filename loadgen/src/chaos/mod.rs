@@ -228,6 +228,8 @@ fn stage_spec(store: &StoreLocation) -> StageSpec {
             max_retry_backoff_secs: 1,
             max_delivery_attempts: 100,
             exactly_once: false,
+            topic_retention_days: 7,
+            iam: Default::default(),
         },
         subscription: format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}"),
         store_rtt_ms: 0,
