@@ -11,7 +11,8 @@ pub const WIDTH: usize = 5;
 /// Rows of a glyph.
 pub const HEIGHT: usize = 7;
 
-/// The glyphs, `#` set, `.` clear.
+/// The glyphs, `#` set, `.` clear (one glyph per line, so they can be read).
+#[rustfmt::skip]
 const GLYPHS: &[(char, [&str; HEIGHT])] = &[
     ('0', [".###.", "#...#", "#..##", "#.#.#", "##..#", "#...#", ".###."]),
     ('1', ["..#..", ".##..", "..#..", "..#..", "..#..", "..#..", ".###."]),
@@ -111,7 +112,9 @@ pub fn glyph(ch: char) -> [u8; HEIGHT] {
     let mut rows = [0u8; HEIGHT];
     if let Some((_, text)) = GLYPHS.iter().find(|(c, _)| *c == ch) {
         for (row, line) in rows.iter_mut().zip(text) {
-            *row = line.bytes().fold(0, |bits, b| (bits << 1) | u8::from(b == b'#'));
+            *row = line
+                .bytes()
+                .fold(0, |bits, b| (bits << 1) | u8::from(b == b'#'));
         }
     }
     rows

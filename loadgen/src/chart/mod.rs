@@ -133,7 +133,12 @@ impl LineChart {
             c.text(start, bottom + 8, label, AXIS);
         }
         let x_label_x = (left + right).saturating_sub(text_width(&self.x_label)) / 2;
-        c.text(x_label_x, bottom + 8 + TEXT_HEIGHT + 10, &self.x_label, AXIS);
+        c.text(
+            x_label_x,
+            bottom + 8 + TEXT_HEIGHT + 10,
+            &self.x_label,
+            AXIS,
+        );
         c.hline(left, right, bottom, AXIS);
         c.vline(left, top, bottom, AXIS);
 
@@ -281,7 +286,12 @@ impl Canvas {
 
     /// Sets the pixels of `text`'s glyphs, placed by `at(cursor, column,
     /// row)` (all in pixels along and across the line).
-    fn glyphs(&mut self, text: &str, color: Rgb, at: impl Fn(usize, usize, usize) -> (usize, usize)) {
+    fn glyphs(
+        &mut self,
+        text: &str,
+        color: Rgb,
+        at: impl Fn(usize, usize, usize) -> (usize, usize),
+    ) {
         let mut cursor = 0;
         for ch in text.chars() {
             for (r, bits) in font::glyph(ch).iter().enumerate() {
@@ -328,10 +338,19 @@ mod tests {
             let (step, top) = nice_scale(max);
             y_ticks(step, top).into_iter().map(|(_, l)| l).collect()
         };
-        assert_eq!(labels(23_000_000.0), ["0", "5M", "10M", "15M", "20M", "25M"]);
-        assert_eq!(labels(2_300.0), ["0", "500", "1000", "1500", "2000", "2500"]);
+        assert_eq!(
+            labels(23_000_000.0),
+            ["0", "5M", "10M", "15M", "20M", "25M"]
+        );
+        assert_eq!(
+            labels(2_300.0),
+            ["0", "500", "1000", "1500", "2000", "2500"]
+        );
         assert_eq!(labels(46_000.0), ["0", "10k", "20k", "30k", "40k", "50k"]);
-        assert_eq!(labels(1_200_000.0), ["0", "0.2M", "0.4M", "0.6M", "0.8M", "1.0M", "1.2M"]);
+        assert_eq!(
+            labels(1_200_000.0),
+            ["0", "0.2M", "0.4M", "0.6M", "0.8M", "1.0M", "1.2M"]
+        );
         assert_eq!(labels(12_000_000.0), ["0", "5M", "10M", "15M"]);
         assert_eq!(labels(0.7), ["0", "0.2", "0.4", "0.6", "0.8"]);
         assert_eq!(si_tick(2_500.0, 500.0, 12_500.0), "2.5k");

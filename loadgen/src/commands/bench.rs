@@ -207,14 +207,21 @@ mod tests {
     #[test]
     fn a_missing_consumer_binary_is_refused_with_the_command_that_builds_it() {
         let missing = std::path::PathBuf::from("/nonexistent/hotcount-null-consumer");
-        let error = null_consumer_bin(Some(missing)).expect_err("missing").to_string();
+        let error = null_consumer_bin(Some(missing))
+            .expect_err("missing")
+            .to_string();
         assert!(
             error.contains("cargo build --release -p hotcount-null-consumer"),
             "{error}"
         );
         let missing = std::path::PathBuf::from("/nonexistent/hotcount");
-        let error = hotcount_bin(Some(missing)).expect_err("missing").to_string();
-        assert!(error.contains("cargo build --release -p hotcount`"), "{error}");
+        let error = hotcount_bin(Some(missing))
+            .expect_err("missing")
+            .to_string();
+        assert!(
+            error.contains("cargo build --release -p hotcount`"),
+            "{error}"
+        );
         let here = std::env::current_exe().expect("the test binary");
         assert_eq!(null_consumer_bin(Some(here.clone())).ok(), Some(here));
     }

@@ -38,26 +38,20 @@ pub enum RenderError {
 pub fn render_png(trace: &Trace) -> Result<Vec<u8>, RenderError> {
     type Value = fn(&Step) -> f64;
     let series: [(&str, &str, Value); 4] = [
-        (
-            "Arrivals: events published per second",
-            "events / s",
-            |s| s.arrivals,
-        ),
+        ("Arrivals: events published per second", "events / s", |s| {
+            s.arrivals
+        }),
         (
             "Backlog: events published and not yet acked",
             "events",
             |s| s.backlog,
         ),
-        (
-            "Replicas pulling (started and ready)",
-            "replicas",
-            |s| f64::from(s.ready),
-        ),
-        (
-            "Age of the oldest unacked event",
-            "age (s)",
-            |s| f64::from(s.oldest_age_secs),
-        ),
+        ("Replicas pulling (started and ready)", "replicas", |s| {
+            f64::from(s.ready)
+        }),
+        ("Age of the oldest unacked event", "age (s)", |s| {
+            f64::from(s.oldest_age_secs)
+        }),
     ];
     let horizon = trace.steps.len() as f64;
     let mut panels = Vec::with_capacity(series.len());

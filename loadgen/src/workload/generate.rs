@@ -287,7 +287,9 @@ mod tests {
                     seq,
                     ..
                 } => {
-                    let seen = newest.entry((post_id.clone(), user_id.clone())).or_default();
+                    let seen = newest
+                        .entry((post_id.clone(), user_id.clone()))
+                        .or_default();
                     late += usize::from(*seq < *seen);
                     *seen = (*seen).max(*seq);
                 }

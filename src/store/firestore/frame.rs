@@ -412,7 +412,8 @@ mod tests {
 
     #[test]
     fn malformed_responses_are_refused_not_misread() {
-        let good = found("n", vec![("eventId", ValueType::StringValue("e".into()))]).encode_to_vec();
+        let good =
+            found("n", vec![("eventId", ValueType::StringValue("e".into()))]).encode_to_vec();
         for cut in 1..good.len() {
             let cut = Bytes::copy_from_slice(&good[..cut]);
             if let Ok(frame) = BatchGetFrame::new(cut.clone()) {
