@@ -331,14 +331,11 @@ async fn run_one(
         (Runner::Null, None) => {
             return Err(RunError::Invalid("no null consumer binary".into()));
         }
-        (Runner::Compare(_), _) => Consumer::start(
-            config.compare_bin.as_deref(),
-            stage.endpoints(),
-            &consumer_args,
-            &consumer_config,
-        )?,
-        (Runner::Hotcount(_), _) => Consumer::start(
-            config.consumer_bin.as_deref(),
+        (Runner::Hotcount(_) | Runner::Compare(_), _) => Consumer::start(
+            match runner {
+                Runner::Compare(_) => config.compare_bin.as_deref(),
+                _ => config.consumer_bin.as_deref(),
+            },
             stage.endpoints(),
             &consumer_args,
             &consumer_config,

@@ -320,17 +320,7 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
     if runners.contains(&Runner::Null) {
         out.push_str("| CPU per message, x the null consumer |");
         for &runner in runners {
-            let ratios = (0..rounds)
-                .filter_map(|round| {
-                    let cpu = |who: Runner| {
-                        runs.iter()
-                            .find(|r| r.runner == who && r.round == round)
-                            .and_then(|r| r.cpu_ms_per_1k())
-                    };
-                    Some(cpu(runner)? / cpu(Runner::Null)?.max(1e-9))
-                })
-                .collect();
-            let cell = median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"));
+            let cell = median_cpu_ratio(runs, rounds, runner, Runner::Null);
             out.push_str(&format!(" {cell} |"));
         }
         out.push('\n');
@@ -338,24 +328,27 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
     if runners.iter().any(|r| matches!(r, Runner::Compare(_))) {
         out.push_str("| CPU per message, x the first build's of the round |");
         for &runner in runners {
-            let Runner::Compare(strategy) = runner else {
-                out.push_str(" |");
-                continue;
+            let cell = match runner {
+                Runner::Compare(s) => median_cpu_ratio(runs, rounds, runner, Runner::Hotcount(s)),
+                _ => String::new(),
             };
-            let ratios = (0..rounds)
-                .filter_map(|round| {
-                    let cpu = |who: Runner| {
-                        runs.iter()
-                            .find(|r| r.runner == who && r.round == round)
-                            .and_then(|r| r.cpu_ms_per_1k())
-                    };
-                    Some(cpu(runner)? / cpu(Runner::Hotcount(strategy))?.max(1e-9))
-                })
-                .collect();
-            let cell = median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"));
             out.push_str(&format!(" {cell} |"));
         }
         out.push('\n');
     }
     out
+}
+
+/// The median over the rounds of `runner`'s CPU per message divided by
+/// `base`'s in the same round (`x1.23`), or `n/a`.
+fn median_cpu_ratio(runs: &[&RunResult], rounds: u32, runner: Runner, base: Runner) -> String {
+    let cpu = |who: Runner, round: u32| {
+        runs.iter()
+            .find(|r| r.runner == who && r.round == round)
+            .and_then(|r| r.cpu_ms_per_1k())
+    };
+    let ratios = (0..rounds)
+        .filter_map(|round| Some(cpu(runner, round)? / cpu(base, round)?.max(1e-9)))
+        .collect();
+    median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"))
 }
