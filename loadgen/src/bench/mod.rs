@@ -289,7 +289,8 @@ pub async fn run(
 }
 
 /// The runners of one round, in order: the null consumer (when asked for)
-/// then each strategy.
+/// then each strategy, each followed by the compared build's run of it
+/// (when one is given).
 pub fn runners(config: &BenchConfig) -> Vec<Runner> {
     let null = config.null_consumer_bin.as_ref().map(|_| Runner::Null);
     let compare = config.compare_bin.is_some() && config.consumer_bin.is_some();
