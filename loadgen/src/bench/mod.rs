@@ -657,6 +657,36 @@ mod tests {
     }
 
     #[test]
+    fn a_compared_build_runs_right_after_the_first_on_each_strategy() {
+        let bin = Some(std::path::PathBuf::from("hotcount"));
+        let mut config = BenchConfig {
+            strategies: vec![Strategy::Batched, Strategy::PerEvent],
+            consumer_bin: bin.clone(),
+            compare_bin: bin.clone(),
+            null_consumer_bin: bin,
+            ..config(1)
+        };
+        use Strategy::{Batched, PerEvent};
+        assert_eq!(
+            runners(&config),
+            [
+                Runner::Null,
+                Runner::Hotcount(Batched),
+                Runner::Compare(Batched),
+                Runner::Hotcount(PerEvent),
+                Runner::Compare(PerEvent),
+            ]
+        );
+        config.consumer_bin = None;
+        config.null_consumer_bin = None;
+        assert_eq!(
+            runners(&config),
+            [Runner::Hotcount(Batched), Runner::Hotcount(PerEvent)],
+            "in-process, there is no second binary to run"
+        );
+    }
+
+    #[test]
     fn the_concentrated_case_ignores_the_spread_cases_posts_and_users() {
         let w = workload_config(&config(1_000), Case::Concentrated);
         assert_eq!((w.posts, w.users), (CONCENTRATED_POSTS, CONCENTRATED_USERS));
