@@ -59,7 +59,10 @@ pub fn render_png(trace: &Trace) -> Result<Vec<u8>, RenderError> {
         let chart = LineChart {
             width: WIDTH,
             height: PANEL_HEIGHT,
-            title: format!("Spike {}, the picked autoscaler. {title}", trace.scenario.name),
+            title: format!(
+                "Spike {}, the picked autoscaler. {title}",
+                trace.scenario.name
+            ),
             x_label: "time since the start of the run (min)".into(),
             y_label: (*y_label).to_string(),
             points: trace
