@@ -113,6 +113,7 @@ impl ChaosConfig {
                 duplicate_fraction: 0.05,
                 poison_fraction: 0.01,
                 hostile_fraction: 0.01,
+                shuffle: false,
                 seed: 6,
             },
             hotcount_bin,

@@ -98,6 +98,7 @@ pub async fn run(mut args: DemoArgs) -> anyhow::Result<ExitCode> {
             duplicate_fraction: args.mix.duplicate_fraction,
             poison_fraction: args.mix.poison_fraction,
             hostile_fraction: args.mix.hostile_fraction,
+            shuffle: false,
             seed: args.seed,
         },
         run: args.run,
