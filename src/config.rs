@@ -18,6 +18,10 @@ use crate::store::selected::StoreSettings;
 /// second); `--counter-shard-target-writes-per-sec`.
 pub const DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC: u32 = 1;
 
+/// Counter shard documents per post at most, by default (`--counter-shards`
+/// of `run`, and of `replay`, which must spread increments the same way).
+pub const DEFAULT_COUNTER_SHARDS: u32 = 16;
+
 /// Where Pub/Sub and Firestore are: Google's endpoints with Application
 /// Default Credentials, or emulators (anonymous) when an address is given.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -154,7 +158,7 @@ pub struct RunArgs {
     pub shards: usize,
     /// Counter shard documents per post, at most (a quiet post uses one; a
     /// post uses more as its increment rate grows).
-    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = 16)]
+    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = DEFAULT_COUNTER_SHARDS)]
     pub counter_shards: u32,
     /// Increments per second one counter shard document should take; a post
     /// spreads over rate / this many shards (0 = every post uses all shards).

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 /// mimalloc instead of the system allocator: the pipeline allocates many
 /// small, short-lived objects on several threads, where glibc's malloc
-/// spent ~45 % of the consumer's CPU (docs/BENCHMARKS.md, profile).
+/// spent ~45 % of the consumer's CPU (docs/benchmarks-history.md, profile).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -42,8 +42,10 @@ enum Command {
         #[arg(required = true)]
         post_ids: Vec<String>,
     },
-    /// Create the topic, dead-letter topic and subscriptions, and with
-    /// `--store postgres://...` apply the schema migrations (idempotent).
+    /// Create the topics and subscriptions or bring them in line (retention,
+    /// ack deadline, retry and dead-letter policy, exactly-once), grant the
+    /// roles on them, and with `--store postgres://...` apply the schema
+    /// migrations. Idempotent; every change is reported.
     Setup {
         #[command(flatten)]
         args: setup::SetupArgs,
@@ -268,12 +270,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Setup { args, store } => {
             let mut done = setup::migrate_store(&store.store).await?;
             done.extend(setup::setup(&cli.endpoints, &args).await?);
-            for (name, created) in done {
-                let what = match created {
-                    setup::Created::Created => "created",
-                    setup::Created::Existed => "exists",
-                };
-                println!("{what}\t{name}");
+            for (name, change) in done {
+                match change.detail() {
+                    detail if detail.is_empty() => println!("{}\t{name}", change.word()),
+                    detail => println!("{}\t{name}\t{detail}", change.word()),
+                }
             }
             Ok(())
         }

@@ -252,7 +252,7 @@ pub fn render(summary: &DemoSummary) -> String {
     let events = summary.publish.published.max(1) as f64;
     let v = &summary.verify;
     let mut out = String::new();
-    let mut row = |name: &str, value: String| out.push_str(&format!("  {name:<34} {value}\n"));
+    let mut row = |name: &str, value: String| out.push_str(&format!("  {name:<38} {value}\n"));
     row("messages published", summary.publish.published.to_string());
     row("events applied", s.applied.get().to_string());
     row("duplicates rejected", s.duplicates.get().to_string());
@@ -262,6 +262,14 @@ pub fn render(summary: &DemoSummary) -> String {
         "quarantine records / poison published",
         format!("{} / {}", v.quarantined, v.poison_expected),
     );
+    if !v.quarantined_by_reason.is_empty() {
+        let kinds: Vec<String> = v
+            .quarantined_by_reason
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect();
+        row("quarantined by reason", kinds.join(", "));
+    }
     row("batches committed", s.batches.get().to_string());
     let per_1k = format!("{:.1}", summary.store_rpcs as f64 * 1000.0 / events);
     if summary.postgres {

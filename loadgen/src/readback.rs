@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use gcloud_sdk::tonic::Code;
 use hotcount::config::{Endpoints, StoreLocation, Target};
+use hotcount::pipeline::poison::PoisonRecord;
 use hotcount::store::firestore::layout::collections;
 use hotcount::store::firestore::{FirestoreDb, Read, StoredMembership};
 use hotcount::store::postgres::PgDb;
@@ -126,6 +127,9 @@ pub struct Snapshot {
     /// Of those, records of valid events the store refused (message id
     /// `event-...`), which should not exist.
     pub quarantined_events: usize,
+    /// Quarantine records by their reason's kind
+    /// ([`PoisonRecord::reason_kind`]).
+    pub quarantined_by_reason: BTreeMap<&'static str, usize>,
     /// Whether both reads used the same read time (false if the server
     /// refused a read at the first read's time and a current read was used).
     pub consistent: bool,
@@ -200,9 +204,21 @@ async fn read_firestore_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError
         memberships: memberships.into_iter().map(MembershipRow::from).collect(),
         quarantined: records.len(),
         quarantined_events,
+        quarantined_by_reason: by_reason(records.iter().map(|r| &r.record)),
         consistent,
         rollups,
     })
+}
+
+/// How many of `records` have each reason kind.
+pub fn by_reason<'a>(
+    records: impl Iterator<Item = &'a PoisonRecord>,
+) -> BTreeMap<&'static str, usize> {
+    let mut kinds = BTreeMap::new();
+    for record in records {
+        *kinds.entry(record.reason_kind()).or_insert(0) += 1;
+    }
+    kinds
 }
 
 /// Sum of the counter shards per post, and how many shard documents were read.

@@ -73,6 +73,8 @@ pub struct VerifyReport {
     pub quarantined: usize,
     /// Of those, valid events the store refused (should be none).
     pub quarantined_events: usize,
+    /// Quarantine records by their reason's kind.
+    pub quarantined_by_reason: std::collections::BTreeMap<&'static str, usize>,
     /// Poison messages the truth covers (each should be quarantined once).
     pub poison_expected: u64,
     /// Whether shards and memberships were read at one read time; if not,
@@ -135,6 +137,7 @@ pub async fn verify(
     report.consistent_snapshot = snapshot.consistent;
     report.quarantined = snapshot.quarantined;
     report.quarantined_events = snapshot.quarantined_events;
+    report.quarantined_by_reason = snapshot.quarantined_by_reason.clone();
     if rollups {
         compare_rollups(&mut report, truth, &snapshot.counts, &snapshot.rollups);
     }

@@ -97,6 +97,8 @@ async fn counted_workload(
         max_retry_backoff_secs: 10,
         max_delivery_attempts: 20,
         exactly_once: false,
+        topic_retention_days: 7,
+        iam: Default::default(),
     };
     setup::setup(endpoints, &setup_args).await.expect("setup");
     let config = run_args(&[]).validate().expect("valid");

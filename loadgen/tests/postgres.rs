@@ -102,6 +102,7 @@ async fn bench_on_postgres_measures_round_trips_and_the_hottest_counter_row() {
         backlog: false,
         consumer_bin: None,
         null_consumer_bin: None,
+        compare_bin: None,
         rounds: 1,
     };
     let results = bench::run(&config, |_| {}).await.expect("bench runs");

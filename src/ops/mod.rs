@@ -2,8 +2,9 @@
 //! stages: they use the store and the Pub/Sub clients the way the service
 //! does, and none of them is on the path of a live message.
 //!
-//! - [`setup`]: creates the topic, subscriptions and dead-letter topic, and
-//!   applies the PostgreSQL schema migrations (idempotent).
+//! - [`setup`]: creates the topics, subscriptions and dead-letter topic or
+//!   brings them in line, grants the roles on them, and applies the
+//!   PostgreSQL schema migrations (idempotent; every change reported).
 //! - [`reconcile`]: counter shards vs liked memberships, reported and repaired.
 //! - [`replay`]: a time window re-read through an isolated, Seeked subscription.
 //! - [`dlq`]: dead letters inspected and replayed to the main topic.

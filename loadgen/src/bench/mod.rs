@@ -41,13 +41,29 @@ pub enum Case {
     /// One viral post takes about half the events (Zipf exponent chosen so
     /// that the most popular post's share is 50%).
     Viral,
+    /// Real viral traffic's repetition: [`CONCENTRATED_POSTS`] posts (Zipf
+    /// 1.1) and [`CONCENTRATED_USERS`] users whatever `--posts` and
+    /// `--users` say, so most messages meet a membership already stored;
+    /// 10 % publisher duplicates, about a third of the liked pairs unliked
+    /// later, a poison message in 10,000, and the events shuffled (many
+    /// arrive after a newer event of their pair: stale).
+    Concentrated,
 }
+
+/// Posts of the [`Case::Concentrated`] workload.
+pub const CONCENTRATED_POSTS: u32 = 300;
+/// Users of the [`Case::Concentrated`] workload.
+pub const CONCENTRATED_USERS: u32 = 3_000;
 
 /// What consumes the workload in one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Runner {
     /// `hotcount run` with this strategy.
     Hotcount(Strategy),
+    /// `hotcount run` with this strategy, as the other build of
+    /// [`BenchConfig::compare_bin`], right after [`Runner::Hotcount`] in
+    /// each round: two builds side by side in one run.
+    Compare(Strategy),
     /// `hotcount run`, batched, with `--rollup-interval-ms 0`: the same
     /// run without rollups, beside the one with them (`--compare-rollups`).
     NoRollups,
@@ -90,6 +106,10 @@ pub struct BenchConfig {
     /// Also run `hotcount-null-consumer` (this binary, as a child process)
     /// on each case, first in each round: the ceiling row.
     pub null_consumer_bin: Option<std::path::PathBuf>,
+    /// Another `hotcount` binary (with `consumer_bin`), run after it on
+    /// each strategy of each round and reported beside it: two builds
+    /// measured side by side, round by round.
+    pub compare_bin: Option<std::path::PathBuf>,
     /// Rounds: each case runs every runner this many times, interleaved
     /// (null, then each strategy, then again), so the medians compare runs
     /// made side by side.
@@ -234,22 +254,41 @@ impl RunResult {
 
 /// The workload of `case`.
 pub fn workload_config(config: &BenchConfig, case: Case) -> WorkloadConfig {
-    let zipf_exponent = match case {
-        Case::Zipf => 1.1,
-        Case::Viral => workload::exponent_for_top_share(config.posts, 0.5),
-    };
-    WorkloadConfig {
+    let spread = WorkloadConfig {
         events: config.events,
         posts: config.posts,
         users: config.users,
-        zipf_exponent,
+        zipf_exponent: 1.1,
         unlike_fraction: 0.05,
         duplicate_fraction: 0.05,
         poison_fraction: 0.01,
         hostile_fraction: 0.0,
+        shuffle: false,
         seed: config.seed,
+    };
+    match case {
+        Case::Zipf => spread,
+        Case::Viral => WorkloadConfig {
+            zipf_exponent: workload::exponent_for_top_share(config.posts, 0.5),
+            ..spread
+        },
+        Case::Concentrated => WorkloadConfig {
+            posts: CONCENTRATED_POSTS,
+            users: CONCENTRATED_USERS,
+            unlike_fraction: CONCENTRATED_UNLIKE_FRACTION,
+            duplicate_fraction: 0.10,
+            poison_fraction: 0.0001,
+            shuffle: true,
+            ..spread
+        },
     }
 }
+
+/// Of the events on a liked pair of the [`Case::Concentrated`] workload,
+/// the share that unlike it: on the ceiling's 500,000 messages, about one
+/// like in three is taken back later
+/// (`about_a_third_of_the_concentrated_likes_are_taken_back`).
+pub const CONCENTRATED_UNLIKE_FRACTION: f64 = 0.4;
 
 /// Runs every case with every strategy; `on_result` sees each run as it ends.
 /// A wrong count is a [`Verdict`], not an error.
@@ -280,12 +319,16 @@ pub async fn run(
 }
 
 /// The runners of one round, in order: the null consumer (when asked for)
-/// then each strategy.
+/// then each strategy, each followed by the compared build's run of it
+/// (when one is given), then batched with rollups off (when asked for).
 pub fn runners(config: &BenchConfig) -> Vec<Runner> {
     let null = config.null_consumer_bin.as_ref().map(|_| Runner::Null);
+    let compare = config.compare_bin.is_some() && config.consumer_bin.is_some();
     let no_rollups = config.compare_rollups.then_some(Runner::NoRollups);
     null.into_iter()
-        .chain(config.strategies.iter().map(|&s| Runner::Hotcount(s)))
+        .chain(config.strategies.iter().flat_map(|&s| {
+            std::iter::once(Runner::Hotcount(s)).chain(compare.then_some(Runner::Compare(s)))
+        }))
         .chain(no_rollups)
         .collect()
 }
@@ -301,7 +344,7 @@ async fn run_one(
 ) -> Result<RunResult, RunError> {
     // The null consumer runs on the stage and stream settings of batched.
     let strategy = match runner {
-        Runner::Hotcount(strategy) => strategy,
+        Runner::Hotcount(strategy) | Runner::Compare(strategy) => strategy,
         Runner::Null | Runner::NoRollups => Strategy::Batched,
     };
     let (run_args, service_config) =
@@ -324,8 +367,11 @@ async fn run_one(
             (Runner::Null, None) => {
                 return Err(RunError::Invalid("no null consumer binary".into()));
             }
-            (Runner::Hotcount(_) | Runner::NoRollups, _) => Consumer::start(
-                config.consumer_bin.as_deref(),
+            (Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups, _) => Consumer::start(
+                match runner {
+                    Runner::Compare(_) => config.compare_bin.as_deref(),
+                    _ => config.consumer_bin.as_deref(),
+                },
                 stage.endpoints(),
                 &consumer_args,
                 &consumer_config,
@@ -358,7 +404,7 @@ async fn run_one(
     stage.emulators().firestore_faults().clear();
     let completed = window.completed && published == total;
     let (verdict, latency) = match runner {
-        Runner::Hotcount(_) | Runner::NoRollups => {
+        Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups => {
             check(&stage, &run_args, &workload, completed).await?
         }
         Runner::Null => (Verdict::NotCounted, Percentiles::default()),
@@ -673,4 +719,86 @@ pub fn any_failed(results: &[RunResult]) -> bool {
         Verdict::Wrong { .. } => true,
         Verdict::Partial { invariant_breaks } => invariant_breaks > 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Run {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn config(events: u64) -> BenchConfig {
+        BenchConfig {
+            run: <Run as clap::Parser>::parse_from(["run"]).run,
+            events,
+            posts: 100_000,
+            users: 100_000,
+            seed: 42,
+            store_rtt_ms: 10,
+            max_secs: 60,
+            rate_per_sec: 0,
+            cases: vec![Case::Concentrated],
+            strategies: vec![Strategy::Batched],
+            backlog: true,
+            consumer_bin: None,
+            null_consumer_bin: None,
+            compare_bin: None,
+            rounds: 1,
+        }
+    }
+
+    #[test]
+    fn about_a_third_of_the_concentrated_likes_are_taken_back() {
+        let workload = generate(&workload_config(&config(500_000), Case::Concentrated));
+        let c = &workload.counts;
+        let taken_back = c.unlikes as f64 / c.likes as f64;
+        assert!((0.28..=0.38).contains(&taken_back), "{taken_back}");
+        assert_eq!(c.posts, u64::from(CONCENTRATED_POSTS));
+        assert!(c.memberships < u64::from(CONCENTRATED_POSTS * CONCENTRATED_USERS));
+        assert_eq!(c.duplicates, 50_000);
+        assert_eq!(c.poison, 50);
+    }
+
+    #[test]
+    fn a_compared_build_runs_right_after_the_first_on_each_strategy() {
+        let bin = Some(std::path::PathBuf::from("hotcount"));
+        let mut config = BenchConfig {
+            strategies: vec![Strategy::Batched, Strategy::PerEvent],
+            consumer_bin: bin.clone(),
+            compare_bin: bin.clone(),
+            null_consumer_bin: bin,
+            ..config(1)
+        };
+        use Strategy::{Batched, PerEvent};
+        assert_eq!(
+            runners(&config),
+            [
+                Runner::Null,
+                Runner::Hotcount(Batched),
+                Runner::Compare(Batched),
+                Runner::Hotcount(PerEvent),
+                Runner::Compare(PerEvent),
+            ]
+        );
+        config.consumer_bin = None;
+        config.null_consumer_bin = None;
+        assert_eq!(
+            runners(&config),
+            [Runner::Hotcount(Batched), Runner::Hotcount(PerEvent)],
+            "in-process, there is no second binary to run"
+        );
+    }
+
+    #[test]
+    fn the_concentrated_case_ignores_the_spread_cases_posts_and_users() {
+        let w = workload_config(&config(1_000), Case::Concentrated);
+        assert_eq!((w.posts, w.users), (CONCENTRATED_POSTS, CONCENTRATED_USERS));
+        assert!(w.shuffle);
+        let z = workload_config(&config(1_000), Case::Zipf);
+        assert_eq!((z.posts, z.users, z.shuffle), (100_000, 100_000, false));
+    }
 }

@@ -5,12 +5,16 @@ use std::time::Duration;
 
 use hotcount::config::{StoreLocation, Strategy};
 
-use super::{BenchConfig, Case, RunResult, Runner, Verdict};
+use super::{
+    BenchConfig, Case, RunResult, Runner, Verdict, CONCENTRATED_POSTS, CONCENTRATED_USERS,
+};
 
 fn runner_name(r: Runner) -> &'static str {
     match r {
         Runner::Hotcount(Strategy::Batched) => "batched",
         Runner::Hotcount(Strategy::PerEvent) => "per-event",
+        Runner::Compare(Strategy::Batched) => "batched (compared build)",
+        Runner::Compare(Strategy::PerEvent) => "per-event (compared build)",
         Runner::Null => "null consumer (receive + ack)",
         Runner::NoRollups => "batched, rollups off",
     }
@@ -71,10 +75,17 @@ pub fn render_settings(config: &BenchConfig) -> String {
         ),
     };
     format!(
-        "{store}; {} messages, {} posts, {} users, seed {}; publish rate {}{}; consumer {} x {}; cap {} s per run; shards {}, counter shards <= {} at {} writes/s each, flush interval {} ms (min wait {} ms), commits in flight {}, max batch {}, streams {}, per-event concurrency {}, rollup interval {} ms\n",
+        "{store}; {} messages, {} posts, {} users{}, seed {}; publish rate {}{}; consumer {} x {}; cap {} s per run; shards {}, counter shards <= {} at {} writes/s each, flush interval {} ms (min wait {} ms), commits in flight {}, max batch {}, streams {}, per-event concurrency {}, rollup interval {} ms\n",
         config.events,
         config.posts,
         config.users,
+        if config.cases.contains(&Case::Concentrated) {
+            format!(
+                " (concentrated: {CONCENTRATED_POSTS} posts, {CONCENTRATED_USERS} users, shuffled)"
+            )
+        } else {
+            String::new()
+        },
         config.seed,
         if config.rate_per_sec == 0 { "max".to_string() } else { format!("{}/s", config.rate_per_sec) },
         if config.backlog { ", all published before the consumer starts (window from its start)" } else { "" },
@@ -330,20 +341,35 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
     if runners.contains(&Runner::Null) {
         out.push_str("| CPU per message, x the null consumer |");
         for &runner in runners {
-            let ratios = (0..rounds)
-                .filter_map(|round| {
-                    let cpu = |who: Runner| {
-                        runs.iter()
-                            .find(|r| r.runner == who && r.round == round)
-                            .and_then(|r| r.cpu_ms_per_1k())
-                    };
-                    Some(cpu(runner)? / cpu(Runner::Null)?.max(1e-9))
-                })
-                .collect();
-            let cell = median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"));
+            let cell = median_cpu_ratio(runs, rounds, runner, Runner::Null);
+            out.push_str(&format!(" {cell} |"));
+        }
+        out.push('\n');
+    }
+    if runners.iter().any(|r| matches!(r, Runner::Compare(_))) {
+        out.push_str("| CPU per message, x the first build's of the round |");
+        for &runner in runners {
+            let cell = match runner {
+                Runner::Compare(s) => median_cpu_ratio(runs, rounds, runner, Runner::Hotcount(s)),
+                _ => String::new(),
+            };
             out.push_str(&format!(" {cell} |"));
         }
         out.push('\n');
     }
     out
+}
+
+/// The median over the rounds of `runner`'s CPU per message divided by
+/// `base`'s in the same round (`x1.23`), or `n/a`.
+fn median_cpu_ratio(runs: &[&RunResult], rounds: u32, runner: Runner, base: Runner) -> String {
+    let cpu = |who: Runner, round: u32| {
+        runs.iter()
+            .find(|r| r.runner == who && r.round == round)
+            .and_then(|r| r.cpu_ms_per_1k())
+    };
+    let ratios = (0..rounds)
+        .filter_map(|round| Some(cpu(runner, round)? / cpu(base, round)?.max(1e-9)))
+        .collect();
+    median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"))
 }

@@ -76,8 +76,9 @@ pub struct ReplayArgs {
     /// milliseconds (stragglers inside the window may still arrive).
     #[arg(long, default_value_t = 2000)]
     pub end_grace_ms: u64,
-    /// Counter shards per post (as the service's `--counter-shards`).
-    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = 8)]
+    /// Counter shards per post (as the service's `--counter-shards`, whose
+    /// default it shares).
+    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = crate::config::DEFAULT_COUNTER_SHARDS)]
     pub counter_shards: u32,
     /// Batch marker lifetime, in days (as the service's `--marker-ttl-days`).
     #[arg(long, env = "HOTCOUNT_MARKER_TTL_DAYS", default_value_t = 40)]

@@ -20,6 +20,7 @@ use fs::structured_aggregation_query::aggregation::{Count, Operator};
 use fs::value::ValueType;
 
 use super::errors::{internal, status_error};
+use super::frame::{BatchGetFrame, FoundDocument};
 use super::{wire, Layout};
 use crate::store::StoreError;
 
@@ -234,15 +235,15 @@ impl FirestoreDb {
     }
 
     /// [`Self::batch_get`] of `documents`, each returned with only the
-    /// fields named in `fields` (all of them when empty), read as lean
-    /// [`wire::Document`]s (the store's read path: no field maps, and the
-    /// request encoded from the borrowed names).
+    /// fields named in `fields` (all of them when empty), read in place as
+    /// [`FoundDocument`]s (the store's read path: no message built, no name
+    /// or value copied, and the request encoded from the borrowed names).
     pub async fn batch_get_lean<'a>(
         &self,
         documents: impl Iterator<Item = &'a str>,
         fields: &[&str],
         read: Read<'_>,
-        mut found: impl FnMut(wire::Document),
+        mut found: impl FnMut(FoundDocument<'_>),
     ) -> Result<Vec<u8>, StoreError> {
         let options = batch_get_options(read, fields);
         // A name is about 100 bytes.
@@ -251,7 +252,7 @@ impl FirestoreDb {
         let mut channel = self.channel();
         let call = wire::batch_get(&mut channel, request);
         self.stream("BatchGetDocuments", read, call, |response| {
-            if let Some(doc) = response.found {
+            if let Some(doc) = response.found() {
                 found(doc);
             }
             true
@@ -497,7 +498,12 @@ macro_rules! streamed {
 
 streamed!(
     fs::BatchGetDocumentsResponse,
-    wire::BatchGetResponse,
     fs::RunQueryResponse,
     fs::RunAggregationQueryResponse
 );
+
+impl Streamed for BatchGetFrame {
+    fn take_transaction(&mut self) -> Vec<u8> {
+        self.transaction().to_vec()
+    }
+}

@@ -13,7 +13,9 @@
 //! `documents`) is the one handle every Firestore call in the repo goes
 //! through: this store, the operator tools, the load generator and the tests.
 //! [`wire`] holds the lean, wire-compatible messages of the hot path (a
-//! batch's read and commit), which carry fields as lists, not maps.
+//! batch's read and commit), which carry fields as lists, not maps, and
+//! [`frame`] reads a batch's read responses in place, without building
+//! them.
 
 use gcloud_sdk::tonic::Code;
 
@@ -21,6 +23,7 @@ pub mod codec;
 mod db;
 mod documents;
 pub mod errors;
+pub mod frame;
 pub mod layout;
 mod rollups;
 pub mod wire;

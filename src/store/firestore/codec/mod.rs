@@ -17,6 +17,7 @@ use fs::document_transform::field_transform::{ServerValue, TransformType};
 use fs::document_transform::FieldTransform;
 use fs::value::ValueType;
 
+use super::frame::{FoundDocument, Scalar as FieldValue};
 use super::layout::fields::{counter_shard, marker, membership};
 use super::wire::{self, Field};
 use super::{FirestoreStoreConfig, Layout};
@@ -326,9 +327,9 @@ fn marker_write(
 }
 
 /// The effects a batch marker recorded.
-pub fn effects_from_fields(fields: &(impl Fields + ?Sized)) -> Effects {
-    let count = |name: &str| match get(fields, name) {
-        Some(ValueType::IntegerValue(n)) => u64::try_from(*n).unwrap_or(0),
+pub fn effects_from_fields(fields: &(impl ScalarFields + ?Sized)) -> Effects {
+    let count = |name: &str| match fields.scalar(name) {
+        Some(FieldValue::Integer(n)) => u64::try_from(n).unwrap_or(0),
         _ => 0,
     };
     Effects {
@@ -356,25 +357,29 @@ fn membership_fields(key: &MembershipKey, m: &Membership, batch_id: &str) -> Vec
 }
 
 /// Reads a membership document's state; `None` if it is not one of ours.
-pub fn membership_from_fields(fields: &(impl Fields + ?Sized)) -> Option<Membership> {
-    let liked = match get(fields, membership::LIKED)? {
-        ValueType::BooleanValue(b) => *b,
+pub fn membership_from_fields(fields: &(impl ScalarFields + ?Sized)) -> Option<Membership> {
+    let liked = match fields.scalar(membership::LIKED)? {
+        FieldValue::Boolean(b) => b,
         _ => return None,
     };
-    let seq = match get(fields, membership::SEQ) {
-        Some(ValueType::IntegerValue(n)) => *n,
+    let seq = match fields.scalar(membership::SEQ) {
+        Some(FieldValue::Integer(n)) => n,
         _ => 0,
     };
-    let occurred_at_micros = match get(fields, membership::OCCURRED_AT) {
-        Some(ValueType::TimestampValue(t)) => timestamp_to_micros(t),
+    let occurred_at_micros = match fields.scalar(membership::OCCURRED_AT) {
+        Some(FieldValue::Timestamp(t)) => timestamp_to_micros(&t),
         _ => 0,
+    };
+    let event_id = match fields.scalar(membership::EVENT_ID) {
+        Some(FieldValue::String(s)) => s.to_string(),
+        _ => String::new(),
     };
     Some(Membership {
         liked,
         version: Version {
             seq,
             occurred_at_micros,
-            event_id: text(fields, membership::EVENT_ID).unwrap_or_default(),
+            event_id,
         },
     })
 }
@@ -439,6 +444,34 @@ impl Fields for [Field] {
 impl Fields for Vec<Field> {
     fn value_of(&self, name: &str) -> Option<&ValueType> {
         self.as_slice().value_of(name)
+    }
+}
+
+/// A document's scalar fields by name, whatever holds them: a decoded
+/// document's fields ([`Fields`]) or a read response's bytes
+/// ([`FoundDocument`], read in place).
+pub trait ScalarFields {
+    /// The field `name`'s value, if set ([`FieldValue::Other`] when it is not
+    /// a scalar).
+    fn scalar(&self, name: &str) -> Option<FieldValue<'_>>;
+}
+
+impl<T: Fields + ?Sized> ScalarFields for T {
+    fn scalar(&self, name: &str) -> Option<FieldValue<'_>> {
+        get(self, name).map(|v| match v {
+            ValueType::BooleanValue(b) => FieldValue::Boolean(*b),
+            ValueType::IntegerValue(n) => FieldValue::Integer(*n),
+            ValueType::DoubleValue(d) => FieldValue::Double(*d),
+            ValueType::TimestampValue(t) => FieldValue::Timestamp(*t),
+            ValueType::StringValue(s) => FieldValue::String(s),
+            _ => FieldValue::Other,
+        })
+    }
+}
+
+impl ScalarFields for FoundDocument<'_> {
+    fn scalar(&self, name: &str) -> Option<FieldValue<'_>> {
+        self.value(name)
     }
 }
 
