@@ -53,15 +53,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                 Err(Failure::Other(error)) => (error, false),
             };
             if contended {
-                // Only ABORTED met (the store applied nothing): the parts
-                // are new batches. The one on the contended documents keeps
-                // backing off; the others commit now.
-                if let Ok((older, newer)) = batch.split() {
-                    self.stats.contention_splits.add(1);
-                    tracing::debug!(%error, "batch keeps meeting contention; splitting it");
-                    work.push(newer);
-                    work.push(older);
-                }
+                self.split_contended(batch, error, &mut work, &mut settled);
                 continue;
             }
             if !error.proves_content() {
@@ -116,6 +108,32 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             }
         }
         settled
+    }
+
+    /// A batch that kept meeting contention (only ABORTED: the store
+    /// applied nothing): its parts become new batches in `work`, so the one
+    /// on the contended documents keeps backing off and the others commit
+    /// now. A batch that cannot be split (one item) is nacked: nothing of
+    /// it committed, so none of its messages may be acked.
+    pub(super) fn split_contended(
+        &self,
+        batch: Batch,
+        error: StoreError,
+        work: &mut Vec<Batch>,
+        settled: &mut Settlement,
+    ) {
+        match batch.split() {
+            Ok((older, newer)) => {
+                self.stats.contention_splits.add(1);
+                tracing::debug!(%error, "batch keeps meeting contention; splitting it");
+                work.push(newer);
+                work.push(older);
+            }
+            Err(unsplit) => {
+                settled.nack.extend(unsplit.messages());
+                settled.gave_up = Some(error);
+            }
+        }
     }
 
     /// Commits `batch`, retrying what proves nothing about its content,

@@ -7,7 +7,7 @@ use crate::pipeline::acker::Confirmation;
 use crate::pipeline::aggregator::{FreeView, Item, Pending};
 use crate::pipeline::poison::PoisonRecord;
 use crate::store::memory::{InjectedFailure, MemoryStore};
-use crate::store::ErrorClass;
+use crate::store::{ErrorClass, StoreError};
 use parking_lot::Mutex;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +161,28 @@ async fn giving_up_nacks_and_counts_nothing() {
     rig.flusher.flush(0).await;
     assert_eq!(rig.store.count("p").await.unwrap(), 0);
     assert_eq!(rig.fates.lock().as_slice(), &[(1, Fate::Nacked)]);
+}
+
+#[tokio::test]
+async fn a_contended_batch_that_cannot_be_split_is_nacked_not_dropped() {
+    let mut rig = Rig::new();
+    rig.like("p", "u1", 1);
+    let taken = rig.agg.take(0);
+    let batch = Batch::of_messages(taken.events, taken.poison);
+    assert!(!batch.can_split(), "one event: nothing to split");
+    let error = StoreError {
+        op: "Commit",
+        code: crate::store::Code::Aborted,
+        message: "contention".into(),
+        class: ErrorClass::Transient,
+        transaction: None,
+    };
+    let (mut work, mut settled) = (Vec::new(), isolate::Settlement::default());
+    rig.flusher
+        .split_contended(batch, error, &mut work, &mut settled);
+    assert!(work.is_empty(), "nothing left to commit");
+    assert_eq!(settled.nack, vec![0], "its message is nacked, never acked");
+    assert!(settled.gave_up.is_some_and(|e| e.is_contention()));
 }
 
 #[tokio::test]
