@@ -131,19 +131,29 @@ pub enum OpenError {
     #[error(transparent)]
     Connect(#[from] ConnectError),
     /// The PostgreSQL URL or pool settings cannot be used.
-    #[error(transparent)]
-    Postgres(#[from] PgConfigError),
+    #[error("{store}: {error}")]
+    Postgres {
+        /// The store, its password hidden.
+        store: String,
+        /// What is wrong (not a `source`: the message holds it).
+        error: PgConfigError,
+    },
     /// The PostgreSQL schema is missing or older than this build's.
-    #[error(transparent)]
-    Schema(#[from] SchemaError),
+    #[error("{store}: {error}")]
+    Schema {
+        /// The store, its password hidden.
+        store: String,
+        /// What is wrong (not a `source`: the message holds it).
+        error: SchemaError,
+    },
 }
 
 impl OpenError {
     /// Whether opening again may succeed without an operator's change.
     pub fn is_retryable(&self) -> bool {
         match self {
-            OpenError::Schema(e) => e.is_retryable(),
-            OpenError::Connect(_) | OpenError::Postgres(_) => false,
+            OpenError::Schema { error, .. } => error.is_retryable(),
+            OpenError::Connect(_) | OpenError::Postgres { .. } => false,
         }
     }
 }
@@ -164,8 +174,15 @@ pub async fn store_db(
         StoreLocation::Postgres { url } => {
             let mut config = PgDbConfig::new(url.clone());
             config.max_connections = config.max_connections.max(max_connections);
-            let db = PgDb::new(&config)?;
-            let version = db.check_schema().await?;
+            let store = target.store.to_string();
+            let db = PgDb::new(&config).map_err(|error| OpenError::Postgres {
+                store: store.clone(),
+                error,
+            })?;
+            let version = db
+                .check_schema()
+                .await
+                .map_err(|error| OpenError::Schema { store, error })?;
             tracing::debug!(store = %target.store, version, "PostgreSQL schema checked");
             Ok(SelectedDb::Postgres(db))
         }

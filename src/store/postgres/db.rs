@@ -20,7 +20,8 @@ use tokio_postgres::{CancelToken, NoTls, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::codec::{membership_from_row, quarantine_from_row, StoredRecord};
-use super::errors::{pool_error, query_error, unavailable};
+use super::conninfo;
+use super::errors::{pool_error, query_error, unavailable_because};
 use super::schema::{self, MigrateError, MigrationReport, SchemaError};
 use super::tls::{self, TlsError};
 use crate::pipeline::batch::{Membership, MembershipKey};
@@ -30,8 +31,9 @@ use crate::store::StoreError;
 /// row it writes changed since its snapshot).
 pub const REPAIR_MAX_ATTEMPTS: u32 = 5;
 
-/// How to reach the database and how its sessions behave.
-#[derive(Clone, Debug)]
+/// How to reach the database and how its sessions behave. Its `Debug`
+/// hides the password ([`conninfo::redact`]).
+#[derive(Clone)]
 pub struct PgDbConfig {
     /// A libpq connection string: `postgres://user:password@host:port/db`
     /// or `host=... dbname=...`. Use a database (or `options=-c
@@ -70,12 +72,31 @@ impl PgDbConfig {
     }
 }
 
+impl std::fmt::Debug for PgDbConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgDbConfig")
+            .field("url", &conninfo::redact(&self.url))
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("lock_timeout", &self.lock_timeout)
+            .field(
+                "idle_in_transaction_timeout",
+                &self.idle_in_transaction_timeout,
+            )
+            .field("connection_check_interval", &self.connection_check_interval)
+            .finish()
+    }
+}
+
 /// A connection string or pool setting that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum PgConfigError {
     /// The connection string does not parse.
     #[error("invalid PostgreSQL connection string: {0}")]
     Url(#[source] tokio_postgres::Error),
+    /// The connection string parses, but not as its writer meant.
+    #[error("invalid PostgreSQL connection string: {0}")]
+    Ambiguous(&'static str),
     /// The pool cannot be built with these settings.
     #[error("invalid PostgreSQL pool settings: {0}")]
     Pool(String),
@@ -123,7 +144,7 @@ impl Conn {
     pub fn client(&self) -> Result<&ClientWrapper, StoreError> {
         self.object
             .as_deref()
-            .ok_or_else(|| unavailable("Connection", "the connection was released"))
+            .ok_or_else(|| unavailable_because("Connection", "the connection was released"))
     }
 
     /// `sqls` prepared on this connection: from its cache, without a round
@@ -142,7 +163,7 @@ impl Conn {
             .map_err(|e| query_error(op, &e))?;
         prepared
             .try_into()
-            .map_err(|_| unavailable(op, "fewer statements prepared than asked"))
+            .map_err(|_| unavailable_because(op, "fewer statements prepared than asked"))
     }
 
     /// How many statements are prepared on this connection (it grows
@@ -173,6 +194,7 @@ impl Drop for Conn {
 impl PgDb {
     /// A pool over `config.url` (no connection is opened yet).
     pub fn new(config: &PgDbConfig) -> Result<Self, PgConfigError> {
+        conninfo::check_url(&config.url).map_err(PgConfigError::Ambiguous)?;
         let (url, tls) = tls::split(&config.url)?;
         let tls = tls::connector(&tls)?;
         let mut pg: tokio_postgres::Config = url.parse().map_err(PgConfigError::Url)?;

@@ -40,11 +40,39 @@ pub fn pool_error(op: &'static str, error: &deadpool_postgres::PoolError) -> Sto
 }
 
 /// A transient failure that proves nothing: the connection or the pool.
-pub fn unavailable(op: &'static str, error: impl std::fmt::Display) -> StoreError {
+/// The message carries the error's causes (the driver's `Display` says
+/// only "error connecting to server"; why is in its source).
+pub fn unavailable(op: &'static str, error: impl std::error::Error) -> StoreError {
     StoreError {
         op,
         code: Code::Unavailable,
-        message: error.to_string(),
+        message: with_causes(&error),
+        class: ErrorClass::Transient,
+        transaction: None,
+    }
+}
+
+/// `error` and each of its sources, joined by `: `.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let text = e.to_string();
+        if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = e.source();
+    }
+    message
+}
+
+/// A failure without an error value: `message` as a transient `Unavailable`.
+pub fn unavailable_because(op: &'static str, message: impl Into<String>) -> StoreError {
+    StoreError {
+        op,
+        code: Code::Unavailable,
+        message: message.into(),
         class: ErrorClass::Transient,
         transaction: None,
     }

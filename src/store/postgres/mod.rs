@@ -88,6 +88,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::CancelToken;
 
 pub mod codec;
+pub mod conninfo;
 pub mod db;
 pub mod errors;
 pub mod schema;
@@ -341,7 +342,7 @@ impl PostgresStore {
             (ended, failed) => {
                 let error = match failed.or(ended.and_then(Result::err)) {
                     Some(e) => query_error(OP, &e),
-                    None => errors::unavailable(OP, "COMMIT was not sent"),
+                    None => errors::unavailable_because(OP, "COMMIT was not sent"),
                 };
                 let open = conn.client().is_ok_and(|c| !c.is_closed());
                 if answered && open && reusable_after(&error) {

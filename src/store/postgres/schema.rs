@@ -352,7 +352,7 @@ pub enum SchemaError {
     /// The schema version could not be read (the server is unreachable,
     /// the credentials are refused, ...).
     #[error("reading the schema version: {0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// No migration was ever applied.
     #[error("the database has no hotcount schema (this build needs schema migration {needed}): run `hotcount setup --store <the same URL>` first")]
     Missing {
@@ -367,6 +367,14 @@ pub enum SchemaError {
         /// This build's newest migration.
         needed: i32,
     },
+}
+
+// Not `#[from]`: that would also make the store error the source, and a
+// chain printer (`{:#}`) would print it twice.
+impl From<StoreError> for SchemaError {
+    fn from(error: StoreError) -> Self {
+        SchemaError::Store(error)
+    }
 }
 
 impl SchemaError {
