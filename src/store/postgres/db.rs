@@ -7,22 +7,29 @@
 //! is open on it ([`Conn::release`]); any other way out (an error, a
 //! dropped future) closes it, which makes the server roll back whatever it
 //! had open. Every session runs with a `lock_timeout`, an
-//! `idle_in_transaction_session_timeout` and (PostgreSQL 14+) a
+//! `idle_in_transaction_session_timeout` and a
 //! `client_connection_check_interval`, so neither a stuck lock wait, a
-//! stalled client nor a closed connection holds rows for long.
+//! stalled client nor a closed connection holds rows for long; its socket
+//! notices a vanished server ([`session`](super::session)). Every call
+//! here ends within its bound: [`PgDbConfig::call_timeout`] (a scan of
+//! every post or record: [`PgDbConfig::scan_timeout`]); one that does not
+//! is abandoned with its connection closed, as a transient
+//! `DeadlineExceeded`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::time::Duration;
 
-use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool::managed::{Object, Pool, PoolError};
+use deadpool_postgres::ClientWrapper;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{CancelToken, NoTls, Statement};
-use tokio_postgres_rustls::MakeRustlsConnect;
+use tokio_postgres::{CancelToken, Statement};
 
 use super::codec::{membership_from_row, quarantine_from_row, StoredRecord};
 use super::conninfo;
-use super::errors::{pool_error, query_error, unavailable_because};
+use super::errors::{pool_error, query_error, timed_out, unavailable_because};
 use super::schema::{self, MigrateError, MigrationReport, SchemaError};
+use super::session::{ServerRefusal, ServerReport, SessionError, SessionSettings, Sessions};
 use super::tls::{self, TlsError};
 use crate::pipeline::batch::{Membership, MembershipKey};
 use crate::store::StoreError;
@@ -42,20 +49,22 @@ pub struct PgDbConfig {
     /// Connections at most; at least the flusher's commits in flight, as
     /// each holds one for its transaction.
     pub max_connections: usize,
-    /// Longest wait to open a connection, and for a free one.
-    pub connect_timeout: Duration,
+    /// Sockets and sessions: connect timeout, keepalives, user timeout,
+    /// the server's connection check, the idle check on checkout.
+    pub session: SessionSettings,
     /// Longest wait for a row lock before the statement fails (55P03,
     /// contention: retried, and split by the flusher if it persists).
     pub lock_timeout: Duration,
     /// A session idle inside a transaction this long is ended by the
     /// server, releasing its locks (a stalled or partitioned client).
     pub idle_in_transaction_timeout: Duration,
-    /// How often the server checks, while a statement runs or waits for a
-    /// lock, that the client is still connected, so the statement of a
-    /// connection the store closed ends (and releases its locks) even if
-    /// the cancel request missed it. `None` for servers before
-    /// PostgreSQL 14, which do not know the setting.
-    pub connection_check_interval: Option<Duration>,
+    /// Longest a store call may take (a commit attempt's round trips, a
+    /// count, a cleanup statement), waiting for a connection included;
+    /// also the batch transaction's `statement_timeout`.
+    pub call_timeout: Duration,
+    /// Longest a scan of every post or record may take (reconcile's tally,
+    /// quarantine listings, migrations).
+    pub scan_timeout: Duration,
 }
 
 impl PgDbConfig {
@@ -64,10 +73,11 @@ impl PgDbConfig {
         Self {
             url: url.into(),
             max_connections: 8,
-            connect_timeout: Duration::from_secs(10),
+            session: SessionSettings::default(),
             lock_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(30),
-            connection_check_interval: Some(Duration::from_secs(1)),
+            call_timeout: Duration::from_secs(30),
+            scan_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -77,13 +87,14 @@ impl std::fmt::Debug for PgDbConfig {
         f.debug_struct("PgDbConfig")
             .field("url", &conninfo::redact(&self.url))
             .field("max_connections", &self.max_connections)
-            .field("connect_timeout", &self.connect_timeout)
+            .field("session", &self.session)
             .field("lock_timeout", &self.lock_timeout)
             .field(
                 "idle_in_transaction_timeout",
                 &self.idle_in_transaction_timeout,
             )
-            .field("connection_check_interval", &self.connection_check_interval)
+            .field("call_timeout", &self.call_timeout)
+            .field("scan_timeout", &self.scan_timeout)
             .finish()
     }
 }
@@ -92,8 +103,8 @@ impl std::fmt::Debug for PgDbConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum PgConfigError {
     /// The connection string does not parse.
-    #[error("invalid PostgreSQL connection string: {0}")]
-    Url(#[source] tokio_postgres::Error),
+    #[error("invalid PostgreSQL connection string: {}", super::errors::with_causes(.0))]
+    Url(tokio_postgres::Error),
     /// The connection string parses, but not as its writer meant.
     #[error("invalid PostgreSQL connection string: {0}")]
     Ambiguous(&'static str),
@@ -103,6 +114,17 @@ pub enum PgConfigError {
     /// The TLS settings (`sslmode`, `sslrootcert`) cannot be used.
     #[error("invalid PostgreSQL TLS settings: {0}")]
     Tls(#[from] TlsError),
+}
+
+/// Why the server cannot be used: unreachable, or not one hotcount runs on.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// No session (the server is unreachable, credentials refused, ...).
+    #[error(transparent)]
+    Store(StoreError),
+    /// A server too old, or a database not in UTF-8.
+    #[error(transparent)]
+    Refused(ServerRefusal),
 }
 
 /// One post's two sides, read at one snapshot.
@@ -127,16 +149,15 @@ impl PostTally {
 /// on first use, not when built.
 #[derive(Clone)]
 pub struct PgDb {
-    pool: Pool,
-    /// The connector of the pool's connections (`None`: plain TCP), for
-    /// cancel requests.
-    tls: Option<MakeRustlsConnect>,
+    pool: Pool<Sessions>,
+    call_timeout: Duration,
+    scan_timeout: Duration,
 }
 
 /// A pooled connection that goes back to the pool only through
 /// [`Conn::release`]; dropped otherwise, it is closed.
 pub struct Conn {
-    object: Option<Object>,
+    object: Option<Object<Sessions>>,
 }
 
 impl Conn {
@@ -196,57 +217,71 @@ impl PgDb {
     pub fn new(config: &PgDbConfig) -> Result<Self, PgConfigError> {
         conninfo::check_url(&config.url).map_err(PgConfigError::Ambiguous)?;
         let (url, tls) = tls::split(&config.url)?;
+        let mode = tls.mode;
         let tls = tls::connector(&tls)?;
         let mut pg: tokio_postgres::Config = url.parse().map_err(PgConfigError::Url)?;
         if pg.get_application_name().is_none() {
             pg.application_name("hotcount");
         }
-        if pg.get_connect_timeout().is_none() {
-            pg.connect_timeout(config.connect_timeout);
-        }
-        // Sent in the startup packet: no round trip per session.
-        let mut session = format!(
+        // Sent in the startup packet: no round trip per session (the
+        // connection check, which servers before 14 do not know, is set
+        // once the server said which it is: `session.rs`).
+        let session = format!(
             "-c lock_timeout={} -c idle_in_transaction_session_timeout={}",
             config.lock_timeout.as_millis().max(1),
             config.idle_in_transaction_timeout.as_millis().max(1),
         );
-        if let Some(interval) = config.connection_check_interval {
-            let interval = interval.as_millis().max(1);
-            session.push_str(&format!(" -c client_connection_check_interval={interval}"));
-        }
         let options = match pg.get_options() {
             Some(given) => format!("{given} {session}"),
             None => session,
         };
         pg.options(options);
-        let recycling = ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        };
-        let manager = match &tls {
-            Some(connector) => Manager::from_config(pg, connector.clone(), recycling),
-            None => Manager::from_config(pg, NoTls, recycling),
-        };
-        let pool = Pool::builder(manager)
+        let mut settings = config.session.clone();
+        if let Some(given) = pg.get_connect_timeout() {
+            settings.connect_timeout = *given;
+        }
+        let wait = settings.connect_timeout;
+        let sessions = Sessions::new(pg, mode, tls, settings);
+        let pool = Pool::builder(sessions)
             .max_size(config.max_connections.max(1))
-            .wait_timeout(Some(config.connect_timeout))
-            .create_timeout(Some(config.connect_timeout))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(wait))
+            // Opening is bounded inside (every host tried); this is the backstop.
+            .create_timeout(Some(wait + Duration::from_secs(1)))
+            .runtime(deadpool::Runtime::Tokio1)
             .build()
             .map_err(|e| PgConfigError::Pool(e.to_string()))?;
-        Ok(Self { pool, tls })
+        Ok(Self {
+            pool,
+            call_timeout: config.call_timeout,
+            scan_timeout: config.scan_timeout,
+        })
+    }
+
+    /// Longest a store call may take ([`PgDbConfig::call_timeout`]).
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// `call` of `op`, abandoned as a transient `DeadlineExceeded` after
+    /// `limit` (dropping it closes the connection it held).
+    pub async fn bounded<T>(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => Err(timed_out(op, limit, "abandoned; its connection was closed")),
+        }
     }
 
     /// Asks the server to cancel the statement running on the connection
     /// of `token` (best effort, bounded by `timeout`: otherwise the server
     /// rolls back when it sees the connection closed).
     pub async fn cancel(&self, token: CancelToken, timeout: Duration) {
-        let cancelled = match &self.tls {
-            Some(connector) => {
-                tokio::time::timeout(timeout, token.cancel_query(connector.clone())).await
-            }
-            None => tokio::time::timeout(timeout, token.cancel_query(NoTls)).await,
-        };
-        match cancelled {
+        let sessions = self.pool.manager();
+        match tokio::time::timeout(timeout, sessions.cancel(&token)).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
                 tracing::debug!(%error, "cancel failed; the server rolls back when it sees the connection closed");
@@ -254,6 +289,21 @@ impl PgDb {
             Err(_) => tracing::debug!(
                 "cancel timed out; the server rolls back when it sees the connection closed"
             ),
+        }
+    }
+
+    /// What the server reports of itself, from a fresh session, checked:
+    /// a server older than the oldest supported version or a database not
+    /// in UTF-8 is refused with the fix ([`ServerRefusal`]).
+    pub async fn check_server(&self) -> Result<ServerReport, ServerError> {
+        let sessions = self.pool.manager();
+        match sessions.open().await {
+            Ok(opened) => Ok(opened.report),
+            Err(SessionError::Refused(refusal)) => Err(ServerError::Refused(refusal)),
+            Err(error) => Err(ServerError::Store(super::errors::session_error(
+                "CheckServer",
+                &error,
+            ))),
         }
     }
 
@@ -266,44 +316,90 @@ impl PgDb {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-        let conn = self.checkout(op).await?;
-        let rows = conn
-            .client()?
-            .query(sql, params)
+        self.query_rows_within(op, self.call_timeout, sql, params)
             .await
-            .map_err(|e| query_error(op, &e))?;
-        conn.release();
-        Ok(rows)
     }
 
-    /// A connection for `op`, opened if none is free.
+    /// [`Self::query_rows`] bounded by `limit`.
+    async fn query_rows_within(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        self.bounded(op, limit, async {
+            let conn = self.checkout(op).await?;
+            let rows = conn
+                .client()?
+                .query(sql, params)
+                .await
+                .map_err(|e| query_error(op, &e))?;
+            conn.release();
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// A connection for `op`, opened if none is free (one idle for a while
+    /// is checked first, and replaced if it does not answer).
     pub async fn checkout(&self, op: &'static str) -> Result<Conn, StoreError> {
-        let object = self.pool.get().await.map_err(|e| pool_error(op, &e))?;
+        let object = self
+            .pool
+            .get()
+            .await
+            .map_err(|e: PoolError<SessionError>| pool_error(op, &e))?;
         Ok(Conn {
             object: Some(object),
         })
     }
 
-    /// Applies the missing schema migrations ([`schema::migrate`]).
+    /// Applies the missing schema migrations ([`schema::migrate`]), on a
+    /// server and database hotcount runs on ([`Self::check_server`]).
     pub async fn migrate(&self) -> Result<MigrationReport, MigrateError> {
-        let conn = self.checkout("Migrate").await?;
-        let report = schema::migrate(conn.client()?).await?;
-        conn.release();
-        Ok(report)
+        self.check_server().await.map_err(|e| match e {
+            ServerError::Store(e) => MigrateError::Store(e),
+            ServerError::Refused(refusal) => MigrateError::Server(refusal),
+        })?;
+        let op = "Migrate";
+        let migrated = tokio::time::timeout(self.scan_timeout, async {
+            let conn = self.checkout(op).await?;
+            let report = schema::migrate(conn.client()?).await?;
+            conn.release();
+            Ok(report)
+        })
+        .await;
+        migrated.unwrap_or_else(|_| {
+            Err(MigrateError::Store(timed_out(
+                op,
+                self.scan_timeout,
+                "abandoned; its transaction was rolled back",
+            )))
+        })
     }
 
     /// The newest schema migration applied (`None` before `setup`).
     pub async fn schema_version(&self) -> Result<Option<i32>, StoreError> {
-        let conn = self.checkout("SchemaVersion").await?;
-        let version = schema::schema_version(conn.client()?).await?;
-        conn.release();
-        Ok(version)
+        let op = "SchemaVersion";
+        self.bounded(op, self.call_timeout, async {
+            let conn = self.checkout(op).await?;
+            let version = schema::schema_version(conn.client()?).await?;
+            conn.release();
+            Ok(version)
+        })
+        .await
     }
 
-    /// Checks that the database has this build's schema
-    /// ([`schema::check_version`]); returns its version. Never migrates:
-    /// only `setup` does.
+    /// Checks that the server and database are ones hotcount runs on
+    /// ([`Self::check_server`]) and that the database has this build's
+    /// schema ([`schema::check_version`]); returns its version. Never
+    /// migrates: only `setup` does.
     pub async fn check_schema(&self) -> Result<i32, SchemaError> {
+        let report = self.check_server().await.map_err(|e| match e {
+            ServerError::Store(e) => SchemaError::Store(e),
+            ServerError::Refused(refusal) => SchemaError::Server(refusal),
+        })?;
+        tracing::debug!(version = %report.version, encoding = %report.encoding, "PostgreSQL server checked");
         let found = self.schema_version().await?;
         let version = schema::check_version(found)?;
         if version > schema::latest_version() {
@@ -332,7 +428,11 @@ impl PgDb {
     pub async fn tally(&self) -> Result<Vec<PostTally>, StoreError> {
         let op = "Tally";
         let [liked, shards] = self
-            .snapshot_pair(op, [schema::LIKED_PER_POST, schema::SHARDS_PER_POST], &[])
+            .bounded(
+                op,
+                self.scan_timeout,
+                self.snapshot_pair(op, [schema::LIKED_PER_POST, schema::SHARDS_PER_POST], &[]),
+            )
             .await?;
         let err = |e: tokio_postgres::Error| query_error(op, &e);
         let mut posts: BTreeMap<String, PostTally> = BTreeMap::new();
@@ -381,7 +481,11 @@ impl PgDb {
     pub async fn tally_post(&self, post_id: &str) -> Result<PostTally, StoreError> {
         let op = "TallyPost";
         let [liked, shards] = self
-            .snapshot_pair(op, [schema::LIKED_OF_POST, schema::COUNT], &[&post_id])
+            .bounded(
+                op,
+                self.call_timeout,
+                self.snapshot_pair(op, [schema::LIKED_OF_POST, schema::COUNT], &[&post_id]),
+            )
             .await?;
         // Both are aggregates: exactly one row each.
         let first = |rows: &[tokio_postgres::Row]| -> Result<i64, StoreError> {
@@ -414,7 +518,11 @@ impl PgDb {
     pub async fn repair_post(&self, post_id: &str) -> Result<(PostTally, i64), StoreError> {
         let mut attempt = 1;
         loop {
-            match self.repair_attempt(post_id).await {
+            let attempt_once = self.repair_attempt(post_id);
+            match self
+                .bounded("Repair", self.call_timeout, attempt_once)
+                .await
+            {
                 Err(e) if e.is_retryable() && attempt < REPAIR_MAX_ATTEMPTS => {
                     tracing::debug!(error = %e, attempt, "repair attempt failed; retrying");
                     tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
@@ -505,7 +613,12 @@ impl PgDb {
         let op = "ListQuarantine";
         let limit = limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         let rows = self
-            .query_rows(op, schema::LIST_QUARANTINE, &[&consumer, &limit])
+            .query_rows_within(
+                op,
+                self.scan_timeout,
+                schema::LIST_QUARANTINE,
+                &[&consumer, &limit],
+            )
             .await?;
         rows.iter().map(quarantine_from_row).collect()
     }

@@ -70,6 +70,9 @@ pub enum MigrateError {
     /// The server failed a statement or the connection broke.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The server or database is not one hotcount runs on.
+    #[error(transparent)]
+    Server(super::session::ServerRefusal),
     /// The database has a migration this build does not know: it was set
     /// up by a newer hotcount.
     #[error("the database has schema migration {found}; this build knows up to {known}: run a newer hotcount")]
@@ -353,6 +356,9 @@ pub enum SchemaError {
     /// the credentials are refused, ...).
     #[error("reading the schema version: {0}")]
     Store(StoreError),
+    /// The server or database is not one hotcount runs on.
+    #[error(transparent)]
+    Server(super::session::ServerRefusal),
     /// No migration was ever applied.
     #[error("the database has no hotcount schema (this build needs schema migration {needed}): run `hotcount setup --store <the same URL>` first")]
     Missing {
