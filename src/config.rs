@@ -287,6 +287,23 @@ pub struct RunArgs {
     /// Allow a non-loopback `--metrics-addr` (e.g. `0.0.0.0:8080` for Cloud Run probes).
     #[arg(long, env = "HOTCOUNT_METRICS_ALLOW_REMOTE", default_value_t = false)]
     pub metrics_allow_remote: bool,
+    /// Longest a store call may take, in milliseconds: a Firestore RPC, or
+    /// a PostgreSQL commit attempt's round trips (also its
+    /// `statement_timeout`). Past it the call is abandoned as
+    /// DEADLINE_EXCEEDED and retried (a commit's outcome, if unknown, is
+    /// resolved by its batch marker).
+    #[arg(long, env = "HOTCOUNT_STORE_CALL_TIMEOUT_MS", default_value_t = 10_000)]
+    pub store_call_timeout_ms: u64,
+    /// While batches are being committed and none has committed for this
+    /// long, in seconds, the replica reports not ready (`/readyz` 503,
+    /// `hotcount_commits_stalled` 1, a WARN line saying why) until one
+    /// commits again. At least `--store-call-timeout-ms`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_STUCK_COMMIT_THRESHOLD_SECS",
+        default_value_t = 30
+    )]
+    pub stuck_commit_threshold_secs: u64,
 }
 
 /// Validated settings.
@@ -346,6 +363,10 @@ pub struct Config {
     pub per_event_concurrency: usize,
     /// Where the metrics endpoint listens; `None` = no endpoint.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Longest a store call may take.
+    pub store_call_timeout: Duration,
+    /// No commit for this long while commits are in flight: not ready.
+    pub stuck_commit_threshold: Duration,
 }
 
 /// A setting that is out of range, with what is allowed.
@@ -554,11 +575,13 @@ impl RunArgs {
                 1,
                 60_000,
             )?),
+            // A backoff past a minute would outlast the lease extension
+            // and the shutdown deadline it must fit in.
             commit_backoff_max: Duration::from_millis(range(
                 "commit-backoff-max-ms",
                 self.commit_backoff_max_ms,
-                1,
-                600_000,
+                self.commit_backoff_initial_ms.min(60_000),
+                60_000,
             )?),
             shutdown_deadline: Duration::from_secs(range(
                 "shutdown-deadline-secs",
@@ -592,6 +615,18 @@ impl RunArgs {
                 4096,
             )?,
             metrics_addr,
+            store_call_timeout: Duration::from_millis(range(
+                "store-call-timeout-ms",
+                self.store_call_timeout_ms,
+                100,
+                600_000,
+            )?),
+            stuck_commit_threshold: Duration::from_secs(range(
+                "stuck-commit-threshold-secs",
+                self.stuck_commit_threshold_secs,
+                self.store_call_timeout_ms.div_ceil(1000).clamp(1, 600),
+                3600,
+            )?),
         })
     }
 }

@@ -15,6 +15,11 @@ use tokio::sync::watch;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The exit code of `run` when the drain did not end by the shutdown
+/// deadline (plus 2 s) and the backstop ended the process: nothing is
+/// lost (what was not acked is redelivered), but the stop was not clean.
+const DRAIN_INCOMPLETE: i32 = 3;
+
 /// Exactly-once like counter for viral posts.
 #[derive(Parser, Debug)]
 #[command(version, about)]
@@ -154,9 +159,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     tokio::time::sleep(backstop).await;
                     tracing::error!(
                         ?backstop,
+                        exit_code = DRAIN_INCOMPLETE,
                         "drain did not end by the shutdown deadline; exiting (unacked messages are redelivered)"
                     );
-                    std::process::exit(0);
+                    std::process::exit(DRAIN_INCOMPLETE);
                 });
                 wait_for_signal().await;
                 eprintln!("second signal: exiting without draining");

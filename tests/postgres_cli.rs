@@ -250,6 +250,58 @@ async fn run_deletes_expired_batch_markers_periodically_and_counts_them() {
     assert_eq!(h.count("p").await, 30);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_cleanup_stuck_at_shutdown_never_holds_up_the_drain() {
+    let h = Harness::start_on(Backend::Postgres).await;
+    let url = h.postgres_url().expect("postgres").to_string();
+    // The cleanup's DELETE waits for this lock (lock_timeout, 5 s).
+    let blocker = common::pg::connect(&url).await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE batch_markers IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock the markers");
+    let consumer = h.spawn(h.run_args(
+        "hotcount",
+        &[
+            "--marker-cleanup-interval-secs",
+            "1",
+            "--shutdown-deadline-secs",
+            "1",
+            "--store-call-timeout-ms",
+            "60000",
+            "--stuck-commit-threshold-secs",
+            "60",
+        ],
+    ));
+    let monitor = common::pg::connect(&h.postgres.as_ref().expect("pg").0.url("postgres")).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let row = monitor
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'hotcount' AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .expect("activity");
+        if row.get::<_, i64>(0) > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cleanup never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopping = std::time::Instant::now();
+    consumer.stop().await;
+    let took = stopping.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the drain waited {took:?} for the cleanup"
+    );
+    blocker.batch_execute("ROLLBACK").await.expect("unlock");
+}
+
 /// `hotcount args...` with no emulator: `setup` and `run` open the store
 /// before they touch Pub/Sub, so a refused store ends them first.
 fn hotcount_alone(args: &[&str]) -> Output {

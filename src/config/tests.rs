@@ -56,6 +56,8 @@ fn flags_reproduce_every_setting() {
     changed.per_event_concurrency = 59;
     changed.metrics_addr = "127.0.0.1:0".into();
     changed.metrics_allow_remote = true;
+    changed.store_call_timeout_ms = 2_500;
+    changed.stuck_commit_threshold_secs = 71;
     // A setting added later and not changed here would prove nothing.
     let (before, after) = (
         serde_json::to_value(&defaults).expect("json"),
@@ -93,6 +95,50 @@ fn out_of_range_settings_name_their_flag() {
         parse(&["--subscription", "goog-x"]).unwrap_err().flag,
         "subscription"
     );
+}
+
+#[test]
+fn backoff_and_store_timeouts_are_bounded_and_consistent() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.store_call_timeout, Duration::from_secs(10));
+    assert_eq!(c.stuck_commit_threshold, Duration::from_secs(30));
+    // A backoff of minutes would outlast the lease and the shutdown deadline.
+    let refused = parse(&["--commit-backoff-max-ms", "600000"]).unwrap_err();
+    assert_eq!(refused.flag, "commit-backoff-max-ms");
+    assert!(parse(&["--commit-backoff-max-ms", "60000"]).is_ok());
+    let refused = parse(&[
+        "--commit-backoff-initial-ms",
+        "500",
+        "--commit-backoff-max-ms",
+        "100",
+    ])
+    .unwrap_err();
+    assert_eq!(
+        refused.flag, "commit-backoff-max-ms",
+        "below the initial backoff"
+    );
+    assert_eq!(
+        parse(&["--store-call-timeout-ms", "50"]).unwrap_err().flag,
+        "store-call-timeout-ms"
+    );
+    // A threshold shorter than one call would call a slow commit a stall.
+    let refused = parse(&[
+        "--store-call-timeout-ms",
+        "20000",
+        "--stuck-commit-threshold-secs",
+        "10",
+    ])
+    .unwrap_err();
+    assert_eq!(refused.flag, "stuck-commit-threshold-secs");
+    assert!(refused.reason.contains("20"), "{}", refused.reason);
+    let c = parse(&[
+        "--store-call-timeout-ms",
+        "500",
+        "--stuck-commit-threshold-secs",
+        "1",
+    ])
+    .unwrap();
+    assert_eq!(c.stuck_commit_threshold, Duration::from_secs(1));
 }
 
 #[test]

@@ -151,6 +151,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                 .await;
             match result {
                 Ok(report) => {
+                    self.stats.commit_progress.committed();
                     self.stats.store_rpcs.add(u64::from(report.rpcs));
                     self.stats.batches.add(1);
                     if report.outcome == CommitOutcome::AlreadyCommitted {
@@ -173,6 +174,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                     return Ok(report.effects);
                 }
                 Err(error) if error.is_retryable() && attempt < self.config.commit_max_attempts => {
+                    self.record_failure(&error);
                     only_aborted &= error.is_contention();
                     let pause = backoff(&self.config, attempt);
                     if self
@@ -187,14 +189,51 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                     {
                         return Err(Failure::Contended(error));
                     }
+                    if !self.pause(pause).await {
+                        // The shutdown deadline falls within the backoff.
+                        return Err(Failure::Other(error));
+                    }
                     self.stats.commit_retries.add(1);
                     tracing::debug!(%error, attempt, "commit failed; retrying");
-                    tokio::time::sleep(pause).await;
                     this = Attempt::after(&error);
                     attempt += 1;
                 }
-                Err(error) => return Err(Failure::Other(error)),
+                Err(error) => {
+                    self.record_failure(&error);
+                    return Err(Failure::Other(error));
+                }
             }
+        }
+    }
+}
+
+impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
+    /// Sleeps `pause` before a retry; false, at once, when the shutdown
+    /// deadline is set (now or while sleeping) to fall within it: then no
+    /// retry would be allowed to start anyway.
+    async fn pause(&self, pause: Duration) -> bool {
+        let wake = Instant::now() + pause;
+        let mut deadline = self.deadline.clone();
+        loop {
+            if deadline.get().is_some_and(|at| wake >= at) {
+                return false;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => return true,
+                () = deadline.changed() => {}
+            }
+        }
+    }
+
+    /// Counts and remembers a failed attempt (a call the store did not
+    /// answer in time, unless the shutdown deadline ended it).
+    fn record_failure(&self, error: &StoreError) {
+        self.stats.commit_progress.failed(error);
+        let shutting_down = self
+            .deadline()
+            .is_some_and(|deadline| Instant::now() >= deadline);
+        if error.code == crate::store::Code::DeadlineExceeded && !shutting_down {
+            self.stats.store_call_timeouts.add(1);
         }
     }
 }

@@ -27,7 +27,7 @@ pub mod layout;
 pub mod wire;
 
 pub use codec::{StoredMembership, StoredRecord};
-pub use db::{FirestoreDb, Opened, Queried, Read};
+pub use db::{FirestoreDb, Opened, Queried, Read, DEFAULT_CALL_TIMEOUT};
 pub use documents::{CounterSums, Memberships};
 pub use errors::{classify, status_error};
 pub use layout::Layout;
