@@ -862,7 +862,7 @@ async fn a_commit_abandoned_after_its_commit_was_sent_is_reported_with_its_outco
     let store = through(&proxy, "unknown", Duration::from_secs(30)).await;
     let batch = Batch::new(vec![like("p", "u1", 1, "a")], vec![]);
     // The network goes silent as the COMMIT leaves; then shutdown comes.
-    proxy.arm(Cut::StallAtCommit);
+    proxy.stall_at_next_commit();
     let (set, deadline) = Deadline::channel();
     let attempt = {
         let (store, batch) = (store.clone(), batch.clone());

@@ -468,12 +468,6 @@ pub enum Cut {
     /// After the server committed, before its answer reaches the client:
     /// the client cannot tell whether it committed.
     AfterCommit,
-    /// The proxy turns into a black hole ([`Proxy::black_hole`]) as the
-    /// COMMIT reaches it, holding the COMMIT: nothing is closed, nothing
-    /// answered. After [`Proxy::resume`] the server gets the COMMIT (and
-    /// then, if the client gave up, its close): the client cannot tell
-    /// whether it committed.
-    StallAtCommit,
 }
 
 struct ProxyShared {
@@ -484,6 +478,8 @@ struct ProxyShared {
     round_trips: AtomicU64,
     /// True while nothing is forwarded (a black hole).
     paused: tokio::sync::watch::Sender<bool>,
+    /// Turn into a black hole at the next COMMIT ([`Proxy::stall_at_next_commit`]).
+    stall_armed: AtomicBool,
     /// The `server_version` clients are told instead of the server's.
     server_version: Mutex<Option<String>>,
 }
@@ -495,6 +491,7 @@ impl Default for ProxyShared {
             cuts: AtomicU64::new(0),
             round_trips: AtomicU64::new(0),
             paused: tokio::sync::watch::Sender::new(false),
+            stall_armed: AtomicBool::new(false),
             server_version: Mutex::new(None),
         }
     }
@@ -595,6 +592,15 @@ impl Proxy {
     /// Forwards again whatever waited, and what follows.
     pub fn resume(&self) {
         self.shared.paused.send_replace(false);
+    }
+
+    /// Turns the proxy into a black hole ([`Proxy::black_hole`]) as the
+    /// next COMMIT from a client reaches it, holding that COMMIT: nothing
+    /// is closed, nothing answered. After [`Proxy::resume`] the server gets
+    /// the COMMIT (and then, if the client gave up, its close): the client
+    /// cannot tell whether it committed.
+    pub fn stall_at_next_commit(&self) {
+        self.shared.stall_armed.store(true, Ordering::SeqCst);
     }
 
     /// Whether the proxy is a black hole now.
@@ -711,22 +717,22 @@ async fn relay(
 }
 
 /// Whether `message` is where the armed cut closes the connection
-/// (disarms it if so); a [`Cut::StallAtCommit`] there pauses forwarding
+/// (disarms it if so); an armed stall at a COMMIT pauses forwarding
 /// instead (and the message waits for the resume).
 fn cuts_here(shared: &ProxyShared, from_client: bool, message: &[u8]) -> bool {
     let body = &message[5..];
-    let (at, stall) = match (message[0], from_client) {
-        (b'Q', true) if body.starts_with(b"COMMIT") => (Cut::BeforeCommit, Cut::StallAtCommit),
-        (b'C', false) if body == b"COMMIT\0" => (Cut::AfterCommit, Cut::AfterCommit),
+    let at = match (message[0], from_client) {
+        (b'Q', true) if body.starts_with(b"COMMIT") => {
+            if shared.stall_armed.swap(false, Ordering::SeqCst) {
+                shared.paused.send_replace(true);
+                return false;
+            }
+            Cut::BeforeCommit
+        }
+        (b'C', false) if body == b"COMMIT\0" => Cut::AfterCommit,
         _ => return false,
     };
     let mut armed = shared.armed.lock();
-    if *armed == Some(stall) && stall == Cut::StallAtCommit {
-        *armed = None;
-        shared.cuts.fetch_add(1, Ordering::SeqCst);
-        shared.paused.send_replace(true);
-        return false;
-    }
     if *armed != Some(at) {
         return false;
     }

@@ -3,11 +3,13 @@
 //! whether the replica is stalled (then `/readyz` answers 503 and
 //! `hotcount_commits_stalled` is 1).
 //!
-//! Invariant: stalled only while a batch is being committed and no commit
-//! has succeeded for the whole threshold (counted from the later of the
-//! last success and the moment commits started after an idle spell), so
-//! an idle replica, or one whose store answers, is never stalled; the
-//! first success ends a stall.
+//! Invariant: stalled only when no commit has succeeded for the whole
+//! threshold since a batch began waiting on the store (or an attempt
+//! failed) after the last success; the first success ends it. So a
+//! replica whose store answers is never stalled, nor an idle one whose
+//! last commit went through; one whose batches were given up (nacked) on a
+//! store that does not answer stays stalled while idle, until a commit
+//! succeeds again (redelivered messages bring one).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,50 +41,40 @@ pub struct Stall {
 }
 
 impl CommitProgress {
-    /// A batch's commit starts.
+    /// A batch's commit starts: it waits on the store from now.
     pub fn begin(&self) {
-        if self.in_flight.fetch_add(1, Ordering::SeqCst) == 0 {
-            let mut since = self.waiting_since.lock();
-            if since.is_none() {
-                *since = Some(Instant::now());
-            }
-        }
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.waiting_since.lock().get_or_insert_with(Instant::now);
     }
 
     /// A batch's commit ended (committed or given up).
     pub fn end(&self) {
-        let before = self
+        let _ = self
             .in_flight
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 Some(n.saturating_sub(1))
-            })
-            .unwrap_or(0);
-        if before <= 1 {
-            // Idle: nothing is waiting on the store.
-            *self.waiting_since.lock() = None;
-        }
+            });
     }
 
-    /// A commit succeeded: the store answers.
+    /// A commit succeeded: the store answers; nothing waits any more.
     pub fn committed(&self) {
-        let mut since = self.waiting_since.lock();
-        *since = (self.in_flight.load(Ordering::SeqCst) > 0).then(Instant::now);
+        *self.waiting_since.lock() = None;
     }
 
     /// A commit attempt failed with `error`.
     pub fn failed(&self, error: &dyn std::fmt::Display) {
         *self.last_error.lock() = Some(error.to_string());
+        self.waiting_since.lock().get_or_insert_with(Instant::now);
     }
 
-    /// The stall, if batches are being committed and none has succeeded
-    /// for `threshold`.
+    /// The stall, if no commit has succeeded for `threshold` since a batch
+    /// began waiting or an attempt failed.
     pub fn check(&self, threshold: Duration) -> Option<Stall> {
-        let in_flight = self.in_flight.load(Ordering::SeqCst);
         let since = (*self.waiting_since.lock())?;
         let waited = since.elapsed();
-        (in_flight > 0 && waited >= threshold).then(|| Stall {
+        (waited >= threshold).then(|| Stall {
             for_how_long: waited,
-            in_flight,
+            in_flight: self.in_flight.load(Ordering::SeqCst),
             last_error: self.last_error.lock().clone(),
         })
     }
@@ -105,7 +97,7 @@ mod tests {
     const THRESHOLD: Duration = Duration::from_secs(30);
 
     #[tokio::test(start_paused = true)]
-    async fn stalled_only_while_commits_wait_past_the_threshold_and_the_first_success_ends_it() {
+    async fn stalled_only_when_nothing_commits_for_the_threshold_and_the_first_success_ends_it() {
         let progress = CommitProgress::default();
         tokio::time::advance(THRESHOLD * 2).await;
         assert_eq!(progress.check(THRESHOLD), None, "idle is not stalled");
@@ -127,15 +119,23 @@ mod tests {
         assert!(progress.check(THRESHOLD).is_some());
         progress.committed();
         assert_eq!(progress.check(THRESHOLD), None);
-        tokio::time::advance(THRESHOLD).await;
-        assert!(progress.check(THRESHOLD).is_some(), "no success since");
+        progress.end();
+        progress.end();
 
-        // Idle again: not stalled, and the next commit starts a new clock.
-        progress.end();
-        progress.end();
+        // Committed last, then idle: never stalled.
+        tokio::time::advance(THRESHOLD * 2).await;
         assert_eq!(progress.check(THRESHOLD), None);
-        tokio::time::advance(THRESHOLD).await;
+
+        // Given up (nacked) on a store that does not answer, then idle:
+        // still stalled, until a commit succeeds.
         progress.begin();
+        progress.failed(&"Commit failed (Unavailable)");
+        progress.end();
+        tokio::time::advance(THRESHOLD).await;
+        assert_eq!(progress.check(THRESHOLD).map(|s| s.in_flight), Some(0));
+        progress.begin();
+        progress.committed();
+        progress.end();
         assert_eq!(progress.check(THRESHOLD), None);
     }
 

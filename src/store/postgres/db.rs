@@ -296,15 +296,17 @@ impl PgDb {
     /// a server older than the oldest supported version or a database not
     /// in UTF-8 is refused with the fix ([`ServerRefusal`]).
     pub async fn check_server(&self) -> Result<ServerReport, ServerError> {
-        let sessions = self.pool.manager();
-        match sessions.open().await {
-            Ok(opened) => Ok(opened.report),
-            Err(SessionError::Refused(refusal)) => Err(ServerError::Refused(refusal)),
-            Err(error) => Err(ServerError::Store(super::errors::session_error(
-                "CheckServer",
-                &error,
-            ))),
-        }
+        let op = "CheckServer";
+        // A pooled session: opening one checks the server's report.
+        let object = self.pool.get().await.map_err(|e| match e {
+            PoolError::Backend(SessionError::Refused(refusal)) => ServerError::Refused(refusal),
+            other => ServerError::Store(pool_error(op, &other)),
+        })?;
+        drop(object);
+        self.pool
+            .manager()
+            .last_report()
+            .ok_or_else(|| ServerError::Store(unavailable_because(op, "no session reported")))
     }
 
     /// Runs one statement outside a transaction on a pooled connection and

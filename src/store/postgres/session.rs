@@ -188,6 +188,8 @@ pub struct Sessions {
     mode: SslMode,
     tls: Option<MakeRustlsConnect>,
     settings: SessionSettings,
+    /// What the server reported when the last session started.
+    last_report: parking_lot::Mutex<Option<ServerReport>>,
 }
 
 impl Sessions {
@@ -204,7 +206,13 @@ impl Sessions {
             mode,
             tls,
             settings,
+            last_report: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// What the server reported when the last session started (checked).
+    pub fn last_report(&self) -> Option<ServerReport> {
+        self.last_report.lock().clone()
     }
 
     /// Opens one session: each host in turn, the whole bounded by the
@@ -286,6 +294,7 @@ impl Sessions {
             Err(e) => return Err(e),
         };
         report.check().map_err(SessionError::Refused)?;
+        *self.last_report.lock() = Some(report.clone());
         if self.config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite {
             let rows = client
                 .simple_query("SHOW transaction_read_only")
