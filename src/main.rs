@@ -191,14 +191,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => {
             let report = replay::run(&cli.endpoints, &args).await?;
             print_replay(&report);
-            if report.ending == replay::Ending::Paused {
-                anyhow::bail!(
+            match report.ending {
+                replay::Ending::Paused => anyhow::bail!(
                     "replay paused: divergence {:.4} exceeds --max-divergence {}",
                     report.divergence(),
                     args.max_divergence
-                );
+                ),
+                replay::Ending::Failed => anyhow::bail!(
+                    "replay stopped: {}; what it committed before is above (replaying again is safe: processed events are duplicates)",
+                    report.failure.as_deref().unwrap_or("unknown failure")
+                ),
+                replay::Ending::WindowEnd | replay::Ending::Drained => Ok(()),
             }
-            Ok(())
         }
         Command::Dlq(action) => match action {
             DlqAction::Inspect(args) => {
@@ -358,24 +362,21 @@ async fn reconcile(
     let reports = if posts.is_empty() {
         reconcile::reconcile_all(&db, repair).await?
     } else {
-        let mut reports = Vec::new();
-        for post in posts {
-            let report = reconcile::reconcile_post(&db, &post, repair)
-                .await
-                .with_context(|| format!("reconciling {post}"))?;
-            reports.push(report);
-        }
-        reports
+        reconcile::reconcile_posts(&db, &posts, repair).await
     };
     println!("post\tshards\tliked\tdifference\tstatus");
-    let mut unrepaired = 0;
+    let (mut unrepaired, mut failed) = (0, 0);
     for r in &reports {
-        let status = match (r.difference(), r.repaired) {
-            (0, false) => "ok",
-            (_, true) => "repaired",
-            _ => {
+        let status = match (&r.error, r.difference(), r.repaired) {
+            (Some(error), _, _) => {
+                failed += 1;
+                format!("failed: {error}")
+            }
+            (None, 0, false) => "ok".to_string(),
+            (None, _, true) => "repaired".to_string(),
+            (None, _, false) => {
                 unrepaired += 1;
-                "differs"
+                "differs".to_string()
             }
         };
         println!(
@@ -385,6 +386,9 @@ async fn reconcile(
             r.liked,
             r.difference()
         );
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} post(s) failed (see their lines); the others are reported as done");
     }
     if unrepaired > 0 {
         anyhow::bail!("{unrepaired} post(s) differ; run again with --repair to fix them");
