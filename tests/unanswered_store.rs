@@ -21,7 +21,7 @@ const THRESHOLD: Duration = Duration::from_secs(2);
 const MARGIN: Duration = Duration::from_secs(3);
 const WAIT: Duration = Duration::from_secs(60);
 
-fn run_flags<'a>(store: &'a str) -> Vec<&'a str> {
+fn run_flags(store: &str) -> Vec<&str> {
     vec![
         "--store",
         store,

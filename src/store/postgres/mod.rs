@@ -59,23 +59,27 @@
 //! transient (`Unavailable`) with its outcome unknown; the next attempt
 //! finds the marker (committed: the marker's effects are reported) or not
 //! (the server rolled the transaction back when the connection closed:
-//! applied now). An attempt past its deadline cancels its running
-//! statement and closes its connection, so the server rolls back and
-//! releases its locks at once.
+//! applied now). An attempt ends within the store call timeout
+//! ([`PgDb::call_timeout`], also the transaction's `statement_timeout`) and
+//! at the shutdown deadline: it cancels its running statement and closes
+//! its connection, so the server rolls back and releases its locks at
+//! once, and its error says whether its `COMMIT` may have been sent
+//! (outcome unknown) or not (nothing applied).
 //!
 //! # Driver and pool
 //! `tokio-postgres`: the maintained native async driver (no libpq), which
-//! pipelines requests on one connection. `deadpool-postgres` for the pool:
-//! three small crates over the driver (`cargo tree`), giving what a
-//! hand-made pool would have to rewrite: a per-connection statement cache,
-//! a closed-connection check on checkout, wait and connect timeouts, and
-//! [`deadpool_postgres::Object::take`] to close a connection instead of
-//! reusing it ([`db::Conn`]).
+//! pipelines requests on one connection. `deadpool` for the pool, with our
+//! own manager ([`session::Sessions`]: the sockets, the cleartext-password
+//! guard, the server's version and encoding, the idle check), and
+//! `deadpool-postgres`' per-connection statement cache; the pool gives wait
+//! and create timeouts and [`deadpool::managed::Object::take`] to close a
+//! connection instead of reusing it ([`db::Conn`]).
 //!
 //! [`schema`] names every table, column and statement and holds the
 //! migrations; [`codec`] converts rows and parameters; [`errors`] classes
-//! failures; [`db`] is the pool and the operator reads; [`tls`] applies
-//! `sslmode` and `sslrootcert` over rustls.
+//! failures; [`db`] is the pool and the operator reads; [`session`] opens
+//! and checks sessions; [`tls`] applies `sslmode` and `sslrootcert` over
+//! rustls; [`conninfo`] hides a connection string's passwords.
 
 use std::future::Future;
 use std::pin::Pin;
