@@ -169,6 +169,9 @@ impl FirestoreDb {
         match tokio::time::timeout(limit, call).await {
             Ok(Ok(doc)) => Ok(Some(doc.into_inner())),
             Ok(Err(status)) if status.code() == Code::NotFound => Ok(None),
+            Ok(Err(status)) if expired(&status) => {
+                Err(no_answer("GetDocument", limit, "nothing was written"))
+            }
             Ok(Err(status)) => Err(status_error("GetDocument", &status)),
             Err(_) => Err(no_answer("GetDocument", limit, "nothing was written")),
         }
@@ -321,6 +324,13 @@ impl FirestoreDb {
     ) -> Result<Vec<u8>, StoreError> {
         let within = tokio::time::timeout(limit, self.stream_all(op, read, call, each)).await;
         match within {
+            Ok(Err(error)) if error.code == Code::Cancelled && error.message == TIMEOUT_EXPIRED => {
+                Err(StoreError {
+                    code: Code::DeadlineExceeded,
+                    message: no_answer(op, limit, "nothing was written").message,
+                    ..error
+                })
+            }
             Ok(result) => result,
             Err(_) => {
                 let opened = match read {
@@ -400,7 +410,13 @@ impl FirestoreDb {
         let response = tokio::time::timeout(limit, call)
             .await
             .map_err(|_| no_answer(op, limit, "a transaction it opened expires by itself"))?
-            .map_err(|s| status_error(op, &s))?;
+            .map_err(|s| {
+                if expired(&s) {
+                    no_answer(op, limit, "a transaction it opened expires by itself")
+                } else {
+                    status_error(op, &s)
+                }
+            })?;
         Ok(response.into_inner().transaction)
     }
 
@@ -435,8 +451,8 @@ impl FirestoreDb {
         let status = match tokio::time::timeout(limit, wire::commit(&mut channel, bytes, limit)).await
         {
             Ok(Ok(_)) => return Ok(()),
-            Ok(Err(status)) => status,
-            Err(_) => Status::deadline_exceeded(format!(
+            Ok(Err(status)) if !expired(&status) => status,
+            _ => Status::deadline_exceeded(format!(
                 "no answer within the store call timeout ({limit:?}); the Commit may have applied, so its outcome is unknown (the batch marker tells the next attempt)"
             )),
         };
@@ -471,6 +487,16 @@ impl FirestoreDb {
             Err(_) => tracing::debug!("rollback timed out; the transaction expires on its own"),
         }
     }
+}
+
+/// What the client library answers when a request's own deadline (its
+/// `grpc-timeout`) passes first: CANCELLED with this message.
+const TIMEOUT_EXPIRED: &str = "Timeout expired";
+
+/// Whether `status` is the client library's own deadline passing (the
+/// same deadline as ours, which may fire a moment later).
+fn expired(status: &Status) -> bool {
+    status.code() == Code::Cancelled && status.message() == TIMEOUT_EXPIRED
 }
 
 /// An RPC of `op` that got no answer within `limit`: a transient
