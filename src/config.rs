@@ -41,7 +41,13 @@ pub struct Endpoints {
 pub struct Target {
     /// The store: `firestore` (the default) or a PostgreSQL connection URL
     /// (`postgres://user:password@host:port/database`).
-    #[arg(long = "store", env = "HOTCOUNT_STORE", default_value = "firestore")]
+    #[arg(
+        long = "store",
+        env = "HOTCOUNT_STORE",
+        default_value = "firestore",
+        value_parser = StoreLocationParser,
+        hide_env_values = true
+    )]
     pub store: StoreLocation,
     /// Google Cloud project id.
     #[arg(long, env = "HOTCOUNT_PROJECT", default_value = "hotcount-local")]
@@ -72,18 +78,70 @@ pub enum StoreLocation {
 impl std::str::FromStr for StoreLocation {
     type Err = String;
 
+    /// The error never quotes the string: it may hold a password.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.eq_ignore_ascii_case("firestore") {
             return Ok(Self::Firestore);
         }
         if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            crate::store::postgres::conninfo::check_url(s)
+                .map_err(|why| format!("not a PostgreSQL connection URL: {why}"))?;
             let (driver, _) = crate::store::postgres::tls::split(s).map_err(|e| e.to_string())?;
             return match driver.parse::<tokio_postgres::Config>() {
                 Ok(_) => Ok(Self::Postgres { url: s.to_string() }),
-                Err(e) => Err(format!("not a PostgreSQL connection URL: {e}")),
+                Err(e) => Err(url_error(s, &e)),
             };
         }
         Err("expected `firestore` or a `postgres://` URL".into())
+    }
+}
+
+/// Why the driver refused `url`, without quoting it: its message names an
+/// option at most, and not even that when a `password` parameter could
+/// have run into it (an unencoded `&` in a password makes its tail look
+/// like an option).
+fn url_error(url: &str, error: &tokio_postgres::Error) -> String {
+    let message = match std::error::Error::source(error) {
+        Some(cause) => format!("{error}: {cause}"),
+        None => error.to_string(),
+    };
+    let secret_tail = url
+        .split_once('?')
+        .is_some_and(|(_, query)| query.contains("password"));
+    let names_a_secret = message.contains('`') && secret_tail;
+    let problem = if names_a_secret {
+        "an option is not known or its value is not valid"
+    } else {
+        message.as_str()
+    };
+    format!(
+        "not a PostgreSQL connection URL: {problem} (percent-encode `@`, `/`, `?`, `&`, `#` and `%` in a password)"
+    )
+}
+
+/// Parses `--store` for clap without quoting the value in its error (clap
+/// would print `invalid value '<the URL>'`, password and all).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreLocationParser;
+
+impl clap::builder::TypedValueParser for StoreLocationParser {
+    type Value = StoreLocation;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<StoreLocation, clap::Error> {
+        let flag = arg.map_or_else(|| "--store".to_string(), |a| format!("--{}", a.get_id()));
+        let refuse = |reason: &str| {
+            let message = format!(
+                "invalid value for '{flag}' (not shown: it may hold a password): {reason}\n"
+            );
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| refuse("not UTF-8"))?;
+        text.parse().map_err(|reason: String| refuse(&reason))
     }
 }
 
@@ -91,7 +149,7 @@ impl std::fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Firestore => f.write_str("firestore"),
-            Self::Postgres { url } => f.write_str(&redact_password(url)),
+            Self::Postgres { url } => f.write_str(&crate::store::postgres::conninfo::redact(url)),
         }
     }
 }
@@ -108,22 +166,6 @@ impl serde::Serialize for StoreLocation {
             Self::Firestore => serializer.serialize_str("firestore"),
             Self::Postgres { url } => serializer.serialize_str(url),
         }
-    }
-}
-
-/// `url` with the password of its user info (`user:password@`) replaced by `***`.
-fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) => match user_info.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_string(),
-        },
-        None => url.to_string(),
     }
 }
 
@@ -264,6 +306,23 @@ pub struct RunArgs {
         default_value_t = 900
     )]
     pub rollup_sweep_lookback_secs: u64,
+    /// Longest a store call may take, in milliseconds: a Firestore RPC, or
+    /// a PostgreSQL commit attempt's round trips (also its
+    /// `statement_timeout`). Past it the call is abandoned as
+    /// DEADLINE_EXCEEDED and retried (a commit's outcome, if unknown, is
+    /// resolved by its batch marker).
+    #[arg(long, env = "HOTCOUNT_STORE_CALL_TIMEOUT_MS", default_value_t = 10_000)]
+    pub store_call_timeout_ms: u64,
+    /// While batches are being committed and none has committed for this
+    /// long, in seconds, the replica reports not ready (`/readyz` 503,
+    /// `hotcount_commits_stalled` 1, a WARN line saying why) until one
+    /// commits again. At least `--store-call-timeout-ms`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_STUCK_COMMIT_THRESHOLD_SECS",
+        default_value_t = 30
+    )]
+    pub stuck_commit_threshold_secs: u64,
 }
 
 /// Validated settings.
@@ -327,6 +386,10 @@ pub struct Config {
     pub rollup_interval: Option<Duration>,
     /// How far back the start-up sweep looks; `None` = no sweep.
     pub rollup_sweep_lookback: Option<Duration>,
+    /// Longest a store call may take.
+    pub store_call_timeout: Duration,
+    /// No commit for this long while commits are in flight: not ready.
+    pub stuck_commit_threshold: Duration,
 }
 
 /// A setting that is out of range, with what is allowed.
@@ -535,11 +598,13 @@ impl RunArgs {
                 1,
                 60_000,
             )?),
+            // A backoff past a minute would outlast the lease extension
+            // and the shutdown deadline it must fit in.
             commit_backoff_max: Duration::from_millis(range(
                 "commit-backoff-max-ms",
                 self.commit_backoff_max_ms,
-                1,
-                600_000,
+                self.commit_backoff_initial_ms.min(60_000),
+                60_000,
             )?),
             shutdown_deadline: Duration::from_secs(range(
                 "shutdown-deadline-secs",
@@ -596,6 +661,18 @@ impl RunArgs {
                 0 => None,
                 secs => Some(Duration::from_secs(secs)),
             },
+            store_call_timeout: Duration::from_millis(range(
+                "store-call-timeout-ms",
+                self.store_call_timeout_ms,
+                100,
+                600_000,
+            )?),
+            stuck_commit_threshold: Duration::from_secs(range(
+                "stuck-commit-threshold-secs",
+                self.stuck_commit_threshold_secs,
+                self.store_call_timeout_ms.div_ceil(1000).clamp(1, 600),
+                3600,
+            )?),
         })
     }
 }
