@@ -116,6 +116,16 @@ metrics! {
         "Posts this process changed whose rollup waits for a refresh.";
     ROLLUP_LAG = "hotcount_rollup_lag_seconds",
         "Time from a post's first change not in its rollup to the rollup showing it, in seconds.";
+    MILESTONES_RECORDED = "hotcount_milestones_recorded_total",
+        "Milestones a written rollup reached first (each record created with the rollup, if absent).";
+    MILESTONES_DELIVERED = "hotcount_milestones_delivered_total",
+        "Milestone webhooks the receiver accepted (2xx).";
+    MILESTONE_ATTEMPTS_FAILED = "hotcount_milestone_attempts_failed_total",
+        "Milestone webhook attempts that failed and are retried (5xx, 408, 429, timeouts, connection errors).";
+    MILESTONES_DEAD = "hotcount_milestones_dead_total",
+        "Milestones given up: the webhook refused them (a 4xx other than 408 and 429).";
+    MILESTONE_LEASES_LOST = "hotcount_milestone_leases_lost_total",
+        "Milestone attempts whose lease another dispatcher took over before they settled.";
 }
 
 /// Upper bounds of [`COMMIT_DURATION`]'s buckets, in seconds.

@@ -268,6 +268,7 @@ fn read(likes: i64, stored: Option<(i64, Micros, Option<u32>)>) -> PostRead {
             as_of,
             shards,
             update_time: None,
+            milestone: None,
         }),
     }
 }

@@ -25,6 +25,7 @@ mod documents;
 pub mod errors;
 pub mod frame;
 pub mod layout;
+mod milestones;
 mod rollups;
 pub mod wire;
 

@@ -90,6 +90,7 @@ use tokio_postgres::CancelToken;
 pub mod codec;
 pub mod db;
 pub mod errors;
+pub mod milestones;
 pub mod rollups;
 pub mod schema;
 pub mod tls;
