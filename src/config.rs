@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::event::{check_id, MAX_EVENT_ID_BYTES};
 use crate::pipeline::flusher::FlushConfig;
+use crate::pipeline::milestones::DispatchConfig;
 use crate::pipeline::rollup::RollupConfig;
 use crate::pipeline::source::SourceConfig;
 use crate::store::selected::StoreSettings;
@@ -264,6 +265,36 @@ pub struct RunArgs {
         default_value_t = 900
     )]
     pub rollup_sweep_lookback_secs: u64,
+    /// Like counts that are milestones: the rollup write that first shows a
+    /// post at or above one records it, and the webhook is told once
+    /// (comma-separated, ascending). Needs `--milestone-webhook`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONES",
+        default_value = "100,1000,10000,100000"
+    )]
+    pub milestones: String,
+    /// POST each milestone reached to this http(s) URL (`{postId,
+    /// milestone, likes, reachedAt}`, `Idempotency-Key:
+    /// {consumer}:{post}:{n}`); unset = milestones off (none recorded).
+    #[arg(long, env = "HOTCOUNT_MILESTONE_WEBHOOK")]
+    pub milestone_webhook: Option<String>,
+    /// Sign each milestone call with this secret: header
+    /// `Hotcount-Signature: t={unix seconds},v1={hex HMAC-SHA256 of "{t}.{body}"}`.
+    #[arg(long, env = "HOTCOUNT_MILESTONE_WEBHOOK_SECRET", hide_env_values = true)]
+    pub milestone_webhook_secret: Option<String>,
+    /// Longest wait for the webhook's answer to one call, in milliseconds.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub milestone_webhook_timeout_ms: u64,
+    /// How long a replica holds a milestone it calls for before another
+    /// may take it over (a replica that died mid-call), in seconds; more
+    /// than the webhook timeout.
+    #[arg(long, env = "HOTCOUNT_MILESTONE_LEASE_SECS", default_value_t = 60)]
+    pub milestone_lease_secs: u64,
 }
 
 /// Validated settings.
@@ -327,6 +358,58 @@ pub struct Config {
     pub rollup_interval: Option<Duration>,
     /// How far back the start-up sweep looks; `None` = no sweep.
     pub rollup_sweep_lookback: Option<Duration>,
+    /// Milestone notifications; `None` = off (no webhook set).
+    pub milestones: Option<MilestoneSettings>,
+}
+
+/// Milestone notifications' settings (`--milestone-*`).
+#[derive(Clone, Debug)]
+pub struct MilestoneSettings {
+    /// The milestones, ascending, distinct, positive.
+    pub thresholds: Vec<i64>,
+    /// The webhook.
+    pub webhook: reqwest::Url,
+    /// The signing secret, if any.
+    pub secret: Option<String>,
+    /// One call's longest wait.
+    pub request_timeout: Duration,
+    /// A claim's lease.
+    pub lease: Duration,
+}
+
+impl MilestoneSettings {
+    /// The dispatcher's settings.
+    pub fn dispatch(&self) -> DispatchConfig {
+        DispatchConfig {
+            lease: self.lease,
+            ..DispatchConfig::default()
+        }
+    }
+}
+
+/// Parses `--milestones`: ascending, distinct, positive like counts.
+pub fn parse_milestones(list: &str) -> Result<Vec<i64>, ConfigError> {
+    let err = |reason: String| ConfigError {
+        flag: "milestones",
+        reason,
+    };
+    let mut out: Vec<i64> = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let n: i64 = part
+            .parse()
+            .map_err(|_| err(format!("{part:?} is not a whole number")))?;
+        if n < 1 {
+            return Err(err(format!("{n} is not positive")));
+        }
+        if out.last().is_some_and(|&last| n <= last) {
+            return Err(err(format!("{n} is not above the one before it")));
+        }
+        out.push(n);
+    }
+    if out.is_empty() || out.len() > 64 {
+        return Err(err("give 1 to 64 like counts, e.g. 100,1000".to_string()));
+    }
+    Ok(out)
 }
 
 /// A setting that is out of range, with what is allowed.
@@ -596,7 +679,54 @@ impl RunArgs {
                 0 => None,
                 secs => Some(Duration::from_secs(secs)),
             },
+            milestones: self.milestone_settings()?,
         })
+    }
+}
+
+impl RunArgs {
+    /// The milestone settings: `None` without a webhook (whatever
+    /// `--milestones` says); refused without rollups (they decide them).
+    fn milestone_settings(&self) -> Result<Option<MilestoneSettings>, ConfigError> {
+        let Some(url) = &self.milestone_webhook else {
+            return Ok(None);
+        };
+        let webhook = reqwest::Url::parse(url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| ConfigError {
+                flag: "milestone-webhook",
+                reason: format!("{url:?} is not an http(s) URL"),
+            })?;
+        if self.rollup_interval_ms == 0 {
+            return Err(ConfigError {
+                flag: "milestone-webhook",
+                reason: "milestones are decided by the rollup writes: set --rollup-interval-ms above 0"
+                    .to_string(),
+            });
+        }
+        let timeout_ms = range(
+            "milestone-webhook-timeout-ms",
+            self.milestone_webhook_timeout_ms,
+            100,
+            300_000,
+        )?;
+        let lease_secs = range("milestone-lease-secs", self.milestone_lease_secs, 1, 86_400)?;
+        if lease_secs * 1000 <= timeout_ms {
+            return Err(ConfigError {
+                flag: "milestone-lease-secs",
+                reason: format!(
+                    "{lease_secs} s must be longer than --milestone-webhook-timeout-ms ({timeout_ms} ms)"
+                ),
+            });
+        }
+        Ok(Some(MilestoneSettings {
+            thresholds: parse_milestones(&self.milestones)?,
+            webhook,
+            secret: self.milestone_webhook_secret.clone().filter(|s| !s.is_empty()),
+            request_timeout: Duration::from_millis(timeout_ms),
+            lease: Duration::from_secs(lease_secs),
+        }))
     }
 }
 
@@ -661,6 +791,11 @@ impl Config {
         let interval = self.rollup_interval?;
         Some(RollupConfig {
             sweep_lookback: self.rollup_sweep_lookback,
+            milestones: self
+                .milestones
+                .as_ref()
+                .map(|m| m.thresholds.clone())
+                .unwrap_or_default(),
             ..RollupConfig::new(interval, self.counter_shards)
         })
     }

@@ -16,6 +16,7 @@ pub mod acker;
 pub mod aggregator;
 pub mod batch;
 pub mod flusher;
+pub mod milestones;
 pub mod poison;
 pub mod rollup;
 pub mod source;
