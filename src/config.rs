@@ -295,6 +295,15 @@ pub struct RunArgs {
     /// than the webhook timeout.
     #[arg(long, env = "HOTCOUNT_MILESTONE_LEASE_SECS", default_value_t = 60)]
     pub milestone_lease_secs: u64,
+    /// The first wait before a failed milestone call is tried again, in
+    /// milliseconds (doubling per attempt with jitter, up to 5 minutes);
+    /// due milestones are looked for at least this often (and every second).
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_RETRY_INITIAL_MS",
+        default_value_t = 1000
+    )]
+    pub milestone_retry_initial_ms: u64,
 }
 
 /// Validated settings.
@@ -375,14 +384,19 @@ pub struct MilestoneSettings {
     pub request_timeout: Duration,
     /// A claim's lease.
     pub lease: Duration,
+    /// The first retry's wait.
+    pub retry_initial: Duration,
 }
 
 impl MilestoneSettings {
     /// The dispatcher's settings.
     pub fn dispatch(&self) -> DispatchConfig {
+        let defaults = DispatchConfig::default();
         DispatchConfig {
             lease: self.lease,
-            ..DispatchConfig::default()
+            backoff_initial: self.retry_initial,
+            poll_interval: defaults.poll_interval.min(self.retry_initial),
+            ..defaults
         }
     }
 }
@@ -726,6 +740,12 @@ impl RunArgs {
             secret: self.milestone_webhook_secret.clone().filter(|s| !s.is_empty()),
             request_timeout: Duration::from_millis(timeout_ms),
             lease: Duration::from_secs(lease_secs),
+            retry_initial: Duration::from_millis(range(
+                "milestone-retry-initial-ms",
+                self.milestone_retry_initial_ms,
+                10,
+                300_000,
+            )?),
         }))
     }
 }

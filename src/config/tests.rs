@@ -63,6 +63,7 @@ fn flags_reproduce_every_setting() {
     changed.milestone_webhook_secret = Some("s3cret".into());
     changed.milestone_webhook_timeout_ms = 79;
     changed.milestone_lease_secs = 83;
+    changed.milestone_retry_initial_ms = 89;
     // A setting added later and not changed here would prove nothing.
     let (before, after) = (
         serde_json::to_value(&defaults).expect("json"),
