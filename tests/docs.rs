@@ -206,7 +206,7 @@ fn flags_of_help(help: &str) -> BTreeMap<String, Flag> {
             continue;
         };
         if let Some(env) = trimmed.strip_prefix("[env: ") {
-            let name = env.split('=').next().unwrap_or(env);
+            let name = env.split(['=', ']']).next().unwrap_or(env);
             flag.env = Some(name.to_string());
         } else if let Some(default) = trimmed.strip_prefix("[default: ") {
             flag.default = Some(default.trim_end_matches(']').to_string());
