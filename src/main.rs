@@ -15,6 +15,11 @@ use tokio::sync::watch;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The exit code of `run` when the drain did not end by the shutdown
+/// deadline (plus 2 s) and the backstop ended the process: nothing is
+/// lost (what was not acked is redelivered), but the stop was not clean.
+const DRAIN_INCOMPLETE: i32 = 3;
+
 /// Exactly-once like counter for viral posts.
 #[derive(Parser, Debug)]
 #[command(version, about)]
@@ -186,9 +191,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     tokio::time::sleep(backstop).await;
                     tracing::error!(
                         ?backstop,
+                        exit_code = DRAIN_INCOMPLETE,
                         "drain did not end by the shutdown deadline; exiting (unacked messages are redelivered)"
                     );
-                    std::process::exit(0);
+                    std::process::exit(DRAIN_INCOMPLETE);
                 });
                 wait_for_signal().await;
                 eprintln!("second signal: exiting without draining");
@@ -238,14 +244,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => {
             let report = replay::run(&cli.endpoints, &args).await?;
             print_replay(&report);
-            if report.ending == replay::Ending::Paused {
-                anyhow::bail!(
+            match report.ending {
+                replay::Ending::Paused => anyhow::bail!(
                     "replay paused: divergence {:.4} exceeds --max-divergence {}",
                     report.divergence(),
                     args.max_divergence
-                );
+                ),
+                replay::Ending::Failed => anyhow::bail!(
+                    "replay stopped: {}; what it committed before is above (replaying again is safe: processed events are duplicates)",
+                    report.failure.as_deref().unwrap_or("unknown failure")
+                ),
+                replay::Ending::WindowEnd | replay::Ending::Drained => Ok(()),
             }
-            Ok(())
         }
         Command::Dlq(action) => match action {
             DlqAction::Inspect(args) => {
@@ -436,26 +446,23 @@ async fn reconcile(
     let reports = if posts.is_empty() {
         reconcile::reconcile_all(&db, repair).await?
     } else {
-        let mut reports = Vec::new();
-        for post in posts {
-            let report = reconcile::reconcile_post(&db, &post, repair)
-                .await
-                .with_context(|| format!("reconciling {post}"))?;
-            reports.push(report);
-        }
-        reports
+        reconcile::reconcile_posts(&db, &posts, repair).await
     };
     // The counts repaired changed: so do the rollups of those posts.
     reconcile::refresh_rollups(&db, &reports).await;
     println!("post\tshards\tliked\tdifference\tstatus");
-    let mut unrepaired = 0;
+    let (mut unrepaired, mut failed) = (0, 0);
     for r in &reports {
-        let status = match (r.difference(), r.repaired) {
-            (0, false) => "ok",
-            (_, true) => "repaired",
-            _ => {
+        let status = match (&r.error, r.difference(), r.repaired) {
+            (Some(error), _, _) => {
+                failed += 1;
+                format!("failed: {error}")
+            }
+            (None, 0, false) => "ok".to_string(),
+            (None, _, true) => "repaired".to_string(),
+            (None, _, false) => {
                 unrepaired += 1;
-                "differs"
+                "differs".to_string()
             }
         };
         println!(
@@ -465,6 +472,9 @@ async fn reconcile(
             r.liked,
             r.difference()
         );
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} post(s) failed (see their lines); the others are reported as done");
     }
     if unrepaired > 0 {
         anyhow::bail!("{unrepaired} post(s) differ; run again with --repair to fix them");

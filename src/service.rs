@@ -58,7 +58,9 @@ pub async fn open_store(
         Strategy::PerEvent => config.per_event_concurrency,
     };
     // One more for the marker cleanup, one for the rollup refresher, one spare.
-    let db = connect::store_db(endpoints, &config.target(), in_flight + 3).await?;
+    let target = config.target();
+    let db = connect::store_db_within(endpoints, &target, in_flight + 3, config.store_call_timeout)
+        .await?;
     Ok(SelectedStore::new(db, config.store()))
 }
 
@@ -74,7 +76,10 @@ struct MarkerCleanup {
 }
 
 impl MarkerCleanup {
-    /// Cleans up at start and every interval until `stop` turns true.
+    /// Cleans up at start and every interval until `stop` turns true; a
+    /// cleanup running then is abandoned at once (its statement's
+    /// connection closed, so the server rolls it back): the next replica's
+    /// cleanup deletes those markers, and the drain never waits for it.
     async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -83,7 +88,13 @@ impl MarkerCleanup {
                 _ = ticks.tick() => {}
                 _ = stop.wait_for(|stopped| *stopped) => return,
             }
-            self.clean().await;
+            tokio::select! {
+                _ = self.clean() => {}
+                _ = stop.wait_for(|stopped| *stopped) => {
+                    tracing::info!("expired batch marker cleanup abandoned at shutdown");
+                    return;
+                }
+            }
         }
     }
 
@@ -110,6 +121,39 @@ impl MarkerCleanup {
         }
         deleted
     }
+}
+
+/// Watches the commits' progress until `stop` turns true: while batches
+/// are being committed and none has committed for `threshold`, the
+/// replica is stalled (not ready, `hotcount_commits_stalled` 1), said once
+/// at WARN with why; the first commit that succeeds ends it, said at INFO.
+async fn watch_commits(stats: Arc<Stats>, threshold: Duration, mut stop: watch::Receiver<bool>) {
+    let period = (threshold / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let progress = &stats.commit_progress;
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.wait_for(|stopped| *stopped) => break,
+        }
+        let stall = progress.check(threshold);
+        if !progress.set_stalled(stall.is_some()) {
+            continue;
+        }
+        match stall {
+            Some(stall) => tracing::warn!(
+                no_commit_for_secs = stall.for_how_long.as_secs(),
+                batches_in_flight = stall.in_flight,
+                last_error = stall.last_error.as_deref().unwrap_or("none"),
+                threshold_secs = threshold.as_secs(),
+                "commits stalled: no batch has committed for longer than --stuck-commit-threshold-secs while batches wait on the store; reporting not ready until one commits (nothing is acked meanwhile)"
+            ),
+            None => tracing::info!("commits go through again; ready"),
+        }
+    }
+    // Stopping: the drain's readiness is the source's.
+    progress.set_stalled(false);
 }
 
 /// Prints the summary lines of the rate-limited warnings every interval
@@ -171,6 +215,11 @@ async fn run_pipeline(
         cleanup.spawn(task.run(stop.clone()));
     }
     cleanup.spawn(report_suppressed_warnings(stats.clone(), stop.clone()));
+    cleanup.spawn(watch_commits(
+        stats.clone(),
+        config.stuck_commit_threshold,
+        stop.clone(),
+    ));
 
     let subscriber = connect::subscriber(endpoints).await?;
     let admin = connect::subscription_admin(endpoints).await?;
@@ -218,7 +267,7 @@ async fn run_pipeline(
     if let Some(milestones) = &config.milestones {
         let webhook = Webhook::new(
             milestones.webhook.clone(),
-            milestones.secret.as_deref(),
+            milestones.secret.as_ref().map(crate::config::Secret::expose),
             &config.consumer,
             milestones.request_timeout,
         )?;

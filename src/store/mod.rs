@@ -178,6 +178,14 @@ impl Deadline {
         *self.0.borrow()
     }
 
+    /// Resolves when the deadline is set (or changed) after this handle
+    /// last looked; never if it cannot change any more.
+    pub async fn changed(&mut self) {
+        if self.0.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Resolves once the deadline is set and has passed (never if it is
     /// never set).
     pub async fn reached(&self) {

@@ -14,6 +14,7 @@
 
 mod instruments;
 pub mod names;
+pub mod progress;
 mod scrape_time;
 pub mod throttle;
 
@@ -26,6 +27,7 @@ use prometheus_client::registry::{Metric as Registered, Registry};
 
 pub use instruments::{Counter, Latency, Level, LevelProbe, ShardLevels, Sizes};
 use names::Metric;
+pub use progress::{CommitProgress, Stall};
 use scrape_time::ScrapeTime;
 pub use throttle::LogThrottle;
 
@@ -132,6 +134,10 @@ pub struct Stats {
     pub buffered: Arc<ShardLevels>,
     /// See [`names::DEAD_LETTER_POLICY`].
     pub dead_letter_policy: Arc<AtomicBool>,
+    /// See [`names::STORE_CALL_TIMEOUTS`].
+    pub store_call_timeouts: Counter,
+    /// Whether commits make progress; see [`names::COMMITS_STALLED`].
+    pub commit_progress: CommitProgress,
     /// The address the metrics endpoint listens on, once bound.
     pub metrics_addr: OnceLock<SocketAddr>,
     /// See [`names::READY`].
@@ -186,6 +192,8 @@ impl Default for Stats {
             batch_size: Sizes::new(&names::BATCH_SIZE_BUCKETS),
             buffered: Arc::default(),
             dead_letter_policy: Arc::default(),
+            store_call_timeouts: Counter::default(),
+            commit_progress: CommitProgress::default(),
             metrics_addr: OnceLock::new(),
             ready: Arc::default(),
             registry: Registry::default(),
@@ -225,6 +233,7 @@ impl Stats {
             (ROLLUP_FAILURES, &self.rollup_failures),
             (ROLLUP_RPCS, &self.rollup_rpcs),
             (ROLLUP_SWEPT, &self.rollup_swept),
+            (STORE_CALL_TIMEOUTS, &self.store_call_timeouts),
             (MILESTONES_RECORDED, &self.milestones_recorded),
             (MILESTONES_DELIVERED, &self.milestones_delivered),
             (MILESTONE_ATTEMPTS_FAILED, &self.milestone_attempts_failed),
@@ -254,6 +263,7 @@ impl Stats {
             failed: self.batches_failed.clone(),
             buffered: self.buffered.clone(),
             ready: self.ready.clone(),
+            stalled: self.commit_progress.stalled.clone(),
             dead_letter_policy: self.dead_letter_policy.clone(),
         }));
     }
@@ -266,12 +276,13 @@ impl Stats {
         self.poison.add(counts.poison);
     }
 
-    /// Whether the service is ready (see [`names::READY`]).
+    /// Whether the service is ready (see [`names::READY`]): running, and
+    /// its commits not stalled.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.ready.load(Ordering::Relaxed) && !self.commit_progress.is_stalled()
     }
 
-    /// Marks the service ready or not.
+    /// Marks the service running (ready unless its commits stall) or not.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
     }

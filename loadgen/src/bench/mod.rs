@@ -748,6 +748,8 @@ mod tests {
             null_consumer_bin: None,
             compare_bin: None,
             rounds: 1,
+            replicas: 1,
+            compare_rollups: false,
         }
     }
 
@@ -790,6 +792,16 @@ mod tests {
             runners(&config),
             [Runner::Hotcount(Batched), Runner::Hotcount(PerEvent)],
             "in-process, there is no second binary to run"
+        );
+        config.compare_rollups = true;
+        assert_eq!(
+            runners(&config),
+            [
+                Runner::Hotcount(Batched),
+                Runner::Hotcount(PerEvent),
+                Runner::NoRollups
+            ],
+            "rollups off last"
         );
     }
 

@@ -169,7 +169,7 @@ impl PgDb {
                 return Ok(());
             }
         }
-        Err(super::errors::unavailable(
+        Err(super::errors::unavailable_because(
             "Listen",
             "the LISTEN connection ended",
         ))

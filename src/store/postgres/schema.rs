@@ -82,6 +82,9 @@ pub enum MigrateError {
     /// The server failed a statement or the connection broke.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The server or database is not one hotcount runs on.
+    #[error(transparent)]
+    Server(super::session::ServerRefusal),
     /// The database has a migration this build does not know: it was set
     /// up by a newer hotcount.
     #[error("the database has schema migration {found}; this build knows up to {known}: run a newer hotcount")]
@@ -495,7 +498,10 @@ pub enum SchemaError {
     /// The schema version could not be read (the server is unreachable,
     /// the credentials are refused, ...).
     #[error("reading the schema version: {0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
+    /// The server or database is not one hotcount runs on.
+    #[error(transparent)]
+    Server(super::session::ServerRefusal),
     /// No migration was ever applied.
     #[error("the database has no hotcount schema (this build needs schema migration {needed}): run `hotcount setup --store <the same URL>` first")]
     Missing {
@@ -510,6 +516,14 @@ pub enum SchemaError {
         /// This build's newest migration.
         needed: i32,
     },
+}
+
+// Not `#[from]`: that would also make the store error the source, and a
+// chain printer (`{:#}`) would print it twice.
+impl From<StoreError> for SchemaError {
+    fn from(error: StoreError) -> Self {
+        SchemaError::Store(error)
+    }
 }
 
 impl SchemaError {
