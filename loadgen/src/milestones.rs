@@ -60,21 +60,33 @@ pub struct MilestoneReport {
     pub bad_signatures: usize,
     /// Requests the sink failed on purpose (500, hang, close).
     pub faults: usize,
+    /// Requests whose body differs from the body processed for their key
+    /// (a repeated call must be the same call).
+    pub differing_bodies: usize,
     /// Delivered keys per post, for the most liked posts (post, milestones).
     pub top: Vec<(String, Vec<i64>)>,
+    /// Milestone records in the store (set by the caller that reads them).
+    pub records: usize,
+    /// Of those, not done (set by the caller that reads them).
+    pub records_not_done: usize,
 }
 
 impl MilestoneReport {
     /// Every expected key delivered and every request signed.
     pub fn is_exact(&self) -> bool {
-        self.missing.is_empty() && self.bad_signatures == 0
+        self.missing.is_empty() && self.bad_signatures == 0 && self.differing_bodies == 0
     }
 }
 
 /// Compares what `sink` received with `expected`.
 pub fn check(sink: &Sink, expected: &BTreeSet<String>, truth: &Truth) -> MilestoneReport {
-    let processed: BTreeSet<String> = sink.processed().into_iter().map(|(k, _)| k).collect();
+    let bodies: BTreeMap<String, _> = sink.processed().into_iter().collect();
+    let processed: BTreeSet<String> = bodies.keys().cloned().collect();
     let requests = sink.requests();
+    let differing_bodies = requests
+        .iter()
+        .filter(|r| bodies.get(&r.key).is_some_and(|b| *b != r.body))
+        .count();
     let mut per_post: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for key in &processed {
         let mut parts = key.rsplitn(2, ':');
@@ -114,7 +126,10 @@ pub fn check(sink: &Sink, expected: &BTreeSet<String>, truth: &Truth) -> Milesto
                 )
             })
             .count(),
+        differing_bodies,
         top,
+        records: 0,
+        records_not_done: 0,
     }
 }
 

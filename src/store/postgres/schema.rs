@@ -355,7 +355,8 @@ pub const READ_ROLLUPS: &str = "SELECT k.post_id,
 /// `as_of`; returns (and notifies [`ROLLUP_CHANNEL`] of) each post written.
 /// In the same statement (atomically), inserts the milestone rows `$4`
 /// (posts) / `$5` (milestones) / `$6` (likes) of the posts written, each
-/// reached at `$3`, due at once, if absent.
+/// reached at `$3`, due at once (the epoch: whatever the replicas' clocks
+/// say against the server's), if absent.
 pub const WRITE_ROLLUPS: &str = concat!(
     "WITH written AS (
         INSERT INTO post_counts AS c (post_id, likes, as_of, updated_at)
@@ -371,7 +372,7 @@ pub const WRITE_ROLLUPS: &str = concat!(
         INSERT INTO milestones (post_id, milestone, likes, reached_at, due_at)
         SELECT m.post_id, m.milestone, m.likes,
                timestamptz 'epoch' + $3::int8 * interval '1 microsecond',
-               timestamptz 'epoch' + $3::int8 * interval '1 microsecond'
+               timestamptz 'epoch'
         FROM unnest($4::text[], $5::int8[], $6::int8[]) AS m(post_id, milestone, likes)
         JOIN written AS w ON w.post_id = m.post_id
         ORDER BY m.post_id, m.milestone

@@ -26,7 +26,8 @@ fn time(micros: Micros) -> fs::Value {
 }
 
 /// The create of a pending record of `milestone` reached by `post_id`'s
-/// rollup at `reached_at` with `likes`, due at once; only if absent.
+/// rollup at `reached_at` with `likes`, due at once (`dueAt` the epoch, so
+/// whatever the replicas' clocks say against the store's); only if absent.
 pub fn milestone_create(
     layout: &Layout,
     post_id: &str,
@@ -41,7 +42,7 @@ pub fn milestone_create(
         reached_at,
         status: MilestoneStatus::Pending,
         attempts: 0,
-        due_at: Some(reached_at),
+        due_at: Some(0),
         last_error: None,
         delivered_at: None,
     };
@@ -174,7 +175,8 @@ mod tests {
         let record = milestone_from_document(&doc).expect("a record");
         assert_eq!(record.status, MilestoneStatus::Pending);
         assert_eq!((record.likes, record.attempts), (1003, 0));
-        assert_eq!(record.due_at, Some(1_700_000_000_000_001));
+        assert_eq!(record.reached_at, 1_700_000_000_000_001);
+        assert_eq!(record.due_at, Some(0), "due at once, whatever the clocks");
         assert_eq!(record.id(), "post-1:1000");
     }
 
