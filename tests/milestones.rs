@@ -27,6 +27,7 @@ crate::on_each_store!(
     milestones_are_delivered_once_per_key_through_faults_and_a_replay_sends_nothing,
     a_dispatcher_killed_between_the_call_and_the_mark_repeats_it_with_the_same_key,
     a_refused_milestone_is_given_up_with_why_and_retry_delivers_it,
+    a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_called_at_once,
 );
 
 fn likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
@@ -177,7 +178,12 @@ async fn milestones_are_delivered_once_per_key_through_faults_and_a_replay_sends
 
 /// Creates the record of `post` reaching 100 (with its rollup) directly.
 async fn record_milestone(h: &Harness, post: &str) {
-    let now = micros_of(SystemTime::now());
+    record_milestone_at(h, post, micros_of(SystemTime::now())).await;
+}
+
+/// Creates the record of `post` reaching 100 with a rollup read at `now`
+/// (the store's time).
+async fn record_milestone_at(h: &Harness, post: &str, now: i64) {
     let write = RollupWrite {
         post_id: post,
         likes: 101,
@@ -289,4 +295,24 @@ async fn a_refused_milestone_is_given_up_with_why_and_retry_delivers_it(backend:
     assert_eq!(processed[0].0, "c1:p:100");
     assert!(ops::list(&h.store, Some("dead")).await.expect("list").is_empty());
     assert_eq!(ops::retry(&h.store, &[]).await.expect("retry"), 0);
+}
+
+async fn a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_called_at_once(
+    backend: Backend,
+) {
+    let h = Harness::start_on(backend).await;
+    let sink = Sink::start(SinkConfig {
+        secret: Some(SECRET.into()),
+        faults: SinkFaults::default(),
+    })
+    .await
+    .expect("sink");
+    // The store's read time an hour ahead of this replica's clock (the
+    // chaos run's emulated clock jumps did this: nothing was ever claimed).
+    let ahead = micros_of(SystemTime::now() + Duration::from_secs(3600));
+    record_milestone_at(&h, "p", ahead).await;
+    let report = dispatcher(&h, &sink.url(), SECRET).round().await;
+    assert_eq!((report.claimed, report.delivered), (1, 1), "{report:?}");
+    let records = h.store.milestones().await.expect("list");
+    assert_eq!(records[0].reached_at, ahead);
 }
