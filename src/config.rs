@@ -372,7 +372,11 @@ pub struct RunArgs {
     pub milestone_webhook: Option<String>,
     /// Sign each milestone call with this secret: header
     /// `Hotcount-Signature: t={unix seconds},v1={hex HMAC-SHA256 of "{t}.{body}"}`.
-    #[arg(long, env = "HOTCOUNT_MILESTONE_WEBHOOK_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_SECRET",
+        hide_env_values = true
+    )]
     pub milestone_webhook_secret: Option<Secret>,
     /// Longest wait for the webhook's answer to one call, in milliseconds.
     #[arg(
@@ -824,8 +828,9 @@ impl RunArgs {
         if self.rollup_interval_ms == 0 {
             return Err(ConfigError {
                 flag: "milestone-webhook",
-                reason: "milestones are decided by the rollup writes: set --rollup-interval-ms above 0"
-                    .to_string(),
+                reason:
+                    "milestones are decided by the rollup writes: set --rollup-interval-ms above 0"
+                        .to_string(),
             });
         }
         let timeout_ms = range(

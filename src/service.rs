@@ -267,7 +267,10 @@ async fn run_pipeline(
     if let Some(milestones) = &config.milestones {
         let webhook = Webhook::new(
             milestones.webhook.clone(),
-            milestones.secret.as_ref().map(crate::config::Secret::expose),
+            milestones
+                .secret
+                .as_ref()
+                .map(crate::config::Secret::expose),
             &config.consumer,
             milestones.request_timeout,
         )?;

@@ -58,11 +58,7 @@ fn milestone_flags<'a>(url: &'a str, secret: &'a str) -> Vec<&'a str> {
 }
 
 /// Waits (bounded) until every record is `status`, `n` of them; returns them.
-async fn wait_for_records(
-    h: &Harness,
-    n: usize,
-    status: MilestoneStatus,
-) -> Vec<MilestoneRecord> {
+async fn wait_for_records(h: &Harness, n: usize, status: MilestoneStatus) -> Vec<MilestoneRecord> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let records = h.store.milestones().await.expect("list");
@@ -132,7 +128,10 @@ async fn milestones_are_delivered_once_per_key_through_faults_and_a_replay_sends
             .collect(),
         "{records:?}"
     );
-    assert!(records.iter().all(|r| r.status == MilestoneStatus::Done), "{records:?}");
+    assert!(
+        records.iter().all(|r| r.status == MilestoneStatus::Done),
+        "{records:?}"
+    );
     // Exactly once per key at the receiver; every call signed.
     let processed = sink.processed();
     let keys: BTreeSet<&str> = processed.iter().map(|(k, _)| k.as_str()).collect();
@@ -162,7 +161,10 @@ async fn milestones_are_delivered_once_per_key_through_faults_and_a_replay_sends
         .await
         .expect("seek");
     let total = 2 * events.len() as u64;
-    assert!(consumer.wait_for_acks(total, WAIT).await, "replay processed");
+    assert!(
+        consumer.wait_for_acks(total, WAIT).await,
+        "replay processed"
+    );
     // Several rollup intervals and dispatcher rounds.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(h.counts(want.keys()).await, want, "counts unchanged");
@@ -172,7 +174,11 @@ async fn milestones_are_delivered_once_per_key_through_faults_and_a_replay_sends
     assert_eq!(stats.milestones_dead.get(), 0);
     // Calls still in flight at the replay (a hang) may end after it, but
     // nothing new is called after the records are done.
-    assert_eq!(sink.requests().len(), calls, "nothing called after the replay");
+    assert_eq!(
+        sink.requests().len(),
+        calls,
+        "nothing called after the replay"
+    );
     assert_eq!(h.store.milestones().await.expect("list"), records);
 }
 
@@ -196,7 +202,11 @@ async fn record_milestone_at(h: &Harness, post: &str, now: i64) {
     assert_eq!(outcomes, vec![WriteOutcome::Written]);
 }
 
-fn dispatcher(h: &Harness, url: &str, secret: &str) -> Dispatcher<hotcount::store::selected::SelectedDb> {
+fn dispatcher(
+    h: &Harness,
+    url: &str,
+    secret: &str,
+) -> Dispatcher<hotcount::store::selected::SelectedDb> {
     let webhook = Webhook::new(
         url.parse().expect("url"),
         Some(secret),
@@ -293,7 +303,10 @@ async fn a_refused_milestone_is_given_up_with_why_and_retry_delivers_it(backend:
     let processed = sink.processed();
     assert_eq!(processed.len(), 1);
     assert_eq!(processed[0].0, "c1:p:100");
-    assert!(ops::list(&h.store, Some("dead")).await.expect("list").is_empty());
+    assert!(ops::list(&h.store, Some("dead"))
+        .await
+        .expect("list")
+        .is_empty());
     assert_eq!(ops::retry(&h.store, &[]).await.expect("retry"), 0);
 }
 

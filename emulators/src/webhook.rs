@@ -154,7 +154,12 @@ impl Sink {
         state
             .order
             .iter()
-            .map(|k| (k.clone(), state.processed.get(k).cloned().unwrap_or_default()))
+            .map(|k| {
+                (
+                    k.clone(),
+                    state.processed.get(k).cloned().unwrap_or_default(),
+                )
+            })
             .collect()
     }
 
@@ -220,7 +225,10 @@ async fn handle(
     };
     if key.is_empty() || body.is_empty() {
         record(Fate::Refused);
-        return Ok(answer(StatusCode::BAD_REQUEST, "an Idempotency-Key and a body are required"));
+        return Ok(answer(
+            StatusCode::BAD_REQUEST,
+            "an Idempotency-Key and a body are required",
+        ));
     }
     if signature_ok == Some(false) {
         record(Fate::Refused);
@@ -228,7 +236,10 @@ async fn handle(
     }
     if draw < faults.error_rate {
         record(Fate::Failed);
-        return Ok(answer(StatusCode::INTERNAL_SERVER_ERROR, "injected failure"));
+        return Ok(answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "injected failure",
+        ));
     }
     let hang = draw < faults.error_rate + faults.hang_rate;
     if !hang && draw < faults.error_rate + faults.hang_rate + faults.close_rate {
@@ -256,9 +267,10 @@ async fn handle(
     }
     let mut response = answer(StatusCode::OK, "{\"received\":true}");
     if !first {
-        response
-            .headers_mut()
-            .insert("idempotent-replayed", http::HeaderValue::from_static("true"));
+        response.headers_mut().insert(
+            "idempotent-replayed",
+            http::HeaderValue::from_static("true"),
+        );
     }
     Ok(response)
 }
@@ -337,7 +349,12 @@ mod tests {
         let body = br#"{"postId":"p"}"#;
         assert!(verify(b"Jefe", header, body, 1_700_000_000));
         assert!(!verify(b"other", header, body, 1_700_000_000));
-        assert!(!verify(b"Jefe", header, br#"{"postId":"q"}"#, 1_700_000_000));
+        assert!(!verify(
+            b"Jefe",
+            header,
+            br#"{"postId":"q"}"#,
+            1_700_000_000
+        ));
         assert!(!verify(b"Jefe", header, body, 1_700_000_000 + 301));
         assert!(!verify(b"Jefe", "v1=00", body, 1_700_000_000));
     }

@@ -17,10 +17,10 @@ use hotcount::telemetry::Stats;
 use tokio::sync::watch;
 
 use crate::consumer::InProcess;
+use crate::milestones::{self, MilestoneReport};
 use crate::procfs::Machine;
 use crate::publish::{self, PublishOptions, PublishReport};
 use crate::report::{self, Percentiles, RunInfo};
-use crate::milestones::{self, MilestoneReport};
 use crate::rollup_lag::{self, RollupLag};
 use hotcount_emulators::webhook::SinkFaults;
 
@@ -98,7 +98,10 @@ impl DemoSummary {
             && !self.publish.cancelled
             && self.verify.quarantined as u64 == self.verify.poison_expected
             && self.verify.quarantined_events == 0
-            && self.milestones.as_ref().is_none_or(MilestoneReport::is_exact)
+            && self
+                .milestones
+                .as_ref()
+                .is_none_or(MilestoneReport::is_exact)
     }
 
     /// Messages per second from the first publish to the drained backlog.
@@ -118,18 +121,16 @@ pub async fn run(
         .validate()
         .map_err(|e| RunError::Invalid(e.to_string()))?;
     let mut run = config.run.clone();
-    let sink = match config.milestones
-        && run.milestone_webhook.is_none()
-        && run.rollup_interval_ms > 0
-    {
-        true => {
-            let sink = milestones::start_sink(SinkFaults::default()).await?;
-            run.milestone_webhook = Some(sink.url());
-            run.milestone_webhook_secret = Some(milestones::SECRET.into());
-            Some(sink)
-        }
-        false => None,
-    };
+    let sink =
+        match config.milestones && run.milestone_webhook.is_none() && run.rollup_interval_ms > 0 {
+            true => {
+                let sink = milestones::start_sink(SinkFaults::default()).await?;
+                run.milestone_webhook = Some(sink.url());
+                run.milestone_webhook_secret = Some(milestones::SECRET.into());
+                Some(sink)
+            }
+            false => None,
+        };
     let service_config = run
         .validate()
         .map_err(|e| RunError::Invalid(e.to_string()))?;

@@ -64,8 +64,15 @@ async fn demo_flow_at_ci_size_verifies_every_count_exact() {
     // The in-process sink got every milestone the truth crosses, once per key.
     let milestones = summary.milestones.as_ref().expect("milestones on");
     assert!(milestones.expected > 0, "{table}");
-    assert_eq!(milestones.delivered, milestones.expected + milestones.above_final, "{table}");
-    assert!(milestones.missing.is_empty() && milestones.bad_signatures == 0, "{table}");
+    assert_eq!(
+        milestones.delivered,
+        milestones.expected + milestones.above_final,
+        "{table}"
+    );
+    assert!(
+        milestones.missing.is_empty() && milestones.bad_signatures == 0,
+        "{table}"
+    );
     assert!(table.contains("milestones delivered"), "{table}");
     // Read back from Firestore: one record per poison message published.
     assert_eq!(summary.verify.poison_expected, 30, "{table}");

@@ -359,11 +359,19 @@ fn rollups_refresh_once_a_second_by_default_and_zero_turns_them_off() {
 #[test]
 fn milestones_are_off_without_a_webhook_and_checked_with_one() {
     assert!(parse(&[]).unwrap().milestones.is_none());
-    assert!(parse(&["--milestones", "junk"]).unwrap().milestones.is_none());
-    let on = parse(&["--milestone-webhook", "http://127.0.0.1:9/h", "--milestones", "10, 20"])
+    assert!(parse(&["--milestones", "junk"])
         .unwrap()
         .milestones
-        .expect("on");
+        .is_none());
+    let on = parse(&[
+        "--milestone-webhook",
+        "http://127.0.0.1:9/h",
+        "--milestones",
+        "10, 20",
+    ])
+    .unwrap()
+    .milestones
+    .expect("on");
     assert_eq!(on.thresholds, vec![10, 20]);
     let hook = ["--milestone-webhook", "http://127.0.0.1:9/h"];
     for (bad, flag) in [
@@ -378,7 +386,9 @@ fn milestones_are_off_without_a_webhook_and_checked_with_one() {
         assert_eq!(parse(&args).unwrap_err().flag, flag, "{args:?}");
     }
     assert_eq!(
-        parse(&["--milestone-webhook", "ftp://x/"]).unwrap_err().flag,
+        parse(&["--milestone-webhook", "ftp://x/"])
+            .unwrap_err()
+            .flag,
         "milestone-webhook"
     );
 }

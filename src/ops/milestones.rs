@@ -48,7 +48,8 @@ pub async fn retry(db: &SelectedDb, ids: &[String]) -> Result<u64, MilestonesErr
     }
     let mut selections = Vec::new();
     for id in ids {
-        selections.push(RetrySelection::parse_id(id).ok_or_else(|| MilestonesError::BadId(id.clone()))?);
+        selections
+            .push(RetrySelection::parse_id(id).ok_or_else(|| MilestonesError::BadId(id.clone()))?);
     }
     let mut retried = 0;
     for selection in &selections {

@@ -377,7 +377,10 @@ impl RollupStore for MemoryStore {
                     milestone: w.milestones.iter().copied().max().max(highest),
                 };
                 for &n in w.milestones {
-                    let known = state.milestones.iter().any(|m| m.0 == w.post_id && m.1 == n);
+                    let known = state
+                        .milestones
+                        .iter()
+                        .any(|m| m.0 == w.post_id && m.1 == n);
                     if !known {
                         state.milestones.push((w.post_id.to_string(), n, w.likes));
                     }

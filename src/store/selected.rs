@@ -11,8 +11,8 @@ use std::time::SystemTime;
 
 use super::counter_shards::ShardRegistry;
 use super::firestore::{FirestoreDb, FirestoreStore, Read};
-use super::postgres::{PgDb, PostgresStore};
 use super::milestone::{Claim, MilestoneRecord, MilestoneStore, RetrySelection, Settle};
+use super::postgres::{PgDb, PostgresStore};
 use super::rollup::{
     ChangedPost, Micros, RollupChange, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
     WriteOutcome,

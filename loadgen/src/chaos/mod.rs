@@ -43,14 +43,14 @@ use tokio::sync::watch;
 
 use crate::milestones::{self, MilestoneReport};
 use crate::publish::{self, PublishOptions, PublishReport};
-use crate::truth::Truth;
-use hotcount::store::milestone::{MilestoneStatus, MilestoneStore};
-use hotcount_emulators::webhook::{Sink, SinkFaults};
 use crate::run_error::RunError;
 use crate::stage::{Stage, StageSpec};
+use crate::truth::Truth;
 use crate::verify;
 use crate::workload::Workload;
 use crate::{generate, WorkloadConfig};
+use hotcount::store::milestone::{MilestoneStatus, MilestoneStore};
+use hotcount_emulators::webhook::{Sink, SinkFaults};
 
 mod hazards;
 mod summary;

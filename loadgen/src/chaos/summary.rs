@@ -311,7 +311,10 @@ pub fn render(s: &ChaosSummary) -> String {
     if let Some(m) = &s.milestones {
         row(
             "milestones delivered / truth crosses",
-            format!("{} / {} (+{} above the final count)", m.delivered, m.expected, m.above_final),
+            format!(
+                "{} / {} (+{} above the final count)",
+                m.delivered, m.expected, m.above_final
+            ),
         );
         row(
             "milestone calls / faulted / repeats",

@@ -184,19 +184,10 @@ impl<S: MilestoneStore> Dispatcher<S> {
         let record = &claim.record;
         let now = SystemTime::now();
         let (settle, settled) = match answer {
-            Answer::Accepted => (
-                Settle::Done {
-                    at: micros_of(now),
-                },
-                Settled::Delivered,
-            ),
+            Answer::Accepted => (Settle::Done { at: micros_of(now) }, Settled::Delivered),
             Answer::Retry { why, after } => {
-                let delay = backoff(
-                    &self.config,
-                    record.attempts,
-                    rand::random_range(0.5..1.0),
-                )
-                .max(after.unwrap_or_default().min(self.config.backoff_max));
+                let delay = backoff(&self.config, record.attempts, rand::random_range(0.5..1.0))
+                    .max(after.unwrap_or_default().min(self.config.backoff_max));
                 if self.stats.warnings.admit(ATTEMPT_FAILED, "retry") {
                     tracing::warn!(post_id = %record.post_id, milestone = record.milestone, attempts = record.attempts, retry_in_ms = delay.as_millis() as u64, error = %why, "milestone webhook attempt failed; retrying after a backoff");
                 }

@@ -245,7 +245,10 @@ mod tests {
             sig,
             "t=1700000000,v1=13ce53c736e466c19085dc7debfd1f05b3066e9f036f14f87cbc5a2e925f60bf"
         );
-        assert_ne!(sig, signature(b"other", 1_700_000_000, br#"{"postId":"p"}"#));
+        assert_ne!(
+            sig,
+            signature(b"other", 1_700_000_000, br#"{"postId":"p"}"#)
+        );
     }
 
     #[test]
@@ -255,7 +258,10 @@ mod tests {
             assert!(matches!(classify(status), Answer::Retry { .. }), "{status}");
         }
         for status in [301, 400, 401, 403, 404, 409, 410, 422] {
-            assert!(matches!(classify(status), Answer::Refused { .. }), "{status}");
+            assert!(
+                matches!(classify(status), Answer::Refused { .. }),
+                "{status}"
+            );
         }
     }
 }

@@ -34,11 +34,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::store::counter_shards::ShardRegistry;
+use crate::store::milestone::crossed;
 use crate::store::rollup::{
     Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite, StoredRollup,
     WriteOutcome,
 };
-use crate::store::milestone::crossed;
 use crate::store::StoreError;
 use crate::telemetry::Stats;
 

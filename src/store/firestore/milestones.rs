@@ -126,7 +126,9 @@ impl FirestoreDb {
             opened: &opened,
         };
         let mut found = None;
-        let transaction = self.batch_get(vec![name], read, |d| found = Some(d)).await?;
+        let transaction = self
+            .batch_get(vec![name], read, |d| found = Some(d))
+            .await?;
         let due = found
             .as_ref()
             .and_then(codec::milestone_from_document)

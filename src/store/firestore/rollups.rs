@@ -96,10 +96,9 @@ impl RollupStore for FirestoreDb {
         let (recording, plain): (Vec<usize>, Vec<usize>) =
             (0..writes.len()).partition(|&i| !writes[i].milestones.is_empty());
         let mut outcomes: Vec<Option<WriteOutcome>> = vec![None; writes.len()];
-        let recorded = futures::future::join_all(
-            recording.iter().map(|&i| self.write_recording(&writes[i])),
-        )
-        .await;
+        let recorded =
+            futures::future::join_all(recording.iter().map(|&i| self.write_recording(&writes[i])))
+                .await;
         for (&i, outcome) in recording.iter().zip(recorded) {
             outcomes[i] = Some(outcome);
         }

@@ -12,8 +12,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::errors::query_error;
-use crate::store::firestore::errors::internal;
 use super::{schema, PgDb};
+use crate::store::firestore::errors::internal;
 use crate::store::milestone::{
     Claim, MilestoneRecord, MilestoneStatus, MilestoneStore, RetrySelection, Settle,
 };

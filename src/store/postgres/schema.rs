@@ -386,10 +386,24 @@ pub const WRITE_ROLLUPS: &str = concat!(
 macro_rules! milestone_columns {
     ($t:literal) => {
         concat!(
-            $t, ".post_id, ", $t, ".milestone, ", $t, ".likes, (extract(epoch FROM ", $t,
-            ".reached_at) * 1000000)::int8, ", $t, ".status, ", $t,
-            ".attempts, (extract(epoch FROM ", $t, ".due_at) * 1000000)::int8, ", $t,
-            ".last_error, (extract(epoch FROM ", $t, ".delivered_at) * 1000000)::int8"
+            $t,
+            ".post_id, ",
+            $t,
+            ".milestone, ",
+            $t,
+            ".likes, (extract(epoch FROM ",
+            $t,
+            ".reached_at) * 1000000)::int8, ",
+            $t,
+            ".status, ",
+            $t,
+            ".attempts, (extract(epoch FROM ",
+            $t,
+            ".due_at) * 1000000)::int8, ",
+            $t,
+            ".last_error, (extract(epoch FROM ",
+            $t,
+            ".delivered_at) * 1000000)::int8"
         )
     };
 }
