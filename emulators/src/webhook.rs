@@ -328,7 +328,7 @@ pub fn verify(secret: &[u8], header: &str, body: &[u8], now: u64) -> bool {
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

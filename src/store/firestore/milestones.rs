@@ -236,7 +236,7 @@ impl MilestoneStore for FirestoreDb {
             .iter()
             .filter_map(codec::milestone_from_document)
             .collect();
-        records.sort_by(|a, b| (a.reached_at, a.id()).cmp(&(b.reached_at, b.id())));
+        records.sort_by_key(|r| (r.reached_at, r.id()));
         Ok(records)
     }
 

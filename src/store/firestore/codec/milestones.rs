@@ -167,10 +167,7 @@ mod tests {
         let layout = Layout::new("p", "(default)", "hc_");
         let write = milestone_create(&layout, "post-1", 1000, 1003, 1_700_000_000_000_001);
         assert_eq!(
-            write
-                .current_document
-                .clone()
-                .and_then(|c| c.condition_type),
+            write.current_document.and_then(|c| c.condition_type),
             Some(ConditionType::Exists(false))
         );
         let doc = doc_of(write);
