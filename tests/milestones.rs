@@ -182,6 +182,16 @@ async fn milestones_are_delivered_once_per_key_through_faults_and_a_replay_sends
     assert_eq!(h.store.milestones().await.expect("list"), records);
 }
 
+/// A sink checking [`SECRET`], without faults.
+async fn fault_free_sink() -> Sink {
+    Sink::start(SinkConfig {
+        secret: Some(SECRET.into()),
+        faults: SinkFaults::default(),
+    })
+    .await
+    .expect("sink")
+}
+
 /// Creates the record of `post` reaching 100 (with its rollup) directly.
 async fn record_milestone(h: &Harness, post: &str) {
     record_milestone_at(h, post, micros_of(SystemTime::now())).await;
@@ -231,12 +241,7 @@ async fn a_dispatcher_killed_between_the_call_and_the_mark_repeats_it_with_the_s
     backend: Backend,
 ) {
     let h = Harness::start_on(backend).await;
-    let sink = Sink::start(SinkConfig {
-        secret: Some(SECRET.into()),
-        faults: SinkFaults::default(),
-    })
-    .await
-    .expect("sink");
+    let sink = fault_free_sink().await;
     record_milestone(&h, "p").await;
     let first = dispatcher(&h, &sink.url(), SECRET);
     let second = dispatcher(&h, &sink.url(), SECRET);
@@ -276,12 +281,7 @@ async fn a_dispatcher_killed_between_the_call_and_the_mark_repeats_it_with_the_s
 
 async fn a_refused_milestone_is_given_up_with_why_and_retry_delivers_it(backend: Backend) {
     let h = Harness::start_on(backend).await;
-    let sink = Sink::start(SinkConfig {
-        secret: Some(SECRET.into()),
-        faults: SinkFaults::default(),
-    })
-    .await
-    .expect("sink");
+    let sink = fault_free_sink().await;
     record_milestone(&h, "p").await;
     // A wrong secret: the receiver answers 401, which is not retried.
     let wrong = dispatcher(&h, &sink.url(), "wrong-secret");
@@ -314,12 +314,7 @@ async fn a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_cal
     backend: Backend,
 ) {
     let h = Harness::start_on(backend).await;
-    let sink = Sink::start(SinkConfig {
-        secret: Some(SECRET.into()),
-        faults: SinkFaults::default(),
-    })
-    .await
-    .expect("sink");
+    let sink = fault_free_sink().await;
     // The store's read time an hour ahead of this replica's clock (the
     // chaos run's emulated clock jumps did this: nothing was ever claimed).
     let ahead = micros_of(SystemTime::now() + Duration::from_secs(3600));
