@@ -280,7 +280,7 @@ async fn run_pipeline(
             milestones.dispatch(),
             stats.clone(),
         );
-        tracing::info!(webhook = %milestones.webhook, milestones = ?milestones.thresholds, signed = milestones.secret.is_some(), "milestone notifications on");
+        tracing::info!(webhook_host = milestones.webhook.host_str().unwrap_or_default(), milestones = ?milestones.thresholds, signed = milestones.secret.is_some(), "milestone notifications on");
         rollups.spawn(dispatcher.run(rollup_stop));
     }
     let source = Source::new(

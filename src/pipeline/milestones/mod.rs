@@ -31,6 +31,10 @@ use crate::telemetry::Stats;
 
 pub use webhook::{Answer, Webhook};
 
+/// At shutdown, how long the calls under way may take to finish (inside
+/// the service's shutdown deadline).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 /// The summary name of the rate-limited warnings.
 const ATTEMPT_FAILED: &str = "milestone webhook attempts failed";
 /// The summary name of the rate-limited give-up errors.
@@ -115,18 +119,31 @@ impl<S: MilestoneStore> Dispatcher<S> {
     }
 
     /// Runs a round every poll interval (more at once while rounds come
-    /// back full) until `stop` turns true; a round under way finishes
-    /// (bounded by the request timeout), nothing new is claimed after.
+    /// back full) until `stop` turns true; nothing is claimed after, and a
+    /// round under way gets [`SHUTDOWN_GRACE`] to finish (its calls cut
+    /// then are called again once their leases end, with the same key).
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut ticks = tokio::time::interval(self.config.poll_interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut grace = stop.clone();
+        let cut = async move {
+            let _ = grace.wait_for(|stopped| *stopped).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        };
+        tokio::pin!(cut);
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
                 _ = stop.wait_for(|stopped| *stopped) => return,
             }
             loop {
-                let report = self.round().await;
+                let report = tokio::select! {
+                    report = self.round() => report,
+                    _ = &mut cut => {
+                        tracing::warn!("milestone calls cut at shutdown; each is called again, with the same key, once its lease ends");
+                        return;
+                    }
+                };
                 if report.claimed < self.config.claim_limit || *stop.borrow() {
                     break;
                 }

@@ -153,8 +153,10 @@ impl Webhook {
                 } else {
                     "failed"
                 };
+                // Without the URL: it may carry a token, and `why` is
+                // logged and stored.
                 return Answer::Retry {
-                    why: format!("the call {what}: {error}"),
+                    why: format!("the call {what}: {}", error.without_url()),
                     after: None,
                 };
             }
