@@ -28,6 +28,8 @@ crate::on_each_store!(
     a_dispatcher_killed_between_the_call_and_the_mark_repeats_it_with_the_same_key,
     a_refused_milestone_is_given_up_with_why_and_retry_delivers_it,
     a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_called_at_once,
+    without_a_webhook_no_milestone_is_recorded,
+    the_cli_lists_milestones_and_retries_one_by_id,
 );
 
 fn likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
@@ -323,4 +325,49 @@ async fn a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_cal
     assert_eq!((report.claimed, report.delivered), (1, 1), "{report:?}");
     let records = h.store.milestones().await.expect("list");
     assert_eq!(records[0].reached_at, ahead);
+}
+
+async fn without_a_webhook_no_milestone_is_recorded(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let consumer = h.spawn(h.run_args("c1", &["--milestones", "5", "--rollup-interval-ms", "50"]));
+    let events = likes("p", 8, "a");
+    let want = expected(&events);
+    h.publish(&events).await;
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    let stats = consumer.stop().await;
+    // The rollup shows 8 (the drain refreshed it), and nothing was recorded.
+    assert!(stats.rollup_refreshes.get() > 0);
+    assert_eq!(stats.milestones_recorded.get(), 0);
+    assert!(h.store.milestones().await.expect("list").is_empty());
+}
+
+fn hotcount_cli(h: &Harness, args: &[&str]) -> (bool, String) {
+    let mut command = h.command();
+    command.args(args);
+    if let Some(url) = h.postgres_url() {
+        command.args(["--store", url]);
+    }
+    let out = command.output().expect("hotcount runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+async fn the_cli_lists_milestones_and_retries_one_by_id(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    record_milestone(&h, "p").await;
+    let (ok, out) = hotcount_cli(&h, &["milestones", "list"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("p:100\tpending\t0\t101\t"), "{out}");
+    assert!(out.contains("1 record(s)"), "{out}");
+    let (ok, out) = hotcount_cli(&h, &["milestones", "list", "--status", "dead"]);
+    assert!(ok && out.contains("0 record(s)"), "{out}");
+    let (ok, out) = hotcount_cli(&h, &["milestones", "retry", "p:100"]);
+    assert!(
+        ok && out.contains("1 record(s) made pending again"),
+        "{out}"
+    );
+    let (ok, out) = hotcount_cli(&h, &["milestones", "retry", "nonsense"]);
+    assert!(!ok, "a bad id is refused: {out}");
 }
