@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::event::{check_id, MAX_EVENT_ID_BYTES};
 use crate::pipeline::flusher::FlushConfig;
+use crate::pipeline::milestones::DispatchConfig;
 use crate::pipeline::rollup::RollupConfig;
 use crate::pipeline::source::SourceConfig;
 use crate::store::selected::StoreSettings;
@@ -181,6 +182,38 @@ pub enum Strategy {
     PerEvent,
 }
 
+/// A secret setting: its `Debug` never shows it (settings are logged);
+/// [`Secret::expose`] is the one way to read it.
+#[derive(Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_string()))
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Self(s.to_string())
+    }
+}
+
 /// Settings of `hotcount run`, as given on the command line or in the environment.
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize)]
 pub struct RunArgs {
@@ -323,6 +356,49 @@ pub struct RunArgs {
         default_value_t = 30
     )]
     pub stuck_commit_threshold_secs: u64,
+    /// Like counts that are milestones: the rollup write that first shows a
+    /// post at or above one records it, and the webhook is told once
+    /// (comma-separated, ascending). Needs `--milestone-webhook`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONES",
+        default_value = "100,1000,10000,100000"
+    )]
+    pub milestones: String,
+    /// POST each milestone reached to this http(s) URL (`{postId,
+    /// milestone, likes, reachedAt}`, `Idempotency-Key:
+    /// {consumer}:{post}:{n}`); unset = milestones off (none recorded).
+    #[arg(long, env = "HOTCOUNT_MILESTONE_WEBHOOK")]
+    pub milestone_webhook: Option<String>,
+    /// Sign each milestone call with this secret: header
+    /// `Hotcount-Signature: t={unix seconds},v1={hex HMAC-SHA256 of "{t}.{body}"}`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_SECRET",
+        hide_env_values = true
+    )]
+    pub milestone_webhook_secret: Option<Secret>,
+    /// Longest wait for the webhook's answer to one call, in milliseconds.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub milestone_webhook_timeout_ms: u64,
+    /// How long a replica holds a milestone it calls for before another
+    /// may take it over (a replica that died mid-call), in seconds; more
+    /// than the webhook timeout.
+    #[arg(long, env = "HOTCOUNT_MILESTONE_LEASE_SECS", default_value_t = 60)]
+    pub milestone_lease_secs: u64,
+    /// The first wait before a failed milestone call is tried again, in
+    /// milliseconds (doubling per attempt with jitter, up to 5 minutes);
+    /// due milestones are looked for at least this often (and every second).
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_RETRY_INITIAL_MS",
+        default_value_t = 1000
+    )]
+    pub milestone_retry_initial_ms: u64,
 }
 
 /// Validated settings.
@@ -390,6 +466,63 @@ pub struct Config {
     pub store_call_timeout: Duration,
     /// No commit for this long while commits are in flight: not ready.
     pub stuck_commit_threshold: Duration,
+    /// Milestone notifications; `None` = off (no webhook set).
+    pub milestones: Option<MilestoneSettings>,
+}
+
+/// Milestone notifications' settings (`--milestone-*`).
+#[derive(Clone, Debug)]
+pub struct MilestoneSettings {
+    /// The milestones, ascending, distinct, positive.
+    pub thresholds: Vec<i64>,
+    /// The webhook.
+    pub webhook: reqwest::Url,
+    /// The signing secret, if any.
+    pub secret: Option<Secret>,
+    /// One call's longest wait.
+    pub request_timeout: Duration,
+    /// A claim's lease.
+    pub lease: Duration,
+    /// The first retry's wait.
+    pub retry_initial: Duration,
+}
+
+impl MilestoneSettings {
+    /// The dispatcher's settings.
+    pub fn dispatch(&self) -> DispatchConfig {
+        let defaults = DispatchConfig::default();
+        DispatchConfig {
+            lease: self.lease,
+            backoff_initial: self.retry_initial,
+            poll_interval: defaults.poll_interval.min(self.retry_initial),
+            ..defaults
+        }
+    }
+}
+
+/// Parses `--milestones`: ascending, distinct, positive like counts.
+pub fn parse_milestones(list: &str) -> Result<Vec<i64>, ConfigError> {
+    let err = |reason: String| ConfigError {
+        flag: "milestones",
+        reason,
+    };
+    let mut out: Vec<i64> = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let n: i64 = part
+            .parse()
+            .map_err(|_| err(format!("{part:?} is not a whole number")))?;
+        if n < 1 {
+            return Err(err(format!("{n} is not positive")));
+        }
+        if out.last().is_some_and(|&last| n <= last) {
+            return Err(err(format!("{n} is not above the one before it")));
+        }
+        out.push(n);
+    }
+    if out.is_empty() || out.len() > 64 {
+        return Err(err("give 1 to 64 like counts, e.g. 100,1000".to_string()));
+    }
+    Ok(out)
 }
 
 /// A setting that is out of range, with what is allowed.
@@ -673,7 +806,64 @@ impl RunArgs {
                 self.store_call_timeout_ms.div_ceil(1000).clamp(1, 600),
                 3600,
             )?),
+            milestones: self.milestone_settings()?,
         })
+    }
+}
+
+impl RunArgs {
+    /// The milestone settings: `None` without a webhook (whatever
+    /// `--milestones` says); refused without rollups (they decide them).
+    fn milestone_settings(&self) -> Result<Option<MilestoneSettings>, ConfigError> {
+        let Some(url) = &self.milestone_webhook else {
+            return Ok(None);
+        };
+        let webhook = reqwest::Url::parse(url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| ConfigError {
+                flag: "milestone-webhook",
+                reason: format!("{url:?} is not an http(s) URL"),
+            })?;
+        if self.rollup_interval_ms == 0 {
+            return Err(ConfigError {
+                flag: "milestone-webhook",
+                reason:
+                    "milestones are decided by the rollup writes: set --rollup-interval-ms above 0"
+                        .to_string(),
+            });
+        }
+        let timeout_ms = range(
+            "milestone-webhook-timeout-ms",
+            self.milestone_webhook_timeout_ms,
+            100,
+            300_000,
+        )?;
+        let lease_secs = range("milestone-lease-secs", self.milestone_lease_secs, 1, 86_400)?;
+        if lease_secs * 1000 <= timeout_ms {
+            return Err(ConfigError {
+                flag: "milestone-lease-secs",
+                reason: format!(
+                    "{lease_secs} s must be longer than --milestone-webhook-timeout-ms ({timeout_ms} ms)"
+                ),
+            });
+        }
+        Ok(Some(MilestoneSettings {
+            thresholds: parse_milestones(&self.milestones)?,
+            webhook,
+            secret: self
+                .milestone_webhook_secret
+                .clone()
+                .filter(|s| !s.expose().is_empty()),
+            request_timeout: Duration::from_millis(timeout_ms),
+            lease: Duration::from_secs(lease_secs),
+            retry_initial: Duration::from_millis(range(
+                "milestone-retry-initial-ms",
+                self.milestone_retry_initial_ms,
+                10,
+                300_000,
+            )?),
+        }))
     }
 }
 
@@ -738,6 +928,11 @@ impl Config {
         let interval = self.rollup_interval?;
         Some(RollupConfig {
             sweep_lookback: self.rollup_sweep_lookback,
+            milestones: self
+                .milestones
+                .as_ref()
+                .map(|m| m.thresholds.clone())
+                .unwrap_or_default(),
             ..RollupConfig::new(interval, self.counter_shards)
         })
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
-use hotcount::ops::{dlq, live, quarantine, reconcile, replay, setup};
+use hotcount::ops::{dlq, live, milestones, quarantine, reconcile, replay, setup};
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
@@ -76,6 +76,31 @@ enum Command {
     /// List, show or re-drive quarantine records.
     #[command(subcommand)]
     Quarantine(QuarantineAction),
+    /// List milestone records, or retry given-up ones.
+    #[command(subcommand)]
+    Milestones(MilestonesAction),
+}
+
+#[derive(Subcommand, Debug)]
+enum MilestonesAction {
+    /// List milestone records (id, status, attempts, times, last error);
+    /// writes nothing.
+    List {
+        #[command(flatten)]
+        target: Target,
+        /// Only records with this status (pending, leased, done, dead).
+        #[arg(long, value_parser = ["pending", "leased", "done", "dead"])]
+        status: Option<String>,
+    },
+    /// Make given-up (dead) records pending again, due now: the ones named,
+    /// or every dead one; a running service delivers them with the same
+    /// Idempotency-Key.
+    Retry {
+        #[command(flatten)]
+        target: Target,
+        /// Record ids as `list` prints them (`{post}:{n}`); none = every dead one.
+        ids: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -277,6 +302,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
         },
         Command::Quarantine(action) => quarantine_command(&cli.endpoints, action).await,
+        Command::Milestones(action) => milestones_command(&cli.endpoints, action).await,
         Command::Setup { args, store } => {
             let mut done = setup::migrate_store(&store.store).await?;
             done.extend(setup::setup(&cli.endpoints, &args).await?);
@@ -286,6 +312,37 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     detail => println!("{}\t{name}\t{detail}", change.word()),
                 }
             }
+            Ok(())
+        }
+    }
+}
+
+async fn milestones_command(endpoints: &Endpoints, action: MilestonesAction) -> anyhow::Result<()> {
+    match action {
+        MilestonesAction::List { target, status } => {
+            let db = connect::store_db(endpoints, &target, 1).await?;
+            let records = milestones::list(&db, status.as_deref()).await?;
+            println!("id\tstatus\tattempts\tlikes\treached\tdue\tdelivered\tlast error");
+            for r in &records {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    r.id(),
+                    r.status.as_str(),
+                    r.attempts,
+                    r.likes,
+                    milestones::show_time(Some(r.reached_at)),
+                    milestones::show_time(r.due_at),
+                    milestones::show_time(r.delivered_at),
+                    r.last_error.as_deref().unwrap_or("-"),
+                );
+            }
+            println!("{} record(s)", records.len());
+            Ok(())
+        }
+        MilestonesAction::Retry { target, ids } => {
+            let db = connect::store_db(endpoints, &target, 1).await?;
+            let retried = milestones::retry(&db, &ids).await?;
+            println!("{retried} record(s) made pending again");
             Ok(())
         }
     }

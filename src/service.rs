@@ -1,5 +1,6 @@
 //! Wires the pipeline (source -> aggregator -> flusher/store -> acker, and
-//! the rollup refresher beside it) and shuts it down in pipeline order.
+//! the rollup refresher and milestone dispatcher beside it) and shuts it
+//! down in pipeline order.
 //!
 //! Invariant: at shutdown the source stops pulling first, then every shard
 //! is flushed and its batches acked (or nacked), then the rollups of the
@@ -16,6 +17,7 @@ use crate::connect;
 use crate::pipeline::acker::Acker;
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::Flusher;
+use crate::pipeline::milestones::{Dispatcher, Webhook};
 use crate::pipeline::rollup::Refresher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
 use crate::store::postgres::PgDb;
@@ -39,6 +41,9 @@ pub enum ServiceError {
     /// The metrics endpoint could not bind.
     #[error(transparent)]
     Http(#[from] crate::http::HttpError),
+    /// The milestone webhook's HTTP client could not be built.
+    #[error("the milestone webhook client: {0}")]
+    Webhook(#[from] reqwest::Error),
 }
 
 /// Opens the store `config.store_location` names: Firestore (at
@@ -255,7 +260,28 @@ async fn run_pipeline(
         let refresher = Refresher::new(Arc::new(store.db()), rollup, stats.clone())
             .with_registry(store.shard_registry());
         flusher = flusher.with_rollups(refresher.marks().clone());
-        rollups.spawn(refresher.run(rollup_stop));
+        rollups.spawn(refresher.run(rollup_stop.clone()));
+    }
+    // Beside the pipeline: delivers the milestones the rollup writes
+    // record; stops with the refresher (a round under way finishes).
+    if let Some(milestones) = &config.milestones {
+        let webhook = Webhook::new(
+            milestones.webhook.clone(),
+            milestones
+                .secret
+                .as_ref()
+                .map(crate::config::Secret::expose),
+            &config.consumer,
+            milestones.request_timeout,
+        )?;
+        let dispatcher = Dispatcher::new(
+            Arc::new(store.db()),
+            webhook,
+            milestones.dispatch(),
+            stats.clone(),
+        );
+        tracing::info!(webhook_host = milestones.webhook.host_str().unwrap_or_default(), milestones = ?milestones.thresholds, signed = milestones.secret.is_some(), "milestone notifications on");
+        rollups.spawn(dispatcher.run(rollup_stop));
     }
     let source = Source::new(
         subscriber,

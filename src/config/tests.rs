@@ -60,6 +60,12 @@ fn flags_reproduce_every_setting() {
     changed.rollup_sweep_lookback_secs = 73;
     changed.store_call_timeout_ms = 2_500;
     changed.stuck_commit_threshold_secs = 71;
+    changed.milestones = "5,50".into();
+    changed.milestone_webhook = Some("http://127.0.0.1:9/hook".into());
+    changed.milestone_webhook_secret = Some("s3cret".into());
+    changed.milestone_webhook_timeout_ms = 79;
+    changed.milestone_lease_secs = 83;
+    changed.milestone_retry_initial_ms = 89;
     // A setting added later and not changed here would prove nothing.
     let (before, after) = (
         serde_json::to_value(&defaults).expect("json"),
@@ -348,4 +354,55 @@ fn rollups_refresh_once_a_second_by_default_and_zero_turns_them_off() {
         parse(&["--rollup-interval-ms", "5"]).unwrap_err().flag,
         "rollup-interval-ms"
     );
+}
+
+#[test]
+fn milestones_are_off_without_a_webhook_and_checked_with_one() {
+    assert!(parse(&[]).unwrap().milestones.is_none());
+    assert!(parse(&["--milestones", "junk"])
+        .unwrap()
+        .milestones
+        .is_none());
+    let on = parse(&[
+        "--milestone-webhook",
+        "http://127.0.0.1:9/h",
+        "--milestones",
+        "10, 20",
+    ])
+    .unwrap()
+    .milestones
+    .expect("on");
+    assert_eq!(on.thresholds, vec![10, 20]);
+    let hook = ["--milestone-webhook", "http://127.0.0.1:9/h"];
+    for (bad, flag) in [
+        (vec!["--milestones", "20,10"], "milestones"),
+        (vec!["--milestones", "0,10"], "milestones"),
+        (vec!["--milestones", "x"], "milestones"),
+        (vec!["--rollup-interval-ms", "0"], "milestone-webhook"),
+        (vec!["--milestone-lease-secs", "5"], "milestone-lease-secs"),
+    ] {
+        let mut args = hook.to_vec();
+        args.extend(bad);
+        assert_eq!(parse(&args).unwrap_err().flag, flag, "{args:?}");
+    }
+    assert_eq!(
+        parse(&["--milestone-webhook", "ftp://x/"])
+            .unwrap_err()
+            .flag,
+        "milestone-webhook"
+    );
+}
+
+#[test]
+fn the_webhook_secret_never_shows_in_debug_output() {
+    let config = parse(&[
+        "--milestone-webhook",
+        "http://127.0.0.1:9/h",
+        "--milestone-webhook-secret",
+        "hunter2-s3cret",
+    ])
+    .unwrap();
+    assert!(!format!("{config:?}").contains("hunter2"));
+    let secret = config.milestones.and_then(|m| m.secret).expect("a secret");
+    assert_eq!(secret.expose(), "hunter2-s3cret");
 }

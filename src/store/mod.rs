@@ -12,6 +12,7 @@
 pub mod counter_shards;
 pub mod firestore;
 pub mod memory;
+pub mod milestone;
 pub mod postgres;
 pub mod rollup;
 pub mod selected;

@@ -104,6 +104,16 @@ pub struct Stats {
     pub rollup_pending: Level,
     /// See [`names::ROLLUP_LAG`].
     pub rollup_lag: Latency,
+    /// See [`names::MILESTONES_RECORDED`].
+    pub milestones_recorded: Counter,
+    /// See [`names::MILESTONES_DELIVERED`].
+    pub milestones_delivered: Counter,
+    /// See [`names::MILESTONE_ATTEMPTS_FAILED`].
+    pub milestone_attempts_failed: Counter,
+    /// See [`names::MILESTONES_DEAD`].
+    pub milestones_dead: Counter,
+    /// See [`names::MILESTONE_LEASES_LOST`].
+    pub milestone_leases_lost: Counter,
     /// Rate-limits the warnings that can repeat thousands of times; see
     /// [`names::LOG_LINES_SUPPRESSED`].
     pub warnings: LogThrottle,
@@ -164,6 +174,11 @@ impl Default for Stats {
             rollup_swept: Counter::default(),
             rollup_pending: Level::default(),
             rollup_lag: Latency::new(&names::ROLLUP_LAG_BUCKETS),
+            milestones_recorded: Counter::default(),
+            milestones_delivered: Counter::default(),
+            milestone_attempts_failed: Counter::default(),
+            milestones_dead: Counter::default(),
+            milestone_leases_lost: Counter::default(),
             warnings: LogThrottle::new(
                 throttle::DEFAULT_FIRST_PER_INTERVAL,
                 throttle::DEFAULT_INTERVAL,
@@ -219,6 +234,11 @@ impl Stats {
             (ROLLUP_RPCS, &self.rollup_rpcs),
             (ROLLUP_SWEPT, &self.rollup_swept),
             (STORE_CALL_TIMEOUTS, &self.store_call_timeouts),
+            (MILESTONES_RECORDED, &self.milestones_recorded),
+            (MILESTONES_DELIVERED, &self.milestones_delivered),
+            (MILESTONE_ATTEMPTS_FAILED, &self.milestone_attempts_failed),
+            (MILESTONES_DEAD, &self.milestones_dead),
+            (MILESTONE_LEASES_LOST, &self.milestone_leases_lost),
         ];
         let registry = &mut self.registry;
         for (metric, counter) in counters {

@@ -120,6 +120,16 @@ metrics! {
         "1 while batches are being committed and none has committed for --stuck-commit-threshold-secs (the replica reports not ready).";
     STORE_CALL_TIMEOUTS = "hotcount_store_call_timeouts_total",
         "Commit attempts abandoned because the store did not answer within --store-call-timeout-ms.";
+    MILESTONES_RECORDED = "hotcount_milestones_recorded_total",
+        "Milestones a written rollup reached first (each record created with the rollup, if absent).";
+    MILESTONES_DELIVERED = "hotcount_milestones_delivered_total",
+        "Milestone webhooks the receiver accepted (2xx).";
+    MILESTONE_ATTEMPTS_FAILED = "hotcount_milestone_attempts_failed_total",
+        "Milestone webhook attempts that failed and are retried (5xx, 408, 429, timeouts, connection errors).";
+    MILESTONES_DEAD = "hotcount_milestones_dead_total",
+        "Milestones given up: the webhook refused them (a 4xx other than 408 and 429).";
+    MILESTONE_LEASES_LOST = "hotcount_milestone_leases_lost_total",
+        "Milestone attempts whose lease another dispatcher took over before they settled.";
 }
 
 /// Upper bounds of [`COMMIT_DURATION`]'s buckets, in seconds.

@@ -134,12 +134,15 @@ impl Chaos {
         config: &ChaosConfig,
         log_dir: PathBuf,
         seed: u64,
+        extra: &[String],
     ) -> Result<Self, RunError> {
         let victim_metrics = consumer::free_loopback_port("the victim's metrics")?;
         let store = stage.consumer_store();
         let specs = (0..config.consumers)
             .map(|index| {
-                let spec = child_spec(config, stage.endpoints(), &log_dir, index, victim_metrics);
+                let mut spec =
+                    child_spec(config, stage.endpoints(), &log_dir, index, victim_metrics);
+                spec.args.extend_from_slice(extra);
                 with_store(spec, &store)
             })
             .collect();

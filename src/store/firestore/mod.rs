@@ -27,6 +27,7 @@ mod documents;
 pub mod errors;
 pub mod frame;
 pub mod layout;
+mod milestones;
 mod rollups;
 pub mod wire;
 
