@@ -317,9 +317,15 @@ async fn a_viral_posts_rollup_is_written_about_once_per_interval_by_three_replic
     let elapsed = started.elapsed();
     let rollup = h.db.layout().rollup("viral");
     let writes = h.emulators.firestore().document_writes(&rollup);
-    let mut deferred = 0;
+    let (mut deferred, mut skipped, mut writers) = (0, 0, 0);
     for r in replicas {
-        deferred += r.stop().await.rollup_deferred.get();
+        let stats = r.stop().await;
+        deferred += stats.rollup_deferred.get();
+        skipped += stats.rollup_skipped.get();
+        // A replica that had the post to refresh: it wrote, deferred or lost.
+        let active =
+            stats.rollup_refreshes.get() + stats.rollup_deferred.get() + stats.rollup_skipped.get();
+        writers += u32::from(active > 0);
     }
     // The post grew past one counter shard once its rollup registered more.
     let stored = h.db.rollup("viral").await.expect("read").expect("a rollup");
@@ -345,7 +351,13 @@ async fn a_viral_posts_rollup_is_written_about_once_per_interval_by_three_replic
         (writes as f64) <= intervals * 1.5 + 3.0,
         "{writes} writes of the viral rollup in {elapsed:?}"
     );
-    assert!(deferred > 0, "replicas deferred to each other's rollups");
+    // Where Pub/Sub gave the post's messages to more than one replica,
+    // they shared its rollup: deferred to a younger one or lost a race.
+    // (On a loaded machine one replica may happen to get all of them.)
+    assert!(
+        writers < 2 || deferred + skipped > 0,
+        "{writers} replicas refreshed the post without deferring to each other"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
