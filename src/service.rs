@@ -1,9 +1,11 @@
-//! Wires the pipeline (source -> aggregator -> flusher/store -> acker) and
-//! shuts it down in pipeline order.
+//! Wires the pipeline (source or push endpoint -> aggregator ->
+//! flusher/store -> acker) and shuts it down in pipeline order.
 //!
-//! Invariant: at shutdown the source stops pulling first, then every shard
-//! is flushed and its batches acked (or nacked), then the streams flush their
-//! acks; nothing buffered is dropped without an ack or a nack.
+//! Invariant: at shutdown the source stops pulling (or the push endpoint
+//! stops admitting) first, then every shard is flushed and its batches
+//! acked (or nacked), then the streams flush their acks (or the held push
+//! requests are answered); nothing buffered is dropped without an ack or a
+//! nack.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +14,10 @@ use tokio::sync::watch;
 
 use crate::config::{Config, Endpoints, Strategy};
 use crate::connect;
-use crate::pipeline::acker::Acker;
+use crate::pipeline::acker::{AckHandle, Acker};
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::Flusher;
+use crate::pipeline::push::{Push, PushConfig, PushHandle};
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
 use crate::store::postgres::PgDb;
 use crate::store::selected::SelectedStore;
@@ -34,7 +37,7 @@ pub enum ServiceError {
     /// schema `setup` has not brought to this build's migrations.
     #[error(transparent)]
     Store(#[from] connect::OpenError),
-    /// The metrics endpoint could not bind.
+    /// The metrics or push endpoint could not bind.
     #[error(transparent)]
     Http(#[from] crate::http::HttpError),
 }
@@ -119,11 +122,18 @@ async fn report_suppressed_warnings(stats: Arc<Stats>, mut stop: watch::Receiver
     }
 }
 
+/// How long the HTTP endpoints may take, after the drain, to finish the
+/// answers in progress (every held push request is settled by then).
+const HTTP_CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// Runs the service until `stop` turns true, then drains. Returns the stats.
 ///
 /// With `config.metrics_addr` set, the metrics endpoint serves from start
 /// (liveness at once; readiness once the source runs) until the drain ends;
-/// its bound address is in `stats.metrics_addr`.
+/// its bound address is in `stats.metrics_addr`. With push delivery the
+/// push endpoint serves from start too (503 until the pipeline is up), on
+/// its own listener or, at the same address, on the metrics endpoint's;
+/// its bound address is in `stats.push_addr`.
 pub async fn run(
     endpoints: &Endpoints,
     config: &Config,
@@ -131,16 +141,108 @@ pub async fn run(
     stats: Arc<Stats>,
 ) -> Result<Arc<Stats>, ServiceError> {
     let (http_stop_tx, http_stop) = watch::channel(false);
-    let http = match config.metrics_addr {
-        Some(addr) => Some(crate::http::serve(addr, stats.clone(), http_stop).await?),
-        None => None,
-    };
-    let result = run_pipeline(endpoints, config, stop, stats).await;
+    let push = config
+        .push
+        .as_ref()
+        .map(|p| (p.addr, Push::new(p, stats.clone())));
+    let shared = push
+        .as_ref()
+        .is_some_and(|(addr, _)| Some(*addr) == config.metrics_addr);
+    let mut servers = Vec::new();
+    if let Some(addr) = config.metrics_addr {
+        let mut app = crate::http::router(stats.clone());
+        if let (Some((_, push)), true) = (&push, shared) {
+            app = app.merge(push.router());
+        }
+        let (bound, task) = crate::http::serve("metrics", addr, app, http_stop.clone()).await?;
+        let _ = stats.metrics_addr.set(bound);
+        if shared {
+            let _ = stats.push_addr.set(bound);
+        }
+        servers.push(task);
+    }
+    if let (Some((addr, push)), false) = (&push, shared) {
+        let (bound, task) = crate::http::serve("push", *addr, push.router(), http_stop).await?;
+        let _ = stats.push_addr.set(bound);
+        servers.push(task);
+    }
+    let result = run_pipeline(endpoints, config, stop, stats, push.map(|(_, p)| p)).await;
     let _ = http_stop_tx.send(true);
-    if let Some(task) = http {
-        let _ = task.await;
+    for mut task in servers {
+        if tokio::time::timeout(HTTP_CLOSE_WAIT, &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
     }
     result
+}
+
+/// The aggregator `config` asks for: one message per batch with
+/// `per-event`, round robin over `per_event_concurrency` shards (its flush
+/// config flushes at once): one transaction per event, that many in flight.
+fn aggregator<H: Send + 'static>(config: &Config, stats: &Stats) -> Arc<Aggregator<H>> {
+    let aggregator = match config.strategy {
+        Strategy::Batched => Aggregator::new(config.shards, config.max_batch_events),
+        Strategy::PerEvent => Aggregator::per_message(config.per_event_concurrency),
+    };
+    let aggregator = Arc::new(aggregator);
+    let probe = Arc::downgrade(&aggregator);
+    stats.buffered.set(Arc::new(move || match probe.upgrade() {
+        Some(aggregator) => (0..aggregator.shard_count())
+            .map(|shard| aggregator.len(shard) as u64)
+            .collect(),
+        None => Vec::new(),
+    }));
+    aggregator
+}
+
+/// The flusher of one aggregator, running until [`Flushing::drain`].
+struct Flushing<H> {
+    aggregator: Arc<Aggregator<H>>,
+    stop: watch::Sender<bool>,
+    // In a JoinSet, so dropping this (a crash in tests) ends it too.
+    task: tokio::task::JoinSet<()>,
+}
+
+impl<H: AckHandle> Flushing<H> {
+    /// Starts the flusher over `aggregator`, committing into `store`.
+    fn start(
+        aggregator: Arc<Aggregator<H>>,
+        store: Arc<SelectedStore>,
+        stats: &Arc<Stats>,
+        config: &Config,
+    ) -> Self {
+        let acker = Arc::new(Acker::new(stats.clone()));
+        let flusher = Flusher::new(
+            aggregator.clone(),
+            store,
+            acker,
+            stats.clone(),
+            config.flush(),
+        );
+        let (stop, flush_stop) = watch::channel(false);
+        let mut task = tokio::task::JoinSet::new();
+        task.spawn(flusher.run(flush_stop));
+        Self {
+            aggregator,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops the flusher (call once nothing new can arrive): it drains
+    /// every shard, settling every handle, and ends.
+    async fn drain(mut self) {
+        let _ = self.stop.send(true);
+        self.aggregator.wake();
+        while let Some(result) = self.task.join_next().await {
+            if let Err(error) = result {
+                tracing::error!(%error, "flusher task failed");
+            }
+        }
+    }
 }
 
 async fn run_pipeline(
@@ -148,6 +250,7 @@ async fn run_pipeline(
     config: &Config,
     stop: watch::Receiver<bool>,
     stats: Arc<Stats>,
+    push: Option<Push>,
 ) -> Result<Arc<Stats>, ServiceError> {
     let store = Arc::new(open_store(endpoints, config).await?);
     // Beside the pipeline: ends when the source stops.
@@ -165,7 +268,6 @@ async fn run_pipeline(
     }
     cleanup.spawn(report_suppressed_warnings(stats.clone(), stop.clone()));
 
-    let subscriber = connect::subscriber(endpoints).await?;
     let admin = connect::subscription_admin(endpoints).await?;
     let dead_letters = DeadLetterPolicy::of(&admin, &config.subscription).await;
     dead_letters.log(&config.subscription);
@@ -173,54 +275,10 @@ async fn run_pipeline(
         matches!(dead_letters, DeadLetterPolicy::Configured { .. }),
         std::sync::atomic::Ordering::Relaxed,
     );
-    // One message per batch with `per-event`, round robin over
-    // `per_event_concurrency` shards (its flush config flushes at once):
-    // one transaction per event, `per_event_concurrency` in flight.
-    let aggregator = match config.strategy {
-        Strategy::Batched => Aggregator::new(config.shards, config.max_batch_events),
-        Strategy::PerEvent => Aggregator::per_message(config.per_event_concurrency),
-    };
-    let aggregator: Arc<Aggregator<PubSubHandle>> = Arc::new(aggregator);
-    let probe = Arc::downgrade(&aggregator);
-    stats.buffered.set(Arc::new(move || match probe.upgrade() {
-        Some(aggregator) => (0..aggregator.shard_count())
-            .map(|shard| aggregator.len(shard) as u64)
-            .collect(),
-        None => Vec::new(),
-    }));
-    let acker = Arc::new(Acker::new(stats.clone()));
-    let flusher = Flusher::new(
-        aggregator.clone(),
-        store,
-        acker,
-        stats.clone(),
-        config.flush(),
-    );
-    let source = Source::new(
-        subscriber,
-        config.source(),
-        aggregator.clone(),
-        stats.clone(),
-    );
-    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, strategy = ?config.strategy, "hotcount running");
-
-    // The flusher stops only after the source has stopped, so nothing new
-    // arrives while the shards drain.
-    let (flush_stop_tx, flush_stop) = watch::channel(false);
-    // In a JoinSet, so dropping this future (a crash in tests) ends it too.
-    let mut flushing = tokio::task::JoinSet::new();
-    flushing.spawn(flusher.run(flush_stop));
-    stats.set_ready(true);
-    let closing = source.run(stop).await;
-    stats.set_ready(false);
-    let _ = flush_stop_tx.send(true);
-    aggregator.wake();
-    while let Some(result) = flushing.join_next().await {
-        if let Err(error) = result {
-            tracing::error!(%error, "flusher task failed");
-        }
+    match push {
+        None => run_pull(endpoints, config, stop, &stats, store).await?,
+        Some(push) => run_push(config, stop, &stats, store, &admin, push).await,
     }
-    closing.wait().await;
     while cleanup.join_next().await.is_some() {}
     stats.warnings.flush(true);
     stats.buffered.clear();
@@ -232,4 +290,52 @@ async fn run_pipeline(
         "hotcount stopped"
     );
     Ok(stats)
+}
+
+/// Pulls until `stop`, then drains: the streams stop, the flusher drains,
+/// the streams flush their acks.
+async fn run_pull(
+    endpoints: &Endpoints,
+    config: &Config,
+    stop: watch::Receiver<bool>,
+    stats: &Arc<Stats>,
+    store: Arc<SelectedStore>,
+) -> Result<(), ServiceError> {
+    let subscriber = connect::subscriber(endpoints).await?;
+    let aggregator: Arc<Aggregator<PubSubHandle>> = aggregator(config, stats);
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config);
+    let source = Source::new(subscriber, config.source(), aggregator, stats.clone());
+    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, strategy = ?config.strategy, "hotcount running (pull)");
+    // The flusher stops only after the source has stopped, so nothing new
+    // arrives while the shards drain.
+    stats.set_ready(true);
+    let closing = source.run(stop).await;
+    stats.set_ready(false);
+    flushing.drain().await;
+    closing.wait().await;
+    Ok(())
+}
+
+/// Takes pushed messages until `stop`, then drains: the endpoint closes
+/// (503 from then on), the flusher drains, settling (and so answering)
+/// every request held.
+async fn run_push(
+    config: &Config,
+    mut stop: watch::Receiver<bool>,
+    stats: &Arc<Stats>,
+    store: Arc<SelectedStore>,
+    admin: &google_cloud_pubsub::client::SubscriptionAdmin,
+    push: Push,
+) {
+    let ack_deadline = Push::ack_deadline_of(admin, &config.subscription).await;
+    let hold_max = PushConfig::hold_max_for(ack_deadline);
+    let aggregator: Arc<Aggregator<PushHandle>> = aggregator(config, stats);
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config);
+    push.open(aggregator, hold_max).await;
+    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, addr = ?stats.push_addr.get(), ?ack_deadline, ?hold_max, strategy = ?config.strategy, "hotcount running (push)");
+    stats.set_ready(true);
+    let _ = stop.wait_for(|stopped| *stopped).await;
+    push.close();
+    stats.set_ready(false);
+    flushing.drain().await;
 }

@@ -1,5 +1,5 @@
 //! The counting pipeline, one module per stage, in the order a message
-//! travels: [`source`] -> [`aggregator`] -> [`flusher`] (which builds a
+//! travels: [`source`] (pull) or [`push`] -> [`aggregator`] -> [`flusher`] (which builds a
 //! [`batch`] and commits it through a [`crate::store::CounterStore`]) ->
 //! [`acker`].
 //!
@@ -16,4 +16,5 @@ pub mod aggregator;
 pub mod batch;
 pub mod flusher;
 pub mod poison;
+pub mod push;
 pub mod source;
