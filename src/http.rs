@@ -62,20 +62,22 @@ async fn readyz(State(stats): State<Arc<Stats>>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Binds `addr` and serves `app` (the `what` endpoint) until `stop` turns
-/// true: then it stops accepting and finishes the requests in progress.
-/// Returns once bound, with the bound address.
+/// Binds `addr` and serves `app` (the `what` endpoint) in a task of
+/// `tasks` until `stop` turns true: then it stops accepting and finishes
+/// the requests in progress. Returns once bound, with the bound address.
+/// Dropping `tasks` ends the endpoint at once (a crash, in tests).
 pub async fn serve(
     what: &'static str,
     addr: SocketAddr,
     app: Router,
     mut stop: watch::Receiver<bool>,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), HttpError> {
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> Result<SocketAddr, HttpError> {
     let error = |source| HttpError { what, addr, source };
     let listener = TcpListener::bind(addr).await.map_err(error)?;
     let bound = listener.local_addr().map_err(error)?;
     tracing::info!(addr = %bound, what, "endpoint listening");
-    let task = tokio::spawn(async move {
+    tasks.spawn(async move {
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
@@ -86,5 +88,5 @@ pub async fn serve(
             tracing::warn!(%error, what, "endpoint failed");
         }
     });
-    Ok((bound, task))
+    Ok(bound)
 }

@@ -148,33 +148,30 @@ pub async fn run(
     let shared = push
         .as_ref()
         .is_some_and(|(addr, _)| Some(*addr) == config.metrics_addr);
-    let mut servers = Vec::new();
+    // In a JoinSet: dropping this future (a crash in tests) ends them too.
+    let mut servers = tokio::task::JoinSet::new();
     if let Some(addr) = config.metrics_addr {
         let mut app = crate::http::router(stats.clone());
         if let (Some((_, push)), true) = (&push, shared) {
             app = app.merge(push.router());
         }
-        let (bound, task) = crate::http::serve("metrics", addr, app, http_stop.clone()).await?;
+        let stop = http_stop.clone();
+        let bound = crate::http::serve("metrics", addr, app, stop, &mut servers).await?;
         let _ = stats.metrics_addr.set(bound);
         if shared {
             let _ = stats.push_addr.set(bound);
         }
-        servers.push(task);
     }
     if let (Some((addr, push)), false) = (&push, shared) {
-        let (bound, task) = crate::http::serve("push", *addr, push.router(), http_stop).await?;
+        let app = push.router();
+        let bound = crate::http::serve("push", *addr, app, http_stop, &mut servers).await?;
         let _ = stats.push_addr.set(bound);
-        servers.push(task);
     }
     let result = run_pipeline(endpoints, config, stop, stats, push.map(|(_, p)| p)).await;
     let _ = http_stop_tx.send(true);
-    for mut task in servers {
-        if tokio::time::timeout(HTTP_CLOSE_WAIT, &mut task)
-            .await
-            .is_err()
-        {
-            task.abort();
-        }
+    let closed = async { while servers.join_next().await.is_some() {} };
+    if tokio::time::timeout(HTTP_CLOSE_WAIT, closed).await.is_err() {
+        servers.abort_all();
     }
     result
 }

@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{expected, Backend, Ev, Harness, SubscriptionOptions};
+use common::{expected, Backend, Delivery, Ev, Harness, SubscriptionOptions};
 use gcloud_sdk::tonic::Code;
 use hotcount_emulators::{FaultKind, FaultSpec};
 
@@ -22,16 +22,24 @@ fn many_likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
         .collect()
 }
 
-crate::on_each_store!(
+crate::on_each_store_and_delivery!(
     duplicates_publisher_retries_and_double_likes_count_once,
     like_unlike_like_out_of_order_and_redelivered_ends_right,
-    consumer_killed_after_commit_before_ack_applies_nothing_twice,
     poison_is_quarantined_with_reason_and_acked_while_valid_events_count,
     two_competing_consumers_count_exactly,
 );
 
-async fn duplicates_publisher_retries_and_double_likes_count_once(backend: Backend) {
-    let h = Harness::start_on(backend).await;
+crate::on_each_store!(
+    consumer_killed_after_commit_before_ack_applies_nothing_twice,
+    push_consumer_killed_between_commit_and_answer_applies_nothing_twice,
+    push_refuses_missing_forged_expired_and_misaddressed_tokens,
+);
+
+async fn duplicates_publisher_retries_and_double_likes_count_once(
+    backend: Backend,
+    delivery: Delivery,
+) {
+    let h = Harness::start_for(backend, delivery).await;
     let mut events = many_likes("p1", 20, "a");
     // A publisher retry: the same event (same eventId) under a new message id.
     events.push(events[3].clone());
@@ -62,8 +70,11 @@ async fn duplicates_publisher_retries_and_double_likes_count_once(backend: Backe
     );
 }
 
-async fn like_unlike_like_out_of_order_and_redelivered_ends_right(backend: Backend) {
-    let h = Harness::start_on(backend).await;
+async fn like_unlike_like_out_of_order_and_redelivered_ends_right(
+    backend: Backend,
+    delivery: Delivery,
+) {
+    let h = Harness::start_for(backend, delivery).await;
     let consumer = h.spawn(h.run_args("c1", &[]));
     let history = vec![
         Ev::like("l1", "p", "alice", 1),
@@ -183,6 +194,139 @@ async fn consumer_killed_after_commit_before_ack_applies_nothing_twice(backend: 
     assert_eq!(stats.duplicates.get(), 40);
 }
 
+async fn push_consumer_killed_between_commit_and_answer_applies_nothing_twice(backend: Backend) {
+    let h = Harness::start_for(backend, Delivery::Push).await;
+    let push = h.push.as_ref().expect("push harness");
+    let events = many_likes("p", 40, "k");
+    let want = expected(&events);
+    // Every answer is lost: the first consumer commits everything, and
+    // the pusher hears nothing back (a broken connection, so a nack).
+    push.front.lose_answers(true);
+    let first = h.spawn(h.run_args("c1", &[]));
+    h.publish(&events).await;
+    assert_eq!(
+        h.wait_for_counts(&want, WAIT).await,
+        want,
+        "committed by the first consumer"
+    );
+    assert!(
+        first.wait_for_acks(40, WAIT).await,
+        "all settled by the flusher"
+    );
+    // The answers are on their way: wait until the front swallowed them.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while push.front.answers_lost() < 40 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "answers reached the front"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Crash it, then let answers through again: the redeliveries go to a
+    // second replica.
+    first.kill().await;
+    push.front.lose_answers(false);
+    let second = h.spawn(h.run_args("c1", &[]));
+    assert!(
+        second.wait_for_acks(40, WAIT).await,
+        "redeliveries answered: {} of {} received",
+        second.stats.acks.get(),
+        second.stats.received.get()
+    );
+    assert_eq!(h.counts(want.keys()).await, want, "nothing applied twice");
+    let stats = second.stop().await;
+    assert_eq!(stats.applied.get(), 0);
+    assert!(stats.duplicates.get() >= 40, "{}", stats.duplicates.get());
+    assert_eq!(
+        stats
+            .push_requests
+            .get(hotcount::telemetry::PushOutcome::Acked),
+        stats.acks.get()
+    );
+}
+
+async fn push_refuses_missing_forged_expired_and_misaddressed_tokens(backend: Backend) {
+    use common::oidc::{claims, now, Signer};
+    let h = Harness::start_for(backend, Delivery::Push).await;
+    let push = h.push.as_ref().expect("push harness");
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    // The valid traffic flows through the front meanwhile.
+    let events = many_likes("p", 10, "t");
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(10, WAIT).await);
+    let addr = *consumer.stats.push_addr.get().expect("push endpoint bound");
+    let sneaked = Ev::like("sneaked", "p", "mallory", 1);
+    let body = serde_json::json!({
+        "message": {
+            "data": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, sneaked.json()),
+            "messageId": "sneaked-1",
+        },
+        "subscription": format!("projects/{}/subscriptions/{}", common::PROJECT, common::SUBSCRIPTION),
+    })
+    .to_string();
+    let with = |key: &str, value: serde_json::Value| {
+        let mut claims = claims();
+        claims[key] = value;
+        push.signer.sign(&claims)
+    };
+    let cases: Vec<(&str, Option<String>, u16)> = vec![
+        ("no token", None, 401),
+        (
+            "a forged token",
+            Some(Signer::forger("test-key-1").push_token()),
+            401,
+        ),
+        (
+            "an expired token",
+            Some(with("exp", (now() - 3600).into())),
+            401,
+        ),
+        (
+            "a token for another audience",
+            Some(with("aud", "https://elsewhere.example/push".into())),
+            401,
+        ),
+        (
+            "a token of another service account",
+            Some(with(
+                "email",
+                "intruder@other.iam.gserviceaccount.com".into(),
+            )),
+            403,
+        ),
+    ];
+    let client = reqwest::Client::new();
+    for (what, token, status) in cases {
+        let mut request = client
+            .post(format!("http://{addr}/pubsub/push"))
+            .body(body.clone());
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let answer = request.send().await.expect("the endpoint answers");
+        assert_eq!(answer.status().as_u16(), status, "{what}");
+    }
+    let stats = consumer.stop().await;
+    assert_eq!(h.count("p").await, 10, "no refused request was counted");
+    assert_eq!(
+        stats.received.get(),
+        stats.acks.get(),
+        "only the relayed messages entered"
+    );
+    use hotcount::telemetry::{AuthFailure, PushOutcome};
+    assert_eq!(stats.push_requests.get(PushOutcome::Unauthenticated), 4);
+    assert_eq!(stats.push_requests.get(PushOutcome::Forbidden), 1);
+    for failure in [
+        AuthFailure::Missing,
+        AuthFailure::Signature,
+        AuthFailure::Expired,
+        AuthFailure::Audience,
+        AuthFailure::Email,
+    ] {
+        assert_eq!(stats.push_auth_failures.get(failure), 1, "{failure:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_acked_before_its_batch_commits() {
     let h = Harness::start().await;
@@ -223,8 +367,11 @@ async fn nothing_is_acked_before_its_batch_commits() {
     assert!(h.emulators.pubsub_counters().get("Acknowledge") > 0);
 }
 
-async fn poison_is_quarantined_with_reason_and_acked_while_valid_events_count(backend: Backend) {
-    let h = Harness::start_on(backend).await;
+async fn poison_is_quarantined_with_reason_and_acked_while_valid_events_count(
+    backend: Backend,
+    delivery: Delivery,
+) {
+    let h = Harness::start_for(backend, delivery).await;
     let consumer = h.spawn(h.run_args("c1", &["--shards", "1"]));
     let valid = many_likes("p", 10, "v");
     let mut payloads: Vec<Vec<u8>> = valid.iter().map(|e| e.json().into_bytes()).collect();
@@ -267,8 +414,8 @@ async fn quarantine_reasons(h: &Harness, message_ids: &[String]) -> Vec<String> 
     reasons
 }
 
-async fn two_competing_consumers_count_exactly(backend: Backend) {
-    let h = Harness::start_on(backend).await;
+async fn two_competing_consumers_count_exactly(backend: Backend, delivery: Delivery) {
+    let h = Harness::start_for(backend, delivery).await;
     // Small flow-control windows, so neither consumer can take the whole backlog.
     let args = ["--max-outstanding-messages", "20", "--streams", "1"];
     let a = h.spawn(h.run_args("c1", &args));

@@ -65,6 +65,7 @@ impl StageSpec {
             max_retry_backoff_secs: 60,
             max_delivery_attempts: 20,
             exactly_once: false,
+            push: Default::default(),
         };
         Self {
             setup,

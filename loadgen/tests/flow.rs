@@ -97,6 +97,7 @@ async fn counted_workload(
         max_retry_backoff_secs: 10,
         max_delivery_attempts: 20,
         exactly_once: false,
+        push: Default::default(),
     };
     setup::setup(endpoints, &setup_args).await.expect("setup");
     let config = run_args(&[]).validate().expect("valid");

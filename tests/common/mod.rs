@@ -7,6 +7,12 @@
 #[path = "../support/postgres.rs"]
 pub mod pg;
 
+#[path = "../support/oidc.rs"]
+pub mod oidc;
+
+#[path = "../support/push.rs"]
+pub mod push;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,6 +115,48 @@ pub enum Backend {
     Postgres,
 }
 
+/// How the harness's consumers get their messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// StreamingPull.
+    Pull,
+    /// Push: `--delivery push` consumers behind a [`push::PushFront`],
+    /// verifying tokens signed by the test key ([`oidc`]).
+    Push,
+}
+
+/// Runs a scenario `async fn name(backend: Backend, delivery: Delivery)`
+/// once per store and delivery, as the tests `name::firestore`,
+/// `name::postgres`, `name::firestore_push` and `name::postgres_push`.
+#[macro_export]
+macro_rules! on_each_store_and_delivery {
+    ($($scenario:ident),+ $(,)?) => {$(
+        mod $scenario {
+            use $crate::common::{Backend, Delivery};
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn firestore() {
+                super::$scenario(Backend::Firestore, Delivery::Pull).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$scenario(Backend::Postgres, Delivery::Pull).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn firestore_push() {
+                super::$scenario(Backend::Firestore, Delivery::Push).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres_push() {
+                super::$scenario(Backend::Postgres, Delivery::Push).await;
+            }
+        }
+    )+};
+}
+
 /// Runs a scenario `async fn name(backend: Backend)` once per store, as
 /// the tests `name::firestore` and `name::postgres`.
 #[macro_export]
@@ -141,6 +189,22 @@ pub struct Harness {
     /// With [`Backend::Postgres`]: the server (stopped on drop) and the
     /// database's URL, which `run_args` passes as `--store`.
     pub postgres: Option<(pg::PgCluster, String)>,
+    /// With [`Delivery::Push`]: the front the consumers stand behind, the
+    /// keys their tokens are checked against, and the pusher.
+    pub push: Option<PushRig>,
+}
+
+/// What push consumers of a harness need around them.
+pub struct PushRig {
+    /// The one address Pub/Sub pushes to, spread over the consumers.
+    pub front: push::PushFront,
+    /// The signing keys' JWKS (`--push-jwks-url`).
+    pub jwks: oidc::JwksServer,
+    /// Signs the tokens.
+    pub signer: oidc::Signer,
+    /// Pushes the subscription's messages to the front: a stand-in for
+    /// the emulator's own push delivery.
+    pub relay: push::Relay,
 }
 
 /// Subscription settings of a harness.
@@ -176,6 +240,38 @@ impl Harness {
         Self::start_on_with(Backend::Firestore, options, config).await
     }
 
+    /// A harness whose consumers write `backend` and get their messages by `delivery`.
+    pub async fn start_for(backend: Backend, delivery: Delivery) -> Self {
+        let mut h = Self::start_on(backend).await;
+        if delivery == Delivery::Push {
+            h.push = Some(h.push_rig().await);
+        }
+        h
+    }
+
+    /// The front, keys and pusher for push consumers.
+    async fn push_rig(&self) -> PushRig {
+        let front = push::PushFront::start().await;
+        let signer = oidc::Signer::google("test-key-1");
+        let jwks = oidc::JwksServer::start(oidc::jwks(&[&signer])).await;
+        let subscription = format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}");
+        let relay = push::Relay::start(
+            &self.endpoints,
+            &subscription,
+            front.url(),
+            signer.push_token(),
+            100,
+            Duration::from_secs(10),
+        )
+        .await;
+        PushRig {
+            front,
+            jwks,
+            signer,
+            relay,
+        }
+    }
+
     /// A harness whose consumers write `backend`.
     pub async fn start_on(backend: Backend) -> Self {
         Self::start_on_with(
@@ -207,6 +303,7 @@ impl Harness {
             max_retry_backoff_secs: 1,
             max_delivery_attempts: options.max_delivery_attempts,
             exactly_once: options.exactly_once,
+            push: Default::default(),
         };
         setup::setup(&endpoints, &args).await.expect("setup");
         let topic = format!("projects/{PROJECT}/topics/{TOPIC}");
@@ -236,6 +333,7 @@ impl Harness {
             db,
             store,
             postgres,
+            push: None,
         }
     }
 
@@ -278,6 +376,17 @@ impl Harness {
             ("--commit-backoff-max-ms", "50"),
             ("--metrics-addr", "127.0.0.1:0"),
         ];
+        let jwks_url;
+        if let Some(push) = &self.push {
+            jwks_url = push.jwks.url();
+            flags.extend([
+                ("--delivery", "push"),
+                ("--push-addr", "127.0.0.1:0"),
+                ("--push-audience", oidc::AUDIENCE),
+                ("--push-service-account", oidc::SERVICE_ACCOUNT),
+                ("--push-jwks-url", jwks_url.as_str()),
+            ]);
+        }
         for pair in extra.chunks(2) {
             let (flag, value) = (pair[0], pair.get(1).copied().unwrap_or(""));
             match flags.iter_mut().find(|(f, _)| *f == flag) {
@@ -305,7 +414,26 @@ impl Harness {
                 .await
                 .expect("service runs");
         });
-        Running { stop, task, stats }
+        let front = self.push.as_ref().map(|p| p.front.clone());
+        if let Some(front) = &front {
+            // Behind the front once its endpoint is bound.
+            let (front, stats) = (front.clone(), stats.clone());
+            tokio::spawn(async move {
+                loop {
+                    if let Some(addr) = stats.push_addr.get() {
+                        front.add(*addr);
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            });
+        }
+        Running {
+            stop,
+            task,
+            stats,
+            front,
+        }
     }
 
     pub async fn publish_raw(&self, payloads: &[Vec<u8>]) -> Vec<String> {
@@ -365,6 +493,8 @@ pub struct Running {
     pub stop: watch::Sender<bool>,
     pub task: JoinHandle<()>,
     pub stats: Arc<Stats>,
+    /// The push front it stands behind (push delivery).
+    pub front: Option<push::PushFront>,
 }
 
 impl Running {
@@ -380,8 +510,16 @@ impl Running {
         true
     }
 
+    /// Takes it out of the push front: no new request reaches it.
+    fn leave_front(&self) {
+        if let (Some(front), Some(addr)) = (&self.front, self.stats.push_addr.get()) {
+            front.remove(*addr);
+        }
+    }
+
     /// Graceful stop: drains and returns.
     pub async fn stop(self) -> Arc<Stats> {
+        self.leave_front();
         let _ = self.stop.send(true);
         tokio::time::timeout(Duration::from_secs(30), self.task)
             .await
@@ -392,6 +530,7 @@ impl Running {
 
     /// Simulates a crash: the task is aborted, nothing is drained.
     pub async fn kill(self) {
+        self.leave_front();
         self.task.abort();
         let _ = self.task.await;
     }

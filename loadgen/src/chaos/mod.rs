@@ -228,6 +228,7 @@ fn stage_spec(store: &StoreLocation) -> StageSpec {
             max_retry_backoff_secs: 1,
             max_delivery_attempts: 100,
             exactly_once: false,
+            push: Default::default(),
         },
         subscription: format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}"),
         store_rtt_ms: 0,

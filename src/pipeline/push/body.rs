@@ -60,7 +60,7 @@ pub enum Read {
     Oversized {
         /// The first [`PoisonRecord::MAX_STORED_BYTES`].
         prefix: Vec<u8>,
-        /// The last [`TAIL_BYTES`].
+        /// The last `TAIL_BYTES` (1 KiB).
         tail: Vec<u8>,
         /// Its full length.
         len: usize,

@@ -43,7 +43,7 @@ use crate::telemetry::{PushOutcome, Stats};
 
 pub mod auth;
 pub mod body;
-mod jwks;
+pub mod jwks;
 
 pub use auth::{AuthConfig, Authenticator, GoogleAuth, Refusal};
 
