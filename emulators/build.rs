@@ -177,6 +177,14 @@ fn main() {
                 true,
             ),
             ("seek", "Seek", "SeekRequest", "SeekResponse", false, false),
+            (
+                "modify_push_config",
+                "ModifyPushConfig",
+                "ModifyPushConfigRequest",
+                "()",
+                false,
+                false,
+            ),
         ],
     );
     let fs = "gcloud_sdk::google::firestore::v1";
@@ -288,6 +296,14 @@ fn main() {
                 "ListCollectionIdsResponse",
                 false,
                 false,
+            ),
+            (
+                "listen",
+                "Listen",
+                "ListenRequest",
+                "ListenResponse",
+                true,
+                true,
             ),
         ],
     );

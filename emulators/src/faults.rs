@@ -27,7 +27,7 @@ pub enum FaultKind {
     ErrorAfterApply,
     /// Add `latency_ms` before the RPC is handled (models real round trips).
     Latency,
-    /// Close open StreamingPull streams with UNAVAILABLE.
+    /// Close open StreamingPull (Pub/Sub) or Listen (Firestore) streams with UNAVAILABLE.
     DropStream,
     /// Answer an acknowledgement OK but forget it: the message comes back
     /// after its deadline.

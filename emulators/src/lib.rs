@@ -137,6 +137,12 @@ impl Emulators {
         format!("http://{}", self.pubsub_addr)
     }
 
+    /// Where push endpoints fetch the keys that verify the emulator's push
+    /// OIDC tokens (`http://host:port/emulator/v1/push/jwks`).
+    pub fn push_jwks_url(&self) -> String {
+        format!("http://{}/emulator/v1/push/jwks", self.pubsub_addr)
+    }
+
     /// `http://host:port` of the Firestore emulator.
     pub fn firestore_endpoint(&self) -> String {
         format!("http://{}", self.firestore_addr)

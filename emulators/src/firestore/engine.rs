@@ -161,6 +161,8 @@ struct State {
     /// Commits waiting for a lock, by document they write.
     queued: FxHashMap<String, Vec<QueuedWriter>>,
     next_queued: u64,
+    /// Open [`Follower`]s: while there is one, the store logs the names written.
+    followers: usize,
 }
 
 /// A commit in the writers' queue of a document: (its queue key, its age).
@@ -198,10 +200,44 @@ impl Drop for Queued<'_> {
     }
 }
 
+/// A listener's hold on the engine (see [`Engine::follow`]): while any is
+/// alive the store logs the names each commit writes.
+pub struct Follower {
+    engine: Arc<Engine>,
+    commits: watch::Receiver<u64>,
+}
+
+impl Follower {
+    /// Marks every commit so far as seen: [`Follower::changed`] then waits
+    /// for a later one. Call it before reading what changed.
+    pub fn mark_seen(&mut self) {
+        self.commits.borrow_and_update();
+    }
+
+    /// Waits until a commit (or a reset) after the last [`Follower::mark_seen`].
+    pub async fn changed(&mut self) {
+        if self.commits.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let mut st = self.engine.state.lock();
+        st.followers -= 1;
+        if st.followers == 0 {
+            st.store.log_changes(None);
+        }
+    }
+}
+
 /// The engine; shared by the gRPC service and the admin routes.
 pub struct Engine {
     state: Mutex<State>,
     wake: watch::Sender<u64>,
+    /// Bumped after every successful commit and every reset, for listeners.
+    commits: watch::Sender<u64>,
     ctx: Arc<Context>,
     config: FirestoreConfig,
 }
@@ -494,8 +530,10 @@ impl Engine {
                 last_read: 0,
                 queued: FxHashMap::default(),
                 next_queued: 0,
+                followers: 0,
             }),
             wake,
+            commits: watch::channel(0).0,
             ctx,
             config,
         }
@@ -510,6 +548,27 @@ impl Engine {
 
     fn notify(&self) {
         self.wake.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    fn notify_commit(&self) {
+        self.commits.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Starts following commits for a listener: until the [`Follower`] is
+    /// dropped the store logs the names written (see
+    /// [`Store::changed_since`]), and [`Follower::changed`] wakes after each
+    /// commit.
+    pub fn follow(self: &Arc<Self>) -> Follower {
+        let mut st = self.state.lock();
+        st.followers += 1;
+        if st.followers == 1 {
+            let after = st.last_time;
+            st.store.log_changes(Some(after));
+        }
+        Follower {
+            engine: self.clone(),
+            commits: self.commits.subscribe(),
+        }
     }
 
     /// Begins a transaction.
@@ -689,6 +748,9 @@ impl Engine {
                 self.notify();
             }
             if let Some(outcome) = outcome {
+                if outcome.is_ok() {
+                    self.notify_commit();
+                }
                 return outcome;
             }
             if pending.backing_off.replace(false) {
@@ -846,23 +908,27 @@ impl Engine {
     /// Deletes every document of `database` (`projects/p/databases/d`) and
     /// ends its transactions; returns how many documents were removed.
     pub fn reset_database(&self, database: &str) -> usize {
-        let (now, _) = self.now();
+        let (now, wall) = self.now();
         let mut st = self.state.lock();
-        let removed = st.store.clear_prefix(&format!("{database}/documents/"));
+        let at = st.read_time(wall);
+        let removed = st.store.clear_prefix(&format!("{database}/documents/"), at);
         st.txns.end_database(database, now);
         drop(st);
         self.notify();
+        self.notify_commit();
         removed
     }
 
     /// Deletes every document of every database and ends every transaction.
     pub fn reset_all(&self) -> usize {
-        let (now, _) = self.now();
+        let (now, wall) = self.now();
         let mut st = self.state.lock();
-        let removed = st.store.clear_prefix("");
+        let at = st.read_time(wall);
+        let removed = st.store.clear_prefix("", at);
         st.txns.end_all(now);
         drop(st);
         self.notify();
+        self.notify_commit();
         removed
     }
 

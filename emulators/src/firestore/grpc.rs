@@ -16,11 +16,11 @@ use rand::Rng;
 use tonic::{Code, Status};
 
 use super::engine::{Consistency, Engine, Snapshot};
+use super::listen::Listeners;
 use super::names::{
     compare_names, parse_database, parse_field_path, relative, validate_id, DocName, Parent,
 };
 use super::query::{aggregate, Plan};
-use super::store::ReadAt;
 use super::values;
 use super::writes::{micros, timestamp};
 use crate::proto::firestore::firestore_server::Firestore as FirestoreRpc;
@@ -32,9 +32,9 @@ use crate::proto::firestore_v1::{
     BatchWriteRequest, BatchWriteResponse, BeginTransactionRequest, BeginTransactionResponse,
     CommitRequest, CommitResponse, CreateDocumentRequest, DeleteDocumentRequest, Document,
     DocumentMask, GetDocumentRequest, ListCollectionIdsRequest, ListCollectionIdsResponse,
-    ListDocumentsRequest, ListDocumentsResponse, Precondition, RollbackRequest,
-    RunAggregationQueryRequest, RunAggregationQueryResponse, RunQueryRequest, RunQueryResponse,
-    UpdateDocumentRequest, Write,
+    ListDocumentsRequest, ListDocumentsResponse, ListenRequest, ListenResponse, Precondition,
+    RollbackRequest, RunAggregationQueryRequest, RunAggregationQueryResponse, RunQueryRequest,
+    RunQueryResponse, UpdateDocumentRequest, Write,
 };
 use crate::proto::Empty;
 
@@ -44,18 +44,19 @@ type RpcStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 #[derive(Clone)]
 pub struct Service {
     engine: Arc<Engine>,
+    listeners: Arc<Listeners>,
 }
 
 impl Service {
-    /// A service over `engine`.
-    pub fn new(engine: Arc<Engine>) -> Self {
-        Self { engine }
+    /// A service over `engine`, its Listen streams served by `listeners`.
+    pub fn new(engine: Arc<Engine>, listeners: Arc<Listeners>) -> Self {
+        Self { engine, listeners }
     }
 }
 
 /// Largest request Firestore accepts: 10 MiB of encoded request message
 /// (<https://firebase.google.com/docs/firestore/quotas>).
-const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
+pub(super) const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
 
 /// The request message, if it is within [`MAX_REQUEST_BYTES`]; a larger one
 /// is refused as Google's front end refuses it.
@@ -178,22 +179,6 @@ fn auto_id() -> String {
     (0..20)
         .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
         .collect()
-}
-
-/// Runs `plan` under `parent` (collects the candidates, filters, orders).
-fn run_plan(
-    store: &super::store::Store,
-    at: ReadAt,
-    parent: &Parent,
-    plan: &Plan,
-) -> Vec<Arc<Document>> {
-    let prefix = parent.prefix();
-    let candidates = store
-        .scan(&plan.scan_prefix(parent), at)
-        .filter(|d| plan.selects(parent, &prefix, &d.name))
-        .cloned()
-        .collect();
-    plan.run(candidates)
 }
 
 #[tonic::async_trait]
@@ -486,7 +471,7 @@ impl FirestoreRpc for Service {
                 let snap: Snapshot<Vec<Arc<Document>>> = self
                     .engine
                     .read(&parent.database, consistency, |store, at| {
-                        let docs = run_plan(store, at, &parent, &plan);
+                        let docs = plan.run_in(store, at, &parent);
                         let names = docs.iter().map(|d| d.name.clone()).collect();
                         Ok((docs, names))
                     })
@@ -557,7 +542,7 @@ impl FirestoreRpc for Service {
         let snap = self
             .engine
             .read(&parent.database, consistency, |store, at| {
-                let docs = run_plan(store, at, &parent, &plan);
+                let docs = plan.run_in(store, at, &parent);
                 let fields = aggregate(&agg.aggregations, &docs)?;
                 let names = docs.iter().map(|d| d.name.clone()).collect();
                 Ok((fields, names))
@@ -639,6 +624,19 @@ impl FirestoreRpc for Service {
             Some(doc) => Ok(tonic::Response::new(masked(&doc, &mask))),
             None => Err(Status::internal("the create left no document")),
         }
+    }
+
+    type ListenStream = RpcStream<ListenResponse>;
+
+    async fn listen(
+        &self,
+        request: tonic::Request<tonic::Streaming<ListenRequest>>,
+    ) -> Result<tonic::Response<Self::ListenStream>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(super::listen::OUTBOX);
+        tokio::spawn(self.listeners.clone().serve(request.into_inner(), tx));
+        Ok(tonic::Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn list_collection_ids(

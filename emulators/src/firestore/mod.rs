@@ -30,12 +30,14 @@
 //! - [`transforms`]: increment, maximum, minimum, server time, arrays.
 //! - [`query`]: structured queries and aggregations.
 //! - [`engine`]: the state and the wound-wait locking rule.
+//! - [`listen`]: the Listen RPC (targets, changes, resume tokens).
 //! - [`grpc`]: the gRPC service.
 //! - [`admin`]: HTTP routes (stats, reset).
 
 pub mod admin;
 pub mod engine;
 pub mod grpc;
+pub mod listen;
 pub mod locks;
 pub mod names;
 pub mod query;
@@ -99,6 +101,9 @@ pub struct FirestoreConfig {
     /// contended write retries with backoff, so it finishes after the
     /// transaction that held the lock has had its answer. Default 25 ms.
     pub released_write_backoff: Duration,
+    /// A Listen stream with nothing to send sends a global `NO_CHANGE`
+    /// (a fresh resume token and read time) after this long. Default 30 s.
+    pub listen_heartbeat: Duration,
 }
 
 impl Default for FirestoreConfig {
@@ -112,6 +117,7 @@ impl Default for FirestoreConfig {
             max_versions_per_document: 1024,
             max_documents: None,
             released_write_backoff: Duration::from_millis(25),
+            listen_heartbeat: Duration::from_secs(30),
         }
     }
 }
@@ -121,13 +127,20 @@ impl Default for FirestoreConfig {
 pub struct Firestore {
     ctx: Arc<Context>,
     engine: Arc<engine::Engine>,
+    listeners: Arc<listen::Listeners>,
     sweeper: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl Firestore {
     /// A new, empty emulator; starts the expiry sweeper when inside a Tokio runtime.
     pub fn new(ctx: Arc<Context>, config: FirestoreConfig) -> Self {
+        let heartbeat = config.listen_heartbeat;
         let engine = Arc::new(engine::Engine::new(ctx.clone(), config));
+        let listeners = Arc::new(listen::Listeners::new(
+            engine.clone(),
+            ctx.clone(),
+            heartbeat,
+        ));
         let sweeper = tokio::runtime::Handle::try_current().ok().map(|rt| {
             let weak = Arc::downgrade(&engine);
             rt.spawn(async move {
@@ -145,6 +158,7 @@ impl Firestore {
         Self {
             ctx,
             engine,
+            listeners,
             sweeper: Arc::new(Mutex::new(sweeper)),
         }
     }
@@ -152,9 +166,12 @@ impl Firestore {
     /// gRPC and HTTP routes of this emulator: the Firestore service (counted
     /// and fault-injected), the shared admin routes, stats and reset.
     pub fn router(&self) -> axum::Router {
-        let service = FirestoreServer::new(grpc::Service::new(self.engine.clone()))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let service = FirestoreServer::new(grpc::Service::new(
+            self.engine.clone(),
+            self.listeners.clone(),
+        ))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let routes = tonic::service::Routes::new(service).into_axum_router();
         crate::server::grpc_layer(routes, self.ctx.clone())
             .layer(middleware::from_fn_with_state(
@@ -165,11 +182,17 @@ impl Firestore {
             .merge(admin::routes(self.engine.clone()))
     }
 
-    /// Stops the expiry sweeper (streams are answered at once, none stay open).
+    /// Stops the expiry sweeper and ends every Listen stream with UNAVAILABLE.
     pub fn shutdown(&self) {
         if let Some(task) = self.sweeper.lock().take() {
             task.abort();
         }
+        self.listeners.shutdown();
+    }
+
+    /// Listen streams open now.
+    pub fn listen_streams(&self) -> usize {
+        self.listeners.open_streams()
     }
 
     /// Totals (commits, documents written, aborted transactions...) and current sizes.

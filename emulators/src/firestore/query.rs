@@ -13,6 +13,7 @@ use std::sync::Arc;
 use tonic::Status;
 
 use super::names::{parse_field_path, relative, Parent};
+use super::store::{ReadAt, Store};
 use super::values::{self, as_number, compare, equal, is_nan, is_null, same_class, Number};
 use crate::proto::firestore_v1::structured_aggregation_query::aggregation::Operator as AggOp;
 use crate::proto::firestore_v1::structured_aggregation_query::Aggregation;
@@ -198,6 +199,62 @@ impl Plan {
         }
     }
 
+    /// Runs the query under `parent` over the store as of `at` (collects the
+    /// candidates, filters, orders, applies offset and limit).
+    pub fn run_in(&self, store: &Store, at: ReadAt, parent: &Parent) -> Vec<Arc<Document>> {
+        let prefix = parent.prefix();
+        let candidates = store
+            .scan(&self.scan_prefix(parent), at)
+            .filter(|d| self.selects(parent, &prefix, &d.name))
+            .cloned()
+            .collect();
+        self.run(candidates)
+    }
+
+    /// Whether the query keeps a window of its results (a limit or an
+    /// offset), so that one document's change can move others in or out.
+    pub fn windowed(&self) -> bool {
+        self.limit.is_some() || self.offset > 0
+    }
+
+    /// Whether the query returns only some fields (a projection).
+    pub fn projects(&self) -> bool {
+        self.projection.is_some()
+    }
+
+    /// Whether `doc`, already in the queried collection, passes the filters
+    /// and cursors (the offset and limit aside).
+    pub fn matches(&self, doc: &Document) -> bool {
+        if self.cond.as_ref().is_some_and(|c| !eval(c, doc)) {
+            return false;
+        }
+        let mut key = Vec::with_capacity(self.order.len());
+        for (f, _) in &self.order {
+            match f.get(doc) {
+                Some(v) => key.push(v),
+                None => return false,
+            }
+        }
+        self.within_cursors(&key)
+    }
+
+    /// Whether a row's order key lies between the start and end cursors.
+    fn within_cursors(&self, key: &[Value]) -> bool {
+        if let Some(c) = &self.start {
+            let o = self.against_cursor(key, c);
+            if o == Ordering::Less || (o == Ordering::Equal && !c.before) {
+                return false;
+            }
+        }
+        if let Some(c) = &self.end {
+            let o = self.against_cursor(key, c);
+            if o == Ordering::Greater || (o == Ordering::Equal && c.before) {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Runs the query over `candidates` (already restricted to the collection).
     pub fn run(&self, candidates: Vec<Arc<Document>>) -> Vec<Arc<Document>> {
         let mut rows: Vec<(Vec<Value>, Arc<Document>)> = Vec::new();
@@ -214,17 +271,8 @@ impl Plan {
                     None => continue 'docs,
                 }
             }
-            if let Some(c) = &self.start {
-                let o = self.against_cursor(&key, c);
-                if o == Ordering::Less || (o == Ordering::Equal && !c.before) {
-                    continue;
-                }
-            }
-            if let Some(c) = &self.end {
-                let o = self.against_cursor(&key, c);
-                if o == Ordering::Greater || (o == Ordering::Equal && c.before) {
-                    continue;
-                }
+            if !self.within_cursors(&key) {
+                continue;
             }
             rows.push((key, doc));
         }

@@ -4,7 +4,10 @@
 //!
 //! Invariant: versions of a document are kept in strictly increasing time
 //! order, and pruning always keeps the newest version at or before the
-//! retention horizon, so any read at or after the horizon is exact.
+//! retention horizon, so any read at or after the horizon is exact; every
+//! read at or after [`Store::history_from`] is exact for every document
+//! (pruning and resets move it forward). While a listener follows changes,
+//! every write after [`ChangeLog`]'s `complete_after` is in its log.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
@@ -40,17 +43,26 @@ struct Entry {
 impl Entry {
     /// Appends `version` and forgets versions no read can need any more (older
     /// than the retention horizon, or past `max_versions`, always keeping
-    /// the newest). Returns whether the document existed before.
-    fn push(&mut self, version: Version, retention: Micros, max_versions: usize) -> bool {
+    /// the newest). Returns whether the document existed before, and, when
+    /// versions were forgotten, the time of the oldest one kept (reads
+    /// before it are no longer exact).
+    fn push(
+        &mut self,
+        version: Version,
+        retention: Micros,
+        max_versions: usize,
+    ) -> (bool, Option<Micros>) {
         let was_live = self.versions.back().is_some_and(|v| v.doc.is_some());
         let horizon = version.at.saturating_sub(retention);
         self.versions.push_back(version);
+        let mut pruned = false;
         while self.versions.len() > 1
             && (self.versions.len() > max_versions || self.versions[1].at <= horizon)
         {
             self.versions.pop_front();
+            pruned = true;
         }
-        was_live
+        (was_live, pruned.then(|| self.versions[0].at))
     }
 
     fn at(&self, at: ReadAt) -> Option<&Arc<Document>> {
@@ -74,6 +86,23 @@ pub struct Store {
     live: usize,
     /// Deletions in time order, so pruning visits only deleted names.
     tombstones: VecDeque<(Micros, String)>,
+    /// Reads at or after this time are exact for every document.
+    history_from: Micros,
+    /// Names written, kept while a listener follows changes.
+    changes: Option<ChangeLog>,
+}
+
+/// Most writes the change log keeps; past it, a listener that fell this far
+/// behind re-reads its targets whole.
+const CHANGE_LOG_CAPACITY: usize = 65_536;
+
+/// The names written after a time, in time order: what a listener reads to
+/// know which documents to look at again.
+#[derive(Debug)]
+struct ChangeLog {
+    /// Every write later than this is in `entries`.
+    complete_after: Micros,
+    entries: VecDeque<(Micros, Arc<str>)>,
 }
 
 impl Store {
@@ -86,7 +115,35 @@ impl Store {
             max_versions: max_versions.max(1),
             live: 0,
             tombstones: VecDeque::new(),
+            history_from: Micros::MIN,
+            changes: None,
         }
+    }
+
+    /// Reads at or after this time see every document exactly as it was;
+    /// before it, pruned or reset history may be missing.
+    pub fn history_from(&self) -> Micros {
+        self.history_from
+    }
+
+    /// Starts (`Some(after)`: every write later than `after` is logged) or
+    /// stops (`None`) logging the names written, for listeners.
+    pub fn log_changes(&mut self, after: Option<Micros>) {
+        self.changes = after.map(|complete_after| ChangeLog {
+            complete_after,
+            entries: VecDeque::new(),
+        });
+    }
+
+    /// The names written later than `after`, in time order (a name once per
+    /// write), or `None` when the log does not reach back that far.
+    pub fn changed_since(&self, after: Micros) -> Option<impl Iterator<Item = &str> + '_> {
+        let log = self.changes.as_ref()?;
+        if after < log.complete_after {
+            return None;
+        }
+        let first = log.entries.partition_point(|(at, _)| *at <= after);
+        Some(log.entries.range(first..).map(|(_, name)| &**name))
     }
 
     /// The document `name` as of `at`.
@@ -101,7 +158,7 @@ impl Store {
         let (retention, max_versions) = (self.retention, self.max_versions);
         // One lookup for a known name (the hot path); a new name is added
         // to the ordered index as well.
-        let was_live = match self.docs.get_mut(name) {
+        let (was_live, kept_from) = match self.docs.get_mut(name) {
             Some(entry) => entry.push(version, retention, max_versions),
             None => {
                 let key: Arc<str> = Arc::from(name);
@@ -112,6 +169,17 @@ impl Store {
                     .push(version, retention, max_versions)
             }
         };
+        if let Some(kept_from) = kept_from {
+            self.history_from = self.history_from.max(kept_from);
+        }
+        if let Some(log) = &mut self.changes {
+            if log.entries.len() == CHANGE_LOG_CAPACITY {
+                if let Some((dropped, _)) = log.entries.pop_front() {
+                    log.complete_after = log.complete_after.max(dropped);
+                }
+            }
+            log.entries.push_back((at, Arc::from(name)));
+        }
         match (was_live, is_live) {
             (false, true) => self.live += 1,
             (true, false) => self.live -= 1,
@@ -134,8 +202,14 @@ impl Store {
             .filter_map(move |k| self.docs.get(k)?.at(at))
     }
 
-    /// Removes every document (and its history) whose name starts with `prefix`.
-    pub fn clear_prefix(&mut self, prefix: &str) -> usize {
+    /// Removes every document (and its history) whose name starts with
+    /// `prefix`, at time `at`: reads before it are no longer exact, and a
+    /// listener behind it re-reads its targets whole.
+    pub fn clear_prefix(&mut self, prefix: &str, at: Micros) -> usize {
+        self.history_from = self.history_from.max(at);
+        if let Some(log) = &mut self.changes {
+            log.complete_after = log.complete_after.max(at);
+        }
         let names: Vec<Arc<str>> = self
             .names
             .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
@@ -174,6 +248,7 @@ impl Store {
             if gone {
                 self.docs.remove(name.as_str());
                 self.names.remove(name.as_str());
+                self.history_from = self.history_from.max(at);
             }
         }
     }
@@ -223,6 +298,44 @@ mod tests {
         s.prune(100);
         assert!(!s.docs.contains_key("a"));
         assert_eq!(s.get("b", ReadAt::Latest).unwrap().name, "v2");
+    }
+
+    #[test]
+    fn history_from_moves_past_pruned_versions_and_resets() {
+        let mut s = Store::new(10, 2);
+        s.put("a", doc("v1"), 1);
+        s.put("a", doc("v2"), 2);
+        assert_eq!(s.history_from(), Micros::MIN);
+        s.put("a", doc("v3"), 3);
+        // v1 fell to max_versions: a read at 1 would miss it.
+        assert_eq!(s.history_from(), 2);
+        s.put("b", None, 4);
+        s.prune(20);
+        assert_eq!(s.history_from(), 4, "a forgotten deletion");
+        s.clear_prefix("", 30);
+        assert_eq!(s.history_from(), 30);
+    }
+
+    #[test]
+    fn change_log_lists_writes_after_a_time_until_it_falls_short() {
+        let mut s = Store::new(1_000, 100);
+        s.put("a", doc("v1"), 1);
+        assert!(s.changed_since(0).is_none(), "not logging");
+        s.log_changes(Some(1));
+        assert!(s.changed_since(0).is_none(), "before the log began");
+        s.put("b", doc("v1"), 2);
+        s.put("a", doc("v2"), 3);
+        fn since(s: &Store, t: Micros) -> Option<Vec<&str>> {
+            s.changed_since(t).map(Iterator::collect)
+        }
+        assert_eq!(since(&s, 1), Some(vec!["b", "a"]));
+        assert_eq!(since(&s, 2), Some(vec!["a"]));
+        assert_eq!(since(&s, 3), Some(vec![]));
+        s.clear_prefix("", 4);
+        assert_eq!(since(&s, 3), None, "a reset names nothing");
+        assert_eq!(since(&s, 4), Some(vec![]));
+        s.log_changes(None);
+        assert_eq!(since(&s, 4), None);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `/emulator/v1/pubsub/...`: the records tests read (stats, ack log, unacked
-//! messages). Not part of Google's API.
+//! messages), and `/emulator/v1/push/jwks`, the keys push tokens verify
+//! against. Not part of Google's API.
 //!
 //! Invariant: read-only; nothing here changes delivery.
 
@@ -21,6 +22,7 @@ pub(super) fn routes(shared: Arc<Shared>) -> Router {
         .route("/emulator/v1/pubsub/stats", get(stats))
         .route("/emulator/v1/pubsub/acks", get(acks))
         .route("/emulator/v1/pubsub/unacked", get(unacked))
+        .route("/emulator/v1/push/jwks", get(jwks))
         .with_state(PubSub { shared })
 }
 
@@ -35,6 +37,23 @@ fn missing(name: &str) -> Response {
         Json(json!({ "error": { "code": 404, "message": format!("no subscription {name}"), "status": "NOT_FOUND" } })),
     )
         .into_response()
+}
+
+/// The public keys push tokens are signed with, as Google serves its own at
+/// `https://www.googleapis.com/oauth2/v3/certs`.
+async fn jwks(State(pubsub): State<PubSub>) -> Response {
+    match pubsub.push_jwks() {
+        Ok(keys) => (
+            [(axum::http::header::CACHE_CONTROL, "public, max-age=3600")],
+            Json(keys),
+        )
+            .into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({ "error": { "code": 500, "message": error, "status": "INTERNAL" } })),
+        )
+            .into_response(),
+    }
 }
 
 async fn stats(State(pubsub): State<PubSub>) -> Response {

@@ -268,6 +268,16 @@ impl Subscriber for Service {
         Ok(Response::new(stream))
     }
 
+    async fn modify_push_config(
+        &self,
+        req: Request<pb::ModifyPushConfigRequest>,
+    ) -> Result<Response<()>, Status> {
+        let req = req.into_inner();
+        self.shared
+            .with(|s, _, _| s.modify_push_config(&req.subscription, req.push_config))
+            .map(Response::new)
+    }
+
     async fn seek(
         &self,
         req: Request<pb::SeekRequest>,

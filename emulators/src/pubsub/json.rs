@@ -223,7 +223,7 @@ pub fn subscription(s: &pb::Subscription, int_enums: bool) -> Value {
     let mut out = Map::new();
     out.insert("name".into(), json!(s.name));
     out.insert("topic".into(), json!(s.topic));
-    out.insert("pushConfig".into(), json!({}));
+    out.insert("pushConfig".into(), push_config(s.push_config.as_ref()));
     out.insert("ackDeadlineSeconds".into(), json!(s.ack_deadline_seconds));
     if s.retain_acked_messages {
         out.insert("retainAckedMessages".into(), json!(true));
@@ -265,19 +265,91 @@ pub fn subscription(s: &pb::Subscription, int_enums: bool) -> Value {
     Value::Object(out)
 }
 
+/// A push config as JSON (`{}` for a pull subscription).
+pub fn push_config(p: Option<&pb::PushConfig>) -> Value {
+    let mut out = Map::new();
+    let Some(p) = p.filter(|p| !p.push_endpoint.is_empty()) else {
+        return Value::Object(out);
+    };
+    out.insert("pushEndpoint".into(), json!(p.push_endpoint));
+    if !p.attributes.is_empty() {
+        out.insert("attributes".into(), json!(p.attributes));
+    }
+    if let Some(pb::push_config::AuthenticationMethod::OidcToken(t)) = &p.authentication_method {
+        let mut token = Map::new();
+        token.insert("serviceAccountEmail".into(), json!(t.service_account_email));
+        if !t.audience.is_empty() {
+            token.insert("audience".into(), json!(t.audience));
+        }
+        out.insert("oidcToken".into(), Value::Object(token));
+    }
+    match &p.wrapper {
+        Some(pb::push_config::Wrapper::PubsubWrapper(_)) => {
+            out.insert("pubsubWrapper".into(), json!({}));
+        }
+        Some(pb::push_config::Wrapper::NoWrapper(w)) => {
+            let mut wrapper = Map::new();
+            if w.write_metadata {
+                wrapper.insert("writeMetadata".into(), json!(true));
+            }
+            out.insert("noWrapper".into(), Value::Object(wrapper));
+        }
+        None => {}
+    }
+    Value::Object(out)
+}
+
+/// A push config from JSON (`pushEndpoint`, `attributes`, `oidcToken`,
+/// `pubsubWrapper` or `noWrapper`).
+pub fn parse_push_config(p: &Map<String, Value>) -> Result<pb::PushConfig, Status> {
+    let authentication_method = get_obj(p, "oidcToken")?
+        .map(|t| {
+            Ok::<_, Status>(pb::push_config::AuthenticationMethod::OidcToken(
+                pb::push_config::OidcToken {
+                    service_account_email: get_str(t, "serviceAccountEmail")?,
+                    audience: get_str(t, "audience")?,
+                },
+            ))
+        })
+        .transpose()?;
+    let wrapper = match (get_obj(p, "pubsubWrapper")?, get_obj(p, "noWrapper")?) {
+        (Some(_), Some(_)) => {
+            return Err(Status::invalid_argument(
+                "Invalid push config: pubsubWrapper and noWrapper are exclusive.",
+            ))
+        }
+        (Some(_), None) => Some(pb::push_config::Wrapper::PubsubWrapper(
+            pb::push_config::PubsubWrapper {},
+        )),
+        (None, Some(w)) => Some(pb::push_config::Wrapper::NoWrapper(
+            pb::push_config::NoWrapper {
+                write_metadata: get_bool(w, "writeMetadata")?,
+            },
+        )),
+        (None, None) => None,
+    };
+    Ok(pb::PushConfig {
+        push_endpoint: get_str(p, "pushEndpoint")?,
+        attributes: get_map(p, "attributes")?,
+        authentication_method,
+        wrapper,
+    })
+}
+
+/// The push config in field `key` of a request, if present.
+pub fn get_push_config(
+    obj: &Map<String, Value>,
+    key: &str,
+) -> Result<Option<pb::PushConfig>, Status> {
+    get_obj(obj, key)?.map(parse_push_config).transpose()
+}
+
 /// A subscription from JSON (its name comes from the path).
 pub fn parse_subscription(
     obj: &Map<String, Value>,
     name: &str,
 ) -> Result<pb::Subscription, Status> {
-    let push_config = match get_obj(obj, "pushConfig")? {
-        Some(p) => Some(pb::PushConfig {
-            push_endpoint: get_str(p, "pushEndpoint")?,
-            attributes: get_map(p, "attributes")?,
-            ..Default::default()
-        }),
-        None => None,
-    };
+    let push_config = get_push_config(obj, "pushConfig")?;
     let expiration_policy = match get_obj(obj, "expirationPolicy")? {
         Some(p) => Some(pb::ExpirationPolicy {
             ttl: get_duration(p, "ttl")?,

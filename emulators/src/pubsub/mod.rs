@@ -13,6 +13,8 @@
 //! - `state`: topics, subscriptions, publish, dead-lettering.
 //! - `grpc`: the Publisher and Subscriber services.
 //! - `stream`: one StreamingPull session.
+//! - `push`: push delivery (the push task, its window, the request shapes).
+//! - `oidc`: the emulator's RSA key, push tokens and their JWKS.
 //! - `rest`, `json`: the REST/JSON surface.
 //! - `admin`: `/emulator/v1/pubsub/...` records for tests.
 //! - `stats`: the record types ([`SubscriptionStats`], [`AckRecord`], [`UnackedMessage`]).
@@ -21,7 +23,9 @@ mod admin;
 mod grpc;
 mod json;
 mod names;
+mod oidc;
 mod ordering;
+mod push;
 mod resources;
 mod rest;
 mod state;
@@ -31,7 +35,7 @@ mod subscription;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
@@ -60,6 +64,12 @@ pub struct PubSubConfig {
     /// Most ack records kept per subscription (oldest dropped first, counted
     /// in `SubscriptionStats::ack_log_dropped`).
     pub ack_log_capacity: usize,
+    /// Push requests a push subscription may have outstanding at first
+    /// (Google: "a small single-digit window"). Default 3.
+    pub push_initial_window: u64,
+    /// Most push requests a push subscription may have outstanding.
+    /// Default 1000.
+    pub push_max_window: u64,
 }
 
 impl Default for PubSubConfig {
@@ -69,6 +79,8 @@ impl Default for PubSubConfig {
             pull_max_wait: Duration::from_millis(500),
             max_messages_per_response: 1000,
             ack_log_capacity: 1_000_000,
+            push_initial_window: 3,
+            push_max_window: 1000,
         }
     }
 }
@@ -81,6 +93,12 @@ pub(crate) struct Shared {
     config: PubSubConfig,
     shutdown: watch::Sender<bool>,
     next_stream: AtomicU64,
+    /// This, for the push tasks a state change starts.
+    me: Weak<Shared>,
+    /// The HTTP client push requests go out on.
+    http: Result<reqwest::Client, String>,
+    /// The key push tokens are signed with, made on first use.
+    signer: OnceLock<Result<oidc::Signer, String>>,
 }
 
 impl Shared {
@@ -89,11 +107,36 @@ impl Shared {
         (self.ctx.clock.elapsed(), self.ctx.clock.now_wall())
     }
 
-    /// Runs `f` on the state at the current emulated time.
+    /// Runs `f` on the state at the current emulated time; starts the push
+    /// tasks a change asked for.
     fn with<R>(&self, f: impl FnOnce(&mut State, Duration, SystemTime) -> R) -> R {
         let (now, wall) = self.now();
         let mut state = self.state.lock();
-        f(&mut state, now, wall)
+        let result = f(&mut state, now, wall);
+        if !state.pushers_to_start.is_empty() {
+            let start = std::mem::take(&mut state.pushers_to_start);
+            drop(state);
+            self.start_pushers(start);
+        }
+        result
+    }
+
+    fn start_pushers(&self, subscriptions: Vec<(String, u64)>) {
+        let (Some(me), Ok(_)) = (self.me.upgrade(), tokio::runtime::Handle::try_current()) else {
+            tracing::warn!("push subscriptions created outside a Tokio runtime are not pushed");
+            return;
+        };
+        for (name, uid) in subscriptions {
+            push::start(me.clone(), name, uid);
+        }
+    }
+
+    /// The push token signer (its key is made on first use).
+    fn signer(&self) -> Result<&oidc::Signer, String> {
+        self.signer
+            .get_or_init(oidc::Signer::generate)
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// Acknowledges `ids`; malformed ids are reported as invalid.
@@ -195,13 +238,20 @@ impl PubSub {
     /// A new, empty emulator.
     pub fn new(ctx: Arc<Context>, config: PubSubConfig) -> Self {
         let (shutdown, _) = watch::channel(false);
+        let http = reqwest::Client::builder()
+            .user_agent(push::USER_AGENT)
+            .build()
+            .map_err(|e| e.to_string());
         Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|me| Shared {
                 state: Mutex::new(State::new(config.ack_log_capacity)),
                 ctx,
                 config,
                 shutdown,
                 next_stream: AtomicU64::new(1),
+                me: me.clone(),
+                http,
+                signer: OnceLock::new(),
             }),
         }
     }
@@ -216,7 +266,14 @@ impl PubSub {
             .merge(crate::server::admin_routes(self.shared.ctx.clone()))
     }
 
-    /// Closes open StreamingPull streams (with UNAVAILABLE) so the server can stop.
+    /// The JSON Web Key Set push tokens verify against (also served at
+    /// `GET /emulator/v1/push/jwks`).
+    pub fn push_jwks(&self) -> Result<serde_json::Value, String> {
+        self.shared.signer().map(oidc::Signer::jwks)
+    }
+
+    /// Closes open StreamingPull streams (with UNAVAILABLE) and stops push
+    /// delivery so the server can stop.
     pub fn shutdown(&self) {
         let _ = self.shared.shutdown.send(true);
     }

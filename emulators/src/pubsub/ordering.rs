@@ -77,6 +77,16 @@ impl Keys {
         later
     }
 
+    /// The first unleased message of `key`, if any.
+    pub fn head(&self, key: &str) -> Option<u64> {
+        self.queues.get(key)?.head()
+    }
+
+    /// The first unleased message of every key.
+    pub fn heads(&self) -> Vec<u64> {
+        self.queues.values().filter_map(Queue::head).collect()
+    }
+
     /// Forgets every key (Seek rebuilds them).
     pub fn clear(&mut self) {
         self.queues.clear();

@@ -141,13 +141,7 @@ pub fn normalize_subscription(sub: &mut pb::Subscription) -> Result<(), Status> 
             }
         }
     }
-    if let Some(push) = &sub.push_config {
-        if !push.push_endpoint.is_empty() {
-            return Err(Status::unimplemented(
-                "push subscriptions are not supported by this emulator",
-            ));
-        }
-    }
+    normalize_push_config(&mut sub.push_config)?;
     if sub.bigquery_config.is_some()
         || sub.cloud_storage_config.is_some()
         || sub.bigtable_config.is_some()
@@ -163,6 +157,83 @@ pub fn normalize_subscription(sub: &mut pb::Subscription) -> Result<(), Status> 
     }
     sub.state = 1; // ACTIVE
     Ok(())
+}
+
+/// The push format attribute and the values Google accepts for it
+/// (`PushConfig.attributes` in `google/pubsub/v1/pubsub.proto`).
+pub const PUSH_VERSION_ATTRIBUTE: &str = "x-goog-version";
+
+/// Checks a push config: an empty endpoint means pull (the config is
+/// cleared); otherwise an http(s) URL, `x-goog-version` `v1` (the default)
+/// or `v1beta2`, and an OIDC token needs its service account.
+pub fn normalize_push_config(config: &mut Option<pb::PushConfig>) -> Result<(), Status> {
+    let Some(push) = config.as_mut() else {
+        *config = Some(pb::PushConfig::default());
+        return Ok(());
+    };
+    if push.push_endpoint.is_empty() {
+        *push = pb::PushConfig::default();
+        return Ok(());
+    }
+    let endpoint_ok = reqwest::Url::parse(&push.push_endpoint)
+        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+    if !endpoint_ok {
+        return Err(Status::invalid_argument(format!(
+            "Invalid push endpoint given (endpoint={}).",
+            push.push_endpoint
+        )));
+    }
+    for (key, value) in &push.attributes {
+        if key != PUSH_VERSION_ATTRIBUTE {
+            return Err(Status::invalid_argument(format!(
+                "Invalid push config attribute {key:?}: the only supported attribute is x-goog-version."
+            )));
+        }
+        match value.as_str() {
+            "v1" | "v1beta2" => {}
+            "v1beta1" => {
+                return Err(Status::unimplemented(
+                    "The v1beta1 push format is not supported by this emulator; use v1.",
+                ))
+            }
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "Invalid x-goog-version {other:?}: must be v1, v1beta1 or v1beta2."
+                )))
+            }
+        }
+    }
+    push.attributes
+        .entry(PUSH_VERSION_ATTRIBUTE.into())
+        .or_insert_with(|| "v1".into());
+    if let Some(pb::push_config::AuthenticationMethod::OidcToken(token)) =
+        &push.authentication_method
+    {
+        if token.service_account_email.is_empty() {
+            return Err(Status::invalid_argument(
+                "Invalid push config: an OIDC token needs a service account email.",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The push config `next`, keeping `current`'s `x-goog-version` when `next`
+/// does not set one (ModifyPushConfig's rule).
+pub fn modified_push_config(
+    current: &Option<pb::PushConfig>,
+    mut next: pb::PushConfig,
+) -> pb::PushConfig {
+    if !next.push_endpoint.is_empty() && !next.attributes.contains_key(PUSH_VERSION_ATTRIBUTE) {
+        if let Some(version) = current
+            .as_ref()
+            .and_then(|c| c.attributes.get(PUSH_VERSION_ATTRIBUTE))
+        {
+            next.attributes
+                .insert(PUSH_VERSION_ATTRIBUTE.into(), version.clone());
+        }
+    }
+    next
 }
 
 /// Applies `update` to `current` for the fields in `mask` (snake_case paths).
@@ -189,7 +260,12 @@ pub fn update_subscription(
             "enable_exactly_once_delivery" => {
                 next.enable_exactly_once_delivery = update.enable_exactly_once_delivery
             }
-            "push_config" => next.push_config = update.push_config.clone(),
+            "push_config" => {
+                next.push_config = Some(modified_push_config(
+                    &current.push_config,
+                    update.push_config.clone().unwrap_or_default(),
+                ))
+            }
             "detached" => next.detached = update.detached,
             other => {
                 return Err(Status::invalid_argument(format!(
@@ -247,6 +323,48 @@ pub struct Policy {
     pub exactly_once: bool,
     /// Message ordering (reported; see the docs for what is enforced).
     pub ordering: bool,
+    /// Where and how messages are pushed; `None` for a pull subscription.
+    pub push: Option<Push>,
+}
+
+/// A push subscription's delivery settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Push {
+    /// The URL messages are POSTed to.
+    pub endpoint: String,
+    /// (service account email, audience) of the OIDC token each request
+    /// carries; the audience defaults to the endpoint.
+    pub oidc: Option<(String, String)>,
+    /// `None`: the wrapped JSON body; `Some(write_metadata)`: the data as
+    /// the body, metadata in headers when `write_metadata`.
+    pub unwrapped: Option<bool>,
+}
+
+impl Push {
+    /// The delivery settings of a normalized push config, if it pushes.
+    pub fn of(config: Option<&pb::PushConfig>) -> Option<Self> {
+        let config = config.filter(|c| !c.push_endpoint.is_empty())?;
+        let oidc = match &config.authentication_method {
+            Some(pb::push_config::AuthenticationMethod::OidcToken(t)) => {
+                let audience = if t.audience.is_empty() {
+                    config.push_endpoint.clone()
+                } else {
+                    t.audience.clone()
+                };
+                Some((t.service_account_email.clone(), audience))
+            }
+            None => None,
+        };
+        let unwrapped = match &config.wrapper {
+            Some(pb::push_config::Wrapper::NoWrapper(w)) => Some(w.write_metadata),
+            _ => None,
+        };
+        Some(Self {
+            endpoint: config.push_endpoint.clone(),
+            oidc,
+            unwrapped,
+        })
+    }
 }
 
 impl Policy {
@@ -273,6 +391,7 @@ impl Policy {
             }),
             exactly_once: sub.enable_exactly_once_delivery,
             ordering: sub.enable_message_ordering,
+            push: Push::of(sub.push_config.as_ref()),
         }
     }
 
@@ -323,6 +442,65 @@ mod tests {
             let err = normalize_subscription(&mut s).unwrap_err();
             assert_eq!(err.code(), tonic::Code::InvalidArgument);
         }
+    }
+
+    #[test]
+    fn push_configs_are_checked_and_defaulted() {
+        let push = |endpoint: &str| pb::PushConfig {
+            push_endpoint: endpoint.into(),
+            ..Default::default()
+        };
+        let mut config = Some(push("http://127.0.0.1:9/push"));
+        normalize_push_config(&mut config).unwrap();
+        let config = config.unwrap();
+        assert_eq!(config.attributes[PUSH_VERSION_ATTRIBUTE], "v1");
+        let policy = Push::of(Some(&config)).unwrap();
+        assert_eq!(policy.endpoint, "http://127.0.0.1:9/push");
+        for bad in ["not a url", "ftp://host/x", "http://"] {
+            let err = normalize_push_config(&mut Some(push(bad))).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{bad}");
+        }
+        let mut empty = Some(pb::PushConfig {
+            attributes: [("x-goog-version".to_string(), "v1".to_string())].into(),
+            ..Default::default()
+        });
+        normalize_push_config(&mut empty).unwrap();
+        assert_eq!(empty, Some(pb::PushConfig::default()), "no endpoint = pull");
+        assert!(Push::of(empty.as_ref()).is_none());
+        let mut oidc = push("https://example.com/p");
+        oidc.authentication_method = Some(pb::push_config::AuthenticationMethod::OidcToken(
+            pb::push_config::OidcToken {
+                service_account_email: "sa@p.iam.gserviceaccount.com".into(),
+                audience: String::new(),
+            },
+        ));
+        let policy = Push::of(Some(&oidc)).unwrap();
+        assert_eq!(
+            policy.oidc,
+            Some((
+                "sa@p.iam.gserviceaccount.com".to_string(),
+                "https://example.com/p".to_string()
+            )),
+            "the audience defaults to the endpoint"
+        );
+    }
+
+    #[test]
+    fn modify_push_config_keeps_the_version_when_not_given() {
+        let mut current = Some(pb::PushConfig {
+            push_endpoint: "http://a/".into(),
+            attributes: [("x-goog-version".to_string(), "v1beta2".to_string())].into(),
+            ..Default::default()
+        });
+        normalize_push_config(&mut current).unwrap();
+        let next = modified_push_config(
+            &current,
+            pb::PushConfig {
+                push_endpoint: "http://b/".into(),
+                ..Default::default()
+            },
+        );
+        assert_eq!(next.attributes[PUSH_VERSION_ATTRIBUTE], "v1beta2");
     }
 
     #[test]

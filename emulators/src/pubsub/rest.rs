@@ -313,6 +313,12 @@ async fn subscription(
             unary_ack_result(&shared.modack(name, &ids, secs)?)?;
             Ok(json!({}))
         }
+        (Some("modifyPushConfig"), "POST") => {
+            let obj = j::object(body)?;
+            let config = j::get_push_config(&obj, "pushConfig")?;
+            shared.with(|s, _, _| s.modify_push_config(name, config))?;
+            Ok(json!({}))
+        }
         (Some("seek"), "POST") => {
             names::parse(name, Kind::Subscription)?;
             let obj = j::object(body)?;

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use tonic::Status;
 
 use super::names::{self, Kind};
-use super::resources;
+use super::resources::{self, Push};
 use super::stats::{AckRecord, SubscriptionStats, UnackedMessage};
 use super::subscription::{AckId, AckOutcome, Forward, Lease, Stored, Subscription};
 use crate::faults::Faults;
@@ -63,6 +63,8 @@ pub(super) struct State {
     next_seq: u64,
     next_uid: u64,
     ack_log_capacity: usize,
+    /// Push subscriptions that need a push task started: (name, uid).
+    pub pushers_to_start: Vec<(String, u64)>,
 }
 
 /// NOT_FOUND as the real service words it.
@@ -299,7 +301,92 @@ impl State {
             config.name.clone(),
             Subscription::new(config.clone(), self.next_uid, self.ack_log_capacity),
         );
+        self.serve_push(&config.name);
         Ok(config)
+    }
+
+    /// Asks for a push task for `name` if it pushes and has none.
+    fn serve_push(&mut self, name: &str) {
+        if let Some(sub) = self.subs.get_mut(name) {
+            if sub.policy.push.is_some() && !sub.pusher {
+                sub.pusher = true;
+                self.pushers_to_start.push((name.to_string(), sub.uid));
+            }
+        }
+    }
+
+    /// The push settings of `name` for its push task (which must stop when
+    /// this is `None`: the subscription is gone, recreated, or pulls now,
+    /// and is marked as served by no task).
+    pub fn push_settings(&mut self, name: &str, uid: u64) -> Option<(Push, Duration)> {
+        let sub = self.subs.get_mut(name).filter(|s| s.uid == uid)?;
+        match &sub.policy.push {
+            Some(push) => Some((push.clone(), sub.policy.ack_deadline)),
+            None => {
+                sub.pusher = false;
+                None
+            }
+        }
+    }
+
+    /// Settles a push delivery of `name` by its answer (see
+    /// [`Subscription::settle_push`]); dead-letters as needed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn settle_push(
+        &mut self,
+        name: &str,
+        uid: u64,
+        id: &AckId,
+        acked: bool,
+        now: Duration,
+        wall: SystemTime,
+        faults: &Faults,
+    ) -> bool {
+        let dl_ok = self.dead_letter_ok(name);
+        let Ok(sub) = self.sub_mut(name, Some(uid)) else {
+            return false;
+        };
+        let (settled, forward) = sub.settle_push(id, acked, now, faults, dl_ok);
+        if let Some(forward) = forward {
+            self.forward(name, vec![forward], now, wall);
+        }
+        settled
+    }
+
+    /// Records a push answer in `name`'s counters.
+    pub fn count_push(&mut self, name: &str, uid: u64, answer: &str) {
+        if let Ok(sub) = self.sub_mut(name, Some(uid)) {
+            sub.count_push(answer);
+        }
+    }
+
+    /// Records `name`'s push window in its counters.
+    pub fn set_push_window(&mut self, name: &str, uid: u64, window: u64) {
+        if let Ok(sub) = self.sub_mut(name, Some(uid)) {
+            sub.set_push_window(window);
+        }
+    }
+
+    /// ModifyPushConfig: switches `name` to push (or back to pull with an
+    /// empty config), keeping the current `x-goog-version` unless given.
+    pub fn modify_push_config(
+        &mut self,
+        name: &str,
+        config: Option<pb::PushConfig>,
+    ) -> Result<(), Status> {
+        names::parse(name, Kind::Subscription)?;
+        let current = self.get_subscription(name)?;
+        let mut next = current.clone();
+        next.push_config = Some(resources::modified_push_config(
+            &current.push_config,
+            config.unwrap_or_default(),
+        ));
+        resources::normalize_subscription(&mut next)?;
+        if let Some(sub) = self.subs.get_mut(name) {
+            sub.set_config(next);
+        }
+        self.serve_push(name);
+        Ok(())
     }
 
     fn check_dead_letter_topic(&self, config: &pb::Subscription) -> Result<(), Status> {
@@ -331,6 +418,7 @@ impl State {
         if let Some(sub) = self.subs.get_mut(&next.name) {
             sub.set_config(next.clone());
         }
+        self.serve_push(&next.name);
         Ok(next)
     }
 

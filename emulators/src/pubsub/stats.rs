@@ -4,6 +4,8 @@
 //! Invariant: these are copies taken under the state lock at one instant;
 //! they never alias live state, so reading them cannot disturb delivery.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 /// Counters of one subscription since it was created.
@@ -11,7 +13,7 @@ use serde::Serialize;
 pub struct SubscriptionStats {
     /// Messages that reached this subscription (publishes to its topic, Seek replays excluded).
     pub published: u64,
-    /// Deliveries handed to a Pull or StreamingPull (first deliveries and redeliveries).
+    /// Deliveries handed to a Pull, a StreamingPull or a push request (first deliveries and redeliveries).
     pub delivered: u64,
     /// Deliveries of a message that had been delivered before.
     pub redeliveries: u64,
@@ -39,6 +41,14 @@ pub struct SubscriptionStats {
     pub open_streams: u64,
     /// The most messages ever outstanding on one stream at once (flow-control check).
     pub max_stream_outstanding_messages: u64,
+    /// Push requests answered (or failed) so far.
+    pub push_requests: u64,
+    /// Push requests by answer: the HTTP status (`"204"`, `"503"`...),
+    /// `"timeout"` (no answer within the ack deadline), `"connection_error"`
+    /// or `"fault"` (an injected `error` rule on `Push`).
+    pub push_answers: BTreeMap<String, u64>,
+    /// The push window now: how many push requests may be outstanding at once.
+    pub push_window: u64,
 }
 
 /// One acknowledgement that took effect.

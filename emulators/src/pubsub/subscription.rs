@@ -151,6 +151,8 @@ pub(super) struct Subscription {
     /// Distinguishes a subscription from a later one with the same name.
     pub uid: u64,
     pub notify: Arc<Notify>,
+    /// A push task serves this subscription (see `push`).
+    pub pusher: bool,
     entries: FxHashMap<u64, Entry>,
     ready: BTreeSet<u64>,
     timers: BinaryHeap<Reverse<(Duration, u64, u64)>>,
@@ -173,6 +175,7 @@ impl Subscription {
             config,
             uid,
             notify: Arc::new(Notify::new()),
+            pusher: false,
             entries: FxHashMap::default(),
             ready: BTreeSet::new(),
             timers: BinaryHeap::new(),
@@ -188,10 +191,17 @@ impl Subscription {
         }
     }
 
-    /// Replaces the settings (UpdateSubscription).
+    /// Replaces the settings (UpdateSubscription, ModifyPushConfig).
     pub fn set_config(&mut self, config: pb::Subscription) {
         self.policy = Policy::of(&config);
         self.config = config;
+        if self.policy.push.is_none() {
+            // Pull delivers the next message of a key as soon as the one
+            // before it is leased; push held it until the ack.
+            for head in self.keys.heads() {
+                self.unblock(Some(head));
+            }
+        }
         self.notify.notify_waiters();
     }
 
@@ -363,7 +373,11 @@ impl Subscription {
             let msg = entry.msg.clone();
             if let Some(key) = self.key_of(&msg) {
                 let head = self.keys.leased(&key);
-                self.unblock(head);
+                // Push sends one message of a key at a time: the next
+                // waits for this one's ack.
+                if self.policy.push.is_none() {
+                    self.unblock(head);
+                }
             }
             let message = msg.message.clone();
             out.push(pb::ReceivedMessage {
@@ -402,7 +416,7 @@ impl Subscription {
                 exists
             };
             if valid {
-                freed |= self.apply_ack(id, now, faults);
+                freed |= self.apply_ack(id, now, faults, "Acknowledge");
                 outcome.ok.push(id.raw.clone());
             } else if !self.policy.exactly_once || self.recent_acks.get(&id.seq) == Some(&id.gen) {
                 outcome.ok.push(id.raw.clone());
@@ -417,9 +431,9 @@ impl Subscription {
     }
 
     /// Acks one message (subject to the `ack_lost` and `spurious_redelivery`
-    /// faults). Returns whether a stream's flow-control room was freed.
-    fn apply_ack(&mut self, id: &AckId, now: Duration, faults: &Faults) -> bool {
-        if faults.fire(FaultKind::AckLost, "Acknowledge").is_some() {
+    /// faults of `method`). Returns whether a stream's flow-control room was freed.
+    fn apply_ack(&mut self, id: &AckId, now: Duration, faults: &Faults, method: &str) -> bool {
+        if faults.fire(FaultKind::AckLost, method).is_some() {
             tracing::info!(subscription = %self.config.name, ack_id = %id.raw, "fault: ack lost");
             self.stats.acks_lost += 1;
             return false;
@@ -438,6 +452,10 @@ impl Subscription {
         if let Some(key) = self.key_of(&entry.msg) {
             let head = self.keys.removed(&key, id.seq);
             self.unblock(head);
+            if self.policy.push.is_some() {
+                let head = self.keys.head(&key);
+                self.unblock(head);
+            }
         }
         self.stats.acks += 1;
         if self.ack_log.len() >= self.ack_log_capacity {
@@ -455,10 +473,7 @@ impl Subscription {
         if self.policy.retain_acked {
             self.acked.insert(id.seq, entry.msg.clone());
         }
-        if faults
-            .fire(FaultKind::SpuriousRedelivery, "Acknowledge")
-            .is_some()
-        {
+        if faults.fire(FaultKind::SpuriousRedelivery, method).is_some() {
             tracing::info!(subscription = %self.config.name, ack_id = %id.raw, "fault: spurious redelivery");
             self.stats.spurious_redeliveries += 1;
             self.enqueue(entry.msg, entry.deliveries);
@@ -526,6 +541,58 @@ impl Subscription {
         }
         self.wake();
         (outcome, forwards)
+    }
+
+    /// Settles a push delivery by its answer: `acked` acks the message,
+    /// otherwise it is nacked (redelivered after the retry policy's backoff,
+    /// or dead-lettered). Only the delivery's own, unexpired lease is
+    /// settled: an answer after the ack deadline changes nothing (the
+    /// expiry already counted as a nack). Returns whether it was settled,
+    /// and the messages to dead-letter.
+    pub fn settle_push(
+        &mut self,
+        id: &AckId,
+        acked: bool,
+        now: Duration,
+        faults: &Faults,
+        dead_letter_ok: bool,
+    ) -> (bool, Option<Forward>) {
+        let current = id.uid == self.uid
+            && self.entries.get(&id.seq).is_some_and(|e| {
+                matches!(e.phase, Phase::Leased { gen, deadline, .. } if gen == id.gen && deadline > now)
+            });
+        if !current {
+            return (false, None);
+        }
+        if acked {
+            self.apply_ack(id, now, faults, "Push");
+            self.wake();
+            return (true, None);
+        }
+        if let Some(entry) = self.entries.get(&id.seq) {
+            if let Phase::Leased { stream, .. } = entry.phase {
+                let size = entry.msg.size;
+                self.release(stream, size);
+            }
+        }
+        let forward = self.requeue(id.seq, now, dead_letter_ok);
+        self.wake();
+        (true, forward)
+    }
+
+    /// Records a push request's answer in the counters.
+    pub fn count_push(&mut self, answer: &str) {
+        self.stats.push_requests += 1;
+        *self
+            .stats
+            .push_answers
+            .entry(answer.to_string())
+            .or_default() += 1;
+    }
+
+    /// Records the push window in the counters.
+    pub fn set_push_window(&mut self, window: u64) {
+        self.stats.push_window = window;
     }
 
     /// After a nack or an expiry: dead-letter, back off, or make ready.

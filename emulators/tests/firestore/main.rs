@@ -8,11 +8,13 @@
 //! - `limits`: Google's documented limits, crossed by one byte or level.
 //! - `admin`: stats and reset routes.
 //! - `numeric_ids`: numeric document ids `__id<int64>__` and their order.
+//! - `listen`: the Listen RPC (targets, changes, resume, filters).
 
 mod admin;
 mod documents;
 mod faults;
 mod limits;
+mod listen;
 mod numeric_ids;
 mod queries;
 mod support;
