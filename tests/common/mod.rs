@@ -196,15 +196,14 @@ pub struct Harness {
 
 /// What push consumers of a harness need around them.
 pub struct PushRig {
-    /// The one address Pub/Sub pushes to, spread over the consumers.
+    /// The one address the emulator pushes to, spread over the consumers.
     pub front: push::PushFront,
-    /// The signing keys' JWKS (`--push-jwks-url`).
+    /// The signing keys' JWKS (`--push-jwks-url`): the emulator's key, with
+    /// which it signs each push request's token, and the tests' own.
     pub jwks: oidc::JwksServer,
-    /// Signs the tokens.
+    /// Signs tokens with claims of the test's choosing (a key the
+    /// consumers trust, for tokens that are wrong in one claim only).
     pub signer: oidc::Signer,
-    /// Pushes the subscription's messages to the front: a stand-in for
-    /// the emulator's own push delivery.
-    pub relay: push::Relay,
 }
 
 /// Subscription settings of a harness.
@@ -212,6 +211,8 @@ pub struct SubscriptionOptions {
     pub exactly_once: bool,
     pub ack_deadline_secs: i32,
     pub max_delivery_attempts: i32,
+    /// A push subscription (`hotcount setup --push-endpoint ...`), or pull.
+    pub push: setup::SetupPush,
 }
 
 impl Default for SubscriptionOptions {
@@ -220,6 +221,7 @@ impl Default for SubscriptionOptions {
             exactly_once: false,
             ack_deadline_secs: 10,
             max_delivery_attempts: 100,
+            push: setup::SetupPush::default(),
         }
     }
 }
@@ -240,36 +242,51 @@ impl Harness {
         Self::start_on_with(Backend::Firestore, options, config).await
     }
 
-    /// A harness whose consumers write `backend` and get their messages by `delivery`.
+    /// A harness whose consumers write `backend` and get their messages
+    /// by `delivery`: with push, the subscription (made by `hotcount
+    /// setup --push-endpoint ...`) pushes to a [`push::PushFront`] the
+    /// consumers stand behind, with OIDC tokens signed by the emulator.
     pub async fn start_for(backend: Backend, delivery: Delivery) -> Self {
-        let mut h = Self::start_on(backend).await;
-        if delivery == Delivery::Push {
-            h.push = Some(h.push_rig().await);
-        }
-        h
+        Self::start_for_with(backend, delivery, false).await
     }
 
-    /// The front, keys and pusher for push consumers.
-    async fn push_rig(&self) -> PushRig {
+    /// [`Harness::start_for`], the push subscription unwrapped
+    /// (`--push-no-wrapper`) when `no_wrapper`.
+    pub async fn start_for_with(backend: Backend, delivery: Delivery, no_wrapper: bool) -> Self {
+        if delivery == Delivery::Pull {
+            return Self::start_on(backend).await;
+        }
         let front = push::PushFront::start().await;
+        let options = SubscriptionOptions {
+            push: setup::SetupPush {
+                push_endpoint: Some(front.url()),
+                push_service_account: Some(oidc::SERVICE_ACCOUNT.into()),
+                push_audience: Some(oidc::AUDIENCE.into()),
+                push_no_wrapper: no_wrapper,
+            },
+            ..SubscriptionOptions::default()
+        };
+        let mut h = Self::start_on_with(backend, options, EmulatorsConfig::default()).await;
+        // The consumers trust the emulator's key and the tests' own.
         let signer = oidc::Signer::google("test-key-1");
-        let jwks = oidc::JwksServer::start(oidc::jwks(&[&signer])).await;
-        let subscription = format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}");
-        let relay = push::Relay::start(
-            &self.endpoints,
-            &subscription,
-            front.url(),
-            signer.push_token(),
-            100,
-            Duration::from_secs(10),
-        )
-        .await;
-        PushRig {
+        let emulator_keys: serde_json::Value = reqwest::get(h.emulators.push_jwks_url())
+            .await
+            .expect("the emulator serves its JWKS")
+            .json()
+            .await
+            .expect("a JWKS");
+        let mut keys = emulator_keys["keys"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        keys.push(signer.jwk());
+        let jwks = oidc::JwksServer::start(serde_json::json!({ "keys": keys })).await;
+        h.push = Some(PushRig {
             front,
             jwks,
             signer,
-            relay,
-        }
+        });
+        h
     }
 
     /// A harness whose consumers write `backend`.
@@ -303,7 +320,7 @@ impl Harness {
             max_retry_backoff_secs: 1,
             max_delivery_attempts: options.max_delivery_attempts,
             exactly_once: options.exactly_once,
-            push: Default::default(),
+            push: options.push,
         };
         setup::setup(&endpoints, &args).await.expect("setup");
         let topic = format!("projects/{PROJECT}/topics/{TOPIC}");
@@ -457,6 +474,19 @@ impl Harness {
     pub fn subscription_stats(&self) -> hotcount_emulators::pubsub::SubscriptionStats {
         let name = format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}");
         self.emulators.pubsub().stats(&name).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the subscription has nothing unacked, as the
+    /// emulator counts it (redeliveries included); true if it came to that.
+    pub async fn wait_until_all_acked(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.subscription_stats().unacked > 0 {
+            if tokio::time::Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
     }
 
     pub async fn count(&self, post: &str) -> i64 {

@@ -1,25 +1,23 @@
-//! What stands between Pub/Sub and the push consumers in the tests: a
-//! loopback TCP balancer ([`PushFront`], one address for a push
-//! subscription, its connections spread round robin over the consumers
-//! registered, like Cloud Run's front end over replicas) that can lose the
-//! consumers' answers (the consumer committed, the pusher never hears it),
-//! and [`Relay`], which pushes a pull subscription's messages to it as
-//! Pub/Sub pushes: the wrapped JSON body, an OIDC token, a 2xx acks and
-//! anything else (or a broken connection) nacks.
+//! What stands between the Pub/Sub emulator's push delivery and the push
+//! consumers in the tests: [`PushFront`], one loopback address for a push
+//! subscription whose requests are spread round robin over the consumers
+//! registered (like Cloud Run's front end over a service's instances), and
+//! which can lose the consumers' answers: the consumer committed and
+//! answered 204, the pusher gets a 502 (a nack), as when a replica dies
+//! between its commit and its answer.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use base64::Engine as _;
-use hotcount::config::Endpoints;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
-/// A round-robin TCP balancer in front of push consumers.
+/// A round-robin HTTP front in front of push consumers.
 #[derive(Clone)]
 pub struct PushFront {
     pub addr: SocketAddr,
@@ -31,24 +29,25 @@ struct FrontState {
     backends: Mutex<Vec<SocketAddr>>,
     next: AtomicUsize,
     lose_answers: AtomicBool,
+    lose_next: AtomicU64,
     answers_lost: AtomicU64,
-    connections: Mutex<Vec<SocketAddr>>,
+    forwarded: Mutex<Vec<SocketAddr>>,
+    client: reqwest::Client,
 }
 
 impl PushFront {
-    /// Listens on a free loopback port; no backend yet (connections are
-    /// closed at once until one is added).
+    /// Listens on a free loopback port; without a backend it answers 503.
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind front");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind front");
         let addr = listener.local_addr().expect("front address");
         let state = Arc::new(FrontState::default());
-        let serving = state.clone();
+        let app = axum::Router::new()
+            .fallback(forward)
+            .with_state(state.clone());
         tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let _ = client.set_nodelay(true);
-                let state = serving.clone();
-                tokio::spawn(async move { state.relay(client).await });
-            }
+            let _ = axum::serve(listener, app).await;
         });
         Self { addr, state }
     }
@@ -58,156 +57,85 @@ impl PushFront {
         format!("http://{}/pubsub/push", self.addr)
     }
 
-    /// Routes new connections to `backend` too.
+    /// Routes requests to `backend` too.
     pub fn add(&self, backend: SocketAddr) {
         self.state.backends.lock().push(backend);
     }
 
-    /// Routes no new connection to `backend`.
+    /// Routes no new request to `backend`.
     pub fn remove(&self, backend: SocketAddr) {
         self.state.backends.lock().retain(|b| *b != backend);
     }
 
-    /// While true, every answer a consumer sends is swallowed and the
-    /// pusher's connection closed: the consumer committed and answered,
-    /// the pusher sees a broken connection (a nack).
+    /// Backends registered now.
+    pub fn backends(&self) -> usize {
+        self.state.backends.lock().len()
+    }
+
+    /// While true, each consumer's answer is replaced by a 502 on its way
+    /// back: the consumer committed, the pusher sees a failure (a nack).
     pub fn lose_answers(&self, lose: bool) {
         self.state.lose_answers.store(lose, Ordering::Relaxed);
     }
 
-    /// Connections whose answer was swallowed.
+    /// Replaces the next `n` successful answers by 502s (then lets them through).
+    pub fn lose_next(&self, n: u64) {
+        self.state.lose_next.store(n, Ordering::Relaxed);
+    }
+
+    /// Successful answers replaced so far.
     pub fn answers_lost(&self) -> u64 {
         self.state.answers_lost.load(Ordering::Relaxed)
     }
 
-    /// The backend of each connection so far, in order.
-    pub fn connections(&self) -> Vec<SocketAddr> {
-        self.state.connections.lock().clone()
+    /// Requests forwarded to `backend` so far.
+    pub fn forwarded_to(&self, backend: SocketAddr) -> usize {
+        self.state
+            .forwarded
+            .lock()
+            .iter()
+            .filter(|b| **b == backend)
+            .count()
     }
 }
 
-impl FrontState {
-    fn pick(&self) -> Option<SocketAddr> {
-        let backends = self.backends.lock();
+async fn forward(State(state): State<Arc<FrontState>>, request: Request) -> Response {
+    let backend = {
+        let backends = state.backends.lock();
         if backends.is_empty() {
-            return None;
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
         }
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        Some(backends[n % backends.len()])
-    }
-
-    async fn relay(&self, mut client: TcpStream) {
-        let Some(backend) = self.pick() else {
-            return;
-        };
-        self.connections.lock().push(backend);
-        let Ok(mut server) = TcpStream::connect(backend).await else {
-            return;
-        };
-        let _ = server.set_nodelay(true);
-        let (mut client_read, mut client_write) = client.split();
-        let (mut server_read, mut server_write) = server.split();
-        let upstream = tokio::io::copy(&mut client_read, &mut server_write);
-        let downstream = async {
-            let mut buffer = vec![0u8; 16 * 1024];
-            loop {
-                let n = server_read.read(&mut buffer).await.unwrap_or(0);
-                if n == 0 {
-                    return;
-                }
-                if self.lose_answers.load(Ordering::Relaxed) {
-                    self.answers_lost.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                if client_write.write_all(&buffer[..n]).await.is_err() {
-                    return;
-                }
-            }
-        };
-        // Whichever side ends first closes both.
-        tokio::select! {
-            _ = upstream => {}
-            _ = downstream => {}
+        backends[state.next.fetch_add(1, Ordering::Relaxed) % backends.len()]
+    };
+    state.forwarded.lock().push(backend);
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut outgoing = state
+        .client
+        .request(parts.method.clone(), format!("http://{backend}{path}"))
+        .body(body);
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::HOST {
+            outgoing = outgoing.header(name, value);
         }
     }
-}
-
-/// Pushes a pull subscription's messages to a URL as Pub/Sub would.
-pub struct Relay {
-    task: tokio::task::JoinHandle<()>,
-    pub pushed: Arc<AtomicU64>,
-    pub acked: Arc<AtomicU64>,
-}
-
-impl Relay {
-    /// Starts pushing `subscription`'s messages (through the emulator at
-    /// `endpoints`) to `url`, each with `Authorization: Bearer {token}`,
-    /// at most `window` at once; gives up on a request after `timeout`
-    /// (the ack deadline).
-    pub async fn start(
-        endpoints: &Endpoints,
-        subscription: &str,
-        url: String,
-        token: String,
-        window: i64,
-        timeout: Duration,
-    ) -> Self {
-        let subscriber = hotcount::connect::subscriber(endpoints)
-            .await
-            .expect("subscriber");
-        // A connection per request, so the front spreads them.
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .timeout(timeout)
-            .build()
-            .expect("client");
-        let (pushed, acked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let mut stream = subscriber
-            .subscribe(subscription.to_string())
-            .set_max_outstanding_messages(window)
-            .build();
-        let subscription = subscription.to_string();
-        let counters = (pushed.clone(), acked.clone());
-        let task = tokio::spawn(async move {
-            while let Some(Ok((message, handler))) = stream.next().await {
-                let body = serde_json::json!({
-                    "message": {
-                        "data": base64::engine::general_purpose::STANDARD.encode(&message.data),
-                        "attributes": message.attributes,
-                        "messageId": message.message_id,
-                        "message_id": message.message_id,
-                    },
-                    "subscription": subscription,
-                })
-                .to_string();
-                let request = client
-                    .post(&url)
-                    .header("authorization", format!("Bearer {token}"))
-                    .header("content-type", "application/json")
-                    .body(body);
-                let (pushed, acked) = (counters.0.clone(), counters.1.clone());
-                tokio::spawn(async move {
-                    pushed.fetch_add(1, Ordering::Relaxed);
-                    match request.send().await {
-                        Ok(response) if response.status().is_success() => {
-                            acked.fetch_add(1, Ordering::Relaxed);
-                            handler.ack();
-                        }
-                        _ => handler.nack(),
-                    }
-                });
-            }
-        });
-        Self {
-            task,
-            pushed,
-            acked,
-        }
+    let Ok(answer) = outgoing.send().await else {
+        return StatusCode::BAD_GATEWAY.into_response();
+    };
+    let lose = answer.status().is_success()
+        && (state.lose_answers.load(Ordering::Relaxed)
+            || state
+                .lose_next
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok());
+    if lose {
+        state.answers_lost.fetch_add(1, Ordering::Relaxed);
+        return StatusCode::BAD_GATEWAY.into_response();
     }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    let status = answer.status();
+    let body = answer.bytes().await.unwrap_or_default();
+    (status, Body::from(body)).into_response()
 }
