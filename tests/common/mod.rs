@@ -10,7 +10,9 @@ pub mod pg;
 #[path = "../support/oidc.rs"]
 pub mod oidc;
 
-#[path = "../support/push.rs"]
+/// The push front, the load generator's own (one copy for both).
+#[path = "../../loadgen/src/front.rs"]
+#[allow(dead_code)]
 pub mod push;
 
 use std::collections::BTreeMap;

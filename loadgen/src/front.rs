@@ -1,11 +1,19 @@
-//! What stands between the Pub/Sub emulator's push delivery and the push
-//! consumers in the tests: [`PushFront`], one loopback address for a push
-//! subscription whose requests are spread round robin over the consumers
-//! registered (like Cloud Run's front end over a service's instances), and
-//! which can lose the consumers' answers: the consumer committed and
-//! answered 204, the pusher gets a 502 (a nack), as when a replica dies
-//! between its commit and its answer.
-#![allow(dead_code)]
+//! The front end a push subscription posts to when several consumers
+//! share it: one loopback address whose requests are spread round robin
+//! over the consumers registered (as Cloud Run's front end spreads a
+//! service's requests over its instances), and which can lose the
+//! consumers' answers: the consumer committed and answered 204, the pusher
+//! gets a 502 (a nack), as when a replica dies between its commit and its
+//! answer.
+//!
+//! Invariant: a request reaches at most one registered consumer (one that
+//! refuses the connection never saw it, and the next one in turn gets it),
+//! and its answer comes back unchanged unless answers are being lost;
+//! without a consumer that takes it the answer is 503 or 502 (a nack),
+//! never a 2xx.
+//!
+//! Self-contained (no `crate::` paths): hotcount's own tests include this
+//! file as a module too.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -20,6 +28,7 @@ use parking_lot::Mutex;
 /// A round-robin HTTP front in front of push consumers.
 #[derive(Clone)]
 pub struct PushFront {
+    /// Where it listens.
     pub addr: SocketAddr,
     state: Arc<FrontState>,
 }
@@ -99,30 +108,51 @@ impl PushFront {
     }
 }
 
-async fn forward(State(state): State<Arc<FrontState>>, request: Request) -> Response {
-    let backend = {
-        let backends = state.backends.lock();
+impl FrontState {
+    /// The next backend in turn, if any.
+    fn next_backend(&self) -> Option<SocketAddr> {
+        let backends = self.backends.lock();
         if backends.is_empty() {
-            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            return None;
         }
-        backends[state.next.fetch_add(1, Ordering::Relaxed) % backends.len()]
-    };
-    state.forwarded.lock().push(backend);
+        Some(backends[self.next.fetch_add(1, Ordering::Relaxed) % backends.len()])
+    }
+}
+
+async fn forward(State(state): State<Arc<FrontState>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
         return StatusCode::BAD_REQUEST.into_response();
     };
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut outgoing = state
-        .client
-        .request(parts.method.clone(), format!("http://{backend}{path}"))
-        .body(body);
-    for (name, value) in &parts.headers {
-        if name != axum::http::header::HOST {
-            outgoing = outgoing.header(name, value);
+    // A backend that refuses the connection (a replica that is down) never
+    // saw the request: the next one gets it, as a load balancer does.
+    let tries = state.backends.lock().len().max(1);
+    let mut answer = None;
+    for _ in 0..tries {
+        let Some(backend) = state.next_backend() else {
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        };
+        let mut outgoing = state
+            .client
+            .request(parts.method.clone(), format!("http://{backend}{path}"))
+            .body(body.clone());
+        for (name, value) in &parts.headers {
+            if name != axum::http::header::HOST {
+                outgoing = outgoing.header(name, value);
+            }
+        }
+        match outgoing.send().await {
+            Ok(reply) => {
+                state.forwarded.lock().push(backend);
+                answer = Some(reply);
+                break;
+            }
+            Err(error) if error.is_connect() => continue,
+            Err(_) => return StatusCode::BAD_GATEWAY.into_response(),
         }
     }
-    let Ok(answer) = outgoing.send().await else {
+    let Some(answer) = answer else {
         return StatusCode::BAD_GATEWAY.into_response();
     };
     let lose = answer.status().is_success()
