@@ -18,15 +18,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotcount::config::{Config, RunArgs, Strategy};
+use hotcount::config::{Config, Delivery, RunArgs, Strategy};
 use tokio::sync::watch;
 
-use crate::consumer::Consumer;
+use crate::consumer::{free_loopback_port, Consumer};
 use crate::procfs;
 use crate::publish::{self, PublishOptions};
 use crate::report::{self, Percentiles};
 use crate::run_error::RunError;
-use crate::stage::{Stage, StageSpec};
+use crate::stage::{push_run_args, Stage, StageSpec};
 use crate::{generate, verify, workload, Workload, WorkloadConfig};
 
 mod render;
@@ -46,8 +46,8 @@ pub enum Case {
 /// What consumes the workload in one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Runner {
-    /// `hotcount run` with this strategy.
-    Hotcount(Strategy),
+    /// `hotcount run` with this strategy and delivery.
+    Hotcount(Strategy, Delivery),
     /// `hotcount-null-consumer`: receive and ack on hotcount's stream
     /// settings, nothing else; the delivery floor hotcount's CPU per event
     /// is compared with (the ceiling row).
@@ -77,6 +77,10 @@ pub struct BenchConfig {
     pub cases: Vec<Case>,
     /// The strategies to run, in order.
     pub strategies: Vec<Strategy>,
+    /// The deliveries to run each strategy with, in order (push: the
+    /// subscription pushes to the consumer's endpoint, switched to push
+    /// once the consumer is ready).
+    pub deliveries: Vec<Delivery>,
     /// Publish the whole workload before the consumer starts, and measure
     /// from the consumer's start: the consumer's capacity on a backlog,
     /// without the publisher competing for the CPU.
@@ -250,12 +254,16 @@ pub async fn run(
 }
 
 /// The runners of one round, in order: the null consumer (when asked for)
-/// then each strategy.
+/// then each strategy with each delivery.
 pub fn runners(config: &BenchConfig) -> Vec<Runner> {
     let null = config.null_consumer_bin.as_ref().map(|_| Runner::Null);
-    null.into_iter()
-        .chain(config.strategies.iter().map(|&s| Runner::Hotcount(s)))
-        .collect()
+    let hotcount = config.strategies.iter().flat_map(|&strategy| {
+        config
+            .deliveries
+            .iter()
+            .map(move |&delivery| Runner::Hotcount(strategy, delivery))
+    });
+    null.into_iter().chain(hotcount).collect()
 }
 
 /// One strategy on one workload, in a fresh stage: publish, run the
@@ -267,10 +275,10 @@ async fn run_one(
     round: u32,
     workload: Arc<Workload>,
 ) -> Result<RunResult, RunError> {
-    // The null consumer runs on the stage and stream settings of batched.
-    let strategy = match runner {
-        Runner::Hotcount(strategy) => strategy,
-        Runner::Null => Strategy::Batched,
+    // The null consumer runs on the stage and stream settings of batched pull.
+    let (strategy, delivery) = match runner {
+        Runner::Hotcount(strategy, delivery) => (strategy, delivery),
+        Runner::Null => (Strategy::Batched, Delivery::Pull),
     };
     let (run_args, service_config) = consumer_settings(config, strategy)?;
     let spec = StageSpec::for_consumer(
@@ -284,21 +292,52 @@ async fn run_one(
     let publishing = Publishing::start(config, &stage, workload.clone(), cancel).await?;
     // The consumer reaches a PostgreSQL store through the stage's proxy.
     let (consumer_args, consumer_config) = stage.consumer_settings(&run_args, &service_config);
+    let push_addr = match delivery {
+        Delivery::Push => Some(free_loopback_port("the push endpoint")?),
+        Delivery::Pull => None,
+    };
+    let (consumer_args, consumer_config) = match push_addr {
+        Some(addr) => {
+            let args = push_run_args(&consumer_args, addr, &stage.push_jwks_url());
+            let config = args
+                .validate()
+                .map_err(|e| RunError::Invalid(e.to_string()))?;
+            let config = stage.consumer_settings(&args, &config).1;
+            (args, config)
+        }
+        None => (consumer_args, consumer_config),
+    };
+    // The window starts with the consumer, whatever it does before it takes messages.
+    let started = Instant::now();
     let consumer = match (runner, &config.null_consumer_bin) {
         (Runner::Null, Some(bin)) => Consumer::start_null(bin, stage.endpoints(), &run_args)?,
         (Runner::Null, None) => {
             return Err(RunError::Invalid("no null consumer binary".into()));
         }
-        (Runner::Hotcount(_), _) => Consumer::start(
+        (Runner::Hotcount(..), _) => Consumer::start(
             config.consumer_bin.as_deref(),
             stage.endpoints(),
             &consumer_args,
             &consumer_config,
         )?,
     };
+    if let Some(addr) = push_addr {
+        if !consumer.wait_ready(Duration::from_secs(60)).await {
+            return Err(RunError::Start(
+                "the push consumer did not get ready".into(),
+            ));
+        }
+        stage.push_to(&format!("http://{addr}/pubsub/push")).await?;
+    }
     let total = workload.messages.len() as u64;
-    let mut window =
-        Window::measure(&stage, &consumer, &mut baseline, config.max_secs, total).await;
+    let mut window = Window::measure(
+        (&stage, &consumer),
+        &mut baseline,
+        started,
+        config.max_secs,
+        total,
+    )
+    .await;
     let _ = cancel_tx.send(true);
     let published = publishing.finish().await?;
     consumer.stop().await?;
@@ -307,7 +346,7 @@ async fn run_one(
     stage.emulators().firestore_faults().clear();
     let completed = window.completed && published == total;
     let (verdict, latency) = match runner {
-        Runner::Hotcount(_) => check(&stage, &run_args, &workload, completed).await?,
+        Runner::Hotcount(..) => check(&stage, &run_args, &workload, completed).await?,
         Runner::Null => (Verdict::NotCounted, Percentiles::default()),
     };
     stage.shutdown().await;
@@ -435,16 +474,16 @@ struct Window {
 }
 
 impl Window {
-    /// Waits for `total` acks (at most `max_secs`) and reads every figure
-    /// at that moment, before the consumer drains.
+    /// Waits for `total` acks (at most `max_secs` from `started`, when the
+    /// consumer started) and reads every figure at that moment, before the
+    /// consumer drains.
     async fn measure(
-        stage: &Stage,
-        consumer: &Consumer,
+        (stage, consumer): (&Stage, &Consumer),
         baseline: &mut Baseline,
+        started: Instant,
         max_secs: u64,
         total: u64,
     ) -> Self {
-        let started = Instant::now();
         let deadline = started + Duration::from_secs(max_secs);
         let completed = stage.wait_for_acks(total, deadline).await;
         let elapsed = started.elapsed();

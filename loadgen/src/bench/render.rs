@@ -3,15 +3,19 @@
 
 use std::time::Duration;
 
-use hotcount::config::{StoreLocation, Strategy};
+use hotcount::config::{Delivery, StoreLocation, Strategy};
 
 use super::{BenchConfig, Case, RunResult, Runner, Verdict};
 
-fn runner_name(r: Runner) -> &'static str {
+fn runner_name(r: Runner) -> String {
+    let strategy = |s| match s {
+        Strategy::Batched => "batched",
+        Strategy::PerEvent => "per-event",
+    };
     match r {
-        Runner::Hotcount(Strategy::Batched) => "batched",
-        Runner::Hotcount(Strategy::PerEvent) => "per-event",
-        Runner::Null => "null consumer (receive + ack)",
+        Runner::Hotcount(s, Delivery::Pull) => strategy(s).into(),
+        Runner::Hotcount(s, Delivery::Push) => format!("{}, push", strategy(s)),
+        Runner::Null => "null consumer (receive + ack)".into(),
     }
 }
 
@@ -192,7 +196,11 @@ pub fn render(results: &[RunResult], case: Case) -> String {
     if rounds > 1 || runners.contains(&Runner::Null) {
         out.push_str(&render_medians(&runs, &runners, rounds));
     }
-    let find = |s| shown.iter().find(|r| r.runner == Runner::Hotcount(s));
+    let find = |s| {
+        shown
+            .iter()
+            .find(|r| r.runner == Runner::Hotcount(s, Delivery::Pull))
+    };
     if let (Some(b), Some(p)) = (find(Strategy::Batched), find(Strategy::PerEvent)) {
         out.push_str(&format!(
             "\nbatched / per-event: throughput x{:.1}, {} per event x{:.3}\n",
@@ -203,6 +211,44 @@ pub fn render(results: &[RunResult], case: Case) -> String {
                 "store RPCs"
             },
             b.rpcs_per_1k() / p.rpcs_per_1k().max(1e-9),
+        ));
+    }
+    out.push_str(&render_push_beside_pull(&runs, rounds));
+    out
+}
+
+/// For each strategy run with both deliveries: push as a multiple of pull,
+/// the median of the per-round ratios (each round's runs ran side by
+/// side), for CPU per 1,000 messages and messages/s.
+fn render_push_beside_pull(runs: &[&RunResult], rounds: u32) -> String {
+    let mut out = String::new();
+    for strategy in [Strategy::Batched, Strategy::PerEvent] {
+        let (push, pull) = (
+            Runner::Hotcount(strategy, Delivery::Push),
+            Runner::Hotcount(strategy, Delivery::Pull),
+        );
+        let ratio = |figure: fn(&RunResult) -> Option<f64>| {
+            let ratios = (0..rounds)
+                .filter_map(|round| {
+                    let of = |who: Runner| {
+                        runs.iter()
+                            .find(|r| r.runner == who && r.round == round)
+                            .and_then(|r| figure(r))
+                    };
+                    Some(of(push)? / of(pull)?.max(1e-9))
+                })
+                .collect();
+            median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"))
+        };
+        if !runs.iter().any(|r| r.runner == push) || !runs.iter().any(|r| r.runner == pull) {
+            continue;
+        }
+        out.push_str(&format!(
+            "\n{}, push / pull (median of the per-round ratios): CPU per 1,000 messages {}, messages/s {}, publish->commit p99 {}\n",
+            runner_name(pull),
+            ratio(RunResult::cpu_ms_per_1k),
+            ratio(|r| Some(r.events_per_sec())),
+            ratio(|r| Some(r.latency.p99_ms)),
         ));
     }
     out
