@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use google_cloud_pubsub::client::SubscriptionAdmin;
-use hotcount::config::{StoreLocation, Target};
+use hotcount::config::{Delivery, StoreLocation, Target};
 use hotcount::ops::setup::SetupArgs;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -52,7 +52,9 @@ mod hazards;
 mod summary;
 
 pub use hazards::reorder;
-pub use summary::{render, ChaosSummary, FAULT_KINDS, POSTGRES_FAULT_KINDS};
+pub use summary::{
+    render, ChaosSummary, FAULT_KINDS, POSTGRES_FAULT_KINDS, PULL_FAULT_KINDS, PUSH_FAULT_KINDS,
+};
 
 use hazards::{Chaos, Tally};
 use summary::Outcome;
@@ -98,6 +100,11 @@ pub struct ChaosConfig {
     /// Where the consumers count: the Firestore emulator, or a PostgreSQL
     /// database (emptied first; the store faults then act on the server).
     pub store: StoreLocation,
+    /// How the consumers get their messages: pulled, or pushed through a
+    /// round-robin front (`crate::front`) with OIDC tokens; with push the
+    /// Pub/Sub faults act on the pushes (answers ignored, acks lost,
+    /// spurious redeliveries) instead of the streams.
+    pub delivery: Delivery,
 }
 
 impl ChaosConfig {
@@ -128,6 +135,7 @@ impl ChaosConfig {
             seed: 6,
             progress: false,
             store: StoreLocation::Firestore,
+            delivery: Delivery::Pull,
         }
     }
 }
@@ -147,7 +155,17 @@ pub async fn run(
     let mut workload = generate(&config.workload);
     reorder(&mut workload, config.reorder_window, &mut rng);
 
-    let chaos = Chaos::start(&stage, config, log_dir, rng.random())?;
+    // With push: the consumers behind one front, the subscription pushing
+    // to it once they listen.
+    let front = match config.delivery {
+        Delivery::Push => Some(crate::front::PushFront::start().await),
+        Delivery::Pull => None,
+    };
+    let chaos = Chaos::start(&stage, config, log_dir, rng.random(), front.as_ref())?;
+    if let Some(front) = &front {
+        chaos.wait_listening(Duration::from_secs(60)).await;
+        stage.push_to(&front.url()).await?;
+    }
     let tally = chaos.tally();
     let reporter = config.progress.then(|| {
         tokio::spawn(hazards::progress_loop(
