@@ -7,17 +7,32 @@
 #     policy, optional exactly-once delivery;
 #   - IAM for the Pub/Sub service agent (forwarding dead letters needs
 #     publisher on the dead-letter topic and subscriber on the subscription);
-#   - the service account hotcount runs as, with its roles;
-#   - Firestore: the TTL policy on batches.expireAt and single-field index
-#     exemptions for the fields hotcount never queries;
+#   - the service account hotcount runs as, with its roles: subscriber AND
+#     viewer on the subscription (`run` reads its dead-letter policy at
+#     start; without pubsub.subscriptions.get it reports
+#     hotcount_dead_letter_policy 0 and that alert fires), Firestore access;
+#   - with OPERATORS set: the roles the operator commands need (replay,
+#     dlq, quarantine, reconcile) for those principals;
+#   - with PUSH_ENDPOINT set (push delivery, deploy/cloudrun-push.yaml): the
+#     push subscription with its own service account, allowed to invoke the
+#     Cloud Run service;
+#   - with CLOUD_RUN_AUTOSCALER=crema (deploy/cloudrun-worker-pool.yaml):
+#     the service account of the worker pool's autoscaler and its roles;
+#   - Firestore: the TTL policy on batches.expireAt, single-field index
+#     exemptions for the fields hotcount never queries, and the
+#     collection-group index of the rollup sweep (shards.updatedAt);
 #   - with GKE_CLUSTER set (deploy/gke/): Workload Identity for hotcount's
 #     Kubernetes service account, and what the autoscaler reads the Pub/Sub
-#     metrics through: AUTOSCALER=hpa installs the Custom Metrics Stackdriver
-#     Adapter and lets it read Cloud Monitoring; AUTOSCALER=keda lets KEDA's
-#     operator read it (install KEDA with Helm first); AUTOSCALER=none skips.
-# Re-running is safe: a topic or subscription that exists is described, not
-# re-created (the consumer subscription's settings are updated in place);
-# IAM bindings, TTL and index settings are idempotent updates.
+#     metrics through: AUTOSCALER=hpa (the default with GKE_CLUSTER) installs
+#     the Custom Metrics Stackdriver Adapter and lets it read Cloud
+#     Monitoring; AUTOSCALER=keda lets KEDA's operator read it (install KEDA
+#     with Helm first); AUTOSCALER=none skips. AUTOSCALER without
+#     GKE_CLUSTER is refused (it has nothing to act on).
+# Re-running is safe and brings things in line: an existing topic gets the
+# retention, an existing subscription the settings below (updated in
+# place); IAM bindings, TTL and index settings are idempotent updates.
+# `hotcount setup` does the same on the Pub/Sub side (docs/OPERATIONS.md,
+# "Setup: the script or the command").
 # Usage: PROJECT_ID=my-project deploy/setup.sh   (see the variables below)
 set -euo pipefail
 
@@ -38,17 +53,40 @@ EXACTLY_ONCE="${EXACTLY_ONCE:-false}"
 DATABASE="${DATABASE:-(default)}"
 COLLECTION_PREFIX="${COLLECTION_PREFIX:-}"
 SERVICE_ACCOUNT_NAME="${SERVICE_ACCOUNT_NAME:-hotcount}"
+# Principals that run the operator commands, comma-separated
+# (user:alice@example.com,group:oncall@example.com); empty = none.
+OPERATORS="${OPERATORS:-}"
+# Push delivery (deploy/cloudrun-push.yaml): the service's URL + /pubsub/push.
+PUSH_ENDPOINT="${PUSH_ENDPOINT:-}"
+PUSH_SUBSCRIPTION="${PUSH_SUBSCRIPTION:-likes-hotcount-push}"
+PUSH_SERVICE_ACCOUNT_NAME="${PUSH_SERVICE_ACCOUNT_NAME:-hotcount-push}"
+PUSH_CLOUD_RUN_SERVICE="${PUSH_CLOUD_RUN_SERVICE:-hotcount-push}"
+# Cloud Run worker pool autoscaler (deploy/cloudrun-worker-pool-scaling.yaml): crema or none.
+CLOUD_RUN_AUTOSCALER="${CLOUD_RUN_AUTOSCALER:-none}"
+CREMA_SERVICE_ACCOUNT_NAME="${CREMA_SERVICE_ACCOUNT_NAME:-hotcount-crema}"
 # GKE (optional; the cluster needs Workload Identity: --workload-pool=PROJECT_ID.svc.id.goog).
 GKE_CLUSTER="${GKE_CLUSTER:-}"
 GKE_LOCATION="${GKE_LOCATION:-${REGION}}"
 K8S_NAMESPACE="${K8S_NAMESPACE:-hotcount}"
 K8S_SERVICE_ACCOUNT="${K8S_SERVICE_ACCOUNT:-hotcount}"
-AUTOSCALER="${AUTOSCALER:-hpa}"
+AUTOSCALER="${AUTOSCALER:-}"
 ADAPTER_MANIFEST="${ADAPTER_MANIFEST:-https://raw.githubusercontent.com/GoogleCloudPlatform/k8s-stackdriver/master/custom-metrics-stackdriver-adapter/deploy/production/adapter_new_resource_model.yaml}"
+if [[ -z "${GKE_CLUSTER}" && -n "${AUTOSCALER}" ]]; then
+  echo "AUTOSCALER=${AUTOSCALER} is for GKE: set GKE_CLUSTER (and GKE_LOCATION) too" >&2
+  exit 1
+fi
+AUTOSCALER="${AUTOSCALER:-hpa}"
 case "${AUTOSCALER}" in
   hpa | keda | none) ;;
   *)
     echo "AUTOSCALER must be hpa, keda or none, not ${AUTOSCALER}" >&2
+    exit 1
+    ;;
+esac
+case "${CLOUD_RUN_AUTOSCALER}" in
+  crema | none) ;;
+  *)
+    echo "CLOUD_RUN_AUTOSCALER must be crema or none, not ${CLOUD_RUN_AUTOSCALER}" >&2
     exit 1
     ;;
 esac
@@ -63,7 +101,7 @@ exists() { "$@" >/dev/null 2>&1; }
 echo "== topics"
 for topic in "${TOPIC}" "${DEAD_LETTER_TOPIC}"; do
   if exists gcloud_p pubsub topics describe "${topic}"; then
-    echo "exists  topic ${topic}"
+    gcloud_p pubsub topics update "${topic}" --message-retention-duration="${TOPIC_RETENTION}"
   else
     gcloud_p pubsub topics create "${topic}" --message-retention-duration="${TOPIC_RETENTION}"
   fi
@@ -71,7 +109,7 @@ done
 
 echo "== dead-letter inspect subscription"
 if exists gcloud_p pubsub subscriptions describe "${DEAD_LETTER_SUBSCRIPTION}"; then
-  echo "exists  subscription ${DEAD_LETTER_SUBSCRIPTION}"
+  gcloud_p pubsub subscriptions update "${DEAD_LETTER_SUBSCRIPTION}" --ack-deadline=60
 else
   gcloud_p pubsub subscriptions create "${DEAD_LETTER_SUBSCRIPTION}" \
     --topic="${DEAD_LETTER_TOPIC}" \
@@ -87,11 +125,15 @@ sub_flags=(
   --dead-letter-topic="${DEAD_LETTER_TOPIC}"
   --max-delivery-attempts="${MAX_DELIVERY_ATTEMPTS}"
 )
+# Exactly-once delivery: when to turn it on, docs/OPERATIONS.md, "Exactly-once delivery".
 if [[ "${EXACTLY_ONCE}" == "true" ]]; then
   sub_flags+=(--enable-exactly-once-delivery)
+else
+  sub_flags+=(--no-enable-exactly-once-delivery)
 fi
 if exists gcloud_p pubsub subscriptions describe "${SUBSCRIPTION}"; then
-  # Settings that can change on an existing subscription are brought in line.
+  # Settings that can change on an existing subscription are brought in line
+  # (its topic cannot: describe shows it).
   gcloud_p pubsub subscriptions update "${SUBSCRIPTION}" "${sub_flags[@]}"
 else
   gcloud_p pubsub subscriptions create "${SUBSCRIPTION}" --topic="${TOPIC}" "${sub_flags[@]}"
@@ -107,13 +149,84 @@ echo "== service account hotcount runs as"
 if ! exists gcloud_p iam service-accounts describe "${SERVICE_ACCOUNT}"; then
   gcloud_p iam service-accounts create "${SERVICE_ACCOUNT_NAME}" --display-name="hotcount consumer"
 fi
-gcloud_p pubsub subscriptions add-iam-policy-binding "${SUBSCRIPTION}" \
-  --member="serviceAccount:${SERVICE_ACCOUNT}" --role=roles/pubsub.subscriber >/dev/null
-# Operators' tools (replay creates and Seeks subscriptions; dlq republishes)
-# run with their own credentials, not this account.
+# Pull, ack, extend leases (consume); read the subscription's configuration
+# (get): `run` reads the dead-letter policy at start.
+for role in roles/pubsub.subscriber roles/pubsub.viewer; do
+  gcloud_p pubsub subscriptions add-iam-policy-binding "${SUBSCRIPTION}" \
+    --member="serviceAccount:${SERVICE_ACCOUNT}" --role="${role}" >/dev/null
+done
+# Firestore reads and transactions (or, on PostgreSQL, nothing here: the
+# database's own user).
 gcloud_p projects add-iam-policy-binding "${PROJECT_ID}" \
   --member="serviceAccount:${SERVICE_ACCOUNT}" --role=roles/datastore.user \
   --condition=None >/dev/null
+
+if [[ -n "${OPERATORS}" ]]; then
+  echo "== operators (replay, dlq, quarantine, reconcile, count; dashboards)"
+  # replay creates, Seeks, reads and deletes a subscription; dlq reads the
+  # inspect subscription and publishes; quarantine redrive publishes; all
+  # of them read and commit in Firestore; the dashboards read Monitoring.
+  IFS=',' read -r -a operators <<<"${OPERATORS}"
+  for member in "${operators[@]}"; do
+    for role in roles/pubsub.editor roles/datastore.user roles/monitoring.viewer; do
+      gcloud_p projects add-iam-policy-binding "${PROJECT_ID}" \
+        --member="${member}" --role="${role}" --condition=None >/dev/null
+    done
+  done
+fi
+
+if [[ -n "${PUSH_ENDPOINT}" ]]; then
+  echo "== push delivery: ${PUSH_SUBSCRIPTION} -> ${PUSH_ENDPOINT}"
+  PUSH_SERVICE_ACCOUNT="${PUSH_SERVICE_ACCOUNT_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
+  if ! exists gcloud_p iam service-accounts describe "${PUSH_SERVICE_ACCOUNT}"; then
+    gcloud_p iam service-accounts create "${PUSH_SERVICE_ACCOUNT_NAME}" \
+      --display-name="hotcount push subscription"
+  fi
+  # Pub/Sub signs each push request's OIDC token as this account.
+  gcloud_p iam service-accounts add-iam-policy-binding "${PUSH_SERVICE_ACCOUNT}" \
+    --member="${PUBSUB_AGENT}" --role=roles/iam.serviceAccountTokenCreator >/dev/null
+  push_flags=(
+    --push-endpoint="${PUSH_ENDPOINT}"
+    --push-auth-service-account="${PUSH_SERVICE_ACCOUNT}"
+    --ack-deadline="${ACK_DEADLINE_SECS}"
+    --min-retry-delay="${MIN_RETRY_DELAY}"
+    --max-retry-delay="${MAX_RETRY_DELAY}"
+    --dead-letter-topic="${DEAD_LETTER_TOPIC}"
+    --max-delivery-attempts="${MAX_DELIVERY_ATTEMPTS}"
+  )
+  if exists gcloud_p pubsub subscriptions describe "${PUSH_SUBSCRIPTION}"; then
+    gcloud_p pubsub subscriptions update "${PUSH_SUBSCRIPTION}" "${push_flags[@]}"
+  else
+    gcloud_p pubsub subscriptions create "${PUSH_SUBSCRIPTION}" --topic="${TOPIC}" "${push_flags[@]}"
+  fi
+  # Dead-letter forwarding from the push subscription, as for the pull one.
+  gcloud_p pubsub subscriptions add-iam-policy-binding "${PUSH_SUBSCRIPTION}" \
+    --member="${PUBSUB_AGENT}" --role=roles/pubsub.subscriber >/dev/null
+  # `run --delivery push` reads the push subscription's dead-letter policy.
+  gcloud_p pubsub subscriptions add-iam-policy-binding "${PUSH_SUBSCRIPTION}" \
+    --member="serviceAccount:${SERVICE_ACCOUNT}" --role=roles/pubsub.viewer >/dev/null
+  # Only the push subscription's identity may invoke the service.
+  gcloud_p run services add-iam-policy-binding "${PUSH_CLOUD_RUN_SERVICE}" \
+    --region="${REGION}" --member="serviceAccount:${PUSH_SERVICE_ACCOUNT}" \
+    --role=roles/run.invoker >/dev/null
+fi
+
+if [[ "${CLOUD_RUN_AUTOSCALER}" == "crema" ]]; then
+  echo "== Cloud Run worker pool autoscaler (CREMA) service account"
+  CREMA_SERVICE_ACCOUNT="${CREMA_SERVICE_ACCOUNT_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
+  if ! exists gcloud_p iam service-accounts describe "${CREMA_SERVICE_ACCOUNT}"; then
+    gcloud_p iam service-accounts create "${CREMA_SERVICE_ACCOUNT_NAME}" \
+      --display-name="hotcount worker pool autoscaler"
+  fi
+  # Read its configuration, read the Pub/Sub metrics, set the worker
+  # pool's instance count (which acts as hotcount's service account).
+  for role in roles/parametermanager.parameterViewer roles/monitoring.viewer roles/run.developer; do
+    gcloud_p projects add-iam-policy-binding "${PROJECT_ID}" \
+      --member="serviceAccount:${CREMA_SERVICE_ACCOUNT}" --role="${role}" --condition=None >/dev/null
+  done
+  gcloud_p iam service-accounts add-iam-policy-binding "${SERVICE_ACCOUNT}" \
+    --member="serviceAccount:${CREMA_SERVICE_ACCOUNT}" --role=roles/iam.serviceAccountUser >/dev/null
+fi
 
 echo "== Firestore: TTL on batch markers"
 gcloud_p firestore fields ttls update expireAt \
@@ -141,6 +254,15 @@ done
 for field in data dataBytes attributes reason quarantinedAt; do
   exempt quarantine "${field}"
 done
+
+echo "== Firestore: the rollup sweep's index (counter shards by updatedAt, collection group)"
+# A replica's start-up sweep finds recently changed posts with a
+# collection-group query on shards.updatedAt (docs/OPERATIONS.md, "Rollups").
+gcloud_p firestore indexes fields update updatedAt \
+  --collection-group=shards \
+  --database="${DATABASE}" \
+  --index=order=ASCENDING,query-scope=COLLECTION \
+  --index=order=ASCENDING,query-scope=COLLECTION_GROUP --async
 
 if [[ -n "${GKE_CLUSTER}" ]]; then
   WORKLOAD_POOL="${PROJECT_ID}.svc.id.goog"

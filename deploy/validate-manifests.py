@@ -6,10 +6,27 @@
   the manifests claim (KUBERNETES_VERSIONS).
 - KEDA's ScaledObject and TriggerAuthentication (CRDs): the models that
   cloudcoil.models.keda generates from KEDA's published CRD schemas.
-- The Cloud Run service (serving.knative.dev/v1 Service): the Cloud Run
-  Admin API v1 schema, from the API's discovery document that
-  google-api-python-client ships, strict; every run.googleapis.com/* and
-  autoscaling.knative.dev/* annotation must be one that schema lists.
+- The Cloud Run service (serving.knative.dev/v1 Service) and worker pool
+  (run.googleapis.com/v1 WorkerPool): the Cloud Run Admin API v1 schema,
+  from the API's discovery document that google-api-python-client ships,
+  strict; every run.googleapis.com/* and autoscaling.knative.dev/*
+  annotation must be one that schema lists.
+- GKE's PodMonitoring (Managed Service for Prometheus): no package ships
+  its schema, so POD_MONITORING below is a closed JSON Schema written from
+  the monitoring.googleapis.com/v1 API reference (every field of the spec
+  and its scrape endpoints, their types, the required ones).
+- The worker pool's autoscaler configuration (CREMA's CremaConfig): no
+  schema exists; its scaled objects and trigger authentications are KEDA
+  objects, checked with KEDA's models, and the fields CREMA documents as
+  ignored are refused (check_crema).
+- `--documented FILE`: every command of FILE's code blocks that renders
+  manifests (deploy/render.sh) is run as written, up to the `kubectl
+  apply` or gcloud file it feeds, and what it prints is checked like the
+  files: same documents, none merged into another, each valid.
+
+Every YAML stream is read with duplicate keys refused: manifests joined
+without `---` parse as one object whose repeated keys a plain YAML loader
+would silently drop.
 
 A CRD model ignores fields it does not know, so each document is also
 compared with the model's own dump: a field the schema dropped is an error.
@@ -23,8 +40,10 @@ Exit code: 0 all valid, 1 otherwise.
 """
 
 import json
+import os
 import pathlib
 import re
+import subprocess
 import sys
 
 import googleapiclient
@@ -39,6 +58,153 @@ CRD_MODELS = {
     ("keda.sh/v1alpha1", "ScaledObject"): keda.ScaledObject,
     ("keda.sh/v1alpha1", "TriggerAuthentication"): keda.TriggerAuthentication,
 }
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key twice in one mapping."""
+
+
+def _unique_mapping(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (documents joined without ---?)", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def load_all(text):
+    return [d for d in yaml.load_all(text, Loader=UniqueKeyLoader) if d]
+
+
+DURATION = {"type": "string", "pattern": r"^([0-9]+(ms|s|m|h))+$"}
+LABEL_SELECTOR = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {"type": "array", "items": {"type": "object"}},
+    },
+}
+# PodMonitoring (monitoring.googleapis.com/v1), from the API reference.
+POD_MONITORING = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.googleapis.com/v1"},
+        "kind": {"const": "PodMonitoring"},
+        "metadata": {
+            "type": "object",
+            "required": ["name", "namespace"],
+            "properties": {
+                "name": {"type": "string"},
+                "namespace": {"type": "string"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            "additionalProperties": False,
+        },
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["endpoints", "selector"],
+            "properties": {
+                "selector": LABEL_SELECTOR,
+                "filterRunning": {"type": "boolean"},
+                "limits": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        k: {"type": "integer", "minimum": 0}
+                        for k in ("labelNameLength", "labelValueLength", "labels", "samples")
+                    },
+                },
+                "targetLabels": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "fromPod": {"type": "array", "items": {"type": "object"}},
+                        "metadata": {"type": "array", "items": {"enum": ["pod", "container", "node", "top_level_controller_name", "top_level_controller_type"]}},
+                    },
+                },
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["interval", "port"],
+                        "properties": {
+                            "port": {"type": ["integer", "string"]},
+                            "path": {"type": "string", "pattern": "^/"},
+                            "scheme": {"enum": ["http", "https"]},
+                            "interval": DURATION,
+                            "timeout": DURATION,
+                            "params": {"type": "object"},
+                            "proxyUrl": {"type": "string"},
+                            "metricRelabeling": {"type": "array", "items": {"type": "object"}},
+                            "authorization": {"type": "object"},
+                            "basicAuth": {"type": "object"},
+                            "oauth2": {"type": "object"},
+                            "tls": {"type": "object"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+# Fields of a KEDA ScaledObject spec that CREMA ignores (its configuration
+# reference): a value there would look like it does something.
+CREMA_IGNORED = [
+    "envSourceContainerName",
+    "cooldownPeriod",
+    "initialCooldownPeriod",
+    "fallback",
+    "restoreToOriginalReplicaCount",
+    "pollingInterval",
+]
+CREMA_TARGET = re.compile(r"^projects/[^/]+/locations/[^/]+/(services|workerpools)/[^/]+$")
+
+
+def check_crema(doc):
+    errors = []
+    unknown = set(doc) - {"apiVersion", "kind", "metadata", "spec"}
+    errors += [f"{k}: not a CremaConfig field" for k in sorted(unknown)]
+    spec = doc.get("spec") or {}
+    unknown = set(spec) - {"scaledObjects", "triggerAuthentications", "pollingInterval"}
+    errors += [f"spec.{k}: not a CremaConfig field" for k in sorted(unknown)]
+    if not isinstance(spec.get("pollingInterval", 30), int):
+        errors.append("spec.pollingInterval: not an integer (seconds)")
+    for i, auth in enumerate(spec.get("triggerAuthentications") or []):
+        where = f"spec.triggerAuthentications[{i}]"
+        kinds = set((auth.get("spec") or {})) - {"podIdentity", "gcpSecretManager"}
+        errors += [f"{where}.spec.{k}: CREMA supports only podIdentity (gcp) and gcpSecretManager" for k in sorted(kinds)]
+        full = {"apiVersion": "keda.sh/v1alpha1", "kind": "TriggerAuthentication", **auth}
+        errors += [f"{where}: {e}" for e in check_crd(keda.TriggerAuthentication, full)]
+    objects = spec.get("scaledObjects") or []
+    if not objects:
+        errors.append("spec.scaledObjects: none")
+    for i, obj in enumerate(objects):
+        where = f"spec.scaledObjects[{i}]"
+        extra = set(obj) - {"spec"}
+        errors += [f"{where}.{k}: not a CremaConfig field" for k in sorted(extra)]
+        so = obj.get("spec") or {}
+        errors += [f"{where}.spec.{k}: ignored by CREMA" for k in CREMA_IGNORED if k in so]
+        target = (so.get("scaleTargetRef") or {}).get("name", "")
+        if not CREMA_TARGET.match(target):
+            errors.append(f"{where}.spec.scaleTargetRef.name: {target!r} is not projects/*/locations/*/(services|workerpools)/*")
+        full = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": f"crema-{i}"}, "spec": so}
+        errors += [f"{where}: {e}" for e in check_crd(keda.ScaledObject, full)]
+    return errors
+
 
 CLOUD_RUN_KINDS = {
     ("serving.knative.dev/v1", "Service"): "Service",
@@ -153,9 +319,21 @@ def check_kubernetes(doc):
     return errors
 
 
+def check_json_schema(schema, doc):
+    validator = jsonschema.Draft7Validator(schema)
+    return [
+        f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
+        for e in validator.iter_errors(doc)
+    ]
+
+
 def check(doc, discovery):
     """(errors, what it was checked against)."""
     kind = (doc.get("apiVersion"), doc.get("kind"))
+    if kind == ("monitoring.googleapis.com/v1", "PodMonitoring"):
+        return check_json_schema(POD_MONITORING, doc), "PodMonitoring v1 API reference"
+    if kind == ("crema/v1", "CremaConfig"):
+        return check_crema(doc), "CREMA config: KEDA models"
     model = CRD_MODELS.get(kind)
     if model:
         return check_crd(model, doc), "KEDA CRD model"
@@ -177,12 +355,108 @@ BREAKS = [
     ("Service", lambda d: d["spec"]["template"]["spec"].update(concurrency=80)),
     ("Service", lambda d: d["spec"]["template"]["metadata"]["annotations"].update({"run.googleapis.com/cpu-throttle": "false"})),
     ("Namespace", lambda d: d.update(kind="Namespaces")),
+    ("WorkerPool", lambda d: d["spec"].update(instanceCount=2)),
+    ("WorkerPool", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(env={"A": "b"})),
+    ("PodMonitoring", lambda d: d["spec"]["endpoints"][0].update(interval="30 seconds")),
+    ("PodMonitoring", lambda d: d["spec"].update(endpoint=[])),
+    ("CremaConfig", lambda d: d["spec"]["scaledObjects"][0]["spec"].update(cooldownPeriod=60)),
+    ("CremaConfig", lambda d: d["spec"]["scaledObjects"][0]["spec"]["scaleTargetRef"].update(name="hotcount")),
+    ("CremaConfig", lambda d: d["spec"]["scaledObjects"][0]["spec"]["triggers"][0].update(authRef={"name": "x"})),
 ]
 
 
-def self_test(docs, discovery):
+def documented_commands(path):
+    """Commands of `path`'s code blocks that render or apply manifests
+    (deploy/render.sh, `... | kubectl apply -f -`), continuation lines
+    joined, with the line each starts on."""
+    commands = []
+    exports = []
+    fenced = False
+    start, command = None, ""
+    for number, line in enumerate(pathlib.Path(path).read_text().splitlines(), 1):
+        if line.strip().startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced:
+            continue
+        if start is None:
+            start, command = number, ""
+        command += " " + line.strip().rstrip("\\")
+        if line.rstrip().endswith("\\"):
+            continue
+        command = " ".join(command.split())
+        if command.startswith("export "):
+            exports.append(command)
+        if "deploy/render.sh" in command or re.search(r"\|\s*kubectl apply -f -", command):
+            # The page's `export` lines before it are in force, as in the
+            # reader's shell.
+            commands.append((start, "; ".join(exports + [command])))
+        start = None
+    return commands
+
+
+def render_documented(command, repo):
+    """Runs a documented render command up to what it feeds; returns (files, output)."""
+    render = command
+    render = re.sub(r"\|\s*kubectl apply -f -\s*$", "", render)
+    render = re.sub(r">\s*\S+\s*$", "", render)
+    files = [
+        f for word in re.findall(r"deploy/[\w./{},*-]+\.yaml", render)
+        for f in sorted(str(p.relative_to(repo)) for p in repo.glob(word))
+    ]
+    out = subprocess.run(
+        ["bash", "-c", render], cwd=repo, capture_output=True, text=True,
+        env={k: v for k, v in os.environ.items() if k not in ("PROJECT_ID", "REGION", "TAG")},
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"exit {out.returncode}: {out.stderr.strip()}")
+    return files, out.stdout
+
+
+def check_documented(path, repo, discovery):
+    failures = 0
+    commands = documented_commands(path)
+    if not commands:
+        print(f"FAIL {path}: no deploy/render.sh command found")
+        return 1
+    for line, command in commands:
+        where = f"{pathlib.Path(path).name}:{line}"
+        try:
+            files, output = render_documented(command, repo)
+            docs = load_all(output)
+        except Exception as e:  # a failed command or a stream that does not parse
+            failures += 1
+            print(f"FAIL {where}: {command}\n     {e}")
+            continue
+        expected = sum(len(load_all((repo / f).read_text())) for f in files)
+        errors = []
+        if len(docs) != expected:
+            errors.append(f"{len(docs)} documents from {len(files)} files holding {expected}")
+        for doc in docs:
+            doc_errors, _ = check(doc, discovery)
+            errors += [f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}: {e}" for e in doc_errors]
+        if errors:
+            failures += 1
+            for e in errors:
+                print(f"FAIL {where}: {e}")
+        else:
+            kinds = ", ".join(d.get("kind") for d in docs)
+            print(f"ok   {where}: the documented command renders {len(docs)} valid documents ({kinds})")
+    return failures
+
+
+def self_test(docs, discovery, root):
     by_kind = {doc.get("kind"): doc for _, doc in docs}
     missed = 0
+    # The GKE manifests joined as the old docs did (sed over five files, no
+    # `---` between them) must not parse.
+    joined = "".join((root / "gke" / f).read_text() for f in ("namespace.yaml", "serviceaccount.yaml", "deployment.yaml"))
+    try:
+        load_all(joined)
+        missed += 1
+        print("SELF-TEST FAIL: manifests joined without --- parsed")
+    except yaml.YAMLError:
+        pass
     for kind, brk in BREAKS:
         doc = json.loads(json.dumps(by_kind[kind]))
         brk(doc)
@@ -190,7 +464,7 @@ def self_test(docs, discovery):
         if not errors:
             missed += 1
             print(f"SELF-TEST FAIL: a broken {kind} passed")
-    print(f"self-test: {len(BREAKS) - missed} of {len(BREAKS)} broken manifests caught")
+    print(f"self-test: {len(BREAKS) + 1 - missed} of {len(BREAKS) + 1} broken manifests caught")
     return missed == 0
 
 
@@ -199,9 +473,13 @@ def main():
     discovery = cloud_run_discovery()
     docs = []
     for path in sorted(root.rglob("*.yaml")):
-        with open(path) as f:
-            docs.extend((path, d) for d in yaml.safe_load_all(f) if d)
-    if "--self-test" in sys.argv[1:] and not self_test(docs, discovery):
+        try:
+            docs.extend((path, d) for d in load_all(path.read_text()))
+        except yaml.YAMLError as e:
+            print(f"FAIL {path.relative_to(root.parent)}: {e}")
+            return 1
+    args = sys.argv[1:]
+    if "--self-test" in args and not self_test(docs, discovery, root):
         return 1
     failures = 0
     checked = 0
@@ -216,6 +494,9 @@ def main():
         else:
             print(f"ok   {name} ({schema})")
     print(f"{checked} manifests checked, {failures} invalid")
+    if "--documented" in args:
+        at = args.index("--documented")
+        failures += check_documented(args[at + 1], root.parent, discovery)
     return 1 if failures or not checked else 0
 
 

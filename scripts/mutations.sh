@@ -31,7 +31,7 @@ mutations=(
   "-p hotcount --test isolation_prop"
 
   "drop the marker read" src/store/firestore/documents.rs
-  "marker_effects = Some(codec::effects_from_fields(&doc.fields));" "let _ = codec::effects_from_fields(&doc.fields);"
+  "marker_effects = Some(codec::effects_from_fields(&doc));" "let _ = codec::effects_from_fields(&doc);"
   "-p hotcount --test service_e2e aborted_and_applied"
 
   "ignore busy shards" src/pipeline/aggregator.rs

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::event::{check_id, MAX_EVENT_ID_BYTES};
 use crate::pipeline::flusher::FlushConfig;
 use crate::pipeline::push::{AuthConfig, GoogleAuth, PushConfig};
+use crate::pipeline::rollup::RollupConfig;
 use crate::pipeline::source::SourceConfig;
 use crate::store::selected::StoreSettings;
 
@@ -17,6 +18,10 @@ use crate::store::selected::StoreSettings;
 /// (Firestore's guidance for one document is about one sustained write per
 /// second); `--counter-shard-target-writes-per-sec`.
 pub const DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC: u32 = 1;
+
+/// Counter shard documents per post at most, by default (`--counter-shards`
+/// of `run`, and of `replay`, which must spread increments the same way).
+pub const DEFAULT_COUNTER_SHARDS: u32 = 16;
 
 /// Where Google publishes the keys it signs OIDC ID tokens with (a JWKS);
 /// `--push-jwks-url`'s default.
@@ -186,7 +191,7 @@ pub struct RunArgs {
     pub shards: usize,
     /// Counter shard documents per post, at most (a quiet post uses one; a
     /// post uses more as its increment rate grows).
-    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = 16)]
+    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = DEFAULT_COUNTER_SHARDS)]
     pub counter_shards: u32,
     /// Increments per second one counter shard document should take; a post
     /// spreads over rate / this many shards (0 = every post uses all shards).
@@ -278,6 +283,20 @@ pub struct RunArgs {
     /// Allow a non-loopback `--metrics-addr` (e.g. `0.0.0.0:8080` for Cloud Run probes).
     #[arg(long, env = "HOTCOUNT_METRICS_ALLOW_REMOTE", default_value_t = false)]
     pub metrics_allow_remote: bool,
+    /// Refresh the rollup (`counts/{post}`, `post_counts`) of each post a
+    /// commit changed at most once per this many milliseconds, fleet-wide
+    /// (0 = no rollups).
+    #[arg(long, env = "HOTCOUNT_ROLLUP_INTERVAL_MS", default_value_t = 1000)]
+    pub rollup_interval_ms: u64,
+    /// At start, check the rollups of posts whose counter shards changed
+    /// within this many seconds (a refresh lost with a killed replica);
+    /// 0 = no sweep.
+    #[arg(
+        long,
+        env = "HOTCOUNT_ROLLUP_SWEEP_LOOKBACK_SECS",
+        default_value_t = 900
+    )]
+    pub rollup_sweep_lookback_secs: u64,
     /// How messages arrive: `pull` (StreamingPull) or `push` (Pub/Sub
     /// POSTs each one to `POST /pubsub/push` on `--push-addr`, answered
     /// 204 once its batch committed).
@@ -370,6 +389,10 @@ pub struct Config {
     pub per_event_concurrency: usize,
     /// Where the metrics endpoint listens; `None` = no endpoint.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// At most one rollup refresh per post per this long; `None` = no rollups.
+    pub rollup_interval: Option<Duration>,
+    /// How far back the start-up sweep looks; `None` = no sweep.
+    pub rollup_sweep_lookback: Option<Duration>,
     /// With `--delivery push`, the push endpoint's settings; `None` = pull.
     pub push: Option<PushConfig>,
 }
@@ -675,6 +698,29 @@ impl RunArgs {
                 4096,
             )?,
             metrics_addr,
+            rollup_interval: match range(
+                "rollup-interval-ms",
+                self.rollup_interval_ms,
+                0,
+                3_600_000,
+            )? {
+                0 => None,
+                ms => Some(Duration::from_millis(range(
+                    "rollup-interval-ms",
+                    ms,
+                    10,
+                    3_600_000,
+                )?)),
+            },
+            rollup_sweep_lookback: match range(
+                "rollup-sweep-lookback-secs",
+                self.rollup_sweep_lookback_secs,
+                0,
+                7 * 86_400,
+            )? {
+                0 => None,
+                secs => Some(Duration::from_secs(secs)),
+            },
             push,
         })
     }
@@ -734,6 +780,15 @@ impl Config {
             counter_shard_target_writes_per_sec: self.counter_shard_target_writes_per_sec,
             marker_ttl: self.marker_ttl,
         }
+    }
+
+    /// The rollup refresher's settings; `None` when rollups are off.
+    pub fn rollup(&self) -> Option<RollupConfig> {
+        let interval = self.rollup_interval?;
+        Some(RollupConfig {
+            sweep_lookback: self.rollup_sweep_lookback,
+            ..RollupConfig::new(interval, self.counter_shards)
+        })
     }
 
     /// The [`Target`] these settings name.

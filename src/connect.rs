@@ -9,7 +9,9 @@
 //! nothing here migrates it.
 
 use firestore::{FirestoreDb, FirestoreDbOptions};
-use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
+use google_cloud_pubsub::client::{
+    Publisher, SchemaService, Subscriber, SubscriptionAdmin, TopicAdmin,
+};
 
 use crate::config::{Endpoints, StoreLocation, Target};
 use crate::store::postgres::{PgConfigError, PgDb, PgDbConfig, SchemaError};
@@ -80,6 +82,19 @@ pub async fn topic_admin(endpoints: &Endpoints) -> Result<TopicAdmin, ConnectErr
 /// The Pub/Sub subscription admin client.
 pub async fn subscription_admin(endpoints: &Endpoints) -> Result<SubscriptionAdmin, ConnectError> {
     let mut builder = SubscriptionAdmin::builder();
+    if let Some(host) = &endpoints.pubsub_emulator_host {
+        builder = builder
+            .with_endpoint(emulator_url(host))
+            .with_credentials(anonymous());
+    }
+    builder.build().await.map_err(pubsub_error)
+}
+
+/// The client of Pub/Sub's IAM policy methods (`GetIamPolicy`,
+/// `SetIamPolicy` on topics and subscriptions): the crate serves them from
+/// its `SchemaService` client, as Google's API does from any of its services.
+pub async fn iam_policy(endpoints: &Endpoints) -> Result<SchemaService, ConnectError> {
+    let mut builder = SchemaService::builder();
     if let Some(host) = &endpoints.pubsub_emulator_host {
         builder = builder
             .with_endpoint(emulator_url(host))

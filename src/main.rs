@@ -5,13 +5,13 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
-use hotcount::ops::{dlq, quarantine, reconcile, replay, setup};
+use hotcount::ops::{dlq, live, quarantine, reconcile, replay, setup};
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
 /// mimalloc instead of the system allocator: the pipeline allocates many
 /// small, short-lived objects on several threads, where glibc's malloc
-/// spent ~45 % of the consumer's CPU (docs/BENCHMARKS.md, profile).
+/// spent ~45 % of the consumer's CPU (docs/benchmarks-history.md, profile).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -29,16 +29,23 @@ struct Cli {
 enum Command {
     /// Consume like events and count them until SIGINT/SIGTERM.
     Run(RunArgs),
-    /// Print the like count of each post (sum of its counter shards).
+    /// Print the like count of each post (sum of its counter shards); with
+    /// --live, each change of the posts' rollups as it happens.
     Count {
         #[command(flatten)]
         target: Target,
+        /// Print each post's rollup (`POST<TAB>likes<TAB>asOf`), then each
+        /// change of it as it happens, until interrupted.
+        #[arg(long)]
+        live: bool,
         /// Post ids.
         #[arg(required = true)]
         post_ids: Vec<String>,
     },
-    /// Create the topic, dead-letter topic and subscriptions, and with
-    /// `--store postgres://...` apply the schema migrations (idempotent).
+    /// Create the topics and subscriptions or bring them in line (retention,
+    /// ack deadline, retry and dead-letter policy, exactly-once), grant the
+    /// roles on them, and with `--store postgres://...` apply the schema
+    /// migrations. Idempotent; every change is reported.
     Setup {
         #[command(flatten)]
         args: setup::SetupArgs,
@@ -166,7 +173,28 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             service::run(&cli.endpoints, &config, stop, stats).await?;
             Ok(())
         }
-        Command::Count { target, post_ids } => {
+        Command::Count {
+            target,
+            live: true,
+            post_ids,
+        } => {
+            let db = connect::store_db(&cli.endpoints, &target, 2).await?;
+            let print = |change: &live::RollupChange| {
+                use std::io::Write as _;
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "{}", live::line(change)).is_ok() && out.flush().is_ok()
+            };
+            tokio::select! {
+                () = live::watch(&db, &post_ids, print) => {}
+                () = wait_for_signal() => {}
+            }
+            Ok(())
+        }
+        Command::Count {
+            target,
+            live: false,
+            post_ids,
+        } => {
             let db = connect::store_db(&cli.endpoints, &target, 1).await?;
             for post in post_ids {
                 let count = db
@@ -242,12 +270,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Setup { args, store } => {
             let mut done = setup::migrate_store(&store.store).await?;
             done.extend(setup::setup(&cli.endpoints, &args).await?);
-            for (name, created) in done {
-                let what = match created {
-                    setup::Created::Created => "created",
-                    setup::Created::Existed => "exists",
-                };
-                println!("{what}\t{name}");
+            for (name, change) in done {
+                match change.detail() {
+                    detail if detail.is_empty() => println!("{}\t{name}", change.word()),
+                    detail => println!("{}\t{name}\t{detail}", change.word()),
+                }
             }
             Ok(())
         }
@@ -361,6 +388,8 @@ async fn reconcile(
         }
         reports
     };
+    // The counts repaired changed: so do the rollups of those posts.
+    reconcile::refresh_rollups(&db, &reports).await;
     println!("post\tshards\tliked\tdifference\tstatus");
     let mut unrepaired = 0;
     for r in &reports {

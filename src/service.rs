@@ -1,10 +1,12 @@
 //! Wires the pipeline (source or push endpoint -> aggregator ->
-//! flusher/store -> acker) and shuts it down in pipeline order.
+//! flusher/store -> acker, and the rollup refresher beside it) and shuts it
+//! down in pipeline order.
 //!
 //! Invariant: at shutdown the source stops pulling (or the push endpoint
 //! stops admitting) first, then every shard is flushed and its batches
-//! acked (or nacked), then the streams flush their acks (or the held push
-//! requests are answered); nothing buffered is dropped without an ack or a
+//! acked (or nacked), then the rollups of the posts changed are refreshed
+//! (bounded), then the streams flush their acks (or the held push requests
+//! have been answered); nothing buffered is dropped without an ack or a
 //! nack.
 
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use crate::pipeline::acker::{AckHandle, Acker};
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::Flusher;
 use crate::pipeline::push::{Push, PushConfig, PushHandle};
+use crate::pipeline::rollup::Refresher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
 use crate::store::postgres::PgDb;
 use crate::store::selected::SelectedStore;
@@ -53,8 +56,8 @@ pub async fn open_store(
         Strategy::Batched => config.max_commits_in_flight,
         Strategy::PerEvent => config.per_event_concurrency,
     };
-    // One more for the marker cleanup, one spare.
-    let db = connect::store_db(endpoints, &config.target(), in_flight + 2).await?;
+    // One more for the marker cleanup, one for the rollup refresher, one spare.
+    let db = connect::store_db(endpoints, &config.target(), in_flight + 3).await?;
     Ok(SelectedStore::new(db, config.store()))
 }
 
@@ -195,12 +198,15 @@ fn aggregator<H: Send + 'static>(config: &Config, stats: &Stats) -> Arc<Aggregat
     aggregator
 }
 
-/// The flusher of one aggregator, running until [`Flushing::drain`].
+/// The flusher of one aggregator, and the rollup refresher beside it,
+/// running until [`Flushing::drain`].
 struct Flushing<H> {
     aggregator: Arc<Aggregator<H>>,
     stop: watch::Sender<bool>,
     // In a JoinSet, so dropping this (a crash in tests) ends it too.
     task: tokio::task::JoinSet<()>,
+    rollup_stop: watch::Sender<bool>,
+    rollups: tokio::task::JoinSet<()>,
 }
 
 impl<H: AckHandle> Flushing<H> {
@@ -212,13 +218,23 @@ impl<H: AckHandle> Flushing<H> {
         config: &Config,
     ) -> Self {
         let acker = Arc::new(Acker::new(stats.clone()));
-        let flusher = Flusher::new(
+        let mut flusher = Flusher::new(
             aggregator.clone(),
-            store,
+            store.clone(),
             acker,
             stats.clone(),
             config.flush(),
         );
+        // Beside the pipeline, after the flusher: stops once the flusher
+        // has drained, so the last commits' posts are refreshed too.
+        let (rollup_stop, rollup_stopped) = watch::channel(false);
+        let mut rollups = tokio::task::JoinSet::new();
+        if let Some(rollup) = config.rollup() {
+            let refresher = Refresher::new(Arc::new(store.db()), rollup, stats.clone())
+                .with_registry(store.shard_registry());
+            flusher = flusher.with_rollups(refresher.marks().clone());
+            rollups.spawn(refresher.run(rollup_stopped));
+        }
         let (stop, flush_stop) = watch::channel(false);
         let mut task = tokio::task::JoinSet::new();
         task.spawn(flusher.run(flush_stop));
@@ -226,11 +242,14 @@ impl<H: AckHandle> Flushing<H> {
             aggregator,
             stop,
             task,
+            rollup_stop,
+            rollups,
         }
     }
 
     /// Stops the flusher (call once nothing new can arrive): it drains
-    /// every shard, settling every handle, and ends.
+    /// every shard, settling every handle, and ends; then the refresher
+    /// refreshes the posts those last commits changed (bounded) and ends.
     async fn drain(mut self) {
         let _ = self.stop.send(true);
         self.aggregator.wake();
@@ -239,6 +258,8 @@ impl<H: AckHandle> Flushing<H> {
                 tracing::error!(%error, "flusher task failed");
             }
         }
+        let _ = self.rollup_stop.send(true);
+        while self.rollups.join_next().await.is_some() {}
     }
 }
 

@@ -54,6 +54,160 @@ async fn setup_is_idempotent() {
     );
 }
 
+/// `setup` on resources that exist with other settings (an older
+/// deployment, a hand edit) brings them in line and says so: a topic
+/// without retention gets it, the subscription gets the ack deadline,
+/// retry and dead-letter policy and exactly-once delivery asked for. Only
+/// a resource already as asked is reported `exists`; a subscription on
+/// another topic, which Pub/Sub cannot move, is refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_brings_existing_resources_in_line_and_refuses_what_it_cannot_change() {
+    use google_cloud_pubsub::model::{Subscription, Topic};
+    let h = Harness::start().await;
+    let topics = hotcount::connect::topic_admin(&h.endpoints)
+        .await
+        .expect("topic admin");
+    let subs = hotcount::connect::subscription_admin(&h.endpoints)
+        .await
+        .expect("subscription admin");
+    let p = common::PROJECT;
+    let old_topic = format!("projects/{p}/topics/old-likes");
+    topics
+        .create_topic()
+        .with_request(Topic::new().set_name(&old_topic))
+        .send()
+        .await
+        .expect("a topic without retention");
+    let args = [
+        "setup",
+        "--topic",
+        "old-likes",
+        "--subscription",
+        "old-likes-sub",
+        "--exactly-once",
+    ];
+    let mut cmd = hotcount(&h);
+    cmd.args(args);
+    let first = output(cmd);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let text = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        text.contains(&format!(
+            "updated\t{old_topic}\tmessage_retention_duration: unset -> 604800s"
+        )),
+        "{text}"
+    );
+    let retention = topics
+        .get_topic()
+        .set_topic(&old_topic)
+        .send()
+        .await
+        .expect("topic")
+        .message_retention_duration
+        .map(|d| d.seconds());
+    assert_eq!(retention, Some(604_800), "the retention is really set");
+    assert!(
+        text.contains("skipped\tprojects/hotcount-test/subscriptions/old-likes-sub")
+            || text.contains("skipped\tIAM"),
+        "IAM is reported, never silently left out: {text}"
+    );
+
+    // The harness's own subscription: ack deadline 10, backoff 0..1 s, 100
+    // attempts, at-least-once. Setup with the production defaults and
+    // exactly-once changes each of them, and says so.
+    let sub = format!("projects/{p}/subscriptions/{}", common::SUBSCRIPTION);
+    let mut cmd = hotcount(&h);
+    cmd.args(["setup", "--exactly-once"]);
+    let out = output(cmd);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("updated\t{sub}\t")))
+        .unwrap_or_else(|| panic!("the subscription is reported updated: {text}"));
+    for change in [
+        "ack_deadline_seconds: 10 -> 60",
+        "retry_policy: 0s..1s -> 10s..600s",
+        "after 100 attempts -> projects/hotcount-test/topics/likes-dead-letter after 10 attempts",
+        "enable_exactly_once_delivery: false -> true",
+    ] {
+        assert!(line.contains(change), "{change} in {line}");
+    }
+    let now = subs
+        .get_subscription()
+        .set_subscription(&sub)
+        .send()
+        .await
+        .expect("subscription");
+    assert_eq!(now.ack_deadline_seconds, 60);
+    assert!(now.enable_exactly_once_delivery);
+    assert_eq!(
+        now.dead_letter_policy.map(|d| d.max_delivery_attempts),
+        Some(10)
+    );
+
+    // Again with the same flags: nothing left to change.
+    let mut cmd = hotcount(&h);
+    cmd.args(["setup", "--exactly-once"]);
+    let again = output(cmd);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(!text.contains("updated"), "{text}");
+    assert!(text.contains(&format!("exists\t{sub}")), "{text}");
+
+    // A subscription of that name on another topic cannot be moved.
+    subs.create_subscription()
+        .with_request(
+            Subscription::new()
+                .set_name(format!("projects/{p}/subscriptions/elsewhere"))
+                .set_topic(&old_topic),
+        )
+        .send()
+        .await
+        .expect("a subscription on another topic");
+    let mut cmd = hotcount(&h);
+    cmd.args(["setup", "--subscription", "elsewhere"]);
+    let refused = output(cmd);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("refusing to change projects/hotcount-test/subscriptions/elsewhere"),
+        "{err}"
+    );
+    assert!(err.contains("old-likes"), "{err}");
+}
+
+/// Against Google (no emulator), setup does not leave the roles out
+/// silently: it asks for the project number and the consumer's service
+/// account, or an explicit `--skip-iam`.
+#[test]
+fn setup_against_google_asks_for_the_principals_it_grants_roles_to() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hotcount"))
+        .args(["setup", "--project", "my-project"])
+        .env_remove("PUBSUB_EMULATOR_HOST")
+        .env_remove("FIRESTORE_EMULATOR_HOST")
+        .env_remove("HOTCOUNT_PROJECT_NUMBER")
+        .env_remove("HOTCOUNT_CONSUMER_SERVICE_ACCOUNT")
+        .output()
+        .expect("hotcount runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for flag in [
+        "--project-number",
+        "--consumer-service-account",
+        "--skip-iam",
+    ] {
+        assert!(err.contains(flag), "{flag} named in: {err}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_acks_and_exits_zero() {
     let h = Harness::start().await;

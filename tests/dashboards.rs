@@ -103,8 +103,14 @@ fn alert_files() -> Vec<PathBuf> {
 /// Whether the exposition has a series named `name`: a sample's name (a
 /// histogram's `_bucket`, `_sum` and `_count`, never its bare name, which
 /// has no samples). Prose (`docs`) may also name a family.
+/// Names in the docs that start like a metric but are not one: the
+/// PostgreSQL notification channel a rollup write signals (`NOTIFY
+/// hotcount_counts, '<post>'`).
+const NOT_METRICS: &[&str] = &["hotcount_counts"];
+
 fn is_exported(name: &str, exposition: &Exposition, prose: bool) -> bool {
-    exposition.samples().iter().any(|s| s.name == name)
+    (prose && NOT_METRICS.contains(&name))
+        || exposition.samples().iter().any(|s| s.name == name)
         || (prose && exposition.families().iter().any(|(f, _)| f == name))
 }
 

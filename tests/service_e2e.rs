@@ -533,6 +533,10 @@ async fn a_viral_post_is_in_several_commits_at_once_on_distinct_counter_shards()
             // shard 0 unless another batch in flight holds it.
             "--counter-shard-target-writes-per-sec",
             "10000",
+            // No rollups: each post's shards are not capped at what its
+            // rollup registers (tests/rollups.rs covers that case).
+            "--rollup-interval-ms",
+            "0",
         ],
     ));
     assert!(consumer.wait_for_acks(events.len() as u64, WAIT).await);

@@ -282,13 +282,7 @@ async fn no_answer_within_the_ack_deadline_and_connection_errors_nack() {
     assert_eq!(stats.acks, 0);
     assert_eq!(stats.unacked, 1);
     // Pointed at a live endpoint, it is delivered and acked.
-    env.subs
-        .modify_push_config()
-        .set_subscription(&sub)
-        .set_push_config(push_to(&receiver.url))
-        .send()
-        .await
-        .unwrap();
+    switch_push_config(&env, &sub, push_to(&receiver.url)).await;
     assert_eq!(
         receiver.next().await.json()["message"]["data"],
         base64_of("nobody home")
@@ -558,26 +552,32 @@ async fn unwrapped_push_sends_the_data_as_the_body_and_metadata_as_headers() {
     assert!(got.header("x-goog-pubsub-message-id").is_none());
 }
 
+/// ModifyPushConfig through the admin client, then the config GetSubscription shows.
+async fn switch_push_config(env: &Env, sub: &str, config: PushConfig) -> PushConfig {
+    env.subs
+        .modify_push_config()
+        .set_subscription(sub)
+        .set_push_config(config)
+        .send()
+        .await
+        .unwrap();
+    env.subs
+        .get_subscription()
+        .set_subscription(sub)
+        .send()
+        .await
+        .unwrap()
+        .push_config
+        .unwrap_or_default()
+}
+
 #[tokio::test]
 async fn modify_push_config_switches_between_push_and_pull() {
     let env = Env::start().await;
     let mut receiver = Receiver::start(204).await;
     let (topic, sub) = env.subscription("switch", |r| r).await;
-    env.subs
-        .modify_push_config()
-        .set_subscription(&sub)
-        .set_push_config(push_to(&receiver.url))
-        .send()
-        .await
-        .unwrap();
-    let got = env
-        .subs
-        .get_subscription()
-        .set_subscription(&sub)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.push_config.unwrap().push_endpoint, receiver.url);
+    let shown = switch_push_config(&env, &sub, push_to(&receiver.url)).await;
+    assert_eq!(shown.push_endpoint, receiver.url);
     env.publish(&topic, &["pushed"]).await;
     assert_eq!(
         receiver.next().await.json()["message"]["data"],
@@ -586,21 +586,8 @@ async fn modify_push_config_switches_between_push_and_pull() {
     stats_until(&env, &sub, "acked", |s| s.acks == 1).await;
 
     // An empty push config: back to pull.
-    env.subs
-        .modify_push_config()
-        .set_subscription(&sub)
-        .set_push_config(PushConfig::new())
-        .send()
-        .await
-        .unwrap();
-    let got = env
-        .subs
-        .get_subscription()
-        .set_subscription(&sub)
-        .send()
-        .await
-        .unwrap();
-    assert!(got.push_config.unwrap().push_endpoint.is_empty());
+    let shown = switch_push_config(&env, &sub, PushConfig::new()).await;
+    assert!(shown.push_endpoint.is_empty());
     env.publish(&topic, &["pulled"]).await;
     let mut stream = env.stream(&sub);
     let (m, h) = next(&mut stream).await;

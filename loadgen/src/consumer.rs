@@ -138,6 +138,24 @@ impl Child {
         self.child.kill().await
     }
 
+    /// Stops it with SIGTERM (it drains: commits what it holds, refreshes
+    /// its rollups, acks) and reaps it; SIGKILL if it has not exited after
+    /// `grace`.
+    pub async fn terminate(mut self, grace: Duration) -> std::io::Result<()> {
+        if let Some(pid) = self.child.id() {
+            let sent = tokio::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+            if sent.is_ok_and(|s| s.success())
+                && tokio::time::timeout(grace, self.child.wait()).await.is_ok()
+            {
+                return Ok(());
+            }
+        }
+        self.child.kill().await
+    }
+
     /// Its CPU time (user + system) so far.
     pub fn cpu_time(&self) -> Option<Duration> {
         self.child
@@ -266,14 +284,23 @@ impl Consumer {
         ))
     }
 
-    /// Stops the consumer: in-process it drains; a child process is killed
-    /// (the window is over; what it had not acked is redelivered, and a
-    /// killed consumer never breaks a count, which the check proves). A
+    /// Stops the consumer once the window is over: in-process it drains; a
+    /// `hotcount` child gets SIGTERM and drains too (so its rollups are
+    /// exact at rest), SIGKILL after 15 s; the null consumer is killed. A
     /// child that already exited is an error.
     pub async fn stop(self) -> Result<(), RunError> {
         match self {
             Consumer::InProcess(consumer) => consumer.stop().await,
-            Consumer::Child(mut child) | Consumer::Null(mut child) => {
+            Consumer::Child(mut child) => {
+                if let Some(status) = child.exit_status() {
+                    return Err(RunError::Start(format!("consumer exited early: {status}")));
+                }
+                // Drained, so its rollups are exact at rest (the window is
+                // measured already).
+                let _ = child.terminate(Duration::from_secs(15)).await;
+                Ok(())
+            }
+            Consumer::Null(mut child) => {
                 if let Some(status) = child.exit_status() {
                     return Err(RunError::Start(format!("consumer exited early: {status}")));
                 }

@@ -3,7 +3,10 @@
 //!
 //! Invariant: the demo's verdict comes from `verify` against the truth
 //! computed from the generated events alone, never from the service's own
-//! counters; the consumer is stopped (drained) before counts are read.
+//! counters; the consumer is stopped (drained) before counts and rollups
+//! are read. While it runs, the most liked posts' rollups are read as a
+//! client would ([`rollup_lag`]), and those reads are left out of the
+//! store figures.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use crate::consumer::{free_loopback_port, InProcess};
 use crate::procfs::Machine;
 use crate::publish::{self, PublishOptions, PublishReport};
 use crate::report::{self, Percentiles, RunInfo};
+use crate::rollup_lag::{self, RollupLag};
 use crate::run_error::RunError;
 use crate::stage::{push_run_args, Stage, StageSpec};
 use crate::verify::{self, VerifyReport};
@@ -66,6 +70,9 @@ pub struct DemoSummary {
     pub drained: bool,
     /// Publish-to-commit latency over the memberships.
     pub latency: Percentiles,
+    /// With rollups on: the age of what a reader of the most liked posts'
+    /// rollups saw during the run.
+    pub rollup_lag: Option<RollupLag>,
     /// Report files.
     pub report: report::ReportFiles,
 }
@@ -136,25 +143,51 @@ pub async fn run(
     };
     let started = Instant::now();
     let endpoints = stage.endpoints();
+    let rollups = config.run.rollup_interval_ms > 0;
+    let (stop_sampling, sampling) = watch::channel(false);
+    let sampler = if rollups {
+        let db = hotcount::connect::store_db(endpoints, target, 1)
+            .await
+            .map_err(|e| RunError::Start(format!("reading the rollups: {e}")))?;
+        let posts = rollup_lag::top_posts(&workload.truth);
+        Some(tokio::spawn(rollup_lag::sample(
+            Arc::new(db),
+            posts,
+            sampling,
+        )))
+    } else {
+        None
+    };
     let published =
         publish::connect_and_publish(endpoints, stage.topic(), &workload, &options, cancel).await?;
     let drained = stage.wait_for_drain(config.drain_timeout).await;
     let elapsed = started.elapsed();
+    let _ = stop_sampling.send(true);
+    let rollup_lag = match sampler {
+        Some(task) => task.await.ok(),
+        None => None,
+    };
     consumer.stop().await?;
 
     let emulators = stage.emulators();
     let commits = emulators.firestore_counters().get("Commit");
     // With PostgreSQL: the round trips the stage's proxy counted.
+    // The sampler's reads are the demo's, not the service's.
+    let sampled = rollup_lag.as_ref().map_or(0, |lag| lag.reads);
     let store_rpcs = match stage.postgres() {
         Some(pg) => pg.proxy.round_trips(),
-        None => emulators.firestore_counters().total(),
+        None => emulators
+            .firestore_counters()
+            .total()
+            .saturating_sub(sampled),
     };
     let hottest_document_writes = emulators
         .firestore()
         .hottest_documents(1)
         .first()
         .map_or(0, |d| d.writes);
-    let verify = verify::connect_and_verify(endpoints, target, &workload.truth).await?;
+    let rollups = config.run.rollup_interval_ms > 0;
+    let verify = verify::connect_and_verify(endpoints, target, &workload.truth, rollups).await?;
     let measurements = report::connect_and_measure(endpoints, target)
         .await
         .map_err(verify::VerifyError::from)?;
@@ -178,6 +211,7 @@ pub async fn run(
         elapsed,
         drained,
         latency,
+        rollup_lag,
         report: files,
     })
 }
@@ -223,6 +257,10 @@ fn settings(config: &DemoConfig) -> Vec<(String, String)> {
             config.store_rtt_ms.to_string(),
         ),
         ("store".into(), r.target.store.to_string()),
+        (
+            "rollup interval (ms, 0 = off)".into(),
+            r.rollup_interval_ms.to_string(),
+        ),
         ("emulators".into(), "in-process, loopback".into()),
     ]
 }
@@ -233,7 +271,7 @@ pub fn render(summary: &DemoSummary) -> String {
     let events = summary.publish.published.max(1) as f64;
     let v = &summary.verify;
     let mut out = String::new();
-    let mut row = |name: &str, value: String| out.push_str(&format!("  {name:<34} {value}\n"));
+    let mut row = |name: &str, value: String| out.push_str(&format!("  {name:<38} {value}\n"));
     row("messages published", summary.publish.published.to_string());
     row("events applied", s.applied.get().to_string());
     row("duplicates rejected", s.duplicates.get().to_string());
@@ -243,6 +281,14 @@ pub fn render(summary: &DemoSummary) -> String {
         "quarantine records / poison published",
         format!("{} / {}", v.quarantined, v.poison_expected),
     );
+    if !v.quarantined_by_reason.is_empty() {
+        let kinds: Vec<String> = v
+            .quarantined_by_reason
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect();
+        row("quarantined by reason", kinds.join(", "));
+    }
     row("batches committed", s.batches.get().to_string());
     let answers = |status: u16| push_answers(s, status);
     let statuses = [204, 503, 429, 401, 403];
@@ -284,6 +330,25 @@ pub fn render(summary: &DemoSummary) -> String {
         "shard/membership invariant breaks",
         v.invariant_violations.len().to_string(),
     );
+    if v.rollups_checked {
+        row(
+            "rollups exact at rest",
+            format!(
+                "{} of {}",
+                v.rollups_exact,
+                v.rollups_exact + v.rollup_mismatches.len()
+            ),
+        );
+    }
+    if let Some(lag) = &summary.rollup_lag {
+        row(
+            "rollup age seen p50 / p99 (top posts)",
+            format!(
+                "{:.0} / {:.0} ms ({} samples)",
+                lag.age.p50_ms, lag.age.p99_ms, lag.age.count
+            ),
+        );
+    }
     row("report", summary.report.markdown.display().to_string());
     out
 }

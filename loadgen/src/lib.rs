@@ -57,7 +57,8 @@
 //! let sent = publish::connect_and_publish(&endpoints, topic, &workload, &options, stop).await?;
 //! assert_eq!(sent.failed, 0);
 //! // ... once the service has drained the subscription:
-//! let report = verify::connect_and_verify(&endpoints, &target, &workload.truth).await?;
+//! // (with `true`, the rollups too: once the service has stopped)
+//! let report = verify::connect_and_verify(&endpoints, &target, &workload.truth, false).await?;
 //! assert!(report.is_exact(), "{:?}", report.mismatches);
 //! # Ok(()) }
 //! ```
@@ -80,6 +81,7 @@ pub mod procfs;
 pub mod publish;
 pub mod readback;
 pub mod report;
+pub mod rollup_lag;
 pub mod run_error;
 pub mod simulate;
 pub mod stage;

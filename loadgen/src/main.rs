@@ -15,7 +15,7 @@ use commands::{bench, chaos, demo, publish, report, verify};
 
 /// mimalloc instead of the system allocator: the pipeline allocates many
 /// small, short-lived objects on several threads, where glibc's malloc
-/// spent ~45 % of the consumer's CPU (docs/BENCHMARKS.md, profile).
+/// spent ~45 % of the consumer's CPU (docs/benchmarks-history.md, profile).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

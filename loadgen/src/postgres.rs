@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use hotcount::pipeline::poison::PoisonRecord;
 use hotcount::store::postgres::errors::query_error;
 use hotcount::store::postgres::{PgDb, PgDbConfig};
 use hotcount::store::StoreError;
@@ -211,7 +212,7 @@ pub async fn read_snapshot(db: &PgDb) -> Result<Snapshot, ReadError> {
     let err = read_error(op);
     let conn = db.checkout(op).await.map_err(from_store(op))?;
     let client = conn.client().map_err(from_store(op))?;
-    let (begun, memberships, shards, quarantine, ended) = tokio::join!(
+    let (begun, memberships, shards, quarantine, rollups, ended) = tokio::join!(
         biased;
         client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
         client.query(MEMBERSHIPS, &[]),
@@ -219,19 +220,30 @@ pub async fn read_snapshot(db: &PgDb) -> Result<Snapshot, ReadError> {
             "SELECT post_id, sum(likes)::int8, count(*)::int8 FROM counter_shards GROUP BY post_id",
             &[],
         ),
-        client.query("SELECT message_id FROM quarantine", &[]),
+        client.query("SELECT message_id, data, data_bytes FROM quarantine", &[]),
+        client.query("SELECT post_id, likes FROM post_counts", &[]),
         client.batch_execute("COMMIT"),
     );
     begun.map_err(&err)?;
     let memberships = memberships_of(memberships.map_err(&err)?)?;
     let (counts, shards_read) = sums_of(shards.map_err(&err)?)?;
     let quarantine = quarantine.map_err(&err)?;
+    let rollups = (rollups.map_err(&err)?.iter())
+        .map(|row| Ok((row.try_get(0).map_err(&err)?, row.try_get(1).map_err(&err)?)))
+        .collect::<Result<BTreeMap<String, i64>, ReadError>>()?;
     ended.map_err(&err)?;
     conn.release();
     let mut quarantined_events = 0;
+    let mut records = Vec::with_capacity(quarantine.len());
     for row in &quarantine {
         let message_id: String = row.try_get(0).map_err(&err)?;
         quarantined_events += usize::from(message_id.starts_with("event-"));
+        let data: Vec<u8> = row.try_get(1).map_err(&err)?;
+        let data_bytes: i64 = row.try_get(2).map_err(&err)?;
+        let mut record = PoisonRecord::new(message_id, String::new(), &data, Default::default())
+            .of_kind(PoisonRecord::STORED);
+        record.data_len = usize::try_from(data_bytes).unwrap_or(0);
+        records.push(record);
     }
     Ok(Snapshot {
         counts,
@@ -239,7 +251,9 @@ pub async fn read_snapshot(db: &PgDb) -> Result<Snapshot, ReadError> {
         memberships,
         quarantined: quarantine.len(),
         quarantined_events,
+        quarantined_by_reason: crate::readback::by_reason(records.iter()),
         consistent: true,
+        rollups,
     })
 }
 

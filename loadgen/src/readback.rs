@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use gcloud_sdk::tonic::Code;
 use hotcount::config::{Endpoints, StoreLocation, Target};
+use hotcount::pipeline::poison::PoisonRecord;
 use hotcount::store::firestore::layout::collections;
 use hotcount::store::firestore::{FirestoreDb, Read, StoredMembership};
 use hotcount::store::postgres::PgDb;
@@ -126,9 +127,15 @@ pub struct Snapshot {
     /// Of those, records of valid events the store refused (message id
     /// `event-...`), which should not exist.
     pub quarantined_events: usize,
+    /// Quarantine records by their reason's kind
+    /// ([`PoisonRecord::reason_kind`]).
+    pub quarantined_by_reason: BTreeMap<&'static str, usize>,
     /// Whether both reads used the same read time (false if the server
     /// refused a read at the first read's time and a current read was used).
     pub consistent: bool,
+    /// Each rollup's `likes` (`counts/{post}`, `post_counts`), read with
+    /// the shards.
+    pub rollups: BTreeMap<String, i64>,
 }
 
 /// Reads memberships, counter shards and quarantine records at one read
@@ -147,9 +154,18 @@ async fn read_firestore_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError
         .memberships(None, Read::Latest)
         .await
         .map_err(ReadError::query(db.layout().collection(collections::LIKES)))?;
-    let (sums, consistent) = match read_time {
+    let rollups_at = |read| async move {
+        let rollups = db.rollups(read).await?;
+        Ok::<_, StoreError>(
+            rollups
+                .into_iter()
+                .map(|(p, (likes, _))| (p, likes))
+                .collect(),
+        )
+    };
+    let (sums, rollups, consistent) = match read_time {
         Some(t) => match db.counter_sums(Read::At(t)).await {
-            Ok(sums) => (sums, true),
+            Ok(sums) => (sums, rollups_at(Read::At(t)).await.map_err(&shards)?, true),
             Err(e)
                 if matches!(
                     e.code,
@@ -161,11 +177,16 @@ async fn read_firestore_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError
                     "reading at a fixed time was refused; reading the shards now"
                 );
                 let sums = db.counter_sums(Read::Latest).await.map_err(&shards)?;
-                (sums, false)
+                let rollups = rollups_at(Read::Latest).await.map_err(&shards)?;
+                (sums, rollups, false)
             }
             Err(e) => return Err(shards(e)),
         },
-        None => (db.counter_sums(Read::Latest).await.map_err(&shards)?, false),
+        None => (
+            db.counter_sums(Read::Latest).await.map_err(&shards)?,
+            rollups_at(Read::Latest).await.map_err(&shards)?,
+            false,
+        ),
     };
     let records = db
         .quarantine_records(None, None)
@@ -183,8 +204,21 @@ async fn read_firestore_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError
         memberships: memberships.into_iter().map(MembershipRow::from).collect(),
         quarantined: records.len(),
         quarantined_events,
+        quarantined_by_reason: by_reason(records.iter().map(|r| &r.record)),
         consistent,
+        rollups,
     })
+}
+
+/// How many of `records` have each reason kind.
+pub fn by_reason<'a>(
+    records: impl Iterator<Item = &'a PoisonRecord>,
+) -> BTreeMap<&'static str, usize> {
+    let mut kinds = BTreeMap::new();
+    for record in records {
+        *kinds.entry(record.reason_kind()).or_insert(0) += 1;
+    }
+    kinds
 }
 
 /// Sum of the counter shards per post, and how many shard documents were read.

@@ -90,6 +90,8 @@ impl StageSpec {
             max_retry_backoff_secs: 60,
             max_delivery_attempts: 20,
             exactly_once: false,
+            topic_retention_days: 7,
+            iam: Default::default(),
             push: Default::default(),
         };
         Self {

@@ -36,6 +36,17 @@ pub struct InvariantViolation {
     pub liked_members: i64,
 }
 
+/// A post whose rollup differs from the truth at rest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RollupMismatch {
+    /// The post.
+    pub post_id: String,
+    /// Count from the truth (0 for a post absent from it).
+    pub expected: i64,
+    /// Its rollup's `likes`; `None` without a rollup.
+    pub rollup: Option<i64>,
+}
+
 /// The outcome of a verification.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VerifyReport {
@@ -62,17 +73,29 @@ pub struct VerifyReport {
     pub quarantined: usize,
     /// Of those, valid events the store refused (should be none).
     pub quarantined_events: usize,
+    /// Quarantine records by their reason's kind.
+    pub quarantined_by_reason: std::collections::BTreeMap<&'static str, usize>,
     /// Poison messages the truth covers (each should be quarantined once).
     pub poison_expected: u64,
     /// Whether shards and memberships were read at one read time; if not,
     /// invariant violations may be an artefact of commits between the reads.
     pub consistent_snapshot: bool,
+    /// Whether rollups were checked (the service ran with them on).
+    pub rollups_checked: bool,
+    /// Posts whose rollup equals the truth (of the posts checked).
+    pub rollups_exact: usize,
+    /// Posts whose rollup differs from the truth (missing for a post whose
+    /// count is not 0), by post id; empty unless `rollups_checked`.
+    pub rollup_mismatches: Vec<RollupMismatch>,
 }
 
 impl VerifyReport {
-    /// Every post exact and the invariant kept everywhere.
+    /// Every post exact and the invariant kept everywhere (and, when
+    /// checked, every rollup equal to the truth).
     pub fn is_exact(&self) -> bool {
-        self.mismatches.is_empty() && self.invariant_violations.is_empty()
+        self.mismatches.is_empty()
+            && self.invariant_violations.is_empty()
+            && self.rollup_mismatches.is_empty()
     }
 }
 
@@ -88,25 +111,64 @@ impl VerifyError {
     }
 }
 
-/// Connects to the store of `target` (Firestore or PostgreSQL) and verifies it against `truth`.
+/// Connects to the store of `target` (Firestore or PostgreSQL) and verifies
+/// it against `truth`; with `rollups`, every post's rollup too (run with the
+/// service stopped: rollups are exact at rest).
 pub async fn connect_and_verify(
     endpoints: &Endpoints,
     target: &Target,
     truth: &Truth,
+    rollups: bool,
 ) -> Result<VerifyReport, VerifyError> {
     let db = readback::connect(endpoints, target).await?;
-    verify(&db, truth).await
+    verify(&db, truth, rollups).await
 }
 
-/// Reads every counter shard and membership of the store and compares them with `truth`.
-pub async fn verify(db: &Reader, truth: &Truth) -> Result<VerifyReport, VerifyError> {
+/// Reads every counter shard and membership (and rollup) of the store and
+/// compares them with `truth`; with `rollups`, each rollup too.
+pub async fn verify(
+    db: &Reader,
+    truth: &Truth,
+    rollups: bool,
+) -> Result<VerifyReport, VerifyError> {
     let snapshot = readback::read_snapshot(db).await?;
     let mut report = compare(truth, &snapshot.counts, &snapshot.memberships);
     report.shards_read = snapshot.shards_read;
     report.consistent_snapshot = snapshot.consistent;
     report.quarantined = snapshot.quarantined;
     report.quarantined_events = snapshot.quarantined_events;
+    report.quarantined_by_reason = snapshot.quarantined_by_reason.clone();
+    if rollups {
+        compare_rollups(&mut report, truth, &snapshot.counts, &snapshot.rollups);
+    }
     Ok(report)
+}
+
+/// Checks every post of the truth, the shards or the rollups: its rollup
+/// equals the truth (a post whose count is 0 may have none).
+pub fn compare_rollups(
+    report: &mut VerifyReport,
+    truth: &Truth,
+    counts: &BTreeMap<String, i64>,
+    rollups: &BTreeMap<String, i64>,
+) {
+    let mut posts: BTreeSet<&str> = truth.counts.keys().map(String::as_str).collect();
+    posts.extend(counts.keys().map(String::as_str));
+    posts.extend(rollups.keys().map(String::as_str));
+    report.rollups_checked = true;
+    for post in posts {
+        let expected = truth.expected(post);
+        let rollup = rollups.get(post).copied();
+        if rollup.unwrap_or(0) == expected && (rollup.is_some() || expected == 0) {
+            report.rollups_exact += 1;
+        } else {
+            report.rollup_mismatches.push(RollupMismatch {
+                post_id: post.to_string(),
+                expected,
+                rollup,
+            });
+        }
+    }
 }
 
 /// Compares stored shard sums and memberships with `truth` (pure).
@@ -211,6 +273,21 @@ mod tests {
             }]
         );
         assert_eq!(r.invariant_violations.len(), 1);
+    }
+
+    #[test]
+    fn a_rollup_must_equal_the_truth_and_exist_for_a_post_counted() {
+        let t = truth(&[("a", 2), ("b", 1), ("c", 0)]);
+        let counts = BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 1)]);
+        let rollups = BTreeMap::from([("a".to_string(), 2), ("z".to_string(), 4)]);
+        let mut r = VerifyReport::default();
+        compare_rollups(&mut r, &t, &counts, &rollups);
+        assert!(!r.is_exact());
+        assert_eq!(r.rollups_exact, 2, "a exact, c has none and needs none");
+        let wrong: Vec<(&str, i64, Option<i64>)> = (r.rollup_mismatches.iter())
+            .map(|m| (m.post_id.as_str(), m.expected, m.rollup))
+            .collect();
+        assert_eq!(wrong, [("b", 1, None), ("z", 0, Some(4))]);
     }
 
     #[test]

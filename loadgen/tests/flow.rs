@@ -90,7 +90,11 @@ async fn bench_runs_push_beside_pull_and_prints_their_ratios() {
         backlog: true,
         consumer_bin: None,
         null_consumer_bin: None,
+        compare_bin: None,
         rounds: 1,
+        // Two push replicas: the subscription pushes through the front.
+        replicas: 2,
+        compare_rollups: false,
     };
     let results = bench::run(&config, |_| {}).await.expect("bench runs");
     let table = bench::render(&results, Case::Viral);
@@ -98,8 +102,8 @@ async fn bench_runs_push_beside_pull_and_prints_their_ratios() {
     assert_eq!(
         runners,
         [
-            Runner::Hotcount(Strategy::Batched, Delivery::Push),
-            Runner::Hotcount(Strategy::Batched, Delivery::Pull)
+            Runner::Push(Strategy::Batched),
+            Runner::Hotcount(Strategy::Batched)
         ],
         "{table}"
     );
@@ -169,6 +173,8 @@ async fn counted_workload(
         max_retry_backoff_secs: 10,
         max_delivery_attempts: 20,
         exactly_once: false,
+        topic_retention_days: 7,
+        iam: Default::default(),
         push: Default::default(),
     };
     setup::setup(endpoints, &setup_args).await.expect("setup");

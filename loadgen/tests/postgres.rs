@@ -103,7 +103,10 @@ async fn bench_on_postgres_measures_round_trips_and_the_hottest_counter_row() {
         backlog: false,
         consumer_bin: None,
         null_consumer_bin: None,
+        compare_bin: None,
         rounds: 1,
+        replicas: 1,
+        compare_rollups: false,
     };
     let results = bench::run(&config, |_| {}).await.expect("bench runs");
     let table = bench::render(&results, Case::Viral);

@@ -56,6 +56,8 @@ fn flags_reproduce_every_setting() {
     changed.per_event_concurrency = 59;
     changed.metrics_addr = "127.0.0.1:0".into();
     changed.metrics_allow_remote = true;
+    changed.rollup_interval_ms = 71;
+    changed.rollup_sweep_lookback_secs = 73;
     changed.delivery = Delivery::Push;
     changed.push_addr = "127.0.0.1:8089".into();
     changed.push_auth = PushAuthMode::CloudRun;
@@ -258,4 +260,22 @@ fn unauthenticated_push_is_refused_unless_the_address_is_loopback() {
     ));
     assert!(none("[::1]:8080").is_ok());
     assert_eq!(none("localhost:8080").unwrap_err().flag, "push-addr");
+}
+
+#[test]
+fn rollups_refresh_once_a_second_by_default_and_zero_turns_them_off() {
+    let rollup = parse(&[]).unwrap().rollup().expect("on by default");
+    assert_eq!(rollup.interval, Duration::from_secs(1));
+    assert_eq!(rollup.sweep_lookback, Some(Duration::from_secs(900)));
+    assert_eq!(rollup.max_shards, 16);
+    assert!(parse(&["--rollup-interval-ms", "0"])
+        .unwrap()
+        .rollup()
+        .is_none());
+    let no_sweep = parse(&["--rollup-sweep-lookback-secs", "0"]).unwrap();
+    assert_eq!(no_sweep.rollup().map(|r| r.sweep_lookback), Some(None));
+    assert_eq!(
+        parse(&["--rollup-interval-ms", "5"]).unwrap_err().flag,
+        "rollup-interval-ms"
+    );
 }

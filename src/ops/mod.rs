@@ -2,13 +2,14 @@
 //! stages: they use the store and the Pub/Sub clients the way the service
 //! does, and none of them is on the path of a live message.
 //!
-//! - [`setup`]: creates the topic, subscriptions and dead-letter topic, and
-//!   applies the PostgreSQL schema migrations (idempotent).
+//! - [`setup`]: creates the topics, subscriptions and dead-letter topic or
+//!   brings them in line, grants the roles on them, and applies the
+//!   PostgreSQL schema migrations (idempotent; every change reported).
 //! - [`reconcile`]: counter shards vs liked memberships, reported and repaired.
 //! - [`replay`]: a time window re-read through an isolated, Seeked subscription.
 //! - [`dlq`]: dead letters inspected and replayed to the main topic.
 //! - [`quarantine`]: quarantine records listed, shown and re-driven.
-//!
+//! - [`live`]: `count --live`, each change of posts' rollups as it happens.
 //!
 //! Each runs on the store `--store` selects, through one code path: a
 //! trait implemented for both stores (`reconcile::Reconcilable`), or a
@@ -20,6 +21,7 @@
 //! consumers never breaks the counting invariants.
 
 pub mod dlq;
+pub mod live;
 pub mod quarantine;
 pub mod reconcile;
 pub mod replay;

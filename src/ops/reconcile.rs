@@ -37,6 +37,7 @@ use std::future::Future;
 
 use futures::future::BoxFuture;
 
+use crate::pipeline::rollup;
 use crate::store::firestore::codec::Correction;
 use crate::store::firestore::errors::internal;
 use crate::store::firestore::{FirestoreDb, Read};
@@ -300,6 +301,19 @@ pub async fn reconcile_all(
         }
     }
     Ok(reports)
+}
+
+/// After repairs: refreshes the rollups of the posts repaired (those that
+/// have one), whose counts changed; returns how many were written.
+pub async fn refresh_rollups(db: &SelectedDb, reports: &[PostReport]) -> usize {
+    let repaired: Vec<String> = (reports.iter())
+        .filter(|r| r.repaired)
+        .map(|r| r.post_id.clone())
+        .collect();
+    if repaired.is_empty() {
+        return 0;
+    }
+    rollup::refresh_existing(std::sync::Arc::new(db.clone()), &repaired, 1).await
 }
 
 /// Firestore's [`Reconcilable::compare_all`]: both sides in one read-only

@@ -2,7 +2,7 @@
 //! and the apply rules that turn stored memberships into the writes of one
 //! transaction.
 //!
-//! Invariants (DESIGN.md):
+//! Invariants (ARCHITECTURE.md, "Where each invariant is kept"):
 //! - a (post, user) contributes at most +1 to its post, and its contribution
 //!   always equals its latest `liked`: [`Batch::plan`] only moves a key from
 //!   not-liked to liked (+1) or back (-1), and only for a strictly newer event;

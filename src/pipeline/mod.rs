@@ -1,7 +1,8 @@
 //! The counting pipeline, one module per stage, in the order a message
 //! travels: [`source`] (pull) or [`push`] -> [`aggregator`] -> [`flusher`] (which builds a
 //! [`batch`] and commits it through a [`crate::store::CounterStore`]) ->
-//! [`acker`].
+//! [`acker`]; beside them, after the flusher, [`rollup`] refreshes the
+//! per-post rollups of the posts the flusher's commits changed.
 //!
 //! Arrows run one way: a stage uses the stages after it (the source hands
 //! items to the aggregator and ack handles on; the flusher takes from the
@@ -17,4 +18,5 @@ pub mod batch;
 pub mod flusher;
 pub mod poison;
 pub mod push;
+pub mod rollup;
 pub mod source;

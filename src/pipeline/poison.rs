@@ -121,6 +121,29 @@ impl PoisonRecord {
         }
     }
 
+    /// The reason's kind, also for a record read back from the store
+    /// (whose [`PoisonRecord::kind`] is [`PoisonRecord::STORED`]): a valid
+    /// event the store refused, else the poison its stored payload parses
+    /// to (a payload stored truncated: [`PoisonRecord::UNSPECIFIED`]).
+    pub fn reason_kind(&self) -> &'static str {
+        if self.kind != Self::STORED {
+            return self.kind;
+        }
+        if self.message_id.starts_with("event-") {
+            return Self::STORE_REFUSED;
+        }
+        if self.data_len > crate::event::MAX_PAYLOAD_BYTES {
+            return "too_large";
+        }
+        if self.data.len() < self.data_len {
+            return Self::UNSPECIFIED;
+        }
+        match crate::event::parse(&self.data) {
+            Err(poison) => poison.kind(),
+            Ok(_) => Self::UNSPECIFIED,
+        }
+    }
+
     /// The record with its reason's `kind`.
     pub fn of_kind(mut self, kind: &'static str) -> Self {
         self.kind = kind;

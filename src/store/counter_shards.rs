@@ -12,11 +12,19 @@
 //! increment one post: batches in flight never write one counter document.
 //! The rate is what this process writes: with R replicas a hot document can
 //! see up to R times the target.
+//!
+//! With a [`ShardRegistry`] (Firestore with rollups on), a post's shards
+//! are also capped at what its rollup registers (`counts/{post}.shards`):
+//! a post that needs more asks the registry, and uses them once the rollup
+//! refresher has registered them. So no counter shard exists that its
+//! post's rollup does not cover, and a refresh that reads the shards the
+//! rollup names reads them all.
 
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::event::fnv1a64;
 
@@ -33,6 +41,81 @@ struct Slot {
     shards: u32,
 }
 
+/// Posts remembered by a [`ShardRegistry`] at most (each kind); past it,
+/// its oldest knowledge is dropped (a dropped post falls back to one
+/// shard until its rollup is read again: fewer shards, never too many).
+pub const REGISTRY_POSTS: usize = 65_536;
+
+/// The counter shards each post's rollup registers, as this process knows
+/// them (only ever more), and the posts that need more.
+///
+/// Invariant: [`Self::allowed`] never exceeds what a rollup of the post
+/// registered (written or read by this process's refresher); rollups'
+/// `shards` only grow, so every refresher reads them all.
+#[derive(Debug, Default)]
+pub struct ShardRegistry {
+    state: Mutex<RegistryState>,
+}
+
+#[derive(Debug, Default)]
+struct RegistryState {
+    /// Posts with more than one shard registered.
+    registered: FxHashMap<String, u32>,
+    /// Posts that need more shards than registered: how many.
+    wanted: FxHashMap<String, u32>,
+}
+
+impl ShardRegistry {
+    /// Counter shards `post` may use now: what its rollup registers (1 when
+    /// unknown: shard 0 is always registered).
+    pub fn allowed(&self, post: &str) -> u32 {
+        let state = self.state.lock();
+        state.registered.get(post).copied().unwrap_or(1).max(1)
+    }
+
+    /// `post` needs `shards` counter shards (registered by the rollup
+    /// refresher at its next cycle).
+    pub fn want(&self, post: &str, shards: u32) {
+        let mut state = self.state.lock();
+        let full = state.wanted.len() >= REGISTRY_POSTS;
+        match state.wanted.get_mut(post) {
+            Some(wanted) => *wanted = (*wanted).max(shards),
+            None if !full => {
+                state.wanted.insert(post.to_string(), shards);
+            }
+            None => {}
+        }
+    }
+
+    /// A rollup of `post` registers `shards` (written, or read).
+    pub fn confirm(&self, post: &str, shards: u32) {
+        if shards <= 1 {
+            return;
+        }
+        let mut state = self.state.lock();
+        if state.wanted.get(post).is_some_and(|&w| w <= shards) {
+            state.wanted.remove(post);
+        }
+        match state.registered.get_mut(post) {
+            Some(known) => *known = (*known).max(shards),
+            None => {
+                if state.registered.len() >= REGISTRY_POSTS {
+                    state.registered.clear();
+                }
+                state.registered.insert(post.to_string(), shards);
+            }
+        }
+    }
+
+    /// The posts that need more shards, and how many (taken: asked again
+    /// by the next commits if still needed).
+    pub fn take_wanted(&self) -> Vec<(String, u32)> {
+        std::mem::take(&mut self.state.lock().wanted)
+            .into_iter()
+            .collect()
+    }
+}
+
 /// Chooses the counter shard of each increment.
 pub struct CounterShardPlanner {
     max_shards: u32,
@@ -40,6 +123,8 @@ pub struct CounterShardPlanner {
     slots: Box<[Mutex<Slot>]>,
     /// (post hash, shard) held by a live [`CounterLease`].
     leased: Mutex<FxHashSet<(u64, u32)>>,
+    /// When set, each post's shards are capped at what it registers.
+    registry: OnceLock<Arc<ShardRegistry>>,
 }
 
 /// The counter shards one batch in flight increments, one per post; held
@@ -78,7 +163,15 @@ impl CounterShardPlanner {
             target_writes_per_sec,
             slots: (0..SLOTS).map(|_| Mutex::new(Slot::default())).collect(),
             leased: Mutex::new(FxHashSet::default()),
+            registry: OnceLock::new(),
         }
+    }
+
+    /// From now on, caps each post's shards at what `registry` allows (and
+    /// asks it for more when a post needs them); returns the registry in
+    /// use (the first one given).
+    pub fn register_in(&self, registry: Arc<ShardRegistry>) -> Arc<ShardRegistry> {
+        self.registry.get_or_init(|| registry).clone()
     }
 
     /// Records one increment of each of `posts` at `now` and picks its shard:
@@ -86,23 +179,41 @@ impl CounterShardPlanner {
     /// other live lease holds; if those are all held (several batches in
     /// flight on one post), the lowest free shard above them; if every
     /// shard up to the maximum is held, a random one (the only case where
-    /// two batches in flight write one counter document).
+    /// two batches in flight write one counter document). With a registry,
+    /// "the maximum" is what the post's rollup registers, and a post that
+    /// needs more (by its rate, or for a batch that found every shard held)
+    /// asks the registry for them.
     pub fn lease<'p>(
         &self,
         posts: impl IntoIterator<Item = &'p str>,
         now: Instant,
     ) -> CounterLease<'_> {
-        let wanted: Vec<(u64, u32)> = posts
+        let registry = self.registry.get();
+        // The posts, kept only to ask the registry for more shards.
+        let mut names: Vec<&str> = Vec::new();
+        // (post key, shards it may use, the most it may use).
+        let wanted: Vec<(u64, u32, u32)> = posts
             .into_iter()
             .map(|post| {
+                if registry.is_some() {
+                    names.push(post);
+                }
                 let key = post_key(post);
-                (key, self.shards_for_key(key, now))
+                let shards = self.shards_for_key(key, now);
+                let Some(registry) = registry else {
+                    return (key, shards, self.max_shards);
+                };
+                let allowed = registry.allowed(post).min(self.max_shards);
+                if shards > allowed {
+                    registry.want(post, shards);
+                }
+                (key, shards.min(allowed), allowed)
             })
             .collect();
         let mut picks = Vec::with_capacity(wanted.len());
         let mut held = Vec::with_capacity(wanted.len());
         let mut leased = self.leased.lock();
-        for (key, shards) in wanted {
+        for (i, (key, shards, cap)) in wanted.into_iter().enumerate() {
             let start = if shards <= 1 {
                 0
             } else {
@@ -112,15 +223,23 @@ impl CounterShardPlanner {
             let pick = (0..shards)
                 .map(|i| (start + i) % shards)
                 .find(free)
-                .or_else(|| (shards..self.max_shards).find(free));
+                .or_else(|| (shards..cap).find(free));
             match pick {
                 Some(k) => {
                     leased.insert((key, k));
                     held.push((key, k));
                     picks.push(k);
                 }
-                // Every shard is held: share one, without holding it.
-                None => picks.push(start),
+                // Every shard is held: share one, without holding it (and
+                // ask the registry for one more).
+                None => {
+                    if let (Some(registry), Some(post)) = (registry, names.get(i)) {
+                        if cap < self.max_shards {
+                            registry.want(post, cap + 1);
+                        }
+                    }
+                    picks.push(start);
+                }
             }
         }
         drop(leased);
@@ -276,6 +395,46 @@ mod tests {
         assert!(picks.iter().all(|&k| k < 2), "{picks:?}");
         drop(leases);
         assert!(planner.leased.lock().is_empty());
+    }
+
+    #[test]
+    fn with_a_registry_a_post_uses_only_the_shards_its_rollup_registers() {
+        let planner = CounterShardPlanner::new(16, 1);
+        let registry = planner.register_in(Arc::default());
+        let now = Instant::now();
+        for _ in 0..100 {
+            planner.shards_for("viral", now);
+        }
+        let leases: Vec<_> = (0..4).map(|_| planner.lease(["viral"], now)).collect();
+        assert!(
+            leases.iter().all(|l| l.shard(0) == 0),
+            "only shard 0 registered"
+        );
+        drop(leases);
+        let wanted = registry.take_wanted();
+        assert_eq!(wanted.len(), 1);
+        assert!(wanted[0].1 > 1, "{wanted:?}");
+        registry.confirm("viral", 4);
+        let leases: Vec<_> = (0..8).map(|_| planner.lease(["viral"], now)).collect();
+        let picks: std::collections::HashSet<u32> = leases.iter().map(|l| l.shard(0)).collect();
+        assert!(picks.iter().all(|&k| k < 4), "{picks:?}");
+        assert_eq!(picks.len(), 4, "every registered shard used");
+        assert_eq!(registry.allowed("quiet"), 1);
+    }
+
+    #[test]
+    fn with_a_registry_batches_that_find_every_shard_held_ask_for_one_more() {
+        // A rate target no rate reaches: only batches in flight need shards.
+        let planner = CounterShardPlanner::new(16, 10_000);
+        let registry = planner.register_in(Arc::default());
+        registry.confirm("p", 2);
+        let now = Instant::now();
+        let held: Vec<_> = (0..2).map(|_| planner.lease(["p"], now)).collect();
+        assert!(registry.take_wanted().is_empty(), "two shards, two leases");
+        let third = planner.lease(["p"], now);
+        assert!(third.shard(0) < 2, "shares a registered shard");
+        assert_eq!(registry.take_wanted(), vec![("p".to_string(), 3)]);
+        drop((held, third));
     }
 
     #[test]

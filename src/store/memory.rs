@@ -1,14 +1,25 @@
-//! An in-memory [`CounterStore`] for unit tests, with failure injection.
+//! An in-memory [`CounterStore`] and [`RollupStore`] for unit tests, with
+//! failure injection.
 //!
 //! Invariant: same semantics as the Firestore store (one atomic apply per
-//! batch, markers make a re-commit a no-op); never used in production.
+//! batch, markers make a re-commit a no-op; a rollup write applies only
+//! over the rollup it was read with); never used in production. Its clock
+//! follows tokio's (paused time drives it) and every commit and read
+//! advances it by at least one microsecond.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{Attempt, Code, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
+use super::rollup::{
+    ChangedPost, Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
+    StoredRollup, WriteOutcome,
+};
+use super::{
+    Attempt, ChangedCounter, Code, CommitOutcome, CommitReport, CounterStore, ErrorClass,
+    StoreError,
+};
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
 use crate::pipeline::poison::PoisonRecord;
 
@@ -41,6 +52,27 @@ struct State {
     memberships_in_flight: HashSet<MembershipKey>,
     commits_in_flight: usize,
     observed: Concurrency,
+    rollups: HashMap<String, StoredRollup>,
+    rollup_failures: Vec<RollupFailure>,
+    rollup_writes: u64,
+    /// The clock: microseconds since the store's first use, on tokio's
+    /// clock (so paused time drives it), and at least one more per commit
+    /// or read.
+    now: Micros,
+    started: Option<tokio::time::Instant>,
+    /// When each post's counter last changed.
+    changed_at: HashMap<String, Micros>,
+}
+
+/// A failure the next rollup calls will meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RollupFailure {
+    /// The next read fails (UNAVAILABLE).
+    Read,
+    /// The next write call fails before applying anything.
+    Write,
+    /// The next write call applies, then fails (its answer lost).
+    WriteAfterApply,
 }
 
 /// What the store saw of concurrent commits (for flusher tests).
@@ -95,6 +127,26 @@ impl MemoryStore {
     /// Commits that applied writes.
     pub fn commits(&self) -> u64 {
         self.state.lock().commits
+    }
+
+    /// Queues a failure for the coming rollup calls (in order).
+    pub fn inject_rollup(&self, failure: RollupFailure) {
+        self.state.lock().rollup_failures.push(failure);
+    }
+
+    /// The rollup of `post`, if any.
+    pub fn rollup(&self, post: &str) -> Option<StoredRollup> {
+        self.state.lock().rollups.get(post).cloned()
+    }
+
+    /// Rollup writes applied so far.
+    pub fn rollup_writes(&self) -> u64 {
+        self.state.lock().rollup_writes
+    }
+
+    /// Every post's count (the sum of its shards).
+    pub fn counts(&self) -> BTreeMap<String, i64> {
+        self.state.lock().counters.clone()
     }
 
     fn fail(class: ErrorClass, message: &str) -> StoreError {
@@ -197,8 +249,11 @@ impl MemoryStore {
                 effects,
                 increments: 0,
                 rpcs: 1,
+                changed: ChangedCounter::every_post_of(batch),
+                committed_at: None,
             });
         }
+        let now = state.tick();
         let plan = batch.plan(&state.memberships);
         for planned in &plan.memberships {
             state
@@ -207,6 +262,7 @@ impl MemoryStore {
         }
         for (post, delta) in &plan.deltas {
             *state.counters.entry(post.clone()).or_default() += delta;
+            state.changed_at.insert(post.clone(), now);
         }
         state.markers.insert(batch.id.clone(), plan.effects);
         state
@@ -224,6 +280,114 @@ impl MemoryStore {
             effects: plan.effects,
             increments: plan.deltas.len(),
             rpcs: 2,
+            changed: (plan.deltas.into_keys())
+                .map(|post_id| ChangedCounter {
+                    post_id,
+                    shard: Some(0),
+                })
+                .collect(),
+            committed_at: Some(now),
         })
+    }
+
+    /// Takes the next queued rollup failure if it is `kind`.
+    fn rollup_failure(&self, kinds: &[RollupFailure]) -> Option<RollupFailure> {
+        let mut state = self.state.lock();
+        let next = *state.rollup_failures.first()?;
+        kinds
+            .contains(&next)
+            .then(|| state.rollup_failures.remove(0))
+    }
+}
+
+impl State {
+    /// Advances the clock; returns the new time.
+    fn tick(&mut self) -> Micros {
+        let started = *self.started.get_or_insert_with(tokio::time::Instant::now);
+        let elapsed = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
+        self.now = (self.now + 1).max(elapsed);
+        self.now
+    }
+}
+
+fn unavailable(op: &'static str) -> StoreError {
+    StoreError {
+        op,
+        code: Code::Unavailable,
+        message: "injected".into(),
+        class: ErrorClass::Transient,
+        transaction: None,
+    }
+}
+
+impl RollupStore for MemoryStore {
+    async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
+        if self.rollup_failure(&[RollupFailure::Read]).is_some() {
+            return Err(unavailable("BatchGetDocuments"));
+        }
+        let mut state = self.state.lock();
+        let read_time = state.tick();
+        let posts = keys
+            .iter()
+            .map(|k| PostRead {
+                likes: state.counters.get(k.post_id).copied().unwrap_or(0),
+                stored: state.rollups.get(k.post_id).cloned(),
+            })
+            .collect();
+        Ok(RollupSnapshot { read_time, posts })
+    }
+
+    async fn write_rollups(
+        &self,
+        writes: &[RollupWrite<'_>],
+    ) -> Result<Vec<WriteOutcome>, StoreError> {
+        let kinds = [RollupFailure::Write, RollupFailure::WriteAfterApply];
+        let failure = self.rollup_failure(&kinds);
+        if failure == Some(RollupFailure::Write) {
+            return Err(unavailable("BatchWrite"));
+        }
+        let mut state = self.state.lock();
+        let version = state.tick();
+        let outcomes = writes
+            .iter()
+            .map(|w| {
+                let stored = state.rollups.get(w.post_id);
+                if stored.map(|s| &s.update_time) != w.previous.map(|p| &p.update_time) {
+                    return WriteOutcome::Lost;
+                }
+                let rollup = StoredRollup {
+                    likes: w.likes,
+                    as_of: w.as_of,
+                    shards: Some(w.shards),
+                    update_time: Some(gcloud_sdk::prost_types::Timestamp {
+                        seconds: version,
+                        nanos: 0,
+                    }),
+                };
+                state.rollups.insert(w.post_id.to_string(), rollup);
+                state.rollup_writes += 1;
+                WriteOutcome::Written
+            })
+            .collect();
+        match failure {
+            Some(_) => Err(unavailable("BatchWrite")),
+            None => Ok(outcomes),
+        }
+    }
+
+    async fn changed_since(
+        &self,
+        _since: std::time::SystemTime,
+    ) -> Result<Vec<ChangedPost>, StoreError> {
+        let state = self.state.lock();
+        Ok(state
+            .changed_at
+            .iter()
+            .map(|(post, at)| ChangedPost {
+                post_id: post.clone(),
+                changed_at: Some(*at),
+                shards: 1,
+            })
+            .collect())
     }
 }

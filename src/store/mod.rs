@@ -13,6 +13,7 @@ pub mod counter_shards;
 pub mod firestore;
 pub mod memory;
 pub mod postgres;
+pub mod rollup;
 pub mod selected;
 
 use std::future::Future;
@@ -57,6 +58,40 @@ pub struct CommitReport {
     pub increments: usize,
     /// Store round trips this attempt used.
     pub rpcs: u32,
+    /// The posts whose count the batch changed, whose rollups need a
+    /// refresh: for [`CommitOutcome::Committed`] each post incremented,
+    /// with its counter shard; for [`CommitOutcome::AlreadyCommitted`]
+    /// (what the earlier attempt changed is not known) every post of the
+    /// batch, shard unknown.
+    pub changed: Vec<ChangedCounter>,
+    /// The commit's time in the store's clock, when the store tells it
+    /// (Firestore): a rollup read at this time or later includes the batch.
+    pub committed_at: Option<rollup::Micros>,
+}
+
+/// A post whose count a committed batch changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangedCounter {
+    /// The post.
+    pub post_id: String,
+    /// The counter shard incremented, when known.
+    pub shard: Option<u32>,
+}
+
+impl ChangedCounter {
+    /// Every post of `batch`, shard unknown (a batch found already
+    /// committed: its earlier attempt may have changed any of them).
+    pub fn every_post_of(batch: &Batch) -> Vec<Self> {
+        let mut posts: Vec<&str> = batch.keys().map(|k| k.post_id.as_str()).collect();
+        posts.dedup();
+        posts
+            .into_iter()
+            .map(|post| Self {
+                post_id: post.to_string(),
+                shard: None,
+            })
+            .collect()
+    }
 }
 
 /// The class of a store failure: what it proves about the batch.

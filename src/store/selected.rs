@@ -1,15 +1,21 @@
 //! The store `--store` selects: Firestore or PostgreSQL behind one
 //! [`CounterStore`] ([`SelectedStore`]), so the pipeline is built once for
-//! either, and the database handle the operator commands read through
-//! ([`SelectedDb`]).
+//! either, and the database handle the operator commands read through and
+//! the rollup refresher writes through ([`SelectedDb`], a [`RollupStore`]).
 //!
 //! Invariant: every call goes to the one store chosen at start; nothing
 //! here adds behaviour of its own.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::time::SystemTime;
 
+use super::counter_shards::ShardRegistry;
 use super::firestore::{FirestoreDb, FirestoreStore, Read};
 use super::postgres::{PgDb, PostgresStore};
+use super::rollup::{
+    ChangedPost, Micros, RollupChange, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
+    WriteOutcome,
+};
 pub use super::StoreSettings;
 use super::{Attempt, CommitReport, CounterStore, StoreError};
 use crate::pipeline::batch::{Batch, Membership, MembershipKey};
@@ -50,6 +56,26 @@ impl SelectedStore {
     }
 }
 
+impl SelectedStore {
+    /// With rollups on: the counter shard registry the commits are capped
+    /// by (Firestore, whose rollups read counter shards by name;
+    /// PostgreSQL's sum every row of a post and need none).
+    pub fn shard_registry(&self) -> Option<std::sync::Arc<ShardRegistry>> {
+        match self {
+            Self::Firestore(store) => Some(store.register_shards()),
+            Self::Postgres(_) => None,
+        }
+    }
+
+    /// The database it commits to (a cheap handle).
+    pub fn db(&self) -> SelectedDb {
+        match self {
+            Self::Firestore(store) => SelectedDb::Firestore(store.db().clone()),
+            Self::Postgres(store) => SelectedDb::Postgres(store.db().clone()),
+        }
+    }
+}
+
 impl CounterStore for SelectedStore {
     async fn commit(&self, batch: &Batch, attempt: &Attempt) -> Result<CommitReport, StoreError> {
         match self {
@@ -82,6 +108,56 @@ impl SelectedDb {
         match self {
             Self::Firestore(db) => db.count(post_id).await,
             Self::Postgres(db) => db.count(post_id).await,
+        }
+    }
+
+    /// Listens to the rollups of `posts`: each one's current state, then
+    /// each change, sent to `changes` (Firestore: the Listen RPC, resuming
+    /// from `resume`; PostgreSQL: `LISTEN hotcount_counts`). Returns when
+    /// the stream or connection ends (an error) or `changes` closes.
+    pub async fn listen_rollups(
+        &self,
+        posts: &[String],
+        resume: &mut Vec<u8>,
+        changes: &tokio::sync::mpsc::UnboundedSender<RollupChange>,
+    ) -> Result<(), StoreError> {
+        match self {
+            Self::Firestore(db) => db.listen_rollups(posts, resume, changes).await,
+            Self::Postgres(db) => db.listen_rollups(posts, changes).await,
+        }
+    }
+
+    /// Every rollup: post -> (`likes`, `asOf`), latest state.
+    pub async fn rollups(&self) -> Result<BTreeMap<String, (i64, Micros)>, StoreError> {
+        match self {
+            Self::Firestore(db) => db.rollups(Read::Latest).await,
+            Self::Postgres(db) => db.rollups().await,
+        }
+    }
+}
+
+impl RollupStore for SelectedDb {
+    async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
+        match self {
+            Self::Firestore(db) => db.read_rollups(keys).await,
+            Self::Postgres(db) => db.read_rollups(keys).await,
+        }
+    }
+
+    async fn write_rollups(
+        &self,
+        writes: &[RollupWrite<'_>],
+    ) -> Result<Vec<WriteOutcome>, StoreError> {
+        match self {
+            Self::Firestore(db) => db.write_rollups(writes).await,
+            Self::Postgres(db) => db.write_rollups(writes).await,
+        }
+    }
+
+    async fn changed_since(&self, since: SystemTime) -> Result<Vec<ChangedPost>, StoreError> {
+        match self {
+            Self::Firestore(db) => db.changed_since(since).await,
+            Self::Postgres(db) => db.changed_since(since).await,
         }
     }
 }

@@ -51,6 +51,12 @@ impl Level {
             });
     }
 
+    /// Sets the level to `n`.
+    pub fn set(&self, n: u64) {
+        self.now.set(n);
+        self.max.inner().fetch_max(n, Ordering::Relaxed);
+    }
+
     /// Current level.
     pub fn get(&self) -> u64 {
         self.now.get()

@@ -89,6 +89,22 @@ pub struct Stats {
     pub reconnects: Counter,
     /// See [`names::MARKERS_DELETED`].
     pub markers_deleted: Counter,
+    /// See [`names::ROLLUP_REFRESHES`].
+    pub rollup_refreshes: Counter,
+    /// See [`names::ROLLUP_SKIPPED`].
+    pub rollup_skipped: Counter,
+    /// See [`names::ROLLUP_DEFERRED`].
+    pub rollup_deferred: Counter,
+    /// See [`names::ROLLUP_FAILURES`].
+    pub rollup_failures: Counter,
+    /// See [`names::ROLLUP_RPCS`].
+    pub rollup_rpcs: Counter,
+    /// See [`names::ROLLUP_SWEPT`].
+    pub rollup_swept: Counter,
+    /// See [`names::ROLLUP_PENDING`] (its high-water mark is not exported).
+    pub rollup_pending: Level,
+    /// See [`names::ROLLUP_LAG`].
+    pub rollup_lag: Latency,
     /// Rate-limits the warnings that can repeat thousands of times; see
     /// [`names::LOG_LINES_SUPPRESSED`].
     pub warnings: LogThrottle,
@@ -147,6 +163,14 @@ impl Default for Stats {
             increments: Counter::default(),
             reconnects: Counter::default(),
             markers_deleted: Counter::default(),
+            rollup_refreshes: Counter::default(),
+            rollup_skipped: Counter::default(),
+            rollup_deferred: Counter::default(),
+            rollup_failures: Counter::default(),
+            rollup_rpcs: Counter::default(),
+            rollup_swept: Counter::default(),
+            rollup_pending: Level::default(),
+            rollup_lag: Latency::new(&names::ROLLUP_LAG_BUCKETS),
             warnings: LogThrottle::new(
                 throttle::DEFAULT_FIRST_PER_INTERVAL,
                 throttle::DEFAULT_INTERVAL,
@@ -198,6 +222,12 @@ impl Stats {
             (STREAM_RECONNECTS, &self.reconnects),
             (MARKERS_DELETED, &self.markers_deleted),
             (LOG_LINES_SUPPRESSED, self.warnings.suppressed()),
+            (ROLLUP_REFRESHES, &self.rollup_refreshes),
+            (ROLLUP_SKIPPED, &self.rollup_skipped),
+            (ROLLUP_DEFERRED, &self.rollup_deferred),
+            (ROLLUP_FAILURES, &self.rollup_failures),
+            (ROLLUP_RPCS, &self.rollup_rpcs),
+            (ROLLUP_SWEPT, &self.rollup_swept),
         ];
         let registry = &mut self.registry;
         for (metric, counter) in counters {
@@ -213,6 +243,8 @@ impl Stats {
             self.publish_to_commit.0.clone(),
         );
         register(registry, BATCH_SIZE, self.batch_size.0.clone());
+        register(registry, ROLLUP_PENDING, self.rollup_pending.now.clone());
+        register(registry, ROLLUP_LAG, self.rollup_lag.0.clone());
         register(registry, PUSH_HOLD, self.push_hold.0.clone());
         for collector in [
             self.push_requests.collector(PUSH_REQUESTS),

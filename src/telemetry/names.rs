@@ -100,6 +100,22 @@ metrics! {
         "Time from publish to the commit of the message's batch, in seconds.";
     BATCH_SIZE = "hotcount_batch_size_messages",
         "Messages per batch.";
+    ROLLUP_REFRESHES = "hotcount_rollup_refreshes_total",
+        "Rollups written (a post's count refreshed from its counter shards).";
+    ROLLUP_SKIPPED = "hotcount_rollup_skipped_total",
+        "Rollup writes not applied because another refresher wrote the rollup since it was read (read again).";
+    ROLLUP_DEFERRED = "hotcount_rollup_deferred_total",
+        "Rollup refreshes put off because the stored rollup was younger than the interval (another replica refreshed it).";
+    ROLLUP_FAILURES = "hotcount_rollup_failures_total",
+        "Rollup refreshes (per post) and sweeps that failed in the store; the posts stay marked and are tried again.";
+    ROLLUP_RPCS = "hotcount_rollup_rpcs_total",
+        "Store round trips of the rollup refresher (reads, writes, sweeps).";
+    ROLLUP_SWEPT = "hotcount_rollup_swept_total",
+        "Recently changed posts the start-up sweep marked for a rollup check.";
+    ROLLUP_PENDING = "hotcount_rollup_pending_posts",
+        "Posts this process changed whose rollup waits for a refresh.";
+    ROLLUP_LAG = "hotcount_rollup_lag_seconds",
+        "Time from a post's first change not in its rollup to the rollup showing it, in seconds.";
     PUSH_REQUESTS = "hotcount_push_requests_total",
         "Push requests answered, by outcome (acked 204; nacked, timed_out, closed, unread, keys_unavailable 503; over_capacity 429; unauthenticated 401; forbidden 403).";
     PUSH_AUTH_FAILURES = "hotcount_push_auth_failures_total",
@@ -155,4 +171,14 @@ pub const PUSH_HOLD_BUCKETS: [f64; 18] = [
 pub const BATCH_SIZE_BUCKETS: [f64; 15] = [
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 300.0, 500.0, 750.0, 1000.0, 2000.0, 5000.0,
     10000.0,
+];
+
+/// Upper bounds of [`ROLLUP_LAG`]'s buckets, in seconds.
+///
+/// A refresh waits for the next cycle (one `--rollup-interval-ms`, 1 s by
+/// default) and, for a post another replica refreshed, until that rollup
+/// is one interval old: 0.1-2.5 s in steady state, where the steps are
+/// finest; a failing store stretches it to the backoff (up to a minute).
+pub const ROLLUP_LAG_BUCKETS: [f64; 15] = [
+    0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 5.0, 10.0, 30.0, 60.0,
 ];

@@ -322,6 +322,8 @@ impl Harness {
             max_retry_backoff_secs: 1,
             max_delivery_attempts: options.max_delivery_attempts,
             exactly_once: options.exactly_once,
+            topic_retention_days: 7,
+            iam: Default::default(),
             push: options.push,
         };
         setup::setup(&endpoints, &args).await.expect("setup");

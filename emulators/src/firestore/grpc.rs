@@ -570,6 +570,22 @@ impl FirestoreRpc for Service {
     ) -> Result<tonic::Response<BatchWriteResponse>, Status> {
         let req = accept(request)?;
         let database = parse_database(&req.database)?;
+        // Writes apply one by one (not atomically), but a request that
+        // writes one document twice is refused whole, before any applies.
+        let mut names = std::collections::HashSet::new();
+        for write in &req.writes {
+            let name = match &write.operation {
+                Some(Operation::Update(doc)) => doc.name.as_str(),
+                Some(Operation::Delete(name)) => name.as_str(),
+                Some(Operation::Transform(t)) => t.document.as_str(),
+                None => continue,
+            };
+            if !names.insert(name) {
+                return Err(Status::invalid_argument(format!(
+                    "A BatchWrite request cannot write the document \"{name}\" more than once."
+                )));
+            }
+        }
         let mut response = BatchWriteResponse::default();
         for write in req.writes {
             match self.engine.commit(&database, vec![write], None).await {

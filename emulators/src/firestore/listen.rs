@@ -178,7 +178,7 @@ enum Resume {
 
 /// What a target covers.
 enum Scope {
-    /// Named documents (deduplicated).
+    /// Named documents (sorted, deduplicated).
     Documents(Vec<String>),
     /// One query under a parent.
     Query {
@@ -192,7 +192,7 @@ impl Scope {
     /// Whether a write to `name` can change this target.
     fn covers(&self, name: &str) -> bool {
         match self {
-            Scope::Documents(names) => names.iter().any(|n| n == name),
+            Scope::Documents(names) => names.binary_search_by(|n| n.as_str().cmp(name)).is_ok(),
             Scope::Query {
                 parent,
                 prefix,
@@ -446,13 +446,12 @@ impl ListenStream {
                 ))
             }
             Some(target::TargetType::Documents(d)) => {
-                let mut names: Vec<String> = Vec::with_capacity(d.documents.len());
                 for name in &d.documents {
                     DocName::parse_in(name, database)?;
-                    if !names.contains(name) {
-                        names.push(name.clone());
-                    }
                 }
+                let mut names = d.documents;
+                names.sort_unstable();
+                names.dedup();
                 Scope::Documents(names)
             }
             Some(target::TargetType::Query(q)) => {

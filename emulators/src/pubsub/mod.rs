@@ -95,8 +95,8 @@ pub(crate) struct Shared {
     next_stream: AtomicU64,
     /// This, for the push tasks a state change starts.
     me: Weak<Shared>,
-    /// The HTTP client push requests go out on.
-    http: Result<reqwest::Client, String>,
+    /// The HTTP client push requests go out on, made on first use.
+    http: OnceLock<Result<reqwest::Client, String>>,
     /// The key push tokens are signed with, made on first use.
     signer: OnceLock<Result<oidc::Signer, String>>,
 }
@@ -129,6 +129,19 @@ impl Shared {
         for (name, uid) in subscriptions {
             push::start(me.clone(), name, uid);
         }
+    }
+
+    /// The HTTP client of push requests (made on first use).
+    fn http(&self) -> Result<&reqwest::Client, String> {
+        self.http
+            .get_or_init(|| {
+                reqwest::Client::builder()
+                    .user_agent(push::USER_AGENT)
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// The push token signer (its key is made on first use).
@@ -238,10 +251,6 @@ impl PubSub {
     /// A new, empty emulator.
     pub fn new(ctx: Arc<Context>, config: PubSubConfig) -> Self {
         let (shutdown, _) = watch::channel(false);
-        let http = reqwest::Client::builder()
-            .user_agent(push::USER_AGENT)
-            .build()
-            .map_err(|e| e.to_string());
         Self {
             shared: Arc::new_cyclic(|me| Shared {
                 state: Mutex::new(State::new(config.ack_log_capacity)),
@@ -250,7 +259,7 @@ impl PubSub {
                 shutdown,
                 next_stream: AtomicU64::new(1),
                 me: me.clone(),
-                http,
+                http: OnceLock::new(),
                 signer: OnceLock::new(),
             }),
         }

@@ -277,8 +277,12 @@ async fn send(
         return Answer::Fault;
     }
     shared.ctx.counters.bump("Push");
-    let Ok(http) = &shared.http else {
-        return Answer::ConnectionError;
+    let http = match shared.http() {
+        Ok(http) => http,
+        Err(error) => {
+            tracing::warn!(subscription = %name, %error, "no HTTP client for push requests");
+            return Answer::ConnectionError;
+        }
     };
     let message = received.message.clone().unwrap_or_default();
     let mut request = http

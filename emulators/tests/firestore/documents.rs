@@ -434,6 +434,35 @@ async fn batch_write_is_not_atomic_and_answers_per_write() {
     emu.shutdown().await;
 }
 
+/// BatchWrite refuses a request that writes one document twice
+/// (INVALID_ARGUMENT, nothing applied), as Google's backend does (its
+/// client libraries' bulk writers split such writes into separate
+/// batches for that reason).
+#[tokio::test]
+async fn batch_write_refuses_two_writes_to_one_document() {
+    use gcloud_sdk::google::firestore::v1::BatchWriteRequest;
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let twice = doc_name("posts", "twice");
+    let other = doc_name("posts", "other");
+    let err = raw
+        .batch_write(BatchWriteRequest {
+            database: DATABASE.into(),
+            writes: vec![
+                update(&twice, &[("v", int(1))]),
+                update(&other, &[("v", int(2))]),
+                update(&twice, &[("v", int(3))]),
+            ],
+            labels: Default::default(),
+            request_options: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert_eq!(emu.firestore().stats().documents, 0, "nothing applied");
+    emu.shutdown().await;
+}
+
 /// Issue #16 item 4: `ListDocuments` with `show_missing` also lists the
 /// documents that exist only through their subcollections, with only their
 /// name (no fields, no create or update time), in name order and pages.

@@ -22,6 +22,7 @@ use hotcount::config::{Config, Delivery, RunArgs, Strategy};
 use tokio::sync::watch;
 
 use crate::consumer::{free_loopback_port, Consumer};
+use crate::front::PushFront;
 use crate::procfs;
 use crate::publish::{self, PublishOptions};
 use crate::report::{self, Percentiles};
@@ -41,13 +42,36 @@ pub enum Case {
     /// One viral post takes about half the events (Zipf exponent chosen so
     /// that the most popular post's share is 50%).
     Viral,
+    /// Real viral traffic's repetition: [`CONCENTRATED_POSTS`] posts (Zipf
+    /// 1.1) and [`CONCENTRATED_USERS`] users whatever `--posts` and
+    /// `--users` say, so most messages meet a membership already stored;
+    /// 10 % publisher duplicates, about a third of the liked pairs unliked
+    /// later, a poison message in 10,000, and the events shuffled (many
+    /// arrive after a newer event of their pair: stale).
+    Concentrated,
 }
+
+/// Posts of the [`Case::Concentrated`] workload.
+pub const CONCENTRATED_POSTS: u32 = 300;
+/// Users of the [`Case::Concentrated`] workload.
+pub const CONCENTRATED_USERS: u32 = 3_000;
 
 /// What consumes the workload in one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Runner {
-    /// `hotcount run` with this strategy and delivery.
-    Hotcount(Strategy, Delivery),
+    /// `hotcount run` with this strategy (pull delivery).
+    Hotcount(Strategy),
+    /// `hotcount run --delivery push` with this strategy: the subscription
+    /// pushes to the consumer's endpoint (through a round-robin front with
+    /// several replicas), tokens checked against the emulator's keys.
+    Push(Strategy),
+    /// `hotcount run` with this strategy, as the other build of
+    /// [`BenchConfig::compare_bin`], right after [`Runner::Hotcount`] in
+    /// each round: two builds side by side in one run.
+    Compare(Strategy),
+    /// `hotcount run`, batched, with `--rollup-interval-ms 0`: the same
+    /// run without rollups, beside the one with them (`--compare-rollups`).
+    NoRollups,
     /// `hotcount-null-consumer`: receive and ack on hotcount's stream
     /// settings, nothing else; the delivery floor hotcount's CPU per event
     /// is compared with (the ceiling row).
@@ -91,10 +115,19 @@ pub struct BenchConfig {
     /// Also run `hotcount-null-consumer` (this binary, as a child process)
     /// on each case, first in each round: the ceiling row.
     pub null_consumer_bin: Option<std::path::PathBuf>,
+    /// Another `hotcount` binary (with `consumer_bin`), run after it on
+    /// each strategy of each round and reported beside it: two builds
+    /// measured side by side, round by round.
+    pub compare_bin: Option<std::path::PathBuf>,
     /// Rounds: each case runs every runner this many times, interleaved
     /// (null, then each strategy, then again), so the medians compare runs
     /// made side by side.
     pub rounds: u32,
+    /// Consumers (replicas) per run, on one subscription.
+    pub replicas: usize,
+    /// Also run batched with rollups off ([`Runner::NoRollups`]), last in
+    /// each round.
+    pub compare_rollups: bool,
 }
 
 /// How a run's counts were checked.
@@ -171,6 +204,16 @@ pub struct RunResult {
     /// its `/metrics`: where the publish->commit time goes. `None` when it
     /// could not be read.
     pub commit_duration: Option<(Duration, Duration)>,
+    /// Firestore: the rollup refreshers' RPCs in the window (BatchWrite,
+    /// RunQuery, and the BatchGetDocuments beyond one per batch committed
+    /// or rolled back); `None` on PostgreSQL (compare the round trips of a
+    /// run without rollups).
+    pub rollup_rpcs: Option<u64>,
+    /// Firestore: writes to the rollup of the workload's most liked post
+    /// in the window; `None` on PostgreSQL.
+    pub top_rollup_writes: Option<u64>,
+    /// Consumers (replicas) that ran.
+    pub replicas: usize,
     /// The count check.
     pub verdict: Verdict,
 }
@@ -200,6 +243,18 @@ impl RunResult {
             .map(|w| w as f64 / self.elapsed.as_secs_f64().max(1e-9))
     }
 
+    /// Rollup RPCs per 1,000 acked messages (Firestore).
+    pub fn rollup_rpcs_per_1k(&self) -> Option<f64> {
+        self.rollup_rpcs
+            .map(|n| n as f64 * 1000.0 / self.acked.max(1) as f64)
+    }
+
+    /// Writes per second to the most liked post's rollup (Firestore).
+    pub fn top_rollup_writes_per_sec(&self) -> Option<f64> {
+        self.top_rollup_writes
+            .map(|w| w as f64 / self.elapsed.as_secs_f64().max(1e-9))
+    }
+
     /// Writes per second to the most written document.
     pub fn hottest_writes_per_sec(&self) -> f64 {
         self.hottest_writes as f64 / self.elapsed.as_secs_f64().max(1e-9)
@@ -208,22 +263,41 @@ impl RunResult {
 
 /// The workload of `case`.
 pub fn workload_config(config: &BenchConfig, case: Case) -> WorkloadConfig {
-    let zipf_exponent = match case {
-        Case::Zipf => 1.1,
-        Case::Viral => workload::exponent_for_top_share(config.posts, 0.5),
-    };
-    WorkloadConfig {
+    let spread = WorkloadConfig {
         events: config.events,
         posts: config.posts,
         users: config.users,
-        zipf_exponent,
+        zipf_exponent: 1.1,
         unlike_fraction: 0.05,
         duplicate_fraction: 0.05,
         poison_fraction: 0.01,
         hostile_fraction: 0.0,
+        shuffle: false,
         seed: config.seed,
+    };
+    match case {
+        Case::Zipf => spread,
+        Case::Viral => WorkloadConfig {
+            zipf_exponent: workload::exponent_for_top_share(config.posts, 0.5),
+            ..spread
+        },
+        Case::Concentrated => WorkloadConfig {
+            posts: CONCENTRATED_POSTS,
+            users: CONCENTRATED_USERS,
+            unlike_fraction: CONCENTRATED_UNLIKE_FRACTION,
+            duplicate_fraction: 0.10,
+            poison_fraction: 0.0001,
+            shuffle: true,
+            ..spread
+        },
     }
 }
+
+/// Of the events on a liked pair of the [`Case::Concentrated`] workload,
+/// the share that unlike it: on the ceiling's 500,000 messages, about one
+/// like in three is taken back later
+/// (`about_a_third_of_the_concentrated_likes_are_taken_back`).
+pub const CONCENTRATED_UNLIKE_FRACTION: f64 = 0.4;
 
 /// Runs every case with every strategy; `on_result` sees each run as it ends.
 /// A wrong count is a [`Verdict`], not an error.
@@ -254,16 +328,29 @@ pub async fn run(
 }
 
 /// The runners of one round, in order: the null consumer (when asked for)
-/// then each strategy with each delivery.
+/// then each strategy with each delivery of `deliveries` (pull is
+/// [`Runner::Hotcount`], push [`Runner::Push`]), each pull run followed by
+/// the compared build's run of it (when one is given), then batched with
+/// rollups off (when asked for).
 pub fn runners(config: &BenchConfig) -> Vec<Runner> {
     let null = config.null_consumer_bin.as_ref().map(|_| Runner::Null);
-    let hotcount = config.strategies.iter().flat_map(|&strategy| {
-        config
-            .deliveries
-            .iter()
-            .map(move |&delivery| Runner::Hotcount(strategy, delivery))
+    let compare = config.compare_bin.is_some() && config.consumer_bin.is_some();
+    let no_rollups = config.compare_rollups.then_some(Runner::NoRollups);
+    let deliveries = if config.deliveries.is_empty() {
+        &[Delivery::Pull][..]
+    } else {
+        &config.deliveries[..]
+    };
+    let hotcount = config.strategies.iter().flat_map(|&s| {
+        deliveries.iter().flat_map(move |&delivery| match delivery {
+            Delivery::Pull => vec![Runner::Hotcount(s)]
+                .into_iter()
+                .chain(compare.then_some(Runner::Compare(s)))
+                .collect::<Vec<_>>(),
+            Delivery::Push => vec![Runner::Push(s)],
+        })
     });
-    null.into_iter().chain(hotcount).collect()
+    null.into_iter().chain(hotcount).chain(no_rollups).collect()
 }
 
 /// One strategy on one workload, in a fresh stage: publish, run the
@@ -276,11 +363,12 @@ async fn run_one(
     workload: Arc<Workload>,
 ) -> Result<RunResult, RunError> {
     // The null consumer runs on the stage and stream settings of batched pull.
-    let (strategy, delivery) = match runner {
-        Runner::Hotcount(strategy, delivery) => (strategy, delivery),
-        Runner::Null => (Strategy::Batched, Delivery::Pull),
+    let strategy = match runner {
+        Runner::Hotcount(strategy) | Runner::Compare(strategy) | Runner::Push(strategy) => strategy,
+        Runner::Null | Runner::NoRollups => Strategy::Batched,
     };
-    let (run_args, service_config) = consumer_settings(config, strategy)?;
+    let (run_args, service_config) =
+        consumer_settings(config, strategy, runner == Runner::NoRollups)?;
     let spec = StageSpec::for_consumer(
         &service_config,
         &run_args.target.project,
@@ -292,61 +380,80 @@ async fn run_one(
     let publishing = Publishing::start(config, &stage, workload.clone(), cancel).await?;
     // The consumer reaches a PostgreSQL store through the stage's proxy.
     let (consumer_args, consumer_config) = stage.consumer_settings(&run_args, &service_config);
-    let push_addr = match delivery {
-        Delivery::Push => Some(free_loopback_port("the push endpoint")?),
-        Delivery::Pull => None,
+    // With push: each replica on an endpoint of its own checking the
+    // emulator's tokens; one replica is pushed to directly, several
+    // through a round-robin front (as Cloud Run's front end).
+    let replicas = config.replicas.max(1);
+    let push_addrs = match runner {
+        Runner::Push(_) => (0..replicas)
+            .map(|_| free_loopback_port("a push endpoint"))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => Vec::new(),
     };
-    let (consumer_args, consumer_config) = match push_addr {
-        Some(addr) => {
-            let args = push_run_args(&consumer_args, addr, &stage.push_jwks_url());
-            let config = args
-                .validate()
-                .map_err(|e| RunError::Invalid(e.to_string()))?;
-            let config = stage.consumer_settings(&args, &config).1;
-            (args, config)
-        }
-        None => (consumer_args, consumer_config),
-    };
-    // The window starts with the consumer, whatever it does before it takes messages.
+    // The window starts with the consumers, whatever they do before they
+    // take messages (a push consumer gets ready, then the subscription is
+    // switched to push).
     let started = Instant::now();
-    let consumer = match (runner, &config.null_consumer_bin) {
-        (Runner::Null, Some(bin)) => Consumer::start_null(bin, stage.endpoints(), &run_args)?,
-        (Runner::Null, None) => {
-            return Err(RunError::Invalid("no null consumer binary".into()));
-        }
-        (Runner::Hotcount(..), _) => Consumer::start(
-            config.consumer_bin.as_deref(),
-            stage.endpoints(),
-            &consumer_args,
-            &consumer_config,
-        )?,
-    };
-    if let Some(addr) = push_addr {
-        if !consumer.wait_ready(Duration::from_secs(60)).await {
-            return Err(RunError::Start(
-                "the push consumer did not get ready".into(),
-            ));
-        }
-        stage.push_to(&format!("http://{addr}/pubsub/push")).await?;
+    let mut consumers = Vec::new();
+    for replica in 0..replicas {
+        let (consumer_args, consumer_config) = match push_addrs.get(replica) {
+            Some(&addr) => {
+                let args = push_run_args(&consumer_args, addr, &stage.push_jwks_url());
+                let config = args
+                    .validate()
+                    .map_err(|e| RunError::Invalid(e.to_string()))?;
+                let config = stage.consumer_settings(&args, &config).1;
+                (args, config)
+            }
+            None => (consumer_args.clone(), consumer_config.clone()),
+        };
+        consumers.push(match (runner, &config.null_consumer_bin) {
+            (Runner::Null, Some(bin)) => Consumer::start_null(bin, stage.endpoints(), &run_args)?,
+            (Runner::Null, None) => {
+                return Err(RunError::Invalid("no null consumer binary".into()));
+            }
+            (Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups | Runner::Push(_), _) => {
+                Consumer::start(
+                    match runner {
+                        Runner::Compare(_) => config.compare_bin.as_deref(),
+                        _ => config.consumer_bin.as_deref(),
+                    },
+                    stage.endpoints(),
+                    &consumer_args,
+                    &consumer_config,
+                )?
+            }
+        });
     }
+    let _front = push_to_consumers(&stage, &consumers, &push_addrs).await?;
     let total = workload.messages.len() as u64;
+    let target = &run_args.target;
+    let layout = hotcount::store::firestore::Layout::new(
+        &target.project,
+        &target.database,
+        &target.collection_prefix,
+    );
+    let top_rollup = layout.rollup(&top_post(&workload));
     let mut window = Window::measure(
-        (&stage, &consumer),
+        (&stage, &consumers),
         &mut baseline,
-        started,
-        config.max_secs,
-        total,
+        (started, config.max_secs, total),
+        &top_rollup,
     )
     .await;
     let _ = cancel_tx.send(true);
     let published = publishing.finish().await?;
-    consumer.stop().await?;
+    for consumer in consumers {
+        consumer.stop().await?;
+    }
     window.add_server_figures(baseline).await?;
     // Reading back is not part of the measured window: no RTT for it.
     stage.emulators().firestore_faults().clear();
     let completed = window.completed && published == total;
     let (verdict, latency) = match runner {
-        Runner::Hotcount(..) => check(&stage, &run_args, &workload, completed).await?,
+        Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups | Runner::Push(_) => {
+            check(&stage, &run_args, &workload, completed).await?
+        }
         Runner::Null => (Verdict::NotCounted, Percentiles::default()),
     };
     stage.shutdown().await;
@@ -359,15 +466,28 @@ async fn run_one(
     ))
 }
 
-/// The consumer settings of one strategy: `config.run` with `strategy`,
-/// its metrics endpoint off (a child's is set by [`Consumer::start`]).
+/// The workload's most liked post (the viral one, in the viral case).
+fn top_post(workload: &Workload) -> String {
+    (workload.truth.counts.iter())
+        .max_by_key(|(_, n)| **n)
+        .map(|(post, _)| post.clone())
+        .unwrap_or_default()
+}
+
+/// The consumer settings of one strategy: `config.run` with `strategy`
+/// (and rollups off with `no_rollups`), its metrics endpoint off (a
+/// child's is set by [`Consumer::start`]).
 fn consumer_settings(
     config: &BenchConfig,
     strategy: Strategy,
+    no_rollups: bool,
 ) -> Result<(RunArgs, Config), RunError> {
     let mut run_args = config.run.clone();
     run_args.strategy = strategy;
     run_args.metrics_addr = "off".into();
+    if no_rollups {
+        run_args.rollup_interval_ms = 0;
+    }
     let service_config = run_args
         .validate()
         .map_err(|e| RunError::Invalid(e.to_string()))?;
@@ -380,7 +500,20 @@ fn consumer_settings(
 struct Baseline {
     store_rpcs: u64,
     commits: u64,
+    rollup_rpcs: u64,
     probe: Option<crate::postgres::Probe>,
+}
+
+/// The Firestore RPCs of rollup refreshers so far (and of anything else
+/// that reads without committing: nothing else in a bench run): BatchWrite,
+/// RunQuery (the sweep), and every BatchGetDocuments beyond one per batch
+/// committed or rolled back. Saturates at 0.
+fn rollup_rpcs(stage: &Stage) -> u64 {
+    let counters = stage.emulators().firestore_counters();
+    let batches = counters.get("Commit") + counters.get("Rollback");
+    counters.get("BatchWrite")
+        + counters.get("RunQuery")
+        + counters.get("BatchGetDocuments").saturating_sub(batches)
 }
 
 impl Baseline {
@@ -389,6 +522,7 @@ impl Baseline {
         emulators.firestore().reset_stats();
         let store_rpcs = emulators.firestore_counters().total();
         let commits = emulators.firestore_counters().get("Commit");
+        let rollup_rpcs = rollup_rpcs(stage);
         let probe = match stage.postgres() {
             Some(pg) => {
                 pg.proxy.reset_round_trips();
@@ -400,6 +534,7 @@ impl Baseline {
         Ok(Self {
             store_rpcs,
             commits,
+            rollup_rpcs,
             probe,
         })
     }
@@ -455,6 +590,35 @@ async fn publisher_result(
     }
 }
 
+/// With push consumers (`addrs`, one per consumer): waits until each is
+/// ready, then switches the subscription to push to it, or with several
+/// to a round-robin front before them (returned: it lives as long as the
+/// run). Nothing with pull.
+async fn push_to_consumers(
+    stage: &Stage,
+    consumers: &[Consumer],
+    addrs: &[std::net::SocketAddr],
+) -> Result<Option<PushFront>, RunError> {
+    if addrs.is_empty() {
+        return Ok(None);
+    }
+    for consumer in consumers {
+        if !consumer.wait_ready(Duration::from_secs(60)).await {
+            return Err(RunError::Start("a push consumer did not get ready".into()));
+        }
+    }
+    if let [addr] = addrs {
+        stage.push_to(&format!("http://{addr}/pubsub/push")).await?;
+        return Ok(None);
+    }
+    let front = PushFront::start().await;
+    for &addr in addrs {
+        front.add(addr);
+    }
+    stage.push_to(&front.url()).await?;
+    Ok(Some(front))
+}
+
 /// What the measured window saw: from the first publish, or with a backlog
 /// from the consumer's start, to the last ack (or the cap).
 struct Window {
@@ -471,18 +635,21 @@ struct Window {
     rss_is_consumer_only: bool,
     consumer_cpu: Option<Duration>,
     commit_duration: Option<(Duration, Duration)>,
+    rollup_rpcs: Option<u64>,
+    top_rollup_writes: Option<u64>,
+    replicas: usize,
 }
 
 impl Window {
     /// Waits for `total` acks (at most `max_secs` from `started`, when the
-    /// consumer started) and reads every figure at that moment, before the
-    /// consumer drains.
+    /// consumers started) and reads every figure at that moment, before
+    /// the consumers drain (`top_rollup`: the name of the most liked
+    /// post's rollup).
     async fn measure(
-        (stage, consumer): (&Stage, &Consumer),
+        (stage, consumers): (&Stage, &[Consumer]),
         baseline: &mut Baseline,
-        started: Instant,
-        max_secs: u64,
-        total: u64,
+        (started, max_secs, total): (Instant, u64, u64),
+        top_rollup: &str,
     ) -> Self {
         let deadline = started + Duration::from_secs(max_secs);
         let completed = stage.wait_for_acks(total, deadline).await;
@@ -498,10 +665,26 @@ impl Window {
         let (hottest_document, hottest_writes) = hottest
             .first()
             .map_or((String::new(), 0), |d| (d.name.clone(), d.writes));
+        let postgres = stage.postgres().is_some();
+        let rollup_rpcs = rollup_rpcs(stage).saturating_sub(baseline.rollup_rpcs);
+        let top_rollup_writes = emulators.firestore().document_writes(top_rollup);
         if let Some(pg) = stage.postgres() {
             store_rpcs = pg.proxy.round_trips();
         }
-        let (peak_rss_bytes, rss_is_consumer_only) = consumer.peak_rss_bytes();
+        // The replicas' largest peak RSS, their CPU together.
+        let mut peak_rss_bytes = 0;
+        let mut rss_is_consumer_only = true;
+        let mut consumer_cpu = Some(Duration::ZERO);
+        for consumer in consumers {
+            let (rss, only) = consumer.peak_rss_bytes();
+            peak_rss_bytes = peak_rss_bytes.max(rss);
+            rss_is_consumer_only &= only;
+            consumer_cpu = consumer_cpu.zip(consumer.cpu_time()).map(|(a, b)| a + b);
+        }
+        let commit_duration = match consumers.first() {
+            Some(consumer) => consumer.commit_duration().await,
+            None => None,
+        };
         Self {
             postgres: stage.postgres().is_some(),
             elapsed,
@@ -514,8 +697,11 @@ impl Window {
             hottest_post_writes: None,
             peak_rss_bytes,
             rss_is_consumer_only,
-            consumer_cpu: consumer.cpu_time(),
-            commit_duration: consumer.commit_duration().await,
+            consumer_cpu,
+            commit_duration,
+            rollup_rpcs: (!postgres).then_some(rollup_rpcs),
+            top_rollup_writes: (!postgres).then_some(top_rollup_writes),
+            replicas: consumers.len(),
         }
     }
 
@@ -562,6 +748,9 @@ impl Window {
             rss_is_consumer_only: self.rss_is_consumer_only,
             consumer_cpu: self.consumer_cpu,
             commit_duration: self.commit_duration,
+            rollup_rpcs: self.rollup_rpcs,
+            top_rollup_writes: self.top_rollup_writes,
+            replicas: self.replicas,
             verdict,
         }
     }
@@ -576,7 +765,9 @@ async fn check(
     completed: bool,
 ) -> Result<(Verdict, Percentiles), RunError> {
     let (endpoints, target) = (stage.endpoints(), &run_args.target);
-    let report = verify::connect_and_verify(endpoints, target, &workload.truth).await?;
+    // The consumers drained at their stop: rollups are exact at rest.
+    let rollups = completed && run_args.rollup_interval_ms > 0;
+    let report = verify::connect_and_verify(endpoints, target, &workload.truth, rollups).await?;
     let verdict = if !completed {
         Verdict::Partial {
             invariant_breaks: report.invariant_violations.len(),
@@ -585,7 +776,7 @@ async fn check(
         Verdict::Exact
     } else {
         Verdict::Wrong {
-            mismatches: report.mismatches.len(),
+            mismatches: report.mismatches.len() + report.rollup_mismatches.len(),
             invariant_breaks: report.invariant_violations.len(),
         }
     };
@@ -603,4 +794,111 @@ pub fn any_failed(results: &[RunResult]) -> bool {
         Verdict::Wrong { .. } => true,
         Verdict::Partial { invariant_breaks } => invariant_breaks > 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Run {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn config(events: u64) -> BenchConfig {
+        BenchConfig {
+            run: <Run as clap::Parser>::parse_from(["run"]).run,
+            events,
+            posts: 100_000,
+            users: 100_000,
+            seed: 42,
+            store_rtt_ms: 10,
+            max_secs: 60,
+            rate_per_sec: 0,
+            cases: vec![Case::Concentrated],
+            strategies: vec![Strategy::Batched],
+            deliveries: vec![Delivery::Pull],
+            backlog: true,
+            consumer_bin: None,
+            null_consumer_bin: None,
+            compare_bin: None,
+            rounds: 1,
+            replicas: 1,
+            compare_rollups: false,
+        }
+    }
+
+    #[test]
+    fn about_a_third_of_the_concentrated_likes_are_taken_back() {
+        let workload = generate(&workload_config(&config(500_000), Case::Concentrated));
+        let c = &workload.counts;
+        let taken_back = c.unlikes as f64 / c.likes as f64;
+        assert!((0.28..=0.38).contains(&taken_back), "{taken_back}");
+        assert_eq!(c.posts, u64::from(CONCENTRATED_POSTS));
+        assert!(c.memberships < u64::from(CONCENTRATED_POSTS * CONCENTRATED_USERS));
+        assert_eq!(c.duplicates, 50_000);
+        assert_eq!(c.poison, 50);
+    }
+
+    #[test]
+    fn a_compared_build_runs_right_after_the_first_on_each_strategy() {
+        let bin = Some(std::path::PathBuf::from("hotcount"));
+        let mut config = BenchConfig {
+            strategies: vec![Strategy::Batched, Strategy::PerEvent],
+            consumer_bin: bin.clone(),
+            compare_bin: bin.clone(),
+            null_consumer_bin: bin,
+            ..config(1)
+        };
+        use Strategy::{Batched, PerEvent};
+        assert_eq!(
+            runners(&config),
+            [
+                Runner::Null,
+                Runner::Hotcount(Batched),
+                Runner::Compare(Batched),
+                Runner::Hotcount(PerEvent),
+                Runner::Compare(PerEvent),
+            ]
+        );
+        config.consumer_bin = None;
+        config.null_consumer_bin = None;
+        assert_eq!(
+            runners(&config),
+            [Runner::Hotcount(Batched), Runner::Hotcount(PerEvent)],
+            "in-process, there is no second binary to run"
+        );
+        config.compare_rollups = true;
+        assert_eq!(
+            runners(&config),
+            [
+                Runner::Hotcount(Batched),
+                Runner::Hotcount(PerEvent),
+                Runner::NoRollups
+            ],
+            "rollups off last"
+        );
+        config.compare_rollups = false;
+        config.deliveries = vec![Delivery::Push, Delivery::Pull];
+        assert_eq!(
+            runners(&config),
+            [
+                Runner::Push(Batched),
+                Runner::Hotcount(Batched),
+                Runner::Push(PerEvent),
+                Runner::Hotcount(PerEvent)
+            ],
+            "each strategy pushed then pulled, side by side"
+        );
+    }
+
+    #[test]
+    fn the_concentrated_case_ignores_the_spread_cases_posts_and_users() {
+        let w = workload_config(&config(1_000), Case::Concentrated);
+        assert_eq!((w.posts, w.users), (CONCENTRATED_POSTS, CONCENTRATED_USERS));
+        assert!(w.shuffle);
+        let z = workload_config(&config(1_000), Case::Zipf);
+        assert_eq!((z.posts, z.users, z.shuffle), (100_000, 100_000, false));
+    }
 }

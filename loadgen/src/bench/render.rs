@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
-use hotcount::config::{Delivery, StoreLocation, Strategy};
+use hotcount::config::{StoreLocation, Strategy};
 
-use super::{BenchConfig, Case, RunResult, Runner, Verdict};
+use super::{
+    BenchConfig, Case, RunResult, Runner, Verdict, CONCENTRATED_POSTS, CONCENTRATED_USERS,
+};
 
 fn runner_name(r: Runner) -> String {
     let strategy = |s| match s {
@@ -13,9 +15,11 @@ fn runner_name(r: Runner) -> String {
         Strategy::PerEvent => "per-event",
     };
     match r {
-        Runner::Hotcount(s, Delivery::Pull) => strategy(s).into(),
-        Runner::Hotcount(s, Delivery::Push) => format!("{}, push", strategy(s)),
+        Runner::Hotcount(s) => strategy(s).into(),
+        Runner::Push(s) => format!("{}, push", strategy(s)),
+        Runner::Compare(s) => format!("{} (compared build)", strategy(s)),
         Runner::Null => "null consumer (receive + ack)".into(),
+        Runner::NoRollups => "batched, rollups off".into(),
     }
 }
 
@@ -74,14 +78,22 @@ pub fn render_settings(config: &BenchConfig) -> String {
         ),
     };
     format!(
-        "{store}; {} messages, {} posts, {} users, seed {}; publish rate {}{}; consumer {}; cap {} s per run; shards {}, counter shards <= {} at {} writes/s each, flush interval {} ms (min wait {} ms), commits in flight {}, max batch {}, streams {}, per-event concurrency {}\n",
+        "{store}; {} messages, {} posts, {} users{}, seed {}; publish rate {}{}; consumer {} x {}; cap {} s per run; shards {}, counter shards <= {} at {} writes/s each, flush interval {} ms (min wait {} ms), commits in flight {}, max batch {}, streams {}, per-event concurrency {}, rollup interval {} ms\n",
         config.events,
         config.posts,
         config.users,
+        if config.cases.contains(&Case::Concentrated) {
+            format!(
+                " (concentrated: {CONCENTRATED_POSTS} posts, {CONCENTRATED_USERS} users, shuffled)"
+            )
+        } else {
+            String::new()
+        },
         config.seed,
         if config.rate_per_sec == 0 { "max".to_string() } else { format!("{}/s", config.rate_per_sec) },
         if config.backlog { ", all published before the consumer starts (window from its start)" } else { "" },
         if config.consumer_bin.is_some() { "in a child process" } else { "in this process" },
+        config.replicas.max(1),
         config.max_secs,
         config.run.shards,
         config.run.counter_shards,
@@ -92,6 +104,7 @@ pub fn render_settings(config: &BenchConfig) -> String {
         config.run.max_batch_events,
         config.run.streams,
         config.run.per_event_concurrency,
+        config.run.rollup_interval_ms,
     )
 }
 
@@ -99,7 +112,7 @@ pub fn render_settings(config: &BenchConfig) -> String {
 type Row = (&'static str, fn(&RunResult) -> String);
 
 /// The rows of the side-by-side table, in order.
-const ROWS: [Row; 13] = [
+const ROWS: [Row; 15] = [
     ("messages acked / published", |r| {
         format!("{} / {}", r.acked, r.published)
     }),
@@ -152,6 +165,14 @@ const ROWS: [Row; 13] = [
         r.cpu_ms_per_1k()
             .map_or("n/a (in-process)".to_string(), |cpu| format!("{cpu:.1}"))
     }),
+    ("rollup RPCs per 1,000 events", |r| {
+        r.rollup_rpcs_per_1k()
+            .map_or("n/a (see rollups off)".to_string(), |n| format!("{n:.2}"))
+    }),
+    ("most liked post's rollup writes/s", |r| {
+        r.top_rollup_writes_per_sec()
+            .map_or("n/a".to_string(), |w| format!("{w:.2}"))
+    }),
     ("counts", |r| verdict_text(&r.verdict)),
 ];
 
@@ -196,11 +217,7 @@ pub fn render(results: &[RunResult], case: Case) -> String {
     if rounds > 1 || runners.contains(&Runner::Null) {
         out.push_str(&render_medians(&runs, &runners, rounds));
     }
-    let find = |s| {
-        shown
-            .iter()
-            .find(|r| r.runner == Runner::Hotcount(s, Delivery::Pull))
-    };
+    let find = |s| shown.iter().find(|r| r.runner == Runner::Hotcount(s));
     if let (Some(b), Some(p)) = (find(Strategy::Batched), find(Strategy::PerEvent)) {
         out.push_str(&format!(
             "\nbatched / per-event: throughput x{:.1}, {} per event x{:.3}\n",
@@ -223,22 +240,9 @@ pub fn render(results: &[RunResult], case: Case) -> String {
 fn render_push_beside_pull(runs: &[&RunResult], rounds: u32) -> String {
     let mut out = String::new();
     for strategy in [Strategy::Batched, Strategy::PerEvent] {
-        let (push, pull) = (
-            Runner::Hotcount(strategy, Delivery::Push),
-            Runner::Hotcount(strategy, Delivery::Pull),
-        );
+        let (push, pull) = (Runner::Push(strategy), Runner::Hotcount(strategy));
         let ratio = |figure: fn(&RunResult) -> Option<f64>| {
-            let ratios = (0..rounds)
-                .filter_map(|round| {
-                    let of = |who: Runner| {
-                        runs.iter()
-                            .find(|r| r.runner == who && r.round == round)
-                            .and_then(|r| figure(r))
-                    };
-                    Some(of(push)? / of(pull)?.max(1e-9))
-                })
-                .collect();
-            median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"))
+            median_ratio(runs, rounds, (push, pull), figure)
         };
         if !runs.iter().any(|r| r.runner == push) || !runs.iter().any(|r| r.runner == pull) {
             continue;
@@ -292,7 +296,7 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
 /// A row of the medians table: its name and one run's figure.
 type FigureRow = (&'static str, fn(&RunResult) -> Option<f64>, usize);
 
-const MEDIAN_ROWS: [FigureRow; 7] = [
+const MEDIAN_ROWS: [FigureRow; 9] = [
     ("events/s", |r| Some(r.events_per_sec()), 0),
     (
         "consumer CPU per 1,000 messages (ms)",
@@ -319,6 +323,16 @@ const MEDIAN_ROWS: [FigureRow; 7] = [
         "peak RSS (MiB)",
         |r| Some(r.peak_rss_bytes as f64 / (1024.0 * 1024.0)),
         0,
+    ),
+    (
+        "rollup RPCs per 1,000 events",
+        RunResult::rollup_rpcs_per_1k,
+        3,
+    ),
+    (
+        "most liked post's rollup writes/s",
+        RunResult::top_rollup_writes_per_sec,
+        2,
     ),
 ];
 
@@ -355,20 +369,47 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
     if runners.contains(&Runner::Null) {
         out.push_str("| CPU per message, x the null consumer |");
         for &runner in runners {
-            let ratios = (0..rounds)
-                .filter_map(|round| {
-                    let cpu = |who: Runner| {
-                        runs.iter()
-                            .find(|r| r.runner == who && r.round == round)
-                            .and_then(|r| r.cpu_ms_per_1k())
-                    };
-                    Some(cpu(runner)? / cpu(Runner::Null)?.max(1e-9))
-                })
-                .collect();
-            let cell = median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"));
+            let cell = median_cpu_ratio(runs, rounds, runner, Runner::Null);
+            out.push_str(&format!(" {cell} |"));
+        }
+        out.push('\n');
+    }
+    if runners.iter().any(|r| matches!(r, Runner::Compare(_))) {
+        out.push_str("| CPU per message, x the first build's of the round |");
+        for &runner in runners {
+            let cell = match runner {
+                Runner::Compare(s) => median_cpu_ratio(runs, rounds, runner, Runner::Hotcount(s)),
+                _ => String::new(),
+            };
             out.push_str(&format!(" {cell} |"));
         }
         out.push('\n');
     }
     out
+}
+
+/// The median over the rounds of `runner`'s CPU per message divided by
+/// `base`'s in the same round (`x1.23`), or `n/a`.
+fn median_cpu_ratio(runs: &[&RunResult], rounds: u32, runner: Runner, base: Runner) -> String {
+    median_ratio(runs, rounds, (runner, base), RunResult::cpu_ms_per_1k)
+}
+
+/// The median over the rounds of `runner`'s `figure` divided by `base`'s
+/// in the same round (each round's runs ran side by side): `x1.23`, or
+/// `n/a`.
+fn median_ratio(
+    runs: &[&RunResult],
+    rounds: u32,
+    (runner, base): (Runner, Runner),
+    figure: impl Fn(&RunResult) -> Option<f64>,
+) -> String {
+    let of = |who: Runner, round: u32| {
+        runs.iter()
+            .find(|r| r.runner == who && r.round == round)
+            .and_then(|r| figure(r))
+    };
+    let ratios = (0..rounds)
+        .filter_map(|round| Some(of(runner, round)? / of(base, round)?.max(1e-9)))
+        .collect();
+    median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"))
 }

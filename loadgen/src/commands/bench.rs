@@ -24,16 +24,19 @@ pub struct BenchArgs {
     /// then pulled). Push consumers check the emulator's OIDC tokens.
     #[arg(long = "delivery", id = "deliveries", value_enum, value_delimiter = ',', default_values_t = [Delivery::Pull])]
     pub deliveries: Vec<Delivery>,
-    /// Workloads to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Case::Zipf, Case::Viral])]
+    /// Workloads to run (`concentrated`: 300 posts and 3,000 users whatever
+    /// `--posts` and `--users` say, 10 % duplicates, shuffled).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Case::Zipf, Case::Viral, Case::Concentrated])]
     pub cases: Vec<Case>,
-    /// Messages per workload (valid + 5% duplicates + 1% poison).
-    #[arg(long, default_value_t = 100_000)]
-    pub events: u64,
-    /// Distinct posts.
+    /// Messages per workload (valid + duplicates + poison); default
+    /// 100,000, or 500,000 with `--ceiling` (a backlog long enough that the
+    /// consumers' start-up is noise in their CPU per message).
+    #[arg(long)]
+    pub events: Option<u64>,
+    /// Distinct posts (Zipf and viral).
     #[arg(long, default_value_t = 100_000)]
     pub posts: u32,
-    /// Distinct users.
+    /// Distinct users (Zipf and viral).
     #[arg(long, default_value_t = 100_000)]
     pub users: u32,
     /// Seed of the workload (the same for every strategy).
@@ -63,6 +66,11 @@ pub struct BenchArgs {
     /// The `hotcount` binary for `--consumer-process` (default: next to this one).
     #[arg(long)]
     pub hotcount_bin: Option<std::path::PathBuf>,
+    /// With `--consumer-process`: another `hotcount` binary (e.g. the
+    /// build before a change), run right after the first on each strategy
+    /// of each round and reported beside it as "(compared build)".
+    #[arg(long)]
+    pub compare_bin: Option<std::path::PathBuf>,
     /// With `--consumer-process`: also run `hotcount-null-consumer`
     /// (receive and ack, nothing else) first in each round, and print each
     /// strategy's CPU per message as a multiple of it (the ceiling row).
@@ -80,6 +88,49 @@ pub struct BenchArgs {
     /// instead of `--store`.
     #[arg(long, conflicts_with = "store")]
     pub temp_postgres: bool,
+    /// Consumers (replicas of `hotcount run`) per run, on one subscription.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// Also run batched with `--rollup-interval-ms 0`, last in each round:
+    /// the rollups' cost side by side with none.
+    #[arg(long)]
+    pub compare_rollups: bool,
+}
+
+/// Messages per workload by default.
+const DEFAULT_EVENTS: u64 = 100_000;
+/// ... with `--ceiling`: at ~250,000 messages/s for the null consumer, a
+/// few tens of milliseconds of start-up are then under 5 % of its CPU.
+const CEILING_EVENTS: u64 = 500_000;
+
+/// The `hotcount` binary `--consumer-process` runs: the one given, else
+/// the one next to this binary; an error naming the command that builds it
+/// when it is not there.
+fn hotcount_bin(given: Option<std::path::PathBuf>) -> anyhow::Result<std::path::PathBuf> {
+    let bin = given.unwrap_or_else(consumer::default_hotcount_bin);
+    if !bin.is_file() {
+        anyhow::bail!(
+            "--consumer-process runs the hotcount binary, but {} does not exist: build it with \
+             `cargo build --release -p hotcount` (or name one with --hotcount-bin)",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// The null consumer binary `--ceiling` runs: the one given, else the one
+/// next to this binary; an error naming the command that builds it when
+/// it is not there.
+fn null_consumer_bin(given: Option<std::path::PathBuf>) -> anyhow::Result<std::path::PathBuf> {
+    let bin = given.unwrap_or_else(consumer::default_null_consumer_bin);
+    if !bin.is_file() {
+        anyhow::bail!(
+            "--ceiling runs the null consumer, but {} does not exist: build it with \
+             `cargo build --release -p hotcount-null-consumer` (or name one with --null-consumer-bin)",
+            bin.display()
+        );
+    }
+    Ok(bin)
 }
 
 /// Runs the benchmark and prints the tables; exit 1 when a completed
@@ -98,9 +149,17 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
         StoreLocation::Postgres { url } => Some(postgres::server_settings(url).await?),
         StoreLocation::Firestore => None,
     };
+    if args.ceiling && !args.consumer_process {
+        anyhow::bail!("--ceiling compares CPU of child processes: add --consumer-process");
+    }
+    let default_events = if args.ceiling {
+        CEILING_EVENTS
+    } else {
+        DEFAULT_EVENTS
+    };
     let config = BenchConfig {
         run: args.run,
-        events: args.events,
+        events: args.events.unwrap_or(default_events),
         posts: args.posts,
         users: args.users,
         seed: args.seed,
@@ -111,21 +170,25 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
         strategies: args.strategies,
         deliveries: args.deliveries,
         backlog: args.backlog,
-        consumer_bin: args.consumer_process.then(|| {
-            args.hotcount_bin
-                .clone()
-                .unwrap_or_else(consumer::default_hotcount_bin)
-        }),
-        null_consumer_bin: (args.consumer_process && args.ceiling).then(|| {
-            args.null_consumer_bin
-                .clone()
-                .unwrap_or_else(consumer::default_null_consumer_bin)
-        }),
+        consumer_bin: match args.consumer_process {
+            true => Some(hotcount_bin(args.hotcount_bin.clone())?),
+            false => None,
+        },
+        compare_bin: match (&args.compare_bin, args.consumer_process) {
+            (Some(bin), true) => Some(hotcount_bin(Some(bin.clone()))?),
+            (Some(_), false) => {
+                anyhow::bail!("--compare-bin runs a second child process: add --consumer-process")
+            }
+            (None, _) => None,
+        },
+        null_consumer_bin: match args.ceiling {
+            true => Some(null_consumer_bin(args.null_consumer_bin.clone())?),
+            false => None,
+        },
         rounds: args.rounds.max(1),
+        replicas: args.replicas.max(1),
+        compare_rollups: args.compare_rollups,
     };
-    if args.ceiling && !args.consumer_process {
-        anyhow::bail!("--ceiling compares CPU of child processes: add --consumer-process");
-    }
     let store = match &config.run.target.store {
         StoreLocation::Firestore => format!("store RTT {} ms", config.store_rtt_ms),
         postgres => format!("store {postgres}"),
@@ -153,4 +216,31 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_consumer_binary_is_refused_with_the_command_that_builds_it() {
+        let missing = std::path::PathBuf::from("/nonexistent/hotcount-null-consumer");
+        let error = null_consumer_bin(Some(missing))
+            .expect_err("missing")
+            .to_string();
+        assert!(
+            error.contains("cargo build --release -p hotcount-null-consumer"),
+            "{error}"
+        );
+        let missing = std::path::PathBuf::from("/nonexistent/hotcount");
+        let error = hotcount_bin(Some(missing))
+            .expect_err("missing")
+            .to_string();
+        assert!(
+            error.contains("cargo build --release -p hotcount`"),
+            "{error}"
+        );
+        let here = std::env::current_exe().expect("the test binary");
+        assert_eq!(null_consumer_bin(Some(here.clone())).ok(), Some(here));
+    }
 }

@@ -93,6 +93,7 @@ impl ChaosArgs {
                 duplicate_fraction: self.mix.duplicate_fraction,
                 poison_fraction: self.mix.poison_fraction,
                 hostile_fraction: self.mix.hostile_fraction,
+                shuffle: false,
                 seed: self.seed,
             },
             hotcount_bin: self

@@ -98,6 +98,7 @@ pub async fn run(mut args: DemoArgs) -> anyhow::Result<ExitCode> {
             duplicate_fraction: args.mix.duplicate_fraction,
             poison_fraction: args.mix.poison_fraction,
             hostile_fraction: args.mix.hostile_fraction,
+            shuffle: false,
             seed: args.seed,
         },
         run: args.run,
@@ -123,7 +124,7 @@ pub async fn run(mut args: DemoArgs) -> anyhow::Result<ExitCode> {
     let summary = demo::run(&config, cancel).await?;
     print!("{}", demo::render(&summary));
     if let Some(log) = LOG_FILE.get() {
-        println!("  {:<34} {}", "consumer log", log.display());
+        println!("  {:<38} {}", "consumer log", log.display());
     }
     if summary.is_success() {
         println!("RESULT: every count exact");

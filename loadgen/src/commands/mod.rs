@@ -92,10 +92,24 @@ fn print_verify(r: &VerifyReport, show: usize) {
         r.memberships_read,
         r.memberships_expected
     );
+    for m in r.rollup_mismatches.iter().take(show) {
+        let rollup = m.rollup.map_or("none".to_string(), |n| n.to_string());
+        println!(
+            "ROLLUP post {}: expected {}, rollup {rollup}",
+            m.post_id, m.expected
+        );
+    }
     println!(
         "quarantine: {} records for {} poison messages published",
         r.quarantined, r.poison_expected
     );
+    if r.rollups_checked {
+        println!(
+            "rollups: {} of {} posts exact",
+            r.rollups_exact,
+            r.rollups_exact + r.rollup_mismatches.len()
+        );
+    }
     if !r.consistent_snapshot {
         println!("note: shards and memberships were not read at one read time; while the service is still committing, invariant violations may be artefacts");
     }

@@ -77,6 +77,7 @@ impl PublishArgs {
             duplicate_fraction: self.duplicate_fraction,
             poison_fraction: self.poison_fraction,
             hostile_fraction: 0.0,
+            shuffle: false,
             seed: self.seed,
         }
     }

@@ -36,10 +36,13 @@ pub fn percentile_chart(h: &Histogram<u64>) -> LineChart {
     LineChart {
         width: 800,
         height: 450,
+        title: "Publish -> commit latency by percentile".into(),
+        x_label: "percentile (log scale of 1 / (1 - q))".into(),
+        y_label: "latency (ms)".into(),
         points,
         x_range: (0.0, x_max),
         x_ticks,
-        y_unit: "ms".into(),
+        y_unit: String::new(),
     }
 }
 
@@ -59,16 +62,19 @@ pub fn throughput_chart(t: &Throughput) -> LineChart {
     let mut x_ticks = Vec::new();
     let mut x = 0.0;
     while x <= span + 1e-9 {
-        x_ticks.push((x, format!("{}s", crate::chart::format_tick(x, step))));
+        x_ticks.push((x, crate::chart::format_tick(x, step)));
         x += step;
     }
     LineChart {
         width: 800,
-        height: 300,
+        height: 320,
+        title: "Memberships committed per second".into(),
+        x_label: "time from the first commit (s)".into(),
+        y_label: "memberships / s".into(),
         points,
         x_range: (0.0, span),
         x_ticks,
-        y_unit: "/s".into(),
+        y_unit: String::new(),
     }
 }
 

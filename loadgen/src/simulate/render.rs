@@ -2,8 +2,10 @@
 //! Markdown tables.
 //!
 //! Invariant: pure: the same traces give the same bytes and the same text.
-//! Panels, top to bottom: arrivals (k events/s), backlog (k events),
-//! replicas pulling, oldest unacked age (s); the x axis in minutes.
+//! Panels, top to bottom, each titled with the scenario and what it shows,
+//! its axes labelled with their units: arrivals (events/s), backlog
+//! (events), replicas pulling, oldest unacked age (s); the x axis in
+//! minutes.
 
 use std::fmt::Write as _;
 use std::io::Cursor;
@@ -16,7 +18,7 @@ use super::{limits, CandidateResult, SimulateArgs};
 /// Width of the PNG, in pixels.
 pub const WIDTH: usize = 960;
 /// Height of one panel, in pixels.
-pub const PANEL_HEIGHT: usize = 190;
+pub const PANEL_HEIGHT: usize = 260;
 
 /// The PNG could not be drawn.
 #[derive(Debug, thiserror::Error)]
@@ -35,18 +37,34 @@ pub enum RenderError {
 /// The trace's four panels stacked into one PNG.
 pub fn render_png(trace: &Trace) -> Result<Vec<u8>, RenderError> {
     type Value = fn(&Step) -> f64;
-    let series: [(&str, Value); 4] = [
-        ("k/s", |s| s.arrivals / 1000.0),
-        ("k", |s| s.backlog / 1000.0),
-        ("", |s| f64::from(s.ready)),
-        ("s", |s| f64::from(s.oldest_age_secs)),
+    let series: [(&str, &str, Value); 4] = [
+        ("Arrivals: events published per second", "events / s", |s| {
+            s.arrivals
+        }),
+        (
+            "Backlog: events published and not yet acked",
+            "events",
+            |s| s.backlog,
+        ),
+        ("Replicas pulling (started and ready)", "replicas", |s| {
+            f64::from(s.ready)
+        }),
+        ("Age of the oldest unacked event", "age (s)", |s| {
+            f64::from(s.oldest_age_secs)
+        }),
     ];
     let horizon = trace.steps.len() as f64;
     let mut panels = Vec::with_capacity(series.len());
-    for (unit, value) in &series {
+    for (title, y_label, value) in &series {
         let chart = LineChart {
             width: WIDTH,
             height: PANEL_HEIGHT,
+            title: format!(
+                "Spike {}, the picked autoscaler. {title}",
+                trace.scenario.name
+            ),
+            x_label: "time since the start of the run (min)".into(),
+            y_label: (*y_label).to_string(),
             points: trace
                 .steps
                 .iter()
@@ -54,7 +72,7 @@ pub fn render_png(trace: &Trace) -> Result<Vec<u8>, RenderError> {
                 .collect(),
             x_range: (0.0, horizon),
             x_ticks: minute_ticks(trace.steps.len()),
-            y_unit: (*unit).to_string(),
+            y_unit: String::new(),
         };
         panels.push(chart.render_png()?);
     }
@@ -66,7 +84,7 @@ fn minute_ticks(secs: usize) -> Vec<(f64, String)> {
     let every = if minutes > 60 { 10 } else { 5 };
     (0..=minutes)
         .step_by(every)
-        .map(|m| ((m * 60) as f64, format!("{m}m")))
+        .map(|m| ((m * 60) as f64, format!("{m}")))
         .collect()
 }
 

@@ -3,13 +3,15 @@
 //!
 //! Invariant: the same [`WorkloadConfig`] yields the same messages in the
 //! same order (only `occurredAt` follows the clock); a duplicate always
-//! comes after its original.
+//! comes after its original; unshuffled, a pair's events come in `seq`
+//! order.
 
 use std::collections::HashMap;
 
 use chrono::Utc;
 use hotcount::event::{to_json, LikeEvent, LikeKind, Version};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom as _;
 use rand::{Rng, SeedableRng};
 
 use super::poison::generate_poison;
@@ -32,12 +34,18 @@ pub fn generate(config: &WorkloadConfig) -> Workload {
             .collect();
     let poison = generate_poison(config, plan, now_micros, &mut rng);
 
-    // Order: valid event i sits at position i; poison anywhere; a duplicate of
-    // i strictly after i (a publisher retry is later, and may overtake others).
+    // Order: valid event i sits at position i (shuffled: at a random
+    // position, so a pair's events arrive in any order); poison anywhere; a
+    // duplicate of i strictly after i (a publisher retry is later, and may
+    // overtake others).
     let n = originals.len() as f64;
+    let mut position: Vec<f64> = (0..originals.len()).map(|i| i as f64).collect();
+    if config.shuffle {
+        position.shuffle(&mut rng);
+    }
     let mut slots: Vec<(f64, usize)> = Vec::with_capacity(config.events as usize);
-    for i in 0..originals.len() {
-        slots.push((i as f64, slots.len()));
+    for &at in &position {
+        slots.push((at, slots.len()));
     }
     for _ in 0..poison.len() {
         slots.push((rng.random::<f64>() * n, slots.len()));
@@ -45,7 +53,7 @@ pub fn generate(config: &WorkloadConfig) -> Workload {
     let mut duplicate_of = Vec::with_capacity(plan.duplicates as usize);
     for _ in 0..plan.duplicates {
         let of = rng.random_range(0..originals.len());
-        let at = of as f64 + 0.5 + rng.random::<f64>() * (n - of as f64);
+        let at = position[of] + 0.5 + rng.random::<f64>() * (n - position[of]);
         duplicate_of.push(of);
         slots.push((at, slots.len()));
     }
@@ -248,6 +256,50 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_shuffled_workload_has_the_same_events_out_of_order_and_the_same_truth() {
+        let plain = generate(&config(9));
+        let shuffled = generate(&WorkloadConfig {
+            shuffle: true,
+            ..config(9)
+        });
+        assert_eq!(shuffled.truth.counts, plain.truth.counts);
+        assert_eq!(shuffled.counts, plain.counts);
+        let events = |w: &Workload| {
+            let mut e: Vec<Origin> = w
+                .messages
+                .iter()
+                .filter(|m| matches!(m.origin, Origin::Event { .. }))
+                .map(|m| m.origin.clone())
+                .collect();
+            e.sort_by_key(|o| format!("{o:?}"));
+            e
+        };
+        assert_eq!(events(&shuffled), events(&plain));
+        // Some pair's events now arrive after a newer one of the same pair.
+        let mut newest: HashMap<(String, String), i64> = HashMap::new();
+        let mut late = 0;
+        for (i, m) in shuffled.messages.iter().enumerate() {
+            match &m.origin {
+                Origin::Event {
+                    post_id,
+                    user_id,
+                    seq,
+                    ..
+                } => {
+                    let seen = newest
+                        .entry((post_id.clone(), user_id.clone()))
+                        .or_default();
+                    late += usize::from(*seq < *seen);
+                    *seen = (*seen).max(*seq);
+                }
+                Origin::Duplicate { of } => assert!(*of < i, "a duplicate follows its original"),
+                Origin::Poison { .. } => {}
+            }
+        }
+        assert!(late > 0, "shuffled events arrive out of order");
+    }
+
     fn top_post_share(s: f64) -> f64 {
         let w = generate(&WorkloadConfig {
             events: 20_000,
@@ -258,6 +310,7 @@ mod tests {
             duplicate_fraction: 0.0,
             poison_fraction: 0.0,
             hostile_fraction: 0.0,
+            shuffle: false,
             seed: 11,
         });
         let top = post_id(0);

@@ -54,6 +54,12 @@ pub struct WorkloadConfig {
     /// overflowing numbers), on top of `poison_fraction`.
     #[serde(default)]
     pub hostile_fraction: f64,
+    /// Publish the valid events in a random order instead of generation
+    /// order: a pair's events then arrive in any order, so some are stale
+    /// (older than one already applied). Duplicates still follow their
+    /// originals.
+    #[serde(default)]
+    pub shuffle: bool,
     /// Seed of every random choice.
     pub seed: u64,
 }
@@ -69,6 +75,7 @@ impl Default for WorkloadConfig {
             duplicate_fraction: 0.05,
             poison_fraction: 0.01,
             hostile_fraction: 0.0,
+            shuffle: false,
             seed: 42,
         }
     }
@@ -280,6 +287,7 @@ mod tests {
             duplicate_fraction: 0.1,
             poison_fraction: 0.05,
             hostile_fraction: 0.0,
+            shuffle: false,
             seed,
         }
     }

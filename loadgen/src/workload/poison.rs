@@ -240,6 +240,7 @@ mod tests {
         let w = generate(&WorkloadConfig {
             events: 5_000,
             hostile_fraction: 0.04,
+            shuffle: false,
             ..config(3)
         });
         let hostile: Vec<&OutMessage> = w

@@ -14,6 +14,7 @@ pub fn small_workload(seed: u64) -> WorkloadConfig {
         duplicate_fraction: 0.05,
         poison_fraction: 0.01,
         hostile_fraction: 0.0,
+        shuffle: false,
         seed,
     }
 }

@@ -12,6 +12,7 @@
 //! `--max-divergence` is not committed: the replay pauses and reports.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use google_cloud_gax::error::rpc::Code;
@@ -20,6 +21,7 @@ use google_cloud_pubsub::model::{ExpirationPolicy, Subscription};
 use crate::config::{check_pubsub_id, Endpoints, Target};
 use crate::connect;
 use crate::pipeline::batch::Effects;
+use crate::pipeline::rollup;
 use crate::store::selected::{SelectedStore, StoreSettings};
 use crate::store::StoreError;
 
@@ -74,8 +76,9 @@ pub struct ReplayArgs {
     /// milliseconds (stragglers inside the window may still arrive).
     #[arg(long, default_value_t = 2000)]
     pub end_grace_ms: u64,
-    /// Counter shards per post (as the service's `--counter-shards`).
-    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = 8)]
+    /// Counter shards per post (as the service's `--counter-shards`, whose
+    /// default it shares).
+    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = crate::config::DEFAULT_COUNTER_SHARDS)]
     pub counter_shards: u32,
     /// Batch marker lifetime, in days (as the service's `--marker-ttl-days`).
     #[arg(long, env = "HOTCOUNT_MARKER_TTL_DAYS", default_value_t = 40)]
@@ -254,9 +257,13 @@ pub async fn run(endpoints: &Endpoints, args: &ReplayArgs) -> Result<ReplayRepor
         Ok(_) => {
             let store = open_store(endpoints, args).await?;
             let subscriber = connect::subscriber(endpoints).await?;
-            Replayer::new(store, args, window, &subscription)
+            let replayed = Replayer::new(store.clone(), args, window, &subscription)
                 .run(subscriber)
-                .await
+                .await;
+            if let Ok(report) = &replayed {
+                refresh_rollups(&store, args, report).await;
+            }
+            replayed
         }
         Err(e) => Err(pubsub_error("seeking", &subscription, e)),
     };
@@ -312,7 +319,7 @@ async fn open_store(
     args: &ReplayArgs,
 ) -> Result<SelectedStore, ReplayError> {
     let db = connect::store_db(endpoints, &args.target, 2).await?;
-    Ok(SelectedStore::new(
+    let store = SelectedStore::new(
         db,
         StoreSettings {
             consumer: args.consumer.clone(),
@@ -321,7 +328,27 @@ async fn open_store(
                 crate::config::DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC,
             marker_ttl: Duration::from_secs(86_400 * args.marker_ttl_days.clamp(1, 3650)),
         },
-    ))
+    );
+    // Only the counter shards each post's rollup registers (Firestore): a
+    // replay has no refresher to register more, so it never makes a shard
+    // a rollup does not cover.
+    let _ = store.shard_registry();
+    Ok(store)
+}
+
+/// After a replay that changed counts: refreshes the rollups of the posts
+/// it changed (those that have one).
+async fn refresh_rollups(store: &SelectedStore, args: &ReplayArgs, report: &ReplayReport) {
+    let posts: Vec<String> = report.deltas.keys().cloned().collect();
+    if posts.is_empty() || report.dry_run {
+        return;
+    }
+    let written = rollup::refresh_existing(Arc::new(store.db()), &posts, args.counter_shards).await;
+    tracing::info!(
+        posts = posts.len(),
+        written,
+        "rollups of the replayed posts refreshed"
+    );
 }
 
 #[cfg(test)]

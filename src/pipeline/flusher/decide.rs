@@ -37,7 +37,7 @@ pub fn decide(
     let eager = oldest + config.flush_min_wait.min(config.flush_interval);
     // (b): the busier the slots, the larger the batch worth a slot. Squared:
     // side by side at 22,000 events/s, k/n gave p99 119-127 ms and (k/n)²
-    // 94-110 ms, with the same backlog throughput (docs/BENCHMARKS.md).
+    // 94-110 ms, with the same backlog throughput (docs/benchmarks-history.md).
     let slots = config.max_commits_in_flight.max(1);
     let filled = in_flight > 0
         && free.messages.saturating_mul(slots * slots)

@@ -133,6 +133,9 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                 .await;
             match result {
                 Ok(report) => {
+                    if let Some(marks) = &self.rollups {
+                        marks.mark(&report.changed, report.committed_at, Instant::now());
+                    }
                     self.stats.store_rpcs.add(u64::from(report.rpcs));
                     self.stats.batches.add(1);
                     if report.outcome == CommitOutcome::AlreadyCommitted {

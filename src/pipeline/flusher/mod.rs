@@ -38,6 +38,7 @@ use tokio::time::Instant;
 use crate::pipeline::acker::{AckHandle, Acker};
 use crate::pipeline::aggregator::{Aggregator, Taken};
 use crate::pipeline::batch::Batch;
+use crate::pipeline::rollup::Marks;
 use crate::store::{CounterStore, Deadline};
 use crate::telemetry::Stats;
 
@@ -97,6 +98,9 @@ pub struct Flusher<S, H> {
     /// Set when the stop signal arrives: when commits must have ended.
     deadline: Deadline,
     set_deadline: Arc<watch::Sender<Option<Instant>>>,
+    /// Where the posts a commit changed are marked for their rollup's
+    /// refresh (none when rollups are off).
+    rollups: Option<Arc<Marks>>,
 }
 
 impl<S, H> Clone for Flusher<S, H> {
@@ -109,6 +113,7 @@ impl<S, H> Clone for Flusher<S, H> {
             config: self.config.clone(),
             deadline: self.deadline.clone(),
             set_deadline: self.set_deadline.clone(),
+            rollups: self.rollups.clone(),
         }
     }
 }
@@ -131,6 +136,16 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             config,
             deadline,
             set_deadline: Arc::new(set_deadline),
+            rollups: None,
+        }
+    }
+
+    /// This flusher, marking in `marks` the posts each commit changes (once
+    /// per post per batch), for the rollup refresher.
+    pub fn with_rollups(self, marks: Arc<Marks>) -> Self {
+        Self {
+            rollups: Some(marks),
+            ..self
         }
     }
 

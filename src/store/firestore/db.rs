@@ -20,6 +20,7 @@ use fs::structured_aggregation_query::aggregation::{Count, Operator};
 use fs::value::ValueType;
 
 use super::errors::{internal, status_error};
+use super::frame::{BatchGetFrame, FoundDocument};
 use super::{wire, Layout};
 use crate::store::StoreError;
 
@@ -112,7 +113,9 @@ impl FirestoreDb {
         &self.layout
     }
 
-    fn client(&self) -> fs::firestore_client::FirestoreClient<gcloud_sdk::GoogleAuthMiddleware> {
+    pub(super) fn client(
+        &self,
+    ) -> fs::firestore_client::FirestoreClient<gcloud_sdk::GoogleAuthMiddleware> {
         self.client.client().get()
     }
 
@@ -159,16 +162,88 @@ impl FirestoreDb {
         .await
     }
 
+    /// Reads `documents` at the latest state (BatchGetDocuments, no
+    /// transaction), handing each one found to `found`, in any order.
+    /// Returns the read time every document handed over is valid at: the
+    /// latest of the responses' read times (a later response's read time
+    /// guarantees the documents before it unchanged up to it).
+    pub async fn batch_get_latest(
+        &self,
+        documents: Vec<String>,
+        mut found: impl FnMut(fs::Document),
+    ) -> Result<Timestamp, StoreError> {
+        let op = "BatchGetDocuments";
+        let request = fs::BatchGetDocumentsRequest {
+            database: self.layout.database.clone(),
+            documents,
+            ..Default::default()
+        };
+        let mut read_time: Option<Timestamp> = None;
+        let mut client = self.client();
+        let call = client.batch_get_documents(request);
+        self.stream(op, Read::Latest, call, |response| {
+            if let Some(t) = response.read_time {
+                let later = read_time.is_none_or(|r| (t.seconds, t.nanos) > (r.seconds, r.nanos));
+                if later {
+                    read_time = Some(t);
+                }
+            }
+            if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result {
+                found(doc);
+            }
+            true
+        })
+        .await?;
+        read_time.ok_or_else(|| internal(op, "no read time in the BatchGetDocuments responses"))
+    }
+
+    /// Applies `writes` with BatchWrite: each on its own (not atomically),
+    /// with its own precondition. Returns each write's status, in order
+    /// (`Ok` when it applied); an error of the whole call leaves every
+    /// write's outcome unknown.
+    pub async fn batch_write(
+        &self,
+        writes: Vec<fs::Write>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let op = "BatchWrite";
+        let count = writes.len();
+        let request = fs::BatchWriteRequest {
+            database: self.layout.database.clone(),
+            writes,
+            ..Default::default()
+        };
+        let response = self
+            .client()
+            .batch_write(request)
+            .await
+            .map_err(|s| status_error(op, &s))?
+            .into_inner();
+        if response.status.len() != count {
+            return Err(internal(
+                op,
+                "not one status per write in the BatchWrite response",
+            ));
+        }
+        Ok(response
+            .status
+            .into_iter()
+            .map(|status| match Code::from(status.code) {
+                Code::Ok => Ok(()),
+                code => Err(status_error(op, &Status::new(code, status.message))),
+            })
+            .collect())
+    }
+
     /// [`Self::batch_get`] of `documents`, each returned with only the
-    /// fields named in `fields` (all of them when empty), read as lean
-    /// [`wire::Document`]s (the store's read path: no field maps, and the
-    /// request encoded from the borrowed names).
+    /// fields named in `fields` (all of them when empty), read in place as
+    /// [`FoundDocument`]s (the store's read path: no message built, no name
+    /// or value copied, and the request encoded from the borrowed names).
     pub async fn batch_get_lean<'a>(
         &self,
         documents: impl Iterator<Item = &'a str>,
         fields: &[&str],
         read: Read<'_>,
-        mut found: impl FnMut(wire::Document),
+        mut found: impl FnMut(FoundDocument<'_>),
     ) -> Result<Vec<u8>, StoreError> {
         let options = batch_get_options(read, fields);
         // A name is about 100 bytes.
@@ -177,7 +252,7 @@ impl FirestoreDb {
         let mut channel = self.channel();
         let call = wire::batch_get(&mut channel, request);
         self.stream("BatchGetDocuments", read, call, |response| {
-            if let Some(doc) = response.found {
+            if let Some(doc) = response.found() {
                 found(doc);
             }
             true
@@ -348,19 +423,21 @@ impl FirestoreDb {
         for write in &writes {
             request.push(write);
         }
-        self.commit_encoded(request, transaction).await
+        self.commit_encoded(request, transaction).await.map(drop)
     }
 
     /// [`Self::commit`] of writes already encoded (the store's batches:
-    /// see `codec::encode_writes`).
+    /// see `codec::encode_writes`); returns the commit time, when the
+    /// server sent one.
     pub async fn commit_encoded(
         &self,
         request: wire::EncodedCommit,
         transaction: Option<Vec<u8>>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<Timestamp>, StoreError> {
         let bytes = request.finish(transaction.as_deref().unwrap_or_default());
-        let Err(status) = wire::commit(&mut self.channel(), bytes).await else {
-            return Ok(());
+        let status = match wire::commit(&mut self.channel(), bytes).await {
+            Ok(response) => return Ok(response.into_inner().commit_time),
+            Err(status) => status,
         };
         let mut error = status_error("Commit", &status);
         if let Some(transaction) = transaction {
@@ -421,7 +498,12 @@ macro_rules! streamed {
 
 streamed!(
     fs::BatchGetDocumentsResponse,
-    wire::BatchGetResponse,
     fs::RunQueryResponse,
     fs::RunAggregationQueryResponse
 );
+
+impl Streamed for BatchGetFrame {
+    fn take_transaction(&mut self) -> Vec<u8> {
+        self.transaction().to_vec()
+    }
+}

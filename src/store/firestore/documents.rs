@@ -97,11 +97,11 @@ impl FirestoreDb {
         let documents = names.iter().map(String::as_str).chain(marker);
         let transaction = self
             .batch_get_lean(documents, &READ_FIELDS, read, |doc| {
-                if Some(doc.name.as_str()) == marker {
-                    marker_effects = Some(codec::effects_from_fields(&doc.fields));
-                } else if let Some(&i) = position.get(doc.name.as_str()) {
+                if Some(doc.name) == marker {
+                    marker_effects = Some(codec::effects_from_fields(&doc));
+                } else if let Some(&i) = position.get(doc.name) {
                     update_times[i] = doc.update_time;
-                    found[i] = codec::membership_from_fields(&doc.fields);
+                    found[i] = codec::membership_from_fields(&doc);
                 }
             })
             .await?;

@@ -23,6 +23,8 @@ pub mod collections {
     pub const QUARANTINE: &str = "quarantine";
     /// Reconcile guards, one per repaired post.
     pub const RECONCILE: &str = "reconcile";
+    /// Rollups, one per post: the count clients read and listen to.
+    pub const COUNTS: &str = "counts";
 }
 
 /// Field names, per kind of document.
@@ -53,6 +55,24 @@ pub mod fields {
         pub const POST_ID: &str = "postId";
         /// The shard's part of the count (integer, incremented).
         pub const LIKES: &str = "likes";
+        /// The server time of the last commit that incremented it
+        /// (timestamp): what the rollup sweep finds recent changes by.
+        pub const UPDATED_AT: &str = "updatedAt";
+    }
+
+    /// A rollup `counts/{post}`, the one document clients read.
+    pub mod rollup {
+        /// The post (string).
+        pub const POST_ID: &str = "postId";
+        /// The sum of the post's counter shards at `asOf` (integer).
+        pub const LIKES: &str = "likes";
+        /// The read time the shards were summed at (timestamp).
+        pub const AS_OF: &str = "asOf";
+        /// Counter shard documents `0..shards` the sum covers (integer;
+        /// it only grows, so a refresh that read fewer is not written).
+        pub const SHARDS: &str = "shards";
+        /// The server time of the write (timestamp).
+        pub const UPDATED_AT: &str = "updatedAt";
     }
 
     /// A batch marker `batches/{consumer}:{batchId}`.
@@ -212,6 +232,22 @@ impl Layout {
         (!post.is_empty() && !shard.is_empty() && !shard.contains('/')).then_some(post)
     }
 
+    /// The shard number of a counter shard of this layout (see
+    /// [`Self::counter_shard_post`]); `None` for any other document.
+    pub fn counter_shard_number(&self, name: &str) -> Option<u32> {
+        self.counter_shard_post(name)?;
+        name.rsplit('/').next()?.parse().ok()
+    }
+
+    /// The rollup of `post_id`: `{prefix}counts/{post}`.
+    pub fn rollup(&self, post_id: &str) -> String {
+        format!(
+            "{}/{}/{post_id}",
+            self.root(),
+            self.collection(collections::COUNTS)
+        )
+    }
+
     /// The batch marker `{consumer}:{batch_id}`.
     pub fn marker(&self, consumer: &str, batch_id: &str) -> String {
         format!(
@@ -278,6 +314,10 @@ mod tests {
             "projects/proj/databases/(default)/documents/hc_likes/9368d4ee.6.post-1.user-2"
         );
         assert_eq!(
+            layout.rollup("p1"),
+            "projects/proj/databases/(default)/documents/hc_counts/p1"
+        );
+        assert_eq!(
             layout.reconcile_guard("p1"),
             "projects/proj/databases/(default)/documents/hc_reconcile/p1"
         );
@@ -288,6 +328,8 @@ mod tests {
         let layout = Layout::new("x", "(default)", "hc_");
         let shard = layout.counter_shard("post-1", 3);
         assert_eq!(layout.counter_shard_post(&shard), Some("post-1"));
+        assert_eq!(layout.counter_shard_number(&shard), Some(3));
+        assert_eq!(layout.counter_shard_number(&layout.rollup("post-1")), None);
         let other = "projects/x/databases/(default)/documents/counters/post-1/shards/3";
         assert_eq!(layout.counter_shard_post(other), None);
         assert_eq!(layout.counter_shard_post(&format!("{shard}/x/y")), None);

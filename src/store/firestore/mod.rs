@@ -13,7 +13,9 @@
 //! `documents`) is the one handle every Firestore call in the repo goes
 //! through: this store, the operator tools, the load generator and the tests.
 //! [`wire`] holds the lean, wire-compatible messages of the hot path (a
-//! batch's read and commit), which carry fields as lists, not maps.
+//! batch's read and commit), which carry fields as lists, not maps, and
+//! [`frame`] reads a batch's read responses in place, without building
+//! them.
 
 use gcloud_sdk::tonic::Code;
 
@@ -21,7 +23,9 @@ pub mod codec;
 mod db;
 mod documents;
 pub mod errors;
+pub mod frame;
 pub mod layout;
+mod rollups;
 pub mod wire;
 
 pub use codec::{StoredMembership, StoredRecord};
@@ -30,8 +34,10 @@ pub use documents::{CounterSums, Memberships};
 pub use errors::{classify, status_error};
 pub use layout::Layout;
 
-use super::counter_shards::CounterShardPlanner;
-use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
+use super::counter_shards::{CounterShardPlanner, ShardRegistry};
+use super::{
+    Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
+};
 use crate::pipeline::batch::Batch;
 
 /// Store settings (where the documents live is the [`FirestoreDb`]'s layout).
@@ -58,6 +64,13 @@ impl FirestoreStore {
     /// The database it commits to.
     pub fn db(&self) -> &FirestoreDb {
         &self.db
+    }
+
+    /// From now on, caps each post's counter shards at what its rollup
+    /// registers (see [`super::counter_shards`]); the registry the rollup
+    /// refresher keeps up to date.
+    pub fn register_shards(&self) -> std::sync::Arc<ShardRegistry> {
+        self.shards.register_in(std::sync::Arc::default())
     }
 }
 
@@ -119,6 +132,8 @@ impl FirestoreStore {
                 effects,
                 increments: 0,
                 rpcs: 2,
+                changed: ChangedCounter::every_post_of(batch),
+                committed_at: None,
             });
         }
         let plan = batch.plan(snapshot.found.as_slice());
@@ -142,14 +157,24 @@ impl FirestoreStore {
             &marker,
             |i| counters.shard(i),
         );
-        self.db
+        let committed_at = self
+            .db
             .commit_encoded(commit, Some(snapshot.transaction))
             .await?;
+        let increments = plan.deltas.len();
+        let changed = (plan.deltas.into_keys().enumerate())
+            .map(|(i, post_id)| ChangedCounter {
+                post_id,
+                shard: Some(counters.shard(i)),
+            })
+            .collect();
         Ok(CommitReport {
             outcome: CommitOutcome::Committed,
             effects: plan.effects,
-            increments: plan.deltas.len(),
+            increments,
             rpcs: 2,
+            changed,
+            committed_at: committed_at.as_ref().map(codec::timestamp_to_micros),
         })
     }
 }

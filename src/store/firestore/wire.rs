@@ -1,7 +1,8 @@
 //! Lean, wire-compatible copies of the Firestore messages on the store's
 //! hot path (a batch's BatchGetDocuments and Commit): a document's fields
 //! as a `Vec` of entries instead of a `HashMap<String, Value>`, and
-//! responses that keep only what the store reads.
+//! responses that keep only what the store reads (the BatchGetDocuments
+//! responses are read in place, by [`super::frame`]).
 //!
 //! Invariants: every message here encodes exactly as its
 //! `google.firestore.v1` counterpart (a protobuf map is on the wire a
@@ -20,6 +21,8 @@ use gcloud_sdk::tonic::codegen::http::uri::PathAndQuery;
 use gcloud_sdk::tonic::{GrpcMethod, IntoRequest, Response, Status, Streaming};
 
 use fs::document_transform::FieldTransform;
+
+use super::frame::{BatchGetFrame, FrameDecoder};
 
 /// One field of a document: an entry of `Document.fields`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -68,21 +71,13 @@ pub struct Write {
     pub current_document: Option<fs::Precondition>,
 }
 
-/// `google.firestore.v1.CommitResponse`, of which the store reads nothing
-/// (a write result per write and the commit time are skipped).
+/// `google.firestore.v1.CommitResponse`, of which the store reads only the
+/// commit time (a write result per write is skipped, undecoded).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct CommitResponse {}
-
-/// `google.firestore.v1.BatchGetDocumentsResponse` without `missing` and
-/// `read_time` (skipped when read).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct BatchGetResponse {
-    /// A document that exists (`result.found`).
-    #[prost(message, optional, tag = "1")]
-    pub found: Option<Document>,
-    /// The transaction the read opened, in the first response only.
-    #[prost(bytes = "vec", tag = "3")]
-    pub transaction: Vec<u8>,
+pub struct CommitResponse {
+    /// When the commit applied: a read at this time or later sees it.
+    #[prost(message, optional, tag = "2")]
+    pub commit_time: Option<Timestamp>,
 }
 
 /// The gRPC service path of a Firestore method.
@@ -271,12 +266,33 @@ impl Encoder for Copy {
     }
 }
 
+/// Sends bytes already encoded; reads each response as a
+/// [`BatchGetFrame`] (its bytes, checked, read in place).
+#[derive(Default)]
+struct EncodedFrames;
+
+impl Codec for EncodedFrames {
+    type Encode = Vec<u8>;
+    type Decode = BatchGetFrame;
+    type Encoder = Copy;
+    type Decoder = FrameDecoder;
+
+    fn encoder(&mut self) -> Copy {
+        Copy
+    }
+
+    fn decoder(&mut self) -> FrameDecoder {
+        FrameDecoder
+    }
+}
+
 /// Calls BatchGetDocuments with a request encoded by [`encode_batch_get`],
-/// reading the responses as [`BatchGetResponse`].
+/// reading the responses in place ([`BatchGetFrame`]: no message built,
+/// no name or value copied).
 pub async fn batch_get(
     channel: &mut Channel,
     request: Vec<u8>,
-) -> Result<Response<Streaming<BatchGetResponse>>, Status> {
+) -> Result<Response<Streaming<BatchGetFrame>>, Status> {
     channel.ready().await.map_err(not_ready)?;
     let mut request = request.into_request();
     request.extensions_mut().insert(GrpcMethod::new(
@@ -284,11 +300,7 @@ pub async fn batch_get(
         "BatchGetDocuments",
     ));
     channel
-        .server_streaming(
-            request,
-            PathAndQuery::from_static(BATCH_GET),
-            Encoded::default(),
-        )
+        .server_streaming(request, PathAndQuery::from_static(BATCH_GET), EncodedFrames)
         .await
 }
 
@@ -305,8 +317,6 @@ pub fn to_sdk(write: &Write) -> fs::Write {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
     use fs::precondition::ConditionType;
     use fs::value::ValueType;
@@ -475,46 +485,7 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_get_response_reads_the_sdk_response_and_skips_the_rest() {
-        let fields: HashMap<String, fs::Value> = HashMap::from([
-            ("liked".into(), value(ValueType::BooleanValue(false))),
-            ("eventId".into(), value(ValueType::StringValue("e".into()))),
-            ("seq".into(), value(ValueType::IntegerValue(9))),
-        ]);
-        let found = fs::BatchGetDocumentsResponse {
-            transaction: vec![4, 2],
-            read_time: Some(time(11)),
-            result: Some(fs::batch_get_documents_response::Result::Found(
-                fs::Document {
-                    name: "n".into(),
-                    fields: fields.clone(),
-                    create_time: Some(time(1)),
-                    update_time: Some(time(2)),
-                },
-            )),
-        };
-        let lean = BatchGetResponse::decode(found.encode_to_vec().as_slice()).expect("decodes");
-        assert_eq!(lean.transaction, vec![4, 2]);
-        let doc = lean.found.expect("found");
-        assert_eq!((doc.name.as_str(), doc.update_time), ("n", Some(time(2))));
-        let read: HashMap<String, fs::Value> = doc
-            .fields
-            .into_iter()
-            .map(|f| (f.key, f.value.unwrap_or_default()))
-            .collect();
-        assert_eq!(read, fields);
-        let missing = fs::BatchGetDocumentsResponse {
-            result: Some(fs::batch_get_documents_response::Result::Missing(
-                "gone".into(),
-            )),
-            ..Default::default()
-        };
-        let lean = BatchGetResponse::decode(missing.encode_to_vec().as_slice()).expect("decodes");
-        assert_eq!(lean, BatchGetResponse::default());
-    }
-
-    #[test]
-    fn a_commit_response_with_write_results_decodes_to_nothing_kept() {
+    fn a_commit_response_with_write_results_decodes_to_its_commit_time_only() {
         let response = fs::CommitResponse {
             write_results: vec![fs::WriteResult {
                 update_time: Some(time(3)),
@@ -523,6 +494,11 @@ mod tests {
             commit_time: Some(time(3)),
         };
         let lean = CommitResponse::decode(response.encode_to_vec().as_slice());
-        assert_eq!(lean, Ok(CommitResponse {}));
+        assert_eq!(
+            lean,
+            Ok(CommitResponse {
+                commit_time: Some(time(3))
+            })
+        );
     }
 }

@@ -108,8 +108,47 @@ impl PostTally {
 pub struct PgDb {
     pool: Pool,
     /// The connector of the pool's connections (`None`: plain TCP), for
-    /// cancel requests.
+    /// cancel requests and the connections that LISTEN.
     tls: Option<MakeRustlsConnect>,
+    /// The pool's connection settings, for a connection of its own
+    /// ([`Self::listen`]).
+    config: tokio_postgres::Config,
+}
+
+/// A connection that LISTENs (see [`PgDb::listen`]).
+pub struct Listening {
+    /// Keeps the connection open.
+    _client: tokio_postgres::Client,
+    /// The payload of each notification, in order; closed with the
+    /// connection.
+    pub notifications: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+/// Drives `connection`, sending each notification's payload to `tx`, until
+/// the connection ends (or nobody receives).
+async fn forward_notifications<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    tx: tokio::sync::mpsc::UnboundedSender<String>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use futures::StreamExt;
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(message) = messages.next().await {
+        match message {
+            Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                if tx.send(n.payload().to_string()).is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "the LISTEN connection ended");
+                return;
+            }
+        }
+    }
 }
 
 /// A pooled connection that goes back to the pool only through
@@ -200,6 +239,7 @@ impl PgDb {
         let recycling = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
+        let config_copy = pg.clone();
         let manager = match &tls {
             Some(connector) => Manager::from_config(pg, connector.clone(), recycling),
             None => Manager::from_config(pg, NoTls, recycling),
@@ -211,7 +251,41 @@ impl PgDb {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| PgConfigError::Pool(e.to_string()))?;
-        Ok(Self { pool, tls })
+        Ok(Self {
+            pool,
+            tls,
+            config: config_copy,
+        })
+    }
+
+    /// Opens a connection of its own (not the pool's) that LISTENs on
+    /// `channel`: each notification's payload arrives on the returned
+    /// receiver, which closes when the connection ends. The connection
+    /// lives as long as the returned [`Listening`].
+    pub async fn listen(&self, channel: &str) -> Result<Listening, StoreError> {
+        let op = "Listen";
+        let err = |e: tokio_postgres::Error| query_error(op, &e);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let client = match &self.tls {
+            Some(connector) => {
+                let (client, connection) =
+                    self.config.connect(connector.clone()).await.map_err(err)?;
+                tokio::spawn(forward_notifications(connection, tx));
+                client
+            }
+            None => {
+                let (client, connection) = self.config.connect(NoTls).await.map_err(err)?;
+                tokio::spawn(forward_notifications(connection, tx));
+                client
+            }
+        };
+        // The channel is ours (a constant), quoted as an identifier.
+        let listen = format!("LISTEN \"{}\"", channel.replace('"', "\"\""));
+        client.batch_execute(&listen).await.map_err(err)?;
+        Ok(Listening {
+            _client: client,
+            notifications: rx,
+        })
     }
 
     /// Asks the server to cancel the statement running on the connection
@@ -238,7 +312,7 @@ impl PgDb {
     /// Runs one statement outside a transaction on a pooled connection and
     /// returns its rows; the connection goes back to the pool only when the
     /// statement ended normally.
-    async fn query_rows(
+    pub(super) async fn query_rows(
         &self,
         op: &'static str,
         sql: &str,

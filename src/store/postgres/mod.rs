@@ -90,11 +90,12 @@ use tokio_postgres::CancelToken;
 pub mod codec;
 pub mod db;
 pub mod errors;
+pub mod rollups;
 pub mod schema;
 pub mod tls;
 
 pub use codec::StoredRecord;
-pub use db::{PgConfigError, PgDb, PgDbConfig, PostTally};
+pub use db::{Listening, PgConfigError, PgDb, PgDbConfig, PostTally};
 pub use errors::classify;
 pub use schema::{migrate, MigrateError, MigrationReport, SchemaError};
 
@@ -103,7 +104,9 @@ use db::Conn;
 use errors::query_error;
 
 use super::counter_shards::CounterShardPlanner;
-use super::{Attempt, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError};
+use super::{
+    Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
+};
 use crate::pipeline::batch::{Batch, Membership, MembershipKey};
 
 /// The name failed commits are reported under.
@@ -225,6 +228,8 @@ impl PostgresStore {
                 effects,
                 increments: 0,
                 rpcs: rpcs + 1,
+                changed: ChangedCounter::every_post_of(batch),
+                committed_at: None,
             });
         }
         let mut stored: FxHashMap<MembershipKey, Membership> =
@@ -331,11 +336,19 @@ impl PostgresStore {
         match (ended, failed) {
             (Some(Ok(_)), None) => {
                 conn.release();
+                let changed = (shard_posts.iter().zip(&shard_ids))
+                    .map(|(post, shard)| ChangedCounter {
+                        post_id: (*post).to_string(),
+                        shard: u32::try_from(*shard).ok(),
+                    })
+                    .collect();
                 Ok(CommitReport {
                     outcome: CommitOutcome::Committed,
                     effects: plan.effects,
                     increments: plan.deltas.len(),
                     rpcs,
+                    changed,
+                    committed_at: None,
                 })
             }
             (ended, failed) => {

@@ -27,11 +27,18 @@ pub struct Migration {
 }
 
 /// Every migration this build knows, in version order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("migrations/0001_initial.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("migrations/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "rollups",
+        sql: include_str!("migrations/0002_rollups.sql"),
+    },
+];
 
 /// The advisory lock key every [`migrate`] takes: "hotcoun" in ASCII.
 const MIGRATION_LOCK: i64 = 0x0068_6f74_636f_756e;
@@ -308,6 +315,65 @@ pub const CORRECT_SHARD_ZERO: &str = "INSERT INTO counter_shards AS c (post_id, 
     VALUES ($1, 0, $2)
     ON CONFLICT (post_id, shard)
     DO UPDATE SET likes = c.likes + excluded.likes, updated_at = now()";
+
+/// The channel a rollup write notifies, with the post id as the payload
+/// (a macro, so the statements below can splice it in at compile time).
+macro_rules! rollup_channel {
+    () => {
+        "hotcount_counts"
+    };
+}
+
+/// The channel a rollup write notifies, with the post id as the payload.
+pub const ROLLUP_CHANNEL: &str = rollup_channel!();
+
+/// Each post of `$1` (in that order): the sum of its counter shards, its
+/// rollup's `likes` and `as_of` (microseconds; NULL without a rollup), and
+/// the statement's time (microseconds), which is no later than the
+/// snapshot the statement reads: every commit acknowledged before it is
+/// in the sums.
+pub const READ_ROLLUPS: &str = "SELECT k.post_id,
+        COALESCE((SELECT sum(s.likes) FROM counter_shards AS s
+                  WHERE s.post_id = k.post_id), 0)::int8,
+        c.likes,
+        (extract(epoch FROM c.as_of) * 1000000)::int8,
+        (extract(epoch FROM statement_timestamp()) * 1000000)::int8
+    FROM unnest($1::text[]) WITH ORDINALITY AS k(post_id, i)
+    LEFT JOIN post_counts AS c ON c.post_id = k.post_id
+    ORDER BY k.i";
+
+/// Writes rollups read at one snapshot: `$1` post ids, `$2` their sums,
+/// `$3` the snapshot's time (microseconds), only over rows with an older
+/// `as_of`; returns (and notifies [`ROLLUP_CHANNEL`] of) each post written.
+pub const WRITE_ROLLUPS: &str = concat!(
+    "WITH written AS (
+        INSERT INTO post_counts AS c (post_id, likes, as_of, updated_at)
+        SELECT w.post_id, w.likes,
+               timestamptz 'epoch' + $3::int8 * interval '1 microsecond', now()
+        FROM unnest($1::text[], $2::int8[]) AS w(post_id, likes)
+        ORDER BY w.post_id
+        ON CONFLICT (post_id) DO UPDATE
+            SET likes = excluded.likes, as_of = excluded.as_of, updated_at = excluded.updated_at
+            WHERE c.as_of < excluded.as_of
+        RETURNING c.post_id)
+    SELECT post_id, pg_notify('",
+    rollup_channel!(),
+    "', post_id) FROM written"
+);
+
+/// Posts whose counter shards changed at or after `$1` (microseconds) and
+/// whose rollup is missing or differs from the sum of their shards.
+pub const CHANGED_ROLLUPS: &str = "SELECT ch.post_id
+    FROM (SELECT DISTINCT post_id FROM counter_shards
+          WHERE updated_at >= timestamptz 'epoch' + $1::int8 * interval '1 microsecond') AS ch
+    LEFT JOIN post_counts AS c ON c.post_id = ch.post_id
+    WHERE c.likes IS DISTINCT FROM
+        (SELECT sum(s.likes) FROM counter_shards AS s WHERE s.post_id = ch.post_id)";
+
+/// Every rollup: post, `likes`, `as_of` (microseconds).
+pub const ALL_ROLLUPS: &str = "SELECT post_id, likes,
+        (extract(epoch FROM as_of) * 1000000)::int8
+    FROM post_counts";
 
 /// Quarantine records, oldest first: of consumer `$1` (all when NULL), at
 /// most `$2` (all when NULL).

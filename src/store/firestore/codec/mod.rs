@@ -17,6 +17,7 @@ use fs::document_transform::field_transform::{ServerValue, TransformType};
 use fs::document_transform::FieldTransform;
 use fs::value::ValueType;
 
+use super::frame::{FoundDocument, Scalar as FieldValue};
 use super::layout::fields::{counter_shard, marker, membership};
 use super::wire::{self, Field};
 use super::{FirestoreStoreConfig, Layout};
@@ -24,11 +25,13 @@ use crate::event::Version;
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan, Planned};
 
 mod records;
+mod rollups;
 
 pub use records::{
     correction_writes, guard_from_document, quarantine_from_document, quarantine_write, Correction,
     RepairGuard, StoredRecord,
 };
+pub use rollups::{rollup_write, stored_rollup};
 
 /// Appends the writes of one batch's commit to `commit`: changed
 /// memberships (each named `names[i]` and with the precondition
@@ -205,7 +208,9 @@ fn put_membership_write(
 }
 
 /// Adds `delta` to counter shard `k` of `post_id` (creating it), keeping
-/// its other fields: the one way a count changes.
+/// its other fields, and sets its `updatedAt` to the commit's time (what the
+/// rollup sweep finds recently changed posts by): the one way a count
+/// changes.
 pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> wire::Write {
     wire::Write {
         update: Some(wire::Document {
@@ -217,10 +222,13 @@ pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> 
         update_mask: Some(fs::DocumentMask {
             field_paths: vec![counter_shard::POST_ID.into()],
         }),
-        update_transforms: vec![FieldTransform {
-            field_path: counter_shard::LIKES.into(),
-            transform_type: Some(TransformType::Increment(int(delta))),
-        }],
+        update_transforms: vec![
+            FieldTransform {
+                field_path: counter_shard::LIKES.into(),
+                transform_type: Some(TransformType::Increment(int(delta))),
+            },
+            server_time(counter_shard::UPDATED_AT),
+        ],
         current_document: None,
     }
 }
@@ -247,10 +255,15 @@ fn put_counter_increment(
     // FieldTransform {field_path = 1, increment = 3}.
     let transform_len =
         wire::len_field(1, counter_shard::LIKES.len()) + wire::len_field(3, increment.len());
-    // Write {update = 1, update_mask = 3, update_transforms = 7}.
+    // FieldTransform {field_path = 1, set_to_server_value = 2}.
+    let request_time = ServerValue::RequestTime as u64;
+    let stamp_len =
+        wire::len_field(1, counter_shard::UPDATED_AT.len()) + wire::varint_field(2, request_time);
+    // Write {update = 1, update_mask = 3, update_transforms = 7 (twice)}.
     let write_len = wire::len_field(1, document_len)
         + wire::len_field(3, mask_len)
-        + wire::len_field(7, transform_len);
+        + wire::len_field(7, transform_len)
+        + wire::len_field(7, stamp_len);
     commit.push_encoded(write_len, |buf| {
         wire::put_header(buf, 1, document_len);
         wire::put_str(buf, 1, &name);
@@ -264,6 +277,9 @@ fn put_counter_increment(
         wire::put_str(buf, 1, counter_shard::LIKES);
         wire::put_header(buf, 3, increment.len());
         increment.put(buf);
+        wire::put_header(buf, 7, stamp_len);
+        wire::put_str(buf, 1, counter_shard::UPDATED_AT);
+        wire::put_varint(buf, 2, request_time);
     });
 }
 
@@ -311,9 +327,9 @@ fn marker_write(
 }
 
 /// The effects a batch marker recorded.
-pub fn effects_from_fields(fields: &(impl Fields + ?Sized)) -> Effects {
-    let count = |name: &str| match get(fields, name) {
-        Some(ValueType::IntegerValue(n)) => u64::try_from(*n).unwrap_or(0),
+pub fn effects_from_fields(fields: &(impl ScalarFields + ?Sized)) -> Effects {
+    let count = |name: &str| match fields.scalar(name) {
+        Some(FieldValue::Integer(n)) => u64::try_from(n).unwrap_or(0),
         _ => 0,
     };
     Effects {
@@ -341,25 +357,29 @@ fn membership_fields(key: &MembershipKey, m: &Membership, batch_id: &str) -> Vec
 }
 
 /// Reads a membership document's state; `None` if it is not one of ours.
-pub fn membership_from_fields(fields: &(impl Fields + ?Sized)) -> Option<Membership> {
-    let liked = match get(fields, membership::LIKED)? {
-        ValueType::BooleanValue(b) => *b,
+pub fn membership_from_fields(fields: &(impl ScalarFields + ?Sized)) -> Option<Membership> {
+    let liked = match fields.scalar(membership::LIKED)? {
+        FieldValue::Boolean(b) => b,
         _ => return None,
     };
-    let seq = match get(fields, membership::SEQ) {
-        Some(ValueType::IntegerValue(n)) => *n,
+    let seq = match fields.scalar(membership::SEQ) {
+        Some(FieldValue::Integer(n)) => n,
         _ => 0,
     };
-    let occurred_at_micros = match get(fields, membership::OCCURRED_AT) {
-        Some(ValueType::TimestampValue(t)) => timestamp_to_micros(t),
+    let occurred_at_micros = match fields.scalar(membership::OCCURRED_AT) {
+        Some(FieldValue::Timestamp(t)) => timestamp_to_micros(&t),
         _ => 0,
+    };
+    let event_id = match fields.scalar(membership::EVENT_ID) {
+        Some(FieldValue::String(s)) => s.to_string(),
+        _ => String::new(),
     };
     Some(Membership {
         liked,
         version: Version {
             seq,
             occurred_at_micros,
-            event_id: text(fields, membership::EVENT_ID).unwrap_or_default(),
+            event_id,
         },
     })
 }
@@ -427,8 +447,36 @@ impl Fields for Vec<Field> {
     }
 }
 
+/// A document's scalar fields by name, whatever holds them: a decoded
+/// document's fields ([`Fields`]) or a read response's bytes
+/// ([`FoundDocument`], read in place).
+pub trait ScalarFields {
+    /// The field `name`'s value, if set ([`FieldValue::Other`] when it is not
+    /// a scalar).
+    fn scalar(&self, name: &str) -> Option<FieldValue<'_>>;
+}
+
+impl<T: Fields + ?Sized> ScalarFields for T {
+    fn scalar(&self, name: &str) -> Option<FieldValue<'_>> {
+        get(self, name).map(|v| match v {
+            ValueType::BooleanValue(b) => FieldValue::Boolean(*b),
+            ValueType::IntegerValue(n) => FieldValue::Integer(*n),
+            ValueType::DoubleValue(d) => FieldValue::Double(*d),
+            ValueType::TimestampValue(t) => FieldValue::Timestamp(*t),
+            ValueType::StringValue(s) => FieldValue::String(s),
+            _ => FieldValue::Other,
+        })
+    }
+}
+
+impl ScalarFields for FoundDocument<'_> {
+    fn scalar(&self, name: &str) -> Option<FieldValue<'_>> {
+        self.value(name)
+    }
+}
+
 /// A field's value, if set.
-pub(super) fn get<'a>(fields: &'a (impl Fields + ?Sized), name: &str) -> Option<&'a ValueType> {
+pub(crate) fn get<'a>(fields: &'a (impl Fields + ?Sized), name: &str) -> Option<&'a ValueType> {
     fields.value_of(name)
 }
 
@@ -485,14 +533,14 @@ pub(super) fn server_time(field: &str) -> FieldTransform {
     }
 }
 
-fn micros_to_timestamp(micros: i64) -> Timestamp {
+pub(crate) fn micros_to_timestamp(micros: i64) -> Timestamp {
     Timestamp {
         seconds: micros.div_euclid(1_000_000),
         nanos: (micros.rem_euclid(1_000_000) * 1000) as i32,
     }
 }
 
-fn timestamp_to_micros(t: &Timestamp) -> i64 {
+pub(crate) fn timestamp_to_micros(t: &Timestamp) -> i64 {
     t.seconds * 1_000_000 + i64::from(t.nanos) / 1000
 }
 

@@ -1,14 +1,28 @@
-//! `hotcount setup`: the topic, dead-letter topic with its inspect
-//! subscription, and the consumer subscription, created idempotently; with
-//! `--store postgres://...`, the PostgreSQL schema migrations applied.
+//! `hotcount setup`: the topic and the dead-letter topic (with message
+//! retention), the dead-letter inspect subscription, the consumer
+//! subscription, and the roles on them that counting and dead-lettering
+//! need; with `--store postgres://...`, the PostgreSQL schema migrations.
 //!
-//! Invariant: an existing resource is left as it is and reported as such;
-//! running setup twice changes nothing. Migrations are applied only here
-//! (never by `run`), each once, by [`PgDb::migrate`].
+//! Invariants: setup changes what it says it changes. A missing resource is
+//! created; an existing one whose managed settings differ is updated
+//! ([`resources`] compares every setting setup sets) and reported
+//! `updated` with each change, or refused with the reason when Pub/Sub
+//! cannot change it; only one already as wanted is reported `exists`.
+//! Running it twice changes nothing the second time. Roles are only ever
+//! added ([`iam`]). Migrations are applied only here (never by `run`), each
+//! once, by [`PgDb::migrate`].
+
+pub mod iam;
+pub mod resources;
 
 use google_cloud_gax::error::rpc::Code;
+use google_cloud_pubsub::client::{SchemaService, SubscriptionAdmin, TopicAdmin};
 use google_cloud_pubsub::model::push_config::{NoWrapper, OidcToken};
-use google_cloud_pubsub::model::{DeadLetterPolicy, PushConfig, RetryPolicy, Subscription, Topic};
+use google_cloud_pubsub::model::{
+    DeadLetterPolicy, PushConfig, RetryPolicy, Subscription, Topic, UpdateSubscriptionRequest,
+    UpdateTopicRequest,
+};
+use google_cloud_wkt::FieldMask;
 
 use crate::config::{check_pubsub_id, Endpoints, StoreLocation};
 use crate::connect;
@@ -24,7 +38,9 @@ pub struct SetupStore {
     pub store: StoreLocation,
 }
 
-/// What to create.
+/// What to create or bring in line. Every setting is compared with the
+/// existing resource: run setup with the same flags every time (a missing
+/// flag means its default, e.g. exactly-once delivery off).
 #[derive(clap::Args, Clone, Debug)]
 pub struct SetupArgs {
     /// Google Cloud project id.
@@ -54,12 +70,41 @@ pub struct SetupArgs {
     /// Deliveries before a message is dead-lettered (5..=100).
     #[arg(long, default_value_t = 10)]
     pub max_delivery_attempts: i32,
-    /// Enable exactly-once delivery on the subscription (pull only).
+    /// Exactly-once delivery on the subscription; without it an existing
+    /// subscription that has it is turned back to at-least-once (reported).
     #[arg(long, default_value_t = false)]
     pub exactly_once: bool,
-    /// How the subscription delivers: pull (the default) or push.
+    /// How long both topics keep messages, acked or not, in days (1..=31):
+    /// how far back `hotcount replay` can Seek a new subscription.
+    #[arg(long, env = "HOTCOUNT_TOPIC_RETENTION_DAYS", default_value_t = 7)]
+    pub topic_retention_days: u32,
+    /// Roles on the topic and subscriptions.
+    #[command(flatten)]
+    pub iam: SetupIam,
+    /// How the subscription delivers: pull (the default) or push; an
+    /// existing subscription is switched to what the flags say.
     #[command(flatten)]
     pub push: SetupPush,
+}
+
+/// Who gets which role on the Pub/Sub resources ([`iam::grants`]).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SetupIam {
+    /// The service account `hotcount run` runs as (its email): granted
+    /// roles/pubsub.subscriber and roles/pubsub.viewer on the subscription
+    /// (the viewer role lets `run` read the dead-letter policy).
+    #[arg(long, env = "HOTCOUNT_CONSUMER_SERVICE_ACCOUNT")]
+    pub consumer_service_account: Option<String>,
+    /// The project's number (`gcloud projects describe PROJECT
+    /// --format='value(projectNumber)'`): it names the Pub/Sub service
+    /// agent, which dead-letter forwarding needs as publisher on the
+    /// dead-letter topic and subscriber on the subscription.
+    #[arg(long, env = "HOTCOUNT_PROJECT_NUMBER")]
+    pub project_number: Option<u64>,
+    /// Grant no role (IAM managed elsewhere, e.g. by Terraform); each grant
+    /// left out is reported `skipped`.
+    #[arg(long, default_value_t = false)]
+    pub skip_iam: bool,
 }
 
 /// A push subscription: where Pub/Sub POSTs, and as whom.
@@ -126,13 +171,41 @@ impl SetupPush {
     }
 }
 
-/// Whether a resource was made now or already there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Created {
+/// What setup did to one resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
     /// Created by this run.
     Created,
-    /// Already existed (left unchanged).
+    /// Already there, as wanted.
     Existed,
+    /// Already there; these settings were changed (`field: old -> new`).
+    Updated(Vec<String>),
+    /// These roles were granted (`role to member`).
+    Granted(Vec<String>),
+    /// Left alone, for this reason.
+    Skipped(String),
+}
+
+impl Change {
+    /// The word the report starts its line with.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Change::Created => "created",
+            Change::Existed => "exists",
+            Change::Updated(_) => "updated",
+            Change::Granted(_) => "granted",
+            Change::Skipped(_) => "skipped",
+        }
+    }
+
+    /// What changed or why not, for the report (empty when nothing to say).
+    pub fn detail(&self) -> String {
+        match self {
+            Change::Updated(items) | Change::Granted(items) => items.join("; "),
+            Change::Skipped(why) => why.clone(),
+            Change::Created | Change::Existed => String::new(),
+        }
+    }
 }
 
 /// A setup failure.
@@ -141,8 +214,16 @@ pub enum SetupError {
     /// A setting is invalid.
     #[error("invalid setting: {0}")]
     Invalid(String),
+    /// An existing resource cannot be made what setup wants.
+    #[error("refusing to change {resource}: {reason}")]
+    Refused {
+        /// The resource name.
+        resource: String,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// Pub/Sub refused or failed.
-    #[error("creating {resource}: {message}")]
+    #[error("setting up {resource}: {message}")]
     PubSub {
         /// The resource name.
         resource: String,
@@ -173,23 +254,19 @@ impl SetupError {
     }
 }
 
-fn outcome<T>(
-    resource: &str,
-    result: google_cloud_pubsub::Result<T>,
-) -> Result<Created, SetupError> {
-    match result {
-        Ok(_) => Ok(Created::Created),
-        Err(e) => match e.status().map(|s| s.code) {
-            Some(Code::AlreadyExists) => Ok(Created::Existed),
-            code => Err(SetupError::PubSub {
-                resource: resource.to_string(),
-                message: e.to_string(),
-                retryable: matches!(
-                    code,
-                    Some(Code::Unavailable | Code::DeadlineExceeded | Code::Aborted)
-                ),
-            }),
-        },
+fn code(e: &google_cloud_pubsub::Error) -> Option<Code> {
+    e.status().map(|s| s.code)
+}
+
+fn pubsub_error(resource: &str, e: google_cloud_pubsub::Error) -> SetupError {
+    let retryable = matches!(
+        code(&e),
+        Some(Code::Unavailable | Code::DeadlineExceeded | Code::Aborted)
+    );
+    SetupError::PubSub {
+        resource: resource.to_string(),
+        message: e.to_string(),
+        retryable,
     }
 }
 
@@ -197,11 +274,19 @@ fn duration(secs: i64) -> google_cloud_wkt::Duration {
     google_cloud_wkt::Duration::clamp(secs, 0)
 }
 
-/// Creates what is missing; returns each resource with what happened to it.
-pub async fn setup(
-    endpoints: &Endpoints,
-    args: &SetupArgs,
-) -> Result<Vec<(String, Created)>, SetupError> {
+fn mask(paths: &[resources::Difference]) -> FieldMask {
+    FieldMask::default().set_paths(paths.iter().map(|d| d.path))
+}
+
+fn changes(paths: Vec<resources::Difference>) -> Change {
+    if paths.is_empty() {
+        Change::Existed
+    } else {
+        Change::Updated(paths.into_iter().map(|d| d.change).collect())
+    }
+}
+
+fn validate(endpoints: &Endpoints, args: &SetupArgs) -> Result<(), SetupError> {
     for id in [
         &args.topic,
         &args.subscription,
@@ -220,13 +305,42 @@ pub async fn setup(
             "--max-delivery-attempts must be within 5..=100".into(),
         ));
     }
-    let push = args.push.config(args.exactly_once)?;
     let backoffs = [args.min_retry_backoff_secs, args.max_retry_backoff_secs];
     if backoffs.iter().any(|b| !(0..=600).contains(b)) || backoffs[0] > backoffs[1] {
         return Err(SetupError::Invalid(
             "retry backoffs must be within 0..=600 s, min <= max".into(),
         ));
     }
+    if !(1..=31).contains(&args.topic_retention_days) {
+        return Err(SetupError::Invalid(
+            "--topic-retention-days must be within 1..=31 (Pub/Sub's longest topic retention)"
+                .into(),
+        ));
+    }
+    args.push.config(args.exactly_once)?;
+    let iam = &args.iam;
+    let against_google = endpoints.pubsub_emulator_host.is_none();
+    if against_google
+        && !iam.skip_iam
+        && (iam.project_number.is_none() || iam.consumer_service_account.is_none())
+    {
+        return Err(SetupError::Invalid(
+            "against Google, setup grants the roles dead-letter forwarding and `run` need: give \
+             --project-number (gcloud projects describe PROJECT --format='value(projectNumber)') \
+             and --consumer-service-account EMAIL, or --skip-iam if IAM is managed elsewhere"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Creates what is missing and brings what exists in line; returns each
+/// resource with what happened to it. Stops at the first refusal.
+pub async fn setup(
+    endpoints: &Endpoints,
+    args: &SetupArgs,
+) -> Result<Vec<(String, Change)>, SetupError> {
+    validate(endpoints, args)?;
     let p = &args.project;
     let topic = format!("projects/{p}/topics/{}", args.topic);
     let dlq_topic = format!("projects/{p}/topics/{}", args.dead_letter_topic);
@@ -238,25 +352,19 @@ pub async fn setup(
 
     let topics = connect::topic_admin(endpoints).await?;
     let subs = connect::subscription_admin(endpoints).await?;
+    let retention = duration(86_400 * i64::from(args.topic_retention_days));
     let mut report = Vec::new();
     for name in [&topic, &dlq_topic] {
-        let r = topics
-            .create_topic()
-            .with_request(Topic::new().set_name(name.clone()))
-            .send()
-            .await;
-        report.push((name.clone(), outcome(name, r)?));
+        let wanted = Topic::new()
+            .set_name(name.clone())
+            .set_message_retention_duration(retention);
+        report.push((name.clone(), ensure_topic(&topics, wanted).await?));
     }
     let inspect = Subscription::new()
         .set_name(dlq_sub.clone())
         .set_topic(dlq_topic.clone())
         .set_ack_deadline_seconds(60);
-    let r = subs
-        .create_subscription()
-        .with_request(inspect)
-        .send()
-        .await;
-    report.push((dlq_sub.clone(), outcome(&dlq_sub, r)?));
+    report.push((dlq_sub.clone(), ensure_subscription(&subs, inspect).await?));
 
     let main = Subscription::new()
         .set_name(sub.clone())
@@ -273,16 +381,182 @@ pub async fn setup(
                 .set_max_delivery_attempts(args.max_delivery_attempts),
         )
         .set_enable_exactly_once_delivery(args.exactly_once)
-        .set_or_clear_push_config(push);
-    let r = subs.create_subscription().with_request(main).send().await;
-    report.push((sub.clone(), outcome(&sub, r)?));
+        .set_or_clear_push_config(args.push.config(args.exactly_once)?);
+    report.push((sub.clone(), ensure_subscription(&subs, main).await?));
+    report.extend(grant_roles(endpoints, &args.iam, &sub, &dlq_topic).await?);
     Ok(report)
+}
+
+async fn ensure_topic(topics: &TopicAdmin, wanted: Topic) -> Result<Change, SetupError> {
+    let name = wanted.name.clone();
+    match topics
+        .create_topic()
+        .with_request(wanted.clone())
+        .send()
+        .await
+    {
+        Ok(_) => return Ok(Change::Created),
+        Err(e) if code(&e) == Some(Code::AlreadyExists) => {}
+        Err(e) => return Err(pubsub_error(&name, e)),
+    }
+    let current = topics
+        .get_topic()
+        .set_topic(&name)
+        .send()
+        .await
+        .map_err(|e| pubsub_error(&name, e))?;
+    let differences = resources::topic_differences(&current, &wanted);
+    if !differences.is_empty() {
+        topics
+            .update_topic()
+            .with_request(
+                UpdateTopicRequest::new()
+                    .set_topic(wanted)
+                    .set_update_mask(mask(&differences)),
+            )
+            .send()
+            .await
+            .map_err(|e| pubsub_error(&name, e))?;
+    }
+    Ok(changes(differences))
+}
+
+async fn ensure_subscription(
+    subs: &SubscriptionAdmin,
+    wanted: Subscription,
+) -> Result<Change, SetupError> {
+    let name = wanted.name.clone();
+    match subs
+        .create_subscription()
+        .with_request(wanted.clone())
+        .send()
+        .await
+    {
+        Ok(_) => return Ok(Change::Created),
+        Err(e) if code(&e) == Some(Code::AlreadyExists) => {}
+        Err(e) => return Err(pubsub_error(&name, e)),
+    }
+    let current = subs
+        .get_subscription()
+        .set_subscription(&name)
+        .send()
+        .await
+        .map_err(|e| pubsub_error(&name, e))?;
+    if let Some(reason) = resources::subscription_refusal(&current, &wanted) {
+        return Err(SetupError::Refused {
+            resource: name,
+            reason,
+        });
+    }
+    let differences = resources::subscription_differences(&current, &wanted);
+    if !differences.is_empty() {
+        subs.update_subscription()
+            .with_request(
+                UpdateSubscriptionRequest::new()
+                    .set_subscription(wanted)
+                    .set_update_mask(mask(&differences)),
+            )
+            .send()
+            .await
+            .map_err(|e| pubsub_error(&name, e))?;
+    }
+    Ok(changes(differences))
+}
+
+async fn grant_roles(
+    endpoints: &Endpoints,
+    iam: &SetupIam,
+    subscription: &str,
+    dead_letter_topic: &str,
+) -> Result<Vec<(String, Change)>, SetupError> {
+    let agent = iam.project_number.map(iam::pubsub_service_agent);
+    let grants = iam::grants(
+        subscription,
+        dead_letter_topic,
+        agent.as_deref(),
+        iam.consumer_service_account.as_deref(),
+    );
+    let skip = if iam.skip_iam {
+        Some("--skip-iam: grant the roles in docs/OPERATIONS.md#roles yourself".to_string())
+    } else if endpoints.pubsub_emulator_host.is_some() {
+        Some("the Pub/Sub emulator has no IAM".to_string())
+    } else {
+        None
+    };
+    let mut resources: Vec<&str> = Vec::new();
+    for g in &grants {
+        if !resources.contains(&g.resource.as_str()) {
+            resources.push(&g.resource);
+        }
+    }
+    if let Some(why) = skip {
+        let what = if grants.is_empty() {
+            vec![(
+                "IAM".to_string(),
+                Change::Skipped(format!("{why} (no roles asked for)")),
+            )]
+        } else {
+            resources
+                .iter()
+                .map(|r| (r.to_string(), Change::Skipped(why.clone())))
+                .collect()
+        };
+        return Ok(what);
+    }
+    let client = connect::iam_policy(endpoints).await?;
+    let mut report = Vec::new();
+    for resource in resources {
+        let mine: Vec<&iam::Grant> = grants.iter().filter(|g| g.resource == resource).collect();
+        report.push((
+            resource.to_string(),
+            grant_on(&client, resource, &mine).await?,
+        ));
+    }
+    Ok(report)
+}
+
+/// Adds `grants` to `resource`'s policy, read-modify-write with its etag;
+/// a concurrent change (ABORTED) is re-read, at most 5 times.
+async fn grant_on(
+    client: &SchemaService,
+    resource: &str,
+    grants: &[&iam::Grant],
+) -> Result<Change, SetupError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut policy = client
+            .get_iam_policy()
+            .set_resource(resource)
+            .send()
+            .await
+            .map_err(|e| pubsub_error(resource, e))?;
+        let added: Vec<String> = grants
+            .iter()
+            .filter(|g| iam::add_member(&mut policy, g.role, &g.member))
+            .map(|g| format!("{} to {}", g.role, g.member))
+            .collect();
+        if added.is_empty() {
+            return Ok(Change::Existed);
+        }
+        match client
+            .set_iam_policy()
+            .set_resource(resource)
+            .set_policy(policy)
+            .send()
+            .await
+        {
+            Ok(_) => return Ok(Change::Granted(added)),
+            Err(e) if code(&e) == Some(Code::Aborted) && attempt < 5 => continue,
+            Err(e) => return Err(pubsub_error(resource, e)),
+        }
+    }
 }
 
 /// Brings the store's schema to this build's: for PostgreSQL, applies the
 /// missing migrations ([`PgDb::migrate`]) and returns each migration with
 /// whether this run applied it; Firestore needs nothing.
-pub async fn migrate_store(store: &StoreLocation) -> Result<Vec<(String, Created)>, SetupError> {
+pub async fn migrate_store(store: &StoreLocation) -> Result<Vec<(String, Change)>, SetupError> {
     let StoreLocation::Postgres { url } = store else {
         return Ok(Vec::new());
     };
@@ -291,9 +565,9 @@ pub async fn migrate_store(store: &StoreLocation) -> Result<Vec<(String, Created
     let mut done = Vec::new();
     for migration in schema::MIGRATIONS {
         let created = if report.applied.contains(&migration.version) {
-            Created::Created
+            Change::Created
         } else {
-            Created::Existed
+            Change::Existed
         };
         let name = format!(
             "postgres schema migration {} ({})",

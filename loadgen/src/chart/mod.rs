@@ -1,10 +1,15 @@
-//! Line charts rendered to PNG with no font or system library: axes, grid,
-//! one polyline, and tick labels in a built-in 5-pixel-high font.
+//! Line charts rendered to PNG with no font or system library: a title,
+//! axes with their labels and units, grid, one polyline, and tick labels,
+//! in a built-in 5x7 bitmap font ([`font`]).
 //!
 //! Invariant: rendering is pure and total: any finite or non-finite input
-//! yields a valid PNG of the requested size (non-finite points are skipped).
+//! yields a valid PNG of the requested size (non-finite points are skipped);
+//! y ticks are round steps written with one SI suffix for the whole axis
+//! (`20M`, `2.5k`, never `20000k`).
 
 use std::io::Write;
+
+mod font;
 
 /// An RGB colour.
 type Rgb = [u8; 3];
@@ -12,14 +17,17 @@ type Rgb = [u8; 3];
 const WHITE: Rgb = [255, 255, 255];
 const GRID: Rgb = [225, 225, 225];
 const AXIS: Rgb = [40, 40, 40];
+const TITLE: Rgb = [0, 0, 0];
 const LINE: Rgb = [31, 119, 180];
 
 /// Glyph scale: each font pixel becomes `SCALE` x `SCALE`.
 const SCALE: usize = 2;
-const MARGIN_LEFT: usize = 80;
+/// Height of a line of text in pixels.
+const TEXT_HEIGHT: usize = font::HEIGHT * SCALE;
+const MARGIN_LEFT: usize = 96;
 const MARGIN_RIGHT: usize = 30;
-const MARGIN_TOP: usize = 20;
-const MARGIN_BOTTOM: usize = 36;
+const MARGIN_TOP: usize = 40;
+const MARGIN_BOTTOM: usize = 56;
 
 /// A chart: one series over labelled x ticks and an automatic y scale.
 #[derive(Clone, Debug, Default)]
@@ -28,13 +36,20 @@ pub struct LineChart {
     pub width: usize,
     /// Height in pixels.
     pub height: usize,
+    /// What the chart shows, drawn above it.
+    pub title: String,
+    /// What the x axis is, with its unit (e.g. `time (s)`), under the ticks.
+    pub x_label: String,
+    /// What the y axis is, with its unit (e.g. `latency (ms)`), along it.
+    pub y_label: String,
     /// Points `(x, y)` in data units, drawn in order.
     pub points: Vec<(f64, f64)>,
     /// X range shown.
     pub x_range: (f64, f64),
-    /// Labelled x ticks `(x, label)`; labels use `0-9 . % m s k p / -` and space.
+    /// Labelled x ticks `(x, label)`.
     pub x_ticks: Vec<(f64, String)>,
-    /// Suffix of y tick labels (e.g. `ms`).
+    /// Suffix of y tick labels (e.g. `ms`; usually empty, the unit being
+    /// in [`LineChart::y_label`]).
     pub y_unit: String,
 }
 
@@ -83,20 +98,30 @@ impl LineChart {
         let px = |x: f64| left as f64 + (x - x0) / x_span * (right - left) as f64;
         let py = |y: f64| bottom as f64 - y / y_top * (bottom - top) as f64;
 
-        let mut y = 0.0;
-        while y <= y_top + y_step * 1e-9 {
-            let row = py(y).round() as usize;
+        let title_x = (width.saturating_sub(text_width(&self.title))) / 2;
+        c.text(title_x, 10, &self.title, TITLE);
+        let ticks = y_ticks(y_step, y_top);
+        for (y, label) in &ticks {
+            let row = py(*y).round() as usize;
             c.hline(left, right, row, GRID);
-            let label = format!("{}{}", format_tick(y, y_step), self.y_unit);
+            let label = format!("{label}{}", self.y_unit);
             let w = text_width(&label);
             c.text(
                 left.saturating_sub(w + 6),
-                row.saturating_sub(5),
+                row.saturating_sub(TEXT_HEIGHT / 2),
                 &label,
                 AXIS,
             );
-            y += y_step;
         }
+        // The y label, read bottom to top, left of the widest tick label.
+        let widest = ticks
+            .iter()
+            .map(|(_, l)| text_width(&format!("{l}{}", self.y_unit)))
+            .max()
+            .unwrap_or(0);
+        let label_x = left.saturating_sub(widest + 6 + 8 + TEXT_HEIGHT);
+        let label_bottom = (top + bottom + text_width(&self.y_label)) / 2;
+        c.text_up(label_x, label_bottom.min(height - 1), &self.y_label, AXIS);
         for (x, label) in &self.x_ticks {
             let col = px(*x).round() as usize;
             if col < left || col > right {
@@ -107,6 +132,13 @@ impl LineChart {
             let start = col.saturating_sub(w / 2).min(width.saturating_sub(w + 1));
             c.text(start, bottom + 8, label, AXIS);
         }
+        let x_label_x = (left + right).saturating_sub(text_width(&self.x_label)) / 2;
+        c.text(
+            x_label_x,
+            bottom + 8 + TEXT_HEIGHT + 10,
+            &self.x_label,
+            AXIS,
+        );
         c.hline(left, right, bottom, AXIS);
         c.vline(left, top, bottom, AXIS);
 
@@ -124,6 +156,38 @@ impl LineChart {
         }
         c
     }
+}
+
+/// The y ticks from 0 to `top` every `step`, labelled with one SI suffix
+/// for the whole axis (the one of `top`: `0, 5M, 10M`, `0, 0.5k, 1k`).
+fn y_ticks(step: f64, top: f64) -> Vec<(f64, String)> {
+    let mut ticks = Vec::new();
+    let mut y = 0.0;
+    while y <= top + step * 1e-9 {
+        ticks.push((y, si_tick(y, step, top)));
+        y += step;
+    }
+    ticks
+}
+
+/// `v` as a tick of an axis going up to `top` every `step`: scaled by the
+/// SI prefix of `top` (G from 10^9, M from 10^6, k from 10,000: a plain
+/// `2500` reads better than `2.5k`) with as many decimals as
+/// `step` needs at that scale.
+pub fn si_tick(v: f64, step: f64, top: f64) -> String {
+    let (scale, suffix) = if top >= 1e9 {
+        (1e9, "G")
+    } else if top >= 1e6 {
+        (1e6, "M")
+    } else if top >= 1e4 {
+        (1e3, "k")
+    } else {
+        (1.0, "")
+    };
+    if v == 0.0 {
+        return "0".into();
+    }
+    format!("{}{suffix}", format_tick(v / scale, step / scale))
 }
 
 /// A tick step from {1, 2, 5} x 10^k giving about 5 ticks up to at least `max`,
@@ -207,59 +271,50 @@ impl Canvas {
         }
     }
 
+    /// `text` left to right, its top-left corner at (`x`, `y`).
     fn text(&mut self, x: usize, y: usize, text: &str, color: Rgb) {
-        let mut cursor = x;
+        self.glyphs(text, color, |cursor, col, row| (x + cursor + col, y + row));
+    }
+
+    /// `text` read bottom to top (turned a quarter left), its bottom-left
+    /// corner at (`x`, `y`).
+    fn text_up(&mut self, x: usize, y: usize, text: &str, color: Rgb) {
+        self.glyphs(text, color, |cursor, col, row| {
+            (x + row, y.saturating_sub(cursor + col))
+        });
+    }
+
+    /// Sets the pixels of `text`'s glyphs, placed by `at(cursor, column,
+    /// row)` (all in pixels along and across the line).
+    fn glyphs(
+        &mut self,
+        text: &str,
+        color: Rgb,
+        at: impl Fn(usize, usize, usize) -> (usize, usize),
+    ) {
+        let mut cursor = 0;
         for ch in text.chars() {
-            let (rows, width) = glyph(ch);
-            for (r, bits) in rows.iter().enumerate() {
-                for col in 0..width {
-                    if bits & (1 << (width - 1 - col)) != 0 {
-                        for sy in 0..SCALE {
-                            for sx in 0..SCALE {
-                                self.set(cursor + col * SCALE + sx, y + r * SCALE + sy, color);
-                            }
+            for (r, bits) in font::glyph(ch).iter().enumerate() {
+                for col in 0..font::WIDTH {
+                    if bits & (1 << (font::WIDTH - 1 - col)) == 0 {
+                        continue;
+                    }
+                    for sy in 0..SCALE {
+                        for sx in 0..SCALE {
+                            let (x, y) = at(cursor, col * SCALE + sx, r * SCALE + sy);
+                            self.set(x, y, color);
                         }
                     }
                 }
             }
-            cursor += (width + 1) * SCALE;
+            cursor += (font::WIDTH + 1) * SCALE;
         }
     }
 }
 
 /// Width in pixels of `text` in the built-in font.
 fn text_width(text: &str) -> usize {
-    let columns: usize = text.chars().map(|c| glyph(c).1 + 1).sum();
-    (columns * SCALE).saturating_sub(SCALE)
-}
-
-/// A glyph five rows high and 3 (or 5) columns wide, one row per byte, the
-/// highest of `width` bits the leftmost column. Unknown characters are blank.
-fn glyph(ch: char) -> ([u8; 5], usize) {
-    if ch == 'm' {
-        return ([0b00000, 0b00000, 0b11010, 0b10101, 0b10101], 5);
-    }
-    let rows = match ch {
-        '0' => [0b111, 0b101, 0b101, 0b101, 0b111],
-        '1' => [0b010, 0b110, 0b010, 0b010, 0b111],
-        '2' => [0b111, 0b001, 0b111, 0b100, 0b111],
-        '3' => [0b111, 0b001, 0b111, 0b001, 0b111],
-        '4' => [0b101, 0b101, 0b111, 0b001, 0b001],
-        '5' => [0b111, 0b100, 0b111, 0b001, 0b111],
-        '6' => [0b111, 0b100, 0b111, 0b101, 0b111],
-        '7' => [0b111, 0b001, 0b001, 0b010, 0b010],
-        '8' => [0b111, 0b101, 0b111, 0b101, 0b111],
-        '9' => [0b111, 0b101, 0b111, 0b001, 0b111],
-        '.' => [0b000, 0b000, 0b000, 0b000, 0b010],
-        '%' => [0b101, 0b001, 0b010, 0b100, 0b101],
-        '-' => [0b000, 0b000, 0b111, 0b000, 0b000],
-        '/' => [0b001, 0b001, 0b010, 0b100, 0b100],
-        's' => [0b000, 0b011, 0b110, 0b001, 0b110],
-        'k' => [0b100, 0b101, 0b110, 0b101, 0b101],
-        'p' => [0b000, 0b111, 0b101, 0b111, 0b100],
-        _ => [0; 5],
-    };
-    (rows, 3)
+    (text.chars().count() * (font::WIDTH + 1) * SCALE).saturating_sub(SCALE)
 }
 
 #[cfg(test)]
@@ -278,6 +333,27 @@ mod tests {
     }
 
     #[test]
+    fn y_ticks_carry_one_si_suffix_and_no_trailing_zeros_of_thousands() {
+        let labels = |max: f64| -> Vec<String> {
+            let (step, top) = nice_scale(max);
+            y_ticks(step, top).into_iter().map(|(_, l)| l).collect()
+        };
+        assert_eq!(
+            labels(23_000_000.0),
+            ["0", "5M", "10M", "15M", "20M", "25M"]
+        );
+        assert_eq!(
+            labels(2_300.0),
+            ["0", "500", "1000", "1500", "2000", "2500"]
+        );
+        assert_eq!(labels(46_000.0), ["0", "10k", "20k", "30k", "40k", "50k"]);
+        assert_eq!(labels(1_200_000.0), ["0", "0.5M", "1.0M", "1.5M"]);
+        assert_eq!(labels(12_000_000.0), ["0", "5M", "10M", "15M"]);
+        assert_eq!(labels(0.7), ["0", "0.2", "0.4", "0.6", "0.8"]);
+        assert_eq!(si_tick(2_500.0, 500.0, 12_500.0), "2.5k");
+    }
+
+    #[test]
     fn renders_a_png_of_the_requested_size() {
         let chart = LineChart {
             width: 320,
@@ -286,6 +362,9 @@ mod tests {
             x_range: (0.0, 3.0),
             x_ticks: vec![(0.0, "0%".into()), (1.0, "90%".into()), (2.0, "99%".into())],
             y_unit: "ms".into(),
+            title: "A title wider than the chart itself, cut at its edge".into(),
+            x_label: "percentile".into(),
+            y_label: "latency (ms), longer than the axis is tall".into(),
         };
         let png = chart.render_png().unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");

@@ -1,35 +1,38 @@
 //! `hotcount-null-consumer`: the delivery floor. It receives messages with
 //! the official `google-cloud-pubsub` subscriber, on the same stream
 //! settings as `hotcount run`, and acks each on receipt: no decoding, no
-//! store. Its CPU per 1,000 messages is the cost no consumer can avoid, the
-//! ceiling row `hotcount-loadgen bench` compares hotcount with.
+//! store, nothing else linked. Its CPU per 1,000 messages is the cost no
+//! consumer on that client can avoid, the ceiling row `hotcount-loadgen
+//! bench --ceiling` compares hotcount with.
 //!
 //! With `--ack-delay-ms` (or `HOTCOUNT_NULL_ACK_DELAY_MS`) it holds each
 //! message that long before acking it, in groups every 10 ms, as hotcount
 //! holds messages until their batch commits: the floor of a consumer that
 //! acks only after a commit, so the client's lease bookkeeping for held
-//! messages is in the floor too (docs/BENCHMARKS.md says what it shows).
+//! messages is in the floor too.
 //!
 //! Invariant: every message received is acked (at once, or after the delay)
 //! and nothing else is done with it; it runs until SIGTERM/SIGINT (or until
-//! killed).
+//! killed). It is its own package so that it links only the subscriber, its
+//! credentials, the runtime and the flags: none of the service crate's
+//! clients, allocator or start-up work is in the floor.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use clap::Parser;
+use google_cloud_pubsub::client::Subscriber;
 use google_cloud_pubsub::subscriber::ShutdownBehavior;
-use hotcount::config::Endpoints;
 use tokio::task::JoinSet;
-
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Receive and ack, nothing else.
 #[derive(Parser, Debug)]
 #[command(name = "hotcount-null-consumer", version)]
 struct Args {
-    #[command(flatten)]
-    endpoints: Endpoints,
+    /// Pub/Sub emulator address (`host:port`); unset = Google's endpoint
+    /// with Application Default Credentials.
+    #[arg(long, env = "PUBSUB_EMULATOR_HOST")]
+    pubsub_emulator_host: Option<String>,
     /// Google Cloud project id.
     #[arg(long, default_value = "hotcount-local")]
     project: String,
@@ -53,20 +56,54 @@ struct Args {
     ack_delay_ms: u64,
 }
 
+impl Args {
+    /// The subscription's full name.
+    fn subscription_name(&self) -> String {
+        if self.subscription.starts_with("projects/") {
+            self.subscription.clone()
+        } else {
+            format!(
+                "projects/{}/subscriptions/{}",
+                self.project, self.subscription
+            )
+        }
+    }
+}
+
+/// The official subscriber: on the emulator with anonymous credentials
+/// over plain HTTP/2, as hotcount connects to it; else Google's endpoint.
+async fn subscriber(emulator: Option<&str>) -> Result<Subscriber, String> {
+    let mut builder = Subscriber::builder();
+    if let Some(host) = emulator {
+        let url = if host.contains("://") {
+            host.to_string()
+        } else {
+            format!("http://{host}")
+        };
+        builder = builder
+            .with_endpoint(url)
+            .with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build());
+    }
+    builder
+        .build()
+        .await
+        .map_err(|e| format!("connecting to pubsub: {e}"))
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let subscriber = hotcount::connect::subscriber(&args.endpoints).await?;
-    let subscription = if args.subscription.starts_with("projects/") {
-        args.subscription.clone()
-    } else {
-        format!(
-            "projects/{}/subscriptions/{}",
-            args.project, args.subscription
-        )
+    let subscriber = match subscriber(args.pubsub_emulator_host.as_deref()).await {
+        Ok(subscriber) => subscriber,
+        Err(error) => {
+            eprintln!("hotcount-null-consumer: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
     };
+    let subscription = args.subscription_name();
+    let delay = Duration::from_millis(args.ack_delay_ms);
     let mut streams = JoinSet::new();
-    for _ in 0..args.streams.max(1) {
+    for index in 0..args.streams.max(1) {
         let mut stream = subscriber
             .subscribe(subscription.clone())
             .set_max_outstanding_messages(args.max_outstanding_messages)
@@ -74,9 +111,8 @@ async fn main() -> anyhow::Result<()> {
             .set_max_lease_extension(Duration::from_secs(args.lease_extension_secs))
             .set_shutdown_behavior(ShutdownBehavior::WaitForProcessing)
             .build();
-        let delay = Duration::from_millis(args.ack_delay_ms);
         streams.spawn(async move {
-            let mut held = std::collections::VecDeque::new();
+            let mut held = VecDeque::new();
             let mut tick = tokio::time::interval(Duration::from_millis(10));
             loop {
                 tokio::select! {
@@ -86,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
                             held.push_back((tokio::time::Instant::now() + delay, handler));
                         }
                         Some(Err(error)) => {
-                            tracing::warn!(%error, "StreamingPull failed");
+                            eprintln!("hotcount-null-consumer: stream {index}: StreamingPull failed: {error}");
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                         None => break,
@@ -109,5 +145,5 @@ async fn main() -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => {}
         _ = async { while streams.join_next().await.is_some() {} } => {}
     }
-    Ok(())
+    std::process::ExitCode::SUCCESS
 }

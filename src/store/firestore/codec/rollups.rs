@@ -1,0 +1,134 @@
+//! Firestore values <-> rollups (`counts/{post}`): the write of one refresh
+//! and the rollup read back.
+//!
+//! Invariant: a rollup write carries the condition that the document is
+//! still the one read (its update time, or absent), and sets `updatedAt` to
+//! the server's time; what is written here is read back unchanged
+//! (round-trip test).
+
+use std::collections::HashMap;
+
+use gcloud_sdk::google::firestore::v1 as fs;
+
+use fs::precondition::ConditionType;
+use fs::value::ValueType;
+
+use super::super::layout::fields::rollup;
+use super::super::Layout;
+use super::{get, int, micros_to_timestamp, server_time, string, timestamp_to_micros, value};
+use crate::store::rollup::{RollupWrite, StoredRollup};
+
+/// The write of one refreshed rollup: `postId`, `likes`, `asOf` and
+/// `shards` (other fields of the document are kept), `updatedAt` set to the
+/// server time, on the condition that the document is the one read.
+pub fn rollup_write(layout: &Layout, write: &RollupWrite<'_>) -> fs::Write {
+    let fields = HashMap::from([
+        (rollup::POST_ID.to_string(), string(write.post_id)),
+        (rollup::LIKES.to_string(), int(write.likes)),
+        (
+            rollup::AS_OF.to_string(),
+            value(ValueType::TimestampValue(micros_to_timestamp(write.as_of))),
+        ),
+        (rollup::SHARDS.to_string(), int(i64::from(write.shards))),
+    ]);
+    let condition = match write.previous.and_then(|p| p.update_time) {
+        Some(read) => ConditionType::UpdateTime(read),
+        None => ConditionType::Exists(false),
+    };
+    fs::Write {
+        operation: Some(fs::write::Operation::Update(fs::Document {
+            name: layout.rollup(write.post_id),
+            fields,
+            ..Default::default()
+        })),
+        update_mask: Some(fs::DocumentMask {
+            field_paths: [
+                rollup::POST_ID,
+                rollup::LIKES,
+                rollup::AS_OF,
+                rollup::SHARDS,
+            ]
+            .map(String::from)
+            .to_vec(),
+        }),
+        update_transforms: vec![server_time(rollup::UPDATED_AT)],
+        current_document: Some(fs::Precondition {
+            condition_type: Some(condition),
+        }),
+    }
+}
+
+/// The rollup `doc` holds; `None` without `likes` and `asOf` (not a rollup
+/// hotcount wrote).
+pub fn stored_rollup(doc: &fs::Document) -> Option<StoredRollup> {
+    let likes = match get(&doc.fields, rollup::LIKES)? {
+        ValueType::IntegerValue(n) => *n,
+        _ => return None,
+    };
+    let as_of = match get(&doc.fields, rollup::AS_OF)? {
+        ValueType::TimestampValue(t) => timestamp_to_micros(t),
+        _ => return None,
+    };
+    let shards = match get(&doc.fields, rollup::SHARDS) {
+        Some(ValueType::IntegerValue(n)) => Some(u32::try_from(*n).unwrap_or(u32::MAX)),
+        _ => Some(0),
+    };
+    Some(StoredRollup {
+        likes,
+        as_of,
+        shards,
+        update_time: doc.update_time,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gcloud_sdk::prost_types::Timestamp;
+
+    #[test]
+    fn a_rollup_reads_back_as_written_with_its_condition() {
+        let layout = Layout::new("p", "(default)", "hc_");
+        let read = StoredRollup {
+            likes: 3,
+            as_of: 1_700_000_000_123_456,
+            shards: Some(2),
+            update_time: Some(Timestamp {
+                seconds: 9,
+                nanos: 7,
+            }),
+        };
+        for previous in [None, Some(&read)] {
+            let write = RollupWrite {
+                post_id: "post-1",
+                likes: 41,
+                as_of: 1_700_000_001_000_001,
+                shards: 16,
+                previous,
+            };
+            let sdk = rollup_write(&layout, &write);
+            let Some(fs::write::Operation::Update(doc)) = sdk.operation.clone() else {
+                panic!("an update");
+            };
+            assert_eq!(doc.name, layout.rollup("post-1"));
+            let stored = stored_rollup(&fs::Document {
+                update_time: Some(Timestamp {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                ..doc
+            })
+            .expect("a rollup");
+            assert_eq!(
+                (stored.likes, stored.as_of, stored.shards),
+                (41, 1_700_000_001_000_001, Some(16))
+            );
+            let condition = sdk.current_document.and_then(|c| c.condition_type);
+            match previous {
+                None => assert_eq!(condition, Some(ConditionType::Exists(false))),
+                Some(p) => assert_eq!(condition, p.update_time.map(ConditionType::UpdateTime)),
+            }
+            assert_eq!(sdk.update_transforms, vec![server_time(rollup::UPDATED_AT)]);
+        }
+    }
+}

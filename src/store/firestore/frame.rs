@@ -1,0 +1,431 @@
+//! A batch's BatchGetDocuments responses read in place: each response is
+//! kept as the bytes it came in (no message built, no string copied), and
+//! the document it found is read from them: its name, its update time and
+//! the scalar values of its fields, borrowed.
+//!
+//! Invariants: a response is checked whole when it arrives (every field
+//! framed within its message, the name and string values UTF-8), so reading
+//! it afterwards cannot fail; what is read is what gcloud-sdk's decoding of
+//! the same bytes gives (`google.firestore.v1.BatchGetDocumentsResponse`:
+//! tests compare the two on the same bytes), fields read by name with
+//! protobuf's rule for a map key sent twice (the last one wins); anything
+//! this does not read (`missing`, `read_time`, `create_time`, values that
+//! are not scalars) is skipped.
+
+use gcloud_sdk::prost::bytes::{Buf, Bytes};
+use gcloud_sdk::prost::encoding::{decode_varint, WireType};
+use gcloud_sdk::prost_types::Timestamp;
+use gcloud_sdk::tonic::codec::{DecodeBuf, Decoder};
+use gcloud_sdk::tonic::Status;
+
+/// One BatchGetDocuments response, as its bytes (checked).
+#[derive(Clone, Debug)]
+pub struct BatchGetFrame {
+    bytes: Bytes,
+}
+
+/// A scalar field value of a found document, borrowed from its frame.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar<'a> {
+    /// `boolean_value`.
+    Boolean(bool),
+    /// `integer_value`.
+    Integer(i64),
+    /// `double_value`.
+    Double(f64),
+    /// `timestamp_value`.
+    Timestamp(Timestamp),
+    /// `string_value`.
+    String(&'a str),
+    /// Any other kind of value (null, bytes, reference, geo point, array,
+    /// map), or none.
+    Other,
+}
+
+/// The document a response found, borrowed from its frame.
+#[derive(Clone, Copy, Debug)]
+pub struct FoundDocument<'a> {
+    /// Its full name.
+    pub name: &'a str,
+    /// When it was last written.
+    pub update_time: Option<Timestamp>,
+    /// The whole `Document` message (its fields are read from it by name).
+    document: &'a [u8],
+}
+
+/// Field numbers of the messages read here.
+mod tag {
+    // BatchGetDocumentsResponse
+    pub const FOUND: u32 = 1;
+    pub const TRANSACTION: u32 = 3;
+    // Document
+    pub const NAME: u32 = 1;
+    pub const FIELDS: u32 = 2;
+    pub const UPDATE_TIME: u32 = 4;
+    // Document.FieldsEntry
+    pub const KEY: u32 = 1;
+    pub const VALUE: u32 = 2;
+    // Value
+    pub const BOOLEAN: u32 = 1;
+    pub const INTEGER: u32 = 2;
+    pub const DOUBLE: u32 = 3;
+    pub const TIMESTAMP: u32 = 10;
+    pub const STRING: u32 = 17;
+    // Timestamp
+    pub const SECONDS: u32 = 1;
+    pub const NANOS: u32 = 2;
+}
+
+/// Why a frame was refused.
+type Malformed = &'static str;
+
+/// One field of a message: its number and its payload.
+enum Item<'a> {
+    Varint(u64),
+    Fixed64(u64),
+    Bytes(&'a [u8]),
+    Fixed32,
+}
+
+/// The fields of a message, in order; `Err` at the first malformed one.
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Result<(u32, Item<'a>), Malformed>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let item = self.read();
+        if item.is_err() {
+            self.0 = &[];
+        }
+        Some(item)
+    }
+}
+
+impl<'a> Fields<'a> {
+    fn varint(&mut self) -> Result<u64, Malformed> {
+        decode_varint(&mut self.0).map_err(|_| "a malformed varint")
+    }
+
+    fn read(&mut self) -> Result<(u32, Item<'a>), Malformed> {
+        let key = self.varint()?;
+        let number = u32::try_from(key >> 3).map_err(|_| "a field number out of range")?;
+        if number == 0 {
+            return Err("field number 0");
+        }
+        let wire = WireType::try_from(key & 7).map_err(|_| "an unknown wire type")?;
+        let item = match wire {
+            WireType::Varint => Item::Varint(self.varint()?),
+            WireType::SixtyFourBit => Item::Fixed64(self.take(8).map(|b| {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(b);
+                u64::from_le_bytes(word)
+            })?),
+            WireType::ThirtyTwoBit => self.take(4).map(|_| Item::Fixed32)?,
+            WireType::LengthDelimited => {
+                let len = usize::try_from(self.varint()?).map_err(|_| "a length out of range")?;
+                Item::Bytes(self.take(len)?)
+            }
+            WireType::StartGroup | WireType::EndGroup => return Err("a group"),
+        };
+        Ok((number, item))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
+        if self.0.remaining() < n {
+            return Err("a field longer than its message");
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+}
+
+fn text(bytes: &[u8]) -> Result<&str, Malformed> {
+    std::str::from_utf8(bytes).map_err(|_| "a string that is not UTF-8")
+}
+
+/// A `Timestamp` message (prost's merge: the last of each field wins).
+fn timestamp(bytes: &[u8]) -> Result<Timestamp, Malformed> {
+    let mut t = Timestamp::default();
+    for field in Fields(bytes) {
+        match field? {
+            (tag::SECONDS, Item::Varint(n)) => t.seconds = n as i64,
+            (tag::NANOS, Item::Varint(n)) => t.nanos = n as i32,
+            _ => {}
+        }
+    }
+    Ok(t)
+}
+
+/// A `Value` message: its scalar, if its (last) kind is one.
+fn scalar(bytes: &[u8]) -> Result<Scalar<'_>, Malformed> {
+    let mut value = Scalar::Other;
+    for field in Fields(bytes) {
+        value = match field? {
+            (tag::BOOLEAN, Item::Varint(n)) => Scalar::Boolean(n != 0),
+            (tag::INTEGER, Item::Varint(n)) => Scalar::Integer(n as i64),
+            (tag::DOUBLE, Item::Fixed64(n)) => Scalar::Double(f64::from_bits(n)),
+            (tag::TIMESTAMP, Item::Bytes(b)) => Scalar::Timestamp(timestamp(b)?),
+            (tag::STRING, Item::Bytes(b)) => Scalar::String(text(b)?),
+            _ => Scalar::Other,
+        };
+    }
+    Ok(value)
+}
+
+/// A `Document.FieldsEntry`: its key and its value.
+fn entry(bytes: &[u8]) -> Result<(&str, Scalar<'_>), Malformed> {
+    let (mut key, mut value) = ("", Scalar::Other);
+    for field in Fields(bytes) {
+        match field? {
+            (tag::KEY, Item::Bytes(b)) => key = text(b)?,
+            (tag::VALUE, Item::Bytes(b)) => value = scalar(b)?,
+            _ => {}
+        }
+    }
+    Ok((key, value))
+}
+
+impl<'a> FoundDocument<'a> {
+    /// Reads a `Document` message: its name and update time, and checks
+    /// its fields.
+    fn read(bytes: &'a [u8]) -> Result<Self, Malformed> {
+        let mut doc = FoundDocument {
+            name: "",
+            update_time: None,
+            document: bytes,
+        };
+        for field in Fields(bytes) {
+            match field? {
+                (tag::NAME, Item::Bytes(b)) => doc.name = text(b)?,
+                (tag::UPDATE_TIME, Item::Bytes(b)) => doc.update_time = Some(timestamp(b)?),
+                (tag::FIELDS, Item::Bytes(b)) => {
+                    entry(b)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(doc)
+    }
+
+    /// The value of the field `name` (the last entry of that name), if
+    /// the document has it ([`Scalar::Other`] when it is not a scalar).
+    pub fn value(&self, name: &str) -> Option<Scalar<'a>> {
+        let mut found = None;
+        for field in Fields(self.document) {
+            if let Ok((tag::FIELDS, Item::Bytes(b))) = field {
+                if let Ok((key, value)) = entry(b) {
+                    if key == name {
+                        found = Some(value);
+                    }
+                }
+            }
+        }
+        found
+    }
+}
+
+impl BatchGetFrame {
+    /// Checks `bytes` as a `BatchGetDocumentsResponse`.
+    pub fn new(bytes: Bytes) -> Result<Self, Malformed> {
+        for field in Fields(&bytes) {
+            match field? {
+                (tag::FOUND, Item::Bytes(b)) => {
+                    FoundDocument::read(b)?;
+                }
+                (tag::TRANSACTION, Item::Bytes(_)) => {}
+                _ => {}
+            }
+        }
+        Ok(Self { bytes })
+    }
+
+    /// The document found (`result.found`), if this response has one.
+    pub fn found(&self) -> Option<FoundDocument<'_>> {
+        let mut found = None;
+        for field in Fields(&self.bytes) {
+            if let Ok((tag::FOUND, Item::Bytes(b))) = field {
+                found = FoundDocument::read(b).ok();
+            }
+        }
+        found
+    }
+
+    /// The transaction the read opened (empty when this response has none).
+    pub fn transaction(&self) -> &[u8] {
+        let mut transaction: &[u8] = &[];
+        for field in Fields(&self.bytes) {
+            if let Ok((tag::TRANSACTION, Item::Bytes(b))) = field {
+                transaction = b;
+            }
+        }
+        transaction
+    }
+}
+
+/// Reads each response of a stream as a [`BatchGetFrame`]: its bytes split
+/// off the receive buffer, not copied.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FrameDecoder;
+
+impl Decoder for FrameDecoder {
+    type Item = BatchGetFrame;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<BatchGetFrame>, Status> {
+        let bytes = buf.copy_to_bytes(buf.remaining());
+        BatchGetFrame::new(bytes)
+            .map(Some)
+            .map_err(|why| Status::internal(format!("a BatchGetDocuments response with {why}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use gcloud_sdk::google::firestore::v1 as fs;
+    use gcloud_sdk::prost::Message;
+
+    use super::*;
+    use crate::store::firestore::codec::{effects_from_fields, membership_from_fields};
+    use fs::batch_get_documents_response::Result as Found;
+    use fs::value::ValueType;
+
+    fn value(v: ValueType) -> fs::Value {
+        fs::Value {
+            value_type: Some(v),
+        }
+    }
+
+    fn time(seconds: i64, nanos: i32) -> Timestamp {
+        Timestamp { seconds, nanos }
+    }
+
+    fn frame(response: &fs::BatchGetDocumentsResponse) -> BatchGetFrame {
+        BatchGetFrame::new(Bytes::from(response.encode_to_vec())).expect("well formed")
+    }
+
+    fn found(name: &str, fields: Vec<(&str, ValueType)>) -> fs::BatchGetDocumentsResponse {
+        fs::BatchGetDocumentsResponse {
+            transaction: vec![4, 2],
+            read_time: Some(time(11, 0)),
+            result: Some(Found::Found(fs::Document {
+                name: name.into(),
+                fields: fields
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), value(v)))
+                    .collect(),
+                create_time: Some(time(1, 0)),
+                update_time: Some(time(2, -5)),
+            })),
+        }
+    }
+
+    #[test]
+    fn a_found_document_reads_as_the_sdk_decodes_it() {
+        let kinds = [
+            ValueType::BooleanValue(true),
+            ValueType::BooleanValue(false),
+            ValueType::IntegerValue(-3),
+            ValueType::IntegerValue(i64::MAX),
+            ValueType::DoubleValue(1.5),
+            ValueType::TimestampValue(time(-1_500_001, 999_999_999)),
+            ValueType::TimestampValue(time(0, 0)),
+            ValueType::StringValue("é/x".into()),
+            ValueType::StringValue(String::new()),
+            ValueType::NullValue(0),
+            ValueType::BytesValue(vec![1, 2]),
+            ValueType::MapValue(fs::MapValue::default()),
+        ];
+        let names = ["liked", "seq", "occurredAt", "eventId", "applied", "other"];
+        for (i, kind) in kinds.iter().enumerate() {
+            for shift in 0..names.len() {
+                let fields: Vec<(&str, ValueType)> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(j, n)| (*n, kinds[(i + j * shift) % kinds.len()].clone()))
+                    .chain([("liked", kind.clone())])
+                    .collect();
+                let response = found("projects/p/databases/d/documents/likes/1", fields);
+                let sdk = match &response.result {
+                    Some(Found::Found(doc)) => doc.clone(),
+                    _ => unreachable!("built found"),
+                };
+                let frame = frame(&response);
+                assert_eq!(frame.transaction(), [4, 2]);
+                let doc = frame.found().expect("found");
+                assert_eq!(doc.name, sdk.name);
+                assert_eq!(doc.update_time, sdk.update_time);
+                assert_eq!(
+                    membership_from_fields(&doc),
+                    membership_from_fields(&sdk.fields),
+                    "{kind:?} {shift}"
+                );
+                assert_eq!(effects_from_fields(&doc), effects_from_fields(&sdk.fields));
+                assert_eq!(doc.value("absent"), None);
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_sent_twice_reads_as_its_last_entry_like_the_sdk() {
+        // Two entries of one key, as a protobuf map on the wire may carry.
+        let entry = |liked: bool| fs::Document {
+            fields: HashMap::from([("liked".to_string(), value(ValueType::BooleanValue(liked)))]),
+            ..Default::default()
+        };
+        let mut bytes = entry(true).encode_to_vec();
+        bytes.extend(entry(false).encode_to_vec());
+        let sdk = fs::Document::decode(bytes.as_slice()).expect("decodes");
+        let mut response = Vec::new();
+        gcloud_sdk::prost::encoding::bytes::encode(1, &bytes, &mut response);
+        let frame = BatchGetFrame::new(Bytes::from(response)).expect("well formed");
+        let doc = frame.found().expect("found");
+        assert_eq!(doc.value("liked"), Some(Scalar::Boolean(false)));
+        assert_eq!(
+            membership_from_fields(&doc),
+            membership_from_fields(&sdk.fields)
+        );
+    }
+
+    #[test]
+    fn a_missing_document_and_a_bare_transaction_find_nothing() {
+        let missing = fs::BatchGetDocumentsResponse {
+            result: Some(Found::Missing("projects/p/databases/d/documents/x".into())),
+            read_time: Some(time(3, 0)),
+            ..Default::default()
+        };
+        let frame = frame(&missing);
+        assert!(frame.found().is_none());
+        assert!(frame.transaction().is_empty());
+        let opened = fs::BatchGetDocumentsResponse {
+            transaction: vec![9; 40],
+            ..Default::default()
+        };
+        assert_eq!(self::frame(&opened).transaction(), [9; 40]);
+    }
+
+    #[test]
+    fn malformed_responses_are_refused_not_misread() {
+        let good =
+            found("n", vec![("eventId", ValueType::StringValue("e".into()))]).encode_to_vec();
+        for cut in 1..good.len() {
+            let cut = Bytes::copy_from_slice(&good[..cut]);
+            if let Ok(frame) = BatchGetFrame::new(cut.clone()) {
+                // A prefix that still frames (it ends between fields) reads
+                // as what the SDK reads of it.
+                let sdk = fs::BatchGetDocumentsResponse::decode(cut).expect("the SDK agrees");
+                assert_eq!(frame.transaction(), sdk.transaction.as_slice());
+            }
+        }
+        let not_utf8 = [0x0a, 0x03, 0x0a, 0x01, 0xff];
+        assert!(BatchGetFrame::new(Bytes::copy_from_slice(&not_utf8)).is_err());
+        let group = [0x0b];
+        assert!(BatchGetFrame::new(Bytes::copy_from_slice(&group)).is_err());
+    }
+}

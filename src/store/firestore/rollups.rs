@@ -1,0 +1,299 @@
+//! The rollups on Firestore (`counts/{post}`): the [`RollupStore`] of a
+//! [`FirestoreDb`], and the reads of the tools.
+//!
+//! Invariants: one refresh reads every post's counter shards `0..shards`
+//! and its rollup in one BatchGetDocuments at one read time (the latest of
+//! the responses' read times, at which every document returned is still
+//! valid); writes go in one BatchWrite, each with the precondition that the
+//! rollup is the one read (its update time, or absent), so a refresh that
+//! lost a race is not applied; every document name comes from [`Layout`].
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use gcloud_sdk::google::firestore::v1 as fs;
+use rustc_hash::FxHashMap;
+
+use fs::structured_query::{
+    field_filter, filter::FilterType, CollectionSelector, FieldFilter, FieldReference, Filter,
+    Projection,
+};
+use fs::value::ValueType;
+
+use super::codec::{self, micros_to_timestamp, timestamp_to_micros};
+use super::db::{FirestoreDb, Read};
+use super::errors::status_error;
+use super::layout::collections;
+use super::layout::fields::{counter_shard, rollup};
+use crate::store::rollup::{
+    micros_of, ChangedPost, Micros, PostRead, RollupChange, RollupKey, RollupSnapshot, RollupStore,
+    RollupWrite, StoredRollup, WriteOutcome,
+};
+use crate::store::{Code, StoreError};
+
+/// What a document read by [`FirestoreDb::read_rollups`] is to its post.
+#[derive(Clone, Copy)]
+enum Part {
+    /// The rollup of the `i`-th post.
+    Rollup(usize),
+    /// A counter shard of the `i`-th post.
+    Shard(usize),
+}
+
+impl RollupStore for FirestoreDb {
+    async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
+        let layout = self.layout();
+        let mut names = Vec::new();
+        let mut parts = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            names.push(layout.rollup(key.post_id));
+            parts.push(Part::Rollup(i));
+            for k in 0..key.shards.max(1) {
+                names.push(layout.counter_shard(key.post_id, k));
+                parts.push(Part::Shard(i));
+            }
+        }
+        let mut snapshot = RollupSnapshot {
+            read_time: 0,
+            posts: vec![
+                PostRead {
+                    likes: 0,
+                    stored: None,
+                };
+                keys.len()
+            ],
+        };
+        if keys.is_empty() {
+            return Ok(snapshot);
+        }
+        let position: FxHashMap<String, Part> = names.iter().cloned().zip(parts).collect();
+        let posts = &mut snapshot.posts;
+        let read_time = self
+            .batch_get_latest(names, |doc| match position.get(&doc.name) {
+                Some(Part::Rollup(i)) => posts[*i].stored = codec::stored_rollup(&doc),
+                Some(Part::Shard(i)) => {
+                    let likes = codec::counter_shard_likes(&doc);
+                    posts[*i].likes = posts[*i].likes.saturating_add(likes);
+                }
+                None => {}
+            })
+            .await?;
+        snapshot.read_time = timestamp_to_micros(&read_time);
+        Ok(snapshot)
+    }
+
+    async fn write_rollups(
+        &self,
+        writes: &[RollupWrite<'_>],
+    ) -> Result<Vec<WriteOutcome>, StoreError> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sdk = writes
+            .iter()
+            .map(|w| codec::rollup_write(self.layout(), w))
+            .collect();
+        let statuses = self.batch_write(sdk).await?;
+        Ok(statuses
+            .into_iter()
+            .map(|status| match status {
+                Ok(()) => WriteOutcome::Written,
+                // The rollup is not the one read: another refresher wrote it.
+                Err(e) if matches!(e.code, Code::FailedPrecondition | Code::AlreadyExists) => {
+                    WriteOutcome::Lost
+                }
+                Err(e) => WriteOutcome::Failed(e),
+            })
+            .collect())
+    }
+
+    async fn changed_since(&self, since: SystemTime) -> Result<Vec<ChangedPost>, StoreError> {
+        let since = micros_to_timestamp(micros_of(since));
+        let query = fs::StructuredQuery {
+            select: Some(Projection {
+                fields: vec![field(counter_shard::UPDATED_AT)],
+            }),
+            from: vec![CollectionSelector {
+                collection_id: collections::SHARDS.to_string(),
+                all_descendants: true,
+            }],
+            r#where: Some(Filter {
+                filter_type: Some(FilterType::FieldFilter(FieldFilter {
+                    field: Some(field(counter_shard::UPDATED_AT)),
+                    op: field_filter::Operator::GreaterThanOrEqual as i32,
+                    value: Some(fs::Value {
+                        value_type: Some(ValueType::TimestampValue(since)),
+                    }),
+                })),
+            }),
+            ..Default::default()
+        };
+        let layout = self.layout();
+        let queried = self.run_query(&layout.root(), query, Read::Latest).await?;
+        let mut changed: BTreeMap<&str, ChangedPost> = BTreeMap::new();
+        for doc in &queried.documents {
+            let (Some(post), Some(k)) = (
+                layout.counter_shard_post(&doc.name),
+                layout.counter_shard_number(&doc.name),
+            ) else {
+                continue;
+            };
+            let at = match codec::get(&doc.fields, counter_shard::UPDATED_AT) {
+                Some(ValueType::TimestampValue(t)) => timestamp_to_micros(t),
+                _ => continue,
+            };
+            let entry = changed.entry(post).or_insert_with(|| ChangedPost {
+                post_id: post.to_string(),
+                changed_at: Some(at),
+                shards: 0,
+            });
+            entry.changed_at = entry.changed_at.max(Some(at));
+            entry.shards = entry.shards.max(k.saturating_add(1));
+        }
+        Ok(changed.into_values().collect())
+    }
+}
+
+impl FirestoreDb {
+    /// Every rollup of the layout: post -> (`likes`, `asOf`).
+    pub async fn rollups(
+        &self,
+        read: Read<'_>,
+    ) -> Result<BTreeMap<String, (i64, Micros)>, StoreError> {
+        let query = fs::StructuredQuery {
+            from: vec![CollectionSelector {
+                collection_id: self.layout().collection(collections::COUNTS),
+                all_descendants: false,
+            }],
+            ..Default::default()
+        };
+        let queried = self.run_query(&self.layout().root(), query, read).await?;
+        let mut out = BTreeMap::new();
+        for doc in &queried.documents {
+            let post = match codec::get(&doc.fields, rollup::POST_ID) {
+                Some(ValueType::StringValue(p)) => p.clone(),
+                _ => continue,
+            };
+            if let Some(stored) = codec::stored_rollup(doc) {
+                out.insert(post, (stored.likes, stored.as_of));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Listens to the rollups of `posts` on one Listen stream (a documents
+    /// target): sends each post's current state (`None` without a rollup),
+    /// then each change as it is committed, to `changes`. Resumes from
+    /// `resume` when it is not empty, and keeps the latest resume token
+    /// there. Returns when the stream ends or fails, or `changes` closes.
+    pub async fn listen_rollups(
+        &self,
+        posts: &[String],
+        resume: &mut Vec<u8>,
+        changes: &tokio::sync::mpsc::UnboundedSender<RollupChange>,
+    ) -> Result<(), StoreError> {
+        use fs::listen_response::ResponseType;
+        use fs::target_change::TargetChangeType;
+        use futures::StreamExt;
+        let op = "Listen";
+        let by_name: FxHashMap<String, &str> = posts
+            .iter()
+            .map(|p| (self.layout().rollup(p), p.as_str()))
+            .collect();
+        let target = fs::Target {
+            target_id: 1,
+            target_type: Some(fs::target::TargetType::Documents(
+                fs::target::DocumentsTarget {
+                    documents: by_name.keys().cloned().collect(),
+                },
+            )),
+            resume_type: (!resume.is_empty())
+                .then(|| fs::target::ResumeType::ResumeToken(resume.clone())),
+            ..Default::default()
+        };
+        let request = fs::ListenRequest {
+            database: self.layout().database.clone(),
+            target_change: Some(fs::listen_request::TargetChange::AddTarget(target)),
+            ..Default::default()
+        };
+        // One request, then the stream stays open for the answers.
+        let requests =
+            futures::stream::once(async move { request }).chain(futures::stream::pending());
+        let mut stream = self
+            .client()
+            .listen(requests)
+            .await
+            .map_err(|s| status_error(op, &s))?
+            .into_inner();
+        let mut seen: rustc_hash::FxHashSet<&str> = Default::default();
+        let send = |post: &str, rollup: Option<(i64, Micros)>| {
+            changes.send(RollupChange {
+                post_id: post.to_string(),
+                rollup,
+            })
+        };
+        loop {
+            let response = match stream.message().await {
+                Ok(Some(response)) => response,
+                Ok(None) => return Ok(()),
+                Err(status) => return Err(status_error(op, &status)),
+            };
+            let sent = match response.response_type {
+                Some(ResponseType::DocumentChange(change)) => {
+                    let Some(doc) = change.document else { continue };
+                    let Some(&post) = by_name.get(&doc.name) else {
+                        continue;
+                    };
+                    seen.insert(post);
+                    let rollup = codec::stored_rollup(&doc).map(|r| (r.likes, r.as_of));
+                    send(post, rollup)
+                }
+                Some(ResponseType::DocumentDelete(fs::DocumentDelete { document, .. }))
+                | Some(ResponseType::DocumentRemove(fs::DocumentRemove { document, .. })) => {
+                    let Some(&post) = by_name.get(&document) else {
+                        continue;
+                    };
+                    seen.insert(post);
+                    send(post, None)
+                }
+                Some(ResponseType::TargetChange(change)) => {
+                    if let Some(cause) = change.cause.filter(|c| c.code != 0) {
+                        let code = Code::from(cause.code);
+                        let status = gcloud_sdk::tonic::Status::new(code, cause.message);
+                        return Err(status_error(op, &status));
+                    }
+                    if !change.resume_token.is_empty() {
+                        resume.clone_from(&change.resume_token);
+                    }
+                    let current = change.target_change_type == TargetChangeType::Current as i32;
+                    let mut result = Ok(());
+                    if current {
+                        // Posts with no rollup: nothing was sent for them.
+                        for post in posts.iter().map(String::as_str) {
+                            if seen.insert(post) {
+                                result = result.and(send(post, None));
+                            }
+                        }
+                    }
+                    result
+                }
+                _ => Ok(()),
+            };
+            if sent.is_err() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The rollup of `post_id`, if any (latest state).
+    pub async fn rollup(&self, post_id: &str) -> Result<Option<StoredRollup>, StoreError> {
+        let doc = self.get(&self.layout().rollup(post_id)).await?;
+        Ok(doc.as_ref().and_then(codec::stored_rollup))
+    }
+}
+
+fn field(path: &str) -> FieldReference {
+    FieldReference {
+        field_path: path.to_string(),
+    }
+}

@@ -1,0 +1,180 @@
+//! The rollups on PostgreSQL (`post_counts`): the [`RollupStore`] of a
+//! [`PgDb`], and the reads of the tools (every rollup, for verification).
+//!
+//! Invariants: a read is one REPEATABLE READ READ ONLY snapshot (shard sums
+//! and rollups together) whose time is the statement's, no later than the
+//! snapshot, so any rollup stamped with a later time includes every commit
+//! acknowledged before that read began; a write is one statement that
+//! changes only rows with an older `as_of`, and notifies `hotcount_counts`
+//! of each post it wrote, delivered when the statement commits.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use tokio_postgres::types::ToSql;
+
+use super::errors::query_error;
+use super::{schema, PgDb};
+use crate::store::rollup::{
+    micros_of, ChangedPost, Micros, PostRead, RollupChange, RollupKey, RollupSnapshot, RollupStore,
+    RollupWrite, StoredRollup, WriteOutcome,
+};
+use crate::store::StoreError;
+
+impl RollupStore for PgDb {
+    async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
+        let op = "ReadRollups";
+        let posts: Vec<&str> = keys.iter().map(|k| k.post_id).collect();
+        let conn = self.checkout(op).await?;
+        let [read] = conn.statements(op, [schema::READ_ROLLUPS]).await?;
+        let client = conn.client()?;
+        let params: [&(dyn ToSql + Sync); 1] = [&posts];
+        let (begun, rows, ended) = tokio::join!(
+            biased;
+            client.batch_execute(schema::BEGIN_SNAPSHOT),
+            client.query(&read, &params),
+            client.batch_execute(schema::COMMIT),
+        );
+        let err = |e: tokio_postgres::Error| query_error(op, &e);
+        begun.map_err(err)?;
+        let rows = rows.map_err(err)?;
+        ended.map_err(err)?;
+        conn.release();
+        let mut snapshot = RollupSnapshot {
+            read_time: 0,
+            posts: Vec::with_capacity(rows.len()),
+        };
+        for row in &rows {
+            let likes: Option<i64> = row.try_get(2).map_err(err)?;
+            let as_of: Option<i64> = row.try_get(3).map_err(err)?;
+            snapshot.read_time = row.try_get(4).map_err(err)?;
+            snapshot.posts.push(PostRead {
+                likes: row.try_get(1).map_err(err)?,
+                stored: likes.zip(as_of).map(|(likes, as_of)| StoredRollup {
+                    likes,
+                    as_of,
+                    shards: None,
+                    update_time: None,
+                }),
+            });
+        }
+        Ok(snapshot)
+    }
+
+    async fn write_rollups(
+        &self,
+        writes: &[RollupWrite<'_>],
+    ) -> Result<Vec<WriteOutcome>, StoreError> {
+        let op = "WriteRollups";
+        // One snapshot per call: every write of it has the same `as_of`.
+        let Some(as_of) = writes.iter().map(|w| w.as_of).max() else {
+            return Ok(Vec::new());
+        };
+        let posts: Vec<&str> = writes.iter().map(|w| w.post_id).collect();
+        let likes: Vec<i64> = writes.iter().map(|w| w.likes).collect();
+        let params: [&(dyn ToSql + Sync); 3] = [&posts, &likes, &as_of];
+        let rows = self.query_rows(op, schema::WRITE_ROLLUPS, &params).await?;
+        let written: std::collections::HashSet<String> = rows
+            .iter()
+            .map(|r| r.try_get::<_, String>(0))
+            .collect::<Result<_, _>>()
+            .map_err(|e| query_error(op, &e))?;
+        Ok(writes
+            .iter()
+            .map(|w| {
+                if written.contains(w.post_id) {
+                    WriteOutcome::Written
+                } else {
+                    WriteOutcome::Lost
+                }
+            })
+            .collect())
+    }
+
+    async fn changed_since(&self, since: SystemTime) -> Result<Vec<ChangedPost>, StoreError> {
+        let op = "ChangedRollups";
+        let rows = self
+            .query_rows(op, schema::CHANGED_ROLLUPS, &[&micros_of(since)])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ChangedPost {
+                    post_id: row.try_get(0).map_err(|e| query_error(op, &e))?,
+                    changed_at: None,
+                    shards: 0,
+                })
+            })
+            .collect()
+    }
+}
+
+impl PgDb {
+    /// Listens to the rollups of `posts` (`LISTEN hotcount_counts` on a
+    /// connection of its own, then the current rows): sends each post's
+    /// current state (`None` without a rollup), then its state again after
+    /// each notification of it, to `changes`. Returns when the connection
+    /// ends (an error) or `changes` closes.
+    pub async fn listen_rollups(
+        &self,
+        posts: &[String],
+        changes: &tokio::sync::mpsc::UnboundedSender<RollupChange>,
+    ) -> Result<(), StoreError> {
+        // LISTEN first: a write after the reads below is notified.
+        let mut listening = self.listen(schema::ROLLUP_CHANNEL).await?;
+        let send = |post: &str, read: &PostRead| {
+            let rollup = read.stored.as_ref().map(|r| (r.likes, r.as_of));
+            changes.send(RollupChange {
+                post_id: post.to_string(),
+                rollup,
+            })
+        };
+        let keys: Vec<RollupKey<'_>> = posts
+            .iter()
+            .map(|p| RollupKey {
+                post_id: p,
+                shards: 0,
+            })
+            .collect();
+        let current = self.read_rollups(&keys).await?;
+        for (post, read) in posts.iter().zip(&current.posts) {
+            if send(post, read).is_err() {
+                return Ok(());
+            }
+        }
+        while let Some(post) = listening.notifications.recv().await {
+            if !posts.contains(&post) {
+                continue;
+            }
+            let key = [RollupKey {
+                post_id: &post,
+                shards: 0,
+            }];
+            let read = self.read_rollups(&key).await?;
+            let Some(read) = read.posts.first() else {
+                continue;
+            };
+            if send(&post, read).is_err() {
+                return Ok(());
+            }
+        }
+        Err(super::errors::unavailable(
+            "Listen",
+            "the LISTEN connection ended",
+        ))
+    }
+
+    /// Every rollup: post -> (`likes`, `as_of`).
+    pub async fn rollups(&self) -> Result<BTreeMap<String, (i64, Micros)>, StoreError> {
+        let op = "ReadRollups";
+        let rows = self.query_rows(op, schema::ALL_ROLLUPS, &[]).await?;
+        let err = |e: tokio_postgres::Error| query_error(op, &e);
+        let mut out = BTreeMap::new();
+        for row in &rows {
+            out.insert(
+                row.try_get(0).map_err(err)?,
+                (row.try_get(1).map_err(err)?, row.try_get(2).map_err(err)?),
+            );
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,527 @@
+//! The rollups end to end (`counts/{post}` on Firestore in the emulator,
+//! `post_counts` on a real PostgreSQL server): every rollup equals its
+//! post's count and the truth at rest, through competing replicas, SIGKILLs
+//! with restarts (the start-up sweep), lost answers and store faults; a
+//! viral post's rollup is written about once per interval fleet-wide; the
+//! batch commit gains no round trip.
+
+mod common;
+#[path = "support/corrupt.rs"]
+mod corrupt;
+
+use std::collections::BTreeMap;
+use std::process::{Child, Stdio};
+
+use std::time::Duration;
+
+use common::{expected, Backend, Ev, Harness};
+use gcloud_sdk::tonic::Code;
+use hotcount::telemetry::names;
+use hotcount_emulators::{FaultKind, FaultSpec};
+use hotcount_scrape::Exposition;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+crate::on_each_store!(
+    every_rollup_equals_its_count_and_the_truth_at_rest,
+    three_replicas_killed_and_restarted_leave_every_rollup_exact,
+    count_live_prints_each_change_of_a_rollup,
+);
+
+/// Likes and unlikes over `posts` posts by `users` users (fewer on later
+/// posts: post 0 the busiest); users and event ids tagged `tag`, so each
+/// call's events change the counts.
+fn workload(posts: usize, users: usize, tag: &str) -> Vec<Ev> {
+    let mut events = Vec::new();
+    for p in 0..posts {
+        let post = format!("post-{p}");
+        for u in 0..users / (p + 1) {
+            let user = format!("{tag}-user-{u}");
+            events.push(Ev::like(&format!("{tag}-{p}-{u}"), &post, &user, 1));
+            if u % 5 == 0 {
+                events.push(Ev::unlike(&format!("{tag}-{p}-{u}-x"), &post, &user, 2));
+            }
+        }
+    }
+    events
+}
+
+/// Waits (bounded) until every post of `want` has a rollup equal to its
+/// count there; returns the rollups' values (posts with a rollup).
+async fn wait_for_rollups(h: &Harness, want: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let rollups: BTreeMap<String, i64> = h
+            .store
+            .rollups()
+            .await
+            .expect("read the rollups")
+            .into_iter()
+            .map(|(post, (likes, _))| (post, likes))
+            .collect();
+        let shown: BTreeMap<String, i64> = want
+            .keys()
+            .filter_map(|p| Some((p.clone(), *rollups.get(p)?)))
+            .collect();
+        if &shown == want || tokio::time::Instant::now() > deadline {
+            return rollups;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The counts (sums of shards) of `want`'s posts.
+async fn counts(h: &Harness, want: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
+    h.counts(want.keys()).await
+}
+
+async fn every_rollup_equals_its_count_and_the_truth_at_rest(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let args = ["--rollup-interval-ms", "200"];
+    let a = h.spawn(h.run_args("c1", &args));
+    let b = h.spawn(h.run_args("c1", &args));
+    let events = workload(8, 60, "e");
+    let want = expected(&events);
+    h.publish(&events).await;
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    let shown = wait_for_rollups(&h, &want).await;
+    let stats = [a.stop().await, b.stop().await];
+    let rollups = h.store.rollups().await.expect("rollups");
+    for (post, count) in &want {
+        assert_eq!(
+            rollups.get(post).map(|r| r.0),
+            Some(*count),
+            "{post}: {shown:?}"
+        );
+    }
+    assert_eq!(
+        rollups.len(),
+        want.len(),
+        "a rollup per post changed, no other"
+    );
+    let refreshes: u64 = stats.iter().map(|s| s.rollup_refreshes.get()).sum();
+    assert!(refreshes >= want.len() as u64, "{refreshes}");
+    assert!(stats.iter().all(|s| s.rollup_failures.get() == 0));
+    assert!(stats.iter().all(|s| s.rollup_pending.get() == 0));
+    let lag: f64 = stats
+        .iter()
+        .map(|s| {
+            let exposition = Exposition::parse(&s.render_prometheus());
+            let name = format!("{}_count", names::ROLLUP_LAG.name);
+            exposition.value(&name).unwrap_or(0.0)
+        })
+        .sum();
+    assert!(lag >= want.len() as f64, "each post's lag recorded: {lag}");
+}
+
+/// `hotcount run` as a child process writing `h`'s store, its log (at
+/// info) in a file of its own.
+struct Replica {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Replica {
+    fn start(h: &Harness, name: &str, interval_ms: &str) -> Self {
+        let log = std::env::temp_dir().join(format!(
+            "hotcount-rollups-{name}-{}-{}.log",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        let file = std::fs::File::create(&log).expect("log file");
+        let mut command = h.command();
+        command
+            .env("RUST_LOG", "info")
+            .args([
+                "run",
+                "--consumer",
+                "c1",
+                "--subscription",
+                common::SUBSCRIPTION,
+            ])
+            .args(["--flush-interval-ms", "20", "--shards", "4"])
+            .args(["--rollup-interval-ms", interval_ms])
+            .stdout(Stdio::null())
+            .stderr(file);
+        if let Some(url) = h.postgres_url() {
+            command.args(["--store", url]);
+        }
+        let child = command.spawn().expect("hotcount runs");
+        Self { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the log holds `text`.
+    async fn wait_for_log(&self, text: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !self.log().contains(text) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {text:?} in the log: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+
+    /// SIGTERM once running; it drains and exits 0.
+    async fn stop(mut self) {
+        self.wait_for_log("hotcount running").await;
+        let pid = self.child.id().to_string();
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        let exited = common::wait_with_timeout(&mut self.child, WAIT);
+        assert!(
+            exited.success(),
+            "drained and exited 0: {exited:?}\n{}",
+            self.log()
+        );
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+async fn three_replicas_killed_and_restarted_leave_every_rollup_exact(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let mut replicas: Vec<Replica> = (0..3)
+        .map(|i| Replica::start(&h, &format!("r{i}"), "300"))
+        .collect();
+    let mut events = Vec::new();
+    for round in 0..6 {
+        let wave = workload(6, 40, &format!("w{round}"));
+        h.publish(&wave).await;
+        events.extend(wave);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // SIGKILL one replica each round (its marks die with it), restart it.
+        let victim = round % 3;
+        let restarted = Replica::start(&h, &format!("r{victim}-{round}"), "300");
+        std::mem::replace(&mut replicas[victim], restarted).kill();
+    }
+    let mut want = expected(&events);
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    // Every replica SIGKILLed at once: nothing drains, their marks are lost.
+    for replica in replicas {
+        replica.kill();
+    }
+    // A last wave counted with rollups off: changes no process marked, as
+    // if their replicas had died before refreshing.
+    let silent = Replica::start(&h, "silent", "0");
+    let last = workload(3, 30, "last");
+    h.publish(&last).await;
+    events.extend(last);
+    want = expected(&events);
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    silent.stop().await;
+    let stale: Vec<&String> = {
+        let rollups = h.store.rollups().await.expect("rollups");
+        want.iter()
+            .filter(|(post, count)| rollups.get(*post).map(|r| r.0) != Some(**count))
+            .map(|(post, _)| post)
+            .collect()
+    };
+    assert!(!stale.is_empty(), "the last wave left rollups behind");
+    // A fresh replica's sweep finds what the others left.
+    let fresh = Replica::start(&h, "fresh", "300");
+    fresh.wait_for_log("rollup sweep").await;
+    let shown = wait_for_rollups(&h, &want).await;
+    fresh.stop().await;
+    let rollups = h.store.rollups().await.expect("rollups");
+    assert_eq!(counts(&h, &want).await, want, "counts exact");
+    for (post, count) in &want {
+        assert_eq!(
+            rollups.get(post).map(|r| r.0),
+            Some(*count),
+            "{post} (stale before the sweep: {stale:?}): {shown:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_answers_and_failing_reads_leave_every_rollup_exact() {
+    let h = Harness::start().await;
+    let faults = h.emulators.firestore_faults();
+    // The first two rollup writes fail outright, the third is applied but
+    // answered UNAVAILABLE; a quarter of all reads fail.
+    faults
+        .add(FaultSpec::error("BatchWrite", Code::Unavailable).times(2))
+        .unwrap();
+    faults
+        .add(FaultSpec::error_after_apply("BatchWrite", Code::Unavailable).times(1))
+        .unwrap();
+    faults
+        .add(FaultSpec::error("BatchGetDocuments", Code::Unavailable).probability(0.25))
+        .unwrap();
+    let args = ["--rollup-interval-ms", "100", "--commit-max-attempts", "30"];
+    let consumer = h.spawn(h.run_args("c1", &args));
+    let events = workload(6, 50, "f");
+    let want = expected(&events);
+    h.publish(&events).await;
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    let shown = wait_for_rollups(&h, &want).await;
+    let stats = consumer.stop().await;
+    let fired = faults.fired();
+    assert_eq!(
+        fired.get(&FaultKind::ErrorAfterApply),
+        Some(&1),
+        "{fired:?}"
+    );
+    assert!(
+        stats.rollup_failures.get() >= 3,
+        "the three failed writes met the refresher: {fired:?}"
+    );
+    let rollups = h.store.rollups().await.expect("rollups");
+    for (post, count) in &want {
+        assert_eq!(
+            rollups.get(post).map(|r| r.0),
+            Some(*count),
+            "{post}: {shown:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viral_posts_rollup_is_written_about_once_per_interval_by_three_replicas() {
+    let h = Harness::start().await;
+    let args = [
+        "--rollup-interval-ms",
+        "500",
+        "--max-outstanding-messages",
+        "50",
+    ];
+    let replicas: Vec<_> = (0..3).map(|_| h.spawn(h.run_args("c1", &args))).collect();
+    let started = tokio::time::Instant::now();
+    let mut events = Vec::new();
+    // About 4 s of likes on one post, in waves every 100 ms.
+    for wave in 0..40 {
+        let likes: Vec<Ev> = (0..25)
+            .map(|u| Ev::like(&format!("v{wave}-{u}"), "viral", &format!("u{wave}-{u}"), 1))
+            .collect();
+        h.publish(&likes).await;
+        events.extend(likes);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let want = expected(&events);
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    wait_for_rollups(&h, &want).await;
+    let elapsed = started.elapsed();
+    let rollup = h.db.layout().rollup("viral");
+    let writes = h.emulators.firestore().document_writes(&rollup);
+    let mut deferred = 0;
+    for r in replicas {
+        deferred += r.stop().await.rollup_deferred.get();
+    }
+    // The post grew past one counter shard once its rollup registered more.
+    let stored = h.db.rollup("viral").await.expect("read").expect("a rollup");
+    let shards = stored.shards.unwrap_or(0);
+    assert!(shards > 1, "registered {shards} counter shards");
+    let layout = h.db.layout();
+    let used = (0..16)
+        .filter(|&k| {
+            h.emulators
+                .firestore()
+                .document(&layout.counter_shard("viral", k))
+                .is_some()
+        })
+        .count() as u32;
+    assert!(
+        used > 1 && used <= shards,
+        "{used} shards used, {shards} registered"
+    );
+    // One write per 500 ms interval fleet-wide (a few more where two
+    // replicas raced, or at shutdown), not one per replica per interval.
+    let intervals = elapsed.as_secs_f64() / 0.5;
+    assert!(
+        (writes as f64) <= intervals * 1.5 + 3.0,
+        "{writes} writes of the viral rollup in {elapsed:?}"
+    );
+    assert!(deferred > 0, "replicas deferred to each other's rollups");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_commit_gains_no_round_trip_with_rollups_on() {
+    let h = Harness::start().await;
+    let args = [
+        "--rollup-interval-ms",
+        "100",
+        "--rollup-sweep-lookback-secs",
+        "0",
+    ];
+    let consumer = h.spawn(h.run_args("c1", &args));
+    let events = workload(4, 40, "n");
+    let want = expected(&events);
+    h.publish(&events).await;
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    wait_for_rollups(&h, &want).await;
+    let stats = consumer.stop().await;
+    // Every batch: one BatchGetDocuments and one Commit, as without rollups.
+    let counters = h.emulators.firestore_counters();
+    assert_eq!(counters.get("Commit"), stats.batches.get());
+    assert_eq!(stats.store_rpcs.get(), 2 * stats.batches.get());
+    // The refresher's reads are the only other BatchGetDocuments.
+    let reads = counters.get("BatchGetDocuments") - stats.batches.get();
+    let writes = counters.get("BatchWrite");
+    assert_eq!(reads + writes, stats.rollup_rpcs.get());
+}
+
+/// `hotcount count --live` as a child process: its stdout lines arrive on
+/// the returned receiver.
+fn count_live(h: &Harness, posts: &[&str]) -> (Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut command = h.command();
+    command.args(["count", "--live"]).args(posts);
+    if let Some(url) = h.postgres_url() {
+        command.args(["--store", url]);
+    }
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("hotcount count --live runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// The next line of `lines` that starts with `prefix` (bounded wait).
+async fn next_line(lines: &std::sync::mpsc::Receiver<String>, prefix: &str) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match lines.try_recv() {
+            Ok(line) if line.starts_with(prefix) => return line,
+            Ok(_) => continue,
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                assert!(tokio::time::Instant::now() < deadline, "no line {prefix:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => panic!("count --live exited"),
+        }
+    }
+}
+
+async fn count_live_prints_each_change_of_a_rollup(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let (mut live, lines) = count_live(&h, &["p1", "p2"]);
+    // Each post's state first: no rollup yet.
+    assert_eq!(next_line(&lines, "p1\t").await, "p1\t0\t-");
+    assert_eq!(next_line(&lines, "p2\t").await, "p2\t0\t-");
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "200"]));
+    let likes: Vec<Ev> = (0..3)
+        .map(|u| Ev::like(&format!("l{u}"), "p1", &format!("u{u}"), 1))
+        .collect();
+    h.publish(&likes).await;
+    let first = next_line(&lines, "p1\t3\t").await;
+    // The change after: an unlike.
+    h.publish(&[Ev::unlike("x0", "p1", "u0", 2)]).await;
+    let second = next_line(&lines, "p1\t2\t").await;
+    let as_of = |line: &str| line.rsplit('\t').next().map(str::to_string);
+    assert!(
+        as_of(&second) > as_of(&first),
+        "a later asOf: {first} then {second}"
+    );
+    consumer.stop().await;
+    live.kill().expect("stop count --live");
+    let _ = live.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_live_resumes_after_its_listen_stream_is_dropped() {
+    let h = Harness::start().await;
+    let (mut live, lines) = count_live(&h, &["p1"]);
+    assert_eq!(next_line(&lines, "p1\t").await, "p1\t0\t-");
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "200"]));
+    h.publish(&[Ev::like("a", "p1", "u1", 1)]).await;
+    next_line(&lines, "p1\t1\t").await;
+    // The server closes the stream (UNAVAILABLE): count --live opens it
+    // again from its resume token and misses nothing.
+    h.emulators
+        .firestore_faults()
+        .add(
+            FaultSpec::new(FaultKind::DropStream)
+                .method("Listen")
+                .times(1),
+        )
+        .unwrap();
+    h.publish(&[Ev::like("b", "p1", "u2", 1)]).await;
+    next_line(&lines, "p1\t2\t").await;
+    assert_eq!(
+        h.emulators
+            .firestore_faults()
+            .fired()
+            .get(&FaultKind::DropStream),
+        Some(&1)
+    );
+    consumer.stop().await;
+    live.kill().expect("stop count --live");
+    let _ = live.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_repair_refreshes_the_rollup_of_the_post_it_repairs() {
+    let h = Harness::start().await;
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "100"]));
+    let events = workload(2, 10, "r");
+    let want = expected(&events);
+    h.publish(&events).await;
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    wait_for_rollups(&h, &want).await;
+    consumer.stop().await;
+    // Shard 0 of post-0 corrupted behind hotcount's back: the count is off
+    // (the rollup still shows the true total), then repaired.
+    corrupt::counter_shard(&h.db, "post-0", 0, 5).await;
+    let out = h
+        .command()
+        .args(["reconcile", "--post", "post-0", "--repair"])
+        .output()
+        .expect("reconcile runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(h.count("post-0").await, want["post-0"]);
+    let rollups = h.store.rollups().await.expect("rollups");
+    assert_eq!(rollups.get("post-0").map(|r| r.0), Some(want["post-0"]));
+    // Corrupted the other way round: the rollup shows the corrupted sum
+    // once refreshed, and the repair refreshes it back.
+    corrupt::counter_shard(&h.db, "post-1", 0, 3).await;
+    let refreshed = hotcount::pipeline::rollup::refresh_existing(
+        std::sync::Arc::new(h.store.clone()),
+        &["post-1".to_string()],
+        16,
+    )
+    .await;
+    assert_eq!(refreshed, 1);
+    let before = h.store.rollups().await.expect("rollups")["post-1"].0;
+    assert_eq!(before, want["post-1"] + 3);
+    let out = h
+        .command()
+        .args(["reconcile", "--post", "post-1", "--repair"])
+        .output()
+        .expect("reconcile runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = h.store.rollups().await.expect("rollups")["post-1"].0;
+    assert_eq!(after, want["post-1"], "the repair refreshed the rollup");
+}
