@@ -235,8 +235,9 @@ gcloud_p firestore fields ttls update expireAt \
   --enable-ttl --async
 
 echo "== Firestore: single-field index exemptions (fields never queried)"
-# Queried, so kept indexed: likes.postId and likes.liked (reconcile), and the
-# collection-group scan of shards (reconcile without --post).
+# Queried, so kept indexed: likes.postId and likes.liked (reconcile), the
+# collection-group scan of shards (reconcile without --post), and
+# milestones.dueAt and milestones.status (the milestone dispatchers, retry).
 exempt() {
   local group="$1" field="$2"
   gcloud_p firestore indexes fields update "${field}" \
@@ -253,6 +254,11 @@ for field in consumer batchId messages applied duplicates stale poison posts com
 done
 for field in data dataBytes attributes reason quarantinedAt; do
   exempt quarantine "${field}"
+done
+# Milestones: the dispatchers query dueAt (<= now, ordered) and
+# `hotcount milestones retry` queries status, so those two stay indexed.
+for field in postId milestone likes reachedAt attempts leaseUntil lastError deliveredAt updatedAt; do
+  exempt milestones "${field}"
 done
 
 echo "== Firestore: the rollup sweep's index (counter shards by updatedAt, collection group)"

@@ -67,6 +67,18 @@ mutations=(
   "no shutdown deadline" src/store/firestore/mod.rs
   "() = attempt.deadline.reached() => {" "() = std::future::pending::<()>() => {"
   "-p hotcount --test store_failures shutdown_ends"
+
+  "milestone settle unfenced (PostgreSQL)" src/store/postgres/schema.rs
+  "WHERE post_id = \$1 AND milestone = \$2 AND attempts = \$3 AND status = 'leased'" "WHERE post_id = \$1 AND milestone = \$2 AND \$3::int4 IS NOT NULL"
+  "-p hotcount --test milestones killed"
+
+  "milestone settle unfenced (Firestore)" src/store/firestore/milestones.rs
+  "codec::milestone_update(self.layout(), &next, claim.update_time)" "codec::milestone_update(self.layout(), &next, None)"
+  "-p hotcount --test milestones killed"
+
+  "milestone climb-back recorded again" src/store/milestone.rs
+  "let floor = old.max(highest.unwrap_or(0));" "let floor = old;"
+  "-p hotcount --lib milestone"
 )
 
 printf '| mutation | where | tests run | caught |\n|---|---|---|---|\n'

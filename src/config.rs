@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::event::{check_id, MAX_EVENT_ID_BYTES};
 use crate::pipeline::flusher::FlushConfig;
+use crate::pipeline::milestones::DispatchConfig;
 use crate::pipeline::push::{AuthConfig, GoogleAuth, PushConfig};
 use crate::pipeline::rollup::RollupConfig;
 use crate::pipeline::source::SourceConfig;
@@ -46,7 +47,13 @@ pub struct Endpoints {
 pub struct Target {
     /// The store: `firestore` (the default) or a PostgreSQL connection URL
     /// (`postgres://user:password@host:port/database`).
-    #[arg(long = "store", env = "HOTCOUNT_STORE", default_value = "firestore")]
+    #[arg(
+        long = "store",
+        env = "HOTCOUNT_STORE",
+        default_value = "firestore",
+        value_parser = StoreLocationParser,
+        hide_env_values = true
+    )]
     pub store: StoreLocation,
     /// Google Cloud project id.
     #[arg(long, env = "HOTCOUNT_PROJECT", default_value = "hotcount-local")]
@@ -77,18 +84,70 @@ pub enum StoreLocation {
 impl std::str::FromStr for StoreLocation {
     type Err = String;
 
+    /// The error never quotes the string: it may hold a password.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.eq_ignore_ascii_case("firestore") {
             return Ok(Self::Firestore);
         }
         if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            crate::store::postgres::conninfo::check_url(s)
+                .map_err(|why| format!("not a PostgreSQL connection URL: {why}"))?;
             let (driver, _) = crate::store::postgres::tls::split(s).map_err(|e| e.to_string())?;
             return match driver.parse::<tokio_postgres::Config>() {
                 Ok(_) => Ok(Self::Postgres { url: s.to_string() }),
-                Err(e) => Err(format!("not a PostgreSQL connection URL: {e}")),
+                Err(e) => Err(url_error(s, &e)),
             };
         }
         Err("expected `firestore` or a `postgres://` URL".into())
+    }
+}
+
+/// Why the driver refused `url`, without quoting it: its message names an
+/// option at most, and not even that when a `password` parameter could
+/// have run into it (an unencoded `&` in a password makes its tail look
+/// like an option).
+fn url_error(url: &str, error: &tokio_postgres::Error) -> String {
+    let message = match std::error::Error::source(error) {
+        Some(cause) => format!("{error}: {cause}"),
+        None => error.to_string(),
+    };
+    let secret_tail = url
+        .split_once('?')
+        .is_some_and(|(_, query)| query.contains("password"));
+    let names_a_secret = message.contains('`') && secret_tail;
+    let problem = if names_a_secret {
+        "an option is not known or its value is not valid"
+    } else {
+        message.as_str()
+    };
+    format!(
+        "not a PostgreSQL connection URL: {problem} (percent-encode `@`, `/`, `?`, `&`, `#` and `%` in a password)"
+    )
+}
+
+/// Parses `--store` for clap without quoting the value in its error (clap
+/// would print `invalid value '<the URL>'`, password and all).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreLocationParser;
+
+impl clap::builder::TypedValueParser for StoreLocationParser {
+    type Value = StoreLocation;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<StoreLocation, clap::Error> {
+        let flag = arg.map_or_else(|| "--store".to_string(), |a| format!("--{}", a.get_id()));
+        let refuse = |reason: &str| {
+            let message = format!(
+                "invalid value for '{flag}' (not shown: it may hold a password): {reason}\n"
+            );
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| refuse("not UTF-8"))?;
+        text.parse().map_err(|reason: String| refuse(&reason))
     }
 }
 
@@ -96,7 +155,7 @@ impl std::fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Firestore => f.write_str("firestore"),
-            Self::Postgres { url } => f.write_str(&redact_password(url)),
+            Self::Postgres { url } => f.write_str(&crate::store::postgres::conninfo::redact(url)),
         }
     }
 }
@@ -113,22 +172,6 @@ impl serde::Serialize for StoreLocation {
             Self::Firestore => serializer.serialize_str("firestore"),
             Self::Postgres { url } => serializer.serialize_str(url),
         }
-    }
-}
-
-/// `url` with the password of its user info (`user:password@`) replaced by `***`.
-fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) => match user_info.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_string(),
-        },
-        None => url.to_string(),
     }
 }
 
@@ -170,6 +213,38 @@ pub enum PushAuthMode {
     CloudRun,
     /// No authentication: allowed only on a loopback `--push-addr`.
     None,
+}
+
+/// A secret setting: its `Debug` never shows it (settings are logged);
+/// [`Secret::expose`] is the one way to read it.
+#[derive(Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_string()))
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Self(s.to_string())
+    }
 }
 
 /// Settings of `hotcount run`, as given on the command line or in the environment.
@@ -297,6 +372,66 @@ pub struct RunArgs {
         default_value_t = 900
     )]
     pub rollup_sweep_lookback_secs: u64,
+    /// Longest a store call may take, in milliseconds: a Firestore RPC, or
+    /// a PostgreSQL commit attempt's round trips (also its
+    /// `statement_timeout`). Past it the call is abandoned as
+    /// DEADLINE_EXCEEDED and retried (a commit's outcome, if unknown, is
+    /// resolved by its batch marker).
+    #[arg(long, env = "HOTCOUNT_STORE_CALL_TIMEOUT_MS", default_value_t = 10_000)]
+    pub store_call_timeout_ms: u64,
+    /// While batches are being committed and none has committed for this
+    /// long, in seconds, the replica reports not ready (`/readyz` 503,
+    /// `hotcount_commits_stalled` 1, a WARN line saying why) until one
+    /// commits again. At least `--store-call-timeout-ms`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_STUCK_COMMIT_THRESHOLD_SECS",
+        default_value_t = 30
+    )]
+    pub stuck_commit_threshold_secs: u64,
+    /// Like counts that are milestones: the rollup write that first shows a
+    /// post at or above one records it, and the webhook is told once
+    /// (comma-separated, ascending). Needs `--milestone-webhook`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONES",
+        default_value = "100,1000,10000,100000"
+    )]
+    pub milestones: String,
+    /// POST each milestone reached to this http(s) URL (`{postId,
+    /// milestone, likes, reachedAt}`, `Idempotency-Key:
+    /// {consumer}:{post}:{n}`); unset = milestones off (none recorded).
+    #[arg(long, env = "HOTCOUNT_MILESTONE_WEBHOOK")]
+    pub milestone_webhook: Option<String>,
+    /// Sign each milestone call with this secret: header
+    /// `Hotcount-Signature: t={unix seconds},v1={hex HMAC-SHA256 of "{t}.{body}"}`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_SECRET",
+        hide_env_values = true
+    )]
+    pub milestone_webhook_secret: Option<Secret>,
+    /// Longest wait for the webhook's answer to one call, in milliseconds.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub milestone_webhook_timeout_ms: u64,
+    /// How long a replica holds a milestone it calls for before another
+    /// may take it over (a replica that died mid-call), in seconds; more
+    /// than the webhook timeout.
+    #[arg(long, env = "HOTCOUNT_MILESTONE_LEASE_SECS", default_value_t = 60)]
+    pub milestone_lease_secs: u64,
+    /// The first wait before a failed milestone call is tried again, in
+    /// milliseconds (doubling per attempt with jitter, up to 5 minutes);
+    /// due milestones are looked for at least this often (and every second).
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_RETRY_INITIAL_MS",
+        default_value_t = 1000
+    )]
+    pub milestone_retry_initial_ms: u64,
     /// How messages arrive: `pull` (StreamingPull) or `push` (Pub/Sub
     /// POSTs each one to `POST /pubsub/push` on `--push-addr`, answered
     /// 204 once its batch committed).
@@ -395,6 +530,67 @@ pub struct Config {
     pub rollup_sweep_lookback: Option<Duration>,
     /// With `--delivery push`, the push endpoint's settings; `None` = pull.
     pub push: Option<PushConfig>,
+    /// Longest a store call may take.
+    pub store_call_timeout: Duration,
+    /// No commit for this long while commits are in flight: not ready.
+    pub stuck_commit_threshold: Duration,
+    /// Milestone notifications; `None` = off (no webhook set).
+    pub milestones: Option<MilestoneSettings>,
+}
+
+/// Milestone notifications' settings (`--milestone-*`).
+#[derive(Clone, Debug)]
+pub struct MilestoneSettings {
+    /// The milestones, ascending, distinct, positive.
+    pub thresholds: Vec<i64>,
+    /// The webhook.
+    pub webhook: reqwest::Url,
+    /// The signing secret, if any.
+    pub secret: Option<Secret>,
+    /// One call's longest wait.
+    pub request_timeout: Duration,
+    /// A claim's lease.
+    pub lease: Duration,
+    /// The first retry's wait.
+    pub retry_initial: Duration,
+}
+
+impl MilestoneSettings {
+    /// The dispatcher's settings.
+    pub fn dispatch(&self) -> DispatchConfig {
+        let defaults = DispatchConfig::default();
+        DispatchConfig {
+            lease: self.lease,
+            backoff_initial: self.retry_initial,
+            poll_interval: defaults.poll_interval.min(self.retry_initial),
+            ..defaults
+        }
+    }
+}
+
+/// Parses `--milestones`: ascending, distinct, positive like counts.
+pub fn parse_milestones(list: &str) -> Result<Vec<i64>, ConfigError> {
+    let err = |reason: String| ConfigError {
+        flag: "milestones",
+        reason,
+    };
+    let mut out: Vec<i64> = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let n: i64 = part
+            .parse()
+            .map_err(|_| err(format!("{part:?} is not a whole number")))?;
+        if n < 1 {
+            return Err(err(format!("{n} is not positive")));
+        }
+        if out.last().is_some_and(|&last| n <= last) {
+            return Err(err(format!("{n} is not above the one before it")));
+        }
+        out.push(n);
+    }
+    if out.is_empty() || out.len() > 64 {
+        return Err(err("give 1 to 64 like counts, e.g. 100,1000".to_string()));
+    }
+    Ok(out)
 }
 
 /// A setting that is out of range, with what is allowed.
@@ -660,11 +856,13 @@ impl RunArgs {
                 1,
                 60_000,
             )?),
+            // A backoff past a minute would outlast the lease extension
+            // and the shutdown deadline it must fit in.
             commit_backoff_max: Duration::from_millis(range(
                 "commit-backoff-max-ms",
                 self.commit_backoff_max_ms,
-                1,
-                600_000,
+                self.commit_backoff_initial_ms.min(60_000),
+                60_000,
             )?),
             shutdown_deadline: Duration::from_secs(range(
                 "shutdown-deadline-secs",
@@ -721,8 +919,77 @@ impl RunArgs {
                 0 => None,
                 secs => Some(Duration::from_secs(secs)),
             },
+            store_call_timeout: Duration::from_millis(range(
+                "store-call-timeout-ms",
+                self.store_call_timeout_ms,
+                100,
+                600_000,
+            )?),
+            stuck_commit_threshold: Duration::from_secs(range(
+                "stuck-commit-threshold-secs",
+                self.stuck_commit_threshold_secs,
+                self.store_call_timeout_ms.div_ceil(1000).clamp(1, 600),
+                3600,
+            )?),
+            milestones: self.milestone_settings()?,
             push,
         })
+    }
+}
+
+impl RunArgs {
+    /// The milestone settings: `None` without a webhook (whatever
+    /// `--milestones` says); refused without rollups (they decide them).
+    fn milestone_settings(&self) -> Result<Option<MilestoneSettings>, ConfigError> {
+        let Some(url) = &self.milestone_webhook else {
+            return Ok(None);
+        };
+        let webhook = reqwest::Url::parse(url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| ConfigError {
+                flag: "milestone-webhook",
+                reason: format!("{url:?} is not an http(s) URL"),
+            })?;
+        if self.rollup_interval_ms == 0 {
+            return Err(ConfigError {
+                flag: "milestone-webhook",
+                reason:
+                    "milestones are decided by the rollup writes: set --rollup-interval-ms above 0"
+                        .to_string(),
+            });
+        }
+        let timeout_ms = range(
+            "milestone-webhook-timeout-ms",
+            self.milestone_webhook_timeout_ms,
+            100,
+            300_000,
+        )?;
+        let lease_secs = range("milestone-lease-secs", self.milestone_lease_secs, 1, 86_400)?;
+        if lease_secs * 1000 <= timeout_ms {
+            return Err(ConfigError {
+                flag: "milestone-lease-secs",
+                reason: format!(
+                    "{lease_secs} s must be longer than --milestone-webhook-timeout-ms ({timeout_ms} ms)"
+                ),
+            });
+        }
+        Ok(Some(MilestoneSettings {
+            thresholds: parse_milestones(&self.milestones)?,
+            webhook,
+            secret: self
+                .milestone_webhook_secret
+                .clone()
+                .filter(|s| !s.expose().is_empty()),
+            request_timeout: Duration::from_millis(timeout_ms),
+            lease: Duration::from_secs(lease_secs),
+            retry_initial: Duration::from_millis(range(
+                "milestone-retry-initial-ms",
+                self.milestone_retry_initial_ms,
+                10,
+                300_000,
+            )?),
+        }))
     }
 }
 
@@ -787,6 +1054,11 @@ impl Config {
         let interval = self.rollup_interval?;
         Some(RollupConfig {
             sweep_lookback: self.rollup_sweep_lookback,
+            milestones: self
+                .milestones
+                .as_ref()
+                .map(|m| m.thresholds.clone())
+                .unwrap_or_default(),
             ..RollupConfig::new(interval, self.counter_shards)
         })
     }

@@ -146,41 +146,74 @@ pub enum OpenError {
     #[error(transparent)]
     Connect(#[from] ConnectError),
     /// The PostgreSQL URL or pool settings cannot be used.
-    #[error(transparent)]
-    Postgres(#[from] PgConfigError),
+    #[error("{store}: {error}")]
+    Postgres {
+        /// The store, its password hidden.
+        store: String,
+        /// What is wrong (not a `source`: the message holds it).
+        error: PgConfigError,
+    },
     /// The PostgreSQL schema is missing or older than this build's.
-    #[error(transparent)]
-    Schema(#[from] SchemaError),
+    #[error("{store}: {error}")]
+    Schema {
+        /// The store, its password hidden.
+        store: String,
+        /// What is wrong (not a `source`: the message holds it).
+        error: SchemaError,
+    },
 }
 
 impl OpenError {
     /// Whether opening again may succeed without an operator's change.
     pub fn is_retryable(&self) -> bool {
         match self {
-            OpenError::Schema(e) => e.is_retryable(),
-            OpenError::Connect(_) | OpenError::Postgres(_) => false,
+            OpenError::Schema { error, .. } => error.is_retryable(),
+            OpenError::Connect(_) | OpenError::Postgres { .. } => false,
         }
     }
 }
 
 /// Opens the database `target.store` names: Firestore (at `endpoints`,
 /// [`firestore_db`]) or a PostgreSQL pool of at most `max_connections`,
-/// after checking that `setup` brought its schema to this build's
-/// migrations ([`PgDb::check_schema`]).
+/// after checking the server (version, encoding) and that `setup` brought
+/// its schema to this build's migrations ([`PgDb::check_schema`]). Store
+/// calls have the default deadline (the operator tools' 30 s).
 pub async fn store_db(
     endpoints: &Endpoints,
     target: &Target,
     max_connections: usize,
 ) -> Result<SelectedDb, OpenError> {
+    let default = crate::store::firestore::DEFAULT_CALL_TIMEOUT;
+    store_db_within(endpoints, target, max_connections, default).await
+}
+
+/// [`store_db`] whose store calls end within `call_timeout` (a Firestore
+/// RPC; a PostgreSQL call, and its batch transaction's
+/// `statement_timeout`): `run`'s `--store-call-timeout-ms`.
+pub async fn store_db_within(
+    endpoints: &Endpoints,
+    target: &Target,
+    max_connections: usize,
+    call_timeout: std::time::Duration,
+) -> Result<SelectedDb, OpenError> {
     match &target.store {
-        StoreLocation::Firestore => Ok(SelectedDb::Firestore(
-            firestore_db(endpoints, target).await?,
-        )),
+        StoreLocation::Firestore => {
+            let db = firestore_db(endpoints, target).await?;
+            Ok(SelectedDb::Firestore(db.with_call_timeout(call_timeout)))
+        }
         StoreLocation::Postgres { url } => {
             let mut config = PgDbConfig::new(url.clone());
             config.max_connections = config.max_connections.max(max_connections);
-            let db = PgDb::new(&config)?;
-            let version = db.check_schema().await?;
+            config.call_timeout = call_timeout;
+            let store = target.store.to_string();
+            let db = PgDb::new(&config).map_err(|error| OpenError::Postgres {
+                store: store.clone(),
+                error,
+            })?;
+            let version = db
+                .check_schema()
+                .await
+                .map_err(|error| OpenError::Schema { store, error })?;
             tracing::debug!(store = %target.store, version, "PostgreSQL schema checked");
             Ok(SelectedDb::Postgres(db))
         }

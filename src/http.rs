@@ -57,6 +57,11 @@ async fn healthz() -> &'static str {
 async fn readyz(State(stats): State<Arc<Stats>>) -> (StatusCode, &'static str) {
     if stats.is_ready() {
         (StatusCode::OK, "ready\n")
+    } else if stats.commit_progress.is_stalled() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: commits stalled (the store does not answer; see the log)\n",
+        )
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
     }

@@ -15,6 +15,9 @@
 //!     isolation; hands acks on;
 //!   - [`acker`](pipeline::acker): acks exactly the messages of a committed
 //!     batch;
+//!   - beside them, [`rollup`](pipeline::rollup) (one live count per post)
+//!     and [`milestones`](pipeline::milestones) (the webhook dispatcher of
+//!     the milestones the rollup writes record);
 //!   - and the values that travel: [`batch`](pipeline::batch) (a flush's
 //!     events per (post, user) and the apply rules) and
 //!     [`poison`](pipeline::poison) (the bounded quarantine record).
@@ -28,7 +31,7 @@
 //!   `prometheus-client` registry, and tracing setup; [`http`]: the
 //!   `/metrics`, `/healthz` and `/readyz` endpoint.
 //! - Beside the pipeline, the operator commands ([`ops`]): `setup`,
-//!   `reconcile`, `replay`, `dlq` and `quarantine`.
+//!   `reconcile`, `replay`, `dlq`, `quarantine` and `milestones`.
 //!
 //! # Invariants
 //! - An ack leaves the service only for a message whose effects, or whose
@@ -50,6 +53,9 @@
 //!   maps to one aggregator shard, a shard has one batch in flight
 //!   ([`flusher`](pipeline::flusher)), and batches in flight on one post increment distinct
 //!   counter shards ([`store::counter_shards`]).
+//! - A milestone is decided once per post, ever, in the rollup write that
+//!   first shows it ([`store::milestone`]), and called for under a lease
+//!   with the same `Idempotency-Key` every time ([`pipeline::milestones`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
-use hotcount::ops::{dlq, live, quarantine, reconcile, replay, setup};
+use hotcount::ops::{dlq, live, milestones, quarantine, reconcile, replay, setup};
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
@@ -14,6 +14,11 @@ use tokio::sync::watch;
 /// spent ~45 % of the consumer's CPU (docs/benchmarks-history.md, profile).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The exit code of `run` when the drain did not end by the shutdown
+/// deadline (plus 2 s) and the backstop ended the process: nothing is
+/// lost (what was not acked is redelivered), but the stop was not clean.
+const DRAIN_INCOMPLETE: i32 = 3;
 
 /// Exactly-once like counter for viral posts.
 #[derive(Parser, Debug)]
@@ -28,7 +33,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Consume like events and count them until SIGINT/SIGTERM.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the like count of each post (sum of its counter shards); with
     /// --live, each change of the posts' rollups as it happens.
     Count {
@@ -71,6 +76,31 @@ enum Command {
     /// List, show or re-drive quarantine records.
     #[command(subcommand)]
     Quarantine(QuarantineAction),
+    /// List milestone records, or retry given-up ones.
+    #[command(subcommand)]
+    Milestones(MilestonesAction),
+}
+
+#[derive(Subcommand, Debug)]
+enum MilestonesAction {
+    /// List milestone records (id, status, attempts, times, last error);
+    /// writes nothing.
+    List {
+        #[command(flatten)]
+        target: Target,
+        /// Only records with this status (pending, leased, done, dead).
+        #[arg(long, value_parser = ["pending", "leased", "done", "dead"])]
+        status: Option<String>,
+    },
+    /// Make given-up (dead) records pending again, due now: the ones named,
+    /// or every dead one; a running service delivers them with the same
+    /// Idempotency-Key.
+    Retry {
+        #[command(flatten)]
+        target: Target,
+        /// Record ids as `list` prints them (`{post}:{n}`); none = every dead one.
+        ids: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -161,9 +191,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     tokio::time::sleep(backstop).await;
                     tracing::error!(
                         ?backstop,
+                        exit_code = DRAIN_INCOMPLETE,
                         "drain did not end by the shutdown deadline; exiting (unacked messages are redelivered)"
                     );
-                    std::process::exit(0);
+                    std::process::exit(DRAIN_INCOMPLETE);
                 });
                 wait_for_signal().await;
                 eprintln!("second signal: exiting without draining");
@@ -213,14 +244,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => {
             let report = replay::run(&cli.endpoints, &args).await?;
             print_replay(&report);
-            if report.ending == replay::Ending::Paused {
-                anyhow::bail!(
+            match report.ending {
+                replay::Ending::Paused => anyhow::bail!(
                     "replay paused: divergence {:.4} exceeds --max-divergence {}",
                     report.divergence(),
                     args.max_divergence
-                );
+                ),
+                replay::Ending::Failed => anyhow::bail!(
+                    "replay stopped: {}; what it committed before is above (replaying again is safe: processed events are duplicates)",
+                    report.failure.as_deref().unwrap_or("unknown failure")
+                ),
+                replay::Ending::WindowEnd | replay::Ending::Drained => Ok(()),
             }
-            Ok(())
         }
         Command::Dlq(action) => match action {
             DlqAction::Inspect(args) => {
@@ -267,6 +302,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
         },
         Command::Quarantine(action) => quarantine_command(&cli.endpoints, action).await,
+        Command::Milestones(action) => milestones_command(&cli.endpoints, action).await,
         Command::Setup { args, store } => {
             let mut done = setup::migrate_store(&store.store).await?;
             done.extend(setup::setup(&cli.endpoints, &args).await?);
@@ -276,6 +312,37 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     detail => println!("{}\t{name}\t{detail}", change.word()),
                 }
             }
+            Ok(())
+        }
+    }
+}
+
+async fn milestones_command(endpoints: &Endpoints, action: MilestonesAction) -> anyhow::Result<()> {
+    match action {
+        MilestonesAction::List { target, status } => {
+            let db = connect::store_db(endpoints, &target, 1).await?;
+            let records = milestones::list(&db, status.as_deref()).await?;
+            println!("id\tstatus\tattempts\tlikes\treached\tdue\tdelivered\tlast error");
+            for r in &records {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    r.id(),
+                    r.status.as_str(),
+                    r.attempts,
+                    r.likes,
+                    milestones::show_time(Some(r.reached_at)),
+                    milestones::show_time(r.due_at),
+                    milestones::show_time(r.delivered_at),
+                    r.last_error.as_deref().unwrap_or("-"),
+                );
+            }
+            println!("{} record(s)", records.len());
+            Ok(())
+        }
+        MilestonesAction::Retry { target, ids } => {
+            let db = connect::store_db(endpoints, &target, 1).await?;
+            let retried = milestones::retry(&db, &ids).await?;
+            println!("{retried} record(s) made pending again");
             Ok(())
         }
     }
@@ -379,26 +446,23 @@ async fn reconcile(
     let reports = if posts.is_empty() {
         reconcile::reconcile_all(&db, repair).await?
     } else {
-        let mut reports = Vec::new();
-        for post in posts {
-            let report = reconcile::reconcile_post(&db, &post, repair)
-                .await
-                .with_context(|| format!("reconciling {post}"))?;
-            reports.push(report);
-        }
-        reports
+        reconcile::reconcile_posts(&db, &posts, repair).await
     };
     // The counts repaired changed: so do the rollups of those posts.
     reconcile::refresh_rollups(&db, &reports).await;
     println!("post\tshards\tliked\tdifference\tstatus");
-    let mut unrepaired = 0;
+    let (mut unrepaired, mut failed) = (0, 0);
     for r in &reports {
-        let status = match (r.difference(), r.repaired) {
-            (0, false) => "ok",
-            (_, true) => "repaired",
-            _ => {
+        let status = match (&r.error, r.difference(), r.repaired) {
+            (Some(error), _, _) => {
+                failed += 1;
+                format!("failed: {error}")
+            }
+            (None, 0, false) => "ok".to_string(),
+            (None, _, true) => "repaired".to_string(),
+            (None, _, false) => {
                 unrepaired += 1;
-                "differs"
+                "differs".to_string()
             }
         };
         println!(
@@ -408,6 +472,9 @@ async fn reconcile(
             r.liked,
             r.difference()
         );
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} post(s) failed (see their lines); the others are reported as done");
     }
     if unrepaired > 0 {
         anyhow::bail!("{unrepaired} post(s) differ; run again with --repair to fix them");

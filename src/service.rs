@@ -1,5 +1,6 @@
 //! Wires the pipeline (source or push endpoint -> aggregator ->
-//! flusher/store -> acker, and the rollup refresher beside it) and shuts it
+//! flusher/store -> acker, and the rollup refresher and milestone
+//! dispatcher beside it) and shuts it
 //! down in pipeline order.
 //!
 //! Invariant: at shutdown the source stops pulling (or the push endpoint
@@ -19,6 +20,7 @@ use crate::connect;
 use crate::pipeline::acker::{AckHandle, Acker};
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::Flusher;
+use crate::pipeline::milestones::{Dispatcher, Webhook};
 use crate::pipeline::push::{Push, PushConfig, PushHandle};
 use crate::pipeline::rollup::Refresher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
@@ -43,6 +45,9 @@ pub enum ServiceError {
     /// The metrics or push endpoint could not bind.
     #[error(transparent)]
     Http(#[from] crate::http::HttpError),
+    /// The milestone webhook's HTTP client could not be built.
+    #[error("the milestone webhook client: {0}")]
+    Webhook(#[from] reqwest::Error),
 }
 
 /// Opens the store `config.store_location` names: Firestore (at
@@ -57,7 +62,9 @@ pub async fn open_store(
         Strategy::PerEvent => config.per_event_concurrency,
     };
     // One more for the marker cleanup, one for the rollup refresher, one spare.
-    let db = connect::store_db(endpoints, &config.target(), in_flight + 3).await?;
+    let target = config.target();
+    let db = connect::store_db_within(endpoints, &target, in_flight + 3, config.store_call_timeout)
+        .await?;
     Ok(SelectedStore::new(db, config.store()))
 }
 
@@ -73,7 +80,10 @@ struct MarkerCleanup {
 }
 
 impl MarkerCleanup {
-    /// Cleans up at start and every interval until `stop` turns true.
+    /// Cleans up at start and every interval until `stop` turns true; a
+    /// cleanup running then is abandoned at once (its statement's
+    /// connection closed, so the server rolls it back): the next replica's
+    /// cleanup deletes those markers, and the drain never waits for it.
     async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -82,7 +92,13 @@ impl MarkerCleanup {
                 _ = ticks.tick() => {}
                 _ = stop.wait_for(|stopped| *stopped) => return,
             }
-            self.clean().await;
+            tokio::select! {
+                _ = self.clean() => {}
+                _ = stop.wait_for(|stopped| *stopped) => {
+                    tracing::info!("expired batch marker cleanup abandoned at shutdown");
+                    return;
+                }
+            }
         }
     }
 
@@ -109,6 +125,39 @@ impl MarkerCleanup {
         }
         deleted
     }
+}
+
+/// Watches the commits' progress until `stop` turns true: while batches
+/// are being committed and none has committed for `threshold`, the
+/// replica is stalled (not ready, `hotcount_commits_stalled` 1), said once
+/// at WARN with why; the first commit that succeeds ends it, said at INFO.
+async fn watch_commits(stats: Arc<Stats>, threshold: Duration, mut stop: watch::Receiver<bool>) {
+    let period = (threshold / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let progress = &stats.commit_progress;
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.wait_for(|stopped| *stopped) => break,
+        }
+        let stall = progress.check(threshold);
+        if !progress.set_stalled(stall.is_some()) {
+            continue;
+        }
+        match stall {
+            Some(stall) => tracing::warn!(
+                no_commit_for_secs = stall.for_how_long.as_secs(),
+                batches_in_flight = stall.in_flight,
+                last_error = stall.last_error.as_deref().unwrap_or("none"),
+                threshold_secs = threshold.as_secs(),
+                "commits stalled: no batch has committed for longer than --stuck-commit-threshold-secs while batches wait on the store; reporting not ready until one commits (nothing is acked meanwhile)"
+            ),
+            None => tracing::info!("commits go through again; ready"),
+        }
+    }
+    // Stopping: the drain's readiness is the source's.
+    progress.set_stalled(false);
 }
 
 /// Prints the summary lines of the rate-limited warnings every interval
@@ -216,7 +265,7 @@ impl<H: AckHandle> Flushing<H> {
         store: Arc<SelectedStore>,
         stats: &Arc<Stats>,
         config: &Config,
-    ) -> Self {
+    ) -> Result<Self, ServiceError> {
         let acker = Arc::new(Acker::new(stats.clone()));
         let mut flusher = Flusher::new(
             aggregator.clone(),
@@ -233,18 +282,39 @@ impl<H: AckHandle> Flushing<H> {
             let refresher = Refresher::new(Arc::new(store.db()), rollup, stats.clone())
                 .with_registry(store.shard_registry());
             flusher = flusher.with_rollups(refresher.marks().clone());
-            rollups.spawn(refresher.run(rollup_stopped));
+            rollups.spawn(refresher.run(rollup_stopped.clone()));
+        }
+        // Beside the pipeline: delivers the milestones the rollup writes
+        // record; stops with the refresher (a round under way finishes).
+        if let Some(milestones) = &config.milestones {
+            let webhook = Webhook::new(
+                milestones.webhook.clone(),
+                milestones
+                    .secret
+                    .as_ref()
+                    .map(crate::config::Secret::expose),
+                &config.consumer,
+                milestones.request_timeout,
+            )?;
+            let dispatcher = Dispatcher::new(
+                Arc::new(store.db()),
+                webhook,
+                milestones.dispatch(),
+                stats.clone(),
+            );
+            tracing::info!(webhook_host = milestones.webhook.host_str().unwrap_or_default(), milestones = ?milestones.thresholds, signed = milestones.secret.is_some(), "milestone notifications on");
+            rollups.spawn(dispatcher.run(rollup_stopped));
         }
         let (stop, flush_stop) = watch::channel(false);
         let mut task = tokio::task::JoinSet::new();
         task.spawn(flusher.run(flush_stop));
-        Self {
+        Ok(Self {
             aggregator,
             stop,
             task,
             rollup_stop,
             rollups,
-        }
+        })
     }
 
     /// Stops the flusher (call once nothing new can arrive): it drains
@@ -285,6 +355,11 @@ async fn run_pipeline(
         cleanup.spawn(task.run(stop.clone()));
     }
     cleanup.spawn(report_suppressed_warnings(stats.clone(), stop.clone()));
+    cleanup.spawn(watch_commits(
+        stats.clone(),
+        config.stuck_commit_threshold,
+        stop.clone(),
+    ));
 
     let admin = connect::subscription_admin(endpoints).await?;
     let dead_letters = DeadLetterPolicy::of(&admin, &config.subscription).await;
@@ -295,7 +370,7 @@ async fn run_pipeline(
     );
     match push {
         None => run_pull(endpoints, config, stop, &stats, store).await?,
-        Some(push) => run_push(config, stop, &stats, store, &admin, push).await,
+        Some(push) => run_push(config, stop, &stats, store, &admin, push).await?,
     }
     while cleanup.join_next().await.is_some() {}
     stats.warnings.flush(true);
@@ -321,7 +396,7 @@ async fn run_pull(
 ) -> Result<(), ServiceError> {
     let subscriber = connect::subscriber(endpoints).await?;
     let aggregator: Arc<Aggregator<PubSubHandle>> = aggregator(config, stats);
-    let flushing = Flushing::start(aggregator.clone(), store, stats, config);
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config)?;
     let source = Source::new(subscriber, config.source(), aggregator, stats.clone());
     tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, strategy = ?config.strategy, "hotcount running (pull)");
     // The flusher stops only after the source has stopped, so nothing new
@@ -344,11 +419,11 @@ async fn run_push(
     store: Arc<SelectedStore>,
     admin: &google_cloud_pubsub::client::SubscriptionAdmin,
     push: Push,
-) {
+) -> Result<(), ServiceError> {
     let ack_deadline = Push::ack_deadline_of(admin, &config.subscription).await;
     let hold_max = PushConfig::hold_max_for(ack_deadline);
     let aggregator: Arc<Aggregator<PushHandle>> = aggregator(config, stats);
-    let flushing = Flushing::start(aggregator.clone(), store, stats, config);
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config)?;
     push.open(aggregator, hold_max).await;
     tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, addr = ?stats.push_addr.get(), ?ack_deadline, ?hold_max, strategy = ?config.strategy, "hotcount running (push)");
     stats.set_ready(true);
@@ -356,4 +431,5 @@ async fn run_push(
     push.close();
     stats.set_ready(false);
     flushing.drain().await;
+    Ok(())
 }

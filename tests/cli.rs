@@ -443,3 +443,45 @@ async fn a_poison_storm_logs_a_few_lines_while_every_message_is_counted_and_stor
         "every quarantine is either logged or in a summary line:\n{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_that_does_not_end_by_the_deadline_exits_non_zero() {
+    let h = Harness::start().await;
+    // Acks get no answer for a minute: the drain cannot flush them.
+    h.emulators
+        .pubsub_faults()
+        .add(hotcount_emulators::FaultSpec::latency(
+            "Acknowledge",
+            Duration::from_secs(60),
+        ))
+        .expect("fault");
+    let mut cmd = hotcount(&h);
+    cmd.args(["run", "--consumer", "cli", "--shutdown-deadline-secs", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("hotcount run starts");
+    h.publish(&[Ev::like("e1", "p", "u1", 1)]).await;
+    let counted = std::collections::BTreeMap::from([("p".to_string(), 1)]);
+    assert_eq!(
+        h.wait_for_counts(&counted, Duration::from_secs(30)).await,
+        counted
+    );
+    let signalled = std::time::Instant::now();
+    signal(&child, "-TERM");
+    let status = common::wait_with_timeout(&mut child, Duration::from_secs(30));
+    let took = signalled.elapsed();
+    let mut err = String::new();
+    if let Some(mut stderr) = child.stderr.take() {
+        use std::io::Read;
+        let _ = stderr.read_to_string(&mut err);
+    }
+    assert!(
+        took < Duration::from_secs(10),
+        "the backstop ends it 2 s after the deadline: {took:?}"
+    );
+    assert!(
+        !status.success(),
+        "an incomplete drain must not look like a clean exit: {status:?}\n{err}"
+    );
+    assert!(err.contains("drain did not end"), "{err}");
+}

@@ -206,7 +206,8 @@ fn flags_of_help(help: &str) -> BTreeMap<String, Flag> {
             continue;
         };
         if let Some(env) = trimmed.strip_prefix("[env: ") {
-            let name = env.split('=').next().unwrap_or(env);
+            // `[env: NAME=value]`, or `[env: NAME]` where the value is hidden.
+            let name = env.split('=').next().unwrap_or(env).trim_end_matches(']');
             flag.env = Some(name.to_string());
         } else if let Some(default) = trimmed.strip_prefix("[default: ") {
             flag.default = Some(default.trim_end_matches(']').to_string());

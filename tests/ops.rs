@@ -300,34 +300,7 @@ async fn a_repair_applied_but_answered_unavailable_applies_once_and_reports_it()
     assert_eq!(report.difference(), -4, "{report:?}");
 }
 
-/// A subscription that keeps acked messages, created before the traffic:
-/// stands in for topic message retention, which the emulator does not keep
-/// for subscriptions created later (Google does, with `--message-retention-duration`).
-async fn archive(h: &Harness, id: &str) {
-    use google_cloud_pubsub::model::Subscription;
-    let admin = hotcount::connect::subscription_admin(&h.endpoints)
-        .await
-        .unwrap();
-    admin
-        .create_subscription()
-        .with_request(
-            Subscription::new()
-                .set_name(format!("projects/{}/subscriptions/{id}", common::PROJECT))
-                .set_topic(format!(
-                    "projects/{}/topics/{}",
-                    common::PROJECT,
-                    common::TOPIC
-                ))
-                .set_retain_acked_messages(true),
-        )
-        .send()
-        .await
-        .expect("archive subscription");
-}
-
-fn rfc3339(t: std::time::SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339()
-}
+use common::{archive, rfc3339};
 
 fn replay_args(
     h: &Harness,

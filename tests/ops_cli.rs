@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::{expected, Ev, Harness};
+use gcloud_sdk::tonic::Code;
 
 /// The `hotcount` binary pointed at the harness's emulators and project.
 fn command(h: &Harness) -> Command {
@@ -289,4 +290,116 @@ async fn run_warns_at_start_when_the_subscription_has_no_dead_letter_policy() {
         run.log()
     );
     assert!(run.stop().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_repair_goes_on_past_a_failed_post_and_reports_each() {
+    let h = Harness::start().await;
+    let mut events = common::likes("a", 3, "a");
+    events.extend(common::likes("b", 4, "b"));
+    processed(&h, &events).await;
+    corrupt::counter_shard(&h.db, "a", 1, 2).await;
+    corrupt::counter_shard(&h.db, "b", 2, -1).await;
+    // The first correction (post a, in post order) is refused.
+    let refuse_once = || {
+        h.emulators
+            .firestore_faults()
+            .add(hotcount_emulators::FaultSpec::error("Commit", Code::InvalidArgument).times(1))
+            .expect("fault");
+    };
+    refuse_once();
+    let out = hotcount(&h, &["reconcile", "--repair"]);
+    let text = stdout(&out);
+    assert!(!out.status.success(), "a failed post fails the command");
+    assert!(text.contains("a\t5\t3\t-2\tfailed: "), "{text}");
+    assert!(
+        text.contains("b\t3\t4\t+1\trepaired"),
+        "the next post still: {text}"
+    );
+    assert_eq!(h.count("b").await, 4);
+    assert_eq!(h.count("a").await, 5, "a is left as it was");
+
+    // The same with the posts named.
+    corrupt::counter_shard(&h.db, "b", 2, 5).await;
+    refuse_once();
+    let out = hotcount(&h, &["reconcile", "--repair", "--post", "a", "--post", "b"]);
+    let text = stdout(&out);
+    assert!(!out.status.success());
+    assert!(text.contains("a\t0\t0\t+0\tfailed: "), "{text}");
+    assert!(text.contains("b\t9\t4\t-5\trepaired"), "{text}");
+    assert_eq!(h.counts(expected(&events).keys()).await.get("b"), Some(&4));
+}
+
+/// `hotcount replay` of everything published since `from` through the
+/// archive subscription, applying what was never counted.
+fn replay(h: &Harness, from: std::time::SystemTime) -> Output {
+    let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+    let (from, to) = (common::rfc3339(from), common::rfc3339(to));
+    hotcount(
+        h,
+        &[
+            "replay",
+            "--consumer",
+            "c1",
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--replay-subscription",
+            "likes-archive",
+            "--chunk-events",
+            "7",
+            "--max-divergence",
+            "1",
+            "--idle-ms",
+            "1500",
+            "--end-grace-ms",
+            "200",
+            "--max-events-per-sec",
+            "10000",
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_retries_a_chunk_like_the_consumer_and_reports_what_it_committed_when_it_stops() {
+    let h = Harness::start().await;
+    common::archive(&h, "likes-archive").await;
+    let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
+    // Never processed: the replay applies it, 7 events a chunk.
+    let events = common::likes("r", 14, "r");
+    h.publish(&events).await;
+    let faults = h.emulators.firestore_faults();
+    // The second chunk's commit is refused (its content, as far as the
+    // store says): the replay stops there.
+    faults
+        .add(
+            hotcount_emulators::FaultSpec::error("Commit", Code::InvalidArgument)
+                .after(1)
+                .times(1),
+        )
+        .expect("fault");
+    let out = replay(&h, from);
+    let text = stdout(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("ending\tFailed"), "{text}");
+    assert!(text.contains("messages\t7\t"), "what it committed: {text}");
+    assert!(text.contains("applied\t7\t"), "{text}");
+    assert!(text.contains("delta\tr\t+7"), "{text}");
+    assert!(err.contains("replay stopped"), "{err}");
+    assert_eq!(h.count("r").await, 7);
+
+    // Commits that fail and then go through are retried, as the consumer does.
+    faults
+        .add(hotcount_emulators::FaultSpec::error("Commit", Code::Unavailable).times(2))
+        .expect("fault");
+    let out = replay(&h, from);
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(h.count("r").await, 14, "every event once: {text}");
 }

@@ -9,7 +9,7 @@ mod common;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use common::{Backend, Ev, Harness};
+use common::{pg, Backend, Ev, Harness};
 use hotcount::store::postgres::{schema, PgDb, PgDbConfig};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -248,4 +248,140 @@ async fn run_deletes_expired_batch_markers_periodically_and_counts_them() {
     assert_eq!(stats.markers_deleted.get(), (written - 1).unsigned_abs());
     assert_eq!(markers("SELECT count(*) FROM batch_markers").await, 1);
     assert_eq!(h.count("p").await, 30);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_cleanup_stuck_at_shutdown_never_holds_up_the_drain() {
+    let h = Harness::start_on(Backend::Postgres).await;
+    let url = h.postgres_url().expect("postgres").to_string();
+    // The cleanup's DELETE waits for this lock (lock_timeout, 5 s).
+    let blocker = common::pg::connect(&url).await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE batch_markers IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock the markers");
+    let consumer = h.spawn(h.run_args(
+        "hotcount",
+        &[
+            "--marker-cleanup-interval-secs",
+            "1",
+            "--shutdown-deadline-secs",
+            "1",
+            "--store-call-timeout-ms",
+            "60000",
+            "--stuck-commit-threshold-secs",
+            "60",
+        ],
+    ));
+    let monitor = common::pg::connect(&h.postgres.as_ref().expect("pg").0.url("postgres")).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let row = monitor
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'hotcount' AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .expect("activity");
+        if row.get::<_, i64>(0) > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cleanup never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopping = std::time::Instant::now();
+    consumer.stop().await;
+    let took = stopping.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the drain waited {took:?} for the cleanup"
+    );
+    blocker.batch_execute("ROLLBACK").await.expect("unlock");
+}
+
+/// `hotcount args...` with no emulator: `setup` and `run` open the store
+/// before they touch Pub/Sub, so a refused store ends them first.
+fn hotcount_alone(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_hotcount"))
+        .env_clear()
+        .env("HOTCOUNT_METRICS_ADDR", "off")
+        .env("RUST_LOG", "warn")
+        .args(args)
+        .output()
+        .expect("hotcount runs")
+}
+
+/// Whether `url`'s database has hotcount's migrations table.
+async fn has_migrations(url: &str) -> bool {
+    let client = pg::connect(url).await;
+    let row = client
+        .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+        .await
+        .expect("read the catalog");
+    row.get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_and_run_refuse_a_database_not_in_utf8_and_name_the_fix() {
+    let cluster = tokio::task::spawn_blocking(pg::PgCluster::start)
+        .await
+        .expect("start the test cluster");
+    let admin = pg::connect(&cluster.url("postgres")).await;
+    for (database, encoding) in [("latin", "LATIN1"), ("ascii", "SQL_ASCII")] {
+        admin
+            .batch_execute(&format!(
+                "CREATE DATABASE {database} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+            ))
+            .await
+            .expect("create the database");
+        let url = cluster.url(database);
+        for args in [vec!["setup", "--store", &url], vec!["run", "--store", &url]] {
+            let out = hotcount_alone(&args);
+            assert!(!out.status.success(), "{args:?} accepted {encoding}");
+            let err = stderr(&out);
+            assert!(
+                err.contains(&format!("server_encoding {encoding}")),
+                "{err}"
+            );
+            assert!(err.contains("ENCODING 'UTF8'"), "names the fix: {err}");
+        }
+        assert!(
+            !has_migrations(&url).await,
+            "nothing migrated on {encoding}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_and_run_refuse_a_server_older_than_the_oldest_supported_and_name_the_fix() {
+    let cluster = tokio::task::spawn_blocking(pg::PgCluster::start)
+        .await
+        .expect("start the test cluster");
+    cluster.create_database("old").await;
+    // The proxy tells the client what a PostgreSQL 13 says at start.
+    let proxy = pg::Proxy::start(cluster.addr()).await;
+    proxy.report_server_version(Some("13.16 (Debian 13.16-1)"));
+    let url = proxy.url("old");
+    for args in [vec!["setup", "--store", &url], vec!["run", "--store", &url]] {
+        let out = hotcount_alone(&args);
+        assert!(!out.status.success(), "{args:?} accepted PostgreSQL 13");
+        let err = stderr(&out);
+        assert!(err.contains("PostgreSQL 13.16"), "{err}");
+        assert!(
+            err.contains("PostgreSQL 14 or newer"),
+            "names the fix: {err}"
+        );
+    }
+    assert!(
+        !has_migrations(&cluster.url("old")).await,
+        "nothing migrated"
+    );
+    // The same server, reported as it is, is served.
+    proxy.report_server_version(None);
+    let db = PgDb::new(&PgDbConfig::new(url.clone())).expect("valid settings");
+    db.migrate().await.expect("PostgreSQL 15 is served");
+    assert!(has_migrations(&cluster.url("old")).await);
 }

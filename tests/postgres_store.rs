@@ -770,3 +770,165 @@ async fn the_flusher_commits_into_postgres_and_acks_each_message_once() {
     assert_eq!(records.len(), 3);
     assert_consistent(&store).await;
 }
+
+/// A store through `proxy` whose calls end after `call_timeout`, with one
+/// connection, warmed up (its statements prepared).
+async fn through(proxy: &Proxy, database: &str, call_timeout: Duration) -> PostgresStore {
+    let mut config = db_config(&proxy.url(database), 1);
+    config.call_timeout = call_timeout;
+    config.session.connect_timeout = call_timeout;
+    config.session.idle_check_after = Duration::from_millis(100);
+    config.session.idle_check_timeout = Duration::from_millis(200);
+    let store = open_with(config).await;
+    commit(&store, &Batch::new(vec![like("warm", "u", 1, "w")], vec![])).await;
+    store
+}
+
+#[tokio::test]
+async fn a_commit_into_a_silent_server_ends_at_the_call_timeout_and_counts_once_after() {
+    let cluster = cluster().await;
+    cluster.create_database("silent").await;
+    let proxy = Proxy::start(cluster.addr()).await;
+    let store = through(&proxy, "silent", Duration::from_millis(500)).await;
+    let batch = Batch::new(
+        vec![like("p", "u1", 1, "a"), like("p", "u2", 1, "b")],
+        vec![],
+    );
+    proxy.black_hole();
+    let started = tokio::time::Instant::now();
+    let error = tokio::time::timeout(
+        Duration::from_secs(10),
+        store.commit(&batch, &Attempt::first()),
+    )
+    .await
+    .expect("the commit ends while the server is silent")
+    .expect_err("nothing answers");
+    assert_eq!(
+        error.code,
+        hotcount::store::Code::DeadlineExceeded,
+        "{error}"
+    );
+    assert!(error.is_retryable() && !error.proves_content(), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // The server answers again: the batch commits once, whatever the
+    // abandoned attempt left behind.
+    proxy.resume();
+    let (report, _) = commit(&store, &batch).await;
+    assert_eq!(report.effects.applied + report.effects.duplicates, 2);
+    assert_eq!(count(&store, "p").await, 2);
+    assert_consistent(&store).await;
+}
+
+#[tokio::test]
+async fn an_idle_connection_to_a_silent_server_is_checked_not_handed_out() {
+    let cluster = cluster().await;
+    cluster.create_database("idle").await;
+    let proxy = Proxy::start(cluster.addr()).await;
+    let store = through(&proxy, "idle", Duration::from_millis(500)).await;
+    // The pool's one connection sits idle past the check while the server
+    // goes silent without closing it (a failover, a partition).
+    proxy.black_hole();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let checkout = tokio::time::timeout(Duration::from_secs(10), store.db().checkout("Test"))
+        .await
+        .expect("the checkout ends");
+    assert!(
+        checkout.is_err(),
+        "a connection the server no longer answers on was handed out"
+    );
+    proxy.resume();
+    let conn = store
+        .db()
+        .checkout("Test")
+        .await
+        .expect("a fresh connection");
+    conn.client()
+        .expect("client")
+        .simple_query("SELECT 1")
+        .await
+        .expect("it answers");
+    conn.release();
+}
+
+#[tokio::test]
+async fn a_commit_abandoned_after_its_commit_was_sent_is_reported_with_its_outcome_unknown() {
+    let cluster = cluster().await;
+    cluster.create_database("unknown").await;
+    let proxy = Proxy::start(cluster.addr()).await;
+    let store = through(&proxy, "unknown", Duration::from_secs(30)).await;
+    let batch = Batch::new(vec![like("p", "u1", 1, "a")], vec![]);
+    // The network goes silent as the COMMIT leaves; then shutdown comes.
+    proxy.stall_at_next_commit();
+    let (set, deadline) = Deadline::channel();
+    let attempt = {
+        let (store, batch) = (store.clone(), batch.clone());
+        tokio::spawn(async move {
+            store
+                .commit(&batch, &Attempt::first().until(deadline))
+                .await
+        })
+    };
+    while !proxy.is_black_hole() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    set.send_replace(Some(tokio::time::Instant::now()));
+    let error = tokio::time::timeout(Duration::from_secs(10), attempt)
+        .await
+        .expect("abandoned at the deadline")
+        .expect("attempt task")
+        .expect_err("no answer to COMMIT");
+    assert!(error.message.contains("outcome is unknown"), "{error}");
+    assert!(!error.message.contains("rolled back"), "{error}");
+    // It did commit: the server got the COMMIT once the network healed.
+    proxy.resume();
+    let (report, _) = commit(&store, &batch).await;
+    assert_eq!(report.effects.applied + report.effects.duplicates, 1);
+    assert_eq!(count(&store, "p").await, 1, "counted once");
+
+    // Abandoned before its COMMIT left: nothing applied, and said so.
+    let other = Batch::new(vec![like("q", "u1", 1, "c")], vec![]);
+    proxy.black_hole();
+    let (set, deadline) = Deadline::channel();
+    set.send_replace(Some(
+        tokio::time::Instant::now() + Duration::from_millis(300),
+    ));
+    let error = store
+        .commit(&other, &Attempt::first().until(deadline))
+        .await
+        .expect_err("silent");
+    assert!(error.message.contains("nothing applied"), "{error}");
+    proxy.resume();
+    assert_eq!(count(&store, "q").await, 0);
+}
+
+#[tokio::test]
+async fn an_encoding_error_on_a_valid_id_proves_nothing_about_the_content() {
+    let cluster = cluster().await;
+    let admin = pg::connect(&cluster.url("postgres")).await;
+    admin
+        .batch_execute(
+            "CREATE DATABASE latin ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0",
+        )
+        .await
+        .expect("create a LATIN1 database");
+    let latin = pg::connect(&cluster.url("latin")).await;
+    // A valid post id LATIN1 cannot hold: the server refuses it with 22P05.
+    let error = latin
+        .query_one("SELECT $1::text", &[&"пост-1"])
+        .await
+        .expect_err("LATIN1 cannot hold it");
+    let sqlstate = error
+        .code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_default();
+    assert_eq!(sqlstate, "22P05", "{error}");
+    let classed = hotcount::store::postgres::errors::query_error("Commit", &error);
+    assert!(
+        !classed.proves_content() && classed.is_retryable(),
+        "a deployment detail must never quarantine a valid event: {classed}"
+    );
+}

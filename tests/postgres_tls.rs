@@ -1,6 +1,8 @@
 //! TLS to a real PostgreSQL server (a throwaway cluster with `ssl=on` and a
 //! certificate from a test CA made with the `openssl` command): each
-//! `sslmode` encrypts and authenticates the server as libpq's does.
+//! `sslmode` encrypts and authenticates the server as libpq's does, a
+//! verifying mode is refused without a root certificate, and a password is
+//! never sent in cleartext to a server that is not authenticated.
 
 #[path = "support/postgres.rs"]
 mod pg;
@@ -20,7 +22,10 @@ struct Certificates {
 
 impl Certificates {
     fn make() -> Self {
-        let dir = std::env::temp_dir().join(format!("hotcount-tls-{}", std::process::id()));
+        // One directory per call: the tests of this file run in parallel.
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("hotcount-tls-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir(&dir).expect("create the certificate dir");
         let ca = |name: &str| {
@@ -224,8 +229,141 @@ async fn each_sslmode_encrypts_and_authenticates_the_server_as_libpq_does() {
     let chain_only = url("localhost", &format!("sslmode=verify-ca&sslrootcert={ca}"));
     assert!(encrypted(&chain_only).await.unwrap());
 
+    // verify-ca checks the chain: another CA's root is refused too.
+    let wrong_ca = url(
+        "127.0.0.1",
+        &format!("sslmode=verify-ca&sslrootcert={other}"),
+    );
+    assert!(encrypted(&wrong_ca).await.is_err());
+
+    // Without a root certificate a verifying mode is refused before any
+    // connection (libpq trusts no system root there); the system's roots
+    // only with verify-full, and the test CA is not one of them.
+    for mode in ["verify-ca", "verify-full"] {
+        let refused = PgDb::new(&PgDbConfig::new(url(
+            "127.0.0.1",
+            &format!("sslmode={mode}"),
+        )));
+        let advice = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(advice.contains("sslrootcert="), "{mode}: {advice}");
+    }
+    let system_ca = url("127.0.0.1", "sslmode=verify-ca&sslrootcert=system");
+    let refused = PgDb::new(&PgDbConfig::new(system_ca)).err();
+    assert!(
+        refused.is_some_and(|e| e.to_string().contains("verify-full")),
+        "sslrootcert=system needs verify-full"
+    );
+    if rustls_native_certs::load_native_certs().certs.is_empty() {
+        eprintln!("no system roots here: sslrootcert=system is not tried");
+    } else {
+        let system_full = url("127.0.0.1", "sslmode=verify-full&sslrootcert=system");
+        assert!(
+            encrypted(&system_full).await.is_err(),
+            "a private CA is no system root"
+        );
+    }
+
     // The store works over it: migrations, then a count.
     let db = PgDb::new(&PgDbConfig::new(full)).expect("valid settings");
     db.migrate().await.expect("migrate over verify-full");
     assert_eq!(db.count("p").await.expect("count"), 0);
+}
+
+/// Opens a session with `url` and runs one statement; the error's message
+/// when it fails.
+async fn session(url: &str) -> Result<(), String> {
+    let db = PgDb::new(&PgDbConfig::new(url)).map_err(|e| e.to_string())?;
+    let conn = db.checkout("Test").await.map_err(|e| e.to_string())?;
+    conn.client()
+        .map_err(|e| e.to_string())?
+        .simple_query("SELECT 1")
+        .await
+        .map_err(|e| e.to_string())?;
+    conn.release();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cleartext_password_goes_only_to_an_authenticated_server() {
+    let certs = Certificates::make();
+    // `clear` authenticates with a cleartext password, `scram` with SCRAM,
+    // over TCP and over the Unix socket (where the server offers no TLS,
+    // so `prefer` falls back to plain text).
+    let hba = certs.dir.join("pg_hba.conf");
+    std::fs::write(
+        &hba,
+        "local all postgres trust\nlocal all clear password\nlocal all scram scram-sha-256\n\
+         host all postgres 127.0.0.1/32 trust\nhost all clear 127.0.0.1/32 password\n\
+         host all scram 127.0.0.1/32 scram-sha-256\n",
+    )
+    .expect("write pg_hba.conf");
+    let (cert, key, hba) = (
+        certs.path("server.pem"),
+        certs.path("server.key"),
+        hba.display().to_string(),
+    );
+    let cluster = tokio::task::spawn_blocking(move || {
+        pg::PgCluster::start_with(&[
+            ("ssl", "on"),
+            ("ssl_cert_file", &cert),
+            ("ssl_key_file", &key),
+            ("hba_file", &hba),
+        ])
+    })
+    .await
+    .expect("start the test cluster");
+    let admin = pg::connect(&cluster.url("postgres")).await;
+    admin
+        .batch_execute(
+            "CREATE ROLE clear LOGIN PASSWORD 'clear-pw'; CREATE ROLE scram LOGIN PASSWORD 'scram-pw'",
+        )
+        .await
+        .expect("create the roles");
+    let port = cluster.port();
+    let ca = certs.path("ca.pem");
+    let tcp = |user: &str, params: &str| {
+        format!("postgres://{user}:{user}-pw@127.0.0.1:{port}/postgres?{params}")
+    };
+    let socket = |user: &str, mode: &str| {
+        format!(
+            "host={} port={port} user={user} password={user}-pw dbname=postgres sslmode={mode}",
+            cluster.dir().display()
+        )
+    };
+
+    // Not authenticated: a machine in the middle could be the one asking.
+    for url in [
+        tcp("clear", ""),
+        tcp("clear", "sslmode=prefer"),
+        tcp("clear", "sslmode=require"),
+        socket("clear", "prefer"),
+    ] {
+        let refused = session(&url).await.expect_err("no cleartext password here");
+        assert!(refused.contains("cleartext"), "{refused}");
+        assert!(refused.contains("verify-full"), "names the fix: {refused}");
+    }
+    // An authenticated server, or a plain connection the operator chose.
+    session(&tcp(
+        "clear",
+        &format!("sslmode=verify-full&sslrootcert={ca}"),
+    ))
+    .await
+    .expect("verify-full authenticated the server");
+    session(&tcp(
+        "clear",
+        &format!("sslmode=verify-ca&sslrootcert={ca}"),
+    ))
+    .await
+    .expect("verify-ca authenticated the server");
+    session(&tcp("clear", "sslmode=disable"))
+        .await
+        .expect("sslmode=disable is the operator's choice");
+    // SCRAM never sends the password: every mode.
+    for url in [
+        tcp("scram", ""),
+        tcp("scram", "sslmode=require"),
+        socket("scram", "prefer"),
+    ] {
+        session(&url).await.expect("SCRAM");
+    }
 }

@@ -37,6 +37,12 @@ const RPC_PERMISSIONS: &[(&str, &[&str])] = &[
         "RunQuery",
         &["datastore.entities.get", "datastore.entities.list"],
     ),
+    // The rollup refresher's writes: updates with an update-time or an
+    // exists=false precondition.
+    (
+        "BatchWrite",
+        &["datastore.entities.create", "datastore.entities.update"],
+    ),
 ];
 
 /// Permissions of each role, as Google's role reference lists them (the

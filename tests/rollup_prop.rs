@@ -173,6 +173,7 @@ impl RollupStore for Store {
                     seconds: version,
                     nanos: 0,
                 }),
+                milestone: None,
             };
             m.rollups.insert(w.post_id.to_string(), rollup);
             m.writes += 1;

@@ -2,6 +2,8 @@
 //! Firestore, and what the next attempt of the same batch tells it.
 
 mod common;
+#[path = "support/events.rs"]
+mod events;
 
 use std::time::Duration;
 
@@ -196,4 +198,125 @@ async fn shutdown_ends_by_its_deadline_rolls_back_and_nacks_what_did_not_commit(
     assert_eq!(stats.acks.get(), 0);
     let active = h.emulators.firestore().stats().active_transactions;
     assert_eq!(active, 1, "only the dead transaction is left open");
+}
+
+/// The Firestore store over the harness's database, every RPC ending
+/// within `call_timeout`.
+fn store_with(h: &Harness, call_timeout: Duration) -> hotcount::store::firestore::FirestoreStore {
+    hotcount::store::firestore::FirestoreStore::new(
+        h.db.clone().with_call_timeout(call_timeout),
+        hotcount::store::StoreSettings {
+            consumer: "c1".into(),
+            counter_shards: 4,
+            counter_shard_target_writes_per_sec: 1,
+            marker_ttl: Duration::from_secs(86_400),
+        },
+    )
+}
+
+fn one_like(post: &str, id: &str) -> hotcount::pipeline::batch::Batch {
+    let event = events::event_of(true, post, "u1", 1, 1_700_000_000_000_000, id);
+    hotcount::pipeline::batch::Batch::new(vec![event], vec![])
+}
+
+/// Commits `batch` until it commits (transient failures retried).
+async fn commit_until_done(
+    store: &hotcount::store::firestore::FirestoreStore,
+    batch: &hotcount::pipeline::batch::Batch,
+) {
+    use hotcount::store::{Attempt, CounterStore};
+    let mut attempt = Attempt::first();
+    for _ in 0..50 {
+        match store.commit(batch, &attempt).await {
+            Ok(_) => return,
+            Err(e) if e.is_retryable() => attempt = Attempt::after(&e),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("never committed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_firestore_rpc_that_gets_no_answer_ends_at_its_deadline_and_says_what_it_left() {
+    use hotcount::store::{Attempt, CounterStore};
+    let h = Harness::start().await;
+    let store = store_with(&h, Duration::from_millis(300));
+    let faults = h.emulators.firestore_faults();
+    // The read gets no answer: nothing was written.
+    faults
+        .add(FaultSpec::latency(
+            "BatchGetDocuments",
+            Duration::from_secs(5),
+        ))
+        .expect("fault");
+    let started = tokio::time::Instant::now();
+    let error = tokio::time::timeout(WAIT, store.commit(&one_like("p", "a"), &Attempt::first()))
+        .await
+        .expect("the read ends at its deadline")
+        .expect_err("no answer");
+    assert_eq!(error.code, Code::DeadlineExceeded, "{error}");
+    assert!(error.is_retryable() && !error.proves_content(), "{error}");
+    assert!(error.message.contains("nothing was written"), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    faults.clear();
+    // The Commit gets no answer: its outcome is unknown, and the next
+    // attempts count it once either way.
+    faults
+        .add(FaultSpec::latency("Commit", Duration::from_secs(5)))
+        .expect("fault");
+    let batch = one_like("q", "b");
+    let error = tokio::time::timeout(WAIT, store.commit(&batch, &Attempt::first()))
+        .await
+        .expect("the commit ends at its deadline")
+        .expect_err("no answer");
+    assert_eq!(error.code, Code::DeadlineExceeded, "{error}");
+    assert!(error.message.contains("outcome is unknown"), "{error}");
+    faults.clear();
+    commit_until_done(&store, &batch).await;
+    assert_eq!(h.count("q").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_firestore_commit_abandoned_at_the_shutdown_deadline_reports_its_outcome_unknown() {
+    use hotcount::store::{Attempt, CounterStore, Deadline};
+    let h = Harness::start().await;
+    let store = store_with(&h, Duration::from_secs(30));
+    let faults = h.emulators.firestore_faults();
+    faults
+        .add(FaultSpec::latency("Commit", Duration::from_secs(3)))
+        .expect("fault");
+    let batch = one_like("p", "a");
+    let (set, deadline) = Deadline::channel();
+    set.send_replace(Some(
+        tokio::time::Instant::now() + Duration::from_millis(500),
+    ));
+    let error = store
+        .commit(&batch, &Attempt::first().until(deadline))
+        .await
+        .expect_err("abandoned at the deadline");
+    assert!(error.message.contains("outcome is unknown"), "{error}");
+    assert!(!error.message.contains("nothing applied"), "{error}");
+    faults.clear();
+    commit_until_done(&store, &batch).await;
+    assert_eq!(h.count("p").await, 1, "counted once");
+    // Abandoned while reading: nothing applied, and said so.
+    faults
+        .add(FaultSpec::latency(
+            "BatchGetDocuments",
+            Duration::from_secs(3),
+        ))
+        .expect("fault");
+    let (set, deadline) = Deadline::channel();
+    set.send_replace(Some(
+        tokio::time::Instant::now() + Duration::from_millis(300),
+    ));
+    let error = store
+        .commit(&one_like("r", "c"), &Attempt::first().until(deadline))
+        .await
+        .expect_err("abandoned at the deadline");
+    assert!(error.message.contains("nothing applied"), "{error}");
 }

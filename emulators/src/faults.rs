@@ -60,6 +60,9 @@ pub struct FaultSpec {
     /// Added latency for `latency` rules, in milliseconds.
     #[serde(default)]
     pub latency_ms: Option<u64>,
+    /// Let this many eligible calls through before the rule starts firing.
+    #[serde(default)]
+    pub skip: Option<u64>,
 }
 
 impl FaultSpec {
@@ -73,6 +76,7 @@ impl FaultSpec {
             count: None,
             probability: None,
             latency_ms: None,
+            skip: None,
         }
     }
 
@@ -110,6 +114,12 @@ impl FaultSpec {
     /// Fires at most `count` times.
     pub fn times(mut self, count: u64) -> Self {
         self.count = Some(count);
+        self
+    }
+
+    /// Lets the first `calls` eligible calls through, then fires.
+    pub fn after(mut self, calls: u64) -> Self {
+        self.skip = Some(calls);
         self
     }
 
@@ -164,6 +174,8 @@ impl FaultSpec {
 struct Rule {
     spec: FaultSpec,
     remaining: Option<u64>,
+    /// Eligible calls still to let through.
+    skipping: u64,
 }
 
 #[derive(Debug, Default)]
@@ -183,7 +195,12 @@ impl Faults {
     pub fn add(&self, spec: FaultSpec) -> Result<(), String> {
         spec.validate()?;
         let remaining = spec.count;
-        self.state.lock().rules.push(Rule { spec, remaining });
+        let skipping = spec.skip.unwrap_or(0);
+        self.state.lock().rules.push(Rule {
+            spec,
+            remaining,
+            skipping,
+        });
         Ok(())
     }
 
@@ -201,6 +218,7 @@ impl Faults {
             .map(|r| {
                 let mut spec = r.spec.clone();
                 spec.count = r.remaining;
+                spec.skip = r.spec.skip.map(|_| r.skipping);
                 spec
             })
             .collect()
@@ -220,6 +238,10 @@ impl Faults {
                 continue;
             }
             if rule.remaining == Some(0) {
+                continue;
+            }
+            if rule.skipping > 0 {
+                rule.skipping -= 1;
                 continue;
             }
             let p = rule.spec.probability.unwrap_or(1.0);
@@ -326,6 +348,26 @@ mod tests {
         assert!(faults.fire(FaultKind::Error, "Commit").is_none());
         assert_eq!(faults.fired()[&FaultKind::Error], 2);
         assert!(faults.rules().is_empty());
+    }
+
+    #[test]
+    fn a_rule_after_n_calls_lets_them_through_first() {
+        let faults = Faults::default();
+        faults
+            .add(
+                FaultSpec::error("Commit", Code::Unavailable)
+                    .after(2)
+                    .times(1),
+            )
+            .unwrap();
+        assert!(
+            faults.fire(FaultKind::Error, "Get").is_none(),
+            "not eligible"
+        );
+        assert!(faults.fire(FaultKind::Error, "Commit").is_none());
+        assert!(faults.fire(FaultKind::Error, "Commit").is_none());
+        assert!(faults.fire(FaultKind::Error, "Commit").is_some());
+        assert!(faults.fire(FaultKind::Error, "Commit").is_none());
     }
 
     #[tokio::test]

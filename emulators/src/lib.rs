@@ -14,6 +14,8 @@
 //! - [`server`]: one listener for gRPC + HTTP/1.1, counting and faults in front.
 //! - [`pubsub`]: `google.pubsub.v1` Publisher and Subscriber, REST admin.
 //! - [`firestore`]: `google.firestore.v1.Firestore` with pessimistic transactions.
+//! - [`webhook`]: a webhook receiver that keys on `Idempotency-Key` as
+//!   payment APIs do, verifies signatures, and fails at a rate.
 //!
 //! # Example
 //! ```no_run
@@ -34,6 +36,7 @@ pub mod firestore;
 pub mod proto;
 pub mod pubsub;
 pub mod server;
+pub mod webhook;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;

@@ -17,10 +17,15 @@ use hotcount::telemetry::Stats;
 use tokio::sync::watch;
 
 use crate::consumer::{free_loopback_port, InProcess};
+use crate::milestones::{self, MilestoneReport};
 use crate::procfs::Machine;
 use crate::publish::{self, PublishOptions, PublishReport};
 use crate::report::{self, Percentiles, RunInfo};
 use crate::rollup_lag::{self, RollupLag};
+use hotcount_emulators::webhook::SinkFaults;
+
+/// Longest wait, after the backlog drained, for the milestones to arrive.
+const MILESTONE_WAIT: Duration = Duration::from_secs(30);
 use crate::run_error::RunError;
 use crate::stage::{push_run_args, Stage, StageSpec};
 use crate::verify::{self, VerifyReport};
@@ -43,6 +48,9 @@ pub struct DemoConfig {
     pub drain_timeout: Duration,
     /// Show a progress bar while publishing.
     pub progress: bool,
+    /// Run a webhook sink in-process and point the consumer's milestone
+    /// notifications at it (unless `run` names a webhook, or rollups are off).
+    pub milestones: bool,
 }
 
 /// What the demo measured.
@@ -73,6 +81,8 @@ pub struct DemoSummary {
     /// With rollups on: the age of what a reader of the most liked posts'
     /// rollups saw during the run.
     pub rollup_lag: Option<RollupLag>,
+    /// With the in-process sink: the milestones it received.
+    pub milestones: Option<MilestoneReport>,
     /// Report files.
     pub report: report::ReportFiles,
 }
@@ -88,6 +98,10 @@ impl DemoSummary {
             && !self.publish.cancelled
             && self.verify.quarantined as u64 == self.verify.poison_expected
             && self.verify.quarantined_events == 0
+            && self
+                .milestones
+                .as_ref()
+                .is_none_or(MilestoneReport::is_exact)
     }
 
     /// Messages per second from the first publish to the drained backlog.
@@ -106,20 +120,31 @@ pub async fn run(
         .workload
         .validate()
         .map_err(|e| RunError::Invalid(e.to_string()))?;
+    let mut run = config.run.clone();
+    let sink =
+        match config.milestones && run.milestone_webhook.is_none() && run.rollup_interval_ms > 0 {
+            true => {
+                let sink = milestones::start_sink(SinkFaults::default()).await?;
+                run.milestone_webhook = Some(sink.url());
+                run.milestone_webhook_secret = Some(milestones::SECRET.into());
+                Some(sink)
+            }
+            false => None,
+        };
     // With push: the endpoint on a port picked now, the subscription
     // switched to push once the consumer is up, its tokens checked against
     // the emulator's keys (known once the emulators run).
-    let push_addr = match config.run.delivery {
+    let push_addr = match run.delivery {
         Delivery::Push => Some(free_loopback_port("the push endpoint")?),
         Delivery::Pull => None,
     };
     let with_keys = |jwks_url: &str| match push_addr {
-        Some(addr) => push_run_args(&config.run, addr, jwks_url),
-        None => config.run.clone(),
+        Some(addr) => push_run_args(&run, addr, jwks_url),
+        None => run.clone(),
     };
     let validate = |run: &RunArgs| run.validate().map_err(|e| RunError::Invalid(e.to_string()));
     let service_config = validate(&with_keys("http://127.0.0.1:1/keys"))?;
-    let target = &config.run.target;
+    let target = &run.target;
     let spec = StageSpec::for_consumer(&service_config, &target.project, config.store_rtt_ms);
     let stage = Stage::start(&spec).await?;
     let run_args = with_keys(&stage.push_jwks_url());
@@ -167,7 +192,20 @@ pub async fn run(
         Some(task) => task.await.ok(),
         None => None,
     };
+    // The milestones the truth crosses, delivered (bounded) before the stop.
+    let expected = match (&sink, &service_config.milestones) {
+        (Some(sink), Some(m)) => {
+            let keys =
+                milestones::expected_keys(&workload.truth, &m.thresholds, &service_config.consumer);
+            milestones::wait_for(sink, &keys, MILESTONE_WAIT).await;
+            keys
+        }
+        _ => Default::default(),
+    };
     consumer.stop().await?;
+    let milestones = sink
+        .as_ref()
+        .map(|sink| milestones::check(sink, &expected, &workload.truth));
 
     let emulators = stage.emulators();
     let commits = emulators.firestore_counters().get("Commit");
@@ -212,6 +250,7 @@ pub async fn run(
         drained,
         latency,
         rollup_lag,
+        milestones,
         report: files,
     })
 }
@@ -348,6 +387,19 @@ pub fn render(summary: &DemoSummary) -> String {
                 lag.age.p50_ms, lag.age.p99_ms, lag.age.count
             ),
         );
+    }
+    if let Some(m) = &summary.milestones {
+        row(
+            "milestones delivered / truth crosses",
+            format!(
+                "{} / {} ({} calls, {} repeats deduped, {} bad signatures)",
+                m.delivered, m.expected, m.requests, m.repeats, m.bad_signatures
+            ),
+        );
+        for (post, reached) in &m.top {
+            let list: Vec<String> = reached.iter().map(i64::to_string).collect();
+            row(&format!("  milestones of {post}"), list.join(", "));
+        }
     }
     row("report", summary.report.markdown.display().to_string());
     out

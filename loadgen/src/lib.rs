@@ -17,6 +17,7 @@
 //!
 //! The runs, each a short composition of the three pieces below them:
 //! - [`demo`]: the one-command demo (stage, consumer, workload, verify, report).
+//! - [`milestones`]: the webhook sink of milestone notifications, checked against the truth.
 //! - [`bench`]: both strategies side by side on the emulators (`hotcount-loadgen bench`).
 //! - [`chaos`]: kill -9, injected faults and a replay against consumer processes, verified.
 //! - [`stage`]: the world of a run: emulators in-process, store RTT, setup, teardown
@@ -76,6 +77,7 @@ pub mod chart;
 pub mod consumer;
 pub mod demo;
 pub mod front;
+pub mod milestones;
 pub mod postgres;
 pub mod procfs;
 pub mod publish;

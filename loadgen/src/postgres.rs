@@ -36,7 +36,8 @@ use crate::run_error::RunError;
 pub const OWNER_TABLE: &str = "hotcount_loadgen_owner";
 
 /// hotcount's tables, emptied before each run.
-const TABLES: &str = "memberships, counter_shards, batch_markers, quarantine";
+const TABLES: &str =
+    "memberships, counter_shards, batch_markers, quarantine, post_counts, milestones";
 
 /// The logical decoding slot of a measured window.
 const SLOT: &str = "hotcount_loadgen_window";

@@ -50,6 +50,7 @@ async fn push_demo_at_ci_size_counts_exactly_through_the_emulators_push_delivery
         out_dir: out.clone(),
         drain_timeout: Duration::from_secs(120),
         progress: false,
+        milestones: false,
     };
     let (_cancel_tx, cancel) = watch::channel(false);
     let summary = demo::run(&config, cancel).await.expect("demo runs");
@@ -119,13 +120,14 @@ async fn bench_runs_push_beside_pull_and_prints_their_ratios() {
 async fn demo_flow_at_ci_size_verifies_every_count_exact() {
     let out = std::env::temp_dir().join(format!("hotcount-demo-test-{}", std::process::id()));
     let config = DemoConfig {
-        run: run_args(&[]),
+        run: run_args(&["--milestones", "10,50,100", "--rollup-interval-ms", "100"]),
         workload: small_workload(7),
         rate_per_sec: 0,
         store_rtt_ms: 1,
         out_dir: out.clone(),
         drain_timeout: Duration::from_secs(120),
         progress: false,
+        milestones: true,
     };
     let (_cancel_tx, cancel) = watch::channel(false);
     let summary = demo::run(&config, cancel).await.expect("demo runs");
@@ -136,6 +138,19 @@ async fn demo_flow_at_ci_size_verifies_every_count_exact() {
         summary.verify.mismatches
     );
     assert_eq!(summary.publish.published, 3_000);
+    // The in-process sink got every milestone the truth crosses, once per key.
+    let milestones = summary.milestones.as_ref().expect("milestones on");
+    assert!(milestones.expected > 0, "{table}");
+    assert_eq!(
+        milestones.delivered,
+        milestones.expected + milestones.above_final,
+        "{table}"
+    );
+    assert!(
+        milestones.missing.is_empty() && milestones.bad_signatures == 0,
+        "{table}"
+    );
+    assert!(table.contains("milestones delivered"), "{table}");
     // Read back from Firestore: one record per poison message published.
     assert_eq!(summary.verify.poison_expected, 30, "{table}");
     assert_eq!(summary.verify.quarantined, 30, "{table}");

@@ -61,11 +61,14 @@ async fn demo_on_postgres_counts_every_post_exactly_read_back_from_the_database(
         out_dir: out.clone(),
         drain_timeout: Duration::from_secs(120),
         progress: false,
+        milestones: true,
     };
     let (_cancel_tx, cancel) = watch::channel(false);
     let summary = demo::run(&config, cancel).await.expect("demo runs");
     let table = demo::render(&summary);
     assert!(summary.is_success(), "{table}\n{:?}", summary.verify);
+    let milestones = summary.milestones.as_ref().expect("milestones on");
+    assert!(milestones.missing.is_empty(), "{table}");
     assert!(summary.verify.consistent_snapshot, "{table}");
     assert_eq!(summary.verify.quarantined, 30, "{table}");
     assert!(summary.verify.memberships_read > 0, "{table}");

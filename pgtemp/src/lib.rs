@@ -1,6 +1,8 @@
 //! A throwaway PostgreSQL server (for tests, and for the load generator's
-//! runs), and a TCP proxy in front of it that counts round trips and can
-//! cut a connection at COMMIT.
+//! runs), and a TCP proxy in front of it that counts round trips, can cut
+//! a connection at COMMIT, can stop forwarding without closing anything (a
+//! black hole: a partition, a server gone without a reset) and resume, and
+//! can report another server version to its clients.
 //!
 //! [`PgCluster::start`] runs `initdb` into a fresh directory under the
 //! temp dir and starts `postgres` on a free loopback port with its socket
@@ -468,13 +470,40 @@ pub enum Cut {
     AfterCommit,
 }
 
-#[derive(Default)]
 struct ProxyShared {
     armed: Mutex<Option<Cut>>,
     cuts: AtomicU64,
     /// Client sends that followed an answer of the server on the same
     /// connection (each connection's first send included).
     round_trips: AtomicU64,
+    /// True while nothing is forwarded (a black hole).
+    paused: tokio::sync::watch::Sender<bool>,
+    /// Turn into a black hole at the next COMMIT ([`Proxy::stall_at_next_commit`]).
+    stall_armed: AtomicBool,
+    /// The `server_version` clients are told instead of the server's.
+    server_version: Mutex<Option<String>>,
+}
+
+impl Default for ProxyShared {
+    fn default() -> Self {
+        Self {
+            armed: Mutex::new(None),
+            cuts: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
+            paused: tokio::sync::watch::Sender::new(false),
+            stall_armed: AtomicBool::new(false),
+            server_version: Mutex::new(None),
+        }
+    }
+}
+
+impl ProxyShared {
+    /// Returns once forwarding is not paused.
+    async fn forwarding(&self) {
+        let mut paused = self.paused.subscribe();
+        // The sender lives as long as `self`: the wait ends only by a resume.
+        let _ = paused.wait_for(|p| !*p).await;
+    }
 }
 
 /// A loopback TCP proxy to a PostgreSQL server that parses the protocol's
@@ -551,6 +580,40 @@ impl Proxy {
     pub fn reset_round_trips(&self) {
         self.shared.round_trips.store(0, Ordering::SeqCst);
     }
+
+    /// Stops forwarding, both ways, on every connection and on the ones
+    /// accepted from now on, without closing anything: data the peers send
+    /// waits (in the proxy and the sockets' buffers), as over a partitioned
+    /// network, until [`Proxy::resume`].
+    pub fn black_hole(&self) {
+        self.shared.paused.send_replace(true);
+    }
+
+    /// Forwards again whatever waited, and what follows.
+    pub fn resume(&self) {
+        self.shared.paused.send_replace(false);
+    }
+
+    /// Turns the proxy into a black hole ([`Proxy::black_hole`]) as the
+    /// next COMMIT from a client reaches it, holding that COMMIT: nothing
+    /// is closed, nothing answered. After [`Proxy::resume`] the server gets
+    /// the COMMIT (and then, if the client gave up, its close): the client
+    /// cannot tell whether it committed.
+    pub fn stall_at_next_commit(&self) {
+        self.shared.stall_armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the proxy is a black hole now.
+    pub fn is_black_hole(&self) -> bool {
+        *self.shared.paused.borrow()
+    }
+
+    /// Tells clients that connect from now on that the server is version
+    /// `version` (its `server_version` start-up report rewritten), as an
+    /// older or newer server would say; `None` tells the truth again.
+    pub fn report_server_version(&self, version: Option<&str>) {
+        *self.shared.server_version.lock() = version.map(str::to_string);
+    }
 }
 
 impl Drop for Proxy {
@@ -609,6 +672,7 @@ async fn relay(
     let mut pending: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
+        shared.forwarding().await;
         let n = from.read(&mut chunk).await?;
         if n == 0 {
             return Ok(());
@@ -638,21 +702,33 @@ async fn relay(
             if pending.len() < total {
                 break;
             }
-            let message: Vec<u8> = pending.drain(..total).collect();
+            let mut message: Vec<u8> = pending.drain(..total).collect();
             if !untyped && cuts_here(shared, from_client, &message) {
                 return Ok(());
             }
+            if !from_client {
+                rewrite_server_version(shared, &mut message);
+            }
             untyped = false;
+            shared.forwarding().await;
             to.write_all(&message).await?;
         }
     }
 }
 
-/// Whether `message` is where the armed cut happens (disarms it if so).
+/// Whether `message` is where the armed cut closes the connection
+/// (disarms it if so); an armed stall at a COMMIT pauses forwarding
+/// instead (and the message waits for the resume).
 fn cuts_here(shared: &ProxyShared, from_client: bool, message: &[u8]) -> bool {
     let body = &message[5..];
     let at = match (message[0], from_client) {
-        (b'Q', true) if body.starts_with(b"COMMIT") => Cut::BeforeCommit,
+        (b'Q', true) if body.starts_with(b"COMMIT") => {
+            if shared.stall_armed.swap(false, Ordering::SeqCst) {
+                shared.paused.send_replace(true);
+                return false;
+            }
+            Cut::BeforeCommit
+        }
         (b'C', false) if body == b"COMMIT\0" => Cut::AfterCommit,
         _ => return false,
     };
@@ -663,4 +739,23 @@ fn cuts_here(shared: &ProxyShared, from_client: bool, message: &[u8]) -> bool {
     *armed = None;
     shared.cuts.fetch_add(1, Ordering::SeqCst);
     true
+}
+
+/// A `server_version` start-up report (ParameterStatus) rewritten to the
+/// version the proxy was told to report, if any.
+fn rewrite_server_version(shared: &ProxyShared, message: &mut Vec<u8>) {
+    let name = b"server_version\0";
+    if message[0] != b'S' || !message[5..].starts_with(name) {
+        return;
+    }
+    let Some(version) = shared.server_version.lock().clone() else {
+        return;
+    };
+    let mut body = name.to_vec();
+    body.extend_from_slice(version.as_bytes());
+    body.push(0);
+    let mut rewritten = vec![b'S'];
+    rewritten.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    rewritten.extend_from_slice(&body);
+    *message = rewritten;
 }

@@ -58,6 +58,14 @@ fn flags_reproduce_every_setting() {
     changed.metrics_allow_remote = true;
     changed.rollup_interval_ms = 71;
     changed.rollup_sweep_lookback_secs = 73;
+    changed.store_call_timeout_ms = 2_500;
+    changed.stuck_commit_threshold_secs = 71;
+    changed.milestones = "5,50".into();
+    changed.milestone_webhook = Some("http://127.0.0.1:9/hook".into());
+    changed.milestone_webhook_secret = Some("s3cret".into());
+    changed.milestone_webhook_timeout_ms = 79;
+    changed.milestone_lease_secs = 83;
+    changed.milestone_retry_initial_ms = 89;
     changed.delivery = Delivery::Push;
     changed.push_addr = "127.0.0.1:8089".into();
     changed.push_auth = PushAuthMode::CloudRun;
@@ -102,6 +110,50 @@ fn out_of_range_settings_name_their_flag() {
         parse(&["--subscription", "goog-x"]).unwrap_err().flag,
         "subscription"
     );
+}
+
+#[test]
+fn backoff_and_store_timeouts_are_bounded_and_consistent() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.store_call_timeout, Duration::from_secs(10));
+    assert_eq!(c.stuck_commit_threshold, Duration::from_secs(30));
+    // A backoff of minutes would outlast the lease and the shutdown deadline.
+    let refused = parse(&["--commit-backoff-max-ms", "600000"]).unwrap_err();
+    assert_eq!(refused.flag, "commit-backoff-max-ms");
+    assert!(parse(&["--commit-backoff-max-ms", "60000"]).is_ok());
+    let refused = parse(&[
+        "--commit-backoff-initial-ms",
+        "500",
+        "--commit-backoff-max-ms",
+        "100",
+    ])
+    .unwrap_err();
+    assert_eq!(
+        refused.flag, "commit-backoff-max-ms",
+        "below the initial backoff"
+    );
+    assert_eq!(
+        parse(&["--store-call-timeout-ms", "50"]).unwrap_err().flag,
+        "store-call-timeout-ms"
+    );
+    // A threshold shorter than one call would call a slow commit a stall.
+    let refused = parse(&[
+        "--store-call-timeout-ms",
+        "20000",
+        "--stuck-commit-threshold-secs",
+        "10",
+    ])
+    .unwrap_err();
+    assert_eq!(refused.flag, "stuck-commit-threshold-secs");
+    assert!(refused.reason.contains("20"), "{}", refused.reason);
+    let c = parse(&[
+        "--store-call-timeout-ms",
+        "500",
+        "--stuck-commit-threshold-secs",
+        "1",
+    ])
+    .unwrap();
+    assert_eq!(c.stuck_commit_threshold, Duration::from_secs(1));
 }
 
 #[test]
@@ -160,19 +212,137 @@ fn store_location_parses_firestore_and_postgres_urls_and_refuses_the_rest() {
         .is_err());
 }
 
+/// Every form of password the driver reads, with the strings that must
+/// never be printed (as written and decoded).
+pub(crate) const PASSWORD_FORMS: &[(&str, &[&str])] = &[
+    ("postgres://hc:s3cret@127.0.0.1:1/hc", &["s3cret"]),
+    ("postgres://hc:Ab/9x@127.0.0.1:1/hc", &["Ab/9x", "Ab"]),
+    (
+        "postgresql://hc:p%40ss:w0rd@127.0.0.1:1/hc",
+        &["p%40ss", "p@ss", "w0rd"],
+    ),
+    ("postgres://:s3cret@127.0.0.1:1/hc", &["s3cret"]),
+    (
+        "postgres://hc:s3%2Fcr%40t@127.0.0.1:1/hc",
+        &["s3%2Fcr%40t", "s3/cr@t"],
+    ),
+    (
+        "postgres://hc@127.0.0.1:1/hc?sslmode=disable&password=s3cret",
+        &["s3cret"],
+    ),
+    (
+        "postgres://hc@127.0.0.1:1/hc?pass%77ord=s3cret",
+        &["s3cret"],
+    ),
+    (
+        "postgres://hc:one1@127.0.0.1:1/hc?password=two2",
+        &["one1", "two2"],
+    ),
+];
+
+fn assert_hidden(text: &str, secrets: &[&str], what: &str) {
+    for secret in secrets {
+        assert!(!text.contains(secret), "{what} shows {secret:?}: {text}");
+    }
+}
+
+/// What a tracing subscriber printed while `f` ran.
+fn logged(f: impl FnOnce()) -> String {
+    let buffer = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<u8>::new()));
+    let sink = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || Sink(sink.clone()))
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let bytes = buffer.lock().clone();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+struct Sink(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[test]
-fn store_location_hides_the_password_in_logs_but_not_in_flags() {
-    let url = "postgres://hc:s3cret@db.internal:5432/hc?sslmode=require";
-    let store: StoreLocation = url.parse().expect("a postgres url");
-    assert_eq!(
-        store.to_string(),
-        "postgres://hc:***@db.internal:5432/hc?sslmode=require"
-    );
-    assert!(!format!("{store:?}").contains("s3cret"));
-    assert_eq!(
-        serde_json::to_value(&store).expect("json"),
-        serde_json::Value::String(url.into())
-    );
+fn every_password_form_is_hidden_in_display_debug_and_logs_but_kept_in_flags() {
+    for (url, secrets) in PASSWORD_FORMS {
+        let run = Cli::try_parse_from(["hotcount", "--store", url])
+            .unwrap_or_else(|e| panic!("{url}: {e}"))
+            .run;
+        let config = run.validate().expect("valid");
+        let store = &run.target.store;
+        assert!(store.to_string().contains("***"), "{store}");
+        assert_hidden(&store.to_string(), secrets, "Display");
+        assert_hidden(&format!("{store:?}"), secrets, "Debug");
+        assert_hidden(&format!("{run:?}"), secrets, "RunArgs' Debug");
+        assert_hidden(&format!("{config:?}"), secrets, "Config's Debug");
+        let pg = crate::store::postgres::PgDbConfig::new(*url);
+        assert_hidden(&format!("{pg:?}"), secrets, "PgDbConfig's Debug");
+        let log = logged(|| {
+            tracing::info!(store = %store, ?config, target = ?run.target, "starting");
+        });
+        assert!(log.contains("starting"), "{log}");
+        assert_hidden(&log, secrets, "a log line");
+        // `to_flags` must reproduce the URL whole (it goes to a child's argv, never a log).
+        assert!(run.to_flags().contains(&format!("--store={url}")));
+    }
+}
+
+/// Forms the driver refuses whole (an unencoded `@` in the password makes
+/// the rest of it a host name).
+const REFUSED_FORMS: &[(&str, &[&str])] = &[
+    ("postgres://hc:p@ss@127.0.0.1:1/hc", &["p@ss", "ss@"]),
+    (
+        "postgres://hc:pw@127.0.0.1:1/hc?password=a&b=c",
+        &["pw", "a&b", "b=c"],
+    ),
+];
+
+#[test]
+fn a_refused_store_url_is_never_quoted_by_the_parse_error() {
+    for (url, secrets) in REFUSED_FORMS {
+        let error = match Cli::try_parse_from(["hotcount", "--store", url]) {
+            Ok(_) => panic!("{url} was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert_hidden(&error, secrets, "clap's error");
+    }
+    for (url, secrets) in PASSWORD_FORMS {
+        let join = if url.contains('?') { '&' } else { '?' };
+        for bad in ["sslmode=verify_full", "sslmde=require", "port=x"] {
+            let given = format!("{url}{join}{bad}");
+            let error = match Cli::try_parse_from(["hotcount", "--store", &given]) {
+                Ok(_) => panic!("{given} was accepted"),
+                Err(e) => e.to_string(),
+            };
+            assert_hidden(&error, secrets, "clap's error");
+            assert!(error.contains("--store"), "{error}");
+            assert!(
+                !error.contains("127.0.0.1:1"),
+                "no part of the URL: {error}"
+            );
+        }
+    }
+    // The problem is named when no password can be mistaken for it.
+    let error = Cli::try_parse_from(["hotcount", "--store", "postgres://h/db?sslmode=verify_full"])
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(error.contains("verify_full"), "{error}");
+    let error = Cli::try_parse_from(["hotcount", "--store", "postgres://h/db?sslmde=x"])
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(error.contains("sslmde"), "{error}");
 }
 
 #[test]
@@ -278,4 +448,55 @@ fn rollups_refresh_once_a_second_by_default_and_zero_turns_them_off() {
         parse(&["--rollup-interval-ms", "5"]).unwrap_err().flag,
         "rollup-interval-ms"
     );
+}
+
+#[test]
+fn milestones_are_off_without_a_webhook_and_checked_with_one() {
+    assert!(parse(&[]).unwrap().milestones.is_none());
+    assert!(parse(&["--milestones", "junk"])
+        .unwrap()
+        .milestones
+        .is_none());
+    let on = parse(&[
+        "--milestone-webhook",
+        "http://127.0.0.1:9/h",
+        "--milestones",
+        "10, 20",
+    ])
+    .unwrap()
+    .milestones
+    .expect("on");
+    assert_eq!(on.thresholds, vec![10, 20]);
+    let hook = ["--milestone-webhook", "http://127.0.0.1:9/h"];
+    for (bad, flag) in [
+        (vec!["--milestones", "20,10"], "milestones"),
+        (vec!["--milestones", "0,10"], "milestones"),
+        (vec!["--milestones", "x"], "milestones"),
+        (vec!["--rollup-interval-ms", "0"], "milestone-webhook"),
+        (vec!["--milestone-lease-secs", "5"], "milestone-lease-secs"),
+    ] {
+        let mut args = hook.to_vec();
+        args.extend(bad);
+        assert_eq!(parse(&args).unwrap_err().flag, flag, "{args:?}");
+    }
+    assert_eq!(
+        parse(&["--milestone-webhook", "ftp://x/"])
+            .unwrap_err()
+            .flag,
+        "milestone-webhook"
+    );
+}
+
+#[test]
+fn the_webhook_secret_never_shows_in_debug_output() {
+    let config = parse(&[
+        "--milestone-webhook",
+        "http://127.0.0.1:9/h",
+        "--milestone-webhook-secret",
+        "hunter2-s3cret",
+    ])
+    .unwrap();
+    assert!(!format!("{config:?}").contains("hunter2"));
+    let secret = config.milestones.and_then(|m| m.secret).expect("a secret");
+    assert_eq!(secret.expose(), "hunter2-s3cret");
 }

@@ -10,6 +10,7 @@
 //! - [`dlq`]: dead letters inspected and replayed to the main topic.
 //! - [`quarantine`]: quarantine records listed, shown and re-driven.
 //! - [`live`]: `count --live`, each change of posts' rollups as it happens.
+//! - [`milestones`]: milestone records listed, and given-up ones retried.
 //!
 //! Each runs on the store `--store` selects, through one code path: a
 //! trait implemented for both stores (`reconcile::Reconcilable`), or a
@@ -22,6 +23,7 @@
 
 pub mod dlq;
 pub mod live;
+pub mod milestones;
 pub mod quarantine;
 pub mod reconcile;
 pub mod replay;

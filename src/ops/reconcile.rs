@@ -122,6 +122,8 @@ pub struct PostReport {
     pub liked: i64,
     /// Whether a correcting increment was committed.
     pub repaired: bool,
+    /// Why comparing or repairing this post failed (the others went on).
+    pub error: Option<String>,
 }
 
 impl PostReport {
@@ -132,6 +134,19 @@ impl PostReport {
             shards_sum: tally.shards_sum,
             liked: tally.liked,
             repaired,
+            error: None,
+        }
+    }
+
+    /// The report of a post that could not be compared: nothing known but
+    /// the error.
+    pub fn failed(post_id: &str, error: &StoreError) -> Self {
+        Self {
+            post_id: post_id.to_string(),
+            shards_sum: 0,
+            liked: 0,
+            repaired: false,
+            error: Some(error.to_string()),
         }
     }
 
@@ -193,6 +208,7 @@ pub async fn reconcile_post_with(
             shards_sum: shards.values().sum(),
             liked,
             repaired: false,
+            error: None,
         });
     }
     // Names this call's corrections in the guard document, so an attempt
@@ -263,6 +279,7 @@ async fn repair_once(
         shards_sum: shards.values().sum(),
         liked,
         repaired: false,
+        error: None,
     };
     let difference = report.difference();
     hook.reached(RepairStep::Compared, attempt).await;
@@ -287,7 +304,9 @@ async fn repair_once(
 
 /// Compares every post that has counter shards or liked memberships, in one
 /// read-only snapshot; with `repair`, each differing post is then repaired
-/// in its own snapshot and conditional commit (which re-read it). Sorted by post id.
+/// in its own snapshot and conditional commit (which re-read it). A repair
+/// that fails is reported on its post ([`PostReport::error`], the
+/// comparison as read) and the next post is repaired still. Sorted by post id.
 pub async fn reconcile_all(
     db: &impl Reconcilable,
     repair: bool,
@@ -295,8 +314,15 @@ pub async fn reconcile_all(
     let mut reports = db.compare_all().await?;
     if repair {
         for report in &mut reports {
-            if report.difference() != 0 {
-                *report = db.compare_post(&report.post_id, true).await?;
+            if report.difference() == 0 {
+                continue;
+            }
+            match db.compare_post(&report.post_id, true).await {
+                Ok(repaired) => *report = repaired,
+                Err(error) => {
+                    tracing::warn!(post = %report.post_id, %error, "repair failed; going on with the next post");
+                    report.error = Some(error.to_string());
+                }
             }
         }
     }
@@ -314,6 +340,27 @@ pub async fn refresh_rollups(db: &SelectedDb, reports: &[PostReport]) -> usize {
         return 0;
     }
     rollup::refresh_existing(std::sync::Arc::new(db.clone()), &repaired, 1).await
+}
+
+/// Compares (and with `repair`, fixes) each of `posts` in turn; a post that
+/// fails is reported with its error and the next one is still done.
+pub async fn reconcile_posts(
+    db: &impl Reconcilable,
+    posts: &[String],
+    repair: bool,
+) -> Vec<PostReport> {
+    let mut reports = Vec::with_capacity(posts.len());
+    for post in posts {
+        let report = match db.compare_post(post, repair).await {
+            Ok(report) => report,
+            Err(error) => {
+                tracing::warn!(%post, %error, "reconciling the post failed; going on with the next");
+                PostReport::failed(post, &error)
+            }
+        };
+        reports.push(report);
+    }
+    reports
 }
 
 /// Firestore's [`Reconcilable::compare_all`]: both sides in one read-only
@@ -342,6 +389,7 @@ async fn compare_all_firestore(db: &FirestoreDb) -> Result<Vec<PostReport>, Stor
             shards_sum,
             liked,
             repaired: false,
+            error: None,
         })
         .collect();
     Ok(reports)
@@ -373,6 +421,7 @@ mod tests {
             shards_sum: 7,
             liked: 5,
             repaired: false,
+            error: None,
         };
         assert_eq!(report.difference(), -2);
     }

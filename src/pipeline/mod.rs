@@ -2,7 +2,8 @@
 //! travels: [`source`] (pull) or [`push`] -> [`aggregator`] -> [`flusher`] (which builds a
 //! [`batch`] and commits it through a [`crate::store::CounterStore`]) ->
 //! [`acker`]; beside them, after the flusher, [`rollup`] refreshes the
-//! per-post rollups of the posts the flusher's commits changed.
+//! per-post rollups of the posts the flusher's commits changed, and
+//! [`milestones`] delivers the milestones those rollup writes record.
 //!
 //! Arrows run one way: a stage uses the stages after it (the source hands
 //! items to the aggregator and ack handles on; the flusher takes from the
@@ -16,6 +17,7 @@ pub mod acker;
 pub mod aggregator;
 pub mod batch;
 pub mod flusher;
+pub mod milestones;
 pub mod poison;
 pub mod push;
 pub mod rollup;

@@ -55,6 +55,8 @@ struct State {
     rollups: HashMap<String, StoredRollup>,
     rollup_failures: Vec<RollupFailure>,
     rollup_writes: u64,
+    /// The milestones recorded: (post, milestone) -> likes, in order.
+    milestones: Vec<(String, i64, i64)>,
     /// The clock: microseconds since the store's first use, on tokio's
     /// clock (so paused time drives it), and at least one more per commit
     /// or read.
@@ -137,6 +139,12 @@ impl MemoryStore {
     /// The rollup of `post`, if any.
     pub fn rollup(&self, post: &str) -> Option<StoredRollup> {
         self.state.lock().rollups.get(post).cloned()
+    }
+
+    /// The milestones recorded with rollup writes: (post, milestone,
+    /// likes), in the order recorded (each at most once).
+    pub fn milestones(&self) -> Vec<(String, i64, i64)> {
+        self.state.lock().milestones.clone()
     }
 
     /// Rollup writes applied so far.
@@ -355,6 +363,9 @@ impl RollupStore for MemoryStore {
                 if stored.map(|s| &s.update_time) != w.previous.map(|p| &p.update_time) {
                     return WriteOutcome::Lost;
                 }
+                // As Firestore: the rollup keeps its highest milestone,
+                // and a record is created only if absent.
+                let highest = stored.and_then(|s| s.milestone);
                 let rollup = StoredRollup {
                     likes: w.likes,
                     as_of: w.as_of,
@@ -363,7 +374,17 @@ impl RollupStore for MemoryStore {
                         seconds: version,
                         nanos: 0,
                     }),
+                    milestone: w.milestones.iter().copied().max().max(highest),
                 };
+                for &n in w.milestones {
+                    let known = state
+                        .milestones
+                        .iter()
+                        .any(|m| m.0 == w.post_id && m.1 == n);
+                    if !known {
+                        state.milestones.push((w.post_id.to_string(), n, w.likes));
+                    }
+                }
                 state.rollups.insert(w.post_id.to_string(), rollup);
                 state.rollup_writes += 1;
                 WriteOutcome::Written

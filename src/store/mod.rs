@@ -12,6 +12,7 @@
 pub mod counter_shards;
 pub mod firestore;
 pub mod memory;
+pub mod milestone;
 pub mod postgres;
 pub mod rollup;
 pub mod selected;
@@ -175,6 +176,14 @@ impl Deadline {
     /// The deadline, if set.
     pub fn get(&self) -> Option<tokio::time::Instant> {
         *self.0.borrow()
+    }
+
+    /// Resolves when the deadline is set (or changed) after this handle
+    /// last looked; never if it cannot change any more.
+    pub async fn changed(&mut self) {
+        if self.0.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 
     /// Resolves once the deadline is set and has passed (never if it is

@@ -54,6 +54,11 @@ pub struct StoredRollup {
     /// The document's update time (Firestore): the condition of the next
     /// write. `None` on PostgreSQL, whose condition is `as_of`.
     pub update_time: Option<Timestamp>,
+    /// The highest milestone recorded with this rollup, ever (Firestore's
+    /// `milestone` field: a post that falls below it and climbs back
+    /// reaches nothing again); `None` when none was, and on PostgreSQL,
+    /// whose `ON CONFLICT DO NOTHING` keeps the same promise.
+    pub milestone: Option<i64>,
 }
 
 /// One post read at the snapshot's read time.
@@ -89,6 +94,10 @@ pub struct RollupWrite<'a> {
     /// write applies only if the rollup is still this one; its `likes` is
     /// the old total (what a milestone check compares the new one with).
     pub previous: Option<&'a StoredRollup>,
+    /// The milestones this write reaches for the first time: each one's
+    /// record (`likes`, reached at `as_of`) is created, if absent, in the
+    /// same atomic write as the rollup ([`crate::store::milestone`]).
+    pub milestones: &'a [i64],
 }
 
 /// How one rollup write ended.

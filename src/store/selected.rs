@@ -11,6 +11,7 @@ use std::time::SystemTime;
 
 use super::counter_shards::ShardRegistry;
 use super::firestore::{FirestoreDb, FirestoreStore, Read};
+use super::milestone::{Claim, MilestoneRecord, MilestoneStore, RetrySelection, Settle};
 use super::postgres::{PgDb, PostgresStore};
 use super::rollup::{
     ChangedPost, Micros, RollupChange, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
@@ -158,6 +159,41 @@ impl RollupStore for SelectedDb {
         match self {
             Self::Firestore(db) => db.changed_since(since).await,
             Self::Postgres(db) => db.changed_since(since).await,
+        }
+    }
+}
+
+impl MilestoneStore for SelectedDb {
+    async fn claim(
+        &self,
+        now: Micros,
+        lease: std::time::Duration,
+        limit: usize,
+    ) -> Result<Vec<Claim>, StoreError> {
+        match self {
+            Self::Firestore(db) => db.claim(now, lease, limit).await,
+            Self::Postgres(db) => db.claim(now, lease, limit).await,
+        }
+    }
+
+    async fn settle(&self, claim: &Claim, settle: &Settle) -> Result<bool, StoreError> {
+        match self {
+            Self::Firestore(db) => db.settle(claim, settle).await,
+            Self::Postgres(db) => db.settle(claim, settle).await,
+        }
+    }
+
+    async fn milestones(&self) -> Result<Vec<MilestoneRecord>, StoreError> {
+        match self {
+            Self::Firestore(db) => db.milestones().await,
+            Self::Postgres(db) => db.milestones().await,
+        }
+    }
+
+    async fn retry(&self, selection: &RetrySelection, now: Micros) -> Result<u64, StoreError> {
+        match self {
+            Self::Firestore(db) => db.retry(selection, now).await,
+            Self::Postgres(db) => db.retry(selection, now).await,
         }
     }
 }

@@ -16,6 +16,7 @@
 mod instruments;
 pub mod labels;
 pub mod names;
+pub mod progress;
 mod scrape_time;
 pub mod throttle;
 
@@ -29,6 +30,7 @@ use prometheus_client::registry::{Metric as Registered, Registry};
 pub use instruments::{Counter, Latency, Level, LevelProbe, ShardLevels, Sizes};
 pub use labels::{AuthFailure, FetchOutcome, Labelled, PushOutcome};
 use names::Metric;
+pub use progress::{CommitProgress, Stall};
 use scrape_time::ScrapeTime;
 pub use throttle::LogThrottle;
 
@@ -105,6 +107,16 @@ pub struct Stats {
     pub rollup_pending: Level,
     /// See [`names::ROLLUP_LAG`].
     pub rollup_lag: Latency,
+    /// See [`names::MILESTONES_RECORDED`].
+    pub milestones_recorded: Counter,
+    /// See [`names::MILESTONES_DELIVERED`].
+    pub milestones_delivered: Counter,
+    /// See [`names::MILESTONE_ATTEMPTS_FAILED`].
+    pub milestone_attempts_failed: Counter,
+    /// See [`names::MILESTONES_DEAD`].
+    pub milestones_dead: Counter,
+    /// See [`names::MILESTONE_LEASES_LOST`].
+    pub milestone_leases_lost: Counter,
     /// Rate-limits the warnings that can repeat thousands of times; see
     /// [`names::LOG_LINES_SUPPRESSED`].
     pub warnings: LogThrottle,
@@ -125,6 +137,10 @@ pub struct Stats {
     pub buffered: Arc<ShardLevels>,
     /// See [`names::DEAD_LETTER_POLICY`].
     pub dead_letter_policy: Arc<AtomicBool>,
+    /// See [`names::STORE_CALL_TIMEOUTS`].
+    pub store_call_timeouts: Counter,
+    /// Whether commits make progress; see [`names::COMMITS_STALLED`].
+    pub commit_progress: CommitProgress,
     /// The address the metrics endpoint listens on, once bound.
     pub metrics_addr: OnceLock<SocketAddr>,
     /// See [`names::PUSH_REQUESTS`].
@@ -171,6 +187,11 @@ impl Default for Stats {
             rollup_swept: Counter::default(),
             rollup_pending: Level::default(),
             rollup_lag: Latency::new(&names::ROLLUP_LAG_BUCKETS),
+            milestones_recorded: Counter::default(),
+            milestones_delivered: Counter::default(),
+            milestone_attempts_failed: Counter::default(),
+            milestones_dead: Counter::default(),
+            milestone_leases_lost: Counter::default(),
             warnings: LogThrottle::new(
                 throttle::DEFAULT_FIRST_PER_INTERVAL,
                 throttle::DEFAULT_INTERVAL,
@@ -184,6 +205,8 @@ impl Default for Stats {
             batch_size: Sizes::new(&names::BATCH_SIZE_BUCKETS),
             buffered: Arc::default(),
             dead_letter_policy: Arc::default(),
+            store_call_timeouts: Counter::default(),
+            commit_progress: CommitProgress::default(),
             metrics_addr: OnceLock::new(),
             push_requests: Labelled::new(),
             push_auth_failures: Labelled::new(),
@@ -228,6 +251,12 @@ impl Stats {
             (ROLLUP_FAILURES, &self.rollup_failures),
             (ROLLUP_RPCS, &self.rollup_rpcs),
             (ROLLUP_SWEPT, &self.rollup_swept),
+            (STORE_CALL_TIMEOUTS, &self.store_call_timeouts),
+            (MILESTONES_RECORDED, &self.milestones_recorded),
+            (MILESTONES_DELIVERED, &self.milestones_delivered),
+            (MILESTONE_ATTEMPTS_FAILED, &self.milestone_attempts_failed),
+            (MILESTONES_DEAD, &self.milestones_dead),
+            (MILESTONE_LEASES_LOST, &self.milestone_leases_lost),
         ];
         let registry = &mut self.registry;
         for (metric, counter) in counters {
@@ -260,6 +289,7 @@ impl Stats {
             failed: self.batches_failed.clone(),
             buffered: self.buffered.clone(),
             ready: self.ready.clone(),
+            stalled: self.commit_progress.stalled.clone(),
             dead_letter_policy: self.dead_letter_policy.clone(),
         }));
     }
@@ -272,12 +302,13 @@ impl Stats {
         self.poison.add(counts.poison);
     }
 
-    /// Whether the service is ready (see [`names::READY`]).
+    /// Whether the service is ready (see [`names::READY`]): running, and
+    /// its commits not stalled.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.ready.load(Ordering::Relaxed) && !self.commit_progress.is_stalled()
     }
 
-    /// Marks the service ready or not.
+    /// Marks the service running (ready unless its commits stall) or not.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
     }

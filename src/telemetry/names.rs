@@ -91,7 +91,7 @@ metrics! {
     BUFFERED_EVENTS = "hotcount_buffered_events",
         "Messages buffered in each aggregator shard.";
     READY = "hotcount_ready",
-        "1 once the store and subscriber are built and the source runs.";
+        "1 once the store and subscriber are built and the source runs, while commits are not stalled.";
     DEAD_LETTER_POLICY = "hotcount_dead_letter_policy",
         "1 when the subscription has a dead-letter policy (read at start).";
     COMMIT_DURATION = "hotcount_commit_duration_seconds",
@@ -116,6 +116,20 @@ metrics! {
         "Posts this process changed whose rollup waits for a refresh.";
     ROLLUP_LAG = "hotcount_rollup_lag_seconds",
         "Time from a post's first change not in its rollup to the rollup showing it, in seconds.";
+    COMMITS_STALLED = "hotcount_commits_stalled",
+        "1 while batches are being committed and none has committed for --stuck-commit-threshold-secs (the replica reports not ready).";
+    STORE_CALL_TIMEOUTS = "hotcount_store_call_timeouts_total",
+        "Commit attempts abandoned because the store did not answer within --store-call-timeout-ms.";
+    MILESTONES_RECORDED = "hotcount_milestones_recorded_total",
+        "Milestones a written rollup reached first (each record created with the rollup, if absent).";
+    MILESTONES_DELIVERED = "hotcount_milestones_delivered_total",
+        "Milestone webhooks the receiver accepted (2xx).";
+    MILESTONE_ATTEMPTS_FAILED = "hotcount_milestone_attempts_failed_total",
+        "Milestone webhook attempts that failed and are retried (5xx, 408, 429, timeouts, connection errors).";
+    MILESTONES_DEAD = "hotcount_milestones_dead_total",
+        "Milestones given up: the webhook refused them (a 4xx other than 408 and 429).";
+    MILESTONE_LEASES_LOST = "hotcount_milestone_leases_lost_total",
+        "Milestone attempts whose lease another dispatcher took over before they settled.";
     PUSH_REQUESTS = "hotcount_push_requests_total",
         "Push requests answered, by outcome (acked 204; nacked, timed_out, closed, unread, keys_unavailable 503; over_capacity 429; unauthenticated 401; forbidden 403).";
     PUSH_AUTH_FAILURES = "hotcount_push_auth_failures_total",

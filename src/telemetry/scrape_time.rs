@@ -1,6 +1,6 @@
 //! The metrics computed when scraped rather than kept: commit attempts by
 //! outcome (derived from the batch counters), each aggregator shard's
-//! buffered messages (read through the service's probe), and the two flags.
+//! buffered messages (read through the service's probe), and the flags.
 //!
 //! Invariant: reading them takes no lock the pipeline holds for longer than
 //! a counter read, except the shard probe, which counts each shard's buffer.
@@ -30,8 +30,10 @@ pub(super) struct ScrapeTime {
     pub failed: Counter,
     /// Per-shard buffered messages.
     pub buffered: Arc<ShardLevels>,
-    /// See [`names::READY`].
+    /// See [`names::READY`]: running ...
     pub ready: Arc<AtomicBool>,
+    /// ... and not stalled; see [`names::COMMITS_STALLED`].
+    pub stalled: Arc<AtomicBool>,
     /// See [`names::DEAD_LETTER_POLICY`].
     pub dead_letter_policy: Arc<AtomicBool>,
 }
@@ -55,11 +57,17 @@ impl Collector for ScrapeTime {
             ConstGauge::new(level).encode(buffered.encode_family(&[("shard", shard)])?)?;
         }
 
+        let stalled = self.stalled.load(Ordering::Relaxed);
+        let ready = self.ready.load(Ordering::Relaxed) && !stalled;
         for (metric, flag) in [
-            (names::READY, &self.ready),
-            (names::DEAD_LETTER_POLICY, &self.dead_letter_policy),
+            (names::READY, ready),
+            (
+                names::DEAD_LETTER_POLICY,
+                self.dead_letter_policy.load(Ordering::Relaxed),
+            ),
+            (names::COMMITS_STALLED, stalled),
         ] {
-            let value = i64::from(flag.load(Ordering::Relaxed));
+            let value = i64::from(flag);
             ConstGauge::new(value).encode(descriptor(&mut encoder, metric, MetricType::Gauge)?)?;
         }
         Ok(())

@@ -614,3 +614,28 @@ pub fn likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
         .map(|u| Ev::like(&format!("{prefix}-{u}"), post, &format!("user-{u}"), 1))
         .collect()
 }
+
+/// A subscription that keeps acked messages, created before the traffic:
+/// stands in for topic message retention, which the emulator does not keep
+/// for subscriptions created later (Google does, with `--message-retention-duration`).
+pub async fn archive(h: &Harness, id: &str) {
+    use google_cloud_pubsub::model::Subscription;
+    let admin = hotcount::connect::subscription_admin(&h.endpoints)
+        .await
+        .unwrap();
+    admin
+        .create_subscription()
+        .with_request(
+            Subscription::new()
+                .set_name(format!("projects/{}/subscriptions/{id}", PROJECT))
+                .set_topic(format!("projects/{}/topics/{}", PROJECT, TOPIC))
+                .set_retain_acked_messages(true),
+        )
+        .send()
+        .await
+        .expect("archive subscription");
+}
+
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339()
+}

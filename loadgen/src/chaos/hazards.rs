@@ -140,6 +140,7 @@ impl Chaos {
         log_dir: PathBuf,
         seed: u64,
         front: Option<&PushFront>,
+        extra: &[String],
     ) -> Result<Self, RunError> {
         let victim_metrics = consumer::free_loopback_port("the victim's metrics")?;
         let store = stage.consumer_store();
@@ -148,6 +149,7 @@ impl Chaos {
         for index in 0..config.consumers {
             let spec = child_spec(config, stage.endpoints(), &log_dir, index, victim_metrics);
             let mut spec = with_store(spec, &store);
+            spec.args.extend_from_slice(extra);
             if let Some(front) = front {
                 let addr = consumer::free_loopback_port("a push endpoint")?;
                 spec.args.extend(push_flags(addr, &stage.push_jwks_url()));

@@ -41,12 +41,16 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
+use crate::milestones::{self, MilestoneReport};
 use crate::publish::{self, PublishOptions, PublishReport};
 use crate::run_error::RunError;
 use crate::stage::{Stage, StageSpec};
+use crate::truth::Truth;
 use crate::verify;
 use crate::workload::Workload;
 use crate::{generate, WorkloadConfig};
+use hotcount::store::milestone::{MilestoneStatus, MilestoneStore};
+use hotcount_emulators::webhook::{Sink, SinkFaults};
 
 mod hazards;
 mod summary;
@@ -100,11 +104,62 @@ pub struct ChaosConfig {
     /// Where the consumers count: the Firestore emulator, or a PostgreSQL
     /// database (emptied first; the store faults then act on the server).
     pub store: StoreLocation,
+    /// Milestone notifications to a faulty webhook sink; `None` = off.
+    pub milestones: Option<ChaosMilestones>,
     /// How the consumers get their messages: pulled, or pushed through a
     /// round-robin front (`crate::front`) with OIDC tokens; with push the
     /// Pub/Sub faults act on the pushes (answers ignored, acks lost,
     /// spurious redeliveries) instead of the streams.
     pub delivery: Delivery,
+}
+
+/// The milestone side of a chaos run.
+#[derive(Clone, Debug)]
+pub struct ChaosMilestones {
+    /// `--milestones` of the consumers.
+    pub thresholds: Vec<i64>,
+    /// The sink's faults (500s, hangs past the consumers' timeout, closes).
+    pub faults: SinkFaults,
+}
+
+impl ChaosMilestones {
+    /// Milestones 10, 50, 200 (the CI workload's posts cross many), and a
+    /// sink that fails 1 call in 5, hangs 1 in 10 past the 500 ms timeout
+    /// (processed, answer lost) and closes 1 in 10.
+    pub fn ci() -> Self {
+        Self {
+            thresholds: vec![10, 50, 200],
+            faults: SinkFaults {
+                error_rate: 0.2,
+                hang_rate: 0.1,
+                hang: Duration::from_millis(1500),
+                close_rate: 0.1,
+            },
+        }
+    }
+
+    /// The consumers' flags: the sink, its secret, short timeout, lease
+    /// and retries.
+    fn flags(&self, url: &str) -> Vec<String> {
+        let list: Vec<String> = self.thresholds.iter().map(i64::to_string).collect();
+        [
+            "--milestone-webhook",
+            url,
+            "--milestone-webhook-secret",
+            milestones::SECRET,
+            "--milestones",
+            &list.join(","),
+            "--milestone-webhook-timeout-ms",
+            "500",
+            "--milestone-lease-secs",
+            "2",
+            "--milestone-retry-initial-ms",
+            "100",
+        ]
+        .iter()
+        .map(|f| f.to_string())
+        .collect()
+    }
 }
 
 impl ChaosConfig {
@@ -136,6 +191,7 @@ impl ChaosConfig {
             seed: 6,
             progress: false,
             store: StoreLocation::Firestore,
+            milestones: Some(ChaosMilestones::ci()),
             delivery: Delivery::Pull,
         }
     }
@@ -156,13 +212,28 @@ pub async fn run(
     let mut workload = generate(&config.workload);
     reorder(&mut workload, config.reorder_window, &mut rng);
 
+    let sink = match &config.milestones {
+        Some(m) => Some(milestones::start_sink(m.faults.clone()).await?),
+        None => None,
+    };
+    let extra = match (&config.milestones, &sink) {
+        (Some(m), Some(sink)) => m.flags(&sink.url()),
+        _ => Vec::new(),
+    };
     // With push: the consumers behind one front, the subscription pushing
     // to it once they listen.
     let front = match config.delivery {
         Delivery::Push => Some(crate::front::PushFront::start().await),
         Delivery::Pull => None,
     };
-    let chaos = Chaos::start(&stage, config, log_dir, rng.random(), front.as_ref())?;
+    let chaos = Chaos::start(
+        &stage,
+        config,
+        log_dir,
+        rng.random(),
+        front.as_ref(),
+        &extra,
+    )?;
     if let Some(front) = &front {
         chaos.wait_listening(Duration::from_secs(60)).await;
         stage.push_to(&front.url()).await?;
@@ -186,9 +257,18 @@ pub async fn run(
     if let Some(reporter) = reporter {
         reporter.abort();
     }
+    // The sink calm too; every milestone the truth crosses delivered and
+    // every record settled (bounded), before the consumers go.
+    let target = target(&config.store);
+    let milestones = match (&config.milestones, &sink) {
+        (Some(m), Some(sink)) => {
+            sink.set_faults(Default::default());
+            Some(settle_milestones(&stage, &target, sink, m, &workload.truth).await?)
+        }
+        _ => None,
+    };
     consumers.kill_all().await;
 
-    let target = target(&config.store);
     // Consumers are killed, not drained, at the end: rollups are checked
     // by the rollup e2e tests instead (tests/rollups.rs).
     let verify =
@@ -200,9 +280,50 @@ pub async fn run(
         drained,
         elapsed: started.elapsed(),
     };
-    let summary = ChaosSummary::collect(outcome, &stage, &tally, config);
+    let mut summary = ChaosSummary::collect(outcome, &stage, &tally, config);
+    summary.milestones = milestones;
     stage.shutdown().await;
     Ok(summary)
+}
+
+/// Longest wait, after the drain, for the milestones to be delivered.
+const MILESTONE_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits (bounded) until the sink has every milestone the truth crosses
+/// and every record is settled; what the sink received, with the records'
+/// state.
+async fn settle_milestones(
+    stage: &Stage,
+    target: &Target,
+    sink: &Sink,
+    config: &ChaosMilestones,
+    truth: &Truth,
+) -> Result<MilestoneReport, RunError> {
+    let expected = milestones::expected_keys(truth, &config.thresholds, CONSUMER);
+    milestones::wait_for(sink, &expected, MILESTONE_WAIT).await;
+    // The last marks follow the last answers by a round trip.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let db = hotcount::connect::store_db(stage.endpoints(), target, 1)
+        .await
+        .map_err(|e| RunError::Start(format!("reading the milestones: {e}")))?;
+    let records = loop {
+        let records = db
+            .milestones()
+            .await
+            .map_err(|e| RunError::Start(format!("reading the milestones: {e}")))?;
+        let settled = records.iter().all(|r| r.status == MilestoneStatus::Done);
+        if settled || Instant::now() > deadline {
+            break records;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut report = milestones::check(sink, &expected, truth);
+    report.records = records.len();
+    report.records_not_done = records
+        .iter()
+        .filter(|r| r.status != MilestoneStatus::Done)
+        .count();
+    Ok(report)
 }
 
 /// Settings that cannot make a run.

@@ -14,6 +14,7 @@ use hotcount_emulators::FaultKind;
 
 use super::hazards::Tally;
 use super::ChaosConfig;
+use crate::milestones::MilestoneReport;
 use crate::publish::PublishReport;
 use crate::stage::Stage;
 use crate::verify::VerifyReport;
@@ -55,6 +56,8 @@ pub struct ChaosSummary {
     pub min_kills: u64,
     /// Whether a Seek replay was asked for.
     pub replay_expected: bool,
+    /// With milestones on: what the webhook sink received, and the records.
+    pub milestones: Option<MilestoneReport>,
 }
 
 /// Every fault kind a run on PostgreSQL injects besides the Pub/Sub ones
@@ -152,6 +155,35 @@ impl ChaosSummary {
             !self.replay_expected || self.replayed > 0,
             "the Seek replayed nothing".into(),
         );
+        if let Some(m) = &self.milestones {
+            check(
+                m.missing.is_empty(),
+                format!(
+                    "{} milestones the truth crosses never delivered (e.g. {:?})",
+                    m.missing.len(),
+                    m.missing.first()
+                ),
+            );
+            check(
+                m.bad_signatures == 0,
+                format!("{} milestone calls with a bad signature", m.bad_signatures),
+            );
+            check(
+                m.differing_bodies == 0,
+                format!(
+                    "{} repeated milestone calls differ from the first",
+                    m.differing_bodies
+                ),
+            );
+            check(
+                m.records == m.delivered && m.records_not_done == 0,
+                format!(
+                    "milestone records {} ({} not done) != keys delivered {}",
+                    m.records, m.records_not_done, m.delivered
+                ),
+            );
+            check(m.faults > 0, "no milestone call met a sink fault".into());
+        }
         let store_kinds = if self.postgres {
             POSTGRES_FAULT_KINDS
         } else {
@@ -230,6 +262,7 @@ impl ChaosSummary {
             exit_reports: tally.take_exit_reports(),
             min_kills: config.min_kills,
             replay_expected: config.replay,
+            milestones: None,
         }
     }
 }
@@ -298,6 +331,23 @@ pub fn render(s: &ChaosSummary) -> String {
         format!("{} / {}", v.quarantined, v.poison_expected),
     );
     row("valid events quarantined", v.quarantined_events.to_string());
+    if let Some(m) = &s.milestones {
+        row(
+            "milestones delivered / truth crosses",
+            format!(
+                "{} / {} (+{} above the final count)",
+                m.delivered, m.expected, m.above_final
+            ),
+        );
+        row(
+            "milestone calls / faulted / repeats",
+            format!("{} / {} / {}", m.requests, m.faults, m.repeats),
+        );
+        row(
+            "milestone records (not done)",
+            format!("{} ({})", m.records, m.records_not_done),
+        );
+    }
     row("drained", s.drained.to_string());
     row("elapsed", format!("{:.1} s", s.elapsed.as_secs_f64()));
     let failures = s.failures();

@@ -54,6 +54,11 @@ pub struct ChaosArgs {
     /// Skip the Seek replay.
     #[arg(long)]
     pub no_replay: bool,
+    /// No milestone notifications (by default the consumers send them to
+    /// a webhook sink that fails, hangs and closes at a rate, and the run
+    /// checks every milestone the truth crosses arrived once per key).
+    #[arg(long)]
+    pub no_milestones: bool,
     /// Seconds between latency spikes (with a clock jump past the leases).
     #[arg(long, default_value_t = 5)]
     pub spike_every_secs: u64,
@@ -116,6 +121,7 @@ impl ChaosArgs {
             progress: true,
             store: self.store.clone(),
             delivery: self.delivery,
+            milestones: (!self.no_milestones).then(hotcount_loadgen::chaos::ChaosMilestones::ci),
         }
     }
 }

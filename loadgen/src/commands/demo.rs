@@ -71,6 +71,11 @@ pub struct DemoArgs {
     /// `--store`.
     #[arg(long, conflicts_with = "store")]
     pub temp_postgres: bool,
+    /// Do not run the in-process webhook sink (by default the consumer's
+    /// milestone notifications, `--milestones`, go to it and the demo
+    /// shows what it received; a `--milestone-webhook` of your own wins).
+    #[arg(long)]
+    pub no_milestones: bool,
 }
 
 /// Runs the demo and prints its table; exit 1 unless every count is exact.
@@ -107,6 +112,7 @@ pub async fn run(mut args: DemoArgs) -> anyhow::Result<ExitCode> {
         out_dir: args.out,
         drain_timeout: std::time::Duration::from_secs(args.drain_timeout_secs),
         progress: !args.no_progress,
+        milestones: !args.no_milestones,
     };
     let (cancel_tx, cancel) = watch::channel(false);
     tokio::spawn(async move {

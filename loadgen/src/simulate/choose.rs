@@ -174,6 +174,11 @@ fn worst_of(summaries: &[model::Summary]) -> Option<model::Summary> {
         worst.final_backlog = worst.final_backlog.max(s.final_backlog);
         worst.final_replicas = worst.final_replicas.max(s.final_replicas);
         worst.peak_db_writes = worst.peak_db_writes.max(s.peak_db_writes);
+        worst.base_db_writes = worst.base_db_writes.max(s.base_db_writes);
+        worst.peak_db_writes_over_ramp = worst
+            .peak_db_writes_over_ramp
+            .max(s.peak_db_writes_over_ramp);
+        worst.secs_over_ramp = worst.secs_over_ramp.max(s.secs_over_ramp);
         worst.peak_hot_post_increments = worst
             .peak_hot_post_increments
             .max(s.peak_hot_post_increments);

@@ -1,22 +1,26 @@
 //! The Google Cloud limits a spike runs into, and what hotcount's own
-//! design puts on each: the database write rate, a hot post's counter
-//! documents, and each StreamingPull stream.
+//! design puts on each: the write rate Firestore has scaled a key range to
+//! (the 500/50/5 ramp, [`WriteRamp`]), a hot post's counter documents, and
+//! each StreamingPull stream. Firestore has no fixed writes-per-second
+//! limit per database (the old 10,000/s guidance is gone) nor a
+//! writes-per-commit limit; what bounds a sudden spike is how fast it
+//! splits a key range that gets hotter, and the rate one document takes,
+//! which depends on contention.
 //!
 //! Invariant: the figures here are Google's documented values or
 //! hotcount's own settings, each named once; the functions are pure
 //! arithmetic on them, so a table that cites them cites this file.
 
-/// Firestore: the sustained write rate one document should take (a soft
-/// limit; past it, writes to that document contend and slow down).
+/// Firestore: the write rate the planner sizes one counter document for.
+/// Google documents no fixed per-document rate any more: it depends on
+/// the workload (contention between the writers of one document); one
+/// sustained write per second is the conservative figure that keeps
+/// contention negligible.
 pub const FIRESTORE_DOC_WRITES_PER_SEC: f64 = 1.0;
 
-/// Firestore: writes per second per database that Google's guidance plans
-/// for; the hard cap was lifted, but a database taking more is expected
-/// to have ramped into it (see [`firestore_ramp_secs`]).
-pub const FIRESTORE_DB_WRITES_PER_SEC: f64 = 10_000.0;
-
 /// Firestore's ramp-up rule ("500/50/5"): start a new key range at 500
-/// operations per second and grow by 50 % every 5 minutes.
+/// operations per second and grow by 50 % every 5 minutes; the same holds
+/// for a range that suddenly gets hotter than it was.
 pub const FIRESTORE_RAMP_START_OPS_PER_SEC: f64 = 500.0;
 /// Growth per step of the ramp-up rule.
 pub const FIRESTORE_RAMP_GROWTH: f64 = 1.5;
@@ -29,14 +33,55 @@ pub const PUBSUB_STREAM_BYTES_PER_SEC: f64 = 10_000_000.0;
 /// hotcount: the largest `--counter-shards` it accepts (`src/config.rs`).
 pub const HOTCOUNT_MAX_COUNTER_SHARDS: u32 = 1000;
 
-/// How long the 500/50/5 rule takes to reach `ops_per_sec`, in seconds
-/// (0 at or below the starting rate).
-pub fn firestore_ramp_secs(ops_per_sec: f64) -> f64 {
-    if ops_per_sec <= FIRESTORE_RAMP_START_OPS_PER_SEC {
+/// How long the 500/50/5 rule takes to grow from `from_ops_per_sec` (a
+/// rate the range already takes; 500 for a new one) to `to_ops_per_sec`,
+/// in seconds (0 when it is there already).
+pub fn firestore_ramp_secs(from_ops_per_sec: f64, to_ops_per_sec: f64) -> f64 {
+    let from = from_ops_per_sec.max(FIRESTORE_RAMP_START_OPS_PER_SEC);
+    if to_ops_per_sec <= from {
         return 0.0;
     }
-    let steps = (ops_per_sec / FIRESTORE_RAMP_START_OPS_PER_SEC).ln() / FIRESTORE_RAMP_GROWTH.ln();
+    let steps = (to_ops_per_sec / from).ln() / FIRESTORE_RAMP_GROWTH.ln();
     steps.ceil() * FIRESTORE_RAMP_STEP_SECS
+}
+
+/// The write rate a Firestore key range is ready for, second by second,
+/// by the 500/50/5 rule: at first the rate it already took (at least
+/// 500/s); then 50 % more after each 5-minute step in which the writes
+/// outran it (Firestore splits a range as its load grows; a range whose
+/// load does not grow is not split further). Writes above it are what a
+/// spike asks of Firestore faster than it scales: served with more
+/// latency and contention while it catches up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WriteRamp {
+    ready_for: f64,
+    step_started: u32,
+    outran: bool,
+}
+
+impl WriteRamp {
+    /// A range warmed to `ops_per_sec` (at least the rule's 500).
+    pub fn warm_at(ops_per_sec: f64) -> Self {
+        Self {
+            ready_for: ops_per_sec.max(FIRESTORE_RAMP_START_OPS_PER_SEC),
+            step_started: 0,
+            outran: false,
+        }
+    }
+
+    /// The rate the range is ready for in second `t_secs` (called in
+    /// order), given the `writes` it gets in that second.
+    pub fn take(&mut self, t_secs: u32, writes: f64) -> f64 {
+        if f64::from(t_secs - self.step_started.min(t_secs)) >= FIRESTORE_RAMP_STEP_SECS {
+            if self.outran {
+                self.ready_for *= FIRESTORE_RAMP_GROWTH;
+            }
+            self.step_started = t_secs;
+            self.outran = false;
+        }
+        self.outran |= writes > self.ready_for;
+        self.ready_for
+    }
 }
 
 /// Counter shards of a post in use by one replica: hotcount's planner
@@ -90,10 +135,26 @@ mod tests {
 
     #[test]
     fn the_ramp_rule_takes_five_minutes_per_half_again() {
-        assert_eq!(firestore_ramp_secs(400.0), 0.0);
-        assert_eq!(firestore_ramp_secs(750.0), 300.0);
+        assert_eq!(firestore_ramp_secs(0.0, 400.0), 0.0);
+        assert_eq!(firestore_ramp_secs(0.0, 750.0), 300.0);
         // 200,000 / 500 = 400 = 1.5^14.8: 15 steps.
-        assert_eq!(firestore_ramp_secs(200_000.0), 15.0 * 300.0);
+        assert_eq!(firestore_ramp_secs(0.0, 200_000.0), 15.0 * 300.0);
+        // From a warm 2,000/s: 100 = 1.5^11.4, 12 steps.
+        assert_eq!(firestore_ramp_secs(2_000.0, 200_000.0), 12.0 * 300.0);
+    }
+
+    #[test]
+    fn a_range_grows_half_again_after_each_step_its_writes_outran_it() {
+        let mut ramp = WriteRamp::warm_at(100.0);
+        assert_eq!(ramp.take(0, 400.0), 500.0, "at least the rule's start");
+        // Outrun in the first step: 750 from the second on, and so on.
+        assert_eq!(ramp.take(1, 5_000.0), 500.0);
+        assert_eq!(ramp.take(300, 5_000.0), 750.0);
+        assert_eq!(ramp.take(600, 5_000.0), 1_125.0);
+        // A step within what it is ready for: no growth after it.
+        assert_eq!(ramp.take(900, 1_000.0), 1_687.5);
+        assert_eq!(ramp.take(1_200, 1_000.0), 1_687.5);
+        assert_eq!(ramp.take(1_500, 1_000.0), 1_687.5);
     }
 
     #[test]

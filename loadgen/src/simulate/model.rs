@@ -184,6 +184,9 @@ pub struct Step {
     pub ready: u32,
     /// Firestore writes in it (memberships, counter increments, markers).
     pub db_writes: f64,
+    /// The write rate Firestore is ready for in it, by the 500/50/5 rule
+    /// from the rate it took before the spike ([`limits::WriteRamp`]).
+    pub db_write_ramp: f64,
     /// Increments to the hottest post, all replicas together.
     pub hot_post_increments: f64,
     /// Writes to the hottest counter document.
@@ -214,6 +217,13 @@ pub struct Summary {
     pub final_replicas: u32,
     /// Highest Firestore writes per second.
     pub peak_db_writes: f64,
+    /// Highest Firestore writes per second before the spike (the rate the
+    /// database is warm at).
+    pub base_db_writes: f64,
+    /// Highest ratio of the writes to what the 500/50/5 ramp is ready for.
+    pub peak_db_writes_over_ramp: f64,
+    /// Seconds in which the writes were above the ramp.
+    pub secs_over_ramp: u32,
     /// Highest increments per second to the hottest post.
     pub peak_hot_post_increments: f64,
     /// Highest writes per second to the hottest counter document.
@@ -258,6 +268,15 @@ pub fn simulate(scenario: &Scenario, seed: u64) -> Trace {
     let mut steps = Vec::with_capacity(horizon as usize);
     for t in 0..horizon {
         steps.push(run.step(t));
+    }
+    let base = steps
+        .iter()
+        .take_while(|s| s.t_secs < scenario.spike.start_secs)
+        .map(|s| s.db_writes)
+        .fold(0.0, f64::max);
+    let mut ramp = limits::WriteRamp::warm_at(base);
+    for step in &mut steps {
+        step.db_write_ramp = ramp.take(step.t_secs, step.db_writes);
     }
     let summary = summarize(scenario, &steps);
     Trace {
@@ -458,6 +477,8 @@ impl<'a> Run<'a> {
             // A marker and at least the hot post's increment per commit.
             db_writes: served * load.membership_writes_per_event
                 + 2.0 * per_replica_commits * f64::from(ready_count),
+            // Filled in once every second is known (`simulate`).
+            db_write_ramp: 0.0,
             hot_post_increments: per_replica_hot * f64::from(ready_count),
             hottest_counter_doc_writes: limits::hottest_counter_doc_writes_per_sec(
                 ready_count,
@@ -502,6 +523,9 @@ fn summarize(s: &Scenario, steps: &[Step]) -> Summary {
         final_backlog: 0.0,
         final_replicas: 0,
         peak_db_writes: 0.0,
+        base_db_writes: 0.0,
+        peak_db_writes_over_ramp: 0.0,
+        secs_over_ramp: 0,
         peak_hot_post_increments: 0.0,
         peak_hottest_counter_doc_writes: 0.0,
         peak_hottest_counter_doc_writes_at_max_shards: 0.0,
@@ -514,6 +538,14 @@ fn summarize(s: &Scenario, steps: &[Step]) -> Summary {
         summary.max_backlog = summary.max_backlog.max(step.backlog);
         summary.max_age_secs = summary.max_age_secs.max(step.oldest_age_secs);
         summary.peak_db_writes = summary.peak_db_writes.max(step.db_writes);
+        if step.t_secs < s.spike.start_secs {
+            summary.base_db_writes = summary.base_db_writes.max(step.db_writes);
+        }
+        if step.db_write_ramp > 0.0 {
+            let over = step.db_writes / step.db_write_ramp;
+            summary.peak_db_writes_over_ramp = summary.peak_db_writes_over_ramp.max(over);
+            summary.secs_over_ramp += u32::from(over > 1.0);
+        }
         summary.peak_hot_post_increments = summary
             .peak_hot_post_increments
             .max(step.hot_post_increments);

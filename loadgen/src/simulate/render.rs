@@ -146,7 +146,7 @@ pub fn candidate_header(args: &SimulateArgs) -> String {
 
 /// Header of the spike-growth table.
 pub fn growth_header() -> String {
-    "| spike | peak events/s | replicas at 100 % | peak replicas | max oldest age (s) | Firestore writes/s (x the 10,000 guidance) | 500/50/5 ramp to it | hottest post increments/s | hottest counter doc writes/s: counter shards as set / 1000 | counter shards needed at 1 write/s | busiest stream MB/s (of 10) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_string()
+    "| spike | peak events/s | replicas at 100 % | peak replicas | max oldest age (s) | Firestore writes/s: peak (before the spike) | above the 500/50/5 ramp: at most x, for (min) | the ramp from before to the peak | hottest post increments/s | hottest counter doc writes/s: counter shards as set / 1000 | counter shards needed at 1 write/s | busiest stream MB/s (of 10) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_string()
 }
 
 /// One row of the spike-growth table.
@@ -154,14 +154,16 @@ pub fn growth_row(label: &str, trace: &Trace) -> String {
     let s = &trace.summary;
     let sc = &trace.scenario;
     let needed = (sc.spike.peak_events_per_sec / sc.replica.events_per_sec).ceil();
-    let ramp_min = limits::firestore_ramp_secs(s.peak_db_writes) / 60.0;
+    let ramp_min = limits::firestore_ramp_secs(s.base_db_writes, s.peak_db_writes) / 60.0;
     format!(
-        "| {label} | {:.0} | {needed:.0} | {} | {} | {:.0} (x{:.0}) | {ramp_min:.0} min | {:.0} | {:.1} ({}) / {:.1} | {} | {:.1} |",
+        "| {label} | {:.0} | {needed:.0} | {} | {} | {:.0} ({:.0}) | x{:.0}, {:.0} min | {ramp_min:.0} min | {:.0} | {:.1} ({}) / {:.1} | {} | {:.1} |",
         sc.spike.peak_events_per_sec,
         s.peak_replicas,
         s.max_age_secs,
         s.peak_db_writes,
-        s.peak_db_writes / limits::FIRESTORE_DB_WRITES_PER_SEC,
+        s.base_db_writes,
+        s.peak_db_writes_over_ramp,
+        f64::from(s.secs_over_ramp) / 60.0,
         s.peak_hot_post_increments,
         s.peak_hottest_counter_doc_writes,
         sc.load.counter_shards,
@@ -174,12 +176,12 @@ pub fn growth_row(label: &str, trace: &Trace) -> String {
 /// The trace every `every_secs` seconds as a Markdown table.
 pub fn timeline(trace: &Trace, every_secs: usize) -> String {
     let mut out = String::from(
-        "| t (min) | arrivals/s | backlog | oldest age (s) | replicas asked | replicas pulling | acked/s |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| t (min) | arrivals/s | backlog | oldest age (s) | replicas asked | replicas pulling | acked/s | Firestore writes/s | ready for (500/50/5) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for step in trace.steps.iter().step_by(every_secs.max(1)) {
         let _ = writeln!(
             out,
-            "| {:.0} | {:.0} | {:.0} | {} | {} | {} | {:.0} |",
+            "| {:.0} | {:.0} | {:.0} | {} | {} | {} | {:.0} | {:.0} | {:.0} |",
             f64::from(step.t_secs) / 60.0,
             step.arrivals,
             step.backlog,
@@ -187,6 +189,8 @@ pub fn timeline(trace: &Trace, every_secs: usize) -> String {
             step.replicas,
             step.ready,
             step.served,
+            step.db_writes,
+            step.db_write_ramp,
         );
     }
     out

@@ -9,9 +9,12 @@ pub fn hotcount_bin() -> PathBuf {
     let bin = loadgen.with_file_name(format!("hotcount{}", std::env::consts::EXE_SUFFIX));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(cargo);
-    // The whole workspace's feature set, as `cargo test --workspace` builds it,
-    // so the dependencies built for the tests are reused.
-    cmd.args(["build", "--workspace", "--bin", "hotcount"]);
+    // The feature set `cargo test --workspace` builds with: the whole
+    // workspace with its test targets (dev-dependencies unify features), so
+    // the binary and dependencies it built are reused; without `--tests`
+    // the features differ and half the dependency tree is built again
+    // (minutes on 2 cores).
+    cmd.args(["build", "--workspace", "--tests", "--bin", "hotcount"]);
     if loadgen.parent().and_then(|d| d.file_name()) == Some("release".as_ref()) {
         cmd.arg("--release");
     }

@@ -9,7 +9,11 @@
 //! `--dry-run` never writes (plans are computed against memberships read
 //! outside any transaction, overlaid with what earlier chunks would have
 //! written); a chunk whose events would push the applied fraction above
-//! `--max-divergence` is not committed: the replay pauses and reports.
+//! `--max-divergence` is not committed: the replay pauses and reports. A
+//! chunk's commit is retried as the consumer retries a batch (transient
+//! failures, with backoff; the batch marker makes a retry after an unknown
+//! outcome safe); a replay that stops on a failure still returns what it
+//! committed ([`Ending::Failed`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -142,6 +146,10 @@ pub enum Ending {
     Drained,
     /// The applied fraction would have exceeded `--max-divergence`.
     Paused,
+    /// A failure stopped it (a chunk that did not commit after its
+    /// retries, or Pub/Sub); what it did before is in the report, and the
+    /// failure in [`ReplayReport::failure`]. Running it again is safe.
+    Failed,
 }
 
 /// What a replay did (or, dry, would do).
@@ -163,6 +171,8 @@ pub struct ReplayReport {
     pub ending: Ending,
     /// Whether nothing was written.
     pub dry_run: bool,
+    /// What stopped it, with [`Ending::Failed`].
+    pub failure: Option<String>,
 }
 
 impl ReplayReport {
@@ -371,6 +381,7 @@ mod tests {
             deltas: BTreeMap::new(),
             ending: Ending::Drained,
             dry_run: false,
+            failure: None,
         };
         assert!((report.divergence() - 0.1).abs() < 1e-9);
         report.effects = Effects::default();

@@ -4,8 +4,10 @@
 //! dry, only reports it), paced to the rate cap.
 //!
 //! Invariants: a chunk's messages are acked only after its commit (dry run:
-//! its plan), and nacked when the replay pauses on it; a message outside
-//! the window is acked unread; a dry run never writes.
+//! its plan), and nacked when the replay pauses or stops on it; a message
+//! outside the window is acked unread; a dry run never writes; a commit is
+//! retried as the consumer retries a batch; whatever ends the replay, the
+//! report says what was committed before.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -18,9 +20,10 @@ use tokio::time::Instant;
 use super::{divergence, pubsub_error, Ending, ReplayArgs, ReplayError, ReplayReport, Window};
 use crate::pipeline::aggregator::Item;
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
+use crate::pipeline::flusher::{backoff, FlushConfig};
 use crate::pipeline::source::to_item;
 use crate::store::selected::SelectedStore;
-use crate::store::{Attempt, CounterStore};
+use crate::store::{Attempt, CommitReport, CounterStore, StoreError};
 
 /// One replay's state: the store, the window, what was done so far.
 pub(super) struct Replayer<'a> {
@@ -56,6 +59,7 @@ impl<'a> Replayer<'a> {
                 deltas: BTreeMap::new(),
                 ending: Ending::Drained,
                 dry_run: args.dry_run,
+                failure: None,
             },
             started: Instant::now(),
         }
@@ -116,7 +120,14 @@ impl<'a> Replayer<'a> {
             handler.nack();
         }
         token.shutdown().await;
-        self.report.ending = outcome?;
+        match outcome {
+            Ok(ending) => self.report.ending = ending,
+            Err(error) => {
+                tracing::error!(%error, messages = self.report.messages, "replay stopped; the report says what it committed");
+                self.report.ending = Ending::Failed;
+                self.report.failure = Some(error.to_string());
+            }
+        }
         Ok(self.report)
     }
 
@@ -211,7 +222,15 @@ impl<'a> Replayer<'a> {
             }
             (plan.effects, plan.deltas)
         } else {
-            let report = self.store.commit(&batch, &Attempt::first()).await?;
+            let report = match self.commit(&batch).await {
+                Ok(report) => report,
+                Err(error) => {
+                    for (_, handler) in chunk {
+                        handler.nack();
+                    }
+                    return Err(error.into());
+                }
+            };
             // The committed plan is recomputed inside the transaction; with
             // the same reads it equals `plan`.
             (report.effects, plan.deltas)
@@ -227,6 +246,28 @@ impl<'a> Replayer<'a> {
         }
         self.pace().await;
         Ok(true)
+    }
+
+    /// Commits `batch` as the consumer does: a failure that proves nothing
+    /// about the content is retried with backoff (the next attempt names the
+    /// transaction it retries; the batch marker settles an unknown
+    /// outcome), up to the consumer's default attempts.
+    async fn commit(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
+        let retry = FlushConfig::default();
+        let mut attempt = 1;
+        let mut this = Attempt::first();
+        loop {
+            match self.store.commit(batch, &this).await {
+                Ok(report) => return Ok(report),
+                Err(error) if error.is_retryable() && attempt < retry.commit_max_attempts => {
+                    tracing::warn!(%error, attempt, "replay chunk commit failed; retrying");
+                    tokio::time::sleep(backoff(&retry, attempt)).await;
+                    this = Attempt::after(&error);
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// Sleeps so that the messages so far took at least `messages / rate`.

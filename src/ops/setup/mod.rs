@@ -24,7 +24,7 @@ use google_cloud_pubsub::model::{
 };
 use google_cloud_wkt::FieldMask;
 
-use crate::config::{check_pubsub_id, Endpoints, StoreLocation};
+use crate::config::{check_pubsub_id, Endpoints, StoreLocation, StoreLocationParser};
 use crate::connect;
 use crate::store::postgres::{schema, MigrateError, PgConfigError, PgDb, PgDbConfig};
 
@@ -34,7 +34,13 @@ pub struct SetupStore {
     /// The store: `firestore` (nothing to create: collections appear with
     /// their first document) or a PostgreSQL connection URL, whose schema
     /// migrations are applied.
-    #[arg(long = "store", env = "HOTCOUNT_STORE", default_value = "firestore")]
+    #[arg(
+        long = "store",
+        env = "HOTCOUNT_STORE",
+        default_value = "firestore",
+        value_parser = StoreLocationParser,
+        hide_env_values = true
+    )]
     pub store: StoreLocation,
 }
 
@@ -236,11 +242,21 @@ pub enum SetupError {
     #[error(transparent)]
     Connect(#[from] connect::ConnectError),
     /// The PostgreSQL URL or pool settings cannot be used.
-    #[error(transparent)]
-    Postgres(#[from] PgConfigError),
+    #[error("{store}: {error}")]
+    Postgres {
+        /// The store, its password hidden.
+        store: String,
+        /// What is wrong (not a `source`: the message holds it).
+        error: PgConfigError,
+    },
     /// Applying the PostgreSQL schema migrations failed (none is half-applied).
-    #[error("migrating the PostgreSQL schema: {0}")]
-    Migrate(#[from] MigrateError),
+    #[error("migrating the PostgreSQL schema of {store}: {error}")]
+    Migrate {
+        /// The store, its password hidden.
+        store: String,
+        /// What failed (not a `source`: the message holds it).
+        error: MigrateError,
+    },
 }
 
 impl SetupError {
@@ -248,7 +264,7 @@ impl SetupError {
     pub fn is_retryable(&self) -> bool {
         match self {
             SetupError::PubSub { retryable, .. } => *retryable,
-            SetupError::Migrate(e) => e.is_retryable(),
+            SetupError::Migrate { error, .. } => error.is_retryable(),
             _ => false,
         }
     }
@@ -560,8 +576,15 @@ pub async fn migrate_store(store: &StoreLocation) -> Result<Vec<(String, Change)
     let StoreLocation::Postgres { url } = store else {
         return Ok(Vec::new());
     };
-    let db = PgDb::new(&PgDbConfig::new(url.clone()))?;
-    let report = db.migrate().await?;
+    let shown = store.to_string();
+    let db = PgDb::new(&PgDbConfig::new(url.clone())).map_err(|error| SetupError::Postgres {
+        store: shown.clone(),
+        error,
+    })?;
+    let report = db.migrate().await.map_err(|error| SetupError::Migrate {
+        store: shown,
+        error,
+    })?;
     let mut done = Vec::new();
     for migration in schema::MIGRATIONS {
         let created = if report.applied.contains(&migration.version) {

@@ -53,15 +53,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                 Err(Failure::Other(error)) => (error, false),
             };
             if contended {
-                // Only ABORTED met (the store applied nothing): the parts
-                // are new batches. The one on the contended documents keeps
-                // backing off; the others commit now.
-                if let Ok((older, newer)) = batch.split() {
-                    self.stats.contention_splits.add(1);
-                    tracing::debug!(%error, "batch keeps meeting contention; splitting it");
-                    work.push(newer);
-                    work.push(older);
-                }
+                self.split_contended(batch, error, &mut work, &mut settled);
                 continue;
             }
             if !error.proves_content() {
@@ -118,6 +110,32 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         settled
     }
 
+    /// A batch that kept meeting contention (only ABORTED: the store
+    /// applied nothing): its parts become new batches in `work`, so the one
+    /// on the contended documents keeps backing off and the others commit
+    /// now. A batch that cannot be split (one item) is nacked: nothing of
+    /// it committed, so none of its messages may be acked.
+    pub(super) fn split_contended(
+        &self,
+        batch: Batch,
+        error: StoreError,
+        work: &mut Vec<Batch>,
+        settled: &mut Settlement,
+    ) {
+        match batch.split() {
+            Ok((older, newer)) => {
+                self.stats.contention_splits.add(1);
+                tracing::debug!(%error, "batch keeps meeting contention; splitting it");
+                work.push(newer);
+                work.push(older);
+            }
+            Err(unsplit) => {
+                settled.nack.extend(unsplit.messages());
+                settled.gave_up = Some(error);
+            }
+        }
+    }
+
     /// Commits `batch`, retrying what proves nothing about its content,
     /// with backoff. Returns the error early, for the caller to split the
     /// batch, after `split_after_aborts` attempts that all met contention;
@@ -136,6 +154,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                     if let Some(marks) = &self.rollups {
                         marks.mark(&report.changed, report.committed_at, Instant::now());
                     }
+                    self.stats.commit_progress.committed();
                     self.stats.store_rpcs.add(u64::from(report.rpcs));
                     self.stats.batches.add(1);
                     if report.outcome == CommitOutcome::AlreadyCommitted {
@@ -158,6 +177,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                     return Ok(report.effects);
                 }
                 Err(error) if error.is_retryable() && attempt < self.config.commit_max_attempts => {
+                    self.record_failure(&error);
                     only_aborted &= error.is_contention();
                     let pause = backoff(&self.config, attempt);
                     if self
@@ -172,14 +192,51 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                     {
                         return Err(Failure::Contended(error));
                     }
+                    if !self.pause(pause).await {
+                        // The shutdown deadline falls within the backoff.
+                        return Err(Failure::Other(error));
+                    }
                     self.stats.commit_retries.add(1);
                     tracing::debug!(%error, attempt, "commit failed; retrying");
-                    tokio::time::sleep(pause).await;
                     this = Attempt::after(&error);
                     attempt += 1;
                 }
-                Err(error) => return Err(Failure::Other(error)),
+                Err(error) => {
+                    self.record_failure(&error);
+                    return Err(Failure::Other(error));
+                }
             }
+        }
+    }
+}
+
+impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
+    /// Sleeps `pause` before a retry; false, at once, when the shutdown
+    /// deadline is set (now or while sleeping) to fall within it: then no
+    /// retry would be allowed to start anyway.
+    async fn pause(&self, pause: Duration) -> bool {
+        let wake = Instant::now() + pause;
+        let mut deadline = self.deadline.clone();
+        loop {
+            if deadline.get().is_some_and(|at| wake >= at) {
+                return false;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => return true,
+                () = deadline.changed() => {}
+            }
+        }
+    }
+
+    /// Counts and remembers a failed attempt (a call the store did not
+    /// answer in time, unless the shutdown deadline ended it).
+    fn record_failure(&self, error: &StoreError) {
+        self.stats.commit_progress.failed(error);
+        let shutting_down = self
+            .deadline()
+            .is_some_and(|deadline| Instant::now() >= deadline);
+        if error.code == crate::store::Code::DeadlineExceeded && !shutting_down {
+            self.stats.store_call_timeouts.add(1);
         }
     }
 }

@@ -238,7 +238,9 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         } = taken;
         let batch = Batch::of_messages(events, poison);
         let started = Instant::now();
+        self.stats.commit_progress.begin();
         let settled = self.commit_isolating(batch).await;
+        self.stats.commit_progress.end();
         self.stats.commit_duration.record(started.elapsed());
         self.stats.record_effects(settled.effects.into());
         if let Some(error) = &settled.gave_up {

@@ -7,7 +7,7 @@ use crate::pipeline::acker::Confirmation;
 use crate::pipeline::aggregator::{FreeView, Item, Pending};
 use crate::pipeline::poison::PoisonRecord;
 use crate::store::memory::{InjectedFailure, MemoryStore};
-use crate::store::ErrorClass;
+use crate::store::{ErrorClass, StoreError};
 use parking_lot::Mutex;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,15 +43,20 @@ impl Rig {
     }
 
     fn with(shards: usize, max_batch_events: usize, config: FlushConfig) -> Self {
-        let agg = Arc::new(Aggregator::new(shards, max_batch_events));
-        let store = Arc::new(MemoryStore::default());
-        let stats = Arc::new(Stats::default());
         let config = FlushConfig {
             backoff_initial: Duration::from_millis(1),
             backoff_max: Duration::from_millis(2),
             commit_max_attempts: 3,
             ..config
         };
+        Self::exact(shards, max_batch_events, config)
+    }
+
+    /// A rig with `config` as given (retries and backoff included).
+    fn exact(shards: usize, max_batch_events: usize, config: FlushConfig) -> Self {
+        let agg = Arc::new(Aggregator::new(shards, max_batch_events));
+        let store = Arc::new(MemoryStore::default());
+        let stats = Arc::new(Stats::default());
         let flusher = Flusher::new(
             agg.clone(),
             store.clone(),
@@ -164,6 +169,28 @@ async fn giving_up_nacks_and_counts_nothing() {
 }
 
 #[tokio::test]
+async fn a_contended_batch_that_cannot_be_split_is_nacked_not_dropped() {
+    let mut rig = Rig::new();
+    rig.like("p", "u1", 1);
+    let taken = rig.agg.take(0);
+    let batch = Batch::of_messages(taken.events, taken.poison);
+    assert!(!batch.can_split(), "one event: nothing to split");
+    let error = StoreError {
+        op: "Commit",
+        code: crate::store::Code::Aborted,
+        message: "contention".into(),
+        class: ErrorClass::Transient,
+        transaction: None,
+    };
+    let (mut work, mut settled) = (Vec::new(), isolate::Settlement::default());
+    rig.flusher
+        .split_contended(batch, error, &mut work, &mut settled);
+    assert!(work.is_empty(), "nothing left to commit");
+    assert_eq!(settled.nack, vec![0], "its message is nacked, never acked");
+    assert!(settled.gave_up.is_some_and(|e| e.is_contention()));
+}
+
+#[tokio::test]
 async fn permanent_error_is_isolated_and_the_rest_commits() {
     let mut rig = Rig::new();
     for i in 0..7 {
@@ -258,6 +285,68 @@ async fn a_lone_event_flushes_after_the_min_wait_and_the_rest_drains_at_stop() {
     task.await.unwrap();
     assert_eq!(rig.fates.lock().len(), 2, "drained at shutdown");
     assert_eq!(rig.store.count("p").await.unwrap(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_backoff_ends_when_the_shutdown_deadline_falls_within_it() {
+    let config = FlushConfig {
+        backoff_initial: Duration::from_secs(50),
+        backoff_max: Duration::from_secs(60),
+        commit_max_attempts: 8,
+        shutdown_deadline: Duration::from_secs(1),
+        ..FlushConfig::default()
+    };
+    let mut rig = Rig::exact(1, 100, config);
+    for _ in 0..8 {
+        rig.store
+            .inject(InjectedFailure::Before(ErrorClass::Transient));
+    }
+    let (stop_tx, stop) = watch::channel(false);
+    let task = tokio::spawn(rig.flusher.clone().run(stop));
+    rig.like("p", "u1", 1);
+    // The first attempt failed; the retry waits 25-50 s.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(rig.fates.lock().is_empty(), "still backing off");
+    let stopped = Instant::now();
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+    let took = stopped.elapsed();
+    assert!(took <= Duration::from_secs(1), "the drain took {took:?}");
+    assert_eq!(rig.fate(1), vec![Fate::Nacked]);
+    assert_eq!(rig.store.count("p").await.unwrap(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn commits_that_keep_failing_mark_the_replica_stalled_in_its_progress() {
+    let mut rig = Rig::exact(
+        1,
+        100,
+        FlushConfig {
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(1),
+            commit_max_attempts: 100,
+            ..FlushConfig::default()
+        },
+    );
+    for _ in 0..20 {
+        rig.store
+            .inject(InjectedFailure::Before(ErrorClass::Transient));
+    }
+    let stats = rig.flusher.stats.clone();
+    let (stop_tx, stop) = watch::channel(false);
+    let task = tokio::spawn(rig.flusher.clone().run(stop));
+    rig.like("p", "u1", 1);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let threshold = Duration::from_secs(4);
+    let stall = stats.commit_progress.check(threshold).expect("stalled");
+    assert_eq!(stall.in_flight, 1);
+    assert!(stall.last_error.is_some());
+    // The store answers again: the commit goes through, no stall left.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(rig.fate(1), vec![Fate::Acked]);
+    assert_eq!(stats.commit_progress.check(threshold), None);
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]

@@ -19,7 +19,11 @@
 //!   by the sweep of recently changed posts when a process starts;
 //! - a rollup younger than `interval` (less the slack) is not written again
 //!   (the refresh is deferred until it is that old), so replicas together
-//!   write one post at most about once per interval.
+//!   write one post at most about once per interval;
+//! - with milestones on, a write whose total reaches a milestone above the
+//!   rollup read (and above the highest one recorded) creates its record
+//!   in the same atomic write ([`crate::store::milestone::crossed`]): a
+//!   refresh that changes no total (a replay) decides nothing.
 
 mod marks;
 
@@ -30,6 +34,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::store::counter_shards::ShardRegistry;
+use crate::store::milestone::crossed;
 use crate::store::rollup::{
     Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite, StoredRollup,
     WriteOutcome,
@@ -67,6 +72,9 @@ pub struct RollupConfig {
     pub drain_timeout: Duration,
     /// Longest wait before a post whose refresh failed is tried again.
     pub max_backoff: Duration,
+    /// The milestones a write records when it first reaches them, sorted
+    /// ascending; empty: none (milestones off).
+    pub milestones: Vec<i64>,
 }
 
 impl RollupConfig {
@@ -80,6 +88,7 @@ impl RollupConfig {
             writes_per_call: 500,
             drain_timeout: Duration::from_secs(2),
             max_backoff: Duration::from_secs(10).max(interval),
+            milestones: Vec::new(),
         }
     }
 }
@@ -160,6 +169,8 @@ pub struct PlannedWrite {
     pub shards: u32,
     /// The rollup read (the write's condition; its `likes` is the old total).
     pub previous: Option<StoredRollup>,
+    /// The milestones the write reaches first (their records go with it).
+    pub milestones: Vec<i64>,
 }
 
 impl PlannedWrite {
@@ -171,6 +182,7 @@ impl PlannedWrite {
             as_of: self.as_of,
             shards: self.shards,
             previous: self.previous.as_ref(),
+            milestones: &self.milestones,
         }
     }
 }
@@ -435,7 +447,15 @@ impl<S: RollupStore> Refresher<S> {
                     Settled::Later { after }
                 }
                 Decision::Write { likes, shards } => {
+                    let stored = read.stored.as_ref();
+                    let milestones = crossed(
+                        &self.config.milestones,
+                        stored.map_or(0, |s| s.likes),
+                        stored.and_then(|s| s.milestone),
+                        likes,
+                    );
                     writes.push(PlannedWrite {
+                        milestones,
                         due: due.clone(),
                         likes,
                         as_of: read_time,
@@ -476,6 +496,8 @@ impl<S: RollupStore> Refresher<S> {
             let settled = match outcome {
                 WriteOutcome::Written => {
                     written += 1;
+                    let recorded = planned.milestones.len() as u64;
+                    self.stats.milestones_recorded.add(recorded);
                     self.stats.rollup_refreshes.add(1);
                     if let Some(registry) = &self.registry {
                         registry.confirm(&planned.due.post_id, planned.shards);

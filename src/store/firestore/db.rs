@@ -8,7 +8,12 @@
 //! [`codec`](super::codec); a read or a commit that fails after a
 //! transaction was opened for it ends that transaction (best effort) and
 //! names it in the error, so its locks do not outlive the attempt; every
-//! failure is a [`StoreError`] classed by [`classify`](super::classify).
+//! failure is a [`StoreError`] classed by [`classify`](super::classify);
+//! every RPC ends within its deadline ([`FirestoreDb::with_call_timeout`]:
+//! sent to the server as `grpc-timeout` and enforced here too, so a server
+//! or network that stops answering costs a transient DEADLINE_EXCEEDED,
+//! never a stalled caller; a query over a whole collection has the scan
+//! deadline).
 
 use std::time::Duration;
 
@@ -27,12 +32,21 @@ use crate::store::StoreError;
 /// Longest wait for a best-effort rollback.
 const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The deadline of an RPC unless [`FirestoreDb::with_call_timeout`] says
+/// otherwise (the service passes `--store-call-timeout-ms`).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The deadline of a query over a whole collection (reconcile's scans,
+/// quarantine listings).
+pub const SCAN_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// The one handle to a Firestore database and hotcount's layout in it.
 /// Cheap to clone (the connection is shared).
 #[derive(Clone)]
 pub struct FirestoreDb {
     client: ::firestore::FirestoreDb,
     layout: Layout,
+    call_timeout: Duration,
 }
 
 /// Which state a read sees.
@@ -105,7 +119,29 @@ impl FirestoreDb {
     /// The handle over a connected client and the layout of its database
     /// (opened by `crate::connect::firestore_db`).
     pub fn new(client: firestore::FirestoreDb, layout: Layout) -> Self {
-        Self { client, layout }
+        Self {
+            client,
+            layout,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+
+    /// This handle with every RPC (but a scan's) ending within `timeout`.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// The deadline of one RPC.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// `request` carrying `limit` as its `grpc-timeout`.
+    fn within<R>(request: R, limit: Duration) -> gcloud_sdk::tonic::Request<R> {
+        let mut request = gcloud_sdk::tonic::Request::new(request);
+        request.set_timeout(limit);
+        request
     }
 
     /// The layout in use.
@@ -130,10 +166,17 @@ impl FirestoreDb {
             name: name.to_string(),
             ..Default::default()
         };
-        match self.client().get_document(request).await {
-            Ok(doc) => Ok(Some(doc.into_inner())),
-            Err(status) if status.code() == Code::NotFound => Ok(None),
-            Err(status) => Err(status_error("GetDocument", &status)),
+        let limit = self.call_timeout;
+        let mut client = self.client();
+        let call = client.get_document(Self::within(request, limit));
+        match tokio::time::timeout(limit, call).await {
+            Ok(Ok(doc)) => Ok(Some(doc.into_inner())),
+            Ok(Err(status)) if status.code() == Code::NotFound => Ok(None),
+            Ok(Err(status)) if expired(&status) => {
+                Err(no_answer("GetDocument", limit, "nothing was written"))
+            }
+            Ok(Err(status)) => Err(status_error("GetDocument", &status)),
+            Err(_) => Err(no_answer("GetDocument", limit, "nothing was written")),
         }
     }
 
@@ -151,9 +194,10 @@ impl FirestoreDb {
             documents,
             ..batch_get_options(read, &[])
         };
+        let limit = self.call_timeout;
         let mut client = self.client();
-        let call = client.batch_get_documents(request);
-        self.stream("BatchGetDocuments", read, call, |response| {
+        let call = client.batch_get_documents(Self::within(request, limit));
+        self.stream("BatchGetDocuments", read, limit, call, |response| {
             if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result {
                 found(doc);
             }
@@ -180,19 +224,28 @@ impl FirestoreDb {
         };
         let mut read_time: Option<Timestamp> = None;
         let mut client = self.client();
-        let call = client.batch_get_documents(request);
-        self.stream(op, Read::Latest, call, |response| {
-            if let Some(t) = response.read_time {
-                let later = read_time.is_none_or(|r| (t.seconds, t.nanos) > (r.seconds, r.nanos));
-                if later {
-                    read_time = Some(t);
+        let limit = self.call_timeout;
+        let call = client.batch_get_documents(Self::within(request, limit));
+        self.stream(
+            op,
+            Read::Latest,
+            limit,
+            call,
+            |response: fs::BatchGetDocumentsResponse| {
+                if let Some(t) = response.read_time {
+                    let later =
+                        read_time.is_none_or(|r| (t.seconds, t.nanos) > (r.seconds, r.nanos));
+                    if later {
+                        read_time = Some(t);
+                    }
                 }
-            }
-            if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result {
-                found(doc);
-            }
-            true
-        })
+                if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result
+                {
+                    found(doc);
+                }
+                true
+            },
+        )
         .await?;
         read_time.ok_or_else(|| internal(op, "no read time in the BatchGetDocuments responses"))
     }
@@ -212,12 +265,20 @@ impl FirestoreDb {
             writes,
             ..Default::default()
         };
-        let response = self
-            .client()
-            .batch_write(request)
-            .await
-            .map_err(|s| status_error(op, &s))?
-            .into_inner();
+        let limit = self.call_timeout;
+        let mut client = self.client();
+        let call = client.batch_write(Self::within(request, limit));
+        let response = match tokio::time::timeout(limit, call).await {
+            Ok(Ok(response)) => response.into_inner(),
+            Ok(Err(status)) if !expired(&status) => return Err(status_error(op, &status)),
+            _ => {
+                return Err(no_answer(
+                    op,
+                    limit,
+                    "each write's outcome is unknown (a later refresh settles it)",
+                ))
+            }
+        };
         if response.status.len() != count {
             return Err(internal(
                 op,
@@ -249,9 +310,10 @@ impl FirestoreDb {
         // A name is about 100 bytes.
         let capacity = 64 + self.layout.database.len() + 128 * documents.size_hint().0;
         let request = wire::encode_batch_get(&self.layout.database, documents, &options, capacity);
+        let limit = self.call_timeout;
         let mut channel = self.channel();
-        let call = wire::batch_get(&mut channel, request);
-        self.stream("BatchGetDocuments", read, call, |response| {
+        let call = wire::batch_get(&mut channel, request, limit);
+        self.stream("BatchGetDocuments", read, limit, call, |response| {
             if let Some(doc) = response.found() {
                 found(doc);
             }
@@ -275,8 +337,8 @@ impl FirestoreDb {
         };
         let mut queried = Queried::default();
         let mut client = self.client();
-        let call = client.run_query(request);
-        self.stream("RunQuery", read, call, |response| {
+        let call = client.run_query(Self::within(request, SCAN_TIMEOUT));
+        self.stream("RunQuery", read, SCAN_TIMEOUT, call, |response| {
             if queried.read_time.is_none() {
                 queried.read_time = response.read_time;
             }
@@ -315,9 +377,9 @@ impl FirestoreDb {
         };
         let mut count = None;
         let mut client = self.client();
-        let call = client.run_aggregation_query(request);
+        let call = client.run_aggregation_query(Self::within(request, SCAN_TIMEOUT));
         let transaction = self
-            .stream(op, read, call, |response| {
+            .stream(op, read, SCAN_TIMEOUT, call, |response| {
                 let value = response
                     .result
                     .and_then(|r| r.aggregate_fields.get("n").cloned())
@@ -338,10 +400,43 @@ impl FirestoreDb {
     }
 
     /// Reads the responses of the streaming call `op`, handing each to
-    /// `each` until it returns false or the stream ends. Returns the
-    /// transaction the read opened (see [`Self::batch_get`]); a failure
-    /// after it was opened ends it.
+    /// `each` until it returns false or the stream ends, all within
+    /// `limit`. Returns the transaction the read opened (see
+    /// [`Self::batch_get`]); a failure after it was opened (its deadline
+    /// passing included) ends it.
     async fn stream<T: Streamed>(
+        &self,
+        op: &'static str,
+        read: Read<'_>,
+        limit: Duration,
+        call: impl std::future::Future<
+            Output = Result<gcloud_sdk::tonic::Response<gcloud_sdk::tonic::Streaming<T>>, Status>,
+        >,
+        each: impl FnMut(T) -> bool,
+    ) -> Result<Vec<u8>, StoreError> {
+        let within = tokio::time::timeout(limit, self.stream_all(op, read, call, each)).await;
+        match within {
+            Ok(Err(error)) if error.code == Code::Cancelled && error.message == TIMEOUT_EXPIRED => {
+                Err(StoreError {
+                    code: Code::DeadlineExceeded,
+                    message: no_answer(op, limit, "nothing was written").message,
+                    ..error
+                })
+            }
+            Ok(result) => result,
+            Err(_) => {
+                let opened = match read {
+                    Read::ReadWrite { opened, .. } => opened.take().unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                let error = no_answer(op, limit, "nothing was written");
+                Err(self.abandon(opened, error).await)
+            }
+        }
+    }
+
+    /// [`Self::stream`] without its deadline.
+    async fn stream_all<T: Streamed>(
         &self,
         op: &'static str,
         read: Read<'_>,
@@ -400,11 +495,20 @@ impl FirestoreDb {
             options: Some(fs::TransactionOptions { mode: Some(mode) }),
             ..Default::default()
         };
-        let response = self
-            .client()
-            .begin_transaction(request)
+        let op = "BeginTransaction";
+        let limit = self.call_timeout;
+        let mut client = self.client();
+        let call = client.begin_transaction(Self::within(request, limit));
+        let response = tokio::time::timeout(limit, call)
             .await
-            .map_err(|s| status_error("BeginTransaction", &s))?;
+            .map_err(|_| no_answer(op, limit, "a transaction it opened expires by itself"))?
+            .map_err(|s| {
+                if expired(&s) {
+                    no_answer(op, limit, "a transaction it opened expires by itself")
+                } else {
+                    status_error(op, &s)
+                }
+            })?;
         Ok(response.into_inner().transaction)
     }
 
@@ -435,9 +539,15 @@ impl FirestoreDb {
         transaction: Option<Vec<u8>>,
     ) -> Result<Option<Timestamp>, StoreError> {
         let bytes = request.finish(transaction.as_deref().unwrap_or_default());
-        let status = match wire::commit(&mut self.channel(), bytes).await {
-            Ok(response) => return Ok(response.into_inner().commit_time),
-            Err(status) => status,
+        let limit = self.call_timeout;
+        let mut channel = self.channel();
+        let status = match tokio::time::timeout(limit, wire::commit(&mut channel, bytes, limit)).await
+        {
+            Ok(Ok(response)) => return Ok(response.into_inner().commit_time),
+            Ok(Err(status)) if !expired(&status) => status,
+            _ => Status::deadline_exceeded(format!(
+                "no answer within the store call timeout ({limit:?}); the Commit may have applied, so its outcome is unknown (the batch marker tells the next attempt)"
+            )),
         };
         let mut error = status_error("Commit", &status);
         if let Some(transaction) = transaction {
@@ -458,7 +568,10 @@ impl FirestoreDb {
             ..Default::default()
         };
         // Bounded: a rollback is best effort, and it runs on the way out.
-        let rolled = tokio::time::timeout(ROLLBACK_TIMEOUT, self.client().rollback(request)).await;
+        let limit = ROLLBACK_TIMEOUT.min(self.call_timeout);
+        let mut client = self.client();
+        let call = client.rollback(Self::within(request, limit));
+        let rolled = tokio::time::timeout(limit, call).await;
         match rolled {
             Ok(Ok(_)) => {}
             Ok(Err(status)) => {
@@ -467,6 +580,23 @@ impl FirestoreDb {
             Err(_) => tracing::debug!("rollback timed out; the transaction expires on its own"),
         }
     }
+}
+
+/// What the client library answers when a request's own deadline (its
+/// `grpc-timeout`) passes first: CANCELLED with this message.
+const TIMEOUT_EXPIRED: &str = "Timeout expired";
+
+/// Whether `status` is the client library's own deadline passing (the
+/// same deadline as ours, which may fire a moment later).
+fn expired(status: &Status) -> bool {
+    status.code() == Code::Cancelled && status.message() == TIMEOUT_EXPIRED
+}
+
+/// An RPC of `op` that got no answer within `limit`: a transient
+/// DEADLINE_EXCEEDED saying what became of it (`what`).
+fn no_answer(op: &'static str, limit: Duration, what: &str) -> StoreError {
+    let message = format!("no answer within the store call timeout ({limit:?}); {what}");
+    status_error(op, &Status::deadline_exceeded(message))
 }
 
 fn read_write(retry: Option<&[u8]>) -> fs::TransactionOptions {

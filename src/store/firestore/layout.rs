@@ -25,6 +25,8 @@ pub mod collections {
     pub const RECONCILE: &str = "reconcile";
     /// Rollups, one per post: the count clients read and listen to.
     pub const COUNTS: &str = "counts";
+    /// Milestone records, one per (post, milestone) reached.
+    pub const MILESTONES: &str = "milestones";
 }
 
 /// Field names, per kind of document.
@@ -72,6 +74,38 @@ pub mod fields {
         /// it only grows, so a refresh that read fewer is not written).
         pub const SHARDS: &str = "shards";
         /// The server time of the write (timestamp).
+        pub const UPDATED_AT: &str = "updatedAt";
+        /// The highest milestone recorded with the rollup, ever (integer;
+        /// absent until one is).
+        pub const MILESTONE: &str = "milestone";
+    }
+
+    /// A milestone record `milestones/{post}:{n}`.
+    pub mod milestone {
+        /// The post (string).
+        pub const POST_ID: &str = "postId";
+        /// The milestone reached (integer).
+        pub const MILESTONE: &str = "milestone";
+        /// The post's total in the rollup that reached it (integer).
+        pub const LIKES: &str = "likes";
+        /// That rollup's `asOf` (timestamp).
+        pub const REACHED_AT: &str = "reachedAt";
+        /// `pending`, `leased`, `done` or `dead` (string).
+        pub const STATUS: &str = "status";
+        /// Delivery attempts claimed (integer).
+        pub const ATTEMPTS: &str = "attempts";
+        /// When a claim may take it next (timestamp: the next attempt, or
+        /// the lease's end; removed once done or dead). The dispatcher's
+        /// query filters and orders on this field alone, so the automatic
+        /// single-field index serves it.
+        pub const DUE_AT: &str = "dueAt";
+        /// The end of the current lease (timestamp).
+        pub const LEASE_UNTIL: &str = "leaseUntil";
+        /// Why the last attempt failed, or why it was given up (string).
+        pub const LAST_ERROR: &str = "lastError";
+        /// When the webhook accepted it (timestamp).
+        pub const DELIVERED_AT: &str = "deliveredAt";
+        /// The server time of the last write (timestamp).
         pub const UPDATED_AT: &str = "updatedAt";
     }
 
@@ -245,6 +279,15 @@ impl Layout {
             "{}/{}/{post_id}",
             self.root(),
             self.collection(collections::COUNTS)
+        )
+    }
+
+    /// The milestone record `{post}:{n}`.
+    pub fn milestone(&self, post_id: &str, milestone: i64) -> String {
+        format!(
+            "{}/{}/{post_id}:{milestone}",
+            self.root(),
+            self.collection(collections::MILESTONES)
         )
     }
 

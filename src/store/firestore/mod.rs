@@ -17,6 +17,8 @@
 //! [`frame`] reads a batch's read responses in place, without building
 //! them.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use gcloud_sdk::tonic::Code;
 
 pub mod codec;
@@ -25,11 +27,12 @@ mod documents;
 pub mod errors;
 pub mod frame;
 pub mod layout;
+mod milestones;
 mod rollups;
 pub mod wire;
 
 pub use codec::{StoredMembership, StoredRecord};
-pub use db::{FirestoreDb, Opened, Queried, Read};
+pub use db::{FirestoreDb, Opened, Queried, Read, DEFAULT_CALL_TIMEOUT};
 pub use documents::{CounterSums, Memberships};
 pub use errors::{classify, status_error};
 pub use layout::Layout;
@@ -77,21 +80,27 @@ impl FirestoreStore {
 impl CounterStore for FirestoreStore {
     async fn commit(&self, batch: &Batch, attempt: &Attempt) -> Result<CommitReport, StoreError> {
         let opened = Opened::default();
-        let work = self.attempt(batch, attempt, &opened);
+        let committing = AtomicBool::new(false);
+        let work = self.attempt(batch, attempt, &opened, &committing);
         tokio::select! {
             result = work => result,
             () = attempt.deadline.reached() => {
                 // Abandoned mid-RPC: end the transaction it opened, so its
-                // locks do not stall other replicas until it expires.
+                // locks do not stall other replicas until it expires (a
+                // Commit that did apply makes the rollback fail, harmlessly).
                 let transaction = opened.take();
                 if let Some(transaction) = &transaction {
                     self.db.rollback(transaction.clone()).await;
                 }
+                let outcome = if committing.load(Ordering::SeqCst) {
+                    "its Commit was sent, so its outcome is unknown (the batch marker tells the next attempt or delivery whether it applied)"
+                } else {
+                    "abandoned before its Commit was sent: its transaction was rolled back, nothing applied"
+                };
                 Err(StoreError {
                     op: "Commit",
                     code: Code::DeadlineExceeded,
-                    message: "the attempt's deadline passed; its transaction was rolled back"
-                        .into(),
+                    message: format!("the shutdown deadline passed; {outcome}"),
                     class: ErrorClass::Transient,
                     transaction,
                 })
@@ -114,6 +123,7 @@ impl FirestoreStore {
         batch: &Batch,
         attempt: &Attempt,
         opened: &Opened,
+        committing: &AtomicBool,
     ) -> Result<CommitReport, StoreError> {
         let layout = self.db.layout();
         let marker = layout.marker(&self.config.consumer, &batch.id);
@@ -157,6 +167,7 @@ impl FirestoreStore {
             &marker,
             |i| counters.shard(i),
         );
+        committing.store(true, Ordering::SeqCst);
         let committed_at = self
             .db
             .commit_encoded(commit, Some(snapshot.transaction))

@@ -6,7 +6,9 @@
 //! the responses' read times, at which every document returned is still
 //! valid); writes go in one BatchWrite, each with the precondition that the
 //! rollup is the one read (its update time, or absent), so a refresh that
-//! lost a race is not applied; every document name comes from [`Layout`].
+//! lost a race is not applied (a write that records milestones is a
+//! Commit of its own with its records, see `milestones.rs`); every
+//! document name comes from [`Layout`].
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -89,21 +91,37 @@ impl RollupStore for FirestoreDb {
         if writes.is_empty() {
             return Ok(Vec::new());
         }
-        let sdk = writes
-            .iter()
-            .map(|w| codec::rollup_write(self.layout(), w))
-            .collect();
-        let statuses = self.batch_write(sdk).await?;
-        Ok(statuses
+        // A write that records milestones is a Commit of its own (atomic
+        // with its records); the rest go in one BatchWrite.
+        let (recording, plain): (Vec<usize>, Vec<usize>) =
+            (0..writes.len()).partition(|&i| !writes[i].milestones.is_empty());
+        let mut outcomes: Vec<Option<WriteOutcome>> = vec![None; writes.len()];
+        let recorded =
+            futures::future::join_all(recording.iter().map(|&i| self.write_recording(&writes[i])))
+                .await;
+        for (&i, outcome) in recording.iter().zip(recorded) {
+            outcomes[i] = Some(outcome);
+        }
+        if !plain.is_empty() {
+            let sdk = plain
+                .iter()
+                .map(|&i| codec::rollup_write(self.layout(), &writes[i]))
+                .collect();
+            let statuses = self.batch_write(sdk).await?;
+            for (&i, status) in plain.iter().zip(statuses) {
+                outcomes[i] = Some(match status {
+                    Ok(()) => WriteOutcome::Written,
+                    // The rollup is not the one read: another refresher wrote it.
+                    Err(e) if matches!(e.code, Code::FailedPrecondition | Code::AlreadyExists) => {
+                        WriteOutcome::Lost
+                    }
+                    Err(e) => WriteOutcome::Failed(e),
+                });
+            }
+        }
+        Ok(outcomes
             .into_iter()
-            .map(|status| match status {
-                Ok(()) => WriteOutcome::Written,
-                // The rollup is not the one read: another refresher wrote it.
-                Err(e) if matches!(e.code, Code::FailedPrecondition | Code::AlreadyExists) => {
-                    WriteOutcome::Lost
-                }
-                Err(e) => WriteOutcome::Failed(e),
-            })
+            .map(|o| o.unwrap_or(WriteOutcome::Lost))
             .collect())
     }
 

@@ -210,13 +210,16 @@ pub fn put_timestamp(buf: &mut Vec<u8>, t: &Timestamp) {
 }
 
 /// Calls Commit with a request encoded by [`EncodedCommit`] (as the
-/// generated client calls it: same path, same method extension).
+/// generated client calls it: same path, same method extension), its
+/// deadline `timeout` sent as `grpc-timeout`.
 pub async fn commit(
     channel: &mut Channel,
     request: Vec<u8>,
+    timeout: std::time::Duration,
 ) -> Result<Response<CommitResponse>, Status> {
     channel.ready().await.map_err(not_ready)?;
     let mut request = request.into_request();
+    request.set_timeout(timeout);
     request
         .extensions_mut()
         .insert(GrpcMethod::new("google.firestore.v1.Firestore", "Commit"));
@@ -292,9 +295,11 @@ impl Codec for EncodedFrames {
 pub async fn batch_get(
     channel: &mut Channel,
     request: Vec<u8>,
+    timeout: std::time::Duration,
 ) -> Result<Response<Streaming<BatchGetFrame>>, Status> {
     channel.ready().await.map_err(not_ready)?;
     let mut request = request.into_request();
+    request.set_timeout(timeout);
     request.extensions_mut().insert(GrpcMethod::new(
         "google.firestore.v1.Firestore",
         "BatchGetDocuments",

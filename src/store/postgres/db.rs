@@ -7,21 +7,29 @@
 //! is open on it ([`Conn::release`]); any other way out (an error, a
 //! dropped future) closes it, which makes the server roll back whatever it
 //! had open. Every session runs with a `lock_timeout`, an
-//! `idle_in_transaction_session_timeout` and (PostgreSQL 14+) a
+//! `idle_in_transaction_session_timeout` and a
 //! `client_connection_check_interval`, so neither a stuck lock wait, a
-//! stalled client nor a closed connection holds rows for long.
+//! stalled client nor a closed connection holds rows for long; its socket
+//! notices a vanished server ([`session`](super::session)). Every call
+//! here ends within its bound: [`PgDbConfig::call_timeout`] (a scan of
+//! every post or record: [`PgDbConfig::scan_timeout`]); one that does not
+//! is abandoned with its connection closed, as a transient
+//! `DeadlineExceeded`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::time::Duration;
 
-use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool::managed::{Object, Pool, PoolError};
+use deadpool_postgres::ClientWrapper;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{CancelToken, NoTls, Statement};
-use tokio_postgres_rustls::MakeRustlsConnect;
+use tokio_postgres::{CancelToken, Statement};
 
 use super::codec::{membership_from_row, quarantine_from_row, StoredRecord};
-use super::errors::{pool_error, query_error, unavailable};
+use super::conninfo;
+use super::errors::{pool_error, query_error, session_error, timed_out, unavailable_because};
 use super::schema::{self, MigrateError, MigrationReport, SchemaError};
+use super::session::{ServerRefusal, ServerReport, SessionError, SessionSettings, Sessions};
 use super::tls::{self, TlsError};
 use crate::pipeline::batch::{Membership, MembershipKey};
 use crate::store::StoreError;
@@ -30,8 +38,9 @@ use crate::store::StoreError;
 /// row it writes changed since its snapshot).
 pub const REPAIR_MAX_ATTEMPTS: u32 = 5;
 
-/// How to reach the database and how its sessions behave.
-#[derive(Clone, Debug)]
+/// How to reach the database and how its sessions behave. Its `Debug`
+/// hides the password ([`conninfo::redact`]).
+#[derive(Clone)]
 pub struct PgDbConfig {
     /// A libpq connection string: `postgres://user:password@host:port/db`
     /// or `host=... dbname=...`. Use a database (or `options=-c
@@ -40,20 +49,22 @@ pub struct PgDbConfig {
     /// Connections at most; at least the flusher's commits in flight, as
     /// each holds one for its transaction.
     pub max_connections: usize,
-    /// Longest wait to open a connection, and for a free one.
-    pub connect_timeout: Duration,
+    /// Sockets and sessions: connect timeout, keepalives, user timeout,
+    /// the server's connection check, the idle check on checkout.
+    pub session: SessionSettings,
     /// Longest wait for a row lock before the statement fails (55P03,
     /// contention: retried, and split by the flusher if it persists).
     pub lock_timeout: Duration,
     /// A session idle inside a transaction this long is ended by the
     /// server, releasing its locks (a stalled or partitioned client).
     pub idle_in_transaction_timeout: Duration,
-    /// How often the server checks, while a statement runs or waits for a
-    /// lock, that the client is still connected, so the statement of a
-    /// connection the store closed ends (and releases its locks) even if
-    /// the cancel request missed it. `None` for servers before
-    /// PostgreSQL 14, which do not know the setting.
-    pub connection_check_interval: Option<Duration>,
+    /// Longest a store call may take (a commit attempt's round trips, a
+    /// count, a cleanup statement), waiting for a connection included;
+    /// also the batch transaction's `statement_timeout`.
+    pub call_timeout: Duration,
+    /// Longest a scan of every post or record may take (reconcile's tally,
+    /// quarantine listings, migrations).
+    pub scan_timeout: Duration,
 }
 
 impl PgDbConfig {
@@ -62,11 +73,29 @@ impl PgDbConfig {
         Self {
             url: url.into(),
             max_connections: 8,
-            connect_timeout: Duration::from_secs(10),
+            session: SessionSettings::default(),
             lock_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(30),
-            connection_check_interval: Some(Duration::from_secs(1)),
+            call_timeout: Duration::from_secs(30),
+            scan_timeout: Duration::from_secs(600),
         }
+    }
+}
+
+impl std::fmt::Debug for PgDbConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgDbConfig")
+            .field("url", &conninfo::redact(&self.url))
+            .field("max_connections", &self.max_connections)
+            .field("session", &self.session)
+            .field("lock_timeout", &self.lock_timeout)
+            .field(
+                "idle_in_transaction_timeout",
+                &self.idle_in_transaction_timeout,
+            )
+            .field("call_timeout", &self.call_timeout)
+            .field("scan_timeout", &self.scan_timeout)
+            .finish()
     }
 }
 
@@ -74,14 +103,28 @@ impl PgDbConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum PgConfigError {
     /// The connection string does not parse.
+    #[error("invalid PostgreSQL connection string: {}", super::errors::with_causes(.0))]
+    Url(tokio_postgres::Error),
+    /// The connection string parses, but not as its writer meant.
     #[error("invalid PostgreSQL connection string: {0}")]
-    Url(#[source] tokio_postgres::Error),
+    Ambiguous(&'static str),
     /// The pool cannot be built with these settings.
     #[error("invalid PostgreSQL pool settings: {0}")]
     Pool(String),
     /// The TLS settings (`sslmode`, `sslrootcert`) cannot be used.
     #[error("invalid PostgreSQL TLS settings: {0}")]
     Tls(#[from] TlsError),
+}
+
+/// Why the server cannot be used: unreachable, or not one hotcount runs on.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// No session (the server is unreachable, credentials refused, ...).
+    #[error(transparent)]
+    Store(StoreError),
+    /// A server too old, or a database not in UTF-8.
+    #[error(transparent)]
+    Refused(ServerRefusal),
 }
 
 /// One post's two sides, read at one snapshot.
@@ -106,13 +149,9 @@ impl PostTally {
 /// on first use, not when built.
 #[derive(Clone)]
 pub struct PgDb {
-    pool: Pool,
-    /// The connector of the pool's connections (`None`: plain TCP), for
-    /// cancel requests and the connections that LISTEN.
-    tls: Option<MakeRustlsConnect>,
-    /// The pool's connection settings, for a connection of its own
-    /// ([`Self::listen`]).
-    config: tokio_postgres::Config,
+    pool: Pool<Sessions>,
+    call_timeout: Duration,
+    scan_timeout: Duration,
 }
 
 /// A connection that LISTENs (see [`PgDb::listen`]).
@@ -124,37 +163,10 @@ pub struct Listening {
     pub notifications: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
-/// Drives `connection`, sending each notification's payload to `tx`, until
-/// the connection ends (or nobody receives).
-async fn forward_notifications<S, T>(
-    mut connection: tokio_postgres::Connection<S, T>,
-    tx: tokio::sync::mpsc::UnboundedSender<String>,
-) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    use futures::StreamExt;
-    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-    while let Some(message) = messages.next().await {
-        match message {
-            Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
-                if tx.send(n.payload().to_string()).is_err() {
-                    return;
-                }
-            }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(%error, "the LISTEN connection ended");
-                return;
-            }
-        }
-    }
-}
-
 /// A pooled connection that goes back to the pool only through
 /// [`Conn::release`]; dropped otherwise, it is closed.
 pub struct Conn {
-    object: Option<Object>,
+    object: Option<Object<Sessions>>,
 }
 
 impl Conn {
@@ -162,7 +174,7 @@ impl Conn {
     pub fn client(&self) -> Result<&ClientWrapper, StoreError> {
         self.object
             .as_deref()
-            .ok_or_else(|| unavailable("Connection", "the connection was released"))
+            .ok_or_else(|| unavailable_because("Connection", "the connection was released"))
     }
 
     /// `sqls` prepared on this connection: from its cache, without a round
@@ -181,7 +193,7 @@ impl Conn {
             .map_err(|e| query_error(op, &e))?;
         prepared
             .try_into()
-            .map_err(|_| unavailable(op, "fewer statements prepared than asked"))
+            .map_err(|_| unavailable_because(op, "fewer statements prepared than asked"))
     }
 
     /// How many statements are prepared on this connection (it grows
@@ -212,76 +224,86 @@ impl Drop for Conn {
 impl PgDb {
     /// A pool over `config.url` (no connection is opened yet).
     pub fn new(config: &PgDbConfig) -> Result<Self, PgConfigError> {
+        conninfo::check_url(&config.url).map_err(PgConfigError::Ambiguous)?;
         let (url, tls) = tls::split(&config.url)?;
+        let mode = tls.mode;
         let tls = tls::connector(&tls)?;
         let mut pg: tokio_postgres::Config = url.parse().map_err(PgConfigError::Url)?;
         if pg.get_application_name().is_none() {
             pg.application_name("hotcount");
         }
-        if pg.get_connect_timeout().is_none() {
-            pg.connect_timeout(config.connect_timeout);
-        }
-        // Sent in the startup packet: no round trip per session.
-        let mut session = format!(
+        // Sent in the startup packet: no round trip per session (the
+        // connection check, which servers before 14 do not know, is set
+        // once the server said which it is: `session.rs`).
+        let session = format!(
             "-c lock_timeout={} -c idle_in_transaction_session_timeout={}",
             config.lock_timeout.as_millis().max(1),
             config.idle_in_transaction_timeout.as_millis().max(1),
         );
-        if let Some(interval) = config.connection_check_interval {
-            let interval = interval.as_millis().max(1);
-            session.push_str(&format!(" -c client_connection_check_interval={interval}"));
-        }
         let options = match pg.get_options() {
             Some(given) => format!("{given} {session}"),
             None => session,
         };
         pg.options(options);
-        let recycling = ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        };
-        let config_copy = pg.clone();
-        let manager = match &tls {
-            Some(connector) => Manager::from_config(pg, connector.clone(), recycling),
-            None => Manager::from_config(pg, NoTls, recycling),
-        };
-        let pool = Pool::builder(manager)
+        let mut settings = config.session.clone();
+        if let Some(given) = pg.get_connect_timeout() {
+            settings.connect_timeout = *given;
+        }
+        let wait = settings.connect_timeout;
+        let sessions = Sessions::new(pg, mode, tls, settings);
+        let pool = Pool::builder(sessions)
             .max_size(config.max_connections.max(1))
-            .wait_timeout(Some(config.connect_timeout))
-            .create_timeout(Some(config.connect_timeout))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(wait))
+            // Opening is bounded inside (every host tried); this is the backstop.
+            .create_timeout(Some(wait + Duration::from_secs(1)))
+            .runtime(deadpool::Runtime::Tokio1)
             .build()
             .map_err(|e| PgConfigError::Pool(e.to_string()))?;
         Ok(Self {
             pool,
-            tls,
-            config: config_copy,
+            call_timeout: config.call_timeout,
+            scan_timeout: config.scan_timeout,
         })
     }
 
-    /// Opens a connection of its own (not the pool's) that LISTENs on
-    /// `channel`: each notification's payload arrives on the returned
-    /// receiver, which closes when the connection ends. The connection
-    /// lives as long as the returned [`Listening`].
+    /// Longest a store call may take ([`PgDbConfig::call_timeout`]).
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// `call` of `op`, abandoned as a transient `DeadlineExceeded` after
+    /// `limit` (dropping it closes the connection it held).
+    pub async fn bounded<T>(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => Err(timed_out(op, limit, "abandoned; its connection was closed")),
+        }
+    }
+
+    /// Opens a session of its own (not the pool's, with the same
+    /// protections) that LISTENs on `channel`: each notification's payload
+    /// arrives on the returned receiver, which closes when the connection
+    /// ends. The connection lives as long as the returned [`Listening`].
     pub async fn listen(&self, channel: &str) -> Result<Listening, StoreError> {
-        let op = "Listen";
-        let err = |e: tokio_postgres::Error| query_error(op, &e);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let client = match &self.tls {
-            Some(connector) => {
-                let (client, connection) =
-                    self.config.connect(connector.clone()).await.map_err(err)?;
-                tokio::spawn(forward_notifications(connection, tx));
-                client
-            }
-            None => {
-                let (client, connection) = self.config.connect(NoTls).await.map_err(err)?;
-                tokio::spawn(forward_notifications(connection, tx));
-                client
-            }
-        };
+        let opened = (self.pool.manager().open_forwarding(Some(tx)))
+            .await
+            .map_err(|e| session_error("Listen", &e))?;
         // The channel is ours (a constant), quoted as an identifier.
         let listen = format!("LISTEN \"{}\"", channel.replace('"', "\"\""));
-        client.batch_execute(&listen).await.map_err(err)?;
+        let client = opened.client;
+        self.bounded("Listen", self.call_timeout, async {
+            client
+                .batch_execute(&listen)
+                .await
+                .map_err(|e| query_error("Listen", &e))
+        })
+        .await?;
         Ok(Listening {
             _client: client,
             notifications: rx,
@@ -292,13 +314,8 @@ impl PgDb {
     /// of `token` (best effort, bounded by `timeout`: otherwise the server
     /// rolls back when it sees the connection closed).
     pub async fn cancel(&self, token: CancelToken, timeout: Duration) {
-        let cancelled = match &self.tls {
-            Some(connector) => {
-                tokio::time::timeout(timeout, token.cancel_query(connector.clone())).await
-            }
-            None => tokio::time::timeout(timeout, token.cancel_query(NoTls)).await,
-        };
-        match cancelled {
+        let sessions = self.pool.manager();
+        match tokio::time::timeout(timeout, sessions.cancel(&token)).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
                 tracing::debug!(%error, "cancel failed; the server rolls back when it sees the connection closed");
@@ -307,6 +324,23 @@ impl PgDb {
                 "cancel timed out; the server rolls back when it sees the connection closed"
             ),
         }
+    }
+
+    /// What the server reports of itself, from a fresh session, checked:
+    /// a server older than the oldest supported version or a database not
+    /// in UTF-8 is refused with the fix ([`ServerRefusal`]).
+    pub async fn check_server(&self) -> Result<ServerReport, ServerError> {
+        let op = "CheckServer";
+        // A pooled session: opening one checks the server's report.
+        let object = self.pool.get().await.map_err(|e| match e {
+            PoolError::Backend(SessionError::Refused(refusal)) => ServerError::Refused(refusal),
+            other => ServerError::Store(pool_error(op, &other)),
+        })?;
+        drop(object);
+        self.pool
+            .manager()
+            .last_report()
+            .ok_or_else(|| ServerError::Store(unavailable_because(op, "no session reported")))
     }
 
     /// Runs one statement outside a transaction on a pooled connection and
@@ -318,44 +352,90 @@ impl PgDb {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-        let conn = self.checkout(op).await?;
-        let rows = conn
-            .client()?
-            .query(sql, params)
+        self.query_rows_within(op, self.call_timeout, sql, params)
             .await
-            .map_err(|e| query_error(op, &e))?;
-        conn.release();
-        Ok(rows)
     }
 
-    /// A connection for `op`, opened if none is free.
+    /// [`Self::query_rows`] bounded by `limit`.
+    async fn query_rows_within(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        self.bounded(op, limit, async {
+            let conn = self.checkout(op).await?;
+            let rows = conn
+                .client()?
+                .query(sql, params)
+                .await
+                .map_err(|e| query_error(op, &e))?;
+            conn.release();
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// A connection for `op`, opened if none is free (one idle for a while
+    /// is checked first, and replaced if it does not answer).
     pub async fn checkout(&self, op: &'static str) -> Result<Conn, StoreError> {
-        let object = self.pool.get().await.map_err(|e| pool_error(op, &e))?;
+        let object = self
+            .pool
+            .get()
+            .await
+            .map_err(|e: PoolError<SessionError>| pool_error(op, &e))?;
         Ok(Conn {
             object: Some(object),
         })
     }
 
-    /// Applies the missing schema migrations ([`schema::migrate`]).
+    /// Applies the missing schema migrations ([`schema::migrate`]), on a
+    /// server and database hotcount runs on ([`Self::check_server`]).
     pub async fn migrate(&self) -> Result<MigrationReport, MigrateError> {
-        let conn = self.checkout("Migrate").await?;
-        let report = schema::migrate(conn.client()?).await?;
-        conn.release();
-        Ok(report)
+        self.check_server().await.map_err(|e| match e {
+            ServerError::Store(e) => MigrateError::Store(e),
+            ServerError::Refused(refusal) => MigrateError::Server(refusal),
+        })?;
+        let op = "Migrate";
+        let migrated = tokio::time::timeout(self.scan_timeout, async {
+            let conn = self.checkout(op).await?;
+            let report = schema::migrate(conn.client()?).await?;
+            conn.release();
+            Ok(report)
+        })
+        .await;
+        migrated.unwrap_or_else(|_| {
+            Err(MigrateError::Store(timed_out(
+                op,
+                self.scan_timeout,
+                "abandoned; its transaction was rolled back",
+            )))
+        })
     }
 
     /// The newest schema migration applied (`None` before `setup`).
     pub async fn schema_version(&self) -> Result<Option<i32>, StoreError> {
-        let conn = self.checkout("SchemaVersion").await?;
-        let version = schema::schema_version(conn.client()?).await?;
-        conn.release();
-        Ok(version)
+        let op = "SchemaVersion";
+        self.bounded(op, self.call_timeout, async {
+            let conn = self.checkout(op).await?;
+            let version = schema::schema_version(conn.client()?).await?;
+            conn.release();
+            Ok(version)
+        })
+        .await
     }
 
-    /// Checks that the database has this build's schema
-    /// ([`schema::check_version`]); returns its version. Never migrates:
-    /// only `setup` does.
+    /// Checks that the server and database are ones hotcount runs on
+    /// ([`Self::check_server`]) and that the database has this build's
+    /// schema ([`schema::check_version`]); returns its version. Never
+    /// migrates: only `setup` does.
     pub async fn check_schema(&self) -> Result<i32, SchemaError> {
+        let report = self.check_server().await.map_err(|e| match e {
+            ServerError::Store(e) => SchemaError::Store(e),
+            ServerError::Refused(refusal) => SchemaError::Server(refusal),
+        })?;
+        tracing::debug!(version = %report.version, encoding = %report.encoding, "PostgreSQL server checked");
         let found = self.schema_version().await?;
         let version = schema::check_version(found)?;
         if version > schema::latest_version() {
@@ -384,7 +464,11 @@ impl PgDb {
     pub async fn tally(&self) -> Result<Vec<PostTally>, StoreError> {
         let op = "Tally";
         let [liked, shards] = self
-            .snapshot_pair(op, [schema::LIKED_PER_POST, schema::SHARDS_PER_POST], &[])
+            .bounded(
+                op,
+                self.scan_timeout,
+                self.snapshot_pair(op, [schema::LIKED_PER_POST, schema::SHARDS_PER_POST], &[]),
+            )
             .await?;
         let err = |e: tokio_postgres::Error| query_error(op, &e);
         let mut posts: BTreeMap<String, PostTally> = BTreeMap::new();
@@ -433,7 +517,11 @@ impl PgDb {
     pub async fn tally_post(&self, post_id: &str) -> Result<PostTally, StoreError> {
         let op = "TallyPost";
         let [liked, shards] = self
-            .snapshot_pair(op, [schema::LIKED_OF_POST, schema::COUNT], &[&post_id])
+            .bounded(
+                op,
+                self.call_timeout,
+                self.snapshot_pair(op, [schema::LIKED_OF_POST, schema::COUNT], &[&post_id]),
+            )
             .await?;
         // Both are aggregates: exactly one row each.
         let first = |rows: &[tokio_postgres::Row]| -> Result<i64, StoreError> {
@@ -466,7 +554,11 @@ impl PgDb {
     pub async fn repair_post(&self, post_id: &str) -> Result<(PostTally, i64), StoreError> {
         let mut attempt = 1;
         loop {
-            match self.repair_attempt(post_id).await {
+            let attempt_once = self.repair_attempt(post_id);
+            match self
+                .bounded("Repair", self.call_timeout, attempt_once)
+                .await
+            {
                 Err(e) if e.is_retryable() && attempt < REPAIR_MAX_ATTEMPTS => {
                     tracing::debug!(error = %e, attempt, "repair attempt failed; retrying");
                     tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
@@ -557,7 +649,12 @@ impl PgDb {
         let op = "ListQuarantine";
         let limit = limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         let rows = self
-            .query_rows(op, schema::LIST_QUARANTINE, &[&consumer, &limit])
+            .query_rows_within(
+                op,
+                self.scan_timeout,
+                schema::LIST_QUARANTINE,
+                &[&consumer, &limit],
+            )
             .await?;
         rows.iter().map(quarantine_from_row).collect()
     }

@@ -7,6 +7,7 @@
 //! connection, a missing table, credentials, an unknown commit outcome) is
 //! transient, so nothing else can lead to a quarantine.
 
+use super::session::SessionError;
 use crate::store::{Code, ErrorClass, StoreError};
 
 /// A failure of the driver or the pool during `op`, as a [`StoreError`]
@@ -32,19 +33,83 @@ pub fn query_error(op: &'static str, error: &tokio_postgres::Error) -> StoreErro
 }
 
 /// A pool failure (no connection within the wait, or opening one failed).
-pub fn pool_error(op: &'static str, error: &deadpool_postgres::PoolError) -> StoreError {
+pub fn pool_error(
+    op: &'static str,
+    error: &deadpool::managed::PoolError<SessionError>,
+) -> StoreError {
     match error {
-        deadpool_postgres::PoolError::Backend(e) => query_error(op, e),
+        deadpool::managed::PoolError::Backend(e) => session_error(op, e),
         other => unavailable(op, other),
     }
 }
 
+/// A session that could not be opened: the driver's failure as
+/// [`query_error`] classes it; a refused cleartext request as
+/// `Unauthenticated` and a refused server as `FailedPrecondition` (both
+/// transient: an operator fixes them, the content is not at fault).
+pub fn session_error(op: &'static str, error: &SessionError) -> StoreError {
+    let code = match error {
+        SessionError::Driver(e) => return query_error(op, e),
+        SessionError::Cleartext { .. } => Code::Unauthenticated,
+        SessionError::Refused(_) => Code::FailedPrecondition,
+        SessionError::Timeout(_) => Code::DeadlineExceeded,
+        SessionError::Socket { .. } | SessionError::NoHost => Code::Unavailable,
+    };
+    StoreError {
+        op,
+        code,
+        message: error.to_string(),
+        class: ErrorClass::Transient,
+        transaction: None,
+    }
+}
+
+/// A call abandoned after `limit`: transient `DeadlineExceeded`, with what
+/// became of it (`what`).
+pub fn timed_out(op: &'static str, limit: std::time::Duration, what: &str) -> StoreError {
+    StoreError {
+        op,
+        code: Code::DeadlineExceeded,
+        message: format!("no answer within {limit:?}: {what}"),
+        class: ErrorClass::Transient,
+        transaction: None,
+    }
+}
+
 /// A transient failure that proves nothing: the connection or the pool.
-pub fn unavailable(op: &'static str, error: impl std::fmt::Display) -> StoreError {
+/// The message carries the error's causes (the driver's `Display` says
+/// only "error connecting to server"; why is in its source).
+pub fn unavailable(op: &'static str, error: impl std::error::Error) -> StoreError {
     StoreError {
         op,
         code: Code::Unavailable,
-        message: error.to_string(),
+        message: with_causes(&error),
+        class: ErrorClass::Transient,
+        transaction: None,
+    }
+}
+
+/// `error` and each of its sources, joined by `: `.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let text = e.to_string();
+        if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = e.source();
+    }
+    message
+}
+
+/// A failure without an error value: `message` as a transient `Unavailable`.
+pub fn unavailable_because(op: &'static str, message: impl Into<String>) -> StoreError {
+    StoreError {
+        op,
+        code: Code::Unavailable,
+        message: message.into(),
         class: ErrorClass::Transient,
         transaction: None,
     }
@@ -56,6 +121,7 @@ pub fn unavailable(op: &'static str, error: impl std::fmt::Display) -> StoreErro
 ///
 /// | SQLSTATE | class | code | why |
 /// |---|---|---|---|
+/// | `22P05` untranslatable character | Transient | `FailedPrecondition` | a valid id the database's encoding cannot hold: a deployment detail (a database not in UTF-8, which `run` and `setup` refuse), never the content's fault |
 /// | `22xxx` data exception, `54000` program limit exceeded | Content | `InvalidArgument` | a value the batch carried cannot be stored (too long for an index entry, out of range, a byte `text` cannot hold): every value in the store's statements comes from the batch, except settings bounded at startup |
 /// | `40001` serialization failure, `40P01` deadlock, `55P03` lock not available, `23505` unique violation | Transient | `Aborted` | contention: another transaction won a row this one needed; `23505` is a competing replica inserting the same membership (or an earlier attempt of this batch committing its marker) after this attempt read |
 /// | `57014` query canceled | Transient | `DeadlineExceeded` | a statement timeout or the attempt's own cancel |
@@ -72,6 +138,7 @@ pub fn classify(sqlstate: &str) -> (ErrorClass, Code) {
     use ErrorClass::{Content, Transient};
     let class_of = sqlstate.get(..2).unwrap_or_default();
     match (class_of, sqlstate) {
+        (_, "22P05") => (Transient, Code::FailedPrecondition),
         ("22", _) | (_, "54000") => (Content, Code::InvalidArgument),
         (_, "40001" | "40P01" | "55P03" | "23505") => (Transient, Code::Aborted),
         (_, "57014") => (Transient, Code::DeadlineExceeded),
@@ -110,12 +177,12 @@ mod tests {
 
     #[test]
     fn only_a_data_exception_proves_the_content_bad() {
-        for sqlstate in ["22021", "22P05", "22003", "22001", "54000"] {
+        for sqlstate in ["22021", "22003", "22001", "54000"] {
             assert!(error(sqlstate).proves_content(), "{sqlstate}");
         }
         let everything_else = [
-            "08006", "08001", "57P01", "57014", "53300", "28P01", "42501", "3D000", "42P01",
-            "23502", "23514", "25P02", "XX000", "0A000", "42601", "",
+            "22P05", "08006", "08001", "57P01", "57014", "53300", "28P01", "42501", "3D000",
+            "42P01", "23502", "23514", "25P02", "XX000", "0A000", "42601", "",
         ];
         for sqlstate in everything_else {
             let e = error(sqlstate);

@@ -59,26 +59,31 @@
 //! transient (`Unavailable`) with its outcome unknown; the next attempt
 //! finds the marker (committed: the marker's effects are reported) or not
 //! (the server rolled the transaction back when the connection closed:
-//! applied now). An attempt past its deadline cancels its running
-//! statement and closes its connection, so the server rolls back and
-//! releases its locks at once.
+//! applied now). An attempt ends within the store call timeout
+//! ([`PgDb::call_timeout`], also the transaction's `statement_timeout`) and
+//! at the shutdown deadline: it cancels its running statement and closes
+//! its connection, so the server rolls back and releases its locks at
+//! once, and its error says whether its `COMMIT` may have been sent
+//! (outcome unknown) or not (nothing applied).
 //!
 //! # Driver and pool
 //! `tokio-postgres`: the maintained native async driver (no libpq), which
-//! pipelines requests on one connection. `deadpool-postgres` for the pool:
-//! three small crates over the driver (`cargo tree`), giving what a
-//! hand-made pool would have to rewrite: a per-connection statement cache,
-//! a closed-connection check on checkout, wait and connect timeouts, and
-//! [`deadpool_postgres::Object::take`] to close a connection instead of
-//! reusing it ([`db::Conn`]).
+//! pipelines requests on one connection. `deadpool` for the pool, with our
+//! own manager ([`session::Sessions`]: the sockets, the cleartext-password
+//! guard, the server's version and encoding, the idle check), and
+//! `deadpool-postgres`' per-connection statement cache; the pool gives wait
+//! and create timeouts and [`deadpool::managed::Object::take`] to close a
+//! connection instead of reusing it ([`db::Conn`]).
 //!
 //! [`schema`] names every table, column and statement and holds the
 //! migrations; [`codec`] converts rows and parameters; [`errors`] classes
-//! failures; [`db`] is the pool and the operator reads; [`tls`] applies
-//! `sslmode` and `sslrootcert` over rustls.
+//! failures; [`db`] is the pool and the operator reads; [`session`] opens
+//! and checks sessions; [`tls`] applies `sslmode` and `sslrootcert` over
+//! rustls; [`conninfo`] hides a connection string's passwords.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -88,10 +93,13 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::CancelToken;
 
 pub mod codec;
+pub mod conninfo;
 pub mod db;
 pub mod errors;
+pub mod milestones;
 pub mod rollups;
 pub mod schema;
+pub mod session;
 pub mod tls;
 
 pub use codec::StoredRecord;
@@ -124,6 +132,8 @@ pub struct PostgresStore {
     db: PgDb,
     config: Arc<PostgresStoreConfig>,
     shards: Arc<CounterShardPlanner>,
+    /// `BEGIN`, and the transaction's `statement_timeout` (the call timeout).
+    begin: Arc<str>,
 }
 
 impl PostgresStore {
@@ -133,10 +143,16 @@ impl PostgresStore {
             config.counter_shards,
             config.counter_shard_target_writes_per_sec,
         ));
+        let begin = format!(
+            "{}; SET LOCAL statement_timeout = {}",
+            schema::BEGIN_BATCH,
+            db.call_timeout().as_millis().max(1)
+        );
         Self {
             db,
             config: Arc::new(config),
             shards,
+            begin: begin.into(),
         }
     }
 
@@ -149,26 +165,25 @@ impl PostgresStore {
 impl CounterStore for PostgresStore {
     async fn commit(&self, batch: &Batch, attempt: &Attempt) -> Result<CommitReport, StoreError> {
         let cancel = parking_lot::Mutex::new(None);
-        tokio::select! {
-            result = self.attempt(batch, &cancel) => result,
-            () = attempt.deadline.reached() => {
-                // Abandoned: end the statement it waits on now (a lock wait,
-                // say); dropping the attempt closes its connection, and the
-                // server rolls the transaction back.
-                let token = cancel.lock().take();
-                if let Some(token) = token {
-                    self.db.cancel(token, CLEANUP_TIMEOUT).await;
+        let committing = AtomicBool::new(false);
+        let limit = self.db.call_timeout();
+        let why = tokio::select! {
+            result = tokio::time::timeout(limit, self.attempt(batch, &cancel, &committing)) => {
+                match result {
+                    Ok(result) => return result,
+                    Err(_) => format!("no answer within the store call timeout ({limit:?})"),
                 }
-                Err(StoreError {
-                    op: OP,
-                    code: crate::store::Code::DeadlineExceeded,
-                    message: "the attempt's deadline passed; its transaction was rolled back"
-                        .into(),
-                    class: ErrorClass::Transient,
-                    transaction: None,
-                })
             }
+            () = attempt.deadline.reached() => "the shutdown deadline passed".to_string(),
+        };
+        // Abandoned: end the statement it waits on now (a lock wait, say);
+        // dropping the attempt closed its connection, so the server rolls
+        // back whatever it did not commit.
+        let token = cancel.lock().take();
+        if let Some(token) = token {
+            self.db.cancel(token, CLEANUP_TIMEOUT).await;
         }
+        Err(abandoned(&why, committing.load(Ordering::SeqCst)))
     }
 
     async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
@@ -183,6 +198,7 @@ impl PostgresStore {
         &self,
         batch: &Batch,
         cancel: &parking_lot::Mutex<Option<CancelToken>>,
+        committing: &AtomicBool,
     ) -> Result<CommitReport, StoreError> {
         let conn = self.db.checkout(OP).await?;
         *cancel.lock() = Some(conn.client()?.cancel_token());
@@ -199,7 +215,7 @@ impl PostgresStore {
         let marker_params: [&(dyn ToSql + Sync); 2] = [&consumer, &batch.id];
         let (begun, marker, locked) = tokio::join!(
             biased;
-            client.batch_execute(schema::BEGIN_BATCH),
+            client.batch_execute(&self.begin),
             client.query_opt(read_marker, &marker_params),
             async {
                 if post_ids.is_empty() {
@@ -318,6 +334,8 @@ impl PostgresStore {
         requests.push(Box::pin(async {
             client.batch_execute(schema::COMMIT).await.map(|()| 0)
         }));
+        // From here the server may commit before an answer arrives.
+        committing.store(true, Ordering::SeqCst);
         let mut results = pipeline(requests).await;
         rpcs += 1;
         drop(counters);
@@ -354,7 +372,7 @@ impl PostgresStore {
             (ended, failed) => {
                 let error = match failed.or(ended.and_then(Result::err)) {
                     Some(e) => query_error(OP, &e),
-                    None => errors::unavailable(OP, "COMMIT was not sent"),
+                    None => errors::unavailable_because(OP, "COMMIT was not sent"),
                 };
                 let open = conn.client().is_ok_and(|c| !c.is_closed());
                 if answered && open && reusable_after(&error) {
@@ -363,6 +381,24 @@ impl PostgresStore {
                 Err(error)
             }
         }
+    }
+}
+
+/// The error of an attempt abandoned because of `why`: its outcome is
+/// unknown once its `COMMIT` may have been sent (the batch marker tells,
+/// on the next attempt or delivery), and nothing was applied otherwise.
+fn abandoned(why: &str, committing: bool) -> StoreError {
+    let outcome = if committing {
+        "its COMMIT may have been sent, so its outcome is unknown (the batch marker tells the next attempt or delivery whether it committed); its connection was closed"
+    } else {
+        "abandoned before its COMMIT was sent: rolled back, nothing applied"
+    };
+    StoreError {
+        op: OP,
+        code: crate::store::Code::DeadlineExceeded,
+        message: format!("{why}; {outcome}"),
+        class: ErrorClass::Transient,
+        transaction: None,
     }
 }
 

@@ -5,7 +5,8 @@
 //! and rollups together) whose time is the statement's, no later than the
 //! snapshot, so any rollup stamped with a later time includes every commit
 //! acknowledged before that read began; a write is one statement that
-//! changes only rows with an older `as_of`, and notifies `hotcount_counts`
+//! changes only rows with an older `as_of`, inserts (if absent) the
+//! milestone rows of the posts it wrote, and notifies `hotcount_counts`
 //! of each post it wrote, delivered when the statement commits.
 
 use std::collections::BTreeMap;
@@ -55,6 +56,7 @@ impl RollupStore for PgDb {
                     as_of,
                     shards: None,
                     update_time: None,
+                    milestone: None,
                 }),
             });
         }
@@ -72,7 +74,17 @@ impl RollupStore for PgDb {
         };
         let posts: Vec<&str> = writes.iter().map(|w| w.post_id).collect();
         let likes: Vec<i64> = writes.iter().map(|w| w.likes).collect();
-        let params: [&(dyn ToSql + Sync); 3] = [&posts, &likes, &as_of];
+        // The milestones each write reaches first, as three parallel arrays.
+        let (mut m_posts, mut m_values, mut m_likes) = (Vec::new(), Vec::new(), Vec::new());
+        for w in writes {
+            for &n in w.milestones {
+                m_posts.push(w.post_id);
+                m_values.push(n);
+                m_likes.push(w.likes);
+            }
+        }
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&posts, &likes, &as_of, &m_posts, &m_values, &m_likes];
         let rows = self.query_rows(op, schema::WRITE_ROLLUPS, &params).await?;
         let written: std::collections::HashSet<String> = rows
             .iter()
@@ -157,7 +169,7 @@ impl PgDb {
                 return Ok(());
             }
         }
-        Err(super::errors::unavailable(
+        Err(super::errors::unavailable_because(
             "Listen",
             "the LISTEN connection ended",
         ))

@@ -38,6 +38,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "rollups",
         sql: include_str!("migrations/0002_rollups.sql"),
     },
+    Migration {
+        version: 3,
+        name: "milestones",
+        sql: include_str!("migrations/0003_milestones.sql"),
+    },
 ];
 
 /// The advisory lock key every [`migrate`] takes: "hotcoun" in ASCII.
@@ -77,6 +82,9 @@ pub enum MigrateError {
     /// The server failed a statement or the connection broke.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The server or database is not one hotcount runs on.
+    #[error(transparent)]
+    Server(super::session::ServerRefusal),
     /// The database has a migration this build does not know: it was set
     /// up by a newer hotcount.
     #[error("the database has schema migration {found}; this build knows up to {known}: run a newer hotcount")]
@@ -345,6 +353,10 @@ pub const READ_ROLLUPS: &str = "SELECT k.post_id,
 /// Writes rollups read at one snapshot: `$1` post ids, `$2` their sums,
 /// `$3` the snapshot's time (microseconds), only over rows with an older
 /// `as_of`; returns (and notifies [`ROLLUP_CHANNEL`] of) each post written.
+/// In the same statement (atomically), inserts the milestone rows `$4`
+/// (posts) / `$5` (milestones) / `$6` (likes) of the posts written, each
+/// reached at `$3`, due at once (the epoch: whatever the replicas' clocks
+/// say against the server's), if absent.
 pub const WRITE_ROLLUPS: &str = concat!(
     "WITH written AS (
         INSERT INTO post_counts AS c (post_id, likes, as_of, updated_at)
@@ -355,11 +367,94 @@ pub const WRITE_ROLLUPS: &str = concat!(
         ON CONFLICT (post_id) DO UPDATE
             SET likes = excluded.likes, as_of = excluded.as_of, updated_at = excluded.updated_at
             WHERE c.as_of < excluded.as_of
-        RETURNING c.post_id)
+        RETURNING c.post_id),
+    recorded AS (
+        INSERT INTO milestones (post_id, milestone, likes, reached_at, due_at)
+        SELECT m.post_id, m.milestone, m.likes,
+               timestamptz 'epoch' + $3::int8 * interval '1 microsecond',
+               timestamptz 'epoch'
+        FROM unnest($4::text[], $5::int8[], $6::int8[]) AS m(post_id, milestone, likes)
+        JOIN written AS w ON w.post_id = m.post_id
+        ORDER BY m.post_id, m.milestone
+        ON CONFLICT (post_id, milestone) DO NOTHING)
     SELECT post_id, pg_notify('",
     rollup_channel!(),
     "', post_id) FROM written"
 );
+
+/// The columns of a milestone row, times in microseconds.
+macro_rules! milestone_columns {
+    ($t:literal) => {
+        concat!(
+            $t,
+            ".post_id, ",
+            $t,
+            ".milestone, ",
+            $t,
+            ".likes, (extract(epoch FROM ",
+            $t,
+            ".reached_at) * 1000000)::int8, ",
+            $t,
+            ".status, ",
+            $t,
+            ".attempts, (extract(epoch FROM ",
+            $t,
+            ".due_at) * 1000000)::int8, ",
+            $t,
+            ".last_error, (extract(epoch FROM ",
+            $t,
+            ".delivered_at) * 1000000)::int8"
+        )
+    };
+}
+
+/// Claims up to `$3` milestone rows due at `$1` (microseconds), skipping
+/// rows another transaction holds, leasing each until `$1 + $2`
+/// microseconds with one more attempt; returns them.
+pub const CLAIM_MILESTONES: &str = concat!(
+    "WITH due AS (
+        SELECT post_id, milestone FROM milestones
+        WHERE due_at <= timestamptz 'epoch' + $1::int8 * interval '1 microsecond'
+          AND status IN ('pending', 'leased')
+        ORDER BY due_at
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED)
+    UPDATE milestones AS m
+    SET status = 'leased', attempts = m.attempts + 1,
+        lease_until = timestamptz 'epoch' + ($1::int8 + $2::int8) * interval '1 microsecond',
+        due_at = timestamptz 'epoch' + ($1::int8 + $2::int8) * interval '1 microsecond',
+        updated_at = now()
+    FROM due WHERE m.post_id = due.post_id AND m.milestone = due.milestone
+    RETURNING ",
+    milestone_columns!("m")
+);
+
+/// Settles the milestone row `$1`/`$2` of attempt `$3` while it is still
+/// leased to that attempt: status `$4`, due at `$5` (microseconds or
+/// NULL), last error `$6` (kept when NULL), delivered at `$7`.
+pub const SETTLE_MILESTONE: &str = "UPDATE milestones
+    SET status = $4, lease_until = NULL,
+        due_at = timestamptz 'epoch' + $5::int8 * interval '1 microsecond',
+        last_error = COALESCE($6, last_error),
+        delivered_at = timestamptz 'epoch' + $7::int8 * interval '1 microsecond',
+        updated_at = now()
+    WHERE post_id = $1 AND milestone = $2 AND attempts = $3 AND status = 'leased'";
+
+/// Every milestone row, oldest first.
+pub const LIST_MILESTONES: &str = concat!(
+    "SELECT ",
+    milestone_columns!("m"),
+    " FROM milestones AS m ORDER BY m.reached_at, m.post_id, m.milestone"
+);
+
+/// Makes pending again, due at `$1` (microseconds) with attempts reset,
+/// the dead rows (`$2` NULL) or the row `$2`/`$3` if dead or pending.
+pub const RETRY_MILESTONES: &str = "UPDATE milestones
+    SET status = 'pending', attempts = 0, lease_until = NULL,
+        due_at = timestamptz 'epoch' + $1::int8 * interval '1 microsecond',
+        updated_at = now()
+    WHERE ($2::text IS NULL AND status = 'dead')
+       OR (post_id = $2 AND milestone = $3 AND status IN ('dead', 'pending'))";
 
 /// Posts whose counter shards changed at or after `$1` (microseconds) and
 /// whose rollup is missing or differs from the sum of their shards.
@@ -418,7 +513,10 @@ pub enum SchemaError {
     /// The schema version could not be read (the server is unreachable,
     /// the credentials are refused, ...).
     #[error("reading the schema version: {0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
+    /// The server or database is not one hotcount runs on.
+    #[error(transparent)]
+    Server(super::session::ServerRefusal),
     /// No migration was ever applied.
     #[error("the database has no hotcount schema (this build needs schema migration {needed}): run `hotcount setup --store <the same URL>` first")]
     Missing {
@@ -433,6 +531,14 @@ pub enum SchemaError {
         /// This build's newest migration.
         needed: i32,
     },
+}
+
+// Not `#[from]`: that would also make the store error the source, and a
+// chain printer (`{:#}`) would print it twice.
+impl From<StoreError> for SchemaError {
+    fn from(error: StoreError) -> Self {
+        SchemaError::Store(error)
+    }
 }
 
 impl SchemaError {

@@ -1,16 +1,23 @@
 //! TLS to the server as libpq's `sslmode` and `sslrootcert` ask for it,
 //! over rustls (the driver's `tokio-postgres-rustls` connector).
 //!
-//! | `sslmode` | encrypted | server authenticated |
-//! |---|---|---|
-//! | `disable` | never | no |
-//! | `prefer` (default) | when the server offers TLS | no |
-//! | `require` | always | no; as `verify-ca` when `sslrootcert` is given (as libpq) |
-//! | `verify-ca` | always | its certificate chains to the roots |
-//! | `verify-full` | always | chains to the roots and names the host |
+//! | `sslmode` | encrypted | server authenticated | a cleartext password request |
+//! |---|---|---|---|
+//! | `disable` | never | no | answered (the operator chose a plain connection) |
+//! | `prefer` (default) | when the server offers TLS | no | refused |
+//! | `require` | always | no; as `verify-ca` when `sslrootcert` names a file (as libpq) | refused |
+//! | `verify-ca` | always | its certificate chains to `sslrootcert` | answered |
+//! | `verify-full` | always | chains to `sslrootcert` and names the host | answered |
 //!
-//! The roots are the PEM file `sslrootcert` names, else the system's
-//! (`sslrootcert=system` says so explicitly).
+//! `verify-ca` and `verify-full` need a root certificate: the PEM file
+//! `sslrootcert` names, or, with `verify-full` only, `sslrootcert=system`
+//! for the system's roots (any public certificate chains to those, so the
+//! host name must be checked too; `sslrootcert=system` alone means
+//! `verify-full`, as in libpq). Without a root they are refused before any
+//! connection is made. A cleartext password is refused where the server is
+//! not authenticated ([`SslMode::protects_cleartext`]): a machine in the
+//! middle can decline TLS or present any certificate and then ask for it
+//! (`session.rs` enforces it).
 //!
 //! Invariant: with `verify-ca` or `verify-full` no connection is made to a
 //! server that does not prove the identity asked for; the driver only ever
@@ -43,13 +50,46 @@ pub enum SslMode {
     VerifyFull,
 }
 
+impl SslMode {
+    /// The mode as `sslmode` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    /// Whether a password may be sent in cleartext when the server asks:
+    /// only to an authenticated server (`verify-ca`, `verify-full`), or
+    /// when the operator chose a plain connection (`disable`). Under
+    /// `prefer` and `require` the server is not authenticated, so the one
+    /// asking may be a machine in the middle.
+    pub fn protects_cleartext(self) -> bool {
+        !matches!(self, SslMode::Prefer | SslMode::Require)
+    }
+}
+
+/// Where the trusted roots come from (`sslrootcert`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Roots {
+    /// None given.
+    None,
+    /// A PEM file of trusted roots.
+    File(PathBuf),
+    /// `sslrootcert=system`: the system's roots (with `verify-full` only).
+    System,
+}
+
 /// What [`split`] found: the mode and where the roots are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsSettings {
     /// The mode asked for (`prefer` when none is).
     pub mode: SslMode,
-    /// `sslrootcert`: a PEM file of trusted roots; `None` = the system's.
-    pub root_cert: Option<PathBuf>,
+    /// `sslrootcert`.
+    pub roots: Roots,
 }
 
 /// TLS settings that cannot be used.
@@ -58,6 +98,12 @@ pub enum TlsError {
     /// An `sslmode` libpq does not have.
     #[error("invalid sslmode {0:?}: expected disable, prefer, require, verify-ca or verify-full")]
     Mode(String),
+    /// `verify-ca` or `verify-full` without a root certificate.
+    #[error("sslmode={0} authenticates the server against a root certificate: add sslrootcert=/path/to/ca.pem (or, with sslmode=verify-full, sslrootcert=system for the system's roots)")]
+    NoRoot(&'static str),
+    /// `sslrootcert=system` with a mode that does not check the host name.
+    #[error("sslrootcert=system needs sslmode=verify-full (any public certificate chains to the system's roots, so the host name must be checked too), not sslmode={0}")]
+    SystemNeedsVerifyFull(&'static str),
     /// The root certificates could not be read.
     #[error("reading the root certificates {path}: {message}")]
     RootCert {
@@ -73,12 +119,11 @@ pub enum TlsError {
 
 /// Splits `url` (a `postgres://` URL or `key=value` words) into the
 /// connection string the driver parses, with `sslmode` as it knows it and
-/// without `sslrootcert`, and the [`TlsSettings`] this module applies.
+/// without `sslrootcert`, and the [`TlsSettings`] this module applies;
+/// refuses a mode without the root it needs (see the module doc).
 pub fn split(url: &str) -> Result<(String, TlsSettings), TlsError> {
-    let mut settings = TlsSettings {
-        mode: SslMode::Prefer,
-        root_cert: None,
-    };
+    let mut mode = None;
+    let mut roots = Roots::None;
     let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
     let (head, params, separator) = match (is_url, url.split_once('?')) {
         (true, Some((head, query))) => (head, query, '&'),
@@ -90,18 +135,26 @@ pub fn split(url: &str) -> Result<(String, TlsSettings), TlsError> {
         let (key, value) = param.split_once('=').unwrap_or((param, ""));
         let value = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
         match key.trim() {
-            "sslmode" => settings.mode = mode(&value)?,
-            "sslrootcert" if value != "system" => {
-                settings.root_cert = Some(PathBuf::from(value.as_ref()))
-            }
-            "sslrootcert" => settings.root_cert = None,
+            "sslmode" => mode = Some(parse_mode(&value)?),
+            "sslrootcert" if value == "system" => roots = Roots::System,
+            "sslrootcert" => roots = Roots::File(PathBuf::from(value.as_ref())),
             _ => kept.push(param),
         }
     }
-    if settings.mode == SslMode::Require && settings.root_cert.is_some() {
-        settings.mode = SslMode::VerifyCa;
-    }
-    let driver_mode = match settings.mode {
+    let mode = match (mode, &roots) {
+        // libpq: a root file makes `require` verify the chain.
+        (Some(SslMode::Require), Roots::File(_)) => SslMode::VerifyCa,
+        // libpq: `sslrootcert=system` alone means `verify-full`.
+        (None, Roots::System) => SslMode::VerifyFull,
+        (Some(mode), Roots::System) if mode != SslMode::VerifyFull => {
+            return Err(TlsError::SystemNeedsVerifyFull(mode.name()))
+        }
+        (Some(mode @ (SslMode::VerifyCa | SslMode::VerifyFull)), Roots::None) => {
+            return Err(TlsError::NoRoot(mode.name()))
+        }
+        (mode, _) => mode.unwrap_or(SslMode::Prefer),
+    };
+    let driver_mode = match mode {
         SslMode::Disable => "disable",
         SslMode::Prefer => "prefer",
         SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => "require",
@@ -113,10 +166,10 @@ pub fn split(url: &str) -> Result<(String, TlsSettings), TlsError> {
     } else {
         kept.join(" ")
     };
-    Ok((driver, settings))
+    Ok((driver, TlsSettings { mode, roots }))
 }
 
-fn mode(value: &str) -> Result<SslMode, TlsError> {
+fn parse_mode(value: &str) -> Result<SslMode, TlsError> {
     Ok(match value {
         "disable" => SslMode::Disable,
         // `allow` (plain first, TLS if the server insists) is not offered
@@ -136,7 +189,7 @@ pub fn connector(settings: &TlsSettings) -> Result<Option<MakeRustlsConnect>, Tl
         SslMode::Disable => return Ok(None),
         SslMode::Prefer | SslMode::Require => None,
         SslMode::VerifyCa | SslMode::VerifyFull => {
-            let roots = Arc::new(roots(settings.root_cert.as_ref())?);
+            let roots = Arc::new(roots(&settings.roots)?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
                 .build()
                 .map_err(|e| TlsError::Config(e.to_string()))?;
@@ -157,30 +210,36 @@ pub fn connector(settings: &TlsSettings) -> Result<Option<MakeRustlsConnect>, Tl
     Ok(Some(MakeRustlsConnect::new(config)))
 }
 
-/// The trusted roots: the PEM file `path`, else the system's.
-fn roots(path: Option<&PathBuf>) -> Result<RootCertStore, TlsError> {
-    let mut roots = RootCertStore::empty();
-    let certs: Vec<CertificateDer<'static>> = match path {
-        Some(path) => {
+/// The trusted roots: the PEM file, or the system's.
+fn roots(roots: &Roots) -> Result<RootCertStore, TlsError> {
+    let mut store = RootCertStore::empty();
+    let (certs, shown): (Vec<CertificateDer<'static>>, String) = match roots {
+        Roots::File(path) => {
             let error = |message: String| TlsError::RootCert {
                 path: path.display().to_string(),
                 message,
             };
             let pem = std::fs::read(path).map_err(|e| error(e.to_string()))?;
-            CertificateDer::pem_slice_iter(&pem)
+            let certs = CertificateDer::pem_slice_iter(&pem)
                 .collect::<Result<_, _>>()
-                .map_err(|e| error(e.to_string()))?
+                .map_err(|e| error(e.to_string()))?;
+            (certs, path.display().to_string())
         }
-        None => rustls_native_certs::load_native_certs().certs,
+        Roots::System => (
+            rustls_native_certs::load_native_certs().certs,
+            "system".into(),
+        ),
+        // `split` never lets a verifying mode through without roots.
+        Roots::None => (Vec::new(), "none".into()),
     };
-    let (added, _ignored) = roots.add_parsable_certificates(certs);
+    let (added, _ignored) = store.add_parsable_certificates(certs);
     if added == 0 {
         return Err(TlsError::RootCert {
-            path: path.map_or("system".into(), |p| p.display().to_string()),
+            path: shown,
             message: "no usable certificate".into(),
         });
     }
-    Ok(roots)
+    Ok(store)
 }
 
 /// How the server's certificate is checked. Without `chain` (`prefer`,
@@ -260,7 +319,7 @@ mod tests {
             "postgres://u:p@db.internal:5432/hc?application_name=x&sslmode=require"
         );
         assert_eq!(settings.mode, SslMode::VerifyFull);
-        assert_eq!(settings.root_cert, Some(PathBuf::from("/etc/ca.pem")));
+        assert_eq!(settings.roots, Roots::File(PathBuf::from("/etc/ca.pem")));
         assert!(driver.parse::<tokio_postgres::Config>().is_ok());
     }
 
@@ -278,6 +337,47 @@ mod tests {
     }
 
     #[test]
+    fn verifying_needs_a_root_and_system_roots_need_verify_full() {
+        for mode in ["verify-ca", "verify-full"] {
+            let refused = split(&format!("postgres://h/db?sslmode={mode}"));
+            assert!(matches!(refused, Err(TlsError::NoRoot(_))), "{mode}");
+            let advice = refused.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(advice.contains("sslrootcert="), "{advice}");
+        }
+        for mode in ["verify-ca", "require", "prefer", "disable"] {
+            let refused = split(&format!(
+                "postgres://h/db?sslmode={mode}&sslrootcert=system"
+            ));
+            assert!(
+                matches!(refused, Err(TlsError::SystemNeedsVerifyFull(_))),
+                "{mode}"
+            );
+        }
+        let (_, settings) = split("postgres://h/db?sslrootcert=system").expect("valid");
+        assert_eq!(
+            (settings.mode, settings.roots),
+            (SslMode::VerifyFull, Roots::System)
+        );
+        let (_, settings) =
+            split("postgres://h/db?sslmode=verify-full&sslrootcert=system").expect("valid");
+        assert_eq!(settings.mode, SslMode::VerifyFull);
+    }
+
+    #[test]
+    fn a_cleartext_password_goes_only_to_an_authenticated_server_or_over_disable() {
+        let allowed: Vec<bool> = [
+            SslMode::Disable,
+            SslMode::Prefer,
+            SslMode::Require,
+            SslMode::VerifyCa,
+            SslMode::VerifyFull,
+        ]
+        .map(SslMode::protects_cleartext)
+        .to_vec();
+        assert_eq!(allowed, [true, false, false, true, true]);
+    }
+
+    #[test]
     fn an_unknown_mode_or_an_unreadable_root_is_refused() {
         assert!(matches!(
             split("postgres://h/db?sslmode=sometimes"),
@@ -285,7 +385,7 @@ mod tests {
         ));
         let settings = TlsSettings {
             mode: SslMode::VerifyFull,
-            root_cert: Some(PathBuf::from("/nonexistent/ca.pem")),
+            roots: Roots::File(PathBuf::from("/nonexistent/ca.pem")),
         };
         assert!(matches!(
             connector(&settings),

@@ -24,9 +24,11 @@ use super::{FirestoreStoreConfig, Layout};
 use crate::event::Version;
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan, Planned};
 
+mod milestones;
 mod records;
 mod rollups;
 
+pub use milestones::{milestone_create, milestone_from_document, milestone_update};
 pub use records::{
     correction_writes, guard_from_document, quarantine_from_document, quarantine_write, Correction,
     RepairGuard, StoredRecord,

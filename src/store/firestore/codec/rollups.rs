@@ -22,7 +22,7 @@ use crate::store::rollup::{RollupWrite, StoredRollup};
 /// `shards` (other fields of the document are kept), `updatedAt` set to the
 /// server time, on the condition that the document is the one read.
 pub fn rollup_write(layout: &Layout, write: &RollupWrite<'_>) -> fs::Write {
-    let fields = HashMap::from([
+    let mut fields = HashMap::from([
         (rollup::POST_ID.to_string(), string(write.post_id)),
         (rollup::LIKES.to_string(), int(write.likes)),
         (
@@ -35,22 +35,27 @@ pub fn rollup_write(layout: &Layout, write: &RollupWrite<'_>) -> fs::Write {
         Some(read) => ConditionType::UpdateTime(read),
         None => ConditionType::Exists(false),
     };
+    let mut mask: Vec<String> = [
+        rollup::POST_ID,
+        rollup::LIKES,
+        rollup::AS_OF,
+        rollup::SHARDS,
+    ]
+    .map(String::from)
+    .to_vec();
+    // The highest milestone it records, so a post that falls below it and
+    // climbs back reaches nothing again (kept by writes that record none).
+    if let Some(&highest) = write.milestones.iter().max() {
+        fields.insert(rollup::MILESTONE.to_string(), int(highest));
+        mask.push(rollup::MILESTONE.to_string());
+    }
     fs::Write {
         operation: Some(fs::write::Operation::Update(fs::Document {
             name: layout.rollup(write.post_id),
             fields,
             ..Default::default()
         })),
-        update_mask: Some(fs::DocumentMask {
-            field_paths: [
-                rollup::POST_ID,
-                rollup::LIKES,
-                rollup::AS_OF,
-                rollup::SHARDS,
-            ]
-            .map(String::from)
-            .to_vec(),
-        }),
+        update_mask: Some(fs::DocumentMask { field_paths: mask }),
         update_transforms: vec![server_time(rollup::UPDATED_AT)],
         current_document: Some(fs::Precondition {
             condition_type: Some(condition),
@@ -73,11 +78,16 @@ pub fn stored_rollup(doc: &fs::Document) -> Option<StoredRollup> {
         Some(ValueType::IntegerValue(n)) => Some(u32::try_from(*n).unwrap_or(u32::MAX)),
         _ => Some(0),
     };
+    let milestone = match get(&doc.fields, rollup::MILESTONE) {
+        Some(ValueType::IntegerValue(n)) => Some(*n),
+        _ => None,
+    };
     Some(StoredRollup {
         likes,
         as_of,
         shards,
         update_time: doc.update_time,
+        milestone,
     })
 }
 
@@ -97,6 +107,7 @@ mod tests {
                 seconds: 9,
                 nanos: 7,
             }),
+            milestone: None,
         };
         for previous in [None, Some(&read)] {
             let write = RollupWrite {
@@ -105,6 +116,7 @@ mod tests {
                 as_of: 1_700_000_001_000_001,
                 shards: 16,
                 previous,
+                milestones: &[100, 1000],
             };
             let sdk = rollup_write(&layout, &write);
             let Some(fs::write::Operation::Update(doc)) = sdk.operation.clone() else {
@@ -120,8 +132,8 @@ mod tests {
             })
             .expect("a rollup");
             assert_eq!(
-                (stored.likes, stored.as_of, stored.shards),
-                (41, 1_700_000_001_000_001, Some(16))
+                (stored.likes, stored.as_of, stored.shards, stored.milestone),
+                (41, 1_700_000_001_000_001, Some(16), Some(1000))
             );
             let condition = sdk.current_document.and_then(|c| c.condition_type);
             match previous {

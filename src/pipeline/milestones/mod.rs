@@ -1,0 +1,276 @@
+//! The milestone dispatcher, beside the pipeline: delivers each milestone
+//! record the rollup writes created (`milestones/{post}:{n}`,
+//! `milestones`) to the webhook, once per milestone as far as a receiver
+//! that keys on `Idempotency-Key` can tell.
+//!
+//! Invariants:
+//! - a record is attempted only under a lease this dispatcher claimed
+//!   ([`MilestoneStore::claim`]): one dispatcher at a time calls for it,
+//!   and a lease outlives the call it covers (`lease` > the request
+//!   timeout), so a call in progress is not taken over;
+//! - a record is marked done only after a 2xx, given up only after a
+//!   refusal (a 4xx other than 408 and 429, a redirect) whose reason is
+//!   stored, and otherwise made due again after a backoff with jitter;
+//! - every call for a record carries the same body and key
+//!   ([`webhook`]): a call repeated because its dispatcher died between
+//!   the receiver's answer and the mark (the one window that remains: the
+//!   lease ends and another dispatcher calls again) is the same call to
+//!   the receiver;
+//! - a settle whose lease was taken over changes nothing (it is counted).
+
+pub mod webhook;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+
+use crate::store::milestone::{Claim, MilestoneStore, Settle};
+use crate::store::rollup::{micros_of, Micros};
+use crate::telemetry::Stats;
+
+pub use webhook::{Answer, Webhook};
+
+/// At shutdown, how long the calls under way may take to finish (inside
+/// the service's shutdown deadline).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// The summary name of the rate-limited warnings.
+const ATTEMPT_FAILED: &str = "milestone webhook attempts failed";
+/// The summary name of the rate-limited give-up errors.
+const GIVEN_UP: &str = "milestones given up";
+/// The summary name of the rate-limited store failures.
+const STORE_FAILED: &str = "milestone store calls failed";
+
+/// The dispatcher's settings.
+#[derive(Clone, Debug)]
+pub struct DispatchConfig {
+    /// How long a claim holds a record; longer than `request_timeout`.
+    pub lease: Duration,
+    /// How often due records are looked for.
+    pub poll_interval: Duration,
+    /// Records claimed (and called concurrently) per round, at most.
+    pub claim_limit: usize,
+    /// The first retry's delay (doubling per attempt, with jitter).
+    pub backoff_initial: Duration,
+    /// The longest delay between attempts.
+    pub backoff_max: Duration,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(60),
+            poll_interval: Duration::from_secs(1),
+            claim_limit: 32,
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What one round did (for tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// Records claimed.
+    pub claimed: usize,
+    /// Delivered (2xx, marked done).
+    pub delivered: usize,
+    /// Failed, to be retried.
+    pub failed: usize,
+    /// Given up.
+    pub dead: usize,
+    /// Settles refused: the lease had been taken over.
+    pub lost: usize,
+}
+
+/// The dispatcher of one process.
+pub struct Dispatcher<S> {
+    store: Arc<S>,
+    webhook: Webhook,
+    config: DispatchConfig,
+    stats: Arc<Stats>,
+}
+
+/// The delay before attempt `attempts + 1` after a failure: the initial
+/// delay doubled per attempt made, capped, times a jitter in [0.5, 1).
+pub fn backoff(config: &DispatchConfig, attempts: u32, jitter: f64) -> Duration {
+    let doublings = attempts.saturating_sub(1).min(30);
+    let delay = config
+        .backoff_initial
+        .saturating_mul(1 << doublings)
+        .min(config.backoff_max);
+    delay.mul_f64(jitter.clamp(0.5, 1.0))
+}
+
+fn micros(d: Duration) -> Micros {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+impl<S: MilestoneStore> Dispatcher<S> {
+    /// A dispatcher delivering `store`'s records to `webhook`.
+    pub fn new(store: Arc<S>, webhook: Webhook, config: DispatchConfig, stats: Arc<Stats>) -> Self {
+        Self {
+            store,
+            webhook,
+            config,
+            stats,
+        }
+    }
+
+    /// Runs a round every poll interval (more at once while rounds come
+    /// back full) until `stop` turns true; nothing is claimed after, and a
+    /// round under way gets [`SHUTDOWN_GRACE`] to finish (its calls cut
+    /// then are called again once their leases end, with the same key).
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut ticks = tokio::time::interval(self.config.poll_interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut grace = stop.clone();
+        let cut = async move {
+            let _ = grace.wait_for(|stopped| *stopped).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        };
+        tokio::pin!(cut);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            loop {
+                let report = tokio::select! {
+                    report = self.round() => report,
+                    _ = &mut cut => {
+                        tracing::warn!("milestone calls cut at shutdown; each is called again, with the same key, once its lease ends");
+                        return;
+                    }
+                };
+                if report.claimed < self.config.claim_limit || *stop.borrow() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Claims the due records and calls for each, concurrently.
+    pub async fn round(&self) -> RoundReport {
+        let claims = match self.claim().await {
+            Some(claims) => claims,
+            None => return RoundReport::default(),
+        };
+        let mut report = RoundReport {
+            claimed: claims.len(),
+            ..RoundReport::default()
+        };
+        let calls = claims.iter().map(|c| async move {
+            let answer = self.webhook.call(&c.record).await;
+            self.settle(c, answer).await
+        });
+        for settled in futures::future::join_all(calls).await {
+            match settled {
+                Some(Settled::Delivered) => report.delivered += 1,
+                Some(Settled::Failed) => report.failed += 1,
+                Some(Settled::Dead) => report.dead += 1,
+                Some(Settled::Lost) => report.lost += 1,
+                None => {}
+            }
+        }
+        report
+    }
+
+    /// Claims the records due now; `None` when the store failed.
+    pub async fn claim(&self) -> Option<Vec<Claim>> {
+        let now = micros_of(SystemTime::now());
+        match self
+            .store
+            .claim(now, self.config.lease, self.config.claim_limit)
+            .await
+        {
+            Ok(claims) => Some(claims),
+            Err(error) => {
+                if self.stats.warnings.admit(STORE_FAILED, error.op) {
+                    tracing::warn!(%error, "claiming milestones failed; trying again at the next round");
+                }
+                None
+            }
+        }
+    }
+
+    /// Stores what `answer` means for `claim`; `None` when the store
+    /// failed (the lease then ends and the record is attempted again).
+    pub async fn settle(&self, claim: &Claim, answer: Answer) -> Option<Settled> {
+        let record = &claim.record;
+        let now = SystemTime::now();
+        let (settle, settled) = match answer {
+            Answer::Accepted => (Settle::Done { at: micros_of(now) }, Settled::Delivered),
+            Answer::Retry { why, after } => {
+                let delay = backoff(&self.config, record.attempts, rand::random_range(0.5..1.0))
+                    .max(after.unwrap_or_default().min(self.config.backoff_max));
+                if self.stats.warnings.admit(ATTEMPT_FAILED, "retry") {
+                    tracing::warn!(post_id = %record.post_id, milestone = record.milestone, attempts = record.attempts, retry_in_ms = delay.as_millis() as u64, error = %why, "milestone webhook attempt failed; retrying after a backoff");
+                }
+                let at = micros_of(now).saturating_add(micros(delay));
+                (Settle::Retry { error: why, at }, Settled::Failed)
+            }
+            Answer::Refused { why } => {
+                if self.stats.warnings.admit(GIVEN_UP, "refused") {
+                    tracing::error!(post_id = %record.post_id, milestone = record.milestone, attempts = record.attempts, reason = %why, "milestone webhook refused the call; given up (hotcount milestones retry sends it again)");
+                }
+                (Settle::Dead { reason: why }, Settled::Dead)
+            }
+        };
+        match self.store.settle(claim, &settle).await {
+            Ok(true) => {
+                let counter = match settled {
+                    Settled::Delivered => &self.stats.milestones_delivered,
+                    Settled::Failed => &self.stats.milestone_attempts_failed,
+                    Settled::Dead => &self.stats.milestones_dead,
+                    Settled::Lost => &self.stats.milestone_leases_lost,
+                };
+                counter.add(1);
+                Some(settled)
+            }
+            Ok(false) => {
+                self.stats.milestone_leases_lost.add(1);
+                tracing::warn!(post_id = %record.post_id, milestone = record.milestone, "a milestone's lease was taken over before its attempt settled; the new holder calls again with the same key");
+                Some(Settled::Lost)
+            }
+            Err(error) => {
+                if self.stats.warnings.admit(STORE_FAILED, error.op) {
+                    tracing::warn!(%error, post_id = %record.post_id, milestone = record.milestone, "storing a milestone attempt's outcome failed; it is attempted again when its lease ends");
+                }
+                None
+            }
+        }
+    }
+}
+
+/// How one attempt settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Marked done.
+    Delivered,
+    /// Made due again after a backoff.
+    Failed,
+    /// Given up.
+    Dead,
+    /// The lease had been taken over: nothing stored.
+    Lost,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_per_attempt_up_to_the_cap_with_jitter() {
+        let config = DispatchConfig {
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(10),
+            ..DispatchConfig::default()
+        };
+        assert_eq!(backoff(&config, 1, 1.0), Duration::from_secs(1));
+        assert_eq!(backoff(&config, 3, 1.0), Duration::from_secs(4));
+        assert_eq!(backoff(&config, 40, 1.0), Duration::from_secs(10));
+        assert_eq!(backoff(&config, 3, 0.5), Duration::from_secs(2));
+    }
+}

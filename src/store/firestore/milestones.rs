@@ -1,0 +1,306 @@
+//! Milestone records on Firestore (`milestones/{post}:{n}`): the rollup
+//! writes that record milestones, and the [`MilestoneStore`] of a
+//! [`FirestoreDb`].
+//!
+//! Invariants: a rollup write that records milestones is one Commit with
+//! the rollup's own precondition and each record's exists=false, so the
+//! record exists if and only if the rollup that decided it was written; a
+//! claim reads the record in a read-write transaction and commits the
+//! lease in it, so two dispatchers never both hold a lease; a settle is
+//! conditioned on the update time the claim left.
+
+use gcloud_sdk::google::firestore::v1 as fs;
+use gcloud_sdk::prost_types::Timestamp;
+
+use fs::structured_query::{
+    field_filter, filter::FilterType, CollectionSelector, FieldFilter, FieldReference, Filter,
+    Order,
+};
+use fs::value::ValueType;
+
+use super::codec::{self, micros_to_timestamp};
+use super::db::{FirestoreDb, Opened, Read};
+use super::errors::{internal, status_error};
+use super::layout::collections;
+use super::layout::fields::milestone as f;
+use crate::store::milestone::{
+    Claim, MilestoneRecord, MilestoneStatus, MilestoneStore, RetrySelection, Settle,
+};
+use crate::store::rollup::{Micros, RollupWrite, WriteOutcome};
+use crate::store::{Code, StoreError};
+
+impl FirestoreDb {
+    /// Commits `writes` (atomically; in `transaction` when not empty) and
+    /// returns each write's update time.
+    async fn commit_writes(
+        &self,
+        writes: Vec<fs::Write>,
+        transaction: Vec<u8>,
+    ) -> Result<Vec<Option<Timestamp>>, StoreError> {
+        let request = fs::CommitRequest {
+            database: self.layout().database.clone(),
+            writes,
+            transaction,
+            ..Default::default()
+        };
+        let response = self
+            .client()
+            .commit(request)
+            .await
+            .map_err(|s| status_error("Commit", &s))?
+            .into_inner();
+        Ok(response
+            .write_results
+            .into_iter()
+            .map(|r| r.update_time)
+            .collect())
+    }
+
+    /// Writes one rollup with the records of the milestones it reaches, in
+    /// one Commit: all or nothing.
+    pub(super) async fn write_recording(&self, write: &RollupWrite<'_>) -> WriteOutcome {
+        let layout = self.layout();
+        let mut writes = vec![codec::rollup_write(layout, write)];
+        for &n in write.milestones {
+            writes.push(codec::milestone_create(
+                layout,
+                write.post_id,
+                n,
+                write.likes,
+                write.as_of,
+            ));
+        }
+        match self.commit_writes(writes, Vec::new()).await {
+            Ok(_) => WriteOutcome::Written,
+            // The rollup is not the one read (or, after a lost answer, a
+            // record exists already: read again, and the rollup says so).
+            Err(e) if matches!(e.code, Code::FailedPrecondition | Code::AlreadyExists) => {
+                WriteOutcome::Lost
+            }
+            Err(e) => WriteOutcome::Failed(e),
+        }
+    }
+
+    /// Records due at `now`, earliest first, at most `limit` (latest state).
+    async fn due_milestones(
+        &self,
+        now: Micros,
+        limit: usize,
+    ) -> Result<Vec<fs::Document>, StoreError> {
+        let query = fs::StructuredQuery {
+            from: vec![self.milestones_collection()],
+            r#where: Some(field_filter(
+                f::DUE_AT,
+                field_filter::Operator::LessThanOrEqual,
+                ValueType::TimestampValue(micros_to_timestamp(now)),
+            )),
+            order_by: vec![Order {
+                field: Some(field(f::DUE_AT)),
+                direction: fs::structured_query::Direction::Ascending as i32,
+            }],
+            limit: Some(i32::try_from(limit).unwrap_or(i32::MAX)),
+            ..Default::default()
+        };
+        let root = self.layout().root();
+        Ok(self.run_query(&root, query, Read::Latest).await?.documents)
+    }
+
+    fn milestones_collection(&self) -> CollectionSelector {
+        CollectionSelector {
+            collection_id: self.layout().collection(collections::MILESTONES),
+            all_descendants: false,
+        }
+    }
+
+    /// Claims the record `name` in a read-write transaction if it is still
+    /// due at `now`; `None` when it is not (or another claim won).
+    async fn claim_one(
+        &self,
+        name: String,
+        now: Micros,
+        lease: std::time::Duration,
+    ) -> Result<Option<Claim>, StoreError> {
+        let opened = Opened::default();
+        let read = Read::ReadWrite {
+            retry: None,
+            opened: &opened,
+        };
+        let mut found = None;
+        let transaction = self
+            .batch_get(vec![name], read, |d| found = Some(d))
+            .await?;
+        let due = found
+            .as_ref()
+            .and_then(codec::milestone_from_document)
+            .filter(|r| is_due(r, now));
+        let Some(mut record) = due else {
+            self.rollback(transaction).await;
+            return Ok(None);
+        };
+        let lease_micros = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
+        record.status = MilestoneStatus::Leased;
+        record.attempts = record.attempts.saturating_add(1);
+        record.due_at = Some(now.saturating_add(lease_micros));
+        let write = codec::milestone_update(self.layout(), &record, None);
+        let times = self.commit_writes(vec![write], transaction).await?;
+        let update_time = times.into_iter().next().flatten();
+        if update_time.is_none() {
+            return Err(internal("Commit", "no update time for the claim"));
+        }
+        Ok(Some(Claim {
+            record,
+            update_time,
+        }))
+    }
+
+    /// Applies `write` on its condition; `Ok(false)` when the condition
+    /// failed.
+    async fn write_conditioned(&self, write: fs::Write) -> Result<bool, StoreError> {
+        match self.commit_writes(vec![write], Vec::new()).await {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.code, Code::FailedPrecondition | Code::NotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Whether a claim at `now` may take `record`.
+fn is_due(record: &MilestoneRecord, now: Micros) -> bool {
+    matches!(
+        record.status,
+        MilestoneStatus::Pending | MilestoneStatus::Leased
+    ) && record.due_at.is_some_and(|d| d <= now)
+}
+
+/// `record` after `settle`.
+pub(crate) fn settled(record: &MilestoneRecord, settle: &Settle) -> MilestoneRecord {
+    let mut next = record.clone();
+    match settle {
+        Settle::Done { at } => {
+            next.status = MilestoneStatus::Done;
+            next.due_at = None;
+            next.delivered_at = Some(*at);
+        }
+        Settle::Retry { error, at } => {
+            next.status = MilestoneStatus::Pending;
+            next.due_at = Some(*at);
+            next.last_error = Some(error.clone());
+        }
+        Settle::Dead { reason } => {
+            next.status = MilestoneStatus::Dead;
+            next.due_at = None;
+            next.last_error = Some(reason.clone());
+        }
+    }
+    next
+}
+
+impl MilestoneStore for FirestoreDb {
+    async fn claim(
+        &self,
+        now: Micros,
+        lease: std::time::Duration,
+        limit: usize,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let mut claims = Vec::new();
+        for doc in self.due_milestones(now, limit).await? {
+            match self.claim_one(doc.name, now, lease).await {
+                Ok(Some(claim)) => claims.push(claim),
+                Ok(None) => {}
+                // Another dispatcher's transaction won (ABORTED) or the
+                // store failed: leave it to the next claim.
+                Err(error) if claims.is_empty() && !error.is_retryable() => return Err(error),
+                Err(error) => {
+                    tracing::debug!(%error, "claiming a milestone failed; left to the next claim");
+                }
+            }
+        }
+        Ok(claims)
+    }
+
+    async fn settle(&self, claim: &Claim, settle: &Settle) -> Result<bool, StoreError> {
+        let next = settled(&claim.record, settle);
+        let write = codec::milestone_update(self.layout(), &next, claim.update_time);
+        self.write_conditioned(write).await
+    }
+
+    async fn milestones(&self) -> Result<Vec<MilestoneRecord>, StoreError> {
+        let query = fs::StructuredQuery {
+            from: vec![self.milestones_collection()],
+            ..Default::default()
+        };
+        let root = self.layout().root();
+        let queried = self.run_query(&root, query, Read::Latest).await?;
+        let mut records: Vec<MilestoneRecord> = queried
+            .documents
+            .iter()
+            .filter_map(codec::milestone_from_document)
+            .collect();
+        records.sort_by_key(|r| (r.reached_at, r.id()));
+        Ok(records)
+    }
+
+    async fn retry(&self, selection: &RetrySelection, now: Micros) -> Result<u64, StoreError> {
+        let docs = match selection {
+            RetrySelection::AllDead => {
+                let query = fs::StructuredQuery {
+                    from: vec![self.milestones_collection()],
+                    r#where: Some(field_filter(
+                        f::STATUS,
+                        field_filter::Operator::Equal,
+                        ValueType::StringValue(MilestoneStatus::Dead.as_str().to_string()),
+                    )),
+                    ..Default::default()
+                };
+                let root = self.layout().root();
+                self.run_query(&root, query, Read::Latest).await?.documents
+            }
+            RetrySelection::One { post_id, milestone } => {
+                let name = self.layout().milestone(post_id, *milestone);
+                self.get(&name).await?.into_iter().collect()
+            }
+        };
+        let mut retried = 0;
+        for doc in docs {
+            let Some(mut record) = codec::milestone_from_document(&doc) else {
+                continue;
+            };
+            if !retryable(record.status) {
+                continue;
+            }
+            record.status = MilestoneStatus::Pending;
+            record.attempts = 0;
+            record.due_at = Some(now);
+            let write = codec::milestone_update(self.layout(), &record, doc.update_time);
+            if self.write_conditioned(write).await? {
+                retried += 1;
+            }
+        }
+        Ok(retried)
+    }
+}
+
+/// Whether `hotcount milestones retry` may make a record of `status`
+/// pending again (a leased one is being attempted; a done one was
+/// delivered).
+pub(crate) fn retryable(status: MilestoneStatus) -> bool {
+    matches!(status, MilestoneStatus::Dead | MilestoneStatus::Pending)
+}
+
+fn field(path: &str) -> FieldReference {
+    FieldReference {
+        field_path: path.to_string(),
+    }
+}
+
+fn field_filter(path: &str, op: field_filter::Operator, v: ValueType) -> Filter {
+    Filter {
+        filter_type: Some(FilterType::FieldFilter(FieldFilter {
+            field: Some(field(path)),
+            op: op as i32,
+            value: Some(fs::Value {
+                value_type: Some(v),
+            }),
+        })),
+    }
+}

@@ -1,0 +1,373 @@
+//! Milestone notifications end to end, on each store: the service records
+//! each milestone once with the rollup write that reaches it, and delivers
+//! it to a webhook sink (a receiver that keys on `Idempotency-Key` as
+//! payment APIs do) through the sink's faults, a dispatcher killed between
+//! the call and the mark, and a replay of the whole window.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use common::{expected, Backend, Ev, Harness};
+use google_cloud_pubsub::model::{Subscription, UpdateSubscriptionRequest};
+use google_cloud_wkt::FieldMask;
+use hotcount::ops::milestones as ops;
+use hotcount::pipeline::milestones::{DispatchConfig, Dispatcher, Webhook};
+use hotcount::store::milestone::{MilestoneRecord, MilestoneStatus, MilestoneStore};
+use hotcount::store::rollup::{micros_of, RollupStore, RollupWrite, WriteOutcome};
+use hotcount::telemetry::Stats;
+use hotcount_emulators::webhook::{Fate, Sink, SinkConfig, SinkFaults};
+
+const WAIT: Duration = Duration::from_secs(30);
+const SECRET: &str = "test-secret";
+
+crate::on_each_store!(
+    milestones_are_delivered_once_per_key_through_faults_and_a_replay_sends_nothing,
+    a_dispatcher_killed_between_the_call_and_the_mark_repeats_it_with_the_same_key,
+    a_refused_milestone_is_given_up_with_why_and_retry_delivers_it,
+    a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_called_at_once,
+    without_a_webhook_no_milestone_is_recorded,
+    the_cli_lists_milestones_and_retries_one_by_id,
+);
+
+fn likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
+    (0..users)
+        .map(|u| Ev::like(&format!("{prefix}-{u}"), post, &format!("user-{u}"), 1))
+        .collect()
+}
+
+/// The service's flags for milestones 5, 20 and 40 delivered to `sink`,
+/// with short rollup, retry and lease times.
+fn milestone_flags<'a>(url: &'a str, secret: &'a str) -> Vec<&'a str> {
+    vec![
+        "--milestone-webhook",
+        url,
+        "--milestone-webhook-secret",
+        secret,
+        "--milestones",
+        "5,20,40",
+        "--rollup-interval-ms",
+        "50",
+        "--milestone-webhook-timeout-ms",
+        "300",
+        "--milestone-lease-secs",
+        "1",
+        "--milestone-retry-initial-ms",
+        "50",
+    ]
+}
+
+/// Waits (bounded) until every record is `status`, `n` of them; returns them.
+async fn wait_for_records(h: &Harness, n: usize, status: MilestoneStatus) -> Vec<MilestoneRecord> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let records = h.store.milestones().await.expect("list");
+        let settled = records.len() == n && records.iter().all(|r| r.status == status);
+        if settled || tokio::time::Instant::now() > deadline {
+            return records;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn milestones_are_delivered_once_per_key_through_faults_and_a_replay_sends_nothing(
+    backend: Backend,
+) {
+    let h = Harness::start_on(backend).await;
+    let sink = Sink::start(SinkConfig {
+        secret: Some(SECRET.into()),
+        faults: SinkFaults {
+            error_rate: 0.25,
+            hang_rate: 0.15,
+            hang: Duration::from_millis(600),
+            close_rate: 0.15,
+        },
+    })
+    .await
+    .expect("sink");
+    let url = sink.url();
+    let subscription = format!(
+        "projects/{}/subscriptions/{}",
+        common::PROJECT,
+        common::SUBSCRIPTION
+    );
+    // Acked messages kept, so a Seek to a time replays them.
+    let admin = hotcount::connect::subscription_admin(&h.endpoints)
+        .await
+        .expect("admin");
+    admin
+        .update_subscription()
+        .with_request(
+            UpdateSubscriptionRequest::new()
+                .set_subscription(
+                    Subscription::new()
+                        .set_name(subscription.clone())
+                        .set_retain_acked_messages(true),
+                )
+                .set_update_mask(FieldMask::default().set_paths(["retain_acked_messages"])),
+        )
+        .send()
+        .await
+        .expect("retain acked messages");
+    let before = SystemTime::now() - Duration::from_secs(1);
+    let consumer = h.spawn(h.run_args("c1", &milestone_flags(&url, SECRET)));
+    let mut events = likes("viral", 45, "v");
+    events.extend(likes("quiet", 3, "q"));
+    let want = expected(&events);
+    h.publish(&events).await;
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    let records = wait_for_records(&h, 3, MilestoneStatus::Done).await;
+    let ids: Vec<String> = records.iter().map(MilestoneRecord::id).collect();
+    assert_eq!(
+        ids.iter().collect::<BTreeSet<_>>(),
+        ["viral:5", "viral:20", "viral:40"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .iter()
+            .collect(),
+        "{records:?}"
+    );
+    assert!(
+        records.iter().all(|r| r.status == MilestoneStatus::Done),
+        "{records:?}"
+    );
+    // Exactly once per key at the receiver; every call signed.
+    let processed = sink.processed();
+    let keys: BTreeSet<&str> = processed.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        BTreeSet::from(["c1:viral:5", "c1:viral:20", "c1:viral:40"])
+    );
+    for (key, body) in &processed {
+        let body: serde_json::Value = serde_json::from_slice(body).expect("json");
+        let n = body["milestone"].as_i64().expect("milestone");
+        assert!(key.ends_with(&format!(":{n}")), "{key} {body}");
+        assert!(body["likes"].as_i64().expect("likes") >= n, "{body}");
+        assert_eq!(body["postId"], "viral");
+        assert!(body["reachedAt"].is_string());
+    }
+    let requests = sink.requests();
+    assert!(requests.iter().all(|r| r.signature_ok == Some(true)));
+    let calls = requests.len();
+
+    // Replay the whole window: every event again, no count changes, and
+    // no milestone is decided or called again.
+    admin
+        .seek()
+        .set_subscription(subscription)
+        .set_time(google_cloud_wkt::Timestamp::try_from(before).expect("time"))
+        .send()
+        .await
+        .expect("seek");
+    let total = 2 * events.len() as u64;
+    assert!(
+        consumer.wait_for_acks(total, WAIT).await,
+        "replay processed"
+    );
+    // Several rollup intervals and dispatcher rounds.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(h.counts(want.keys()).await, want, "counts unchanged");
+    let stats = consumer.stop().await;
+    assert_eq!(stats.milestones_recorded.get(), 3);
+    assert_eq!(stats.milestones_delivered.get(), 3);
+    assert_eq!(stats.milestones_dead.get(), 0);
+    // Calls still in flight at the replay (a hang) may end after it, but
+    // nothing new is called after the records are done.
+    assert_eq!(
+        sink.requests().len(),
+        calls,
+        "nothing called after the replay"
+    );
+    assert_eq!(h.store.milestones().await.expect("list"), records);
+}
+
+/// A sink checking [`SECRET`], without faults.
+async fn fault_free_sink() -> Sink {
+    Sink::start(SinkConfig {
+        secret: Some(SECRET.into()),
+        faults: SinkFaults::default(),
+    })
+    .await
+    .expect("sink")
+}
+
+/// Creates the record of `post` reaching 100 (with its rollup) directly.
+async fn record_milestone(h: &Harness, post: &str) {
+    record_milestone_at(h, post, micros_of(SystemTime::now())).await;
+}
+
+/// Creates the record of `post` reaching 100 with a rollup read at `now`
+/// (the store's time).
+async fn record_milestone_at(h: &Harness, post: &str, now: i64) {
+    let write = RollupWrite {
+        post_id: post,
+        likes: 101,
+        as_of: now,
+        shards: 1,
+        previous: None,
+        milestones: &[100],
+    };
+    let outcomes = h.store.write_rollups(&[write]).await.expect("write");
+    assert_eq!(outcomes, vec![WriteOutcome::Written]);
+}
+
+fn dispatcher(
+    h: &Harness,
+    url: &str,
+    secret: &str,
+) -> Dispatcher<hotcount::store::selected::SelectedDb> {
+    let webhook = Webhook::new(
+        url.parse().expect("url"),
+        Some(secret),
+        "c1",
+        Duration::from_millis(500),
+    )
+    .expect("client");
+    let config = DispatchConfig {
+        lease: Duration::from_millis(800),
+        backoff_initial: Duration::from_millis(50),
+        ..DispatchConfig::default()
+    };
+    Dispatcher::new(
+        Arc::new(h.store.clone()),
+        webhook,
+        config,
+        Arc::new(Stats::default()),
+    )
+}
+
+async fn a_dispatcher_killed_between_the_call_and_the_mark_repeats_it_with_the_same_key(
+    backend: Backend,
+) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    record_milestone(&h, "p").await;
+    let first = dispatcher(&h, &sink.url(), SECRET);
+    let second = dispatcher(&h, &sink.url(), SECRET);
+
+    // The first claims and calls; the receiver accepts; it dies before
+    // marking done (its claim is never settled).
+    let claims = first.claim().await.expect("claim");
+    assert_eq!(claims.len(), 1);
+    let answer = Webhook::new(sink.url().parse().expect("url"), Some(SECRET), "c1", WAIT)
+        .expect("client")
+        .call(&claims[0].record)
+        .await;
+    assert_eq!(answer, hotcount::pipeline::milestones::Answer::Accepted);
+    // While the lease holds, nobody else calls.
+    assert_eq!(second.round().await.claimed, 0);
+    // The lease ends; the second takes over and calls again, same key.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let report = second.round().await;
+    assert_eq!((report.claimed, report.delivered), (1, 1), "{report:?}");
+    // The dead dispatcher's late mark changes nothing.
+    let late = first
+        .settle(&claims[0], hotcount::pipeline::milestones::Answer::Accepted)
+        .await;
+    assert_eq!(late, Some(hotcount::pipeline::milestones::Settled::Lost));
+
+    let requests = sink.requests();
+    let keys: Vec<&str> = requests.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["c1:p:100", "c1:p:100"], "the raw repeat: same key");
+    let fates: Vec<Fate> = requests.iter().map(|r| r.fate).collect();
+    assert_eq!(fates, [Fate::Processed, Fate::Replayed]);
+    assert_eq!(sink.processed().len(), 1, "processed once");
+    let records = h.store.milestones().await.expect("list");
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].status, MilestoneStatus::Done);
+    assert_eq!(records[0].attempts, 2);
+}
+
+async fn a_refused_milestone_is_given_up_with_why_and_retry_delivers_it(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    record_milestone(&h, "p").await;
+    // A wrong secret: the receiver answers 401, which is not retried.
+    let wrong = dispatcher(&h, &sink.url(), "wrong-secret");
+    let report = wrong.round().await;
+    assert_eq!(report.dead, 1, "{report:?}");
+    let dead = ops::list(&h.store, Some("dead")).await.expect("list");
+    assert_eq!(dead.len(), 1);
+    let why = dead[0].last_error.clone().unwrap_or_default();
+    assert!(why.contains("401"), "{why}");
+    // Nothing claims a dead record.
+    assert_eq!(wrong.round().await.claimed, 0);
+    assert!(sink.processed().is_empty());
+
+    // Fixed, then retried: delivered with the same key.
+    assert_eq!(ops::retry(&h.store, &[]).await.expect("retry"), 1);
+    let fixed = dispatcher(&h, &sink.url(), SECRET);
+    let report = fixed.round().await;
+    assert_eq!(report.delivered, 1, "{report:?}");
+    let processed = sink.processed();
+    assert_eq!(processed.len(), 1);
+    assert_eq!(processed[0].0, "c1:p:100");
+    assert!(ops::list(&h.store, Some("dead"))
+        .await
+        .expect("list")
+        .is_empty());
+    assert_eq!(ops::retry(&h.store, &[]).await.expect("retry"), 0);
+}
+
+async fn a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_called_at_once(
+    backend: Backend,
+) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    // The store's read time an hour ahead of this replica's clock (the
+    // chaos run's emulated clock jumps did this: nothing was ever claimed).
+    let ahead = micros_of(SystemTime::now() + Duration::from_secs(3600));
+    record_milestone_at(&h, "p", ahead).await;
+    let report = dispatcher(&h, &sink.url(), SECRET).round().await;
+    assert_eq!((report.claimed, report.delivered), (1, 1), "{report:?}");
+    let records = h.store.milestones().await.expect("list");
+    assert_eq!(records[0].reached_at, ahead);
+}
+
+async fn without_a_webhook_no_milestone_is_recorded(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let consumer = h.spawn(h.run_args("c1", &["--milestones", "5", "--rollup-interval-ms", "50"]));
+    let events = likes("p", 8, "a");
+    let want = expected(&events);
+    h.publish(&events).await;
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    let stats = consumer.stop().await;
+    // The rollup shows 8 (the drain refreshed it), and nothing was recorded.
+    assert!(stats.rollup_refreshes.get() > 0);
+    assert_eq!(stats.milestones_recorded.get(), 0);
+    assert!(h.store.milestones().await.expect("list").is_empty());
+}
+
+fn hotcount_cli(h: &Harness, args: &[&str]) -> (bool, String) {
+    let mut command = h.command();
+    command.args(args);
+    if let Some(url) = h.postgres_url() {
+        command.args(["--store", url]);
+    }
+    let out = command.output().expect("hotcount runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+async fn the_cli_lists_milestones_and_retries_one_by_id(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    record_milestone(&h, "p").await;
+    let (ok, out) = hotcount_cli(&h, &["milestones", "list"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("p:100\tpending\t0\t101\t"), "{out}");
+    assert!(out.contains("1 record(s)"), "{out}");
+    let (ok, out) = hotcount_cli(&h, &["milestones", "list", "--status", "dead"]);
+    assert!(ok && out.contains("0 record(s)"), "{out}");
+    let (ok, out) = hotcount_cli(&h, &["milestones", "retry", "p:100"]);
+    assert!(
+        ok && out.contains("1 record(s) made pending again"),
+        "{out}"
+    );
+    let (ok, out) = hotcount_cli(&h, &["milestones", "retry", "nonsense"]);
+    assert!(!ok, "a bad id is refused: {out}");
+}
