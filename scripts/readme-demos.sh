@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the README's demo commands exactly as the README writes them (read
 # from README.md, not copied here), each with a small workload appended so
-# CI stays cheap: the main job (the first line of the first code block) and
-# the demo on a throwaway PostgreSQL (the line with `demo --temp-postgres`).
+# CI stays cheap: the main job (the first line of the first code block),
+# the demo on a throwaway PostgreSQL (the line with `demo --temp-postgres`)
+# and the push demo (the line with `demo --delivery push`).
 # A README command that no longer works as written fails this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,9 +12,10 @@ small=(--events 20000 --posts 500 --users 5000 --no-progress)
 
 first=$(awk '/^```/{f=!f; next} f && NF {print; exit}' README.md)
 postgres=$(awk '/^```/{f=!f; next} f && /demo --temp-postgres/ {print; exit}' README.md)
+push=$(awk '/^```/{f=!f; next} f && /demo --delivery push/ {print; exit}' README.md)
 
 status=0
-for line in "$first" "$postgres"; do
+for line in "$first" "$postgres" "$push"; do
   command=${line%%#*}                      # the comment after it, if any
   command=${command%"${command##*[![:space:]]}"}
   if [[ "$command" != "cargo run "*" demo"* ]]; then

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::event::{check_id, MAX_EVENT_ID_BYTES};
 use crate::pipeline::flusher::FlushConfig;
 use crate::pipeline::milestones::DispatchConfig;
+use crate::pipeline::push::{AuthConfig, GoogleAuth, PushConfig};
 use crate::pipeline::rollup::RollupConfig;
 use crate::pipeline::source::SourceConfig;
 use crate::store::selected::StoreSettings;
@@ -22,6 +23,10 @@ pub const DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC: u32 = 1;
 /// Counter shard documents per post at most, by default (`--counter-shards`
 /// of `run`, and of `replay`, which must spread increments the same way).
 pub const DEFAULT_COUNTER_SHARDS: u32 = 16;
+
+/// Where Google publishes the keys it signs OIDC ID tokens with (a JWKS);
+/// `--push-jwks-url`'s default.
+pub const DEFAULT_PUSH_JWKS_URL: &str = "https://www.googleapis.com/oauth2/v3/certs";
 
 /// Where Pub/Sub and Firestore are: Google's endpoints with Application
 /// Default Credentials, or emulators (anonymous) when an address is given.
@@ -180,6 +185,34 @@ pub enum Strategy {
     /// same parsing and membership semantics, ack after commit. Exists only
     /// to be measured against (docs/BENCHMARKS.md).
     PerEvent,
+}
+
+/// How messages reach the service.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delivery {
+    /// StreamingPull: hotcount pulls, with flow control and lease extension.
+    Pull,
+    /// Push: Pub/Sub POSTs each message to `POST /pubsub/push` on
+    /// `--push-addr`; the answer (after the message's batch committed) is
+    /// the ack.
+    Push,
+}
+
+/// How push requests are authenticated (`--push-auth`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PushAuthMode {
+    /// Verify the Google-signed OIDC token Pub/Sub sends with each request:
+    /// signature, issuer, audience, service account.
+    Google,
+    /// Trust Cloud Run's IAM front end, which checked the token before the
+    /// request reached the container (deploy with
+    /// `--no-allow-unauthenticated` and grant the push service account the
+    /// invoker role).
+    CloudRun,
+    /// No authentication: allowed only on a loopback `--push-addr`.
+    None,
 }
 
 /// A secret setting: its `Debug` never shows it (settings are logged);
@@ -399,6 +432,39 @@ pub struct RunArgs {
         default_value_t = 1000
     )]
     pub milestone_retry_initial_ms: u64,
+    /// How messages arrive: `pull` (StreamingPull) or `push` (Pub/Sub
+    /// POSTs each one to `POST /pubsub/push` on `--push-addr`, answered
+    /// 204 once its batch committed).
+    #[arg(long, env = "HOTCOUNT_DELIVERY", value_enum, default_value_t = Delivery::Pull)]
+    pub delivery: Delivery,
+    /// With `--delivery push`: where the push endpoint listens (`host:port`,
+    /// port 0 picks one); the same address as `--metrics-addr` serves both
+    /// on one listener (Cloud Run routes one port).
+    #[arg(long, env = "HOTCOUNT_PUSH_ADDR", default_value = "127.0.0.1:8080")]
+    pub push_addr: String,
+    /// With `--delivery push`: `google` (verify each request's OIDC token),
+    /// `cloud-run` (Cloud Run's IAM front end verified it) or `none`
+    /// (loopback `--push-addr` only).
+    #[arg(long, env = "HOTCOUNT_PUSH_AUTH", value_enum, default_value_t = PushAuthMode::Google)]
+    pub push_auth: PushAuthMode,
+    /// With `--push-auth google`: the audience the token must carry (the
+    /// subscription's `oidcToken.audience`, or its push endpoint URL when
+    /// it sets none).
+    #[arg(long, env = "HOTCOUNT_PUSH_AUDIENCE", default_value = "")]
+    pub push_audience: String,
+    /// With `--push-auth google`: the service account Pub/Sub signs the
+    /// tokens as (the token's `email`, which must be verified).
+    #[arg(long, env = "HOTCOUNT_PUSH_SERVICE_ACCOUNT", default_value = "")]
+    pub push_service_account: String,
+    /// With `--push-auth google`: the signing keys' JWKS URL (fetched,
+    /// cached as long as it says, refreshed on an unknown key id).
+    #[arg(long, env = "HOTCOUNT_PUSH_JWKS_URL", default_value = DEFAULT_PUSH_JWKS_URL)]
+    pub push_jwks_url: String,
+    /// With `--delivery push`: requests held at once (admitted, not yet
+    /// settled); beyond it 429 (1..=100000). Bounds memory: each holds at
+    /// most a 1 MiB body while it is read, then its parsed message.
+    #[arg(long, env = "HOTCOUNT_PUSH_MAX_IN_FLIGHT", default_value_t = 1000)]
+    pub push_max_in_flight: usize,
 }
 
 /// Validated settings.
@@ -462,6 +528,8 @@ pub struct Config {
     pub rollup_interval: Option<Duration>,
     /// How far back the start-up sweep looks; `None` = no sweep.
     pub rollup_sweep_lookback: Option<Duration>,
+    /// With `--delivery push`, the push endpoint's settings; `None` = pull.
+    pub push: Option<PushConfig>,
     /// Longest a store call may take.
     pub store_call_timeout: Duration,
     /// No commit for this long while commits are in flight: not ready.
@@ -639,6 +707,62 @@ impl RunArgs {
     }
 }
 
+/// Validates the push flags of `args` (only read with `--delivery push`).
+fn push_config(args: &RunArgs, subscription: &str) -> Result<Option<PushConfig>, ConfigError> {
+    if args.delivery == Delivery::Pull {
+        return Ok(None);
+    }
+    let addr: std::net::SocketAddr = args.push_addr.parse().map_err(|_| ConfigError {
+        flag: "push-addr",
+        reason: format!(
+            "{:?} is not host:port (an IP address and a port)",
+            args.push_addr
+        ),
+    })?;
+    let required = |flag: &'static str, value: &str| {
+        if value.trim().is_empty() {
+            return Err(ConfigError {
+                flag,
+                reason: "required with --push-auth google (without it, any Google-signed token would do)".into(),
+            });
+        }
+        Ok(value.to_string())
+    };
+    let auth = match args.push_auth {
+        PushAuthMode::Google => {
+            let jwks_url = args.push_jwks_url.clone();
+            if !(jwks_url.starts_with("https://") || jwks_url.starts_with("http://")) {
+                return Err(ConfigError {
+                    flag: "push-jwks-url",
+                    reason: format!("{jwks_url:?} is not an http(s) URL"),
+                });
+            }
+            AuthConfig::Google(GoogleAuth {
+                audience: required("push-audience", &args.push_audience)?,
+                service_account: required("push-service-account", &args.push_service_account)?,
+                jwks_url,
+            })
+        }
+        PushAuthMode::CloudRun => AuthConfig::CloudRun,
+        PushAuthMode::None if addr.ip().is_loopback() => AuthConfig::None,
+        PushAuthMode::None => {
+            return Err(ConfigError {
+                flag: "push-auth",
+                reason: format!(
+                    "none is allowed only on a loopback --push-addr, not {addr}: use google (verify the tokens) or cloud-run (behind Cloud Run's IAM)"
+                ),
+            })
+        }
+    };
+    Ok(Some(PushConfig {
+        addr,
+        auth,
+        max_in_flight: range("push-max-in-flight", args.push_max_in_flight, 1, 100_000)?,
+        hold_max: PushConfig::hold_max_for(None),
+        subscription: subscription.to_string(),
+    }))
+}
+
 impl RunArgs {
     /// Checks every setting; the first problem is reported with its flag.
     pub fn validate(&self) -> Result<Config, ConfigError> {
@@ -671,6 +795,7 @@ impl RunArgs {
                 reason,
             })?;
         let metrics_addr = metrics_addr(&self.metrics_addr, self.metrics_allow_remote)?;
+        let push = push_config(self, &subscription)?;
         Ok(Config {
             store_location: t.store.clone(),
             project: t.project.clone(),
@@ -807,6 +932,7 @@ impl RunArgs {
                 3600,
             )?),
             milestones: self.milestone_settings()?,
+            push,
         })
     }
 }

@@ -1,5 +1,7 @@
 //! The operations endpoint: `/metrics` (Prometheus text), `/healthz`
-//! (liveness) and `/readyz` (readiness), served from a [`Stats`].
+//! (liveness) and `/readyz` (readiness), served from a [`Stats`]; and the
+//! one way the service serves HTTP ([`serve`]: this router, the push
+//! endpoint's, or both on one listener).
 //!
 //! Invariant: read-only; serving a scrape never blocks the pipeline longer
 //! than copying the counters (histograms are locked one at a time), and the
@@ -19,10 +21,12 @@ use tokio::sync::watch;
 
 use crate::telemetry::{self, Stats};
 
-/// The metrics endpoint could not start.
+/// An endpoint could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("binding the metrics endpoint on {addr}: {source}")]
+#[error("binding the {what} endpoint on {addr}: {source}")]
 pub struct HttpError {
+    /// Which endpoint (`metrics`, `push`).
+    pub what: &'static str,
     /// The address asked for.
     pub addr: SocketAddr,
     /// The bind failure.
@@ -63,23 +67,22 @@ async fn readyz(State(stats): State<Arc<Stats>>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Binds `addr`, records the bound address in `stats.metrics_addr`, and
-/// serves until `stop` turns true. Returns once bound.
+/// Binds `addr` and serves `app` (the `what` endpoint) in a task of
+/// `tasks` until `stop` turns true: then it stops accepting and finishes
+/// the requests in progress. Returns once bound, with the bound address.
+/// Dropping `tasks` ends the endpoint at once (a crash, in tests).
 pub async fn serve(
+    what: &'static str,
     addr: SocketAddr,
-    stats: Arc<Stats>,
+    app: Router,
     mut stop: watch::Receiver<bool>,
-) -> Result<tokio::task::JoinHandle<()>, HttpError> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| HttpError { addr, source })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| HttpError { addr, source })?;
-    let _ = stats.metrics_addr.set(bound);
-    tracing::info!(addr = %bound, "metrics endpoint listening");
-    let app = router(stats);
-    Ok(tokio::spawn(async move {
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> Result<SocketAddr, HttpError> {
+    let error = |source| HttpError { what, addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(error)?;
+    let bound = listener.local_addr().map_err(error)?;
+    tracing::info!(addr = %bound, what, "endpoint listening");
+    tasks.spawn(async move {
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
@@ -87,7 +90,8 @@ pub async fn serve(
             .with_graceful_shutdown(shutdown)
             .await
         {
-            tracing::warn!(%error, "metrics endpoint failed");
+            tracing::warn!(%error, what, "endpoint failed");
         }
-    }))
+    });
+    Ok(bound)
 }

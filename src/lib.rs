@@ -6,7 +6,9 @@
 //!   shape, the general decoder for the rest) and validation -> [`event::Poison`].
 //! - [`pipeline`]: the stages in the order a message travels:
 //!   - [`source`](pipeline::source): Pub/Sub StreamingPull -> (event or
-//!     poison, ack handle);
+//!     poison, ack handle); or [`push`](pipeline::push): `POST
+//!     /pubsub/push` (authenticated) -> (event or poison, a handle whose
+//!     ack is the 204);
 //!   - [`aggregator`](pipeline::aggregator): sharded in-memory buffers by
 //!     (post, user); pure, synchronous;
 //!   - [`flusher`](pipeline::flusher): when to flush; commit with retry and
@@ -44,7 +46,9 @@
 //!   `liked == true`, at every commit boundary (deltas and memberships are
 //!   written in the same commit).
 //! - Memory is bounded: server-side flow control caps the messages and bytes
-//!   each stream holds ([`source`](pipeline::source)).
+//!   each stream holds ([`source`](pipeline::source)); with push,
+//!   `--push-max-in-flight` slots held until each handle is settled
+//!   ([`push`](pipeline::push)).
 //! - Two batches in flight never contend inside one process: a (post, user)
 //!   maps to one aggregator shard, a shard has one batch in flight
 //!   ([`flusher`](pipeline::flusher)), and batches in flight on one post increment distinct

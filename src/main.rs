@@ -33,7 +33,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Consume like events and count them until SIGINT/SIGTERM.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the like count of each post (sum of its counter shards); with
     /// --live, each change of the posts' rollups as it happens.
     Count {

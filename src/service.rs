@@ -1,11 +1,14 @@
-//! Wires the pipeline (source -> aggregator -> flusher/store -> acker, and
-//! the rollup refresher and milestone dispatcher beside it) and shuts it
+//! Wires the pipeline (source or push endpoint -> aggregator ->
+//! flusher/store -> acker, and the rollup refresher and milestone
+//! dispatcher beside it) and shuts it
 //! down in pipeline order.
 //!
-//! Invariant: at shutdown the source stops pulling first, then every shard
-//! is flushed and its batches acked (or nacked), then the rollups of the
-//! posts changed are refreshed (bounded), then the streams flush their
-//! acks; nothing buffered is dropped without an ack or a nack.
+//! Invariant: at shutdown the source stops pulling (or the push endpoint
+//! stops admitting) first, then every shard is flushed and its batches
+//! acked (or nacked), then the rollups of the posts changed are refreshed
+//! (bounded), then the streams flush their acks (or the held push requests
+//! have been answered); nothing buffered is dropped without an ack or a
+//! nack.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +17,11 @@ use tokio::sync::watch;
 
 use crate::config::{Config, Endpoints, Strategy};
 use crate::connect;
-use crate::pipeline::acker::Acker;
+use crate::pipeline::acker::{AckHandle, Acker};
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::Flusher;
 use crate::pipeline::milestones::{Dispatcher, Webhook};
+use crate::pipeline::push::{Push, PushConfig, PushHandle};
 use crate::pipeline::rollup::Refresher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
 use crate::store::postgres::PgDb;
@@ -38,7 +42,7 @@ pub enum ServiceError {
     /// schema `setup` has not brought to this build's migrations.
     #[error(transparent)]
     Store(#[from] connect::OpenError),
-    /// The metrics endpoint could not bind.
+    /// The metrics or push endpoint could not bind.
     #[error(transparent)]
     Http(#[from] crate::http::HttpError),
     /// The milestone webhook's HTTP client could not be built.
@@ -170,11 +174,18 @@ async fn report_suppressed_warnings(stats: Arc<Stats>, mut stop: watch::Receiver
     }
 }
 
+/// How long the HTTP endpoints may take, after the drain, to finish the
+/// answers in progress (every held push request is settled by then).
+const HTTP_CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// Runs the service until `stop` turns true, then drains. Returns the stats.
 ///
 /// With `config.metrics_addr` set, the metrics endpoint serves from start
 /// (liveness at once; readiness once the source runs) until the drain ends;
-/// its bound address is in `stats.metrics_addr`.
+/// its bound address is in `stats.metrics_addr`. With push delivery the
+/// push endpoint serves from start too (503 until the pipeline is up), on
+/// its own listener or, at the same address, on the metrics endpoint's;
+/// its bound address is in `stats.push_addr`.
 pub async fn run(
     endpoints: &Endpoints,
     config: &Config,
@@ -182,16 +193,144 @@ pub async fn run(
     stats: Arc<Stats>,
 ) -> Result<Arc<Stats>, ServiceError> {
     let (http_stop_tx, http_stop) = watch::channel(false);
-    let http = match config.metrics_addr {
-        Some(addr) => Some(crate::http::serve(addr, stats.clone(), http_stop).await?),
-        None => None,
-    };
-    let result = run_pipeline(endpoints, config, stop, stats).await;
+    let push = config
+        .push
+        .as_ref()
+        .map(|p| (p.addr, Push::new(p, stats.clone())));
+    let shared = push
+        .as_ref()
+        .is_some_and(|(addr, _)| Some(*addr) == config.metrics_addr);
+    // In a JoinSet: dropping this future (a crash in tests) ends them too.
+    let mut servers = tokio::task::JoinSet::new();
+    if let Some(addr) = config.metrics_addr {
+        let mut app = crate::http::router(stats.clone());
+        if let (Some((_, push)), true) = (&push, shared) {
+            app = app.merge(push.router());
+        }
+        let stop = http_stop.clone();
+        let bound = crate::http::serve("metrics", addr, app, stop, &mut servers).await?;
+        let _ = stats.metrics_addr.set(bound);
+        if shared {
+            let _ = stats.push_addr.set(bound);
+        }
+    }
+    if let (Some((addr, push)), false) = (&push, shared) {
+        let app = push.router();
+        let bound = crate::http::serve("push", *addr, app, http_stop, &mut servers).await?;
+        let _ = stats.push_addr.set(bound);
+    }
+    let result = run_pipeline(endpoints, config, stop, stats, push.map(|(_, p)| p)).await;
     let _ = http_stop_tx.send(true);
-    if let Some(task) = http {
-        let _ = task.await;
+    let closed = async { while servers.join_next().await.is_some() {} };
+    if tokio::time::timeout(HTTP_CLOSE_WAIT, closed).await.is_err() {
+        servers.abort_all();
     }
     result
+}
+
+/// The aggregator `config` asks for: one message per batch with
+/// `per-event`, round robin over `per_event_concurrency` shards (its flush
+/// config flushes at once): one transaction per event, that many in flight.
+fn aggregator<H: Send + 'static>(config: &Config, stats: &Stats) -> Arc<Aggregator<H>> {
+    let aggregator = match config.strategy {
+        Strategy::Batched => Aggregator::new(config.shards, config.max_batch_events),
+        Strategy::PerEvent => Aggregator::per_message(config.per_event_concurrency),
+    };
+    let aggregator = Arc::new(aggregator);
+    let probe = Arc::downgrade(&aggregator);
+    stats.buffered.set(Arc::new(move || match probe.upgrade() {
+        Some(aggregator) => (0..aggregator.shard_count())
+            .map(|shard| aggregator.len(shard) as u64)
+            .collect(),
+        None => Vec::new(),
+    }));
+    aggregator
+}
+
+/// The flusher of one aggregator, and the rollup refresher beside it,
+/// running until [`Flushing::drain`].
+struct Flushing<H> {
+    aggregator: Arc<Aggregator<H>>,
+    stop: watch::Sender<bool>,
+    // In a JoinSet, so dropping this (a crash in tests) ends it too.
+    task: tokio::task::JoinSet<()>,
+    rollup_stop: watch::Sender<bool>,
+    rollups: tokio::task::JoinSet<()>,
+}
+
+impl<H: AckHandle> Flushing<H> {
+    /// Starts the flusher over `aggregator`, committing into `store`.
+    fn start(
+        aggregator: Arc<Aggregator<H>>,
+        store: Arc<SelectedStore>,
+        stats: &Arc<Stats>,
+        config: &Config,
+    ) -> Result<Self, ServiceError> {
+        let acker = Arc::new(Acker::new(stats.clone()));
+        let mut flusher = Flusher::new(
+            aggregator.clone(),
+            store.clone(),
+            acker,
+            stats.clone(),
+            config.flush(),
+        );
+        // Beside the pipeline, after the flusher: stops once the flusher
+        // has drained, so the last commits' posts are refreshed too.
+        let (rollup_stop, rollup_stopped) = watch::channel(false);
+        let mut rollups = tokio::task::JoinSet::new();
+        if let Some(rollup) = config.rollup() {
+            let refresher = Refresher::new(Arc::new(store.db()), rollup, stats.clone())
+                .with_registry(store.shard_registry());
+            flusher = flusher.with_rollups(refresher.marks().clone());
+            rollups.spawn(refresher.run(rollup_stopped.clone()));
+        }
+        // Beside the pipeline: delivers the milestones the rollup writes
+        // record; stops with the refresher (a round under way finishes).
+        if let Some(milestones) = &config.milestones {
+            let webhook = Webhook::new(
+                milestones.webhook.clone(),
+                milestones
+                    .secret
+                    .as_ref()
+                    .map(crate::config::Secret::expose),
+                &config.consumer,
+                milestones.request_timeout,
+            )?;
+            let dispatcher = Dispatcher::new(
+                Arc::new(store.db()),
+                webhook,
+                milestones.dispatch(),
+                stats.clone(),
+            );
+            tracing::info!(webhook_host = milestones.webhook.host_str().unwrap_or_default(), milestones = ?milestones.thresholds, signed = milestones.secret.is_some(), "milestone notifications on");
+            rollups.spawn(dispatcher.run(rollup_stopped));
+        }
+        let (stop, flush_stop) = watch::channel(false);
+        let mut task = tokio::task::JoinSet::new();
+        task.spawn(flusher.run(flush_stop));
+        Ok(Self {
+            aggregator,
+            stop,
+            task,
+            rollup_stop,
+            rollups,
+        })
+    }
+
+    /// Stops the flusher (call once nothing new can arrive): it drains
+    /// every shard, settling every handle, and ends; then the refresher
+    /// refreshes the posts those last commits changed (bounded) and ends.
+    async fn drain(mut self) {
+        let _ = self.stop.send(true);
+        self.aggregator.wake();
+        while let Some(result) = self.task.join_next().await {
+            if let Err(error) = result {
+                tracing::error!(%error, "flusher task failed");
+            }
+        }
+        let _ = self.rollup_stop.send(true);
+        while self.rollups.join_next().await.is_some() {}
+    }
 }
 
 async fn run_pipeline(
@@ -199,6 +338,7 @@ async fn run_pipeline(
     config: &Config,
     stop: watch::Receiver<bool>,
     stats: Arc<Stats>,
+    push: Option<Push>,
 ) -> Result<Arc<Stats>, ServiceError> {
     let store = Arc::new(open_store(endpoints, config).await?);
     // Beside the pipeline: ends when the source stops.
@@ -221,7 +361,6 @@ async fn run_pipeline(
         stop.clone(),
     ));
 
-    let subscriber = connect::subscriber(endpoints).await?;
     let admin = connect::subscription_admin(endpoints).await?;
     let dead_letters = DeadLetterPolicy::of(&admin, &config.subscription).await;
     dead_letters.log(&config.subscription);
@@ -229,87 +368,10 @@ async fn run_pipeline(
         matches!(dead_letters, DeadLetterPolicy::Configured { .. }),
         std::sync::atomic::Ordering::Relaxed,
     );
-    // One message per batch with `per-event`, round robin over
-    // `per_event_concurrency` shards (its flush config flushes at once):
-    // one transaction per event, `per_event_concurrency` in flight.
-    let aggregator = match config.strategy {
-        Strategy::Batched => Aggregator::new(config.shards, config.max_batch_events),
-        Strategy::PerEvent => Aggregator::per_message(config.per_event_concurrency),
-    };
-    let aggregator: Arc<Aggregator<PubSubHandle>> = Arc::new(aggregator);
-    let probe = Arc::downgrade(&aggregator);
-    stats.buffered.set(Arc::new(move || match probe.upgrade() {
-        Some(aggregator) => (0..aggregator.shard_count())
-            .map(|shard| aggregator.len(shard) as u64)
-            .collect(),
-        None => Vec::new(),
-    }));
-    let acker = Arc::new(Acker::new(stats.clone()));
-    let mut flusher = Flusher::new(
-        aggregator.clone(),
-        store.clone(),
-        acker,
-        stats.clone(),
-        config.flush(),
-    );
-    // Beside the pipeline, after the flusher: stops once the flusher has
-    // drained, so the last commits' posts are refreshed too.
-    let (rollup_stop_tx, rollup_stop) = watch::channel(false);
-    let mut rollups = tokio::task::JoinSet::new();
-    if let Some(rollup) = config.rollup() {
-        let refresher = Refresher::new(Arc::new(store.db()), rollup, stats.clone())
-            .with_registry(store.shard_registry());
-        flusher = flusher.with_rollups(refresher.marks().clone());
-        rollups.spawn(refresher.run(rollup_stop.clone()));
+    match push {
+        None => run_pull(endpoints, config, stop, &stats, store).await?,
+        Some(push) => run_push(config, stop, &stats, store, &admin, push).await?,
     }
-    // Beside the pipeline: delivers the milestones the rollup writes
-    // record; stops with the refresher (a round under way finishes).
-    if let Some(milestones) = &config.milestones {
-        let webhook = Webhook::new(
-            milestones.webhook.clone(),
-            milestones
-                .secret
-                .as_ref()
-                .map(crate::config::Secret::expose),
-            &config.consumer,
-            milestones.request_timeout,
-        )?;
-        let dispatcher = Dispatcher::new(
-            Arc::new(store.db()),
-            webhook,
-            milestones.dispatch(),
-            stats.clone(),
-        );
-        tracing::info!(webhook_host = milestones.webhook.host_str().unwrap_or_default(), milestones = ?milestones.thresholds, signed = milestones.secret.is_some(), "milestone notifications on");
-        rollups.spawn(dispatcher.run(rollup_stop));
-    }
-    let source = Source::new(
-        subscriber,
-        config.source(),
-        aggregator.clone(),
-        stats.clone(),
-    );
-    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, strategy = ?config.strategy, "hotcount running");
-
-    // The flusher stops only after the source has stopped, so nothing new
-    // arrives while the shards drain.
-    let (flush_stop_tx, flush_stop) = watch::channel(false);
-    // In a JoinSet, so dropping this future (a crash in tests) ends it too.
-    let mut flushing = tokio::task::JoinSet::new();
-    flushing.spawn(flusher.run(flush_stop));
-    stats.set_ready(true);
-    let closing = source.run(stop).await;
-    stats.set_ready(false);
-    let _ = flush_stop_tx.send(true);
-    aggregator.wake();
-    while let Some(result) = flushing.join_next().await {
-        if let Err(error) = result {
-            tracing::error!(%error, "flusher task failed");
-        }
-    }
-    let _ = rollup_stop_tx.send(true);
-    while rollups.join_next().await.is_some() {}
-    closing.wait().await;
     while cleanup.join_next().await.is_some() {}
     stats.warnings.flush(true);
     stats.buffered.clear();
@@ -321,4 +383,53 @@ async fn run_pipeline(
         "hotcount stopped"
     );
     Ok(stats)
+}
+
+/// Pulls until `stop`, then drains: the streams stop, the flusher drains,
+/// the streams flush their acks.
+async fn run_pull(
+    endpoints: &Endpoints,
+    config: &Config,
+    stop: watch::Receiver<bool>,
+    stats: &Arc<Stats>,
+    store: Arc<SelectedStore>,
+) -> Result<(), ServiceError> {
+    let subscriber = connect::subscriber(endpoints).await?;
+    let aggregator: Arc<Aggregator<PubSubHandle>> = aggregator(config, stats);
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config)?;
+    let source = Source::new(subscriber, config.source(), aggregator, stats.clone());
+    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, strategy = ?config.strategy, "hotcount running (pull)");
+    // The flusher stops only after the source has stopped, so nothing new
+    // arrives while the shards drain.
+    stats.set_ready(true);
+    let closing = source.run(stop).await;
+    stats.set_ready(false);
+    flushing.drain().await;
+    closing.wait().await;
+    Ok(())
+}
+
+/// Takes pushed messages until `stop`, then drains: the endpoint closes
+/// (503 from then on), the flusher drains, settling (and so answering)
+/// every request held.
+async fn run_push(
+    config: &Config,
+    mut stop: watch::Receiver<bool>,
+    stats: &Arc<Stats>,
+    store: Arc<SelectedStore>,
+    admin: &google_cloud_pubsub::client::SubscriptionAdmin,
+    push: Push,
+) -> Result<(), ServiceError> {
+    let ack_deadline = Push::ack_deadline_of(admin, &config.subscription).await;
+    let hold_max = PushConfig::hold_max_for(ack_deadline);
+    let aggregator: Arc<Aggregator<PushHandle>> = aggregator(config, stats);
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config)?;
+    push.open(aggregator, hold_max).await;
+    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, addr = ?stats.push_addr.get(), ?ack_deadline, ?hold_max, strategy = ?config.strategy, "hotcount running (push)");
+    stats.set_ready(true);
+    let _ = stop.wait_for(|stopped| *stopped).await;
+    push.close();
+    stats.set_ready(false);
+    flushing.drain().await;
+    Ok(())
 }

@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{expected, Backend, Ev, Harness, SubscriptionOptions};
+use common::{expected, Backend, Delivery, Ev, Harness, SubscriptionOptions};
 use gcloud_sdk::tonic::Code;
 use hotcount_emulators::{FaultKind, FaultSpec};
 
@@ -22,16 +22,25 @@ fn many_likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
         .collect()
 }
 
-crate::on_each_store!(
+crate::on_each_store_and_delivery!(
     duplicates_publisher_retries_and_double_likes_count_once,
     like_unlike_like_out_of_order_and_redelivered_ends_right,
-    consumer_killed_after_commit_before_ack_applies_nothing_twice,
     poison_is_quarantined_with_reason_and_acked_while_valid_events_count,
     two_competing_consumers_count_exactly,
 );
 
-async fn duplicates_publisher_retries_and_double_likes_count_once(backend: Backend) {
-    let h = Harness::start_on(backend).await;
+crate::on_each_store!(
+    consumer_killed_after_commit_before_ack_applies_nothing_twice,
+    push_consumer_killed_between_commit_and_answer_applies_nothing_twice,
+    push_refuses_missing_forged_expired_and_misaddressed_tokens,
+    push_without_wrapper_counts_and_quarantines_by_message_id,
+);
+
+async fn duplicates_publisher_retries_and_double_likes_count_once(
+    backend: Backend,
+    delivery: Delivery,
+) {
+    let h = Harness::start_for(backend, delivery).await;
     let mut events = many_likes("p1", 20, "a");
     // A publisher retry: the same event (same eventId) under a new message id.
     events.push(events[3].clone());
@@ -62,8 +71,11 @@ async fn duplicates_publisher_retries_and_double_likes_count_once(backend: Backe
     );
 }
 
-async fn like_unlike_like_out_of_order_and_redelivered_ends_right(backend: Backend) {
-    let h = Harness::start_on(backend).await;
+async fn like_unlike_like_out_of_order_and_redelivered_ends_right(
+    backend: Backend,
+    delivery: Delivery,
+) {
+    let h = Harness::start_for(backend, delivery).await;
     let consumer = h.spawn(h.run_args("c1", &[]));
     let history = vec![
         Ev::like("l1", "p", "alice", 1),
@@ -87,7 +99,10 @@ async fn like_unlike_like_out_of_order_and_redelivered_ends_right(backend: Backe
     for round in &rounds {
         h.publish(round).await;
         sent += round.len() as u64;
+        // Acks count the redelivered copies too: wait on the emulator's
+        // side until this round (and its copies) is acked.
         assert!(consumer.wait_for_acks(sent, WAIT).await);
+        assert!(h.wait_until_all_acked(WAIT).await, "round settled");
     }
     let want = expected(&history);
     assert_eq!(want["p"], 1, "alice likes, bob does not");
@@ -183,6 +198,159 @@ async fn consumer_killed_after_commit_before_ack_applies_nothing_twice(backend: 
     assert_eq!(stats.duplicates.get(), 40);
 }
 
+async fn push_consumer_killed_between_commit_and_answer_applies_nothing_twice(backend: Backend) {
+    let h = Harness::start_for(backend, Delivery::Push).await;
+    let push = h.push.as_ref().expect("push harness");
+    let events = many_likes("p", 40, "k");
+    let want = expected(&events);
+    // The first consumer commits the first messages it gets and dies
+    // before its answers reach Pub/Sub: the front swallows them (a 502,
+    // so a nack), then the consumer is killed.
+    const LOST: u64 = 3;
+    push.front.lose_next(LOST);
+    let first = h.spawn(h.run_args("c1", &[]));
+    h.publish(&events).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while push.front.answers_lost() < LOST {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "answers reached the front"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.kill().await;
+    // Each lost answer was a 204: its message had committed (the lost
+    // answers may be redeliveries of one message: Pub/Sub pushes the
+    // failed ones again first).
+    let committed_by_first = h.count("p").await;
+    assert!(committed_by_first >= 1, "the first consumer committed");
+    // A second replica takes the redeliveries and the rest.
+    let second = h.spawn(h.run_args("c1", &[]));
+    assert_eq!(
+        h.wait_for_counts(&want, WAIT).await,
+        want,
+        "nothing applied twice"
+    );
+    assert!(
+        h.wait_until_all_acked(WAIT).await,
+        "every message answered 204 at last: {:?}",
+        h.subscription_stats()
+    );
+    let stats = second.stop().await;
+    assert!(
+        stats.applied.get() as i64 <= 40 - committed_by_first,
+        "the second replica applied none of the first's commits: {} applied, {committed_by_first} committed before",
+        stats.applied.get()
+    );
+    assert!(
+        stats.duplicates.get() >= 1,
+        "the redelivered messages whose answers were lost were duplicates: {}",
+        stats.duplicates.get()
+    );
+}
+
+async fn push_without_wrapper_counts_and_quarantines_by_message_id(backend: Backend) {
+    let h = Harness::start_for_with(backend, Delivery::Push, true).await;
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    let valid = many_likes("p", 10, "w");
+    let mut payloads: Vec<Vec<u8>> = valid.iter().map(|e| e.json().into_bytes()).collect();
+    payloads.extend(valid[..3].iter().map(|e| e.json().into_bytes()));
+    payloads.push(b"{not json".to_vec());
+    payloads.push(br#"{"message": {"data": 5}}"#.to_vec());
+    let ids = h.publish_raw(&payloads).await;
+    assert!(consumer.wait_for_acks(15, WAIT).await);
+    assert_eq!(h.count("p").await, 10);
+    let stats = consumer.stop().await;
+    assert_eq!((stats.applied.get(), stats.duplicates.get()), (10, 3));
+    assert_eq!(stats.poison.get(), 2);
+    // Named by the message ids the x-goog-pubsub-* headers carried.
+    let reasons = quarantine_reasons(&h, &ids[13..]).await;
+    assert!(reasons[0].contains("not a JSON object"), "{}", reasons[0]);
+    assert!(!reasons[1].is_empty());
+}
+
+async fn push_refuses_missing_forged_expired_and_misaddressed_tokens(backend: Backend) {
+    use common::oidc::{claims, now, Signer};
+    let h = Harness::start_for(backend, Delivery::Push).await;
+    let push = h.push.as_ref().expect("push harness");
+    let consumer = h.spawn(h.run_args("c1", &[]));
+    // The valid traffic flows through the front meanwhile.
+    let events = many_likes("p", 10, "t");
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(10, WAIT).await);
+    let addr = *consumer.stats.push_addr.get().expect("push endpoint bound");
+    let sneaked = Ev::like("sneaked", "p", "mallory", 1);
+    let body = serde_json::json!({
+        "message": {
+            "data": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, sneaked.json()),
+            "messageId": "sneaked-1",
+        },
+        "subscription": format!("projects/{}/subscriptions/{}", common::PROJECT, common::SUBSCRIPTION),
+    })
+    .to_string();
+    let with = |key: &str, value: serde_json::Value| {
+        let mut claims = claims();
+        claims[key] = value;
+        push.signer.sign(&claims)
+    };
+    let cases: Vec<(&str, Option<String>, u16)> = vec![
+        ("no token", None, 401),
+        (
+            "a forged token",
+            Some(Signer::forger("test-key-1").push_token()),
+            401,
+        ),
+        (
+            "an expired token",
+            Some(with("exp", (now() - 3600).into())),
+            401,
+        ),
+        (
+            "a token for another audience",
+            Some(with("aud", "https://elsewhere.example/push".into())),
+            401,
+        ),
+        (
+            "a token of another service account",
+            Some(with(
+                "email",
+                "intruder@other.iam.gserviceaccount.com".into(),
+            )),
+            403,
+        ),
+    ];
+    let client = reqwest::Client::new();
+    for (what, token, status) in cases {
+        let mut request = client
+            .post(format!("http://{addr}/pubsub/push"))
+            .body(body.clone());
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let answer = request.send().await.expect("the endpoint answers");
+        assert_eq!(answer.status().as_u16(), status, "{what}");
+    }
+    let stats = consumer.stop().await;
+    assert_eq!(h.count("p").await, 10, "no refused request was counted");
+    assert_eq!(
+        stats.received.get(),
+        stats.acks.get(),
+        "only the relayed messages entered"
+    );
+    use hotcount::telemetry::{AuthFailure, PushOutcome};
+    assert_eq!(stats.push_requests.get(PushOutcome::Unauthenticated), 4);
+    assert_eq!(stats.push_requests.get(PushOutcome::Forbidden), 1);
+    for failure in [
+        AuthFailure::Missing,
+        AuthFailure::Signature,
+        AuthFailure::Expired,
+        AuthFailure::Audience,
+        AuthFailure::Email,
+    ] {
+        assert_eq!(stats.push_auth_failures.get(failure), 1, "{failure:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_acked_before_its_batch_commits() {
     let h = Harness::start().await;
@@ -223,8 +391,11 @@ async fn nothing_is_acked_before_its_batch_commits() {
     assert!(h.emulators.pubsub_counters().get("Acknowledge") > 0);
 }
 
-async fn poison_is_quarantined_with_reason_and_acked_while_valid_events_count(backend: Backend) {
-    let h = Harness::start_on(backend).await;
+async fn poison_is_quarantined_with_reason_and_acked_while_valid_events_count(
+    backend: Backend,
+    delivery: Delivery,
+) {
+    let h = Harness::start_for(backend, delivery).await;
     let consumer = h.spawn(h.run_args("c1", &["--shards", "1"]));
     let valid = many_likes("p", 10, "v");
     let mut payloads: Vec<Vec<u8>> = valid.iter().map(|e| e.json().into_bytes()).collect();
@@ -267,8 +438,8 @@ async fn quarantine_reasons(h: &Harness, message_ids: &[String]) -> Vec<String> 
     reasons
 }
 
-async fn two_competing_consumers_count_exactly(backend: Backend) {
-    let h = Harness::start_on(backend).await;
+async fn two_competing_consumers_count_exactly(backend: Backend, delivery: Delivery) {
+    let h = Harness::start_for(backend, delivery).await;
     // Small flow-control windows, so neither consumer can take the whole backlog.
     let args = ["--max-outstanding-messages", "20", "--streams", "1"];
     let a = h.spawn(h.run_args("c1", &args));

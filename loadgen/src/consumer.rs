@@ -49,6 +49,19 @@ impl InProcess {
         &self.stats
     }
 
+    /// Waits (at most `timeout`) until the service is ready (its source
+    /// runs, or its push endpoint takes messages); true if it is.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.stats.is_ready() {
+            if Instant::now() >= deadline || self.task.is_finished() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
     /// Stops the service gracefully: it drains (flushes, commits, acks)
     /// and returns.
     pub async fn stop(self) -> Result<(), RunError> {
@@ -227,6 +240,33 @@ impl Consumer {
         match self {
             Consumer::InProcess(_) => None,
             Consumer::Child(child) | Consumer::Null(child) => child.cpu_time(),
+        }
+    }
+
+    /// Waits (at most `timeout`) until the consumer says it is ready (its
+    /// stats in-process, `/readyz` of a child); true if it did. The null
+    /// consumer has no such signal: true at once.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let client = hotcount_scrape::Client::new(Duration::from_millis(500)).ok();
+        loop {
+            let ready = match self {
+                Consumer::InProcess(consumer) => return consumer.wait_ready(timeout).await,
+                Consumer::Child(child) => match (child.metrics, &client) {
+                    (Some(addr), Some(client)) => {
+                        matches!(client.get(addr, "/readyz").await, Ok((200, _)))
+                    }
+                    _ => true,
+                },
+                Consumer::Null(_) => true,
+            };
+            if ready {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

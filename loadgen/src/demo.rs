@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotcount::config::RunArgs;
+use hotcount::config::{Delivery, RunArgs};
 use hotcount::telemetry::Stats;
 use tokio::sync::watch;
 
-use crate::consumer::InProcess;
+use crate::consumer::{free_loopback_port, InProcess};
 use crate::milestones::{self, MilestoneReport};
 use crate::procfs::Machine;
 use crate::publish::{self, PublishOptions, PublishReport};
@@ -27,7 +27,7 @@ use hotcount_emulators::webhook::SinkFaults;
 /// Longest wait, after the backlog drained, for the milestones to arrive.
 const MILESTONE_WAIT: Duration = Duration::from_secs(30);
 use crate::run_error::RunError;
-use crate::stage::{Stage, StageSpec};
+use crate::stage::{push_run_args, Stage, StageSpec};
 use crate::verify::{self, VerifyReport};
 use crate::{generate, WorkloadConfig};
 
@@ -131,15 +131,34 @@ pub async fn run(
             }
             false => None,
         };
-    let service_config = run
-        .validate()
-        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    // With push: the endpoint on a port picked now, the subscription
+    // switched to push once the consumer is up, its tokens checked against
+    // the emulator's keys (known once the emulators run).
+    let push_addr = match run.delivery {
+        Delivery::Push => Some(free_loopback_port("the push endpoint")?),
+        Delivery::Pull => None,
+    };
+    let with_keys = |jwks_url: &str| match push_addr {
+        Some(addr) => push_run_args(&run, addr, jwks_url),
+        None => run.clone(),
+    };
+    let validate = |run: &RunArgs| run.validate().map_err(|e| RunError::Invalid(e.to_string()));
+    let service_config = validate(&with_keys("http://127.0.0.1:1/keys"))?;
     let target = &run.target;
     let spec = StageSpec::for_consumer(&service_config, &target.project, config.store_rtt_ms);
     let stage = Stage::start(&spec).await?;
-    let (_, service_config) = stage.consumer_settings(&run, &service_config);
+    let run_args = with_keys(&stage.push_jwks_url());
+    let (_, service_config) = stage.consumer_settings(&run_args, &validate(&run_args)?);
     let consumer = InProcess::start(stage.endpoints(), &service_config);
     let stats = consumer.stats().clone();
+    if let Some(addr) = push_addr {
+        if !consumer.wait_ready(Duration::from_secs(60)).await {
+            return Err(RunError::Start(
+                "the push consumer did not get ready".into(),
+            ));
+        }
+        stage.push_to(&format!("http://{addr}/pubsub/push")).await?;
+    }
 
     let workload = generate(&config.workload);
     let options = PublishOptions {
@@ -267,6 +286,7 @@ fn settings(config: &DemoConfig) -> Vec<(String, String)> {
             r.max_outstanding_messages.to_string(),
         ),
         ("strategy".into(), format!("{:?}", r.strategy)),
+        ("delivery".into(), format!("{:?}", r.delivery)),
         (
             "publish rate (/s, 0 = max)".into(),
             config.rate_per_sec.to_string(),
@@ -309,6 +329,12 @@ pub fn render(summary: &DemoSummary) -> String {
         row("quarantined by reason", kinds.join(", "));
     }
     row("batches committed", s.batches.get().to_string());
+    let answers = |status: u16| push_answers(s, status);
+    let statuses = [204, 503, 429, 401, 403];
+    if statuses.iter().any(|&status| answers(status) > 0) {
+        let counts: Vec<String> = statuses.iter().map(|&st| answers(st).to_string()).collect();
+        row("push answers 204/503/429/401/403", counts.join(" / "));
+    }
     let per_1k = format!("{:.1}", summary.store_rpcs as f64 * 1000.0 / events);
     if summary.postgres {
         row("round trips per 1k events", per_1k);
@@ -377,4 +403,15 @@ pub fn render(summary: &DemoSummary) -> String {
     }
     row("report", summary.report.markdown.display().to_string());
     out
+}
+
+/// Push requests the consumer answered with `status`.
+fn push_answers(stats: &Stats, status: u16) -> u64 {
+    use hotcount::telemetry::labels::Label as _;
+    use hotcount::telemetry::PushOutcome;
+    PushOutcome::VALUES
+        .iter()
+        .filter(|&&outcome| hotcount::pipeline::push::status_of(outcome).as_u16() == status)
+        .map(|&outcome| stats.push_requests.get(outcome))
+        .sum()
 }

@@ -20,7 +20,10 @@
 //! - [`milestones`]: the webhook sink of milestone notifications, checked against the truth.
 //! - [`bench`]: both strategies side by side on the emulators (`hotcount-loadgen bench`).
 //! - [`chaos`]: kill -9, injected faults and a replay against consumer processes, verified.
-//! - [`stage`]: the world of a run: emulators in-process, store RTT, setup, teardown.
+//! - [`stage`]: the world of a run: emulators in-process, store RTT, setup, teardown
+//!   (and, for push consumers, the subscription switched to push).
+//! - [`front`]: the front a push subscription posts to when several push
+//!   consumers share it (round robin; can lose answers).
 //! - [`consumer`]: the consumer under test, in-process or a `hotcount run`
 //!   child process (start, kill, stop, log, exit status, its `/metrics`).
 //! - [`procfs`]: the one reader of `/proc` (a process's CPU and peak RSS, the machine).
@@ -73,6 +76,7 @@ pub mod chaos;
 pub mod chart;
 pub mod consumer;
 pub mod demo;
+pub mod front;
 pub mod milestones;
 pub mod postgres;
 pub mod procfs;

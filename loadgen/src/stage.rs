@@ -14,11 +14,12 @@
 //! directly, never through the proxy. [`prepare`] is the same setup on any
 //! endpoints (emulators started elsewhere, or Google).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotcount::config::{Config, Endpoints, RunArgs, StoreLocation};
-use hotcount::ops::setup::{self, SetupArgs};
+use hotcount::config::{Config, Delivery, Endpoints, PushAuthMode, RunArgs, StoreLocation};
+use hotcount::ops::setup::{self, SetupArgs, SetupPush};
 use hotcount_emulators::pubsub::SubscriptionStats;
 use hotcount_emulators::{Emulators, EmulatorsConfig, FaultSpec};
 use hotcount_pgtemp::Proxy;
@@ -27,6 +28,30 @@ use crate::run_error::RunError;
 
 /// The topic every in-process run publishes to.
 pub const TOPIC_ID: &str = "likes";
+
+/// The audience of the tokens a stage's push subscription sends, which its
+/// push consumers require.
+pub const PUSH_AUDIENCE: &str = "hotcount-loadgen-push";
+
+/// The service account a stage's push subscription signs its tokens as.
+pub fn push_service_account(project: &str) -> String {
+    format!("pusher@{project}.iam.gserviceaccount.com")
+}
+
+/// `run_args` as a push consumer of a stage in `project`: listening on
+/// `addr`, checking each request's token (audience [`PUSH_AUDIENCE`],
+/// [`push_service_account`]) against the keys at `jwks_url` (the
+/// emulator's: [`Stage::push_jwks_url`]).
+pub fn push_run_args(run_args: &RunArgs, addr: SocketAddr, jwks_url: &str) -> RunArgs {
+    let mut run_args = run_args.clone();
+    run_args.delivery = Delivery::Push;
+    run_args.push_addr = addr.to_string();
+    run_args.push_auth = PushAuthMode::Google;
+    run_args.push_audience = PUSH_AUDIENCE.into();
+    run_args.push_service_account = push_service_account(&run_args.target.project);
+    run_args.push_jwks_url = jwks_url.into();
+    run_args
+}
 
 /// What to stand up.
 #[derive(Clone, Debug)]
@@ -67,6 +92,7 @@ impl StageSpec {
             exactly_once: false,
             topic_retention_days: 7,
             iam: Default::default(),
+            push: Default::default(),
         };
         Self {
             setup,
@@ -116,6 +142,7 @@ pub struct PgStage {
 pub struct Stage {
     emulators: Arc<Emulators>,
     endpoints: Endpoints,
+    project: String,
     topic: String,
     subscription: String,
     postgres: Option<PgStage>,
@@ -147,6 +174,7 @@ impl Stage {
         Ok(Self {
             emulators: Arc::new(emulators),
             endpoints,
+            project: spec.setup.project.clone(),
             topic: format!(
                 "projects/{}/topics/{}",
                 spec.setup.project, spec.setup.topic
@@ -178,6 +206,38 @@ impl Stage {
         run_args.target.store = self.consumer_store();
         config.store_location = self.consumer_store();
         (run_args, config)
+    }
+
+    /// The JWKS of the keys the emulator signs push tokens with.
+    pub fn push_jwks_url(&self) -> String {
+        self.emulators.push_jwks_url()
+    }
+
+    /// Makes the watched subscription push to `endpoint` from now on
+    /// (ModifyPushConfig; pull until then), each request with a token
+    /// signed as [`push_service_account`] for [`PUSH_AUDIENCE`], the
+    /// wrapped body.
+    pub async fn push_to(&self, endpoint: &str) -> Result<(), RunError> {
+        let push = SetupPush {
+            push_endpoint: Some(endpoint.to_string()),
+            push_service_account: Some(push_service_account(&self.project)),
+            push_audience: Some(PUSH_AUDIENCE.into()),
+            push_no_wrapper: false,
+        };
+        let config = push
+            .config(false)
+            .map_err(|e| RunError::Start(format!("push config: {e}")))?;
+        let admin = hotcount::connect::subscription_admin(&self.endpoints)
+            .await
+            .map_err(|e| RunError::Start(e.to_string()))?;
+        admin
+            .modify_push_config()
+            .set_subscription(self.subscription.clone())
+            .set_or_clear_push_config(config)
+            .send()
+            .await
+            .map_err(|e| RunError::Start(format!("switching the subscription to push: {e}")))?;
+        Ok(())
     }
 
     /// The emulators: their counters, faults and clock.

@@ -34,3 +34,30 @@ async fn counts_stay_exact_under_kills_faults_hostile_content_and_replay() {
     );
     assert!(summary.is_success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_consumers_stay_exact_under_kills_faults_hostile_content_and_replay() {
+    // Smaller than the pull run's by default: each message is its own HTTP
+    // request here, and every fault kind still fires at this size.
+    let events = std::env::var("CHAOS_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8_000);
+    let mut config = ChaosConfig::ci(events, hotcount_bin());
+    config.timeout = Duration::from_secs(150);
+    config.delivery = hotcount::config::Delivery::Push;
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let summary = chaos::run(&config, cancel).await.expect("chaos run");
+    println!("{}", chaos::render(&summary));
+    for kind in chaos::PUSH_FAULT_KINDS {
+        assert!(
+            summary.faults.get(kind).copied().unwrap_or(0) > 0,
+            "{kind} fired"
+        );
+    }
+    let failures = summary.failures();
+    assert!(
+        failures.is_empty(),
+        "chaos claims that failed: {failures:#?}"
+    );
+}

@@ -40,6 +40,83 @@ mod small_workload;
 use small_workload::small_workload;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_demo_at_ci_size_counts_exactly_through_the_emulators_push_delivery() {
+    let out = std::env::temp_dir().join(format!("hotcount-push-demo-test-{}", std::process::id()));
+    let config = DemoConfig {
+        run: run_args(&["--delivery", "push"]),
+        workload: small_workload(8),
+        rate_per_sec: 0,
+        store_rtt_ms: 1,
+        out_dir: out.clone(),
+        drain_timeout: Duration::from_secs(120),
+        progress: false,
+        milestones: false,
+    };
+    let (_cancel_tx, cancel) = watch::channel(false);
+    let summary = demo::run(&config, cancel).await.expect("demo runs");
+    let table = demo::render(&summary);
+    assert!(summary.is_success(), "{table}");
+    let stats = &summary.stats;
+    use hotcount::telemetry::PushOutcome;
+    assert!(
+        stats.push_requests.get(PushOutcome::Acked) >= 3_000,
+        "every message came as a push request, answered 204: {table}"
+    );
+    assert_eq!(
+        stats.push_requests.get(PushOutcome::Unauthenticated),
+        0,
+        "{table}"
+    );
+    assert_eq!(summary.verify.quarantined, 30, "{table}");
+    assert!(table.contains("push answers"), "{table}");
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_runs_push_beside_pull_and_prints_their_ratios() {
+    use hotcount::config::{Delivery, Strategy};
+    use hotcount_loadgen::bench::{self, BenchConfig, Case, Runner, Verdict};
+    let config = BenchConfig {
+        run: run_args(&[]),
+        events: 2_000,
+        posts: 200,
+        users: 2_000,
+        seed: 5,
+        store_rtt_ms: 1,
+        max_secs: 90,
+        rate_per_sec: 0,
+        cases: vec![Case::Viral],
+        strategies: vec![Strategy::Batched],
+        deliveries: vec![Delivery::Push, Delivery::Pull],
+        backlog: true,
+        consumer_bin: None,
+        null_consumer_bin: None,
+        compare_bin: None,
+        rounds: 1,
+        // Two push replicas: the subscription pushes through the front.
+        replicas: 2,
+        compare_rollups: false,
+    };
+    let results = bench::run(&config, |_| {}).await.expect("bench runs");
+    let table = bench::render(&results, Case::Viral);
+    let runners: Vec<Runner> = results.iter().map(|r| r.runner).collect();
+    assert_eq!(
+        runners,
+        [
+            Runner::Push(Strategy::Batched),
+            Runner::Hotcount(Strategy::Batched)
+        ],
+        "{table}"
+    );
+    for r in &results {
+        assert_eq!(r.verdict, Verdict::Exact, "{table}");
+        assert_eq!(r.acked, r.published, "{table}");
+    }
+    assert!(table.contains("| batched, push |"), "{table}");
+    assert!(table.contains("batched, push / pull"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_flow_at_ci_size_verifies_every_count_exact() {
     let out = std::env::temp_dir().join(format!("hotcount-demo-test-{}", std::process::id()));
     let config = DemoConfig {
@@ -113,6 +190,7 @@ async fn counted_workload(
         exactly_once: false,
         topic_retention_days: 7,
         iam: Default::default(),
+        push: Default::default(),
     };
     setup::setup(endpoints, &setup_args).await.expect("setup");
     let config = run_args(&[]).validate().expect("valid");

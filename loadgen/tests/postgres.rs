@@ -102,6 +102,7 @@ async fn bench_on_postgres_measures_round_trips_and_the_hottest_counter_row() {
         rate_per_sec: 0,
         cases: vec![Case::Viral],
         strategies: vec![Strategy::Batched, Strategy::PerEvent],
+        deliveries: vec![hotcount::config::Delivery::Pull],
         backlog: false,
         consumer_bin: None,
         null_consumer_bin: None,

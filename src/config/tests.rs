@@ -66,6 +66,13 @@ fn flags_reproduce_every_setting() {
     changed.milestone_webhook_timeout_ms = 79;
     changed.milestone_lease_secs = 83;
     changed.milestone_retry_initial_ms = 89;
+    changed.delivery = Delivery::Push;
+    changed.push_addr = "127.0.0.1:8089".into();
+    changed.push_auth = PushAuthMode::CloudRun;
+    changed.push_audience = "https://hotcount.example/pubsub/push".into();
+    changed.push_service_account = "push@p.iam.gserviceaccount.com".into();
+    changed.push_jwks_url = "http://127.0.0.1:1/certs".into();
+    changed.push_max_in_flight = 71;
     // A setting added later and not changed here would prove nothing.
     let (before, after) = (
         serde_json::to_value(&defaults).expect("json"),
@@ -336,6 +343,93 @@ fn a_refused_store_url_is_never_quoted_by_the_parse_error() {
         .expect("refused")
         .to_string();
     assert!(error.contains("sslmde"), "{error}");
+}
+
+#[test]
+fn push_settings_are_read_only_with_push_delivery() {
+    assert!(parse(&[]).unwrap().push.is_none(), "pull is the default");
+    // Pull ignores the push flags, even incomplete ones.
+    assert!(parse(&["--push-addr", "not an address"])
+        .unwrap()
+        .push
+        .is_none());
+    let push = parse(&[
+        "--delivery",
+        "push",
+        "--push-audience",
+        "https://h.example/pubsub/push",
+        "--push-service-account",
+        "push@p.iam.gserviceaccount.com",
+    ])
+    .unwrap()
+    .push
+    .expect("push settings");
+    assert_eq!(push.addr, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(push.max_in_flight, 1000);
+    match push.auth {
+        AuthConfig::Google(google) => {
+            assert_eq!(google.jwks_url, DEFAULT_PUSH_JWKS_URL);
+            assert_eq!(google.service_account, "push@p.iam.gserviceaccount.com");
+        }
+        other => panic!("google is the default, not {other:?}"),
+    }
+}
+
+#[test]
+fn google_push_auth_needs_an_audience_and_a_service_account() {
+    let base = ["--delivery", "push", "--push-addr", "0.0.0.0:8080"];
+    let with = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        parse(&args)
+    };
+    assert_eq!(with(&[]).unwrap_err().flag, "push-audience");
+    assert_eq!(
+        with(&["--push-audience", "a"]).unwrap_err().flag,
+        "push-service-account"
+    );
+    assert_eq!(
+        with(&[
+            "--push-audience",
+            "a",
+            "--push-service-account",
+            "s@p.iam.gserviceaccount.com",
+            "--push-jwks-url",
+            "file:///etc/keys"
+        ])
+        .unwrap_err()
+        .flag,
+        "push-jwks-url"
+    );
+    assert_eq!(
+        with(&["--push-auth", "cloud-run", "--push-max-in-flight", "0"])
+            .unwrap_err()
+            .flag,
+        "push-max-in-flight"
+    );
+    assert!(with(&["--push-auth", "cloud-run"]).is_ok());
+}
+
+#[test]
+fn unauthenticated_push_is_refused_unless_the_address_is_loopback() {
+    let none = |addr: &str| {
+        parse(&[
+            "--delivery",
+            "push",
+            "--push-auth",
+            "none",
+            "--push-addr",
+            addr,
+        ])
+    };
+    assert_eq!(none("0.0.0.0:8080").unwrap_err().flag, "push-auth");
+    assert_eq!(none("10.1.2.3:8080").unwrap_err().flag, "push-auth");
+    assert!(matches!(
+        none("127.0.0.1:0").unwrap().push.map(|p| p.auth),
+        Some(AuthConfig::None)
+    ));
+    assert!(none("[::1]:8080").is_ok());
+    assert_eq!(none("localhost:8080").unwrap_err().flag, "push-addr");
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The counting pipeline, one module per stage, in the order a message
-//! travels: [`source`] -> [`aggregator`] -> [`flusher`] (which builds a
+//! travels: [`source`] (pull) or [`push`] -> [`aggregator`] -> [`flusher`] (which builds a
 //! [`batch`] and commits it through a [`crate::store::CounterStore`]) ->
 //! [`acker`]; beside them, after the flusher, [`rollup`] refreshes the
 //! per-post rollups of the posts the flusher's commits changed, and
@@ -19,5 +19,6 @@ pub mod batch;
 pub mod flusher;
 pub mod milestones;
 pub mod poison;
+pub mod push;
 pub mod rollup;
 pub mod source;

@@ -80,7 +80,22 @@ impl PoisonRecord {
         data: &[u8],
         attributes: BTreeMap<String, String>,
     ) -> Self {
-        let keep = data.len().min(Self::MAX_STORED_BYTES);
+        let digest = Sha256::digest(data).into();
+        Self::of_prefix(message_id, reason, data, data.len(), digest, attributes)
+    }
+
+    /// A record for a payload of `data_len` bytes whose SHA-256 is
+    /// `data_sha256`, of which only `prefix` was kept (a payload too large
+    /// to hold whole, digested as it streamed by).
+    pub fn of_prefix(
+        message_id: String,
+        reason: String,
+        prefix: &[u8],
+        data_len: usize,
+        data_sha256: [u8; 32],
+        attributes: BTreeMap<String, String>,
+    ) -> Self {
+        let keep = prefix.len().min(Self::MAX_STORED_BYTES);
         let attribute_count = attributes.len();
         let mut truncated = attribute_count > Self::MAX_ATTRIBUTES;
         let attributes = attributes
@@ -96,9 +111,9 @@ impl PoisonRecord {
         Self {
             message_id,
             reason: truncate(reason, Self::MAX_REASON_BYTES, &mut ignored),
-            data: data[..keep].to_vec(),
-            data_len: data.len(),
-            data_sha256: hex(&Sha256::digest(data)),
+            data: prefix[..keep].to_vec(),
+            data_len,
+            data_sha256: hex(&data_sha256),
             attributes,
             attribute_count,
             attributes_truncated: truncated,
@@ -189,7 +204,7 @@ fn prefix(s: &str, max: usize) -> &str {
 }
 
 /// Lower-case hex of `bytes`.
-fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

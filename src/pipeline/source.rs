@@ -14,7 +14,6 @@
 //! the cap was reached), whatever the reconnects; besides them, the client
 //! library buffers at most one server response per stream.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,10 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
-use crate::event;
 use crate::pipeline::acker::{AckHandle, Confirmation};
 use crate::pipeline::aggregator::{Aggregator, Item, Pending};
-use crate::pipeline::poison::PoisonRecord;
 use crate::telemetry::Stats;
 
 /// Source settings.
@@ -366,23 +363,11 @@ impl DeadLetterPolicy {
 
 /// Parses a message into an event, or a poison record with its reason.
 pub fn to_item(message: &Message) -> Item {
-    match event::parse(&message.data) {
-        Ok(event) => Item::Event(event),
-        Err(poison) => {
-            let attributes: BTreeMap<String, String> = message
-                .attributes
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            Item::Poison(Box::new(
-                PoisonRecord::new(
-                    message.message_id.clone(),
-                    poison.to_string(),
-                    &message.data,
-                    attributes,
-                )
-                .of_kind(poison.kind()),
-            ))
-        }
-    }
+    Item::parse(&message.message_id, &message.data, || {
+        message
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    })
 }

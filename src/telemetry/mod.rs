@@ -3,16 +3,18 @@
 //!
 //! - [`names`]: each metric's name and HELP text, and the histograms'
 //!   bucket boundaries (what dashboards see);
-//! - [`Stats`]: the instruments the pipeline updates, registered once;
+//! - [`Stats`]: the instruments the pipeline updates, registered once
+//!   ([`labels`]: the counters with one fixed-valued label);
 //!   [`Stats::render_prometheus`] is the exposition `/metrics` serves.
 //!
 //! Invariant: a leaf: nothing here imports from the rest of the crate;
 //! counters only grow; labels never carry post or user ids (only
-//! `outcome`, `shard` and the histograms' `le`). Latencies and sizes are
+//! `outcome`, `reason`, `shard` and the histograms' `le`). Latencies and sizes are
 //! histograms, so replicas aggregate (`histogram_quantile` over the summed
 //! `_bucket` rates).
 
 mod instruments;
+pub mod labels;
 pub mod names;
 pub mod progress;
 mod scrape_time;
@@ -26,6 +28,7 @@ use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::{Metric as Registered, Registry};
 
 pub use instruments::{Counter, Latency, Level, LevelProbe, ShardLevels, Sizes};
+pub use labels::{AuthFailure, FetchOutcome, Labelled, PushOutcome};
 use names::Metric;
 pub use progress::{CommitProgress, Stall};
 use scrape_time::ScrapeTime;
@@ -140,6 +143,16 @@ pub struct Stats {
     pub commit_progress: CommitProgress,
     /// The address the metrics endpoint listens on, once bound.
     pub metrics_addr: OnceLock<SocketAddr>,
+    /// See [`names::PUSH_REQUESTS`].
+    pub push_requests: Labelled<PushOutcome>,
+    /// See [`names::PUSH_AUTH_FAILURES`].
+    pub push_auth_failures: Labelled<AuthFailure>,
+    /// See [`names::PUSH_JWKS_FETCHES`].
+    pub push_jwks_fetches: Labelled<FetchOutcome>,
+    /// See [`names::PUSH_HOLD`].
+    pub push_hold: Latency,
+    /// The address the push endpoint listens on, once bound.
+    pub push_addr: OnceLock<SocketAddr>,
     /// See [`names::READY`].
     ready: Arc<AtomicBool>,
     registry: Registry,
@@ -195,6 +208,11 @@ impl Default for Stats {
             store_call_timeouts: Counter::default(),
             commit_progress: CommitProgress::default(),
             metrics_addr: OnceLock::new(),
+            push_requests: Labelled::new(),
+            push_auth_failures: Labelled::new(),
+            push_jwks_fetches: Labelled::new(),
+            push_hold: Latency::new(&names::PUSH_HOLD_BUCKETS),
+            push_addr: OnceLock::new(),
             ready: Arc::default(),
             registry: Registry::default(),
         };
@@ -256,6 +274,14 @@ impl Stats {
         register(registry, BATCH_SIZE, self.batch_size.0.clone());
         register(registry, ROLLUP_PENDING, self.rollup_pending.now.clone());
         register(registry, ROLLUP_LAG, self.rollup_lag.0.clone());
+        register(registry, PUSH_HOLD, self.push_hold.0.clone());
+        for collector in [
+            self.push_requests.collector(PUSH_REQUESTS),
+            self.push_auth_failures.collector(PUSH_AUTH_FAILURES),
+            self.push_jwks_fetches.collector(PUSH_JWKS_FETCHES),
+        ] {
+            self.registry.register_collector(Box::new(collector));
+        }
         self.registry.register_collector(Box::new(ScrapeTime {
             batches: self.batches.clone(),
             already_committed: self.already_committed.clone(),

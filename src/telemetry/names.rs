@@ -130,6 +130,14 @@ metrics! {
         "Milestones given up: the webhook refused them (a 4xx other than 408 and 429).";
     MILESTONE_LEASES_LOST = "hotcount_milestone_leases_lost_total",
         "Milestone attempts whose lease another dispatcher took over before they settled.";
+    PUSH_REQUESTS = "hotcount_push_requests_total",
+        "Push requests answered, by outcome (acked 204; nacked, timed_out, closed, unread, keys_unavailable 503; over_capacity 429; unauthenticated 401; forbidden 403).";
+    PUSH_AUTH_FAILURES = "hotcount_push_auth_failures_total",
+        "Push requests refused by authentication, by reason (missing, malformed, unknown_key, signature, expired, issuer, audience, email).";
+    PUSH_JWKS_FETCHES = "hotcount_push_jwks_fetches_total",
+        "Fetches of the push token signing keys (--push-jwks-url), by outcome (ok, failed).";
+    PUSH_HOLD = "hotcount_push_hold_seconds",
+        "Time from a push request's arrival to its answer, for the requests that entered the pipeline, in seconds.";
 }
 
 /// Upper bounds of [`COMMIT_DURATION`]'s buckets, in seconds.
@@ -154,6 +162,19 @@ pub const COMMIT_DURATION_BUCKETS: [f64; 18] = [
 pub const PUBLISH_TO_COMMIT_BUCKETS: [f64; 21] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
     120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Upper bounds of [`PUSH_HOLD`]'s buckets, in seconds.
+///
+/// A request waits for its batch: the flush wait (5-100 ms) and one
+/// commit (1-10 ms on the emulators, 20-300 ms on Firestore), so the
+/// steps are finest from 5 ms to 1 s, where Pub/Sub's push window decides
+/// to grow (more than 99 % acked with an average under 1 s). The tail is
+/// retries and the hold cap (below the subscription's ack deadline,
+/// 10..=600 s).
+pub const PUSH_HOLD_BUCKETS: [f64; 18] = [
+    0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0,
+    60.0, 600.0,
 ];
 
 /// Upper bounds of [`BATCH_SIZE`]'s buckets, in messages.

@@ -7,6 +7,14 @@
 #[path = "../support/postgres.rs"]
 pub mod pg;
 
+#[path = "../support/oidc.rs"]
+pub mod oidc;
+
+/// The push front, the load generator's own (one copy for both).
+#[path = "../../loadgen/src/front.rs"]
+#[allow(dead_code)]
+pub mod push;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,6 +117,48 @@ pub enum Backend {
     Postgres,
 }
 
+/// How the harness's consumers get their messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// StreamingPull.
+    Pull,
+    /// Push: `--delivery push` consumers behind a [`push::PushFront`],
+    /// verifying tokens signed by the test key ([`oidc`]).
+    Push,
+}
+
+/// Runs a scenario `async fn name(backend: Backend, delivery: Delivery)`
+/// once per store and delivery, as the tests `name::firestore`,
+/// `name::postgres`, `name::firestore_push` and `name::postgres_push`.
+#[macro_export]
+macro_rules! on_each_store_and_delivery {
+    ($($scenario:ident),+ $(,)?) => {$(
+        mod $scenario {
+            use $crate::common::{Backend, Delivery};
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn firestore() {
+                super::$scenario(Backend::Firestore, Delivery::Pull).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$scenario(Backend::Postgres, Delivery::Pull).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn firestore_push() {
+                super::$scenario(Backend::Firestore, Delivery::Push).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres_push() {
+                super::$scenario(Backend::Postgres, Delivery::Push).await;
+            }
+        }
+    )+};
+}
+
 /// Runs a scenario `async fn name(backend: Backend)` once per store, as
 /// the tests `name::firestore` and `name::postgres`.
 #[macro_export]
@@ -141,6 +191,21 @@ pub struct Harness {
     /// With [`Backend::Postgres`]: the server (stopped on drop) and the
     /// database's URL, which `run_args` passes as `--store`.
     pub postgres: Option<(pg::PgCluster, String)>,
+    /// With [`Delivery::Push`]: the front the consumers stand behind, the
+    /// keys their tokens are checked against, and the pusher.
+    pub push: Option<PushRig>,
+}
+
+/// What push consumers of a harness need around them.
+pub struct PushRig {
+    /// The one address the emulator pushes to, spread over the consumers.
+    pub front: push::PushFront,
+    /// The signing keys' JWKS (`--push-jwks-url`): the emulator's key, with
+    /// which it signs each push request's token, and the tests' own.
+    pub jwks: oidc::JwksServer,
+    /// Signs tokens with claims of the test's choosing (a key the
+    /// consumers trust, for tokens that are wrong in one claim only).
+    pub signer: oidc::Signer,
 }
 
 /// Subscription settings of a harness.
@@ -148,6 +213,8 @@ pub struct SubscriptionOptions {
     pub exactly_once: bool,
     pub ack_deadline_secs: i32,
     pub max_delivery_attempts: i32,
+    /// A push subscription (`hotcount setup --push-endpoint ...`), or pull.
+    pub push: setup::SetupPush,
 }
 
 impl Default for SubscriptionOptions {
@@ -156,6 +223,7 @@ impl Default for SubscriptionOptions {
             exactly_once: false,
             ack_deadline_secs: 10,
             max_delivery_attempts: 100,
+            push: setup::SetupPush::default(),
         }
     }
 }
@@ -174,6 +242,53 @@ impl Harness {
         config: EmulatorsConfig,
     ) -> Self {
         Self::start_on_with(Backend::Firestore, options, config).await
+    }
+
+    /// A harness whose consumers write `backend` and get their messages
+    /// by `delivery`: with push, the subscription (made by `hotcount
+    /// setup --push-endpoint ...`) pushes to a [`push::PushFront`] the
+    /// consumers stand behind, with OIDC tokens signed by the emulator.
+    pub async fn start_for(backend: Backend, delivery: Delivery) -> Self {
+        Self::start_for_with(backend, delivery, false).await
+    }
+
+    /// [`Harness::start_for`], the push subscription unwrapped
+    /// (`--push-no-wrapper`) when `no_wrapper`.
+    pub async fn start_for_with(backend: Backend, delivery: Delivery, no_wrapper: bool) -> Self {
+        if delivery == Delivery::Pull {
+            return Self::start_on(backend).await;
+        }
+        let front = push::PushFront::start().await;
+        let options = SubscriptionOptions {
+            push: setup::SetupPush {
+                push_endpoint: Some(front.url()),
+                push_service_account: Some(oidc::SERVICE_ACCOUNT.into()),
+                push_audience: Some(oidc::AUDIENCE.into()),
+                push_no_wrapper: no_wrapper,
+            },
+            ..SubscriptionOptions::default()
+        };
+        let mut h = Self::start_on_with(backend, options, EmulatorsConfig::default()).await;
+        // The consumers trust the emulator's key and the tests' own.
+        let signer = oidc::Signer::google("test-key-1");
+        let emulator_keys: serde_json::Value = reqwest::get(h.emulators.push_jwks_url())
+            .await
+            .expect("the emulator serves its JWKS")
+            .json()
+            .await
+            .expect("a JWKS");
+        let mut keys = emulator_keys["keys"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        keys.push(signer.jwk());
+        let jwks = oidc::JwksServer::start(serde_json::json!({ "keys": keys })).await;
+        h.push = Some(PushRig {
+            front,
+            jwks,
+            signer,
+        });
+        h
     }
 
     /// A harness whose consumers write `backend`.
@@ -209,6 +324,7 @@ impl Harness {
             exactly_once: options.exactly_once,
             topic_retention_days: 7,
             iam: Default::default(),
+            push: options.push,
         };
         setup::setup(&endpoints, &args).await.expect("setup");
         let topic = format!("projects/{PROJECT}/topics/{TOPIC}");
@@ -238,6 +354,7 @@ impl Harness {
             db,
             store,
             postgres,
+            push: None,
         }
     }
 
@@ -280,6 +397,17 @@ impl Harness {
             ("--commit-backoff-max-ms", "50"),
             ("--metrics-addr", "127.0.0.1:0"),
         ];
+        let jwks_url;
+        if let Some(push) = &self.push {
+            jwks_url = push.jwks.url();
+            flags.extend([
+                ("--delivery", "push"),
+                ("--push-addr", "127.0.0.1:0"),
+                ("--push-audience", oidc::AUDIENCE),
+                ("--push-service-account", oidc::SERVICE_ACCOUNT),
+                ("--push-jwks-url", jwks_url.as_str()),
+            ]);
+        }
         for pair in extra.chunks(2) {
             let (flag, value) = (pair[0], pair.get(1).copied().unwrap_or(""));
             match flags.iter_mut().find(|(f, _)| *f == flag) {
@@ -307,7 +435,26 @@ impl Harness {
                 .await
                 .expect("service runs");
         });
-        Running { stop, task, stats }
+        let front = self.push.as_ref().map(|p| p.front.clone());
+        if let Some(front) = &front {
+            // Behind the front once its endpoint is bound.
+            let (front, stats) = (front.clone(), stats.clone());
+            tokio::spawn(async move {
+                loop {
+                    if let Some(addr) = stats.push_addr.get() {
+                        front.add(*addr);
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            });
+        }
+        Running {
+            stop,
+            task,
+            stats,
+            front,
+        }
     }
 
     pub async fn publish_raw(&self, payloads: &[Vec<u8>]) -> Vec<String> {
@@ -331,6 +478,19 @@ impl Harness {
     pub fn subscription_stats(&self) -> hotcount_emulators::pubsub::SubscriptionStats {
         let name = format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}");
         self.emulators.pubsub().stats(&name).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the subscription has nothing unacked, as the
+    /// emulator counts it (redeliveries included); true if it came to that.
+    pub async fn wait_until_all_acked(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.subscription_stats().unacked > 0 {
+            if tokio::time::Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
     }
 
     pub async fn count(&self, post: &str) -> i64 {
@@ -367,6 +527,8 @@ pub struct Running {
     pub stop: watch::Sender<bool>,
     pub task: JoinHandle<()>,
     pub stats: Arc<Stats>,
+    /// The push front it stands behind (push delivery).
+    pub front: Option<push::PushFront>,
 }
 
 impl Running {
@@ -382,8 +544,16 @@ impl Running {
         true
     }
 
+    /// Takes it out of the push front: no new request reaches it.
+    fn leave_front(&self) {
+        if let (Some(front), Some(addr)) = (&self.front, self.stats.push_addr.get()) {
+            front.remove(*addr);
+        }
+    }
+
     /// Graceful stop: drains and returns.
     pub async fn stop(self) -> Arc<Stats> {
+        self.leave_front();
         let _ = self.stop.send(true);
         tokio::time::timeout(Duration::from_secs(30), self.task)
             .await
@@ -394,6 +564,7 @@ impl Running {
 
     /// Simulates a crash: the task is aborted, nothing is drained.
     pub async fn kill(self) {
+        self.leave_front();
         self.task.abort();
         let _ = self.task.await;
     }

@@ -18,15 +18,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotcount::config::{Config, RunArgs, Strategy};
+use hotcount::config::{Config, Delivery, RunArgs, Strategy};
 use tokio::sync::watch;
 
-use crate::consumer::Consumer;
+use crate::consumer::{free_loopback_port, Consumer};
+use crate::front::PushFront;
 use crate::procfs;
 use crate::publish::{self, PublishOptions};
 use crate::report::{self, Percentiles};
 use crate::run_error::RunError;
-use crate::stage::{Stage, StageSpec};
+use crate::stage::{push_run_args, Stage, StageSpec};
 use crate::{generate, verify, workload, Workload, WorkloadConfig};
 
 mod render;
@@ -58,8 +59,12 @@ pub const CONCENTRATED_USERS: u32 = 3_000;
 /// What consumes the workload in one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Runner {
-    /// `hotcount run` with this strategy.
+    /// `hotcount run` with this strategy (pull delivery).
     Hotcount(Strategy),
+    /// `hotcount run --delivery push` with this strategy: the subscription
+    /// pushes to the consumer's endpoint (through a round-robin front with
+    /// several replicas), tokens checked against the emulator's keys.
+    Push(Strategy),
     /// `hotcount run` with this strategy, as the other build of
     /// [`BenchConfig::compare_bin`], right after [`Runner::Hotcount`] in
     /// each round: two builds side by side in one run.
@@ -96,6 +101,10 @@ pub struct BenchConfig {
     pub cases: Vec<Case>,
     /// The strategies to run, in order.
     pub strategies: Vec<Strategy>,
+    /// The deliveries to run each strategy with, in order (push: the
+    /// subscription pushes to the consumer's endpoint, switched to push
+    /// once the consumer is ready).
+    pub deliveries: Vec<Delivery>,
     /// Publish the whole workload before the consumer starts, and measure
     /// from the consumer's start: the consumer's capacity on a backlog,
     /// without the publisher competing for the CPU.
@@ -319,18 +328,29 @@ pub async fn run(
 }
 
 /// The runners of one round, in order: the null consumer (when asked for)
-/// then each strategy, each followed by the compared build's run of it
-/// (when one is given), then batched with rollups off (when asked for).
+/// then each strategy with each delivery of `deliveries` (pull is
+/// [`Runner::Hotcount`], push [`Runner::Push`]), each pull run followed by
+/// the compared build's run of it (when one is given), then batched with
+/// rollups off (when asked for).
 pub fn runners(config: &BenchConfig) -> Vec<Runner> {
     let null = config.null_consumer_bin.as_ref().map(|_| Runner::Null);
     let compare = config.compare_bin.is_some() && config.consumer_bin.is_some();
     let no_rollups = config.compare_rollups.then_some(Runner::NoRollups);
-    null.into_iter()
-        .chain(config.strategies.iter().flat_map(|&s| {
-            std::iter::once(Runner::Hotcount(s)).chain(compare.then_some(Runner::Compare(s)))
-        }))
-        .chain(no_rollups)
-        .collect()
+    let deliveries = if config.deliveries.is_empty() {
+        &[Delivery::Pull][..]
+    } else {
+        &config.deliveries[..]
+    };
+    let hotcount = config.strategies.iter().flat_map(|&s| {
+        deliveries.iter().flat_map(move |&delivery| match delivery {
+            Delivery::Pull => vec![Runner::Hotcount(s)]
+                .into_iter()
+                .chain(compare.then_some(Runner::Compare(s)))
+                .collect::<Vec<_>>(),
+            Delivery::Push => vec![Runner::Push(s)],
+        })
+    });
+    null.into_iter().chain(hotcount).chain(no_rollups).collect()
 }
 
 /// One strategy on one workload, in a fresh stage: publish, run the
@@ -342,9 +362,9 @@ async fn run_one(
     round: u32,
     workload: Arc<Workload>,
 ) -> Result<RunResult, RunError> {
-    // The null consumer runs on the stage and stream settings of batched.
+    // The null consumer runs on the stage and stream settings of batched pull.
     let strategy = match runner {
-        Runner::Hotcount(strategy) | Runner::Compare(strategy) => strategy,
+        Runner::Hotcount(strategy) | Runner::Compare(strategy) | Runner::Push(strategy) => strategy,
         Runner::Null | Runner::NoRollups => Strategy::Batched,
     };
     let (run_args, service_config) =
@@ -360,24 +380,52 @@ async fn run_one(
     let publishing = Publishing::start(config, &stage, workload.clone(), cancel).await?;
     // The consumer reaches a PostgreSQL store through the stage's proxy.
     let (consumer_args, consumer_config) = stage.consumer_settings(&run_args, &service_config);
+    // With push: each replica on an endpoint of its own checking the
+    // emulator's tokens; one replica is pushed to directly, several
+    // through a round-robin front (as Cloud Run's front end).
+    let replicas = config.replicas.max(1);
+    let push_addrs = match runner {
+        Runner::Push(_) => (0..replicas)
+            .map(|_| free_loopback_port("a push endpoint"))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => Vec::new(),
+    };
+    // The window starts with the consumers, whatever they do before they
+    // take messages (a push consumer gets ready, then the subscription is
+    // switched to push).
+    let started = Instant::now();
     let mut consumers = Vec::new();
-    for _ in 0..config.replicas.max(1) {
+    for replica in 0..replicas {
+        let (consumer_args, consumer_config) = match push_addrs.get(replica) {
+            Some(&addr) => {
+                let args = push_run_args(&consumer_args, addr, &stage.push_jwks_url());
+                let config = args
+                    .validate()
+                    .map_err(|e| RunError::Invalid(e.to_string()))?;
+                let config = stage.consumer_settings(&args, &config).1;
+                (args, config)
+            }
+            None => (consumer_args.clone(), consumer_config.clone()),
+        };
         consumers.push(match (runner, &config.null_consumer_bin) {
             (Runner::Null, Some(bin)) => Consumer::start_null(bin, stage.endpoints(), &run_args)?,
             (Runner::Null, None) => {
                 return Err(RunError::Invalid("no null consumer binary".into()));
             }
-            (Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups, _) => Consumer::start(
-                match runner {
-                    Runner::Compare(_) => config.compare_bin.as_deref(),
-                    _ => config.consumer_bin.as_deref(),
-                },
-                stage.endpoints(),
-                &consumer_args,
-                &consumer_config,
-            )?,
+            (Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups | Runner::Push(_), _) => {
+                Consumer::start(
+                    match runner {
+                        Runner::Compare(_) => config.compare_bin.as_deref(),
+                        _ => config.consumer_bin.as_deref(),
+                    },
+                    stage.endpoints(),
+                    &consumer_args,
+                    &consumer_config,
+                )?
+            }
         });
     }
+    let _front = push_to_consumers(&stage, &consumers, &push_addrs).await?;
     let total = workload.messages.len() as u64;
     let target = &run_args.target;
     let layout = hotcount::store::firestore::Layout::new(
@@ -387,10 +435,9 @@ async fn run_one(
     );
     let top_rollup = layout.rollup(&top_post(&workload));
     let mut window = Window::measure(
-        &stage,
-        &consumers,
+        (&stage, &consumers),
         &mut baseline,
-        (config.max_secs, total),
+        (started, config.max_secs, total),
         &top_rollup,
     )
     .await;
@@ -404,7 +451,7 @@ async fn run_one(
     stage.emulators().firestore_faults().clear();
     let completed = window.completed && published == total;
     let (verdict, latency) = match runner {
-        Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups => {
+        Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups | Runner::Push(_) => {
             check(&stage, &run_args, &workload, completed).await?
         }
         Runner::Null => (Verdict::NotCounted, Percentiles::default()),
@@ -543,6 +590,35 @@ async fn publisher_result(
     }
 }
 
+/// With push consumers (`addrs`, one per consumer): waits until each is
+/// ready, then switches the subscription to push to it, or with several
+/// to a round-robin front before them (returned: it lives as long as the
+/// run). Nothing with pull.
+async fn push_to_consumers(
+    stage: &Stage,
+    consumers: &[Consumer],
+    addrs: &[std::net::SocketAddr],
+) -> Result<Option<PushFront>, RunError> {
+    if addrs.is_empty() {
+        return Ok(None);
+    }
+    for consumer in consumers {
+        if !consumer.wait_ready(Duration::from_secs(60)).await {
+            return Err(RunError::Start("a push consumer did not get ready".into()));
+        }
+    }
+    if let [addr] = addrs {
+        stage.push_to(&format!("http://{addr}/pubsub/push")).await?;
+        return Ok(None);
+    }
+    let front = PushFront::start().await;
+    for &addr in addrs {
+        front.add(addr);
+    }
+    stage.push_to(&front.url()).await?;
+    Ok(Some(front))
+}
+
 /// What the measured window saw: from the first publish, or with a backlog
 /// from the consumer's start, to the last ack (or the cap).
 struct Window {
@@ -565,17 +641,16 @@ struct Window {
 }
 
 impl Window {
-    /// Waits for `total` acks (at most `max_secs`) and reads every figure
-    /// at that moment, before the consumers drain (`top_rollup`: the name
-    /// of the most liked post's rollup).
+    /// Waits for `total` acks (at most `max_secs` from `started`, when the
+    /// consumers started) and reads every figure at that moment, before
+    /// the consumers drain (`top_rollup`: the name of the most liked
+    /// post's rollup).
     async fn measure(
-        stage: &Stage,
-        consumers: &[Consumer],
+        (stage, consumers): (&Stage, &[Consumer]),
         baseline: &mut Baseline,
-        (max_secs, total): (u64, u64),
+        (started, max_secs, total): (Instant, u64, u64),
         top_rollup: &str,
     ) -> Self {
-        let started = Instant::now();
         let deadline = started + Duration::from_secs(max_secs);
         let completed = stage.wait_for_acks(total, deadline).await;
         let elapsed = started.elapsed();
@@ -743,6 +818,7 @@ mod tests {
             rate_per_sec: 0,
             cases: vec![Case::Concentrated],
             strategies: vec![Strategy::Batched],
+            deliveries: vec![Delivery::Pull],
             backlog: true,
             consumer_bin: None,
             null_consumer_bin: None,
@@ -802,6 +878,18 @@ mod tests {
                 Runner::NoRollups
             ],
             "rollups off last"
+        );
+        config.compare_rollups = false;
+        config.deliveries = vec![Delivery::Push, Delivery::Pull];
+        assert_eq!(
+            runners(&config),
+            [
+                Runner::Push(Batched),
+                Runner::Hotcount(Batched),
+                Runner::Push(PerEvent),
+                Runner::Hotcount(PerEvent)
+            ],
+            "each strategy pushed then pulled, side by side"
         );
     }
 

@@ -9,14 +9,17 @@ use super::{
     BenchConfig, Case, RunResult, Runner, Verdict, CONCENTRATED_POSTS, CONCENTRATED_USERS,
 };
 
-fn runner_name(r: Runner) -> &'static str {
+fn runner_name(r: Runner) -> String {
+    let strategy = |s| match s {
+        Strategy::Batched => "batched",
+        Strategy::PerEvent => "per-event",
+    };
     match r {
-        Runner::Hotcount(Strategy::Batched) => "batched",
-        Runner::Hotcount(Strategy::PerEvent) => "per-event",
-        Runner::Compare(Strategy::Batched) => "batched (compared build)",
-        Runner::Compare(Strategy::PerEvent) => "per-event (compared build)",
-        Runner::Null => "null consumer (receive + ack)",
-        Runner::NoRollups => "batched, rollups off",
+        Runner::Hotcount(s) => strategy(s).into(),
+        Runner::Push(s) => format!("{}, push", strategy(s)),
+        Runner::Compare(s) => format!("{} (compared build)", strategy(s)),
+        Runner::Null => "null consumer (receive + ack)".into(),
+        Runner::NoRollups => "batched, rollups off".into(),
     }
 }
 
@@ -227,6 +230,31 @@ pub fn render(results: &[RunResult], case: Case) -> String {
             b.rpcs_per_1k() / p.rpcs_per_1k().max(1e-9),
         ));
     }
+    out.push_str(&render_push_beside_pull(&runs, rounds));
+    out
+}
+
+/// For each strategy run with both deliveries: push as a multiple of pull,
+/// the median of the per-round ratios (each round's runs ran side by
+/// side), for CPU per 1,000 messages and messages/s.
+fn render_push_beside_pull(runs: &[&RunResult], rounds: u32) -> String {
+    let mut out = String::new();
+    for strategy in [Strategy::Batched, Strategy::PerEvent] {
+        let (push, pull) = (Runner::Push(strategy), Runner::Hotcount(strategy));
+        let ratio = |figure: fn(&RunResult) -> Option<f64>| {
+            median_ratio(runs, rounds, (push, pull), figure)
+        };
+        if !runs.iter().any(|r| r.runner == push) || !runs.iter().any(|r| r.runner == pull) {
+            continue;
+        }
+        out.push_str(&format!(
+            "\n{}, push / pull (median of the per-round ratios): CPU per 1,000 messages {}, messages/s {}, publish->commit p99 {}\n",
+            runner_name(pull),
+            ratio(RunResult::cpu_ms_per_1k),
+            ratio(|r| Some(r.events_per_sec())),
+            ratio(|r| Some(r.latency.p99_ms)),
+        ));
+    }
     out
 }
 
@@ -363,13 +391,25 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
 /// The median over the rounds of `runner`'s CPU per message divided by
 /// `base`'s in the same round (`x1.23`), or `n/a`.
 fn median_cpu_ratio(runs: &[&RunResult], rounds: u32, runner: Runner, base: Runner) -> String {
-    let cpu = |who: Runner, round: u32| {
+    median_ratio(runs, rounds, (runner, base), RunResult::cpu_ms_per_1k)
+}
+
+/// The median over the rounds of `runner`'s `figure` divided by `base`'s
+/// in the same round (each round's runs ran side by side): `x1.23`, or
+/// `n/a`.
+fn median_ratio(
+    runs: &[&RunResult],
+    rounds: u32,
+    (runner, base): (Runner, Runner),
+    figure: impl Fn(&RunResult) -> Option<f64>,
+) -> String {
+    let of = |who: Runner, round: u32| {
         runs.iter()
             .find(|r| r.runner == who && r.round == round)
-            .and_then(|r| r.cpu_ms_per_1k())
+            .and_then(|r| figure(r))
     };
     let ratios = (0..rounds)
-        .filter_map(|round| Some(cpu(runner, round)? / cpu(base, round)?.max(1e-9)))
+        .filter_map(|round| Some(of(runner, round)? / of(base, round)?.max(1e-9)))
         .collect();
     median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"))
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hotcount::config::{Endpoints, StoreLocation};
+use hotcount::config::{Delivery, Endpoints, StoreLocation};
 use hotcount_emulators::{Emulators, FaultKind, FaultSpec};
 use hotcount_pgtemp::{Cut, Proxy};
 use rand::rngs::StdRng;
@@ -26,8 +26,10 @@ use tonic::Code;
 
 use super::{ChaosConfig, CONSUMER, LEASE_JUMP, PREFIX, PROJECT, SUBSCRIPTION};
 use crate::consumer::{self, Child, ChildSpec};
+use crate::front::PushFront;
 use crate::run_error::RunError;
 use crate::stage::Stage;
+use crate::stage::{push_service_account, PUSH_AUDIENCE};
 use crate::workload::{Origin, Workload};
 use crate::Truth;
 
@@ -113,6 +115,8 @@ impl Tally {
 /// steady faults, the spikes.
 pub(super) struct Chaos {
     tally: Arc<Tally>,
+    /// With push: each consumer's endpoint.
+    push_addrs: Vec<std::net::SocketAddr>,
     stop: watch::Sender<bool>,
     killer: tokio::task::JoinHandle<Consumers>,
     spiker: tokio::task::JoinHandle<()>,
@@ -126,7 +130,8 @@ struct StoreFaults {
 }
 
 impl Chaos {
-    /// Starts `config.consumers` consumer processes (logs in `log_dir`),
+    /// Starts `config.consumers` consumer processes (logs in `log_dir`;
+    /// with push, each on an endpoint of its own behind `front`),
     /// installs the steady faults, and starts killing the victim (kill
     /// schedule from `seed`) and spiking the store.
     pub(super) fn start(
@@ -134,20 +139,32 @@ impl Chaos {
         config: &ChaosConfig,
         log_dir: PathBuf,
         seed: u64,
+        front: Option<&PushFront>,
         extra: &[String],
     ) -> Result<Self, RunError> {
         let victim_metrics = consumer::free_loopback_port("the victim's metrics")?;
         let store = stage.consumer_store();
-        let specs = (0..config.consumers)
-            .map(|index| {
-                let mut spec =
-                    child_spec(config, stage.endpoints(), &log_dir, index, victim_metrics);
-                spec.args.extend_from_slice(extra);
-                with_store(spec, &store)
-            })
-            .collect();
+        let mut specs = Vec::new();
+        let mut push_addrs = Vec::new();
+        for index in 0..config.consumers {
+            let spec = child_spec(config, stage.endpoints(), &log_dir, index, victim_metrics);
+            let mut spec = with_store(spec, &store);
+            spec.args.extend_from_slice(extra);
+            if let Some(front) = front {
+                let addr = consumer::free_loopback_port("a push endpoint")?;
+                spec.args.extend(push_flags(addr, &stage.push_jwks_url()));
+                front.add(addr);
+                push_addrs.push(addr);
+            }
+            specs.push(spec);
+        }
         let consumers = Consumers::start(specs, victim_metrics)?;
-        install_faults(stage.emulators(), stage.postgres().is_none()).map_err(RunError::Start)?;
+        install_faults(
+            stage.emulators(),
+            stage.postgres().is_none(),
+            config.delivery,
+        )
+        .map_err(RunError::Start)?;
         let tally = Arc::new(Tally::default());
         let (stop, stop_rx) = watch::channel(false);
         let store_faults = stage.postgres().map(|pg| StoreFaults {
@@ -179,11 +196,23 @@ impl Chaos {
         ));
         Ok(Self {
             tally,
+            push_addrs,
             stop,
             killer,
             spiker,
             store_faults,
         })
+    }
+
+    /// With push: waits (at most `timeout`) until every consumer's push
+    /// endpoint accepts connections.
+    pub(super) async fn wait_listening(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        for addr in &self.push_addrs {
+            while tokio::net::TcpStream::connect(addr).await.is_err() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
     }
 
     /// The counters the chaos tasks keep.
@@ -243,6 +272,21 @@ fn child_spec(
         log: Some(log_dir.join(format!("consumer-{index}.log"))),
         metrics,
     }
+}
+
+/// The flags of a push consumer on `addr` checking the stage's tokens
+/// against the keys at `jwks_url`.
+fn push_flags(addr: std::net::SocketAddr, jwks_url: &str) -> Vec<String> {
+    [
+        ("--delivery", "push".to_string()),
+        ("--push-addr", addr.to_string()),
+        ("--push-audience", PUSH_AUDIENCE.to_string()),
+        ("--push-service-account", push_service_account(PROJECT)),
+        ("--push-jwks-url", jwks_url.to_string()),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_string(), value])
+    .collect()
 }
 
 /// `spec` with `--store` for `store` (a PostgreSQL consumer reaches the
@@ -353,13 +397,32 @@ impl Consumers {
 
 /// The steady faults: each commit fault once for certain, then all of them
 /// at random (cleared before the final drain); the Firestore ones only
-/// when the consumers commit to Firestore.
-fn install_faults(emulators: &Emulators, firestore: bool) -> Result<(), String> {
+/// when the consumers commit to Firestore. With push, the Pub/Sub faults
+/// act on the pushes: an acked push recorded as lost, an acked push
+/// delivered again, and a push whose 2xx answer (after the consumer's
+/// commit) is ignored and nacked.
+fn install_faults(
+    emulators: &Emulators,
+    firestore: bool,
+    delivery: Delivery,
+) -> Result<(), String> {
     let pubsub = emulators.pubsub_faults();
-    pubsub.add(FaultSpec::new(FaultKind::AckLost).probability(0.02))?;
-    pubsub.add(FaultSpec::new(FaultKind::SpuriousRedelivery).probability(0.02))?;
-    // Each open stream checks about every 50 ms: about one drop per stream per 5 s.
-    pubsub.add(FaultSpec::new(FaultKind::DropStream).probability(0.01))?;
+    match delivery {
+        Delivery::Pull => {
+            pubsub.add(FaultSpec::new(FaultKind::AckLost).probability(0.02))?;
+            pubsub.add(FaultSpec::new(FaultKind::SpuriousRedelivery).probability(0.02))?;
+            // Each open stream checks about every 50 ms: about one drop per stream per 5 s.
+            pubsub.add(FaultSpec::new(FaultKind::DropStream).probability(0.01))?;
+        }
+        Delivery::Push => {
+            let push = |kind| FaultSpec::new(kind).method("Push");
+            pubsub.add(push(FaultKind::AckLost).probability(0.02))?;
+            pubsub.add(push(FaultKind::SpuriousRedelivery).probability(0.02))?;
+            pubsub.add(FaultSpec::error_after_apply("Push", Code::Unavailable).times(1))?;
+            pubsub
+                .add(FaultSpec::error_after_apply("Push", Code::Unavailable).probability(0.01))?;
+        }
+    }
     if !firestore {
         return Ok(());
     }

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use google_cloud_pubsub::client::SubscriptionAdmin;
-use hotcount::config::{StoreLocation, Target};
+use hotcount::config::{Delivery, StoreLocation, Target};
 use hotcount::ops::setup::SetupArgs;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -56,7 +56,9 @@ mod hazards;
 mod summary;
 
 pub use hazards::reorder;
-pub use summary::{render, ChaosSummary, FAULT_KINDS, POSTGRES_FAULT_KINDS};
+pub use summary::{
+    render, ChaosSummary, FAULT_KINDS, POSTGRES_FAULT_KINDS, PULL_FAULT_KINDS, PUSH_FAULT_KINDS,
+};
 
 use hazards::{Chaos, Tally};
 use summary::Outcome;
@@ -104,6 +106,11 @@ pub struct ChaosConfig {
     pub store: StoreLocation,
     /// Milestone notifications to a faulty webhook sink; `None` = off.
     pub milestones: Option<ChaosMilestones>,
+    /// How the consumers get their messages: pulled, or pushed through a
+    /// round-robin front (`crate::front`) with OIDC tokens; with push the
+    /// Pub/Sub faults act on the pushes (answers ignored, acks lost,
+    /// spurious redeliveries) instead of the streams.
+    pub delivery: Delivery,
 }
 
 /// The milestone side of a chaos run.
@@ -185,6 +192,7 @@ impl ChaosConfig {
             progress: false,
             store: StoreLocation::Firestore,
             milestones: Some(ChaosMilestones::ci()),
+            delivery: Delivery::Pull,
         }
     }
 }
@@ -212,7 +220,24 @@ pub async fn run(
         (Some(m), Some(sink)) => m.flags(&sink.url()),
         _ => Vec::new(),
     };
-    let chaos = Chaos::start(&stage, config, log_dir, rng.random(), &extra)?;
+    // With push: the consumers behind one front, the subscription pushing
+    // to it once they listen.
+    let front = match config.delivery {
+        Delivery::Push => Some(crate::front::PushFront::start().await),
+        Delivery::Pull => None,
+    };
+    let chaos = Chaos::start(
+        &stage,
+        config,
+        log_dir,
+        rng.random(),
+        front.as_ref(),
+        &extra,
+    )?;
+    if let Some(front) = &front {
+        chaos.wait_listening(Duration::from_secs(60)).await;
+        stage.push_to(&front.url()).await?;
+    }
     let tally = chaos.tally();
     let reporter = config.progress.then(|| {
         tokio::spawn(hazards::progress_loop(
@@ -348,6 +373,7 @@ fn stage_spec(store: &StoreLocation) -> StageSpec {
             exactly_once: false,
             topic_retention_days: 7,
             iam: Default::default(),
+            push: Default::default(),
         },
         subscription: format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}"),
         store_rtt_ms: 0,

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use hotcount::config::Delivery;
 use hotcount_emulators::pubsub::SubscriptionStats;
 use hotcount_emulators::FaultKind;
 
@@ -41,6 +42,8 @@ pub struct ChaosSummary {
     pub commits: u64,
     /// Whether the consumers counted in PostgreSQL (else Firestore).
     pub postgres: bool,
+    /// How the consumers got their messages.
+    pub delivery: Delivery,
     /// The verification.
     pub verify: VerifyReport,
     /// Whether the subscription drained (nothing unacked) before the timeout.
@@ -57,24 +60,30 @@ pub struct ChaosSummary {
     pub milestones: Option<MilestoneReport>,
 }
 
-/// Every fault kind a run on PostgreSQL injects; each must fire.
-pub const POSTGRES_FAULT_KINDS: [&str; 6] = [
-    "ack lost",
-    "spurious redelivery",
-    "stream dropped",
+/// Every fault kind a run on PostgreSQL injects besides the Pub/Sub ones
+/// ([`PULL_FAULT_KINDS`] or [`PUSH_FAULT_KINDS`]); each must fire.
+pub const POSTGRES_FAULT_KINDS: [&str; 3] = [
     "connection cut before COMMIT",
     "connection cut after COMMIT",
     "commit latency spike",
 ];
 
-/// Every fault kind the run injects (on Firestore); each must fire.
-pub const FAULT_KINDS: [&str; 6] = [
-    "ack lost",
-    "spurious redelivery",
-    "stream dropped",
+/// Every fault kind a run on Firestore injects besides the Pub/Sub ones;
+/// each must fire.
+pub const FAULT_KINDS: [&str; 3] = [
     "commit ABORTED",
     "commit applied, answered UNAVAILABLE",
     "commit latency spike",
+];
+
+/// The Pub/Sub faults of a run with pulling consumers; each must fire.
+pub const PULL_FAULT_KINDS: [&str; 3] = ["ack lost", "spurious redelivery", "stream dropped"];
+
+/// The Pub/Sub faults of a run with push consumers; each must fire.
+pub const PUSH_FAULT_KINDS: [&str; 3] = [
+    "ack lost",
+    "spurious redelivery",
+    "push answered 204, nacked anyway",
 ];
 
 impl ChaosSummary {
@@ -175,12 +184,16 @@ impl ChaosSummary {
             );
             check(m.faults > 0, "no milestone call met a sink fault".into());
         }
-        let kinds = if self.postgres {
+        let store_kinds = if self.postgres {
             POSTGRES_FAULT_KINDS
         } else {
             FAULT_KINDS
         };
-        for kind in kinds {
+        let pubsub_kinds = match self.delivery {
+            Delivery::Pull => PULL_FAULT_KINDS,
+            Delivery::Push => PUSH_FAULT_KINDS,
+        };
+        for kind in pubsub_kinds.into_iter().chain(store_kinds) {
             check(
                 self.faults.get(kind).copied().unwrap_or(0) > 0,
                 format!("fault {kind} never fired"),
@@ -216,12 +229,12 @@ impl ChaosSummary {
     ) -> Self {
         let emulators = stage.emulators();
         let mut faults = BTreeMap::new();
-        for (kind, n) in emulators
-            .pubsub_faults()
-            .fired()
-            .into_iter()
-            .chain(emulators.firestore_faults().fired())
-        {
+        for (kind, n) in emulators.pubsub_faults().fired() {
+            *faults
+                .entry(pubsub_fault_label(kind).to_string())
+                .or_default() += n;
+        }
+        for (kind, n) in emulators.firestore_faults().fired() {
             *faults.entry(fault_label(kind).to_string()).or_default() += n;
         }
         let postgres = stage.postgres().is_some();
@@ -242,6 +255,7 @@ impl ChaosSummary {
             subscription: stage.subscription_stats(),
             commits: emulators.firestore_counters().get("Commit"),
             postgres,
+            delivery: config.delivery,
             verify: outcome.verify,
             drained: outcome.drained,
             elapsed: outcome.elapsed,
@@ -250,6 +264,15 @@ impl ChaosSummary {
             replay_expected: config.replay,
             milestones: None,
         }
+    }
+}
+
+/// The name of a Pub/Sub fault kind as injected here (only the push
+/// answers meet an error after apply).
+fn pubsub_fault_label(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::ErrorAfterApply => "push answered 204, nacked anyway",
+        other => fault_label(other),
     }
 }
 

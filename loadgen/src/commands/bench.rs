@@ -3,12 +3,15 @@
 
 use std::process::ExitCode;
 
-use hotcount::config::{RunArgs, StoreLocation, Strategy};
+use hotcount::config::{Delivery, RunArgs, StoreLocation, Strategy};
 use hotcount_loadgen::bench::{self, BenchConfig, Case};
 use hotcount_loadgen::{consumer, postgres};
 
 /// `hotcount-loadgen bench`: the flags.
+// `--delivery` is the bench's list of deliveries; the consumer's own flag
+// of that name (in `RunArgs`) is set per run, so it is renamed and hidden.
 #[derive(clap::Args, Clone, Debug)]
+#[command(mut_arg("delivery", |a| a.long("run-delivery").env(None::<&str>).hide(true)))]
 pub struct BenchArgs {
     /// Consumer settings shared by both strategies (`--strategy` is ignored: see `--strategies`).
     #[command(flatten)]
@@ -16,6 +19,11 @@ pub struct BenchArgs {
     /// Strategies to run, in order.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Strategy::Batched, Strategy::PerEvent])]
     pub strategies: Vec<Strategy>,
+    /// Deliveries to run each strategy with, side by side in each round
+    /// (`push,pull`: the same workload pushed to the consumer's endpoint,
+    /// then pulled). Push consumers check the emulator's OIDC tokens.
+    #[arg(long = "delivery", id = "deliveries", value_enum, value_delimiter = ',', default_values_t = [Delivery::Pull])]
+    pub deliveries: Vec<Delivery>,
     /// Workloads to run (`concentrated`: 300 posts and 3,000 users whatever
     /// `--posts` and `--users` say, 10 % duplicates, shuffled).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Case::Zipf, Case::Viral, Case::Concentrated])]
@@ -160,6 +168,7 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
         rate_per_sec: args.rate,
         cases: args.cases,
         strategies: args.strategies,
+        deliveries: args.deliveries,
         backlog: args.backlog,
         consumer_bin: match args.consumer_process {
             true => Some(hotcount_bin(args.hotcount_bin.clone())?),

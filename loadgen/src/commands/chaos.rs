@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use hotcount::config::StoreLocation;
+use hotcount::config::{Delivery, StoreLocation};
 use hotcount_loadgen::chaos::{self, ChaosConfig};
 use hotcount_loadgen::{consumer, WorkloadConfig};
 use tokio::sync::watch;
@@ -78,6 +78,11 @@ pub struct ChaosArgs {
     /// `postgres://` URL of a database the run may empty.
     #[arg(long, env = "HOTCOUNT_STORE", default_value = "firestore")]
     pub store: StoreLocation,
+    /// How the consumers get their messages: `pull`, or `push` (each
+    /// consumer an endpoint behind one round-robin front, tokens checked;
+    /// the Pub/Sub faults then act on the pushes).
+    #[arg(long, value_enum, default_value_t = Delivery::Pull)]
+    pub delivery: Delivery,
 }
 
 impl ChaosArgs {
@@ -115,6 +120,7 @@ impl ChaosArgs {
             seed: self.seed,
             progress: true,
             store: self.store.clone(),
+            delivery: self.delivery,
             milestones: (!self.no_milestones).then(hotcount_loadgen::chaos::ChaosMilestones::ci),
         }
     }

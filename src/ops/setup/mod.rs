@@ -17,8 +17,9 @@ pub mod resources;
 
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_pubsub::client::{SchemaService, SubscriptionAdmin, TopicAdmin};
+use google_cloud_pubsub::model::push_config::{NoWrapper, OidcToken};
 use google_cloud_pubsub::model::{
-    DeadLetterPolicy, RetryPolicy, Subscription, Topic, UpdateSubscriptionRequest,
+    DeadLetterPolicy, PushConfig, RetryPolicy, Subscription, Topic, UpdateSubscriptionRequest,
     UpdateTopicRequest,
 };
 use google_cloud_wkt::FieldMask;
@@ -86,6 +87,10 @@ pub struct SetupArgs {
     /// Roles on the topic and subscriptions.
     #[command(flatten)]
     pub iam: SetupIam,
+    /// How the subscription delivers: pull (the default) or push; an
+    /// existing subscription is switched to what the flags say.
+    #[command(flatten)]
+    pub push: SetupPush,
 }
 
 /// Who gets which role on the Pub/Sub resources ([`iam::grants`]).
@@ -106,6 +111,70 @@ pub struct SetupIam {
     /// left out is reported `skipped`.
     #[arg(long, default_value_t = false)]
     pub skip_iam: bool,
+}
+
+/// A push subscription: where Pub/Sub POSTs, and as whom.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetupPush {
+    /// Make the consumer subscription a push subscription to this URL
+    /// (`https://.../pubsub/push`, served by `hotcount run --delivery push`).
+    #[arg(
+        long,
+        requires = "push_service_account",
+        conflicts_with = "exactly_once"
+    )]
+    pub push_endpoint: Option<String>,
+    /// The service account Pub/Sub signs each push request's OIDC token as
+    /// (`run --push-service-account`).
+    #[arg(long, requires = "push_endpoint")]
+    pub push_service_account: Option<String>,
+    /// The token's audience (`run --push-audience`); unset, Pub/Sub uses
+    /// the endpoint URL.
+    #[arg(long, requires = "push_endpoint")]
+    pub push_audience: Option<String>,
+    /// Deliver the payload as the body (metadata in `x-goog-pubsub-*`
+    /// headers) instead of Pub/Sub's JSON wrapper.
+    #[arg(long, requires = "push_endpoint")]
+    pub push_no_wrapper: bool,
+}
+
+impl SetupPush {
+    /// The subscription's push config, or `None` for pull. Refuses an
+    /// endpoint that is not an http(s) URL, a push subscription without a
+    /// service account to sign its tokens, and exactly-once with push
+    /// (Pub/Sub offers it only to pull subscriptions).
+    pub fn config(&self, exactly_once: bool) -> Result<Option<PushConfig>, SetupError> {
+        let Some(endpoint) = &self.push_endpoint else {
+            return Ok(None);
+        };
+        if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) {
+            return Err(SetupError::Invalid(format!(
+                "--push-endpoint {endpoint:?} is not an http(s) URL"
+            )));
+        }
+        if exactly_once {
+            return Err(SetupError::Invalid(
+                "--exactly-once is for pull subscriptions only; a push subscription cannot have it"
+                    .into(),
+            ));
+        }
+        let Some(account) = self.push_service_account.as_ref().filter(|a| !a.is_empty()) else {
+            return Err(SetupError::Invalid(
+                "--push-endpoint needs --push-service-account (hotcount verifies the token it signs)".into(),
+            ));
+        };
+        let mut token = OidcToken::new().set_service_account_email(account.clone());
+        if let Some(audience) = &self.push_audience {
+            token = token.set_audience(audience.clone());
+        }
+        let mut config = PushConfig::new()
+            .set_push_endpoint(endpoint.clone())
+            .set_oidc_token(token);
+        if self.push_no_wrapper {
+            config = config.set_no_wrapper(NoWrapper::new().set_write_metadata(true));
+        }
+        Ok(Some(config))
+    }
 }
 
 /// What setup did to one resource.
@@ -264,6 +333,7 @@ fn validate(endpoints: &Endpoints, args: &SetupArgs) -> Result<(), SetupError> {
                 .into(),
         ));
     }
+    args.push.config(args.exactly_once)?;
     let iam = &args.iam;
     let against_google = endpoints.pubsub_emulator_host.is_none();
     if against_google
@@ -326,7 +396,8 @@ pub async fn setup(
                 .set_dead_letter_topic(dlq_topic.clone())
                 .set_max_delivery_attempts(args.max_delivery_attempts),
         )
-        .set_enable_exactly_once_delivery(args.exactly_once);
+        .set_enable_exactly_once_delivery(args.exactly_once)
+        .set_or_clear_push_config(args.push.config(args.exactly_once)?);
     report.push((sub.clone(), ensure_subscription(&subs, main).await?));
     report.extend(grant_roles(endpoints, &args.iam, &sub, &dlq_topic).await?);
     Ok(report)
@@ -528,4 +599,103 @@ pub async fn migrate_store(store: &StoreLocation) -> Result<Vec<(String, Change)
         done.push((name, created));
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SetupArgs,
+    }
+
+    fn parse(flags: &[&str]) -> Result<SetupArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("setup").chain(flags.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn a_push_endpoint_makes_a_push_subscription_with_its_oidc_token() {
+        let args = parse(&[
+            "--push-endpoint",
+            "https://hotcount.example/pubsub/push",
+            "--push-service-account",
+            "pusher@p.iam.gserviceaccount.com",
+            "--push-audience",
+            "hotcount",
+        ])
+        .expect("flags parse");
+        let config = args
+            .push
+            .config(args.exactly_once)
+            .expect("valid")
+            .expect("a push config");
+        assert_eq!(config.push_endpoint, "https://hotcount.example/pubsub/push");
+        let token = config.oidc_token().expect("an OIDC token");
+        assert_eq!(
+            token.service_account_email,
+            "pusher@p.iam.gserviceaccount.com"
+        );
+        assert_eq!(token.audience, "hotcount");
+        assert!(config.no_wrapper().is_none(), "wrapped by default");
+
+        let unwrapped = parse(&[
+            "--push-endpoint",
+            "https://hotcount.example/pubsub/push",
+            "--push-service-account",
+            "pusher@p.iam.gserviceaccount.com",
+            "--push-no-wrapper",
+        ])
+        .expect("flags parse");
+        let config = unwrapped.push.config(false).expect("valid").expect("push");
+        assert!(config.no_wrapper().is_some_and(|w| w.write_metadata));
+        assert_eq!(
+            config.oidc_token().map(|t| t.audience.as_str()),
+            Some(""),
+            "no audience: Pub/Sub uses the endpoint URL"
+        );
+    }
+
+    #[test]
+    fn pull_stays_the_default_and_push_refuses_what_it_cannot_have() {
+        let pull = parse(&[]).expect("flags parse");
+        assert_eq!(pull.push.config(false).expect("valid"), None);
+        // clap: a service account is required, exactly-once conflicts.
+        assert!(parse(&["--push-endpoint", "https://h.example/pubsub/push"]).is_err());
+        assert!(parse(&["--push-service-account", "s@p.iam.gserviceaccount.com"]).is_err());
+        assert!(parse(&[
+            "--push-endpoint",
+            "https://h.example/pubsub/push",
+            "--push-service-account",
+            "s@p.iam.gserviceaccount.com",
+            "--exactly-once",
+        ])
+        .is_err());
+        // The same rules for settings built in code.
+        let push = SetupPush {
+            push_endpoint: Some("https://h.example/pubsub/push".into()),
+            push_service_account: Some("s@p.iam.gserviceaccount.com".into()),
+            ..SetupPush::default()
+        };
+        assert!(matches!(push.config(true), Err(SetupError::Invalid(_))));
+        let unsigned = SetupPush {
+            push_service_account: None,
+            ..push.clone()
+        };
+        assert!(matches!(
+            unsigned.config(false),
+            Err(SetupError::Invalid(_))
+        ));
+        let not_a_url = SetupPush {
+            push_endpoint: Some("h.example/pubsub/push".into()),
+            ..push
+        };
+        assert!(matches!(
+            not_a_url.config(false),
+            Err(SetupError::Invalid(_))
+        ));
+    }
 }

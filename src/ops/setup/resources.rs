@@ -60,7 +60,8 @@ pub fn subscription_refusal(current: &Subscription, wanted: &Subscription) -> Op
 
 /// The settings of `wanted` (a subscription as setup creates it) that
 /// `current` lacks: ack deadline, retry policy, dead-letter policy and
-/// exactly-once delivery.
+/// exactly-once delivery, push or pull (the push endpoint, its token's
+/// service account and audience, wrapped or not).
 pub fn subscription_differences(current: &Subscription, wanted: &Subscription) -> Vec<Difference> {
     let mut out = Vec::new();
     differ(
@@ -101,7 +102,31 @@ pub fn subscription_differences(current: &Subscription, wanted: &Subscription) -
         current.enable_exactly_once_delivery.to_string(),
         wanted.enable_exactly_once_delivery.to_string(),
     );
+    differ(&mut out, "push_config", delivery(current), delivery(wanted));
     out
+}
+
+/// A subscription's delivery as the report names it: `pull`, or the push
+/// endpoint with what its requests carry.
+fn delivery(s: &Subscription) -> String {
+    let Some(push) = s
+        .push_config
+        .as_ref()
+        .filter(|p| !p.push_endpoint.is_empty())
+    else {
+        return "pull".into();
+    };
+    let token = match push.oidc_token() {
+        Some(t) if t.audience.is_empty() => format!("token as {}", t.service_account_email),
+        Some(t) => format!("token as {} for {}", t.service_account_email, t.audience),
+        None => "no token".into(),
+    };
+    let body = match push.no_wrapper() {
+        Some(w) if w.write_metadata => "unwrapped, metadata in headers",
+        Some(_) => "unwrapped",
+        None => "wrapped",
+    };
+    format!("push to {} ({token}, {body})", push.push_endpoint)
 }
 
 #[cfg(test)]
@@ -156,6 +181,35 @@ mod tests {
             changes[3].change,
             "enable_exactly_once_delivery: false -> true"
         );
+    }
+
+    #[test]
+    fn a_pull_subscription_is_switched_to_push_and_back_with_what_its_requests_carry() {
+        use google_cloud_pubsub::model::push_config::{NoWrapper, OidcToken};
+        use google_cloud_pubsub::model::PushConfig;
+        let pull = Subscription::new().set_topic("projects/p/topics/likes");
+        let push = pull.clone().set_push_config(
+            PushConfig::new()
+                .set_push_endpoint("https://h.example/pubsub/push")
+                .set_oidc_token(
+                    OidcToken::new()
+                        .set_service_account_email("pusher@p.iam.gserviceaccount.com")
+                        .set_audience("hotcount"),
+                )
+                .set_no_wrapper(NoWrapper::new().set_write_metadata(true)),
+        );
+        let to_push = subscription_differences(&pull, &push);
+        assert_eq!(
+            to_push.iter().map(|d| d.change.as_str()).collect::<Vec<_>>(),
+            ["push_config: pull -> push to https://h.example/pubsub/push (token as pusher@p.iam.gserviceaccount.com for hotcount, unwrapped, metadata in headers)"]
+        );
+        let back = subscription_differences(&push, &pull);
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].path, "push_config");
+        assert!(back[0].change.ends_with("-> pull"), "{}", back[0].change);
+        // An empty push config is pull, as Pub/Sub says.
+        let empty = pull.clone().set_push_config(PushConfig::new());
+        assert!(subscription_differences(&empty, &pull).is_empty());
     }
 
     #[test]

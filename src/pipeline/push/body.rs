@@ -1,0 +1,363 @@
+//! What one push request carries: the message (id, payload, attributes,
+//! publish time) read from Pub/Sub's wrapped JSON body, or from an
+//! unwrapped body (the payload itself) and its `x-goog-pubsub-*` headers,
+//! turned into an [`Item`] like a pulled message.
+//!
+//! Invariant: every body that arrived whole becomes an item, never a
+//! refusal: a body over [`MAX_BODY_BYTES`] or not in Pub/Sub's shape
+//! becomes a poison record whose reason says which (only its first
+//! [`PoisonRecord::MAX_STORED_BYTES`], its length and its digest are
+//! kept), quarantined and acked like any poison. Memory: a body is held
+//! whole only up to [`MAX_BODY_BYTES`]; past it, the rest streams by.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use axum::body::{Body, Bytes};
+use axum::http::HeaderMap;
+use base64::Engine as _;
+use futures::StreamExt as _;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::pipeline::aggregator::Item;
+use crate::pipeline::poison::{hex, PoisonRecord};
+
+/// The largest body held whole (1 MiB). Anything larger cannot carry a
+/// valid event: a payload is at most [`crate::event::MAX_PAYLOAD_BYTES`]
+/// (64 KiB, 88 KiB as base64) and Pub/Sub's attributes at most 100 of
+/// 256 + 1,024 bytes, 750 KiB even if JSON escaped every byte of them six
+/// times over; with room for the envelope's other fields, that stays under
+/// the limit (checked at compile time below). So no valid event is ever
+/// quarantined for its size.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+const _: () = assert!(
+    crate::event::MAX_PAYLOAD_BYTES.div_ceil(3) * 4 + 100 * (256 + 1024) * 6 + 64 * 1024
+        <= MAX_BODY_BYTES
+);
+
+/// The prefix of the unwrapped form's metadata headers.
+const METADATA_PREFIX: &str = "x-goog-pubsub-";
+
+/// Bytes kept of an oversized body's end, where the wrapped form's
+/// `messageId` comes after the data.
+const TAIL_BYTES: usize = 1024;
+
+/// Poison kinds of what is wrong with the request itself (the payload's
+/// own are [`crate::event::Poison::kind`]).
+pub const KIND_TOO_LARGE: &str = "push_body_too_large";
+/// A JSON object that is not Pub/Sub's push request.
+pub const KIND_NOT_PUSH: &str = "push_body_not_pubsub";
+
+/// A body as read: whole, or too large to hold.
+#[derive(Debug)]
+pub enum Read {
+    /// At most [`MAX_BODY_BYTES`].
+    Whole(Bytes),
+    /// Over the limit: what was kept of it.
+    Oversized {
+        /// The first [`PoisonRecord::MAX_STORED_BYTES`].
+        prefix: Vec<u8>,
+        /// The last `TAIL_BYTES` (1 KiB).
+        tail: Vec<u8>,
+        /// Its full length.
+        len: usize,
+        /// SHA-256 of all of it.
+        sha256: [u8; 32],
+    },
+}
+
+/// Reads `body` to its end: whole up to [`MAX_BODY_BYTES`], beyond it keeping
+/// only a prefix, a tail and a digest. An error means the body did not
+/// arrive (the client went away or sent a broken stream).
+pub async fn read(body: Body) -> Result<Read, axum::Error> {
+    let mut stream = body.into_data_stream();
+    // Usually one chunk: kept as it came, no copy.
+    let mut held: Vec<Bytes> = Vec::new();
+    let mut held_len = 0;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if held_len + chunk.len() <= MAX_BODY_BYTES {
+            held_len += chunk.len();
+            held.push(chunk);
+            continue;
+        }
+        // Over the limit: digest what was held and stream the rest by.
+        let mut oversized = Oversized::default();
+        for piece in held.drain(..).chain(std::iter::once(chunk)) {
+            oversized.add(&piece);
+        }
+        while let Some(chunk) = stream.next().await {
+            oversized.add(&chunk?);
+        }
+        return Ok(oversized.into_read());
+    }
+    Ok(Read::Whole(match held.len() {
+        0 => Bytes::new(),
+        1 => held.swap_remove(0),
+        _ => held.concat().into(),
+    }))
+}
+
+/// What is kept of an oversized body as it streams by.
+#[derive(Default)]
+struct Oversized {
+    prefix: Vec<u8>,
+    tail: Vec<u8>,
+    len: usize,
+    hasher: Sha256,
+}
+
+impl Oversized {
+    fn add(&mut self, chunk: &[u8]) {
+        self.hasher.update(chunk);
+        self.len += chunk.len();
+        let room = PoisonRecord::MAX_STORED_BYTES.saturating_sub(self.prefix.len());
+        self.prefix
+            .extend_from_slice(&chunk[..room.min(chunk.len())]);
+        self.tail
+            .extend_from_slice(&chunk[chunk.len().saturating_sub(TAIL_BYTES)..]);
+        if self.tail.len() > TAIL_BYTES {
+            self.tail.drain(..self.tail.len() - TAIL_BYTES);
+        }
+    }
+
+    fn into_read(self) -> Read {
+        Read::Oversized {
+            prefix: self.prefix,
+            tail: self.tail,
+            len: self.len,
+            sha256: self.hasher.finalize().into(),
+        }
+    }
+}
+
+/// One pushed message, ready for the aggregator.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The event, or the poison record to quarantine.
+    pub item: Item,
+    /// Payload bytes (the body's, for a body that is not a message).
+    pub bytes: usize,
+    /// When Pub/Sub accepted the message, if the request says.
+    pub published: Option<SystemTime>,
+    /// The subscription that pushed it, if the request says.
+    pub subscription: Option<String>,
+}
+
+/// Pub/Sub's wrapped body (fields it may add later are ignored).
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    message: Option<WireMessage<'a>>,
+    subscription: Option<String>,
+}
+
+/// The `message` of a wrapped body; Pub/Sub writes some fields in both
+/// spellings.
+#[derive(Deserialize)]
+struct WireMessage<'a> {
+    #[serde(borrow)]
+    data: Option<Cow<'a, str>>,
+    attributes: Option<BTreeMap<String, String>>,
+    #[serde(rename = "messageId")]
+    message_id: Option<String>,
+    #[serde(rename = "message_id")]
+    message_id_snake: Option<String>,
+    #[serde(rename = "publishTime")]
+    publish_time: Option<String>,
+    #[serde(rename = "publish_time")]
+    publish_time_snake: Option<String>,
+}
+
+/// The message of a request: its `headers` and its body as [`read`].
+pub fn parse(headers: &HeaderMap, body: Read) -> Delivery {
+    let unwrapped = has_metadata(headers);
+    match body {
+        Read::Oversized {
+            prefix,
+            tail,
+            len,
+            sha256,
+        } => {
+            let message_id = match unwrapped {
+                true => header(headers, "message-id"),
+                false => message_id_in(&tail),
+            };
+            let reason = format!(
+                "push body of {len} bytes is over the {MAX_BODY_BYTES}-byte limit (no valid event is that large)"
+            );
+            let record = PoisonRecord::of_prefix(
+                message_id.unwrap_or_else(|| digest_id(&sha256)),
+                reason,
+                &prefix,
+                len,
+                sha256,
+                if unwrapped {
+                    attributes(headers)
+                } else {
+                    BTreeMap::new()
+                },
+            )
+            .of_kind(KIND_TOO_LARGE);
+            Delivery {
+                item: Item::Poison(Box::new(record)),
+                bytes: prefix.len(),
+                published: None,
+                subscription: None,
+            }
+        }
+        Read::Whole(body) if unwrapped => unwrapped_delivery(headers, &body),
+        Read::Whole(body) => match serde_json::from_slice::<Envelope>(&body) {
+            Ok(Envelope {
+                message: Some(message),
+                subscription,
+            }) => wrapped_delivery(message, subscription, &body),
+            Err(error) if error.is_data() && starts_object(&body) => {
+                let reason =
+                    format!("push body is a JSON object but not Pub/Sub's push request: {error}");
+                not_push(&body, reason)
+            }
+            // Not an envelope: the unwrapped form without metadata, whose
+            // body is the payload.
+            _ => unwrapped_delivery(headers, &body),
+        },
+    }
+}
+
+/// A wrapped body's message.
+fn wrapped_delivery(message: WireMessage, subscription: Option<String>, body: &[u8]) -> Delivery {
+    let Some(message_id) = message.message_id.or(message.message_id_snake) else {
+        return not_push(body, "push request's message has no messageId".into());
+    };
+    let data = match &message.data {
+        None => Vec::new(),
+        Some(text) => match base64::engine::general_purpose::STANDARD.decode(text.as_bytes()) {
+            Ok(data) => data,
+            Err(error) => {
+                let reason = format!("push request's message.data is not base64: {error}");
+                return not_push(body, reason);
+            }
+        },
+    };
+    let attributes = message.attributes;
+    let published = message
+        .publish_time
+        .or(message.publish_time_snake)
+        .and_then(|t| rfc3339(&t));
+    Delivery {
+        item: Item::parse(&message_id, &data, || attributes.unwrap_or_default()),
+        bytes: data.len(),
+        published,
+        subscription,
+    }
+}
+
+/// An unwrapped body (the payload), with the metadata its headers carry.
+fn unwrapped_delivery(headers: &HeaderMap, body: &Bytes) -> Delivery {
+    let message_id =
+        header(headers, "message-id").unwrap_or_else(|| digest_id(&Sha256::digest(body).into()));
+    Delivery {
+        item: Item::parse(&message_id, body, || attributes(headers)),
+        bytes: body.len(),
+        published: header(headers, "publish-time").and_then(|t| rfc3339(&t)),
+        subscription: header(headers, "subscription-name"),
+    }
+}
+
+/// A poison record for a whole body that is not a push request.
+fn not_push(body: &[u8], reason: String) -> Delivery {
+    let sha256: [u8; 32] = Sha256::digest(body).into();
+    let record =
+        PoisonRecord::new(digest_id(&sha256), reason, body, BTreeMap::new()).of_kind(KIND_NOT_PUSH);
+    Delivery {
+        item: Item::Poison(Box::new(record)),
+        bytes: body.len(),
+        published: None,
+        subscription: None,
+    }
+}
+
+/// The record id of a body without a message id: its digest, so the same
+/// body delivered again lands on the same record.
+fn digest_id(sha256: &[u8; 32]) -> String {
+    format!("push-body-sha256-{}", hex(sha256))
+}
+
+/// Whether the request is the unwrapped form with metadata.
+fn has_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .keys()
+        .any(|name| name.as_str().starts_with(METADATA_PREFIX))
+}
+
+/// The metadata header `x-goog-pubsub-{name}`, if present.
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    let value = headers.get(format!("{METADATA_PREFIX}{name}"))?;
+    Some(String::from_utf8_lossy(value.as_bytes()).into_owned())
+}
+
+/// The unwrapped form's attributes: the headers that are neither its
+/// metadata nor HTTP's or a proxy's own. `Authorization` is never kept.
+fn attributes(headers: &HeaderMap) -> BTreeMap<String, String> {
+    const NOT_ATTRIBUTES: &[&str] = &[
+        "authorization",
+        "host",
+        "user-agent",
+        "connection",
+        "from",
+        "forwarded",
+        "via",
+        "te",
+        "transfer-encoding",
+        "expect",
+        "traceparent",
+        "tracestate",
+        "x-cloud-trace-context",
+    ];
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            !(NOT_ATTRIBUTES.contains(&name)
+                || name.starts_with(METADATA_PREFIX)
+                || name.starts_with("content-")
+                || name.starts_with("accept")
+                || name.starts_with("x-forwarded-"))
+        })
+        .map(|(name, value)| {
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            (name.as_str().to_string(), value)
+        })
+        .collect()
+}
+
+/// Whether the first non-blank byte of `body` opens a JSON object.
+fn starts_object(body: &[u8]) -> bool {
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// The value of the last `"messageId": "..."` in `tail`, if whole there.
+fn message_id_in(tail: &[u8]) -> Option<String> {
+    const KEY: &[u8] = b"\"messageId\"";
+    let at = tail.windows(KEY.len()).rposition(|w| w == KEY)?;
+    let rest = &tail[at + KEY.len()..];
+    let rest = rest.trim_ascii_start().strip_prefix(b":")?;
+    let rest = rest.trim_ascii_start().strip_prefix(b"\"")?;
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    (rest.get(end) == Some(&b'"') && end > 0)
+        .then(|| String::from_utf8(rest[..end].to_vec()).ok())
+        .flatten()
+}
+
+/// An RFC 3339 time as a `SystemTime` (`None` when it is not one).
+fn rfc3339(text: &str) -> Option<SystemTime> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(SystemTime::from)
+}
+
+#[cfg(test)]
+mod tests;

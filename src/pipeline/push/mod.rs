@@ -1,0 +1,356 @@
+//! Pub/Sub push -> (event or poison, ack handle) into the aggregator: the
+//! push source, `POST /pubsub/push`, where each request is held open until
+//! its message is settled and the answer is the ack.
+//!
+//! A request is authenticated ([`auth`]), given one of
+//! `--push-max-in-flight` slots (429 without one), read ([`body`]: the
+//! wrapped JSON or the unwrapped form) and added to the same aggregator
+//! and flusher as a pulled message, with a [`PushHandle`]: the flusher's
+//! ack answers **204**, its nack **503**. A request not settled within its
+//! hold cap (below the subscription's ack deadline, when Pub/Sub would
+//! give up on it anyway) is answered 503; its handle stays in its batch.
+//!
+//! Invariants:
+//! - 204 leaves only through [`PushHandle`]'s ack, which only the flusher
+//!   calls, for a message whose effects or quarantine record committed;
+//!   every other way a request ends (nack, a dropped handle, the hold cap,
+//!   closed, refused, over capacity) is a non-2xx, which Pub/Sub redelivers.
+//! - Nothing is dropped silently: a body that is too large or not a push
+//!   request is quarantined like any poison (then 204), never a 4xx.
+//! - A refused request never reaches the pipeline; refusals, 429s and
+//!   hold-cap answers are counted by outcome and logged rate-limited.
+//! - Memory is bounded: a slot is held from admission until the handle is
+//!   acked or nacked (not merely answered), so at most
+//!   `--push-max-in-flight` messages and bodies of at most
+//!   [`body::MAX_BODY_BYTES`] are held.
+//! - Once [`Push::close`] returns, nothing more enters the aggregator: the
+//!   flusher's drain then settles (and so answers) every admitted request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::Router;
+use parking_lot::RwLock;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::pipeline::acker::{AckHandle, Confirmation};
+use crate::pipeline::aggregator::{Aggregator, Item, Pending};
+use crate::telemetry::{PushOutcome, Stats};
+
+pub mod auth;
+pub mod body;
+pub mod jwks;
+
+pub use auth::{AuthConfig, Authenticator, GoogleAuth, Refusal};
+
+/// The path Pub/Sub pushes to.
+pub const PATH: &str = "/pubsub/push";
+
+/// Pub/Sub's smallest ack deadline, assumed when the subscription's cannot be read.
+pub const MIN_ACK_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Push endpoint settings.
+#[derive(Clone, Debug)]
+pub struct PushConfig {
+    /// Where the endpoint listens.
+    pub addr: std::net::SocketAddr,
+    /// How requests are authenticated.
+    pub auth: AuthConfig,
+    /// Requests admitted and not yet settled, at most (429 beyond).
+    pub max_in_flight: usize,
+    /// The longest a request is held before it is answered 503.
+    pub hold_max: Duration,
+    /// Full name of the subscription expected to push (a request naming
+    /// another is counted all the same, with a warning).
+    pub subscription: String,
+}
+
+impl PushConfig {
+    /// The hold cap for a subscription whose ack deadline is `ack_deadline`
+    /// (Pub/Sub's minimum, 10 s, when unknown): below it by a tenth, and by
+    /// at least 2 s, for the answer's way back (8 s for 10 s, 54 s for 60 s).
+    pub fn hold_max_for(ack_deadline: Option<Duration>) -> Duration {
+        let deadline = ack_deadline
+            .unwrap_or(MIN_ACK_DEADLINE)
+            .max(MIN_ACK_DEADLINE);
+        deadline - (deadline / 10).max(Duration::from_secs(2))
+    }
+}
+
+/// A pushed message's handle: its ack or nack is the request's answer,
+/// and it holds one of the endpoint's slots until then.
+#[derive(Debug)]
+pub struct PushHandle {
+    answer: oneshot::Sender<bool>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl AckHandle for PushHandle {
+    fn ack(self) -> Option<Confirmation> {
+        // The request may have been answered already (the hold cap) or its
+        // client gone: then the redelivery is a duplicate.
+        let _ = self.answer.send(true);
+        None
+    }
+
+    fn nack(self) {
+        let _ = self.answer.send(false);
+    }
+}
+
+/// Where admitted messages go while the endpoint is open.
+struct Intake {
+    aggregator: Arc<Aggregator<PushHandle>>,
+    hold_max: Duration,
+}
+
+struct Inner {
+    auth: Authenticator,
+    slots: Arc<Semaphore>,
+    max_in_flight: usize,
+    subscription: String,
+    stats: Arc<Stats>,
+    /// `None` before [`Push::open`] and after [`Push::close`].
+    intake: RwLock<Option<Intake>>,
+}
+
+/// The push endpoint: its route answers 503 until [`Push::open`] connects
+/// it to a pipeline, and again from [`Push::close`]. A cheap handle.
+#[derive(Clone)]
+pub struct Push {
+    inner: Arc<Inner>,
+}
+
+impl Push {
+    /// An endpoint with `config`'s authentication and slots, not yet open.
+    pub fn new(config: &PushConfig, stats: Arc<Stats>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                auth: Authenticator::new(&config.auth, stats.clone()),
+                slots: Arc::new(Semaphore::new(config.max_in_flight)),
+                max_in_flight: config.max_in_flight,
+                subscription: config.subscription.clone(),
+                stats,
+                intake: RwLock::new(None),
+            }),
+        }
+    }
+
+    /// The route `POST /pubsub/push`.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route(PATH, post(receive))
+            .with_state(self.clone())
+    }
+
+    /// Starts admitting messages into `aggregator`, each request held at
+    /// most `hold_max`; fetches the signing keys first (a failure is
+    /// logged: requests fetch again).
+    pub async fn open(&self, aggregator: Arc<Aggregator<PushHandle>>, hold_max: Duration) {
+        self.inner.auth.prefetch().await;
+        *self.inner.intake.write() = Some(Intake {
+            aggregator,
+            hold_max,
+        });
+    }
+
+    /// Stops admitting: every request from now on is answered 503, and once
+    /// this returns no request is between its check and its add.
+    pub fn close(&self) {
+        *self.inner.intake.write() = None;
+    }
+
+    /// The ack deadline of `subscription` (a full name), if it can be read.
+    pub async fn ack_deadline_of(
+        admin: &google_cloud_pubsub::client::SubscriptionAdmin,
+        subscription: &str,
+    ) -> Option<Duration> {
+        let found = admin
+            .get_subscription()
+            .set_subscription(subscription)
+            .send()
+            .await;
+        match found {
+            Ok(sub) => u64::try_from(sub.ack_deadline_seconds)
+                .ok()
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs),
+            Err(error) => {
+                tracing::warn!(subscription, %error, "could not read the subscription's ack deadline; holding push requests below Pub/Sub's minimum (10 s)");
+                None
+            }
+        }
+    }
+}
+
+/// `POST /pubsub/push`.
+async fn receive(State(push): State<Push>, request: Request) -> StatusCode {
+    let arrived = Instant::now();
+    let inner = &push.inner;
+    let Some(hold_max) = inner.intake.read().as_ref().map(|i| i.hold_max) else {
+        return inner.answer(PushOutcome::Closed);
+    };
+    let (parts, body) = request.into_parts();
+    if let Err(refusal) = inner.auth.check(&parts.headers).await {
+        return inner.refuse(refusal);
+    }
+    let Ok(slot) = inner.slots.clone().try_acquire_owned() else {
+        if inner
+            .stats
+            .warnings
+            .admit("push requests over --push-max-in-flight", "429")
+        {
+            tracing::warn!(
+                max = inner.max_in_flight,
+                "push request answered 429: --push-max-in-flight requests are held (Pub/Sub retries it)"
+            );
+        }
+        return inner.answer(PushOutcome::OverCapacity);
+    };
+    let held =
+        tokio::time::timeout_at(arrived + hold_max, inner.deliver(parts.headers, body, slot));
+    let outcome = held.await.unwrap_or_else(|_| {
+        if inner.stats.warnings.admit("push requests held to the cap", "timed_out") {
+            tracing::warn!(?hold_max, "push request not settled within its hold cap: answered 503 (its batch may still commit; the redelivery is then a duplicate)");
+        }
+        PushOutcome::TimedOut
+    });
+    if matches!(
+        outcome,
+        PushOutcome::Acked | PushOutcome::Nacked | PushOutcome::TimedOut
+    ) {
+        inner.stats.push_hold.record(arrived.elapsed());
+    }
+    inner.answer(outcome)
+}
+
+impl Inner {
+    /// Reads the body, adds its message to the aggregator and waits for
+    /// its handle to be settled.
+    async fn deliver(
+        &self,
+        headers: axum::http::HeaderMap,
+        body: axum::body::Body,
+        slot: OwnedSemaphorePermit,
+    ) -> PushOutcome {
+        let read = match body::read(body).await {
+            Ok(read) => read,
+            Err(error) => {
+                if self
+                    .stats
+                    .warnings
+                    .admit("push request bodies not read", "unread")
+                {
+                    tracing::warn!(%error, "push request body did not arrive whole: answered 503 (Pub/Sub retries it)");
+                }
+                return PushOutcome::Unread;
+            }
+        };
+        let delivery = body::parse(&headers, read);
+        if let Some(from) = &delivery.subscription {
+            if *from != self.subscription
+                && self
+                    .stats
+                    .warnings
+                    .admit("push from another subscription", "subscription")
+            {
+                tracing::warn!(from = %from, expected = %self.subscription, "a push request names another subscription than --subscription; counted all the same (markers and quarantine are namespaced by --consumer)");
+            }
+        }
+        let (answer, settled) = oneshot::channel();
+        let pending = Pending {
+            handle: PushHandle {
+                answer,
+                _slot: slot,
+            },
+            bytes: delivery.bytes,
+            published: delivery.published,
+            item: delivery.item,
+        };
+        if !self.admit(pending) {
+            return PushOutcome::Closed;
+        }
+        match settled.await {
+            Ok(true) => PushOutcome::Acked,
+            // Nacked, or the handle dropped unsettled (a commit task failed).
+            Ok(false) | Err(_) => PushOutcome::Nacked,
+        }
+    }
+
+    /// Adds `pending` to the aggregator unless closed; counts it as received.
+    fn admit(&self, pending: Pending<PushHandle>) -> bool {
+        let intake = self.intake.read();
+        let Some(intake) = intake.as_ref() else {
+            return false;
+        };
+        self.stats.received.add(1);
+        self.stats.in_flight.inc(1);
+        self.stats.bytes_in_flight.inc(pending.bytes as u64);
+        if let Item::Poison(record) = &pending.item {
+            tracing::debug!(
+                kind = record.kind,
+                "push request carries poison; it is quarantined with its batch"
+            );
+        }
+        intake.aggregator.add(pending);
+        true
+    }
+
+    /// Counts a refusal, logs it (rate-limited) and answers it.
+    fn refuse(&self, refusal: Refusal) -> StatusCode {
+        let (outcome, failure, detail) = match refusal {
+            Refusal::Unauthenticated(failure, detail) => {
+                (PushOutcome::Unauthenticated, Some(failure), detail)
+            }
+            Refusal::Forbidden(failure, detail) => (PushOutcome::Forbidden, Some(failure), detail),
+            Refusal::KeysUnavailable(detail) => (PushOutcome::KeysUnavailable, None, detail),
+        };
+        match failure {
+            Some(failure) => {
+                self.stats.push_auth_failures.add(failure, 1);
+                let reason = crate::telemetry::labels::Label::value(failure);
+                if self.stats.warnings.admit("push requests refused", reason) {
+                    tracing::warn!(reason, %detail, "push request refused by authentication");
+                }
+            }
+            None => {
+                if self
+                    .stats
+                    .warnings
+                    .admit("push requests without signing keys", "jwks")
+                {
+                    tracing::warn!(%detail, "push request answered 503: the token signing keys could not be fetched");
+                }
+            }
+        }
+        self.answer(outcome)
+    }
+
+    /// Counts `outcome` and answers with its status.
+    fn answer(&self, outcome: PushOutcome) -> StatusCode {
+        self.stats.push_requests.add(outcome, 1);
+        status_of(outcome)
+    }
+}
+
+/// The HTTP status of each outcome: only `Acked` is a 2xx.
+pub fn status_of(outcome: PushOutcome) -> StatusCode {
+    match outcome {
+        PushOutcome::Acked => StatusCode::NO_CONTENT,
+        PushOutcome::OverCapacity => StatusCode::TOO_MANY_REQUESTS,
+        PushOutcome::Unauthenticated => StatusCode::UNAUTHORIZED,
+        PushOutcome::Forbidden => StatusCode::FORBIDDEN,
+        PushOutcome::Nacked
+        | PushOutcome::TimedOut
+        | PushOutcome::Closed
+        | PushOutcome::KeysUnavailable
+        | PushOutcome::Unread => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+#[cfg(test)]
+mod tests;
