@@ -169,14 +169,10 @@ impl FirestoreDb {
         let limit = self.call_timeout;
         let mut client = self.client();
         let call = client.get_document(Self::within(request, limit));
-        match tokio::time::timeout(limit, call).await {
-            Ok(Ok(doc)) => Ok(Some(doc.into_inner())),
-            Ok(Err(status)) if status.code() == Code::NotFound => Ok(None),
-            Ok(Err(status)) if expired(&status) => {
-                Err(no_answer("GetDocument", limit, "nothing was written"))
-            }
-            Ok(Err(status)) => Err(status_error("GetDocument", &status)),
-            Err(_) => Err(no_answer("GetDocument", limit, "nothing was written")),
+        match answer_within(limit, "nothing was written", call).await {
+            Ok(doc) => Ok(Some(doc)),
+            Err(status) if status.code() == Code::NotFound => Ok(None),
+            Err(status) => Err(status_error("GetDocument", &status)),
         }
     }
 
@@ -268,17 +264,10 @@ impl FirestoreDb {
         let limit = self.call_timeout;
         let mut client = self.client();
         let call = client.batch_write(Self::within(request, limit));
-        let response = match tokio::time::timeout(limit, call).await {
-            Ok(Ok(response)) => response.into_inner(),
-            Ok(Err(status)) if !expired(&status) => return Err(status_error(op, &status)),
-            _ => {
-                return Err(no_answer(
-                    op,
-                    limit,
-                    "each write's outcome is unknown (a later refresh settles it)",
-                ))
-            }
-        };
+        let unknown = "each write's outcome is unknown (a later refresh settles it)";
+        let response = answer_within(limit, unknown, call)
+            .await
+            .map_err(|s| status_error(op, &s))?;
         if response.status.len() != count {
             return Err(internal(
                 op,
@@ -499,17 +488,11 @@ impl FirestoreDb {
         let limit = self.call_timeout;
         let mut client = self.client();
         let call = client.begin_transaction(Self::within(request, limit));
-        let response = tokio::time::timeout(limit, call)
+        let expires = "a transaction it opened expires by itself";
+        let response = answer_within(limit, expires, call)
             .await
-            .map_err(|_| no_answer(op, limit, "a transaction it opened expires by itself"))?
-            .map_err(|s| {
-                if expired(&s) {
-                    no_answer(op, limit, "a transaction it opened expires by itself")
-                } else {
-                    status_error(op, &s)
-                }
-            })?;
-        Ok(response.into_inner().transaction)
+            .map_err(|s| status_error(op, &s))?;
+        Ok(response.transaction)
     }
 
     /// Commits `writes`, in `transaction` when given (else each write's
@@ -541,13 +524,11 @@ impl FirestoreDb {
         let bytes = request.finish(transaction.as_deref().unwrap_or_default());
         let limit = self.call_timeout;
         let mut channel = self.channel();
-        let status = match tokio::time::timeout(limit, wire::commit(&mut channel, bytes, limit)).await
-        {
-            Ok(Ok(response)) => return Ok(response.into_inner().commit_time),
-            Ok(Err(status)) if !expired(&status) => status,
-            _ => Status::deadline_exceeded(format!(
-                "no answer within the store call timeout ({limit:?}); the Commit may have applied, so its outcome is unknown (the batch marker tells the next attempt)"
-            )),
+        let unknown = "the Commit may have applied, so its outcome is unknown (the batch marker tells the next attempt)";
+        let call = wire::commit(&mut channel, bytes, limit);
+        let status = match answer_within(limit, unknown, call).await {
+            Ok(response) => return Ok(response.commit_time),
+            Err(status) => status,
         };
         let mut error = status_error("Commit", &status);
         if let Some(transaction) = transaction {
@@ -595,8 +576,31 @@ fn expired(status: &Status) -> bool {
 /// An RPC of `op` that got no answer within `limit`: a transient
 /// DEADLINE_EXCEEDED saying what became of it (`what`).
 fn no_answer(op: &'static str, limit: Duration, what: &str) -> StoreError {
-    let message = format!("no answer within the store call timeout ({limit:?}); {what}");
-    status_error(op, &Status::deadline_exceeded(message))
+    status_error(op, &unanswered(limit, what))
+}
+
+/// The DEADLINE_EXCEEDED status of a call that got no answer within
+/// `limit`, saying what became of it (`what`).
+fn unanswered(limit: Duration, what: &str) -> Status {
+    Status::deadline_exceeded(format!(
+        "no answer within the store call timeout ({limit:?}); {what}"
+    ))
+}
+
+/// Awaits the unary `call` for at most `limit`: its answer, or its error
+/// status, where our deadline or the client library's own expiry of it
+/// is the DEADLINE_EXCEEDED of [`unanswered`] (`what` says what became of
+/// the call).
+async fn answer_within<T>(
+    limit: Duration,
+    what: &str,
+    call: impl std::future::Future<Output = Result<gcloud_sdk::tonic::Response<T>, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(response)) => Ok(response.into_inner()),
+        Ok(Err(status)) if !expired(&status) => Err(status),
+        _ => Err(unanswered(limit, what)),
+    }
 }
 
 fn read_write(retry: Option<&[u8]>) -> fs::TransactionOptions {
