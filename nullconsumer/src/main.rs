@@ -14,8 +14,9 @@
 //! Invariant: every message received is acked (at once, or after the delay)
 //! and nothing else is done with it; it runs until SIGTERM/SIGINT (or until
 //! killed). It is its own package so that it links only the subscriber, its
-//! credentials, the runtime and the flags: none of the service crate's
-//! clients, allocator or start-up work is in the floor.
+//! credentials, the runtime, the flags and the service's allocator (the
+//! leanest of the two measured): none of the service crate's clients or
+//! start-up work is in the floor.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -89,6 +90,12 @@ async fn subscriber(emulator: Option<&str>) -> Result<Subscriber, String> {
         .await
         .map_err(|e| format!("connecting to pubsub: {e}"))
 }
+
+/// The service's allocator: the floor is the leanest consumer on the
+/// official client, and the system allocator costs it ~10 % more CPU per
+/// message (docs/BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
