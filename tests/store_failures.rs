@@ -172,11 +172,24 @@ async fn a_document_locked_by_a_dead_transaction_stalls_only_its_own_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_by_its_deadline_rolls_back_and_nacks_what_did_not_commit() {
-    // Commits would wait an hour for the dead transaction's lock: only the
-    // 2 s shutdown deadline can end the stop within the harness's bound.
+    // Commits would wait an hour for the dead transaction's lock, and each
+    // store call may take a minute: only the 2 s shutdown deadline can end
+    // the stop within the harness's bound (30 s).
     let h = harness_with_lock_wait(Duration::from_secs(3600)).await;
     let _stuck = abandon_a_transaction_on(&h, "p", "user-stuck").await;
-    let consumer = h.spawn(h.run_args("c1", &["--shards", "1", "--shutdown-deadline-secs", "2"]));
+    let consumer = h.spawn(h.run_args(
+        "c1",
+        &[
+            "--shards",
+            "1",
+            "--shutdown-deadline-secs",
+            "2",
+            "--store-call-timeout-ms",
+            "60000",
+            "--stuck-commit-threshold-secs",
+            "60",
+        ],
+    ));
     h.publish(&[Ev::like("e-stuck", "p", "user-stuck", 1)])
         .await;
     // Wait until the consumer's commit is waiting for the lock.
