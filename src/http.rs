@@ -1,23 +1,32 @@
 //! The operations endpoint: `/metrics` (Prometheus text), `/healthz`
 //! (liveness) and `/readyz` (readiness), served from a [`Stats`]; and the
-//! one way the service serves HTTP ([`serve`]: this router, the push
-//! endpoint's, or both on one listener).
+//! two ways the service serves HTTP: [`serve`] (this router, the push
+//! endpoint's, or both on one listener) and [`serve_route`] (one route
+//! over HTTP/1.1 with hyper's server alone: the push endpoint on its own
+//! listener, where a request per message makes the cost of each count).
 //!
 //! Invariant: read-only; serving a scrape never blocks the pipeline longer
 //! than copying the counters (histograms are locked one at a time), and the
 //! endpoint binds a loopback address unless the operator allowed otherwise
 //! ([`crate::config::metrics_addr`]).
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, Request, Response, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use tokio::net::TcpListener;
+use http_body_util::Empty;
+use hyper::body::Incoming;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use crate::telemetry::{self, Stats};
 
@@ -94,4 +103,103 @@ pub async fn serve(
         }
     });
     Ok(bound)
+}
+
+/// Binds `addr` and serves `POST {path}` with `handle` (the answer is its
+/// status, with no body) over HTTP/1.1 with keep-alive, on hyper's server
+/// alone: no router, no protocol sniffing, `TCP_NODELAY` (each answer
+/// goes out at once); any other path is answered 404 and another method
+/// on `path` 405, as the router would. Runs in a task of `tasks` until
+/// `stop` turns true: then it stops accepting, lets each connection
+/// finish the request in progress and waits for them. Returns once
+/// bound, with the bound address; dropping `tasks` ends it at once.
+pub async fn serve_route<H, F>(
+    what: &'static str,
+    addr: SocketAddr,
+    (path, handle): (&'static str, H),
+    mut stop: watch::Receiver<bool>,
+    tasks: &mut JoinSet<()>,
+) -> Result<SocketAddr, HttpError>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = StatusCode> + Send + 'static,
+{
+    let error = |source| HttpError { what, addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(error)?;
+    let bound = listener.local_addr().map_err(error)?;
+    tracing::info!(addr = %bound, what, "endpoint listening");
+    tasks.spawn(async move {
+        let mut connections = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let route = (path, handle.clone());
+                        connections.spawn(serve_connection(stream, route, stop.clone()));
+                    }
+                    // Out of file descriptors, say: the connections being
+                    // served go on; accepting is tried again shortly.
+                    Err(error) => {
+                        tracing::warn!(%error, what, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                () = stopped(&mut stop) => break,
+            }
+        }
+        drop(listener);
+        while connections.join_next().await.is_some() {}
+    });
+    Ok(bound)
+}
+
+/// One connection of [`serve_route`]: its requests one after the other
+/// until the client closes it, or, once `stop` turns true, until the one
+/// in progress is answered.
+async fn serve_connection<H, F>(
+    stream: TcpStream,
+    (path, handle): (&'static str, H),
+    mut stop: watch::Receiver<bool>,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = StatusCode> + Send + 'static,
+{
+    let _ = stream.set_nodelay(true);
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let answer = if request.uri().path() != path {
+            Err(StatusCode::NOT_FOUND)
+        } else if request.method() != Method::POST {
+            Err(StatusCode::METHOD_NOT_ALLOWED)
+        } else {
+            Ok(handle(request))
+        };
+        async move {
+            let status = match answer {
+                Ok(handled) => handled.await,
+                Err(status) => status,
+            };
+            let mut response = Response::new(Empty::<Bytes>::new());
+            *response.status_mut() = status;
+            if status == StatusCode::METHOD_NOT_ALLOWED {
+                let allow = axum::http::HeaderValue::from_static("POST");
+                response.headers_mut().insert(header::ALLOW, allow);
+            }
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => return,
+        () = stopped(&mut stop) => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    let _ = connection.await;
+}
+
+/// Once `stop` turns true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
