@@ -25,7 +25,7 @@ use axum::Router;
 use http_body_util::Empty;
 use hyper::body::Incoming;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::telemetry::{self, Stats};
@@ -130,12 +130,18 @@ where
     tracing::info!(addr = %bound, what, "endpoint listening");
     tasks.spawn(async move {
         let mut connections = JoinSet::new();
+        // One stop signal per connection: a oneshot costs a connection
+        // nothing to poll while it serves (a watch would, on every wake).
+        let mut stops: Vec<oneshot::Sender<()>> = Vec::new();
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
                         let route = (path, handle.clone());
-                        connections.spawn(serve_connection(stream, route, stop.clone()));
+                        let (stop_tx, stop) = oneshot::channel();
+                        stops.retain(|s| !s.is_closed());
+                        stops.push(stop_tx);
+                        connections.spawn(serve_connection(stream, route, stop));
                     }
                     // Out of file descriptors, say: the connections being
                     // served go on; accepting is tried again shortly.
@@ -149,18 +155,21 @@ where
             }
         }
         drop(listener);
+        for stop in stops {
+            let _ = stop.send(());
+        }
         while connections.join_next().await.is_some() {}
     });
     Ok(bound)
 }
 
 /// One connection of [`serve_route`]: its requests one after the other
-/// until the client closes it, or, once `stop` turns true, until the one
-/// in progress is answered.
+/// until the client closes it, or, once `stop` fires (or its sender is
+/// gone), until the one in progress is answered.
 async fn serve_connection<H, F>(
     stream: TcpStream,
     (path, handle): (&'static str, H),
-    mut stop: watch::Receiver<bool>,
+    stop: oneshot::Receiver<()>,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = StatusCode> + Send + 'static,
@@ -193,7 +202,7 @@ async fn serve_connection<H, F>(
     tokio::pin!(connection);
     tokio::select! {
         _ = connection.as_mut() => return,
-        () = stopped(&mut stop) => {}
+        _ = stop => {}
     }
     connection.as_mut().graceful_shutdown();
     let _ = connection.await;

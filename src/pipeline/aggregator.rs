@@ -142,7 +142,10 @@ pub struct FreeView {
     pub messages: usize,
     /// Arrival of the oldest of them.
     pub oldest: Option<Instant>,
-    /// Whether they make at least one full batch (`max_batch_events`).
+    /// Whether they make at least one full batch (`max_batch_events`), or
+    /// are all the source can add until something is settled (its
+    /// [`Aggregator::set_supply_probe`] says it is exhausted): waiting
+    /// would then only make them older.
     pub full: bool,
     /// Messages in a full batch (`max_batch_events`).
     pub batch_events: usize,
@@ -161,9 +164,14 @@ pub enum Routing {
     PerMessage,
 }
 
+/// Whether the source can add no message until one held is settled.
+pub type SupplyProbe = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// The sharded buffers.
 pub struct Aggregator<H> {
     shards: Box<[Shard<H>]>,
+    /// Set by a source that holds a bounded number of messages (push).
+    supply_exhausted: std::sync::OnceLock<SupplyProbe>,
     wake: Notify,
     buffered: std::sync::atomic::AtomicUsize,
     max_batch_events: usize,
@@ -185,6 +193,7 @@ impl<H> Aggregator<H> {
             .collect();
         Self {
             shards,
+            supply_exhausted: std::sync::OnceLock::new(),
             wake: Notify::new(),
             buffered: std::sync::atomic::AtomicUsize::new(0),
             max_batch_events: max_batch_events.max(1),
@@ -277,9 +286,20 @@ impl<H> Aggregator<H> {
                 (a, b) => a.or(b),
             };
         }
-        view.full = view.messages >= self.max_batch_events;
+        let exhausted = || self.supply_exhausted.get().is_some_and(|probe| probe());
+        view.full = view.messages >= self.max_batch_events || (view.messages > 0 && exhausted());
         view.batch_events = self.max_batch_events;
         view
+    }
+
+    /// Tells the aggregator how to see that its source can add nothing
+    /// more until a message it holds is settled (the push endpoint: every
+    /// `--push-max-in-flight` slot held); what is buffered then counts as
+    /// a full batch ([`FreeView::full`]). The source wakes the flusher
+    /// ([`Aggregator::wake`]) when it becomes exhausted. Set once; a
+    /// second probe is ignored.
+    pub fn set_supply_probe(&self, probe: SupplyProbe) {
+        let _ = self.supply_exhausted.set(probe);
     }
 
     /// Takes one batch (at most `max_batch_events` messages) from the shards

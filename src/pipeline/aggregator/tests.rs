@@ -1,6 +1,9 @@
 //! The aggregator alone: routing by (post, user), takes, busy shards, and
 //! the accounting of messages and bytes.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use super::*;
 use crate::event::{LikeKind, Version};
 
@@ -184,4 +187,29 @@ async fn oldest_tracks_the_first_message_of_the_buffer() {
     assert!(agg.free_view(&[]).full);
     let _ = agg.take(0);
     assert!(agg.free_view(&[]).oldest.unwrap() > t0);
+}
+
+#[test]
+fn an_exhausted_source_makes_what_is_buffered_a_full_batch() {
+    let agg: Aggregator<u32> = Aggregator::new(4, 100);
+    let exhausted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probe = exhausted.clone();
+    agg.set_supply_probe(Box::new(move || probe.load(Ordering::Relaxed)));
+    exhausted.store(true, Ordering::Relaxed);
+    assert!(
+        !agg.free_view(&[]).full,
+        "nothing buffered: nothing to flush"
+    );
+    agg.add(Pending {
+        handle: 1,
+        item: event("p", "a"),
+        bytes: 1,
+        published: None,
+    });
+    assert!(agg.free_view(&[]).full, "all the source can add is here");
+    exhausted.store(false, Ordering::Relaxed);
+    assert!(
+        !agg.free_view(&[]).full,
+        "one message of a hundred, and more can come"
+    );
 }

@@ -153,6 +153,10 @@ impl Push {
     /// logged: requests fetch again).
     pub async fn open(&self, aggregator: Arc<Aggregator<PushHandle>>, hold_max: Duration) {
         self.inner.auth.prefetch().await;
+        // With every slot held, nothing more arrives until a batch commits:
+        // what is buffered is the whole next batch, flushed without waiting.
+        let slots = self.inner.slots.clone();
+        aggregator.set_supply_probe(Box::new(move || slots.available_permits() == 0));
         *self.inner.intake.write() = Some(Intake {
             aggregator,
             hold_max,
@@ -323,6 +327,10 @@ impl Inner {
             );
         }
         intake.aggregator.add(pending);
+        if self.slots.available_permits() == 0 {
+            // The last slot: the flusher need not wait for more.
+            intake.aggregator.wake();
+        }
         true
     }
 

@@ -393,3 +393,45 @@ fn only_an_ack_answers_2xx() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_slot_held_the_buffer_is_flushed_as_a_full_batch() {
+    // No flusher: what it would see.
+    let stats = Arc::new(Stats::default());
+    let aggregator: Arc<Aggregator<PushHandle>> = Arc::new(Aggregator::new(4, 100));
+    let push = Push::new(&config(2, AuthConfig::None), stats);
+    push.open(aggregator.clone(), Duration::from_secs(8)).await;
+    let request = |id: &str, user: &str| {
+        let body = axum::body::Body::from(wrapped(id, &like("p", user)));
+        let request = axum::http::Request::post(PATH).body(body).expect("request");
+        let push = push.clone();
+        tokio::spawn(async move { push.handle(request).await })
+    };
+    let wait_for = |n: usize| {
+        let aggregator = aggregator.clone();
+        async move {
+            while aggregator.total_len() < n {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    };
+    let first = request("m1", "u1");
+    wait_for(1).await;
+    assert!(
+        !aggregator.free_view(&[]).full,
+        "a slot is free: more may come"
+    );
+    let second = request("m2", "u2");
+    wait_for(2).await;
+    assert!(
+        aggregator.free_view(&[]).full,
+        "both slots held: nothing more comes until these are settled"
+    );
+    for shard in 0..aggregator.shard_count() {
+        for handle in aggregator.take(shard).handles {
+            handle.ack();
+        }
+    }
+    assert_eq!(first.await.expect("answered"), StatusCode::NO_CONTENT);
+    assert_eq!(second.await.expect("answered"), StatusCode::NO_CONTENT);
+}
