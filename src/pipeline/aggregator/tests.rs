@@ -189,27 +189,25 @@ async fn oldest_tracks_the_first_message_of_the_buffer() {
     assert!(agg.free_view(&[]).oldest.unwrap() > t0);
 }
 
-#[test]
-fn an_exhausted_source_makes_what_is_buffered_a_full_batch() {
+#[tokio::test(start_paused = true)]
+async fn a_source_that_says_when_it_runs_dry_is_asked_only_with_messages_buffered() {
     let agg: Aggregator<u32> = Aggregator::new(4, 100);
-    let exhausted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let probe = exhausted.clone();
-    agg.set_supply_probe(Box::new(move || probe.load(Ordering::Relaxed)));
-    exhausted.store(true, Ordering::Relaxed);
-    assert!(
-        !agg.free_view(&[]).full,
-        "nothing buffered: nothing to flush"
-    );
+    let dry = Instant::now() + std::time::Duration::from_millis(3);
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = asked.clone();
+    agg.set_supply_probe(Box::new(move || {
+        count.fetch_add(1, Ordering::Relaxed);
+        Some(dry)
+    }));
+    assert_eq!(agg.free_view(&[]).supply_dry, None, "nothing buffered");
+    assert_eq!(asked.load(Ordering::Relaxed), 0);
     agg.add(Pending {
         handle: 1,
         item: event("p", "a"),
         bytes: 1,
         published: None,
     });
-    assert!(agg.free_view(&[]).full, "all the source can add is here");
-    exhausted.store(false, Ordering::Relaxed);
-    assert!(
-        !agg.free_view(&[]).full,
-        "one message of a hundred, and more can come"
-    );
+    let view = agg.free_view(&[]);
+    assert_eq!(view.supply_dry, Some(dry));
+    assert!(!view.full, "one message of a hundred");
 }

@@ -395,11 +395,11 @@ fn only_an_ack_answers_2xx() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_every_slot_held_the_buffer_is_flushed_as_a_full_batch() {
+async fn once_the_window_is_spent_the_buffer_is_the_next_batch() {
     // No flusher: what it would see.
     let stats = Arc::new(Stats::default());
     let aggregator: Arc<Aggregator<PushHandle>> = Arc::new(Aggregator::new(4, 100));
-    let push = Push::new(&config(2, AuthConfig::None), stats);
+    let push = Push::new(&config(4, AuthConfig::None), stats);
     push.open(aggregator.clone(), Duration::from_secs(8)).await;
     let request = |id: &str, user: &str| {
         let body = axum::body::Body::from(wrapped(id, &like("p", user)));
@@ -415,23 +415,34 @@ async fn with_every_slot_held_the_buffer_is_flushed_as_a_full_batch() {
             }
         }
     };
-    let first = request("m1", "u1");
+    let mut answers = vec![request("m1", "u1")];
     wait_for(1).await;
-    assert!(
-        !aggregator.free_view(&[]).full,
-        "a slot is free: more may come"
+    assert_eq!(
+        aggregator.free_view(&[]).supply_dry,
+        None,
+        "1 of 4 slots held: requests come as they are published"
     );
-    let second = request("m2", "u2");
+    answers.push(request("m2", "u2"));
     wait_for(2).await;
+    let dry = aggregator.free_view(&[]).supply_dry;
     assert!(
-        aggregator.free_view(&[]).full,
-        "both slots held: nothing more comes until these are settled"
+        dry.is_some_and(|dry| dry - WINDOW_QUIET <= Instant::now()),
+        "half the slots held: dry once no request came for a while after the last"
+    );
+    answers.push(request("m3", "u3"));
+    answers.push(request("m4", "u4"));
+    wait_for(4).await;
+    let dry = aggregator.free_view(&[]).supply_dry.expect("all held");
+    assert!(
+        dry <= Instant::now(),
+        "every slot held: nothing more comes until these are settled"
     );
     for shard in 0..aggregator.shard_count() {
         for handle in aggregator.take(shard).handles {
             handle.ack();
         }
     }
-    assert_eq!(first.await.expect("answered"), StatusCode::NO_CONTENT);
-    assert_eq!(second.await.expect("answered"), StatusCode::NO_CONTENT);
+    for answer in answers {
+        assert_eq!(answer.await.expect("answered"), StatusCode::NO_CONTENT);
+    }
 }
