@@ -190,6 +190,20 @@ fn entry(bytes: &[u8]) -> Result<(&str, Scalar<'_>), Malformed> {
     Ok((key, value))
 }
 
+/// A `Document.FieldsEntry`'s key and value messages as bytes, not
+/// decoded (the last of each; an absent value reads as an empty one).
+fn entry_raw(bytes: &[u8]) -> (&[u8], &[u8]) {
+    let (mut key, mut value): (&[u8], &[u8]) = (&[], &[]);
+    for field in Fields(bytes).map_while(Result::ok) {
+        match field {
+            (tag::KEY, Item::Bytes(b)) => key = b,
+            (tag::VALUE, Item::Bytes(b)) => value = b,
+            _ => {}
+        }
+    }
+    (key, value)
+}
+
 impl<'a> FoundDocument<'a> {
     /// Reads a `Document` message: its name and update time, and checks
     /// its fields.
@@ -212,20 +226,46 @@ impl<'a> FoundDocument<'a> {
         Ok(doc)
     }
 
+    /// Finds a checked `Document` message's name and update time, leaving
+    /// its fields for [`Self::value`] (a frame that is not checked reads as
+    /// far as it is well formed).
+    fn locate(bytes: &'a [u8]) -> Self {
+        let mut doc = FoundDocument {
+            name: "",
+            update_time: None,
+            document: bytes,
+        };
+        for field in Fields(bytes).map_while(Result::ok) {
+            match field {
+                (tag::NAME, Item::Bytes(b)) => doc.name = text(b).unwrap_or_default(),
+                (tag::UPDATE_TIME, Item::Bytes(b)) => doc.update_time = timestamp(b).ok(),
+                _ => {}
+            }
+        }
+        doc
+    }
+
     /// The value of the field `name` (the last entry of that name), if
     /// the document has it ([`Scalar::Other`] when it is not a scalar).
     pub fn value(&self, name: &str) -> Option<Scalar<'a>> {
-        let mut found = None;
-        for field in Fields(self.document) {
-            if let Ok((tag::FIELDS, Item::Bytes(b))) = field {
-                if let Ok((key, value)) = entry(b) {
-                    if key == name {
-                        found = Some(value);
-                    }
+        let [value] = self.values([name]);
+        value
+    }
+
+    /// [`Self::value`] of each of `names`, in one pass over the fields:
+    /// only the keys are compared on the way (as bytes), and only the
+    /// values found are decoded.
+    pub fn values<const N: usize>(&self, names: [&str; N]) -> [Option<Scalar<'a>>; N] {
+        let mut found: [Option<&'a [u8]>; N] = [None; N];
+        for field in Fields(self.document).map_while(Result::ok) {
+            if let (tag::FIELDS, Item::Bytes(b)) = field {
+                let (key, value) = entry_raw(b);
+                if let Some(i) = names.iter().position(|name| name.as_bytes() == key) {
+                    found[i] = Some(value);
                 }
             }
         }
-        found
+        found.map(|value| value.map(|v| scalar(v).unwrap_or(Scalar::Other)))
     }
 }
 
@@ -245,11 +285,13 @@ impl BatchGetFrame {
     }
 
     /// The document found (`result.found`), if this response has one.
+    /// Its fields are not decoded here ([`Self::new`] checked them): a
+    /// batch reads hundreds of these, each for a few fields.
     pub fn found(&self) -> Option<FoundDocument<'_>> {
         let mut found = None;
         for field in Fields(&self.bytes) {
             if let Ok((tag::FOUND, Item::Bytes(b))) = field {
-                found = FoundDocument::read(b).ok();
+                found = Some(FoundDocument::locate(b));
             }
         }
         found
@@ -324,6 +366,52 @@ mod tests {
                 update_time: Some(time(2, -5)),
             })),
         }
+    }
+
+    #[test]
+    fn reading_several_fields_in_one_pass_gives_each_fields_last_value() {
+        // One document sent as two messages back to back: protobuf merges
+        // them, so its map has `liked` twice on the wire.
+        let document = |fields: Vec<(&str, ValueType)>| fs::Document {
+            fields: fields
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), value(v)))
+                .collect(),
+            ..Default::default()
+        };
+        let mut bytes = document(vec![
+            ("liked", ValueType::BooleanValue(true)),
+            ("seq", ValueType::IntegerValue(7)),
+        ])
+        .encode_to_vec();
+        bytes.extend(
+            document(vec![
+                ("liked", ValueType::BooleanValue(false)),
+                ("eventId", ValueType::StringValue("e-2".into())),
+            ])
+            .encode_to_vec(),
+        );
+        let sdk = fs::Document::decode(bytes.as_slice()).expect("decodes");
+        let mut response = Vec::new();
+        gcloud_sdk::prost::encoding::bytes::encode(1, &bytes, &mut response);
+        let frame = BatchGetFrame::new(Bytes::from(response)).expect("well formed");
+        let doc = frame.found().expect("found");
+        let names = ["seq", "absent", "liked", "eventId"];
+        let read = doc.values(names);
+        assert_eq!(read, names.map(|name| doc.value(name)));
+        assert_eq!(
+            read,
+            [
+                Some(Scalar::Integer(7)),
+                None,
+                Some(Scalar::Boolean(false)),
+                Some(Scalar::String("e-2")),
+            ]
+        );
+        assert_eq!(
+            membership_from_fields(&doc),
+            membership_from_fields(&sdk.fields)
+        );
     }
 
     #[test]

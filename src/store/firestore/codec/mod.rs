@@ -360,19 +360,25 @@ fn membership_fields(key: &MembershipKey, m: &Membership, batch_id: &str) -> Vec
 
 /// Reads a membership document's state; `None` if it is not one of ours.
 pub fn membership_from_fields(fields: &(impl ScalarFields + ?Sized)) -> Option<Membership> {
-    let liked = match fields.scalar(membership::LIKED)? {
+    let [liked, seq, occurred_at, event_id] = fields.scalars([
+        membership::LIKED,
+        membership::SEQ,
+        membership::OCCURRED_AT,
+        membership::EVENT_ID,
+    ]);
+    let liked = match liked? {
         FieldValue::Boolean(b) => b,
         _ => return None,
     };
-    let seq = match fields.scalar(membership::SEQ) {
+    let seq = match seq {
         Some(FieldValue::Integer(n)) => n,
         _ => 0,
     };
-    let occurred_at_micros = match fields.scalar(membership::OCCURRED_AT) {
+    let occurred_at_micros = match occurred_at {
         Some(FieldValue::Timestamp(t)) => timestamp_to_micros(&t),
         _ => 0,
     };
-    let event_id = match fields.scalar(membership::EVENT_ID) {
+    let event_id = match event_id {
         Some(FieldValue::String(s)) => s.to_string(),
         _ => String::new(),
     };
@@ -456,6 +462,12 @@ pub trait ScalarFields {
     /// The field `name`'s value, if set ([`FieldValue::Other`] when it is not
     /// a scalar).
     fn scalar(&self, name: &str) -> Option<FieldValue<'_>>;
+
+    /// [`Self::scalar`] of each of `names`, in their order (in one pass
+    /// where the fields are read in place).
+    fn scalars<const N: usize>(&self, names: [&str; N]) -> [Option<FieldValue<'_>>; N] {
+        names.map(|name| self.scalar(name))
+    }
 }
 
 impl<T: Fields + ?Sized> ScalarFields for T {
@@ -474,6 +486,10 @@ impl<T: Fields + ?Sized> ScalarFields for T {
 impl ScalarFields for FoundDocument<'_> {
     fn scalar(&self, name: &str) -> Option<FieldValue<'_>> {
         self.value(name)
+    }
+
+    fn scalars<const N: usize>(&self, names: [&str; N]) -> [Option<FieldValue<'_>>; N] {
+        self.values(names)
     }
 }
 
