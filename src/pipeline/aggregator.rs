@@ -144,11 +144,6 @@ pub struct FreeView {
     pub oldest: Option<Instant>,
     /// Whether they make at least one full batch (`max_batch_events`).
     pub full: bool,
-    /// From when on the source adds nothing more until something it holds
-    /// is settled, as far as it can tell ([`Aggregator::set_supply_probe`]:
-    /// push, whose window is spent): what is buffered is then the whole
-    /// next batch, and waiting only makes it older. `None`: no such hint.
-    pub supply_dry: Option<Instant>,
     /// Messages in a full batch (`max_batch_events`).
     pub batch_events: usize,
 }
@@ -166,15 +161,9 @@ pub enum Routing {
     PerMessage,
 }
 
-/// From when on the source adds no message until one it holds is
-/// settled, if it can tell ([`FreeView::supply_dry`]).
-pub type SupplyProbe = Box<dyn Fn() -> Option<Instant> + Send + Sync>;
-
 /// The sharded buffers.
 pub struct Aggregator<H> {
     shards: Box<[Shard<H>]>,
-    /// Set by a source whose supply is bounded by a window (push).
-    supply_dry: std::sync::OnceLock<SupplyProbe>,
     wake: Notify,
     buffered: std::sync::atomic::AtomicUsize,
     max_batch_events: usize,
@@ -196,7 +185,6 @@ impl<H> Aggregator<H> {
             .collect();
         Self {
             shards,
-            supply_dry: std::sync::OnceLock::new(),
             wake: Notify::new(),
             buffered: std::sync::atomic::AtomicUsize::new(0),
             max_batch_events: max_batch_events.max(1),
@@ -290,21 +278,8 @@ impl<H> Aggregator<H> {
             };
         }
         view.full = view.messages >= self.max_batch_events;
-        view.supply_dry = match view.messages {
-            0 => None,
-            _ => self.supply_dry.get().and_then(|probe| probe()),
-        };
         view.batch_events = self.max_batch_events;
         view
-    }
-
-    /// Tells the aggregator how to see from when on its source adds
-    /// nothing more until a message it holds is settled (the push
-    /// endpoint, once Pub/Sub's window is spent): [`FreeView::supply_dry`].
-    /// The source wakes the flusher ([`Aggregator::wake`]) when that is
-    /// now. Set once; a second probe is ignored.
-    pub fn set_supply_probe(&self, probe: SupplyProbe) {
-        let _ = self.supply_dry.set(probe);
     }
 
     /// Takes one batch (at most `max_batch_events` messages) from the shards

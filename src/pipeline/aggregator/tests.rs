@@ -1,9 +1,6 @@
 //! The aggregator alone: routing by (post, user), takes, busy shards, and
 //! the accounting of messages and bytes.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
 use super::*;
 use crate::event::{LikeKind, Version};
 
@@ -187,27 +184,4 @@ async fn oldest_tracks_the_first_message_of_the_buffer() {
     assert!(agg.free_view(&[]).full);
     let _ = agg.take(0);
     assert!(agg.free_view(&[]).oldest.unwrap() > t0);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_source_that_says_when_it_runs_dry_is_asked_only_with_messages_buffered() {
-    let agg: Aggregator<u32> = Aggregator::new(4, 100);
-    let dry = Instant::now() + std::time::Duration::from_millis(3);
-    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let count = asked.clone();
-    agg.set_supply_probe(Box::new(move || {
-        count.fetch_add(1, Ordering::Relaxed);
-        Some(dry)
-    }));
-    assert_eq!(agg.free_view(&[]).supply_dry, None, "nothing buffered");
-    assert_eq!(asked.load(Ordering::Relaxed), 0);
-    agg.add(Pending {
-        handle: 1,
-        item: event("p", "a"),
-        bytes: 1,
-        published: None,
-    });
-    let view = agg.free_view(&[]);
-    assert_eq!(view.supply_dry, Some(dry));
-    assert!(!view.full, "one message of a hundred");
 }

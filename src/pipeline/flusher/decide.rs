@@ -42,18 +42,8 @@ pub fn decide(
     let filled = in_flight > 0
         && free.messages.saturating_mul(slots * slots)
             >= free.batch_events.saturating_mul(in_flight * in_flight);
-    // (e): a window-bound source (push) adds nothing more until a commit
-    // answers: what is buffered is the whole next batch.
-    let dry = free.supply_dry;
-    if stopping
-        || free.full
-        || filled
-        || overdue <= now
-        || (in_flight == 0 && eager <= now)
-        || dry.is_some_and(|dry| dry <= now)
-    {
+    if stopping || free.full || filled || overdue <= now || (in_flight == 0 && eager <= now) {
         return Decision::Flush;
     }
-    let wait = if in_flight == 0 { eager } else { overdue };
-    Decision::WaitUntil(Some(dry.map_or(wait, |dry| dry.min(wait))))
+    Decision::WaitUntil(Some(if in_flight == 0 { eager } else { overdue }))
 }

@@ -8,9 +8,7 @@
 //! has waited `flush_min_wait`, or (b) with `k` of the `n` commit slots
 //! busy, `(k/n)²` of a full batch is buffered (a sixteenth with 1 of 4
 //! busy, over half with 3 of 4), or (c) the oldest message has waited
-//! `flush_interval`, or (d) the service stops, or (e) the source says it
-//! adds nothing more until something is settled (push, once Pub/Sub's
-//! window is spent: the buffer is then the whole next batch). While commits are in flight
+//! `flush_interval`, or (d) the service stops. While commits are in flight
 //! messages accumulate, so batches grow when commits are slow or queued and
 //! stay small (low latency) when they are fast and slots are free; under a
 //! backlog every batch is full. The rate of commits, and so of writes to

@@ -377,39 +377,8 @@ fn view(messages: usize, oldest: Instant) -> FreeView {
         messages,
         oldest: Some(oldest),
         full: messages >= 1000,
-        supply_dry: None,
         batch_events: 1000,
     }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_source_run_dry_is_flushed_when_it_says_with_a_free_commit_slot() {
-    let config = FlushConfig::default();
-    let t0 = Instant::now();
-    let ms = Duration::from_millis;
-    let dry_at = |at| FreeView {
-        supply_dry: Some(at),
-        ..view(300, t0)
-    };
-    assert_eq!(
-        decide(&config, dry_at(t0 + ms(3)), 3, false, t0),
-        Decision::WaitUntil(Some(t0 + ms(3))),
-        "not before the source says it is dry, nor later"
-    );
-    assert_eq!(
-        decide(&config, dry_at(t0 + ms(3)), 3, false, t0 + ms(3)),
-        Decision::Flush,
-        "3 of 4 slots busy and 300 of 1,000: without the hint it waits the interval"
-    );
-    assert_eq!(
-        decide(&config, view(300, t0), 3, false, t0 + ms(3)),
-        Decision::WaitUntil(Some(t0 + config.flush_interval))
-    );
-    assert_eq!(
-        decide(&config, dry_at(t0), 4, false, t0),
-        Decision::WaitUntil(None),
-        "no free commit slot"
-    );
 }
 
 #[tokio::test(start_paused = true)]

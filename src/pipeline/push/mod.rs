@@ -25,14 +25,7 @@
 //!   [`body::MAX_BODY_BYTES`] are held.
 //! - Once [`Push::close`] returns, nothing more enters the aggregator: the
 //!   flusher's drain then settles (and so answers) every admitted request.
-//!
-//! Batches: a request is held until its batch commits, so Pub/Sub's push
-//! window, not the publish rate, bounds what can arrive. Once the window
-//! is spent (every slot held, or half of them and no request for
-//! [`WINDOW_QUIET`]) the endpoint tells the aggregator that what it
-//! buffers is the whole next batch, and the flusher takes it at once.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,11 +50,6 @@ pub use auth::{AuthConfig, Authenticator, GoogleAuth, Refusal};
 
 /// The path Pub/Sub pushes to.
 pub const PATH: &str = "/pubsub/push";
-
-/// With at least half the slots held, no request for this long means
-/// Pub/Sub's window is spent (a window's requests follow one another far
-/// closer): nothing more comes until a commit answers some.
-pub const WINDOW_QUIET: Duration = Duration::from_millis(3);
 
 /// Pub/Sub's smallest ack deadline, assumed when the subscription's cannot be read.
 pub const MIN_ACK_DEADLINE: Duration = Duration::from_secs(10);
@@ -129,9 +117,6 @@ struct Inner {
     stats: Arc<Stats>,
     /// `None` before [`Push::open`] and after [`Push::close`].
     intake: RwLock<Option<Intake>>,
-    /// When the last request was admitted: microseconds after `epoch`.
-    last_admitted_micros: AtomicU64,
-    epoch: Instant,
 }
 
 /// The push endpoint: its route answers 503 until [`Push::open`] connects
@@ -152,8 +137,6 @@ impl Push {
                 subscription: config.subscription.clone(),
                 stats,
                 intake: RwLock::new(None),
-                last_admitted_micros: AtomicU64::new(0),
-                epoch: Instant::now(),
             }),
         }
     }
@@ -170,8 +153,6 @@ impl Push {
     /// logged: requests fetch again).
     pub async fn open(&self, aggregator: Arc<Aggregator<PushHandle>>, hold_max: Duration) {
         self.inner.auth.prefetch().await;
-        let inner = self.inner.clone();
-        aggregator.set_supply_probe(Box::new(move || inner.supply_dry()));
         *self.inner.intake.write() = Some(Intake {
             aggregator,
             hold_max,
@@ -226,6 +207,8 @@ impl Push {
 }
 
 impl Inner {
+    /// Authenticates the request, gives it a slot, admits its message and
+    /// holds it until its handle is settled or the hold cap: the status.
     async fn handle<B>(&self, request: axum::http::Request<B>) -> StatusCode
     where
         B: HttpBody<Data = Bytes> + Unpin,
@@ -342,31 +325,7 @@ impl Inner {
             );
         }
         intake.aggregator.add(pending);
-        let micros = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.last_admitted_micros.store(micros, Ordering::Relaxed);
-        if self.slots.available_permits() == 0 {
-            // The last slot: the flusher need not wait for more.
-            intake.aggregator.wake();
-        }
         true
-    }
-
-    /// From when on nothing more arrives until a commit answers, as far as
-    /// the endpoint can tell (the aggregator's supply probe): at once with
-    /// every slot held; [`WINDOW_QUIET`] after the last admission with at
-    /// least half held (Pub/Sub's window spent); else no hint (requests
-    /// come as they are published, and the flush rule waits for more).
-    fn supply_dry(&self) -> Option<Instant> {
-        let free = self.slots.available_permits();
-        let last =
-            self.epoch + Duration::from_micros(self.last_admitted_micros.load(Ordering::Relaxed));
-        if free == 0 {
-            Some(last)
-        } else if free * 2 <= self.max_in_flight {
-            Some(last + WINDOW_QUIET)
-        } else {
-            None
-        }
     }
 
     /// Counts a refusal, logs it (rate-limited) and answers it.
