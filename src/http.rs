@@ -212,3 +212,72 @@ async fn serve_connection<H, F>(
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serve_route_answers_its_route_only_and_finishes_the_request_in_progress_at_stop() {
+        let (stop_tx, stop) = watch::channel(false);
+        let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let (release_tx, release) = watch::channel(false);
+        let handle = move |request: Request<Incoming>| {
+            let (entered_tx, mut release) = (entered_tx.clone(), release.clone());
+            async move {
+                let slow = request.headers().contains_key("x-slow");
+                if slow {
+                    let _ = entered_tx.send(());
+                    let _ = release.wait_for(|r| *r).await;
+                }
+                StatusCode::NO_CONTENT
+            }
+        };
+        let mut tasks = JoinSet::new();
+        let addr = serve_route(
+            "push",
+            "127.0.0.1:0".parse().expect("address"),
+            ("/pubsub/push", handle),
+            stop,
+            &mut tasks,
+        )
+        .await
+        .expect("bound");
+        let client = reqwest::Client::new();
+        let url = |path: &str| format!("http://{addr}{path}");
+        let status = |r: reqwest::Response| r.status().as_u16();
+        let post = client.post(url("/pubsub/push")).body("{}").send().await;
+        assert_eq!(post.map(status).ok(), Some(204));
+        let other = client.post(url("/other")).send().await;
+        assert_eq!(other.map(status).ok(), Some(404));
+        let get = client
+            .get(url("/pubsub/push"))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(get.status().as_u16(), 405);
+        assert_eq!(
+            get.headers().get("allow").map(|v| v.as_bytes()),
+            Some(&b"POST"[..])
+        );
+        // A request in progress when the endpoint stops is still answered.
+        let slow = tokio::spawn(
+            client
+                .post(url("/pubsub/push"))
+                .header("x-slow", "1")
+                .send(),
+        );
+        entered.recv().await.expect("the slow request arrived");
+        stop_tx.send_replace(true);
+        release_tx.send_replace(true);
+        let answered = slow.await.expect("task").map(status).ok();
+        assert_eq!(answered, Some(204));
+        tokio::time::timeout(std::time::Duration::from_secs(10), tasks.join_next())
+            .await
+            .expect("the endpoint ends once its connections are done");
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "nothing accepted after the stop"
+        );
+    }
+}
