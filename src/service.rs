@@ -21,7 +21,7 @@ use crate::pipeline::acker::{AckHandle, Acker};
 use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::Flusher;
 use crate::pipeline::milestones::{Dispatcher, Webhook};
-use crate::pipeline::push::{Push, PushConfig, PushHandle};
+use crate::pipeline::push::{Push, PushConfig, PushHandle, PATH as PUSH_PATH};
 use crate::pipeline::rollup::Refresher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
 use crate::store::postgres::PgDb;
@@ -215,8 +215,12 @@ pub async fn run(
         }
     }
     if let (Some((addr, push)), false) = (&push, shared) {
-        let app = push.router();
-        let bound = crate::http::serve("push", *addr, app, http_stop, &mut servers).await?;
+        let push = push.clone();
+        let route = (PUSH_PATH, move |request| {
+            let push = push.clone();
+            async move { push.handle(request).await }
+        });
+        let bound = crate::http::serve_route("push", *addr, route, http_stop, &mut servers).await?;
         let _ = stats.push_addr.set(bound);
     }
     let result = run_pipeline(endpoints, config, stop, stats, push.map(|(_, p)| p)).await;

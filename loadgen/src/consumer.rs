@@ -178,8 +178,9 @@ pub enum Consumer {
     /// `hotcount run` as a child process.
     Child(Child),
     /// `hotcount-null-consumer` as a child process: the delivery floor
-    /// (receive and ack on the same stream settings, nothing else).
-    Null(Child),
+    /// (receive and ack on the same stream settings, nothing else); with
+    /// the address its push endpoint listens on, when it is the push floor.
+    Null(Child, Option<SocketAddr>),
 }
 
 impl Consumer {
@@ -210,20 +211,27 @@ impl Consumer {
     }
 
     /// Starts `hotcount-null-consumer` (the binary `bin`) on the stream
-    /// settings of `run_args`.
+    /// settings of `run_args`; with `push_addr`, as the push floor serving
+    /// `POST /pubsub/push` there instead.
     pub fn start_null(
         bin: &Path,
         endpoints: &Endpoints,
         run_args: &RunArgs,
+        push_addr: Option<SocketAddr>,
     ) -> Result<Self, RunError> {
+        let mut args = null_consumer_flags(run_args);
+        if let Some(addr) = push_addr {
+            args.extend(["--delivery".into(), "push".into()]);
+            args.extend(["--push-addr".into(), addr.to_string()]);
+        }
         let spec = ChildSpec {
             bin: bin.to_path_buf(),
-            args: null_consumer_flags(run_args),
+            args,
             endpoints: endpoints.clone(),
             log: None,
             metrics: None,
         };
-        Ok(Consumer::Null(Child::spawn(&spec)?))
+        Ok(Consumer::Null(Child::spawn(&spec)?, push_addr))
     }
 
     /// Peak RSS so far, and whether it is the consumer's alone (in-process
@@ -231,7 +239,7 @@ impl Consumer {
     pub fn peak_rss_bytes(&self) -> (u64, bool) {
         match self {
             Consumer::InProcess(_) => (procfs::peak_rss_bytes(Proc::This), false),
-            Consumer::Child(child) | Consumer::Null(child) => (child.peak_rss_bytes(), true),
+            Consumer::Child(child) | Consumer::Null(child, _) => (child.peak_rss_bytes(), true),
         }
     }
 
@@ -239,13 +247,14 @@ impl Consumer {
     pub fn cpu_time(&self) -> Option<Duration> {
         match self {
             Consumer::InProcess(_) => None,
-            Consumer::Child(child) | Consumer::Null(child) => child.cpu_time(),
+            Consumer::Child(child) | Consumer::Null(child, _) => child.cpu_time(),
         }
     }
 
     /// Waits (at most `timeout`) until the consumer says it is ready (its
     /// stats in-process, `/readyz` of a child); true if it did. The null
-    /// consumer has no such signal: true at once.
+    /// consumer has no such signal: true at once when it pulls, once its
+    /// push endpoint takes connections when it is the push floor.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let client = hotcount_scrape::Client::new(Duration::from_millis(500)).ok();
@@ -258,7 +267,8 @@ impl Consumer {
                     }
                     _ => true,
                 },
-                Consumer::Null(_) => true,
+                Consumer::Null(_, None) => true,
+                Consumer::Null(_, Some(addr)) => tokio::net::TcpStream::connect(addr).await.is_ok(),
             };
             if ready {
                 return true;
@@ -275,7 +285,7 @@ impl Consumer {
         let text = match self {
             Consumer::InProcess(consumer) => consumer.stats().render_prometheus(),
             Consumer::Child(child) => metrics_text(child.metrics?).await?,
-            Consumer::Null(_) => return None,
+            Consumer::Null(..) => return None,
         };
         let name = hotcount::telemetry::names::COMMIT_DURATION.name;
         Some((
@@ -300,7 +310,7 @@ impl Consumer {
                 let _ = child.terminate(Duration::from_secs(15)).await;
                 Ok(())
             }
-            Consumer::Null(mut child) => {
+            Consumer::Null(mut child, _) => {
                 if let Some(status) = child.exit_status() {
                     return Err(RunError::Start(format!("consumer exited early: {status}")));
                 }

@@ -11,19 +11,31 @@
 //! acks only after a commit, so the client's lease bookkeeping for held
 //! messages is in the floor too.
 //!
+//! With `--delivery push` it is the push floor instead: it serves `POST
+//! /pubsub/push` on `--push-addr` with hyper's HTTP/1.1 server alone (no
+//! router, no authentication), reads each body whole and answers 204 (after
+//! `--ack-delay-ms`, when set): what one HTTP request per message costs by
+//! itself, beside `hotcount run --delivery push`. Any other method or path
+//! is answered 404.
+//!
 //! Invariant: every message received is acked (at once, or after the delay)
 //! and nothing else is done with it; it runs until SIGTERM/SIGINT (or until
 //! killed). It is its own package so that it links only the subscriber, its
-//! credentials, the runtime, the flags and the service's allocator (the
-//! leanest of the two measured): none of the service crate's clients or
-//! start-up work is in the floor.
+//! credentials, the runtime, the flags, the service's allocator (the
+//! leanest of the two measured) and (for push) hyper's server: none of the
+//! service crate's clients or start-up work is in the floor.
 
 use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use google_cloud_pubsub::client::Subscriber;
 use google_cloud_pubsub::subscriber::ShutdownBehavior;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
 use tokio::task::JoinSet;
 
 /// Receive and ack, nothing else.
@@ -55,7 +67,26 @@ struct Args {
     /// Hold each message this long before acking it (0 = ack on receipt).
     #[arg(long, env = "HOTCOUNT_NULL_ACK_DELAY_MS", default_value_t = 0)]
     ack_delay_ms: u64,
+    /// How messages arrive: pulled (the official subscriber) or pushed to
+    /// `POST /pubsub/push` on `--push-addr` (answered 204).
+    #[arg(long, value_enum, default_value_t = Delivery::Pull)]
+    delivery: Delivery,
+    /// Where the push endpoint listens (`--delivery push`).
+    #[arg(long, default_value = "127.0.0.1:8089")]
+    push_addr: SocketAddr,
 }
+
+/// How messages arrive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Delivery {
+    /// StreamingPull with the official subscriber.
+    Pull,
+    /// Pub/Sub push: one HTTP request per message.
+    Push,
+}
+
+/// The path Pub/Sub pushes to (as `hotcount run --delivery push` serves).
+const PUSH_PATH: &str = "/pubsub/push";
 
 impl Args {
     /// The subscription's full name.
@@ -92,14 +123,76 @@ async fn subscriber(emulator: Option<&str>) -> Result<Subscriber, String> {
 }
 
 /// The service's allocator: the floor is the leanest consumer on the
-/// official client, and the system allocator costs it ~10 % more CPU per
+/// official client, and the system allocator costs it ~15 % more CPU per
 /// message (docs/BENCHMARKS.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// One push request: its body read whole, then 204 (after `delay`); 404
+/// for anything but `POST /pubsub/push`, 400 for a body that broke off.
+async fn answer_push(
+    request: Request<Incoming>,
+    delay: Duration,
+) -> Result<Response<Empty<Bytes>>, Infallible> {
+    let status = if request.method() != Method::POST || request.uri().path() != PUSH_PATH {
+        StatusCode::NOT_FOUND
+    } else if request.into_body().collect().await.is_err() {
+        StatusCode::BAD_REQUEST
+    } else {
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        StatusCode::NO_CONTENT
+    };
+    let mut response = Response::new(Empty::new());
+    *response.status_mut() = status;
+    Ok(response)
+}
+
+/// Serves the push floor on `addr` until SIGTERM/SIGINT: each connection
+/// in a task of its own, HTTP/1.1 with keep-alive (as Pub/Sub's pushes).
+async fn serve_push(addr: SocketAddr, delay: Duration) -> std::process::ExitCode {
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("hotcount-null-consumer: binding {addr}: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let accept = async {
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    eprintln!("hotcount-null-consumer: accept: {error}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |request| answer_push(request, delay));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = accept => {}
+    }
+    std::process::ExitCode::SUCCESS
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    let delay = Duration::from_millis(args.ack_delay_ms);
+    if args.delivery == Delivery::Push {
+        return serve_push(args.push_addr, delay).await;
+    }
     let subscriber = match subscriber(args.pubsub_emulator_host.as_deref()).await {
         Ok(subscriber) => subscriber,
         Err(error) => {
@@ -108,7 +201,6 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let subscription = args.subscription_name();
-    let delay = Duration::from_millis(args.ack_delay_ms);
     let mut streams = JoinSet::new();
     for index in 0..args.streams.max(1) {
         let mut stream = subscriber

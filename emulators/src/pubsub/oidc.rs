@@ -96,19 +96,29 @@ impl Signer {
 
     /// A token for a push request by `email` to `audience`, issued within
     /// the last [`TOKEN_REUSE`] of `now` or signed anew.
+    #[cfg(test)]
     pub fn token(&self, email: &str, audience: &str, now: SystemTime) -> Result<String, String> {
+        self.token_issued(email, audience, now)
+            .map(|(token, _)| token)
+    }
+
+    /// [`Signer::token`] with the time it was issued: a caller may reuse
+    /// it itself while [`reusable`] says so, as this would.
+    pub fn token_issued(
+        &self,
+        email: &str,
+        audience: &str,
+        now: SystemTime,
+    ) -> Result<(String, SystemTime), String> {
         let key = (email.to_string(), audience.to_string());
         if let Some((token, issued)) = self.recent.lock().get(&key) {
-            if now
-                .duration_since(*issued)
-                .is_ok_and(|age| age < TOKEN_REUSE)
-            {
-                return Ok(token.clone());
+            if reusable(*issued, now) {
+                return Ok((token.clone(), *issued));
             }
         }
         let token = self.sign(&claims(email, audience, now))?;
         self.recent.lock().insert(key, (token.clone(), now));
-        Ok(token)
+        Ok((token, now))
     }
 
     /// A compact RS256 JWS of `claims` with this key's `kid`.
@@ -130,6 +140,13 @@ impl Signer {
             .map_err(|_| "RS256 signing failed".to_string())?;
         Ok(format!("{input}.{}", b64(&signature)))
     }
+}
+
+/// Whether a token issued at `issued` is still reused at `now` (less than
+/// [`TOKEN_REUSE`] old).
+pub fn reusable(issued: SystemTime, now: SystemTime) -> bool {
+    now.duration_since(issued)
+        .is_ok_and(|age| age < TOKEN_REUSE)
 }
 
 /// The claims of a push token: Google's set, with `sub` and `azp` (the

@@ -15,15 +15,32 @@
 //!   outstanding at a time), so push and pull only differ in who takes it;
 //! - an answer only settles the lease it was sent for; a push task stops as
 //!   soon as its subscription is deleted or switched to pull.
+//!
+//! Cost: a request per message is the protocol, so each is made lean: the
+//! endpoint is parsed and its headers built once per push config
+//! ([`Target`]), the bearer header once per token, the wrapped body
+//! written straight into its buffer, and `http://` endpoints reached with
+//! hyper's HTTP/1.1 client on a pool of kept-alive connections of their
+//! own (other schemes go through reqwest, with TLS).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use base64::Engine as _;
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http_body_util::{BodyExt as _, Full};
+use hyper::client::conn::http1::SendRequest;
+use parking_lot::Mutex;
+#[cfg(test)]
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use super::json::{base64_encode, timestamp};
+#[cfg(test)]
+use super::json::base64_encode;
+use super::json::timestamp;
+use super::oidc;
 use super::resources::Push;
 use super::subscription::{AckId, Lease};
 use super::Shared;
@@ -149,7 +166,10 @@ pub(super) fn start(shared: Arc<Shared>, name: String, uid: u64) {
 
 /// The push task: leases within the window, sends, adjusts the window.
 async fn run(shared: Arc<Shared>, name: String, uid: u64) {
+    let name: Arc<str> = name.into();
     let clock = shared.ctx.clock.clone();
+    // Prepared again only when the push config changes.
+    let mut target: Option<Arc<Target>> = None;
     let mut window = Window::new(
         shared.config.push_initial_window,
         shared.config.push_max_window,
@@ -194,14 +214,17 @@ async fn run(shared: Arc<Shared>, name: String, uid: u64) {
             tracing::debug!(subscription = %name, "push task stopped");
             return;
         };
-        let push = Arc::new(push);
+        let target = match &target {
+            Some(t) if t.push == push => t.clone(),
+            _ => target.insert(Arc::new(Target::new(push))).clone(),
+        };
         for message in messages {
             in_flight += 1;
             tokio::spawn(deliver(
                 shared.clone(),
                 name.clone(),
                 uid,
-                push.clone(),
+                target.clone(),
                 deadline,
                 message,
                 done_tx.clone(),
@@ -232,9 +255,9 @@ async fn run(shared: Arc<Shared>, name: String, uid: u64) {
 /// Sends one message and settles its lease by the answer.
 async fn deliver(
     shared: Arc<Shared>,
-    name: String,
+    name: Arc<str>,
     uid: u64,
-    push: Arc<Push>,
+    target: Arc<Target>,
     deadline: Duration,
     message: pb::ReceivedMessage,
     done: mpsc::UnboundedSender<Done>,
@@ -243,7 +266,7 @@ async fn deliver(
     let started = clock.elapsed();
     let mut shutdown = shared.shutdown.subscribe();
     let answer = tokio::select! {
-        answer = send(&shared, &name, &push, deadline, &message) => answer,
+        answer = send(&shared, &name, &target, deadline, &message) => answer,
         _ = shutdown.wait_for(|stopped| *stopped) => return,
     };
     let forced_nack = shared.ctx.faults.after("Push").is_some();
@@ -265,11 +288,85 @@ async fn deliver(
     });
 }
 
+/// Where and how one push config sends: the settings, prepared once.
+struct Target {
+    push: Push,
+    /// `http://` endpoints: hyper's client on connections of our own;
+    /// `None`: reqwest (https).
+    plain: Option<Plain>,
+    /// The `Authorization` header of the token in use, and when that
+    /// token was issued (reused as the signer would reuse it).
+    bearer: Mutex<Option<(HeaderValue, SystemTime)>>,
+}
+
+/// A plain HTTP endpoint and the idle connections to it.
+struct Plain {
+    /// `host:port` to connect to.
+    connect_to: String,
+    /// The request target (path and query).
+    path: http::Uri,
+    /// The `Host` header (the port only when not 80), as reqwest sends it.
+    host: HeaderValue,
+    /// Kept-alive connections between requests (at most one per request
+    /// outstanding, so at most the push window).
+    idle: Mutex<Vec<SendRequest<Full<Bytes>>>>,
+}
+
+impl Target {
+    fn new(push: Push) -> Self {
+        let plain = reqwest::Url::parse(&push.endpoint)
+            .ok()
+            .filter(|url| url.scheme() == "http")
+            .and_then(|url| {
+                let host = url.host_str()?;
+                let port = url.port_or_known_default()?;
+                let host_header = match url.port() {
+                    Some(port) => format!("{host}:{port}"),
+                    None => host.to_string(),
+                };
+                let path = match url.query() {
+                    Some(query) => format!("{}?{query}", url.path()),
+                    None => url.path().to_string(),
+                };
+                Some(Plain {
+                    connect_to: format!("{host}:{port}"),
+                    path: path.parse().ok()?,
+                    host: HeaderValue::from_str(&host_header).ok()?,
+                    idle: Mutex::new(Vec::new()),
+                })
+            });
+        Self {
+            push,
+            plain,
+            bearer: Mutex::new(None),
+        }
+    }
+
+    /// The `Authorization` header of the push config's OIDC token (none
+    /// without one); an error when no token can be signed.
+    fn bearer(&self, shared: &Shared) -> Result<Option<HeaderValue>, String> {
+        let Some((email, audience)) = &self.push.oidc else {
+            return Ok(None);
+        };
+        let now = SystemTime::now();
+        if let Some((header, issued)) = &*self.bearer.lock() {
+            if oidc::reusable(*issued, now) {
+                return Ok(Some(header.clone()));
+            }
+        }
+        let (token, issued) = shared.signer()?.token_issued(email, audience, now)?;
+        let header = HeaderValue::try_from(format!("Bearer {token}"))
+            .map_err(|e| format!("a token that is not a header value: {e}"))?;
+        *self.bearer.lock() = Some((header.clone(), issued));
+        Ok(Some(header))
+    }
+}
+
 /// Builds and sends the push request; its answer.
 async fn send(
     shared: &Shared,
     name: &str,
-    push: &Push,
+    target: &Target,
     deadline: Duration,
     received: &pb::ReceivedMessage,
 ) -> Answer {
@@ -277,6 +374,44 @@ async fn send(
         return Answer::Fault;
     }
     shared.ctx.counters.bump("Push");
+    let push = &target.push;
+    let message = received.message.as_ref();
+    let mut headers = http::HeaderMap::with_capacity(6);
+    headers.insert(header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
+    headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+    let body: Bytes = match push.unwrapped {
+        None => {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            write_wrapped_body(name, received).into()
+        }
+        Some(write_metadata) => {
+            let empty = pb::PubsubMessage::default();
+            let message = message.unwrap_or(&empty);
+            if write_metadata {
+                for (key, value) in metadata_headers(name, message) {
+                    headers.append(key, value);
+                }
+            }
+            Bytes::copy_from_slice(&message.data)
+        }
+    };
+    match target.bearer(shared) {
+        Ok(Some(bearer)) => {
+            headers.insert(header::AUTHORIZATION, bearer);
+        }
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!(subscription = %name, %error, "no OIDC token for a push request");
+            return Answer::Fault;
+        }
+    }
+    let timeout = shared.ctx.clock.real_duration(deadline);
+    if let Some(plain) = &target.plain {
+        return post_plain(plain, headers, body, timeout).await;
+    }
     let http = match shared.http() {
         Ok(http) => http,
         Err(error) => {
@@ -284,36 +419,11 @@ async fn send(
             return Answer::ConnectionError;
         }
     };
-    let message = received.message.clone().unwrap_or_default();
-    let mut request = http
+    let request = http
         .post(&push.endpoint)
-        .timeout(shared.ctx.clock.real_duration(deadline))
-        .header(reqwest::header::USER_AGENT, USER_AGENT);
-    request = match push.unwrapped {
-        None => request
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(wrapped_body(name, received).to_string()),
-        Some(write_metadata) => {
-            if write_metadata {
-                for (key, value) in metadata_headers(name, &message) {
-                    request = request.header(key, value);
-                }
-            }
-            request.body(message.data)
-        }
-    };
-    if let Some((email, audience)) = &push.oidc {
-        let token = shared
-            .signer()
-            .and_then(|signer| signer.token(email, audience, SystemTime::now()));
-        match token {
-            Ok(token) => request = request.bearer_auth(token),
-            Err(error) => {
-                tracing::warn!(subscription = %name, %error, "no OIDC token for a push request");
-                return Answer::Fault;
-            }
-        }
-    }
+        .timeout(timeout)
+        .headers(headers)
+        .body(body);
     match request.send().await {
         Ok(response) => Answer::Status(response.status().as_u16()),
         Err(e) if e.is_timeout() => Answer::Timeout,
@@ -321,10 +431,95 @@ async fn send(
     }
 }
 
+/// POSTs to a plain HTTP endpoint on an idle connection (or a new one; a
+/// request an idle connection closed under before sending it is sent
+/// once more on a new one, as reqwest's pool does), within `timeout`
+/// until the answer's status; the connection is kept when its answer
+/// ended within the rest of it.
+async fn post_plain(
+    plain: &Plain,
+    headers: http::HeaderMap,
+    body: Bytes,
+    timeout: Duration,
+) -> Answer {
+    let give_up = tokio::time::Instant::now() + timeout;
+    let mut request = http::Request::new(Full::new(body));
+    *request.method_mut() = http::Method::POST;
+    *request.uri_mut() = plain.path.clone();
+    *request.headers_mut() = headers;
+    request
+        .headers_mut()
+        .insert(header::HOST, plain.host.clone());
+    let sent = tokio::time::timeout_at(give_up, async {
+        let mut request = request;
+        let mut fresh = false;
+        loop {
+            let mut sender = match plain.checkout().await {
+                Some(sender) => sender,
+                None => {
+                    fresh = true;
+                    plain.connect().await?
+                }
+            };
+            match sender.try_send_request(request).await {
+                Ok(response) => return Ok((sender, response)),
+                Err(mut error) => match error.take_message() {
+                    Some(unsent) if !fresh && error.error().is_canceled() => request = unsent,
+                    _ => return Err(()),
+                },
+            }
+        }
+    })
+    .await;
+    let (mut sender, response) = match sent {
+        Err(_) => return Answer::Timeout,
+        Ok(Err(())) => return Answer::ConnectionError,
+        Ok(Ok(sent)) => sent,
+    };
+    let status = response.status().as_u16();
+    let ended = tokio::time::timeout_at(give_up, async {
+        response.into_body().collect().await.is_ok() && sender.ready().await.is_ok()
+    });
+    if ended.await.unwrap_or(false) {
+        plain.idle.lock().push(sender);
+    }
+    Answer::Status(status)
+}
+
+impl Plain {
+    /// An idle connection ready for a request, if one is left open.
+    async fn checkout(&self) -> Option<SendRequest<Full<Bytes>>> {
+        loop {
+            let mut sender = self.idle.lock().pop()?;
+            if sender.ready().await.is_ok() {
+                return Some(sender);
+            }
+        }
+    }
+
+    /// A new connection (its task spawned); `Err` when it cannot be made.
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, ()> {
+        let stream = tokio::net::TcpStream::connect(&self.connect_to)
+            .await
+            .map_err(|_| ())?;
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|_| ())?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(sender)
+    }
+}
+
 /// The wrapped push body: the message (both spellings of `messageId` and
 /// `publishTime`; `attributes` and `orderingKey` only when set), the
 /// subscription, and `deliveryAttempt` when the subscription has a
-/// dead-letter policy.
+/// dead-letter policy. The reference [`write_wrapped_body`] (what is sent)
+/// is checked against.
+#[cfg(test)]
 pub(super) fn wrapped_body(subscription: &str, received: &pb::ReceivedMessage) -> Value {
     let mut message = Map::new();
     if let Some(m) = &received.message {
@@ -353,6 +548,64 @@ pub(super) fn wrapped_body(subscription: &str, received: &pb::ReceivedMessage) -
     Value::Object(body)
 }
 
+/// [`wrapped_body`] as its JSON text, written straight into the buffer
+/// (the same bytes: the same keys in the same order, as `serde_json`'s
+/// sorted objects print them).
+pub(super) fn write_wrapped_body(subscription: &str, received: &pb::ReceivedMessage) -> Vec<u8> {
+    fn string(out: &mut Vec<u8>, s: &str) {
+        // Writing to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
+    let data_len = received.message.as_ref().map_or(0, |m| m.data.len());
+    let mut out = Vec::with_capacity(256 + data_len.div_ceil(3) * 4 + subscription.len());
+    out.push(b'{');
+    if received.delivery_attempt > 0 {
+        out.extend_from_slice(b"\"deliveryAttempt\":");
+        out.extend_from_slice(received.delivery_attempt.to_string().as_bytes());
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"message\":{");
+    if let Some(m) = &received.message {
+        if !m.attributes.is_empty() {
+            out.extend_from_slice(b"\"attributes\":");
+            let sorted: BTreeMap<&str, &str> = (m.attributes.iter())
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let _ = serde_json::to_writer(&mut out, &sorted);
+            out.push(b',');
+        }
+        if !m.data.is_empty() {
+            out.extend_from_slice(b"\"data\":\"");
+            let start = out.len();
+            out.resize(start + m.data.len().div_ceil(3) * 4, 0);
+            let written = base64::engine::general_purpose::STANDARD
+                .encode_slice(&m.data, &mut out[start..])
+                .unwrap_or(0);
+            out.truncate(start + written);
+            out.extend_from_slice(b"\",");
+        }
+        out.extend_from_slice(b"\"messageId\":");
+        string(&mut out, &m.message_id);
+        out.extend_from_slice(b",\"message_id\":");
+        string(&mut out, &m.message_id);
+        if !m.ordering_key.is_empty() {
+            out.extend_from_slice(b",\"orderingKey\":");
+            string(&mut out, &m.ordering_key);
+        }
+        if let Some(time) = m.publish_time.as_ref().map(timestamp) {
+            let time = time.as_str().unwrap_or_default();
+            out.extend_from_slice(b",\"publishTime\":");
+            string(&mut out, time);
+            out.extend_from_slice(b",\"publish_time\":");
+            string(&mut out, time);
+        }
+    }
+    out.extend_from_slice(b"},\"subscription\":");
+    string(&mut out, subscription);
+    out.push(b'}');
+    out
+}
+
 /// The headers of an unwrapped push with `writeMetadata`: each attribute as
 /// a header of its name (those that are not valid header names or values
 /// are left out), then `x-goog-pubsub-subscription-name`, `-message-id`,
@@ -360,8 +613,7 @@ pub(super) fn wrapped_body(subscription: &str, received: &pb::ReceivedMessage) -
 pub(super) fn metadata_headers(
     subscription: &str,
     message: &pb::PubsubMessage,
-) -> Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)> {
-    use reqwest::header::{HeaderName, HeaderValue};
+) -> Vec<(HeaderName, HeaderValue)> {
     let mut out = Vec::new();
     let mut add = |key: &str, value: &str| {
         if let (Ok(k), Ok(v)) = (
@@ -433,6 +685,47 @@ mod tests {
         assert_eq!(w.size(), 1);
         w.answered(true, MS, now);
         assert_eq!(w.failures_in_row, 0);
+    }
+
+    #[test]
+    fn the_written_body_is_the_wrapped_bodys_json_byte_for_byte() {
+        let mut received = pb::ReceivedMessage {
+            ack_id: "1-1-1".into(),
+            message: Some(pb::PubsubMessage {
+                data: b"{\"postId\":\"p\"} \xff\x00".to_vec(),
+                attributes: [
+                    ("zeta".to_string(), "last".to_string()),
+                    ("alpha \"q\"".to_string(), "\u{e9}\n\\".to_string()),
+                ]
+                .into(),
+                message_id: "7\"1".into(),
+                publish_time: Some(prost_types::Timestamp {
+                    seconds: 1_700_000_000,
+                    nanos: 5,
+                }),
+                ordering_key: "post-\u{1F600}".into(),
+            }),
+            delivery_attempt: 3,
+        };
+        let subscription = "projects/p/subscriptions/s";
+        for case in 0..4 {
+            match case {
+                1 => received.delivery_attempt = 0,
+                2 => {
+                    let m = received.message.as_mut().expect("message");
+                    (m.data, m.attributes, m.ordering_key) = (Vec::new(), [].into(), String::new());
+                    m.publish_time = None;
+                }
+                3 => received.message = None,
+                _ => {}
+            }
+            let written = write_wrapped_body(subscription, &received);
+            assert_eq!(
+                String::from_utf8(written).expect("UTF-8"),
+                wrapped_body(subscription, &received).to_string(),
+                "case {case}"
+            );
+        }
     }
 
     #[test]

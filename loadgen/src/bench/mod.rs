@@ -69,6 +69,9 @@ pub enum Runner {
     /// [`BenchConfig::compare_bin`], right after [`Runner::Hotcount`] in
     /// each round: two builds side by side in one run.
     Compare(Strategy),
+    /// [`Runner::Push`] as the other build of [`BenchConfig::compare_bin`],
+    /// right after it in each round.
+    ComparePush(Strategy),
     /// `hotcount run`, batched, with `--rollup-interval-ms 0`: the same
     /// run without rollups, beside the one with them (`--compare-rollups`).
     NoRollups,
@@ -76,6 +79,11 @@ pub enum Runner {
     /// settings, nothing else; the delivery floor hotcount's CPU per event
     /// is compared with (the ceiling row).
     Null,
+    /// `hotcount-null-consumer --delivery push`: an HTTP/1.1 endpoint that
+    /// reads each pushed body and answers 204 at once, nothing else; the
+    /// push floor (what one request per message costs by itself), with
+    /// `--ceiling` and push among the deliveries.
+    NullPush,
 }
 
 /// What the benchmark runs.
@@ -327,13 +335,13 @@ pub async fn run(
     Ok(results)
 }
 
-/// The runners of one round, in order: the null consumer (when asked for)
-/// then each strategy with each delivery of `deliveries` (pull is
-/// [`Runner::Hotcount`], push [`Runner::Push`]), each pull run followed by
-/// the compared build's run of it (when one is given), then batched with
-/// rollups off (when asked for).
+/// The runners of one round, in order: the null consumer (when asked for:
+/// pulling, when pull is among the deliveries, then as the push floor,
+/// when push is) then each strategy with each delivery of `deliveries`
+/// (pull is [`Runner::Hotcount`], push [`Runner::Push`]), each run
+/// followed by the compared build's run of it (when one is given), then
+/// batched with rollups off (when asked for).
 pub fn runners(config: &BenchConfig) -> Vec<Runner> {
-    let null = config.null_consumer_bin.as_ref().map(|_| Runner::Null);
     let compare = config.compare_bin.is_some() && config.consumer_bin.is_some();
     let no_rollups = config.compare_rollups.then_some(Runner::NoRollups);
     let deliveries = if config.deliveries.is_empty() {
@@ -341,16 +349,26 @@ pub fn runners(config: &BenchConfig) -> Vec<Runner> {
     } else {
         &config.deliveries[..]
     };
+    let null = [
+        (Delivery::Pull, Runner::Null),
+        (Delivery::Push, Runner::NullPush),
+    ]
+    .into_iter()
+    .filter(|(delivery, _)| config.null_consumer_bin.is_some() && deliveries.contains(delivery))
+    .map(|(_, runner)| runner);
     let hotcount = config.strategies.iter().flat_map(|&s| {
         deliveries.iter().flat_map(move |&delivery| match delivery {
             Delivery::Pull => vec![Runner::Hotcount(s)]
                 .into_iter()
                 .chain(compare.then_some(Runner::Compare(s)))
                 .collect::<Vec<_>>(),
-            Delivery::Push => vec![Runner::Push(s)],
+            Delivery::Push => vec![Runner::Push(s)]
+                .into_iter()
+                .chain(compare.then_some(Runner::ComparePush(s)))
+                .collect::<Vec<_>>(),
         })
     });
-    null.into_iter().chain(hotcount).chain(no_rollups).collect()
+    null.chain(hotcount).chain(no_rollups).collect()
 }
 
 /// One strategy on one workload, in a fresh stage: publish, run the
@@ -364,8 +382,11 @@ async fn run_one(
 ) -> Result<RunResult, RunError> {
     // The null consumer runs on the stage and stream settings of batched pull.
     let strategy = match runner {
-        Runner::Hotcount(strategy) | Runner::Compare(strategy) | Runner::Push(strategy) => strategy,
-        Runner::Null | Runner::NoRollups => Strategy::Batched,
+        Runner::Hotcount(strategy)
+        | Runner::Compare(strategy)
+        | Runner::Push(strategy)
+        | Runner::ComparePush(strategy) => strategy,
+        Runner::Null | Runner::NullPush | Runner::NoRollups => Strategy::Batched,
     };
     let (run_args, service_config) =
         consumer_settings(config, strategy, runner == Runner::NoRollups)?;
@@ -385,7 +406,7 @@ async fn run_one(
     // through a round-robin front (as Cloud Run's front end).
     let replicas = config.replicas.max(1);
     let push_addrs = match runner {
-        Runner::Push(_) => (0..replicas)
+        Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush => (0..replicas)
             .map(|_| free_loopback_port("a push endpoint"))
             .collect::<Result<Vec<_>, _>>()?,
         _ => Vec::new(),
@@ -408,21 +429,34 @@ async fn run_one(
             None => (consumer_args.clone(), consumer_config.clone()),
         };
         consumers.push(match (runner, &config.null_consumer_bin) {
-            (Runner::Null, Some(bin)) => Consumer::start_null(bin, stage.endpoints(), &run_args)?,
-            (Runner::Null, None) => {
+            (Runner::Null, Some(bin)) => {
+                Consumer::start_null(bin, stage.endpoints(), &run_args, None)?
+            }
+            (Runner::NullPush, Some(bin)) => Consumer::start_null(
+                bin,
+                stage.endpoints(),
+                &run_args,
+                push_addrs.get(replica).copied(),
+            )?,
+            (Runner::Null | Runner::NullPush, None) => {
                 return Err(RunError::Invalid("no null consumer binary".into()));
             }
-            (Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups | Runner::Push(_), _) => {
-                Consumer::start(
-                    match runner {
-                        Runner::Compare(_) => config.compare_bin.as_deref(),
-                        _ => config.consumer_bin.as_deref(),
-                    },
-                    stage.endpoints(),
-                    &consumer_args,
-                    &consumer_config,
-                )?
-            }
+            (
+                Runner::Hotcount(_)
+                | Runner::Compare(_)
+                | Runner::NoRollups
+                | Runner::Push(_)
+                | Runner::ComparePush(_),
+                _,
+            ) => Consumer::start(
+                match runner {
+                    Runner::Compare(_) | Runner::ComparePush(_) => config.compare_bin.as_deref(),
+                    _ => config.consumer_bin.as_deref(),
+                },
+                stage.endpoints(),
+                &consumer_args,
+                &consumer_config,
+            )?,
         });
     }
     let _front = push_to_consumers(&stage, &consumers, &push_addrs).await?;
@@ -451,10 +485,12 @@ async fn run_one(
     stage.emulators().firestore_faults().clear();
     let completed = window.completed && published == total;
     let (verdict, latency) = match runner {
-        Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups | Runner::Push(_) => {
-            check(&stage, &run_args, &workload, completed).await?
-        }
-        Runner::Null => (Verdict::NotCounted, Percentiles::default()),
+        Runner::Hotcount(_)
+        | Runner::Compare(_)
+        | Runner::NoRollups
+        | Runner::Push(_)
+        | Runner::ComparePush(_) => check(&stage, &run_args, &workload, completed).await?,
+        Runner::Null | Runner::NullPush => (Verdict::NotCounted, Percentiles::default()),
     };
     stage.shutdown().await;
     Ok(window.into_result(
@@ -890,6 +926,32 @@ mod tests {
                 Runner::Hotcount(PerEvent)
             ],
             "each strategy pushed then pulled, side by side"
+        );
+        config.consumer_bin = Some("hotcount".into());
+        config.compare_bin = Some("hotcount-before".into());
+        config.null_consumer_bin = Some("hotcount-null-consumer".into());
+        config.strategies = vec![Batched];
+        assert_eq!(
+            runners(&config),
+            [
+                Runner::Null,
+                Runner::NullPush,
+                Runner::Push(Batched),
+                Runner::ComparePush(Batched),
+                Runner::Hotcount(Batched),
+                Runner::Compare(Batched),
+            ],
+            "both floors first, each run followed by the compared build's"
+        );
+        config.deliveries = vec![Delivery::Push];
+        assert_eq!(
+            runners(&config),
+            [
+                Runner::NullPush,
+                Runner::Push(Batched),
+                Runner::ComparePush(Batched)
+            ],
+            "push alone: only the push floor"
         );
     }
 

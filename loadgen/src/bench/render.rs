@@ -18,7 +18,9 @@ fn runner_name(r: Runner) -> String {
         Runner::Hotcount(s) => strategy(s).into(),
         Runner::Push(s) => format!("{}, push", strategy(s)),
         Runner::Compare(s) => format!("{} (compared build)", strategy(s)),
+        Runner::ComparePush(s) => format!("{}, push (compared build)", strategy(s)),
         Runner::Null => "null consumer (receive + ack)".into(),
+        Runner::NullPush => "null consumer, push (read + 204)".into(),
         Runner::NoRollups => "batched, rollups off".into(),
     }
 }
@@ -214,7 +216,7 @@ pub fn render(results: &[RunResult], case: Case) -> String {
         }
         out.push('\n');
     }
-    if rounds > 1 || runners.contains(&Runner::Null) {
+    if rounds > 1 || runners.contains(&Runner::Null) || runners.contains(&Runner::NullPush) {
         out.push_str(&render_medians(&runs, &runners, rounds));
     }
     let find = |s| shown.iter().find(|r| r.runner == Runner::Hotcount(s));
@@ -236,24 +238,45 @@ pub fn render(results: &[RunResult], case: Case) -> String {
 
 /// For each strategy run with both deliveries: push as a multiple of pull,
 /// the median of the per-round ratios (each round's runs ran side by
-/// side), for CPU per 1,000 messages and messages/s.
+/// side), for CPU per 1,000 messages and messages/s; with the push floor
+/// (the null consumer's push endpoint), the floor as a multiple of pull
+/// too: the least push can cost beside it.
 fn render_push_beside_pull(runs: &[&RunResult], rounds: u32) -> String {
     let mut out = String::new();
+    let ran = |runner| runs.iter().any(|r| r.runner == runner);
     for strategy in [Strategy::Batched, Strategy::PerEvent] {
-        let (push, pull) = (Runner::Push(strategy), Runner::Hotcount(strategy));
-        let ratio = |figure: fn(&RunResult) -> Option<f64>| {
-            median_ratio(runs, rounds, (push, pull), figure)
-        };
-        if !runs.iter().any(|r| r.runner == push) || !runs.iter().any(|r| r.runner == pull) {
+        let pull = Runner::Hotcount(strategy);
+        if !ran(pull) {
             continue;
         }
-        out.push_str(&format!(
-            "\n{}, push / pull (median of the per-round ratios): CPU per 1,000 messages {}, messages/s {}, publish->commit p99 {}\n",
-            runner_name(pull),
-            ratio(RunResult::cpu_ms_per_1k),
-            ratio(|r| Some(r.events_per_sec())),
-            ratio(|r| Some(r.latency.p99_ms)),
-        ));
+        for (push, what) in [
+            (Runner::Push(strategy), "push / pull"),
+            (
+                Runner::ComparePush(strategy),
+                "push (compared build) / pull",
+            ),
+            (Runner::NullPush, "push floor (null consumer, push) / pull"),
+        ] {
+            if !ran(push) {
+                continue;
+            }
+            let ratio = |figure: fn(&RunResult) -> Option<f64>| {
+                median_ratio(runs, rounds, (push, pull), figure)
+            };
+            let p99 = match push {
+                Runner::NullPush => String::new(),
+                _ => format!(
+                    ", publish->commit p99 {}",
+                    ratio(|r| Some(r.latency.p99_ms))
+                ),
+            };
+            out.push_str(&format!(
+                "\n{}, {what} (median of the per-round ratios): CPU per 1,000 messages {}, messages/s {}{p99}\n",
+                runner_name(pull),
+                ratio(RunResult::cpu_ms_per_1k),
+                ratio(|r| Some(r.events_per_sec())),
+            ));
+        }
     }
     out
 }
@@ -366,19 +389,28 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
         }
         out.push('\n');
     }
-    if runners.contains(&Runner::Null) {
-        out.push_str("| CPU per message, x the null consumer |");
+    if runners.contains(&Runner::Null) || runners.contains(&Runner::NullPush) {
+        // Push runs beside the push floor, the others beside the pull floor.
+        out.push_str("| CPU per message, x the null consumer (push: its push floor) |");
         for &runner in runners {
-            let cell = median_cpu_ratio(runs, rounds, runner, Runner::Null);
+            let floor = match runner {
+                Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush => Runner::NullPush,
+                _ => Runner::Null,
+            };
+            let cell = median_cpu_ratio(runs, rounds, runner, floor);
             out.push_str(&format!(" {cell} |"));
         }
         out.push('\n');
     }
-    if runners.iter().any(|r| matches!(r, Runner::Compare(_))) {
+    if runners
+        .iter()
+        .any(|r| matches!(r, Runner::Compare(_) | Runner::ComparePush(_)))
+    {
         out.push_str("| CPU per message, x the first build's of the round |");
         for &runner in runners {
             let cell = match runner {
                 Runner::Compare(s) => median_cpu_ratio(runs, rounds, runner, Runner::Hotcount(s)),
+                Runner::ComparePush(s) => median_cpu_ratio(runs, rounds, runner, Runner::Push(s)),
                 _ => String::new(),
             };
             out.push_str(&format!(" {cell} |"));

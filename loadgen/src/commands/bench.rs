@@ -68,12 +68,16 @@ pub struct BenchArgs {
     pub hotcount_bin: Option<std::path::PathBuf>,
     /// With `--consumer-process`: another `hotcount` binary (e.g. the
     /// build before a change), run right after the first on each strategy
-    /// of each round and reported beside it as "(compared build)".
+    /// and delivery of each round and reported beside it as "(compared
+    /// build)".
     #[arg(long)]
     pub compare_bin: Option<std::path::PathBuf>,
     /// With `--consumer-process`: also run `hotcount-null-consumer`
     /// (receive and ack, nothing else) first in each round, and print each
-    /// strategy's CPU per message as a multiple of it (the ceiling row).
+    /// strategy's CPU per message as a multiple of it (the ceiling row);
+    /// with push among the deliveries, also its push floor (`--delivery
+    /// push`: read each pushed body, answer 204), which push runs are
+    /// compared with.
     #[arg(long)]
     pub ceiling: bool,
     /// The `hotcount-null-consumer` binary for `--ceiling` (default: next to this one).

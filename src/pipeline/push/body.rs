@@ -14,10 +14,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use axum::body::{Body, Bytes};
+use axum::body::{Bytes, HttpBody};
 use axum::http::HeaderMap;
 use base64::Engine as _;
-use futures::StreamExt as _;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -72,33 +71,64 @@ pub enum Read {
 /// Reads `body` to its end: whole up to [`MAX_BODY_BYTES`], beyond it keeping
 /// only a prefix, a tail and a digest. An error means the body did not
 /// arrive (the client went away or sent a broken stream).
-pub async fn read(body: Body) -> Result<Read, axum::Error> {
-    let mut stream = body.into_data_stream();
-    // Usually one chunk: kept as it came, no copy.
-    let mut held: Vec<Bytes> = Vec::new();
+pub async fn read<B>(mut body: B) -> Result<Read, B::Error>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+{
+    // Usually one chunk: kept as it came, no copy (and no list for it).
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<Bytes> = Vec::new();
     let mut held_len = 0;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
+    while let Some(chunk) = next_chunk(&mut body).await? {
         if held_len + chunk.len() <= MAX_BODY_BYTES {
             held_len += chunk.len();
-            held.push(chunk);
+            match first {
+                None => first = Some(chunk),
+                Some(_) => more.push(chunk),
+            }
             continue;
         }
         // Over the limit: digest what was held and stream the rest by.
         let mut oversized = Oversized::default();
-        for piece in held.drain(..).chain(std::iter::once(chunk)) {
+        for piece in first.take().into_iter().chain(more.drain(..)) {
             oversized.add(&piece);
         }
-        while let Some(chunk) = stream.next().await {
-            oversized.add(&chunk?);
+        oversized.add(&chunk);
+        while let Some(chunk) = next_chunk(&mut body).await? {
+            oversized.add(&chunk);
         }
         return Ok(oversized.into_read());
     }
-    Ok(Read::Whole(match held.len() {
-        0 => Bytes::new(),
-        1 => held.swap_remove(0),
-        _ => held.concat().into(),
+    Ok(Read::Whole(match (first, more.is_empty()) {
+        (None, _) => Bytes::new(),
+        (Some(only), true) => only,
+        (Some(first), false) => {
+            let mut whole = Vec::with_capacity(held_len);
+            whole.extend_from_slice(&first);
+            for piece in &more {
+                whole.extend_from_slice(piece);
+            }
+            whole.into()
+        }
     }))
+}
+
+/// The body's next data chunk (trailers are skipped); `None` at its end.
+async fn next_chunk<B>(body: &mut B) -> Result<Option<Bytes>, B::Error>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+{
+    loop {
+        let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx)).await;
+        match frame {
+            None => return Ok(None),
+            Some(frame) => {
+                if let Ok(data) = frame?.into_data() {
+                    return Ok(Some(data));
+                }
+            }
+        }
+    }
 }
 
 /// What is kept of an oversized body as it streams by.
@@ -162,14 +192,15 @@ struct WireMessage<'a> {
     #[serde(borrow)]
     data: Option<Cow<'a, str>>,
     attributes: Option<BTreeMap<String, String>>,
-    #[serde(rename = "messageId")]
-    message_id: Option<String>,
-    #[serde(rename = "message_id")]
-    message_id_snake: Option<String>,
-    #[serde(rename = "publishTime")]
-    publish_time: Option<String>,
-    #[serde(rename = "publish_time")]
-    publish_time_snake: Option<String>,
+    // Borrowed from the body where no escape needs undoing: no copy.
+    #[serde(rename = "messageId", borrow)]
+    message_id: Option<Cow<'a, str>>,
+    #[serde(rename = "message_id", borrow)]
+    message_id_snake: Option<Cow<'a, str>>,
+    #[serde(rename = "publishTime", borrow)]
+    publish_time: Option<Cow<'a, str>>,
+    #[serde(rename = "publish_time", borrow)]
+    publish_time_snake: Option<Cow<'a, str>>,
 }
 
 /// The message of a request: its `headers` and its body as [`read`].

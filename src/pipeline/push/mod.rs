@@ -29,6 +29,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::{Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::routing::post;
@@ -187,56 +188,83 @@ impl Push {
     }
 }
 
-/// `POST /pubsub/push`.
+/// `POST /pubsub/push` through the router (the endpoint shares the
+/// metrics endpoint's address).
 async fn receive(State(push): State<Push>, request: Request) -> StatusCode {
-    let arrived = Instant::now();
-    let inner = &push.inner;
-    let Some(hold_max) = inner.intake.read().as_ref().map(|i| i.hold_max) else {
-        return inner.answer(PushOutcome::Closed);
-    };
-    let (parts, body) = request.into_parts();
-    if let Err(refusal) = inner.auth.check(&parts.headers).await {
-        return inner.refuse(refusal);
+    push.handle(request).await
+}
+
+impl Push {
+    /// One `POST /pubsub/push` request (routed already, by the router or
+    /// by `http::serve_route`): its answer's status.
+    pub async fn handle<B>(&self, request: axum::http::Request<B>) -> StatusCode
+    where
+        B: HttpBody<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        self.inner.handle(request).await
     }
-    let Ok(slot) = inner.slots.clone().try_acquire_owned() else {
-        if inner
-            .stats
-            .warnings
-            .admit("push requests over --push-max-in-flight", "429")
-        {
-            tracing::warn!(
+}
+
+impl Inner {
+    /// Authenticates the request, gives it a slot, admits its message and
+    /// holds it until its handle is settled or the hold cap: the status.
+    async fn handle<B>(&self, request: axum::http::Request<B>) -> StatusCode
+    where
+        B: HttpBody<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        let arrived = Instant::now();
+        let inner = self;
+        let Some(hold_max) = inner.intake.read().as_ref().map(|i| i.hold_max) else {
+            return inner.answer(PushOutcome::Closed);
+        };
+        let (parts, body) = request.into_parts();
+        if let Err(refusal) = inner.auth.check(&parts.headers).await {
+            return inner.refuse(refusal);
+        }
+        let Ok(slot) = inner.slots.clone().try_acquire_owned() else {
+            if inner
+                .stats
+                .warnings
+                .admit("push requests over --push-max-in-flight", "429")
+            {
+                tracing::warn!(
                 max = inner.max_in_flight,
                 "push request answered 429: --push-max-in-flight requests are held (Pub/Sub retries it)"
             );
-        }
-        return inner.answer(PushOutcome::OverCapacity);
-    };
-    let held =
-        tokio::time::timeout_at(arrived + hold_max, inner.deliver(parts.headers, body, slot));
-    let outcome = held.await.unwrap_or_else(|_| {
+            }
+            return inner.answer(PushOutcome::OverCapacity);
+        };
+        let held =
+            tokio::time::timeout_at(arrived + hold_max, inner.deliver(parts.headers, body, slot));
+        let outcome = held.await.unwrap_or_else(|_| {
         if inner.stats.warnings.admit("push requests held to the cap", "timed_out") {
             tracing::warn!(?hold_max, "push request not settled within its hold cap: answered 503 (its batch may still commit; the redelivery is then a duplicate)");
         }
         PushOutcome::TimedOut
     });
-    if matches!(
-        outcome,
-        PushOutcome::Acked | PushOutcome::Nacked | PushOutcome::TimedOut
-    ) {
-        inner.stats.push_hold.record(arrived.elapsed());
+        if matches!(
+            outcome,
+            PushOutcome::Acked | PushOutcome::Nacked | PushOutcome::TimedOut
+        ) {
+            inner.stats.push_hold.record(arrived.elapsed());
+        }
+        inner.answer(outcome)
     }
-    inner.answer(outcome)
-}
 
-impl Inner {
     /// Reads the body, adds its message to the aggregator and waits for
     /// its handle to be settled.
-    async fn deliver(
+    async fn deliver<B>(
         &self,
         headers: axum::http::HeaderMap,
-        body: axum::body::Body,
+        body: B,
         slot: OwnedSemaphorePermit,
-    ) -> PushOutcome {
+    ) -> PushOutcome
+    where
+        B: HttpBody<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
         let read = match body::read(body).await {
             Ok(read) => read,
             Err(error) => {

@@ -2,6 +2,7 @@
 //! pulled message would; anything else becomes a poison record that says
 //! why, never a refusal.
 
+use axum::body::Body;
 use axum::http::HeaderValue;
 
 use super::*;
