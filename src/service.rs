@@ -366,7 +366,14 @@ async fn run_pipeline(
     ));
 
     let admin = connect::subscription_admin(endpoints).await?;
-    let dead_letters = DeadLetterPolicy::of(&admin, &config.subscription).await;
+    // Read once at start: its dead-letter policy and, for push, its ack
+    // deadline.
+    let subscription = admin
+        .get_subscription()
+        .set_subscription(&config.subscription)
+        .send()
+        .await;
+    let dead_letters = DeadLetterPolicy::of(&subscription);
     dead_letters.log(&config.subscription);
     stats.dead_letter_policy.store(
         matches!(dead_letters, DeadLetterPolicy::Configured { .. }),
@@ -374,7 +381,10 @@ async fn run_pipeline(
     );
     match push {
         None => run_pull(endpoints, config, stop, &stats, store).await?,
-        Some(push) => run_push(config, stop, &stats, store, &admin, push).await?,
+        Some(push) => {
+            let ack_deadline = Push::ack_deadline_of(&subscription, &config.subscription);
+            run_push(config, stop, &stats, store, ack_deadline, push).await?
+        }
     }
     while cleanup.join_next().await.is_some() {}
     stats.warnings.flush(true);
@@ -421,10 +431,9 @@ async fn run_push(
     mut stop: watch::Receiver<bool>,
     stats: &Arc<Stats>,
     store: Arc<SelectedStore>,
-    admin: &google_cloud_pubsub::client::SubscriptionAdmin,
+    ack_deadline: Option<Duration>,
     push: Push,
 ) -> Result<(), ServiceError> {
-    let ack_deadline = Push::ack_deadline_of(admin, &config.subscription).await;
     let hold_max = PushConfig::hold_max_for(ack_deadline);
     let aggregator: Arc<Aggregator<PushHandle>> = aggregator(config, stats);
     let flushing = Flushing::start(aggregator.clone(), store, stats, config)?;

@@ -313,20 +313,14 @@ pub enum DeadLetterPolicy {
 }
 
 impl DeadLetterPolicy {
-    /// Reads the policy of `subscription` (a full name).
-    pub async fn of(
-        admin: &google_cloud_pubsub::client::SubscriptionAdmin,
-        subscription: &str,
+    /// The policy of a subscription as read (GetSubscription's answer).
+    pub fn of(
+        read: &Result<google_cloud_pubsub::model::Subscription, google_cloud_pubsub::Error>,
     ) -> Self {
-        let found = admin
-            .get_subscription()
-            .set_subscription(subscription)
-            .send()
-            .await;
-        match found {
-            Ok(sub) => match sub.dead_letter_policy {
+        match read {
+            Ok(sub) => match &sub.dead_letter_policy {
                 Some(policy) if !policy.dead_letter_topic.is_empty() => Self::Configured {
-                    topic: policy.dead_letter_topic,
+                    topic: policy.dead_letter_topic.clone(),
                     max_delivery_attempts: policy.max_delivery_attempts,
                 },
                 _ => Self::Missing,

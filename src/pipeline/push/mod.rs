@@ -165,17 +165,13 @@ impl Push {
         *self.inner.intake.write() = None;
     }
 
-    /// The ack deadline of `subscription` (a full name), if it can be read.
-    pub async fn ack_deadline_of(
-        admin: &google_cloud_pubsub::client::SubscriptionAdmin,
+    /// The ack deadline of `subscription` (a full name) in GetSubscription's
+    /// answer `read`, if it was read.
+    pub fn ack_deadline_of(
+        read: &Result<google_cloud_pubsub::model::Subscription, google_cloud_pubsub::Error>,
         subscription: &str,
     ) -> Option<Duration> {
-        let found = admin
-            .get_subscription()
-            .set_subscription(subscription)
-            .send()
-            .await;
-        match found {
+        match read {
             Ok(sub) => u64::try_from(sub.ack_deadline_seconds)
                 .ok()
                 .filter(|s| *s > 0)
