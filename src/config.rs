@@ -1046,6 +1046,7 @@ impl Config {
             counter_shards: self.counter_shards,
             counter_shard_target_writes_per_sec: self.counter_shard_target_writes_per_sec,
             marker_ttl: self.marker_ttl,
+            due_records: self.rollup_interval.is_some(),
         }
     }
 

@@ -137,6 +137,7 @@ fn config(marker_ttl: Duration) -> PostgresStoreConfig {
         counter_shards: 4,
         counter_shard_target_writes_per_sec: 0,
         marker_ttl,
+        due_records: false,
     }
 }
 

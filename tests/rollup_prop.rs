@@ -20,8 +20,8 @@ use gcloud_sdk::prost_types::Timestamp;
 use hotcount::pipeline::rollup::{PlannedWrite, Refresher, RollupConfig};
 use hotcount::store::counter_shards::ShardRegistry;
 use hotcount::store::rollup::{
-    micros_of, ChangedPost, Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
-    StoredRollup, WriteOutcome,
+    micros_of, ChangedPost, DueRecord, Micros, PostRead, RollupKey, RollupSnapshot, RollupStore,
+    RollupWrite, StoredRollup, TakenRecord, WriteOutcome,
 };
 use hotcount::store::{ChangedCounter, Code, ErrorClass, StoreError};
 use hotcount::telemetry::Stats;
@@ -201,6 +201,20 @@ impl RollupStore for Store {
         }
         Ok(changed.into_values().collect())
     }
+
+    /// The model keeps no due records (its replicas' marks are in memory).
+    async fn take_over_due(
+        &self,
+        _older_than: Duration,
+        _store_now: i64,
+        _limit: usize,
+    ) -> Result<Vec<TakenRecord>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn clear_due(&self, _records: &[DueRecord]) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -290,7 +304,7 @@ impl Replica {
         }];
         let at = times.then_some(at);
         let marks = self.refresher.marks();
-        marks.mark(&changed, at, tokio::time::Instant::now());
+        marks.mark(&changed, at, None, tokio::time::Instant::now());
     }
 
     async fn read(&mut self, store: &Store) {

@@ -25,6 +25,7 @@ const WAIT: Duration = Duration::from_secs(60);
 crate::on_each_store!(
     every_rollup_equals_its_count_and_the_truth_at_rest,
     three_replicas_killed_and_restarted_leave_every_rollup_exact,
+    replicas_killed_and_never_restarted_leave_every_rollup_exact,
     count_live_prints_each_change_of_a_rollup,
 );
 
@@ -123,6 +124,11 @@ struct Replica {
 
 impl Replica {
     fn start(h: &Harness, name: &str, interval_ms: &str) -> Self {
+        Self::start_with(h, name, &["--rollup-interval-ms", interval_ms])
+    }
+
+    /// A replica with `extra` flags (after the defaults, so they win).
+    fn start_with(h: &Harness, name: &str, extra: &[&str]) -> Self {
         let log = std::env::temp_dir().join(format!(
             "hotcount-rollups-{name}-{}-{}.log",
             std::process::id(),
@@ -140,7 +146,7 @@ impl Replica {
                 common::SUBSCRIPTION,
             ])
             .args(["--flush-interval-ms", "20", "--shards", "4"])
-            .args(["--rollup-interval-ms", interval_ms])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(file);
         if let Some(url) = h.postgres_url() {
@@ -245,6 +251,115 @@ async fn three_replicas_killed_and_restarted_leave_every_rollup_exact(backend: B
             "{post} (stale before the sweep: {stale:?}): {shown:?}"
         );
     }
+}
+
+/// Fresh posts liked once each (they never change again), tagged `tag`.
+fn fresh_posts(posts: usize, tag: &str) -> Vec<Ev> {
+    (0..posts)
+        .map(|p| Ev::like(&format!("{tag}-{p}"), &format!("{tag}-post-{p}"), "u", 1))
+        .collect()
+}
+
+/// The posts of `want` whose rollup is missing or differs from it.
+async fn wrong_rollups(h: &Harness, want: &BTreeMap<String, i64>) -> Vec<String> {
+    let rollups = h.store.rollups().await.expect("rollups");
+    want.iter()
+        .filter(|(post, count)| rollups.get(*post).map(|r| r.0) != Some(**count))
+        .map(|(post, _)| post.clone())
+        .collect()
+}
+
+/// Waits (bounded by `bound`) until every rollup of `want` is exact;
+/// returns the posts still wrong then.
+async fn wrong_after(h: &Harness, want: &BTreeMap<String, i64>, bound: Duration) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        let wrong = wrong_rollups(h, want).await;
+        if wrong.is_empty() || tokio::time::Instant::now() > deadline {
+            return wrong;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A scale-down: replicas SIGKILLed mid-burst are never restarted, and no
+/// start-up sweep can help (it is off, or its lookback has passed); only
+/// the due records each commit wrote bring every rollup to its count,
+/// within the rollup interval plus 10 s of the last change.
+async fn replicas_killed_and_never_restarted_leave_every_rollup_exact(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let no_sweep = ["--rollup-sweep-lookback-secs", "0"];
+    // Within the interval (1 s) plus 10 s of the last change, and a margin
+    // for a loaded machine.
+    let bound = Duration::from_secs(11 + 4);
+    let mut replicas: Vec<Replica> = (0..3)
+        .map(|i| Replica::start_with(&h, &format!("k{i}"), &no_sweep))
+        .collect();
+    let mut events = fresh_posts(1500, "a");
+    events.extend(workload(5, 60, "a"));
+    h.publish(&events).await;
+    // Mid-burst: two of three SIGKILLed once some of it is acked.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while h.subscription_stats().acks < 300 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "some of the burst acked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    replicas.pop().expect("a replica").kill();
+    replicas.pop().expect("a replica").kill();
+    let want = expected(&events);
+    // The killed replicas' leases run out before their messages come back.
+    assert_eq!(
+        h.wait_for_counts(&want, 3 * WAIT).await,
+        want,
+        "counts exact"
+    );
+    let wrong = wrong_after(&h, &want, bound).await;
+    assert!(
+        wrong.is_empty(),
+        "{} of {} rollups wrong {bound:?} after the counts were exact: {:?}",
+        wrong.len(),
+        want.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+
+    // The survivor SIGKILLed too, after a replica whose marks wait a minute
+    // counted a second burst; a fresh replica starts only once its sweep's
+    // lookback (1 s) has passed.
+    replicas.pop().expect("the survivor").kill();
+    let slow = Replica::start_with(
+        &h,
+        "slow",
+        &[
+            "--rollup-interval-ms",
+            "60000",
+            "--rollup-sweep-lookback-secs",
+            "0",
+        ],
+    );
+    let mut second = fresh_posts(500, "b");
+    second.extend(workload(3, 40, "b"));
+    h.publish(&second).await;
+    events.extend(second);
+    let want = expected(&events);
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want, "counts exact");
+    slow.kill();
+    let left = wrong_rollups(&h, &want).await;
+    assert!(!left.is_empty(), "the slow replica left rollups to refresh");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let fresh = Replica::start_with(&h, "fresh", &["--rollup-sweep-lookback-secs", "1"]);
+    let wrong = wrong_after(&h, &want, bound).await;
+    fresh.stop().await;
+    assert!(
+        wrong.is_empty(),
+        "{} of {} rollups wrong (left by the killed: {}): {:?}",
+        wrong.len(),
+        want.len(),
+        left.len(),
+        &wrong[..wrong.len().min(10)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

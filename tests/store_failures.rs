@@ -223,6 +223,7 @@ fn store_with(h: &Harness, call_timeout: Duration) -> hotcount::store::firestore
             counter_shards: 4,
             counter_shard_target_writes_per_sec: 1,
             marker_ttl: Duration::from_secs(86_400),
+            due_records: false,
         },
     )
 }

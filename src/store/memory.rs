@@ -13,8 +13,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::rollup::{
-    ChangedPost, Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
-    StoredRollup, WriteOutcome,
+    ChangedPost, DueRecord, Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
+    StoredRollup, TakenRecord, WriteOutcome,
 };
 use super::{
     Attempt, ChangedCounter, Code, CommitOutcome, CommitReport, CounterStore, ErrorClass,
@@ -64,6 +64,9 @@ struct State {
     started: Option<tokio::time::Instant>,
     /// When each post's counter last changed.
     changed_at: HashMap<String, Micros>,
+    /// Rollup due records by batch id: the posts, the commit time, and
+    /// when the record's wait began.
+    due: BTreeMap<String, (Vec<ChangedCounter>, Micros, Micros)>,
 }
 
 /// A failure the next rollup calls will meet.
@@ -259,6 +262,10 @@ impl MemoryStore {
                 rpcs: 1,
                 changed: ChangedCounter::every_post_of(batch),
                 committed_at: None,
+                due_record: Some(DueRecord {
+                    consumer: String::new(),
+                    batch_id: batch.id.clone(),
+                }),
             });
         }
         let now = state.tick();
@@ -273,6 +280,21 @@ impl MemoryStore {
             state.changed_at.insert(post.clone(), now);
         }
         state.markers.insert(batch.id.clone(), plan.effects);
+        let changed: Vec<ChangedCounter> = (plan.deltas.keys())
+            .map(|post_id| ChangedCounter {
+                post_id: post_id.clone(),
+                shard: Some(0),
+            })
+            .collect();
+        let due_record = (!changed.is_empty()).then(|| {
+            state
+                .due
+                .insert(batch.id.clone(), (changed.clone(), now, now));
+            DueRecord {
+                consumer: String::new(),
+                batch_id: batch.id.clone(),
+            }
+        });
         state
             .quarantine
             .extend(batch.poison.iter().map(|p| p.item.clone()));
@@ -288,13 +310,9 @@ impl MemoryStore {
             effects: plan.effects,
             increments: plan.deltas.len(),
             rpcs: 2,
-            changed: (plan.deltas.into_keys())
-                .map(|post_id| ChangedCounter {
-                    post_id,
-                    shard: Some(0),
-                })
-                .collect(),
+            changed,
             committed_at: Some(now),
+            due_record,
         })
     }
 
@@ -410,5 +428,49 @@ impl RollupStore for MemoryStore {
                 shards: 1,
             })
             .collect())
+    }
+
+    async fn take_over_due(
+        &self,
+        older_than: std::time::Duration,
+        _store_now: Micros,
+        limit: usize,
+    ) -> Result<Vec<TakenRecord>, StoreError> {
+        let mut state = self.state.lock();
+        let now = state.tick();
+        let before = now - i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
+        let mut taken = Vec::new();
+        for (batch_id, (posts, committed_at, due_at)) in state.due.iter_mut() {
+            if taken.len() >= limit {
+                break;
+            }
+            if *due_at <= before {
+                *due_at = now;
+                taken.push(TakenRecord {
+                    record: DueRecord {
+                        consumer: String::new(),
+                        batch_id: batch_id.clone(),
+                    },
+                    posts: posts.clone(),
+                    committed_at: Some(*committed_at),
+                });
+            }
+        }
+        Ok(taken)
+    }
+
+    async fn clear_due(&self, records: &[DueRecord]) -> Result<(), StoreError> {
+        let mut state = self.state.lock();
+        for record in records {
+            state.due.remove(&record.batch_id);
+        }
+        Ok(())
+    }
+}
+
+impl MemoryStore {
+    /// The batches whose rollup due records are not cleared.
+    pub fn due_records(&self) -> Vec<String> {
+        self.state.lock().due.keys().cloned().collect()
     }
 }

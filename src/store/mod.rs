@@ -36,6 +36,10 @@ pub struct StoreSettings {
     /// How long batch markers are kept (Firestore's `expireAt` TTL field;
     /// PostgreSQL's `expires_at`, see `PgDb::delete_expired_markers`).
     pub marker_ttl: std::time::Duration,
+    /// Whether a batch that changes counts leaves a rollup due record in
+    /// its commit (its marker lists the posts; [`rollup::DueRecord`]): on
+    /// whenever rollups are.
+    pub due_records: bool,
 }
 
 /// How a commit ended.
@@ -68,6 +72,9 @@ pub struct CommitReport {
     /// The commit's time in the store's clock, when the store tells it
     /// (Firestore): a rollup read at this time or later includes the batch.
     pub committed_at: Option<rollup::Micros>,
+    /// The rollup due record the batch's commit wrote (or, already
+    /// committed, may have written): cleared once `changed` is refreshed.
+    pub due_record: Option<rollup::DueRecord>,
 }
 
 /// A post whose count a committed batch changed.

@@ -16,7 +16,7 @@
 //! written inside a batch's transaction.
 
 use std::future::Future;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use gcloud_sdk::prost_types::Timestamp;
 
@@ -125,6 +125,32 @@ pub struct ChangedPost {
     pub shards: u32,
 }
 
+/// A due record: the durable mark a committed batch that changed counts
+/// leaves in the store, in the same commit (its batch marker carries the
+/// posts), until a refresher has brought every one of those posts' rollups
+/// past the commit and clears it. A record no live refresher clears is
+/// taken over by another replica ([`RollupStore::take_over_due`]), so a
+/// post's rollup catches up whatever replicas are killed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DueRecord {
+    /// The consumer that committed the batch.
+    pub consumer: String,
+    /// The batch.
+    pub batch_id: String,
+}
+
+/// A due record taken over (leased) from a refresher that did not clear it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TakenRecord {
+    /// The record.
+    pub record: DueRecord,
+    /// The posts its batch changed, with the counter shard each was
+    /// incremented on (when recorded).
+    pub posts: Vec<super::ChangedCounter>,
+    /// The batch's commit time in the store's clock, when recorded.
+    pub committed_at: Option<Micros>,
+}
+
 /// A rollup's state as a listener sees it change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RollupChange {
@@ -157,4 +183,24 @@ pub trait RollupStore: Send + Sync + 'static {
         &self,
         since: SystemTime,
     ) -> impl Future<Output = Result<Vec<ChangedPost>, StoreError>> + Send;
+
+    /// Takes over at most `limit` due records left uncleared for longer
+    /// than `older_than` (by the store's clock; `store_now` is this
+    /// process's best estimate of it, for stores that cannot ask): each is
+    /// leased to the caller by restarting its wait at the store's time, on
+    /// the condition that it did not change since it was found, so two
+    /// replicas never take the same record at once.
+    fn take_over_due(
+        &self,
+        older_than: Duration,
+        store_now: Micros,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<TakenRecord>, StoreError>> + Send;
+
+    /// Clears `records` (their posts' rollups show their batches), in one
+    /// round trip; a record already cleared or expired is no error.
+    fn clear_due(
+        &self,
+        records: &[DueRecord],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

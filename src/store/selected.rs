@@ -14,8 +14,8 @@ use super::firestore::{FirestoreDb, FirestoreStore, Read};
 use super::milestone::{Claim, MilestoneRecord, MilestoneStore, RetrySelection, Settle};
 use super::postgres::{PgDb, PostgresStore};
 use super::rollup::{
-    ChangedPost, Micros, RollupChange, RollupKey, RollupSnapshot, RollupStore, RollupWrite,
-    WriteOutcome,
+    ChangedPost, DueRecord, Micros, RollupChange, RollupKey, RollupSnapshot, RollupStore,
+    RollupWrite, TakenRecord, WriteOutcome,
 };
 pub use super::StoreSettings;
 use super::{Attempt, CommitReport, CounterStore, StoreError};
@@ -159,6 +159,25 @@ impl RollupStore for SelectedDb {
         match self {
             Self::Firestore(db) => db.changed_since(since).await,
             Self::Postgres(db) => db.changed_since(since).await,
+        }
+    }
+
+    async fn take_over_due(
+        &self,
+        older_than: std::time::Duration,
+        store_now: Micros,
+        limit: usize,
+    ) -> Result<Vec<TakenRecord>, StoreError> {
+        match self {
+            Self::Firestore(db) => db.take_over_due(older_than, store_now, limit).await,
+            Self::Postgres(db) => db.take_over_due(older_than, store_now, limit).await,
+        }
+    }
+
+    async fn clear_due(&self, records: &[DueRecord]) -> Result<(), StoreError> {
+        match self {
+            Self::Firestore(db) => db.clear_due(records).await,
+            Self::Postgres(db) => db.clear_due(records).await,
         }
     }
 }

@@ -103,6 +103,10 @@ pub struct Stats {
     pub rollup_rpcs: Counter,
     /// See [`names::ROLLUP_SWEPT`].
     pub rollup_swept: Counter,
+    /// See [`names::ROLLUP_TAKEN_OVER`].
+    pub rollup_taken_over: Counter,
+    /// See [`names::ROLLUP_CLEARED`].
+    pub rollup_cleared: Counter,
     /// See [`names::ROLLUP_PENDING`] (its high-water mark is not exported).
     pub rollup_pending: Level,
     /// See [`names::ROLLUP_LAG`].
@@ -185,6 +189,8 @@ impl Default for Stats {
             rollup_failures: Counter::default(),
             rollup_rpcs: Counter::default(),
             rollup_swept: Counter::default(),
+            rollup_taken_over: Counter::default(),
+            rollup_cleared: Counter::default(),
             rollup_pending: Level::default(),
             rollup_lag: Latency::new(&names::ROLLUP_LAG_BUCKETS),
             milestones_recorded: Counter::default(),
@@ -251,6 +257,8 @@ impl Stats {
             (ROLLUP_FAILURES, &self.rollup_failures),
             (ROLLUP_RPCS, &self.rollup_rpcs),
             (ROLLUP_SWEPT, &self.rollup_swept),
+            (ROLLUP_TAKEN_OVER, &self.rollup_taken_over),
+            (ROLLUP_CLEARED, &self.rollup_cleared),
             (STORE_CALL_TIMEOUTS, &self.store_call_timeouts),
             (MILESTONES_RECORDED, &self.milestones_recorded),
             (MILESTONES_DELIVERED, &self.milestones_delivered),

@@ -112,6 +112,10 @@ metrics! {
         "Store round trips of the rollup refresher (reads, writes, sweeps).";
     ROLLUP_SWEPT = "hotcount_rollup_swept_total",
         "Recently changed posts the start-up sweep marked for a rollup check.";
+    ROLLUP_TAKEN_OVER = "hotcount_rollup_records_taken_over_total",
+        "Rollup due records this process took over from a replica that did not clear them in time (killed, or stuck).";
+    ROLLUP_CLEARED = "hotcount_rollup_records_cleared_total",
+        "Rollup due records cleared: every post they list has a rollup showing their batch.";
     ROLLUP_PENDING = "hotcount_rollup_pending_posts",
         "Posts this process changed whose rollup waits for a refresh.";
     ROLLUP_LAG = "hotcount_rollup_lag_seconds",

@@ -337,6 +337,7 @@ async fn open_store(
             counter_shard_target_writes_per_sec:
                 crate::config::DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC,
             marker_ttl: Duration::from_secs(86_400 * args.marker_ttl_days.clamp(1, 3650)),
+            due_records: false,
         },
     );
     // Only the counter shards each post's rollup registers (Firestore): a

@@ -152,7 +152,12 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             match result {
                 Ok(report) => {
                     if let Some(marks) = &self.rollups {
-                        marks.mark(&report.changed, report.committed_at, Instant::now());
+                        marks.mark(
+                            &report.changed,
+                            report.committed_at,
+                            report.due_record.clone(),
+                            Instant::now(),
+                        );
                     }
                     self.stats.commit_progress.committed();
                     self.stats.store_rpcs.add(u64::from(report.rpcs));

@@ -5,7 +5,10 @@
 //!
 //! Invariants: a mark is cleared only by [`Marks::settle`] with the
 //! generation it was taken at, so a post marked again while its refresh
-//! ran stays marked; the counter shard span table only grows (an
+//! ran stays marked; a due record (the durable copy of a batch's marks in
+//! the store) becomes ready to clear only once every post it lists has
+//! settled done with a generation at or after the record's, i.e. a rollup
+//! read after its commit is stored for each; the counter shard span table only grows (an
 //! over-estimate reads a few more documents, an under-estimate is caught
 //! by the rollup's own `shards`), its memory is fixed.
 
@@ -16,7 +19,7 @@ use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
 use crate::event::fnv1a64;
-use crate::store::rollup::Micros;
+use crate::store::rollup::{DueRecord, Micros};
 use crate::store::ChangedCounter;
 
 /// Slots of the shard span table (by post hash).
@@ -43,6 +46,18 @@ struct Mark {
     changed: bool,
     /// Counter shards the rollup must register (0: none asked).
     grow: u32,
+    /// The due records waiting on this post: (the mark's generation when
+    /// the record was attached, the record's id in [`State::records`]).
+    records: Vec<(u64, u64)>,
+}
+
+/// A due record this process holds: cleared in the store once no post it
+/// lists waits.
+#[derive(Debug)]
+struct HeldRecord {
+    record: DueRecord,
+    /// Posts still waiting.
+    waiting: u32,
 }
 
 /// A mark taken for a refresh.
@@ -91,6 +106,11 @@ struct State {
     next_generation: u64,
     /// Per slot, the most counter shards seen on a post of that slot.
     spans: Vec<u32>,
+    /// The due records held, by id.
+    records: FxHashMap<u64, HeldRecord>,
+    next_record: u64,
+    /// Records no post waits on any more: to clear in the store.
+    ready: Vec<DueRecord>,
 }
 
 /// The marked posts of one process; shared by the flusher and the refresher.
@@ -118,18 +138,52 @@ impl Marks {
     }
 
     /// Marks the posts of a committed batch (due at once); `committed_at`
-    /// is the commit's store time when known.
-    pub fn mark(&self, changed: &[ChangedCounter], committed_at: Option<Micros>, now: Instant) {
-        if changed.is_empty() {
-            return;
-        }
+    /// is the commit's store time when known; `record` is the batch's due
+    /// record, held until every post of it is refreshed. A post whose
+    /// counter shard is unknown is read over `unknown_shards` documents.
+    pub fn mark(
+        &self,
+        changed: &[ChangedCounter],
+        committed_at: Option<Micros>,
+        record: Option<DueRecord>,
+        now: Instant,
+    ) {
         let mut state = self.state.lock();
+        let id = record.map(|record| {
+            state.next_record += 1;
+            let id = state.next_record;
+            state.records.insert(id, HeldRecord { record, waiting: 0 });
+            id
+        });
         for change in changed {
             let shards = change
                 .shard
                 .map_or(self.max_shards, |k| k.saturating_add(1));
             state.add(&change.post_id, committed_at, shards, now);
+            if let Some(id) = id {
+                state.attach(&change.post_id, id);
+            }
         }
+        if let Some(id) = id {
+            state.release_if_done(id);
+        }
+    }
+
+    /// The due records no post waits on any more (taken: the caller clears
+    /// them in the store, or gives them back with [`Self::unclear`]).
+    pub fn take_ready(&self) -> Vec<DueRecord> {
+        std::mem::take(&mut self.state.lock().ready)
+    }
+
+    /// Gives back records whose clearing failed: cleared again later.
+    pub fn unclear(&self, records: Vec<DueRecord>) {
+        self.state.lock().ready.extend(records);
+    }
+
+    /// Due records held (waiting on posts, or ready to clear).
+    pub fn records_held(&self) -> usize {
+        let state = self.state.lock();
+        state.records.len() + state.ready.len()
     }
 
     /// Marks `post` as changed at `changed_at` (store time, when known)
@@ -160,6 +214,7 @@ impl Marks {
                     failures: 0,
                     changed: false,
                     grow: shards,
+                    records: Vec::new(),
                 };
                 state.marks.insert(post.to_string(), mark);
             }
@@ -230,10 +285,24 @@ impl Marks {
         match settled {
             Settled::Done if current => {
                 let waited = now.saturating_duration_since(mark.since);
-                state.marks.remove(&due.post_id);
+                if let Some(mark) = state.marks.remove(&due.post_id) {
+                    for (_, id) in mark.records {
+                        state.unwait(id);
+                    }
+                }
                 return Some(waited);
             }
-            Settled::Done => mark.failures = 0,
+            Settled::Done => {
+                mark.failures = 0;
+                // The records attached by the generation refreshed are done.
+                let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut mark.records)
+                    .into_iter()
+                    .partition(|&(generation, _)| generation <= due.generation);
+                mark.records = waiting;
+                for (_, id) in done {
+                    state.unwait(id);
+                }
+            }
             Settled::Later { after } => {
                 mark.failures = 0;
                 mark.due = now + after;
@@ -252,6 +321,34 @@ impl Marks {
 }
 
 impl State {
+    /// Attaches record `id` to `post`'s mark (just added).
+    fn attach(&mut self, post: &str, id: u64) {
+        let Some(mark) = self.marks.get_mut(post) else {
+            return;
+        };
+        mark.records.push((mark.generation, id));
+        if let Some(held) = self.records.get_mut(&id) {
+            held.waiting += 1;
+        }
+    }
+
+    /// One post of record `id` no longer waits.
+    fn unwait(&mut self, id: u64) {
+        if let Some(held) = self.records.get_mut(&id) {
+            held.waiting = held.waiting.saturating_sub(1);
+        }
+        self.release_if_done(id);
+    }
+
+    /// Moves record `id` to the ready list once no post waits on it.
+    fn release_if_done(&mut self, id: u64) {
+        if self.records.get(&id).is_some_and(|h| h.waiting == 0) {
+            if let Some(held) = self.records.remove(&id) {
+                self.ready.push(held.record);
+            }
+        }
+    }
+
     fn add(&mut self, post: &str, changed_at: Option<Micros>, shards: u32, now: Instant) {
         self.next_generation += 1;
         let generation = self.next_generation;
@@ -280,6 +377,7 @@ impl State {
                     failures: 0,
                     changed: true,
                     grow: 0,
+                    records: Vec::new(),
                 };
                 self.marks.insert(post.to_string(), mark);
             }

@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use crate::store::counter_shards::ShardRegistry;
 use crate::store::milestone::crossed;
 use crate::store::rollup::{
-    Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite, StoredRollup,
+    micros_of, Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite, StoredRollup,
     WriteOutcome,
 };
 use crate::store::StoreError;
@@ -75,6 +75,15 @@ pub struct RollupConfig {
     /// The milestones a write records when it first reaches them, sorted
     /// ascending; empty: none (milestones off).
     pub milestones: Vec<i64>,
+    /// A due record left uncleared this long (store time since its
+    /// commit, or its last takeover) is taken over by this refresher: its
+    /// committing replica is gone or stuck. Longer than a refresh takes
+    /// (one interval, a deferral of another) with a margin.
+    pub takeover_after: Duration,
+    /// How often the refresher looks for records to take over.
+    pub takeover_every: Duration,
+    /// Due records taken over in one round trip, at most.
+    pub takeover_limit: usize,
 }
 
 impl RollupConfig {
@@ -89,9 +98,16 @@ impl RollupConfig {
             drain_timeout: Duration::from_secs(2),
             max_backoff: Duration::from_secs(10).max(interval),
             milestones: Vec::new(),
+            takeover_after: interval + TAKEOVER_MARGIN,
+            takeover_every: interval.clamp(Duration::from_millis(200), Duration::from_secs(2)),
+            takeover_limit: 500,
         }
     }
 }
+
+/// How much longer than one interval a due record may wait for its own
+/// replica before another takes it over.
+pub const TAKEOVER_MARGIN: Duration = Duration::from_secs(5);
 
 /// What one post's read says to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,6 +258,9 @@ pub struct Refresher<S> {
     /// Refresh only rollups that exist (the operator tools: a deployment
     /// without rollups gets none from them).
     existing_only: bool,
+    /// The store's clock less this process's, in microseconds, as last
+    /// seen in a read's time (0 until then).
+    store_offset: std::sync::atomic::AtomicI64,
 }
 
 impl<S: RollupStore> Refresher<S> {
@@ -256,6 +275,7 @@ impl<S: RollupStore> Refresher<S> {
             stats,
             registry: None,
             existing_only: false,
+            store_offset: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
@@ -280,6 +300,7 @@ impl<S: RollupStore> Refresher<S> {
         let mut swept = self.config.sweep_lookback.is_none();
         let mut ticks = tokio::time::interval_at(Instant::now() + phase, self.config.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_takeover = Instant::now() + phase;
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
@@ -288,9 +309,72 @@ impl<S: RollupStore> Refresher<S> {
             if !swept {
                 swept = self.sweep().await;
             }
+            if Instant::now() >= next_takeover {
+                self.take_over().await;
+                next_takeover = Instant::now() + self.config.takeover_every;
+            }
             self.cycle(false).await;
+            self.clear_ready().await;
         }
         self.drain().await;
+    }
+
+    /// Takes over the due records no live refresher cleared in time and
+    /// marks their posts; returns how many records it took.
+    pub async fn take_over(&self) -> usize {
+        let offset = self.store_offset.load(std::sync::atomic::Ordering::Relaxed);
+        let store_now = micros_of(SystemTime::now()).saturating_add(offset);
+        self.stats.rollup_rpcs.add(1);
+        let taken = match self
+            .store
+            .take_over_due(
+                self.config.takeover_after,
+                store_now,
+                self.config.takeover_limit,
+            )
+            .await
+        {
+            Ok(taken) => taken,
+            Err(error) => {
+                self.warn_failed(0, &error);
+                return 0;
+            }
+        };
+        if taken.is_empty() {
+            return 0;
+        }
+        let now = Instant::now();
+        for record in &taken {
+            self.marks.mark(
+                &record.posts,
+                record.committed_at,
+                Some(record.record.clone()),
+                now,
+            );
+        }
+        self.stats.rollup_taken_over.add(taken.len() as u64);
+        tracing::info!(
+            records = taken.len(),
+            "rollup due records taken over from a replica that did not clear them in time"
+        );
+        taken.len()
+    }
+
+    /// Clears in the store the due records whose posts are all refreshed
+    /// (one round trip); on failure they are cleared at a later cycle.
+    pub async fn clear_ready(&self) {
+        let ready = self.marks.take_ready();
+        if ready.is_empty() {
+            return;
+        }
+        self.stats.rollup_rpcs.add(1);
+        match self.store.clear_due(&ready).await {
+            Ok(()) => self.stats.rollup_cleared.add(ready.len() as u64),
+            Err(error) => {
+                self.warn_failed(0, &error);
+                self.marks.unclear(ready);
+            }
+        }
     }
 
     /// Refreshes every marked post, ignoring their due times and the
@@ -313,12 +397,15 @@ impl<S: RollupStore> Refresher<S> {
             }
         })
         .await;
+        // Bounded apart: a drain that ran out of time still clears what
+        // it settled (a record left is taken over by another replica).
+        let cleared = tokio::time::timeout(self.config.drain_timeout, self.clear_ready()).await;
         let left = self.marks.len();
         self.stats.rollup_pending.set(left as u64);
-        if drained.is_err() || left > 0 {
+        if drained.is_err() || cleared.is_err() || left > 0 {
             tracing::warn!(
                 posts = left,
-                "rollups left unrefreshed at shutdown; the next start's sweep refreshes them"
+                "rollups left unrefreshed at shutdown; their due records are taken over by another replica"
             );
         }
     }
@@ -394,6 +481,13 @@ impl<S: RollupStore> Refresher<S> {
         report.rpcs += 1;
         self.stats.rollup_rpcs.add(1);
         let read = self.store.read_rollups(&keys).await;
+        if let Ok(snapshot) = &read {
+            let offset = snapshot.read_time - micros_of(SystemTime::now());
+            if snapshot.read_time > 0 {
+                self.store_offset
+                    .store(offset, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         let Some(planned) = self.after_read(due, read, rate_limited) else {
             return;
         };

@@ -38,7 +38,12 @@ async fn commit(store: &MemoryStore, marks: &[&Marks], post: &str, likes: usize,
         .await
         .expect("commit");
     for marks in marks {
-        marks.mark(&report.changed, report.committed_at, Instant::now());
+        marks.mark(
+            &report.changed,
+            report.committed_at,
+            report.due_record.clone(),
+            Instant::now(),
+        );
     }
 }
 
@@ -417,7 +422,12 @@ async fn unlike(store: &MemoryStore, marks: &Marks, post: &str, users: &[&str]) 
         .commit(&Batch::new(events, Vec::new()), &Attempt::first())
         .await
         .expect("commit");
-    marks.mark(&report.changed, report.committed_at, Instant::now());
+    marks.mark(
+        &report.changed,
+        report.committed_at,
+        report.due_record.clone(),
+        Instant::now(),
+    );
 }
 
 #[tokio::test(start_paused = true)]

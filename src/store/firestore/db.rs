@@ -318,6 +318,29 @@ impl FirestoreDb {
         query: fs::StructuredQuery,
         read: Read<'_>,
     ) -> Result<Queried, StoreError> {
+        self.run_query_within(parent, query, read, SCAN_TIMEOUT)
+            .await
+    }
+
+    /// [`Self::run_query`] bounded by the store call deadline (a query of
+    /// the running service, not a scan of the tools).
+    pub async fn run_query_bounded(
+        &self,
+        parent: &str,
+        query: fs::StructuredQuery,
+        read: Read<'_>,
+    ) -> Result<Queried, StoreError> {
+        self.run_query_within(parent, query, read, self.call_timeout)
+            .await
+    }
+
+    async fn run_query_within(
+        &self,
+        parent: &str,
+        query: fs::StructuredQuery,
+        read: Read<'_>,
+        limit: Duration,
+    ) -> Result<Queried, StoreError> {
         let request = fs::RunQueryRequest {
             parent: parent.to_string(),
             query_type: Some(fs::run_query_request::QueryType::StructuredQuery(query)),
@@ -326,8 +349,8 @@ impl FirestoreDb {
         };
         let mut queried = Queried::default();
         let mut client = self.client();
-        let call = client.run_query(Self::within(request, SCAN_TIMEOUT));
-        self.stream("RunQuery", read, SCAN_TIMEOUT, call, |response| {
+        let call = client.run_query(Self::within(request, limit));
+        self.stream("RunQuery", read, limit, call, |response| {
             if queried.read_time.is_none() {
                 queried.read_time = response.read_time;
             }

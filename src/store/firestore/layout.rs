@@ -131,6 +131,17 @@ pub mod fields {
         pub const COMMITTED_AT: &str = "committedAt";
         /// When the marker may be deleted (timestamp; the TTL field).
         pub const EXPIRE_AT: &str = "expireAt";
+        /// The rollup due record (present only until cleared): the posts
+        /// the batch incremented (array of strings; never queried, so not
+        /// indexed).
+        pub const ROLLUP_POSTS: &str = "rollupPosts";
+        /// The counter shard each of [`ROLLUP_POSTS`] was incremented on
+        /// (array of integers, pairwise; not indexed).
+        pub const ROLLUP_SHARDS: &str = "rollupShards";
+        /// The store time the record's wait began: the commit, or the
+        /// latest takeover (timestamp). Refreshers query on this field
+        /// alone (`<=`, ordered), so its automatic index serves them.
+        pub const ROLLUP_DUE: &str = "rollupDue";
     }
 
     /// A quarantine record `quarantine/{consumer}:{doc_id}`.

@@ -17,8 +17,8 @@ use gcloud_sdk::google::firestore::v1 as fs;
 use rustc_hash::FxHashMap;
 
 use fs::structured_query::{
-    field_filter, filter::FilterType, CollectionSelector, FieldFilter, FieldReference, Filter,
-    Projection,
+    field_filter, filter::FilterType, CollectionSelector, Direction, FieldFilter, FieldReference,
+    Filter, Order, Projection,
 };
 use fs::value::ValueType;
 
@@ -26,10 +26,10 @@ use super::codec::{self, micros_to_timestamp, timestamp_to_micros};
 use super::db::{FirestoreDb, Read};
 use super::errors::status_error;
 use super::layout::collections;
-use super::layout::fields::{counter_shard, rollup};
+use super::layout::fields::{counter_shard, marker, rollup};
 use crate::store::rollup::{
-    micros_of, ChangedPost, Micros, PostRead, RollupChange, RollupKey, RollupSnapshot, RollupStore,
-    RollupWrite, StoredRollup, WriteOutcome,
+    micros_of, ChangedPost, DueRecord, Micros, PostRead, RollupChange, RollupKey, RollupSnapshot,
+    RollupStore, RollupWrite, StoredRollup, TakenRecord, WriteOutcome,
 };
 use crate::store::{Code, StoreError};
 
@@ -169,6 +169,82 @@ impl RollupStore for FirestoreDb {
             entry.shards = entry.shards.max(k.saturating_add(1));
         }
         Ok(changed.into_values().collect())
+    }
+
+    async fn take_over_due(
+        &self,
+        older_than: std::time::Duration,
+        store_now: Micros,
+        limit: usize,
+    ) -> Result<Vec<TakenRecord>, StoreError> {
+        let older = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
+        let before = micros_to_timestamp(store_now.saturating_sub(older));
+        let mut selected: Vec<FieldReference> = codec::DUE_FIELDS.map(field).to_vec();
+        selected.extend([marker::CONSUMER, marker::BATCH_ID, marker::COMMITTED_AT].map(field));
+        let query = fs::StructuredQuery {
+            select: Some(Projection { fields: selected }),
+            from: vec![CollectionSelector {
+                collection_id: self.layout().collection(collections::BATCHES),
+                all_descendants: false,
+            }],
+            r#where: Some(Filter {
+                filter_type: Some(FilterType::FieldFilter(FieldFilter {
+                    field: Some(field(marker::ROLLUP_DUE)),
+                    op: field_filter::Operator::LessThanOrEqual as i32,
+                    value: Some(fs::Value {
+                        value_type: Some(ValueType::TimestampValue(before)),
+                    }),
+                })),
+            }),
+            order_by: vec![Order {
+                field: Some(field(marker::ROLLUP_DUE)),
+                direction: Direction::Ascending as i32,
+            }],
+            limit: Some(i32::try_from(limit).unwrap_or(i32::MAX)),
+            ..Default::default()
+        };
+        let root = self.layout().root();
+        let found = self.run_query_bounded(&root, query, Read::Latest).await?;
+        if found.documents.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The wait restarts at the store's time of the query.
+        let now = found
+            .read_time
+            .unwrap_or_else(|| micros_to_timestamp(store_now));
+        let claims = found
+            .documents
+            .iter()
+            .map(|doc| codec::due_claim(doc, now))
+            .collect();
+        let statuses = self.batch_write(claims).await?;
+        Ok(found
+            .documents
+            .iter()
+            .zip(statuses)
+            // A claim refused: the record changed since (cleared, or
+            // another replica took it).
+            .filter(|(_, status)| status.is_ok())
+            .filter_map(|(doc, _)| codec::taken_record(doc))
+            .collect())
+    }
+
+    async fn clear_due(&self, records: &[DueRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let writes = records
+            .iter()
+            .map(|r| codec::due_clear(self.layout(), r))
+            .collect();
+        // A marker gone (expired) has nothing to clear.
+        for status in self.batch_write(writes).await? {
+            match status {
+                Err(e) if e.code != Code::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 

@@ -113,7 +113,8 @@ use errors::query_error;
 
 use super::counter_shards::CounterShardPlanner;
 use super::{
-    Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
+    rollup::DueRecord, Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore,
+    ErrorClass, StoreError,
 };
 use crate::pipeline::batch::{Batch, Membership, MembershipKey};
 
@@ -137,6 +138,15 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
+    /// The due record a commit of `batch` writes (when it changed counts
+    /// and records are on).
+    fn due_record(&self, batch: &Batch, changed: bool) -> Option<DueRecord> {
+        (self.config.due_records && changed).then(|| DueRecord {
+            consumer: self.config.consumer.clone(),
+            batch_id: batch.id.clone(),
+        })
+    }
+
     /// A store over `db`.
     pub fn new(db: PgDb, config: PostgresStoreConfig) -> Self {
         let shards = Arc::new(CounterShardPlanner::new(
@@ -246,6 +256,7 @@ impl PostgresStore {
                 rpcs: rpcs + 1,
                 changed: ChangedCounter::every_post_of(batch),
                 committed_at: None,
+                due_record: self.due_record(batch, true),
             });
         }
         let mut stored: FxHashMap<MembershipKey, Membership> =
@@ -293,9 +304,12 @@ impl PostgresStore {
         let update_params = membership_params(&updates, &batch.id);
         let insert_params = membership_params(&inserts, &batch.id);
         let add_params: [&(dyn ToSql + Sync); 3] = [&shard_posts, &shard_ids, &deltas];
-        let mark_params: [&(dyn ToSql + Sync); 9] = [
+        // The rollup due record: the posts incremented, or NULL.
+        let due_posts: Option<&Vec<&str>> =
+            (self.config.due_records && !shard_posts.is_empty()).then_some(&shard_posts);
+        let mark_params: [&(dyn ToSql + Sync); 10] = [
             &consumer, &batch.id, &messages, &counts[0], &counts[1], &counts[2], &counts[3],
-            &posts, &ttl_secs,
+            &posts, &ttl_secs, &due_posts,
         ];
         let record_params: Vec<[&(dyn ToSql + Sync); 12]> = records
             .iter()
@@ -367,6 +381,7 @@ impl PostgresStore {
                     rpcs,
                     changed,
                     committed_at: None,
+                    due_record: self.due_record(batch, !deltas.is_empty()),
                 })
             }
             (ended, failed) => {

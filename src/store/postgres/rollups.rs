@@ -17,10 +17,10 @@ use tokio_postgres::types::ToSql;
 use super::errors::query_error;
 use super::{schema, PgDb};
 use crate::store::rollup::{
-    micros_of, ChangedPost, Micros, PostRead, RollupChange, RollupKey, RollupSnapshot, RollupStore,
-    RollupWrite, StoredRollup, WriteOutcome,
+    micros_of, ChangedPost, DueRecord, Micros, PostRead, RollupChange, RollupKey, RollupSnapshot,
+    RollupStore, RollupWrite, StoredRollup, TakenRecord, WriteOutcome,
 };
-use crate::store::StoreError;
+use crate::store::{ChangedCounter, StoreError};
 
 impl RollupStore for PgDb {
     async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
@@ -117,6 +117,50 @@ impl RollupStore for PgDb {
                 })
             })
             .collect()
+    }
+
+    async fn take_over_due(
+        &self,
+        older_than: std::time::Duration,
+        _store_now: Micros,
+        limit: usize,
+    ) -> Result<Vec<TakenRecord>, StoreError> {
+        let op = "TakeOverDue";
+        let older_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .query_rows(op, schema::TAKE_OVER_DUE, &[&older_ms, &limit])
+            .await?;
+        let err = |e: tokio_postgres::Error| query_error(op, &e);
+        let mut taken = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let posts: Option<Vec<String>> = row.try_get(2).map_err(err)?;
+            taken.push(TakenRecord {
+                record: DueRecord {
+                    consumer: row.try_get(0).map_err(err)?,
+                    batch_id: row.try_get(1).map_err(err)?,
+                },
+                posts: (posts.unwrap_or_default().into_iter())
+                    .map(|post_id| ChangedCounter {
+                        post_id,
+                        shard: None,
+                    })
+                    .collect(),
+                committed_at: None,
+            });
+        }
+        Ok(taken)
+    }
+
+    async fn clear_due(&self, records: &[DueRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let consumers: Vec<&str> = records.iter().map(|r| r.consumer.as_str()).collect();
+        let batches: Vec<&str> = records.iter().map(|r| r.batch_id.as_str()).collect();
+        self.query_rows("ClearDue", schema::CLEAR_DUE, &[&consumers, &batches])
+            .await?;
+        Ok(())
     }
 }
 

@@ -43,6 +43,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "milestones",
         sql: include_str!("migrations/0003_milestones.sql"),
     },
+    Migration {
+        version: 4,
+        name: "rollup due records",
+        sql: include_str!("migrations/0004_rollup_due_records.sql"),
+    },
 ];
 
 /// The advisory lock key every [`migrate`] takes: "hotcoun" in ASCII.
@@ -268,12 +273,32 @@ pub const ADD_TO_COUNTER_SHARDS: &str = "INSERT INTO counter_shards AS c (post_i
 
 /// Records the batch's effects: `$1` consumer, `$2` batch id, `$3`
 /// messages, `$4` applied, `$5` duplicates, `$6` stale, `$7` poison, `$8`
-/// posts, `$9` seconds to keep it. No `ON CONFLICT`: an earlier attempt's
-/// marker committed since the read makes this attempt fail (23505) and the
-/// next one report the earlier effects.
+/// posts, `$9` seconds to keep it, `$10` the posts incremented (the rollup
+/// due record, waiting from now; NULL: none). No `ON CONFLICT`: an earlier
+/// attempt's marker committed since the read makes this attempt fail
+/// (23505) and the next one report the earlier effects.
 pub const INSERT_MARKER: &str = "INSERT INTO batch_markers
-        (consumer, batch_id, messages, applied, duplicates, stale, poison, posts, expires_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + $9::int8 * interval '1 second')";
+        (consumer, batch_id, messages, applied, duplicates, stale, poison, posts, expires_at,
+         rollup_posts, rollup_due)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + $9::int8 * interval '1 second',
+        $10::text[], CASE WHEN $10::text[] IS NULL THEN NULL ELSE now() END)";
+
+/// Takes over up to `$2` rollup due records waiting longer than `$1`
+/// milliseconds (the server's clock), skipping rows another transaction
+/// holds, and restarts their wait: consumer, batch id, posts.
+pub const TAKE_OVER_DUE: &str = "UPDATE batch_markers AS b SET rollup_due = now()
+    FROM (SELECT consumer, batch_id FROM batch_markers
+          WHERE rollup_due <= now() - $1::int8 * interval '1 millisecond'
+          ORDER BY rollup_due
+          LIMIT $2::int8
+          FOR UPDATE SKIP LOCKED) AS d
+    WHERE b.consumer = d.consumer AND b.batch_id = d.batch_id
+    RETURNING b.consumer, b.batch_id, b.rollup_posts";
+
+/// Clears the rollup due records `$1` consumers, `$2` batch ids (pairwise).
+pub const CLEAR_DUE: &str = "UPDATE batch_markers AS b SET rollup_due = NULL, rollup_posts = NULL
+    FROM unnest($1::text[], $2::text[]) AS d(consumer, batch_id)
+    WHERE b.consumer = d.consumer AND b.batch_id = d.batch_id AND b.rollup_due IS NOT NULL";
 
 /// Writes (or, for a redelivered message, rewrites) one quarantine record:
 /// `$1` consumer, `$2` record id, `$3` message id, `$4` reason, `$5` data,

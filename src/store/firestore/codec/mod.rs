@@ -33,7 +33,7 @@ pub use records::{
     correction_writes, guard_from_document, quarantine_from_document, quarantine_write, Correction,
     RepairGuard, StoredRecord,
 };
-pub use rollups::{rollup_write, stored_rollup};
+pub use rollups::{due_claim, due_clear, rollup_write, stored_rollup, taken_record, DUE_FIELDS};
 
 /// Appends the writes of one batch's commit to `commit`: changed
 /// memberships (each named `names[i]` and with the precondition
@@ -67,7 +67,7 @@ pub fn encode_writes(
     for (i, (post, delta)) in plan.deltas.iter().enumerate() {
         put_counter_increment(commit, layout, post, counter_shard_of(i), *delta);
     }
-    commit.push(&marker_write(config, batch, plan, marker));
+    commit.push(&marker_write(config, batch, plan, marker, counter_shard_of));
     for poison in &batch.poison {
         commit.push(&quarantine_write(layout, &config.consumer, &poison.item));
     }
@@ -300,10 +300,11 @@ fn marker_write(
     batch: &Batch,
     plan: &Plan,
     name: &str,
+    counter_shard_of: impl Fn(usize) -> u32,
 ) -> wire::Write {
     let expire = std::time::SystemTime::now() + config.marker_ttl;
     let e = plan.effects;
-    let fields = vec![
+    let mut fields = vec![
         field(marker::CONSUMER, string(&config.consumer)),
         field(marker::BATCH_ID, string(&batch.id)),
         field(marker::MESSAGES, int(batch.message_count as i64)),
@@ -314,13 +315,24 @@ fn marker_write(
         field(marker::POSTS, int(plan.deltas.len() as i64)),
         field(marker::EXPIRE_AT, timestamp(expire.into())),
     ];
+    let mut update_transforms = vec![server_time(marker::COMMITTED_AT)];
+    // The rollup due record, in the same commit as the increments.
+    if config.due_records && !plan.deltas.is_empty() {
+        let posts = plan.deltas.keys().map(|p| string(p)).collect();
+        let shards = (0..plan.deltas.len())
+            .map(|i| int(i64::from(counter_shard_of(i))))
+            .collect();
+        fields.push(field(marker::ROLLUP_POSTS, array(posts)));
+        fields.push(field(marker::ROLLUP_SHARDS, array(shards)));
+        update_transforms.push(server_time(marker::ROLLUP_DUE));
+    }
     wire::Write {
         update: Some(wire::Document {
             name: name.to_string(),
             fields,
             update_time: None,
         }),
-        update_transforms: vec![server_time(marker::COMMITTED_AT)],
+        update_transforms,
         current_document: Some(fs::Precondition {
             condition_type: Some(fs::precondition::ConditionType::Exists(false)),
         }),
@@ -536,6 +548,11 @@ pub(super) fn int(n: i64) -> fs::Value {
     value(ValueType::IntegerValue(n))
 }
 
+/// An array value.
+pub(super) fn array(values: Vec<fs::Value>) -> fs::Value {
+    value(ValueType::ArrayValue(fs::ArrayValue { values }))
+}
+
 /// A timestamp value.
 fn timestamp(t: Timestamp) -> fs::Value {
     value(ValueType::TimestampValue(t))
@@ -717,6 +734,7 @@ mod tests {
             counter_shards: 1,
             counter_shard_target_writes_per_sec: 0,
             marker_ttl: Duration::ZERO,
+            due_records: false,
         };
         let batch = Batch::new(Vec::new(), Vec::new());
         let mut plan = batch.plan(&HashMap::<MembershipKey, Membership>::new());
@@ -726,7 +744,7 @@ mod tests {
             stale: 3,
             poison: 4,
         };
-        let write = marker_write(&config, &batch, &plan, "m");
+        let write = marker_write(&config, &batch, &plan, "m", |_| 0);
         let Some(doc) = write.update else {
             panic!("an update");
         };

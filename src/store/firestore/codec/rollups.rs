@@ -13,10 +13,103 @@ use gcloud_sdk::google::firestore::v1 as fs;
 use fs::precondition::ConditionType;
 use fs::value::ValueType;
 
-use super::super::layout::fields::rollup;
+use super::super::layout::fields::{marker, rollup};
 use super::super::Layout;
 use super::{get, int, micros_to_timestamp, server_time, string, timestamp_to_micros, value};
-use crate::store::rollup::{RollupWrite, StoredRollup};
+use crate::store::rollup::{DueRecord, RollupWrite, StoredRollup, TakenRecord};
+use crate::store::ChangedCounter;
+
+/// The fields of a rollup due record in its batch marker.
+pub const DUE_FIELDS: [&str; 3] = [
+    marker::ROLLUP_POSTS,
+    marker::ROLLUP_SHARDS,
+    marker::ROLLUP_DUE,
+];
+
+/// The claim of a due record found waiting: its wait restarts at `now`
+/// (the store's read time of the query that found it), on the condition
+/// that the marker is still the one found (its update time).
+pub fn due_claim(doc: &fs::Document, now: gcloud_sdk::prost_types::Timestamp) -> fs::Write {
+    let fields = HashMap::from([(
+        marker::ROLLUP_DUE.to_string(),
+        value(ValueType::TimestampValue(now)),
+    )]);
+    let condition = match doc.update_time {
+        Some(t) => ConditionType::UpdateTime(t),
+        None => ConditionType::Exists(true),
+    };
+    fs::Write {
+        operation: Some(fs::write::Operation::Update(fs::Document {
+            name: doc.name.clone(),
+            fields,
+            ..Default::default()
+        })),
+        update_mask: Some(fs::DocumentMask {
+            field_paths: vec![marker::ROLLUP_DUE.to_string()],
+        }),
+        update_transforms: Vec::new(),
+        current_document: Some(fs::Precondition {
+            condition_type: Some(condition),
+        }),
+    }
+}
+
+/// The clearing of a due record: its fields removed from the marker (the
+/// rest kept), if the marker still exists.
+pub fn due_clear(layout: &Layout, record: &DueRecord) -> fs::Write {
+    fs::Write {
+        operation: Some(fs::write::Operation::Update(fs::Document {
+            name: layout.marker(&record.consumer, &record.batch_id),
+            ..Default::default()
+        })),
+        update_mask: Some(fs::DocumentMask {
+            field_paths: DUE_FIELDS.map(String::from).to_vec(),
+        }),
+        update_transforms: Vec::new(),
+        current_document: Some(fs::Precondition {
+            condition_type: Some(ConditionType::Exists(true)),
+        }),
+    }
+}
+
+/// The due record a marker document holds; `None` without its fields.
+pub fn taken_record(doc: &fs::Document) -> Option<TakenRecord> {
+    let text = |name: &str| match get(&doc.fields, name) {
+        Some(ValueType::StringValue(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let array = |name: &str| match get(&doc.fields, name) {
+        Some(ValueType::ArrayValue(a)) => a.values.clone(),
+        _ => Vec::new(),
+    };
+    let shards = array(marker::ROLLUP_SHARDS);
+    let posts = array(marker::ROLLUP_POSTS)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, v)| match v.value_type {
+            Some(ValueType::StringValue(post_id)) => Some(ChangedCounter {
+                post_id,
+                shard: match shards.get(i).and_then(|s| s.value_type.as_ref()) {
+                    Some(ValueType::IntegerValue(k)) => u32::try_from(*k).ok(),
+                    _ => None,
+                },
+            }),
+            _ => None,
+        })
+        .collect();
+    let committed_at = match get(&doc.fields, marker::COMMITTED_AT) {
+        Some(ValueType::TimestampValue(t)) => Some(timestamp_to_micros(t)),
+        _ => None,
+    };
+    Some(TakenRecord {
+        record: DueRecord {
+            consumer: text(marker::CONSUMER)?,
+            batch_id: text(marker::BATCH_ID)?,
+        },
+        posts,
+        committed_at,
+    })
+}
 
 /// The write of one refreshed rollup: `postId`, `likes`, `asOf` and
 /// `shards` (other fields of the document are kept), `updatedAt` set to the
