@@ -126,9 +126,10 @@ fn alert_policies() -> BTreeMap<String, serde_json::Value> {
 }
 
 fn is_promql(policy: &serde_json::Value) -> bool {
-    policy["conditions"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|c| c.get("conditionPrometheusQueryLanguage").is_some()))
+    policy["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c.get("conditionPrometheusQueryLanguage").is_some())
+    })
 }
 
 #[test]
@@ -157,7 +158,10 @@ fn every_alert_policy_is_listed_and_linked_to_its_runbook_section() {
     let table = section(&operations, "## Dashboards and alerts").unwrap_or("");
     for (name, policy) in &policies {
         let path = format!("`dashboards/alerts/{name}`");
-        match table.lines().find(|l| l.starts_with('|') && l.contains(&path)) {
+        match table
+            .lines()
+            .find(|l| l.starts_with('|') && l.contains(&path))
+        {
             None => problems.push(format!(
                 "docs/OPERATIONS.md, \"Dashboards and alerts\": no row | {path} | ... |"
             )),
@@ -417,69 +421,80 @@ fn postgres_tables() -> BTreeMap<String, BTreeSet<String>> {
             .collect::<Vec<_>>()
             .join("\n");
         for statement in text.split(';') {
-            let words: Vec<&str> = statement.split_whitespace().collect();
-            let upper: Vec<String> = words.iter().map(|w| w.to_uppercase()).collect();
-            let Some(at) = upper.windows(2).position(|w| w == ["CREATE", "TABLE"]) else {
-                if let Some(at) = upper.windows(2).position(|w| w == ["ALTER", "TABLE"]) {
-                    let mut rest = words[at + 2..].iter().filter(|w| {
-                        !["IF", "EXISTS", "ONLY"].contains(&w.to_uppercase().as_str())
-                    });
-                    let Some(table) = rest.next() else { continue };
-                    let table = table.to_string();
-                    for (i, w) in upper.iter().enumerate() {
-                        if w == "COLUMN" && i > 0 && upper[i - 1] == "ADD" {
-                            let name = words[i + 1..]
-                                .iter()
-                                .find(|w| {
-                                    !["IF", "NOT", "EXISTS"].contains(&w.to_uppercase().as_str())
-                                })
-                                .map(|w| w.trim_matches(','));
-                            if let Some(name) = name {
-                                tables.entry(table.clone()).or_default().insert(name.into());
-                            }
-                        }
-                    }
-                }
-                continue;
-            };
-            let name = words[at + 2..]
-                .iter()
-                .find(|w| !["IF", "NOT", "EXISTS"].contains(&w.to_uppercase().as_str()))
-                .map(|w| w.trim_end_matches('('))
-                .unwrap_or("");
-            let Some(open) = statement.find('(') else {
-                continue;
-            };
-            let body = &statement[open + 1..];
-            let columns = tables.entry(name.to_string()).or_default();
-            let mut depth = 0;
-            let mut item = String::new();
-            let mut items = Vec::new();
-            for c in body.chars() {
-                match c {
-                    '(' => depth += 1,
-                    ')' if depth == 0 => break,
-                    ')' => depth -= 1,
-                    ',' if depth == 0 => {
-                        items.push(std::mem::take(&mut item));
-                        continue;
-                    }
-                    _ => {}
-                }
-                item.push(c);
-            }
-            items.push(item);
-            for item in items {
-                let first = item.split_whitespace().next().unwrap_or("");
-                let constraint = ["PRIMARY", "UNIQUE", "CHECK", "CONSTRAINT", "FOREIGN", "EXCLUDE"]
-                    .contains(&first.to_uppercase().as_str());
-                if !first.is_empty() && !constraint {
-                    columns.insert(first.to_string());
-                }
+            let upper = statement.to_ascii_uppercase();
+            if let Some(at) = upper.find("CREATE TABLE ") {
+                create_table(&statement[at + "CREATE TABLE ".len()..], &mut tables);
+            } else if let Some(at) = upper.find("ALTER TABLE ") {
+                alter_table(&statement[at + "ALTER TABLE ".len()..], &mut tables);
             }
         }
     }
     tables
+}
+
+/// Words that may come between `CREATE TABLE` / `ADD COLUMN` and a name.
+fn is_keyword(word: &str) -> bool {
+    ["IF", "NOT", "EXISTS", "ONLY"].contains(&word.to_ascii_uppercase().as_str())
+}
+
+/// `name (column type ..., ..., PRIMARY KEY (...)) ...`: the table and
+/// its columns (constraints left out).
+fn create_table(rest: &str, tables: &mut BTreeMap<String, BTreeSet<String>>) {
+    let Some(open) = rest.find('(') else { return };
+    let Some(name) = rest[..open].split_whitespace().find(|w| !is_keyword(w)) else {
+        return;
+    };
+    let columns = tables.entry(name.to_string()).or_default();
+    let mut depth = 0;
+    let mut item = String::new();
+    let mut items = Vec::new();
+    for c in rest[open + 1..].chars() {
+        match c {
+            '(' => depth += 1,
+            ')' if depth == 0 => break,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(std::mem::take(&mut item));
+                continue;
+            }
+            _ => {}
+        }
+        item.push(c);
+    }
+    items.push(item);
+    for item in items {
+        let first = item.split_whitespace().next().unwrap_or("");
+        let constraint = [
+            "PRIMARY",
+            "UNIQUE",
+            "CHECK",
+            "CONSTRAINT",
+            "FOREIGN",
+            "EXCLUDE",
+        ]
+        .contains(&first.to_ascii_uppercase().as_str());
+        if !first.is_empty() && !constraint {
+            columns.insert(first.to_string());
+        }
+    }
+}
+
+/// `name ADD COLUMN c type, ADD COLUMN d type`: the columns added.
+fn alter_table(rest: &str, tables: &mut BTreeMap<String, BTreeSet<String>>) {
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let Some(name) = words.iter().find(|w| !is_keyword(w)) else {
+        return;
+    };
+    for (i, pair) in words.windows(2).enumerate() {
+        if pair[0].eq_ignore_ascii_case("ADD") && pair[1].eq_ignore_ascii_case("COLUMN") {
+            if let Some(column) = words[i + 2..].iter().find(|w| !is_keyword(w)) {
+                tables
+                    .entry(name.to_string())
+                    .or_default()
+                    .insert(column.trim_matches(',').to_string());
+            }
+        }
+    }
 }
 
 #[test]
@@ -560,7 +575,10 @@ struct Help {
     positionals: usize,
 }
 
-fn help_of(path: &[String], cache: &mut BTreeMap<Vec<String>, Option<Help>>) -> Option<&Help> {
+fn help_of<'a>(
+    path: &[String],
+    cache: &'a mut BTreeMap<Vec<String>, Option<Help>>,
+) -> Option<&'a Help> {
     if !cache.contains_key(path) {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hotcount"));
         command.args(path).arg("--help");
@@ -716,6 +734,19 @@ struct Documented {
     at: String,
     args: Vec<String>,
     whole: bool,
+    /// Variables set for it: exported earlier in its code block, or
+    /// assigned before it on its line.
+    env: BTreeSet<String>,
+}
+
+/// `A=x B=y` words at the start of a line (after `export`), by name.
+fn assigned(line: &str) -> Vec<String> {
+    let line = line.trim().trim_start_matches("export ");
+    line.split_whitespace()
+        .take_while(|w| w.contains('=') && !w.starts_with('-'))
+        .filter_map(|w| w.split('=').next())
+        .map(String::from)
+        .collect()
 }
 
 fn documented_commands(file: &str, text: &str) -> Vec<Documented> {
@@ -723,9 +754,11 @@ fn documented_commands(file: &str, text: &str) -> Vec<Documented> {
     let mut fenced = false;
     let mut joined = String::new();
     let mut start = 0;
+    let mut exported = BTreeSet::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
+            exported.clear();
             continue;
         }
         if fenced {
@@ -740,11 +773,17 @@ fn documented_commands(file: &str, text: &str) -> Vec<Documented> {
             }
             joined.push_str(content);
             let command = std::mem::take(&mut joined);
+            let mut env = exported.clone();
+            env.extend(assigned(&command));
+            if command.starts_with("export ") {
+                exported.extend(assigned(&command));
+            }
             if let Some(args) = hotcount_args(command.trim_start_matches("$ ")) {
                 out.push(Documented {
                     at: format!("{file}:{start}"),
                     args,
                     whole: true,
+                    env,
                 });
             }
             continue;
@@ -756,6 +795,7 @@ fn documented_commands(file: &str, text: &str) -> Vec<Documented> {
                     at: format!("{file}:{}", i + 1),
                     args,
                     whole: false,
+                    env: BTreeSet::new(),
                 });
             }
         }
@@ -783,7 +823,10 @@ fn command_sources() -> Vec<(String, String)> {
     for (name, policy) in alert_policies() {
         if let Some(text) = policy["documentation"]["content"].as_str() {
             // A runbook is prose: its commands are code spans.
-            sources.push((format!("dashboards/alerts/{name}"), text.replace("\\n", "\n")));
+            sources.push((
+                format!("dashboards/alerts/{name}"),
+                text.replace("\\n", "\n"),
+            ));
         }
     }
     sources
@@ -801,10 +844,13 @@ fn check_command(
     // Global flags before the subcommand (e.g. --pubsub-emulator-host).
     while let Some(first) = rest.first() {
         let help = help_of(&path, cache).expect("`hotcount --help` works");
+        if help.commands.is_empty() {
+            break; // a command that takes no subcommand: its own flags follow
+        }
         if first.starts_with('-') {
             let name = first.split('=').next().unwrap_or(first);
             match help.flags.get(name) {
-                Some(true) if !first.contains('=') => rest = &rest[rest.len().min(2)..],
+                Some(true) if !first.contains('=') => rest = &rest[2.min(rest.len())..],
                 Some(_) => rest = &rest[1..],
                 None => {
                     problems.push(format!("`hotcount` has no flag {name}"));
@@ -812,9 +858,6 @@ fn check_command(
                 }
             }
             continue;
-        }
-        if help.commands.is_empty() {
-            break;
         }
         if !help.commands.contains(first) {
             let shown = if path.is_empty() {
@@ -852,10 +895,7 @@ fn check_command(
         if word.starts_with('-') && word.len() > 1 {
             let name = word.split('=').next().unwrap_or(word);
             match help.flags.get(name) {
-                None => problems.push(format!(
-                    "`hotcount {}` has no flag {name}",
-                    path.join(" ")
-                )),
+                None => problems.push(format!("`hotcount {}` has no flag {name}", path.join(" "))),
                 Some(takes_value) => {
                     given.insert(name.to_string());
                     if *takes_value && !word.contains('=') {
@@ -889,6 +929,46 @@ fn check_command(
     problems
 }
 
+/// `hotcount setup` against Google (no Pub/Sub emulator in its code
+/// block) is refused without `--project-number` and
+/// `--consumer-service-account`, or `--skip-iam` (`ops::setup`), and
+/// without `--project` (or `HOTCOUNT_PROJECT`) it works on the project
+/// `hotcount-local`.
+fn check_setup_against_google(documented: &Documented) -> Vec<String> {
+    let args = &documented.args;
+    if args.first().map(String::as_str) != Some("setup") {
+        return Vec::new();
+    }
+    let given = |flag: &str, var: &str| {
+        args.iter()
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+            || documented.env.contains(var)
+    };
+    if given("--pubsub-emulator-host", "PUBSUB_EMULATOR_HOST") {
+        return Vec::new();
+    }
+    let mut problems = Vec::new();
+    if !given("--project", "HOTCOUNT_PROJECT") {
+        problems.push(
+            "against Google without --project (or HOTCOUNT_PROJECT) it uses the project `hotcount-local`"
+                .to_string(),
+        );
+    }
+    let iam = given("--skip-iam", "-")
+        || (given("--project-number", "HOTCOUNT_PROJECT_NUMBER")
+            && given(
+                "--consumer-service-account",
+                "HOTCOUNT_CONSUMER_SERVICE_ACCOUNT",
+            ));
+    if !iam {
+        problems.push(
+            "against Google it is refused without --project-number and --consumer-service-account, or --skip-iam"
+                .to_string(),
+        );
+    }
+    problems
+}
+
 #[test]
 fn every_documented_hotcount_command_parses_against_its_help() {
     let mut cache = BTreeMap::new();
@@ -902,7 +982,11 @@ fn every_documented_hotcount_command_parses_against_its_help() {
     for (file, text) in command_sources() {
         for documented in documented_commands(&file, &text) {
             checked += 1;
-            for problem in check_command(&documented.args, documented.whole, &mut cache) {
+            let mut found = check_command(&documented.args, documented.whole, &mut cache);
+            if documented.whole {
+                found.extend(check_setup_against_google(&documented));
+            }
+            for problem in found {
                 problems.push(format!(
                     "{}: hotcount {}: {problem}",
                     documented.at,
@@ -937,7 +1021,12 @@ fn usage_lines_and_shell_words_parse() {
     assert_eq!(help.positionals, 1);
     assert_eq!(
         hotcount_args("PROJECT_ID=x hotcount count --project \"$P\" p1   # note"),
-        Some(vec!["count".into(), "--project".into(), "$P".into(), "p1".into()])
+        Some(vec![
+            "count".into(),
+            "--project".into(),
+            "$P".into(),
+            "p1".into()
+        ])
     );
     assert_eq!(
         hotcount_args("cargo run --release -p hotcount -- count p1"),
@@ -1050,7 +1139,11 @@ fn every_figure_a_deploy_file_cites_is_in_the_doc_it_cites() {
     let mut problems = Vec::new();
     let mut checked = 0;
     for file in &files {
-        let shown = file.strip_prefix(&repo).unwrap_or(file).display().to_string();
+        let shown = file
+            .strip_prefix(&repo)
+            .unwrap_or(file)
+            .display()
+            .to_string();
         for (line, paragraph) in comment_paragraphs(&read(file)) {
             let Some((doc, heading)) = citation(&paragraph) else {
                 continue;
