@@ -1209,3 +1209,134 @@ fn figures_and_citations_parse() {
         ))
     );
 }
+
+// ---- deploy/render.sh: every name an operator may change ---------------------
+
+/// The names an operator may change, as `deploy/setup.sh` and
+/// `deploy/render.sh` read them, with a value unlike any default.
+const RENAMED: &[(&str, &str)] = &[
+    ("TOPIC", "ev-topic"),
+    ("SUBSCRIPTION", "ev-sub"),
+    ("PUSH_SUBSCRIPTION", "ev-push-sub"),
+    ("DEAD_LETTER_TOPIC", "ev-dl-topic"),
+    ("DEAD_LETTER_SUBSCRIPTION", "ev-dl-sub"),
+    ("SERVICE_ACCOUNT_NAME", "ev-sa"),
+    ("CONSUMER", "ev-consumer"),
+    ("PUSH_CONSUMER", "ev-push-consumer"),
+    ("DATABASE", "ev-db"),
+    ("COLLECTION_PREFIX", "ev_"),
+    ("K8S_NAMESPACE", "ev-ns"),
+    ("K8S_SERVICE_ACCOUNT", "ev-ksa"),
+    ("WORKER_POOL", "ev-pool"),
+    ("PUSH_CLOUD_RUN_SERVICE", "ev-push-svc"),
+];
+
+/// What of a default name may be left in rendered output, as a pattern a
+/// line must not contain (with why); a `value: ` pattern is a whole line.
+const DEFAULTS_LEFT: &[(&str, &str)] = &[
+    ("likes-hotcount", "the subscription"),
+    ("likes-dead-letter", "a dead-letter topic or subscription"),
+    ("topic_id: likes", "the topic"),
+    ("topic_id=\"likes\"", "the topic"),
+    ("topic_id = \\\"likes\\\"", "the topic"),
+    ("published to likes", "the topic"),
+    ("hotcount@", "the consumer's service account"),
+    ("namespace: hotcount", "the Kubernetes namespace"),
+    (
+        "serviceAccountName: hotcount",
+        "the Kubernetes service account",
+    ),
+    ("workerpools/hotcount", "the worker pool"),
+    ("name: hotcount-push", "the Cloud Run push service"),
+    ("value: hotcount", "the consumer name (HOTCOUNT_CONSUMER)"),
+    (
+        "value: hotcount-push",
+        "the push consumer name (HOTCOUNT_CONSUMER)",
+    ),
+];
+
+#[test]
+fn render_sh_writes_every_name_an_operator_may_change_into_every_file() {
+    let repo = root();
+    let mut files = Vec::new();
+    deploy_files(&repo.join("deploy"), &mut files);
+    files.retain(|f| f.extension().is_some_and(|e| e == "yaml"));
+    for dir in ["dashboards", "dashboards/alerts"] {
+        for entry in std::fs::read_dir(repo.join(dir)).expect("dashboards/") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "json") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut problems = Vec::new();
+    for file in &files {
+        let shown = file
+            .strip_prefix(&repo)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let mut command = std::process::Command::new("bash");
+        command
+            .arg(repo.join("deploy/render.sh"))
+            .arg(file)
+            .current_dir(&repo)
+            .envs([
+                ("PROJECT_ID", "ev-project"),
+                ("REGION", "europe-west1"),
+                ("TAG", "v1"),
+            ])
+            .envs(RENAMED.iter().copied());
+        let out = command.output().expect("bash runs deploy/render.sh");
+        if !out.status.success() {
+            problems.push(format!(
+                "{shown}: render.sh failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+            continue;
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        if shown.ends_with(".json") {
+            if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+                problems.push(format!("{shown}: rendered, it is no longer JSON: {e}"));
+            }
+        }
+        for (n, line) in text.lines().enumerate() {
+            for (pattern, what) in DEFAULTS_LEFT {
+                // `value: ...` lines are matched whole (`value: hotcount`
+                // is not `value: hotcount-push`).
+                let hit = if pattern.starts_with("value: ") {
+                    line.trim() == *pattern
+                } else {
+                    line.contains(pattern)
+                };
+                if hit {
+                    problems.push(format!(
+                        "{shown}: rendered line {}: `{}` still holds the default {what}",
+                        n + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+        for (var, value) in [("DATABASE", "ev-db"), ("COLLECTION_PREFIX", "ev_")] {
+            let env = format!("HOTCOUNT_{var}");
+            if read(file).contains(&format!("name: HOTCOUNT_CONSUMER"))
+                && !text.contains(&format!("name: {env}"))
+            {
+                problems.push(format!(
+                    "{shown}: sets HOTCOUNT_CONSUMER but not {env} ({var})"
+                ));
+            } else if text.contains(&format!("name: {env}")) && !text.contains(value) {
+                problems.push(format!("{shown}: {env} is not rendered from {var}"));
+            }
+        }
+    }
+    assert!(files.len() >= 15, "files rendered: {files:?}");
+    assert!(
+        problems.is_empty(),
+        "deploy/render.sh leaves names an operator may change:\n  {}",
+        problems.join("\n  ")
+    );
+}
