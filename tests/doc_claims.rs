@@ -1322,7 +1322,7 @@ fn render_sh_writes_every_name_an_operator_may_change_into_every_file() {
         }
         for (var, value) in [("DATABASE", "ev-db"), ("COLLECTION_PREFIX", "ev_")] {
             let env = format!("HOTCOUNT_{var}");
-            if read(file).contains(&format!("name: HOTCOUNT_CONSUMER"))
+            if read(file).contains("name: HOTCOUNT_CONSUMER")
                 && !text.contains(&format!("name: {env}"))
             {
                 problems.push(format!(
