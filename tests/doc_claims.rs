@@ -13,7 +13,11 @@
 //!   the command it names: the subcommand exists, each flag exists, and in
 //!   a code block every required flag and argument is given;
 //! - every figure a deploy file cites from a doc is in the part of the doc
-//!   it cites.
+//!   it cites;
+//! - `deploy/render.sh` writes every name an operator may change into
+//!   every manifest, dashboard and alert policy;
+//! - `README.md` names each demo command CI (`scripts/readme-demos.sh`)
+//!   does not run.
 //!
 //! Each failure says what is missing or wrong and where, so the line to
 //! write is known without reading this file.
@@ -1337,6 +1341,83 @@ fn render_sh_writes_every_name_an_operator_may_change_into_every_file() {
     assert!(
         problems.is_empty(),
         "deploy/render.sh leaves names an operator may change:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+// ---- the README's demo commands and CI -----------------------------------------
+
+/// The lines `scripts/readme-demos.sh` selects from README.md: the first
+/// line of the first code block, and the first line matching each of its
+/// `awk` patterns `/.../`.
+fn demo_lines_ci_runs(readme: &str) -> BTreeSet<String> {
+    let script = read(&root().join("scripts/readme-demos.sh"));
+    let mut blocks: Vec<&str> = Vec::new();
+    let mut fenced = false;
+    for line in readme.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if fenced && !line.trim().is_empty() {
+            blocks.push(line);
+        }
+    }
+    let mut out = BTreeSet::new();
+    if let Some(first) = blocks.first() {
+        out.insert(first.to_string());
+    }
+    for part in script.split("f && /").skip(1) {
+        let pattern = part.split('/').next().unwrap_or("");
+        if let Some(line) = blocks.iter().find(|l| l.contains(pattern)) {
+            out.insert(line.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_readme_says_which_demo_commands_ci_runs() {
+    let readme = read(&root().join("README.md"));
+    let runs = demo_lines_ci_runs(&readme);
+    assert!(runs.len() >= 2, "lines readme-demos.sh selects: {runs:?}");
+    let prose: String = prose_lines(&readme)
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let prose = prose.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut problems = Vec::new();
+    let mut fenced = false;
+    for (i, line) in readme.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced || !line.contains("cargo run") || !line.contains(" demo") {
+            continue;
+        }
+        let mut after = line.split(" demo").nth(1).unwrap_or("").split_whitespace();
+        let named = match after.next() {
+            Some(flag) if flag.starts_with("--") && !flag.starts_with('#') => {
+                format!("`demo {flag}")
+            }
+            _ => "`demo`".to_string(),
+        };
+        if !runs.contains(line) && !prose.contains(named.as_str()) {
+            problems.push(format!(
+                "README.md:{}: CI does not run this demo command (scripts/readme-demos.sh does not select it), and the page does not say so by naming {named}...`: {}",
+                i + 1,
+                line.trim()
+            ));
+        }
+    }
+    // A claim that CI runs them all holds only when it does.
+    let all = "CI runs the demo commands";
+    if !problems.is_empty() && prose.contains(all) {
+        problems.push(format!("README.md says \"{all}\""));
+    }
+    assert!(
+        problems.is_empty(),
+        "README.md and scripts/readme-demos.sh disagree on what CI runs (CI runs: {runs:?}):\n  {}",
         problems.join("\n  ")
     );
 }
