@@ -3,8 +3,8 @@
 #   - the likes topic (with message retention, so `hotcount replay` can Seek
 #     a new subscription into the past) and the dead-letter topic;
 #   - the dead-letter inspect subscription (`hotcount dlq inspect|replay`);
-#   - the consumer subscription: ack deadline, retry policy, dead-letter
-#     policy, optional exactly-once delivery;
+#   - the consumer subscription (DELIVERY=pull, the default): ack deadline,
+#     retry policy, dead-letter policy, optional exactly-once delivery;
 #   - IAM for the Pub/Sub service agent (forwarding dead letters needs
 #     publisher on the dead-letter topic and subscriber on the subscription);
 #   - the service account hotcount runs as, with its roles: subscriber AND
@@ -13,9 +13,11 @@
 #     hotcount_dead_letter_policy 0 and that alert fires), Firestore access;
 #   - with OPERATORS set: the roles the operator commands need (replay,
 #     dlq, quarantine, reconcile) for those principals;
-#   - with PUSH_ENDPOINT set (push delivery, deploy/cloudrun-push.yaml): the
-#     push subscription with its own service account, allowed to invoke the
-#     Cloud Run service;
+#   - with DELIVERY=push (deploy/cloudrun-push.yaml): no pull subscription
+#     (nothing would consume it, and the backlog alert would fire on it);
+#     with PUSH_ENDPOINT set too (the Cloud Run service's URL, so a second
+#     run once the service is deployed): the push subscription with its own
+#     service account, allowed to invoke the Cloud Run service;
 #   - with CLOUD_RUN_AUTOSCALER=crema (deploy/cloudrun-worker-pool.yaml):
 #     the service account of the worker pool's autoscaler and its roles;
 #   - Firestore: the TTL policy on batches.expireAt, single-field index
@@ -31,8 +33,8 @@
 # Re-running is safe and brings things in line: an existing topic gets the
 # retention, an existing subscription the settings below (updated in
 # place); IAM bindings, TTL and index settings are idempotent updates.
-# `hotcount setup` does the same on the Pub/Sub side (docs/OPERATIONS.md,
-# "Setup: the script or the command").
+# `hotcount setup` does the same for pull on the Pub/Sub side; for push it
+# differs (docs/OPERATIONS.md, "Setup: the script or the command").
 # Usage: PROJECT_ID=my-project deploy/setup.sh   (see the variables below)
 set -euo pipefail
 
@@ -58,6 +60,14 @@ SERVICE_ACCOUNT_NAME="${SERVICE_ACCOUNT_NAME:-hotcount}"
 OPERATORS="${OPERATORS:-}"
 # Push delivery (deploy/cloudrun-push.yaml): the service's URL + /pubsub/push.
 PUSH_ENDPOINT="${PUSH_ENDPOINT:-}"
+# pull: the consumer subscription SUBSCRIPTION; push: none, only the push
+# subscription (PUSH_SUBSCRIPTION, made once PUSH_ENDPOINT is given).
+# Default: push when PUSH_ENDPOINT is set, else pull.
+if [[ -n "${PUSH_ENDPOINT}" ]]; then
+  DELIVERY="${DELIVERY:-push}"
+else
+  DELIVERY="${DELIVERY:-pull}"
+fi
 PUSH_SUBSCRIPTION="${PUSH_SUBSCRIPTION:-likes-hotcount-push}"
 PUSH_SERVICE_ACCOUNT_NAME="${PUSH_SERVICE_ACCOUNT_NAME:-hotcount-push}"
 PUSH_CLOUD_RUN_SERVICE="${PUSH_CLOUD_RUN_SERVICE:-hotcount-push}"
@@ -80,6 +90,13 @@ case "${AUTOSCALER}" in
   hpa | keda | none) ;;
   *)
     echo "AUTOSCALER must be hpa, keda or none, not ${AUTOSCALER}" >&2
+    exit 1
+    ;;
+esac
+case "${DELIVERY}" in
+  pull | push) ;;
+  *)
+    echo "DELIVERY must be pull or push, not ${DELIVERY}" >&2
     exit 1
     ;;
 esac
@@ -117,7 +134,6 @@ else
     --message-retention-duration=7d
 fi
 
-echo "== consumer subscription"
 sub_flags=(
   --ack-deadline="${ACK_DEADLINE_SECS}"
   --min-retry-delay="${MIN_RETRY_DELAY}"
@@ -131,19 +147,26 @@ if [[ "${EXACTLY_ONCE}" == "true" ]]; then
 else
   sub_flags+=(--no-enable-exactly-once-delivery)
 fi
-if exists gcloud_p pubsub subscriptions describe "${SUBSCRIPTION}"; then
-  # Settings that can change on an existing subscription are brought in line
-  # (its topic cannot: describe shows it).
-  gcloud_p pubsub subscriptions update "${SUBSCRIPTION}" "${sub_flags[@]}"
+if [[ "${DELIVERY}" == "pull" ]]; then
+  echo "== consumer subscription"
+  if exists gcloud_p pubsub subscriptions describe "${SUBSCRIPTION}"; then
+    # Settings that can change on an existing subscription are brought in line
+    # (its topic cannot: describe shows it).
+    gcloud_p pubsub subscriptions update "${SUBSCRIPTION}" "${sub_flags[@]}"
+  else
+    gcloud_p pubsub subscriptions create "${SUBSCRIPTION}" --topic="${TOPIC}" "${sub_flags[@]}"
+  fi
 else
-  gcloud_p pubsub subscriptions create "${SUBSCRIPTION}" --topic="${TOPIC}" "${sub_flags[@]}"
+  echo "== no pull subscription (DELIVERY=push)"
 fi
 
 echo "== IAM for the Pub/Sub service agent (dead-letter forwarding)"
 gcloud_p pubsub topics add-iam-policy-binding "${DEAD_LETTER_TOPIC}" \
   --member="${PUBSUB_AGENT}" --role=roles/pubsub.publisher >/dev/null
-gcloud_p pubsub subscriptions add-iam-policy-binding "${SUBSCRIPTION}" \
-  --member="${PUBSUB_AGENT}" --role=roles/pubsub.subscriber >/dev/null
+if [[ "${DELIVERY}" == "pull" ]]; then
+  gcloud_p pubsub subscriptions add-iam-policy-binding "${SUBSCRIPTION}" \
+    --member="${PUBSUB_AGENT}" --role=roles/pubsub.subscriber >/dev/null
+fi
 
 echo "== service account hotcount runs as"
 if ! exists gcloud_p iam service-accounts describe "${SERVICE_ACCOUNT}"; then
@@ -151,10 +174,12 @@ if ! exists gcloud_p iam service-accounts describe "${SERVICE_ACCOUNT}"; then
 fi
 # Pull, ack, extend leases (consume); read the subscription's configuration
 # (get): `run` reads the dead-letter policy at start.
-for role in roles/pubsub.subscriber roles/pubsub.viewer; do
-  gcloud_p pubsub subscriptions add-iam-policy-binding "${SUBSCRIPTION}" \
-    --member="serviceAccount:${SERVICE_ACCOUNT}" --role="${role}" >/dev/null
-done
+if [[ "${DELIVERY}" == "pull" ]]; then
+  for role in roles/pubsub.subscriber roles/pubsub.viewer; do
+    gcloud_p pubsub subscriptions add-iam-policy-binding "${SUBSCRIPTION}" \
+      --member="serviceAccount:${SERVICE_ACCOUNT}" --role="${role}" >/dev/null
+  done
+fi
 # Firestore reads and transactions (or, on PostgreSQL, nothing here: the
 # database's own user).
 gcloud_p projects add-iam-policy-binding "${PROJECT_ID}" \
@@ -175,6 +200,9 @@ if [[ -n "${OPERATORS}" ]]; then
   done
 fi
 
+if [[ "${DELIVERY}" == "push" && -z "${PUSH_ENDPOINT}" ]]; then
+  echo "== push subscription: not yet; run this again with PUSH_ENDPOINT once the Cloud Run service is deployed"
+fi
 if [[ -n "${PUSH_ENDPOINT}" ]]; then
   echo "== push delivery: ${PUSH_SUBSCRIPTION} -> ${PUSH_ENDPOINT}"
   PUSH_SERVICE_ACCOUNT="${PUSH_SERVICE_ACCOUNT_NAME}@${PROJECT_ID}.iam.gserviceaccount.com"
@@ -248,7 +276,11 @@ exempt() {
 for field in userId seq occurredAt eventId batchId updatedAt; do
   exempt likes "${field}"
 done
-exempt shards likes
+# Counter shards are a subcollection, never prefixed (layout.rs `SHARDS`).
+gcloud_p firestore indexes fields update likes \
+  --collection-group=shards \
+  --database="${DATABASE}" \
+  --disable-indexes --async
 for field in consumer batchId messages applied duplicates stale poison posts committedAt expireAt; do
   exempt batches "${field}"
 done

@@ -387,7 +387,11 @@ def documented_commands(path):
         command = " ".join(command.split())
         if command.startswith("export "):
             exports.append(command)
-        if "deploy/render.sh" in command or re.search(r"\|\s*kubectl apply -f -", command):
+        # Dashboards and alert policies rendered for gcloud are JSON, not
+        # manifests (tests/doc_claims.rs renders each and parses it).
+        renders_json = "dashboards/" in command or '"$f"' in command
+        renders = "deploy/render.sh" in command or re.search(r"\|\s*kubectl apply -f -", command)
+        if renders and not renders_json:
             # The page's `export` lines before it are in force, as in the
             # reader's shell.
             commands.append((start, "; ".join(exports + [command])))
