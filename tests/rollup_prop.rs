@@ -121,6 +121,11 @@ impl RollupStore for Store {
                         m.shards.get(&key).copied().unwrap_or(0)
                     })
                     .sum(),
+                found_shards: (0..k.shards.max(1))
+                    .filter(|s| m.shards.contains_key(&(k.post_id.to_string(), *s)))
+                    .map(|s| s + 1)
+                    .max()
+                    .unwrap_or(0),
                 stored: m.rollups.get(k.post_id).cloned(),
             })
             .collect();

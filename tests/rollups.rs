@@ -362,6 +362,27 @@ async fn replicas_killed_and_never_restarted_leave_every_rollup_exact(backend: B
     );
 }
 
+/// A post a build before rollups counted, on counter shards no rollup
+/// registers (here 0 and 5), gets a rollup that sums them all once this
+/// build changes it: its first refresh reads every shard a post may have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_posts_first_rollup_sums_every_counter_shard_an_older_build_wrote() {
+    let h = Harness::start().await;
+    corrupt::counter_shard(&h.db, "old", 0, 3).await;
+    corrupt::counter_shard(&h.db, "old", 5, 7).await;
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "200"]));
+    h.publish(&[Ev::like("o-1", "old", "u-1", 1)]).await;
+    let want = BTreeMap::from([("old".to_string(), 11)]);
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    let wrong = wrong_after(&h, &want, Duration::from_secs(10)).await;
+    let stats = consumer.stop().await;
+    assert!(wrong.is_empty(), "{:?}", h.store.rollups().await);
+    assert_eq!(stats.rollup_failures.get(), 0);
+    // It registers the shards that exist, not every shard it read.
+    let stored = h.db.rollup("old").await.expect("read").expect("a rollup");
+    assert_eq!(stored.shards, Some(6));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_answers_and_failing_reads_leave_every_rollup_exact() {
     let h = Harness::start().await;
@@ -495,10 +516,25 @@ async fn a_batch_commit_gains_no_round_trip_with_rollups_on() {
     let counters = h.emulators.firestore_counters();
     assert_eq!(counters.get("Commit"), stats.batches.get());
     assert_eq!(stats.store_rpcs.get(), 2 * stats.batches.get());
-    // The refresher's reads are the only other BatchGetDocuments.
+    // The refresher's reads are the only other BatchGetDocuments; the rest
+    // of its round trips are queries for due records to take over (among
+    // this test's own RunQuery polls).
     let reads = counters.get("BatchGetDocuments") - stats.batches.get();
     let writes = counters.get("BatchWrite");
-    assert_eq!(reads + writes, stats.rollup_rpcs.get());
+    let queries = stats.rollup_rpcs.get() - (reads + writes);
+    assert!(queries <= counters.get("RunQuery"), "{queries}");
+    // Each batch that changed counts left a due record, cleared once its
+    // posts' rollups showed it: none is left at rest.
+    assert!(stats.rollup_cleared.get() > 0);
+    assert_eq!(stats.rollup_taken_over.get(), 0);
+    use hotcount::store::rollup::{micros_of, RollupStore};
+    let far = micros_of(std::time::SystemTime::now()) + 3_600_000_000;
+    let waiting = h
+        .db
+        .take_over_due(Duration::ZERO, far, 100)
+        .await
+        .expect("query due records");
+    assert!(waiting.is_empty(), "due records left: {waiting:?}");
 }
 
 /// `hotcount count --live` as a child process: its stdout lines arrive on

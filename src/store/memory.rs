@@ -347,6 +347,11 @@ fn unavailable(op: &'static str) -> StoreError {
 }
 
 impl RollupStore for MemoryStore {
+    /// Its counters are one number per post.
+    fn numbers_shards(&self) -> bool {
+        false
+    }
+
     async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
         if self.rollup_failure(&[RollupFailure::Read]).is_some() {
             return Err(unavailable("BatchGetDocuments"));
@@ -357,6 +362,7 @@ impl RollupStore for MemoryStore {
             .iter()
             .map(|k| PostRead {
                 likes: state.counters.get(k.post_id).copied().unwrap_or(0),
+                found_shards: u32::from(state.counters.contains_key(k.post_id)),
                 stored: state.rollups.get(k.post_id).cloned(),
             })
             .collect();

@@ -66,6 +66,10 @@ pub struct StoredRollup {
 pub struct PostRead {
     /// The sum of the post's counter shards.
     pub likes: i64,
+    /// Counter shard documents that exist among those read: the highest
+    /// existing one's number plus one (Firestore); 0 where shards are not
+    /// read by number (PostgreSQL sums every row).
+    pub found_shards: u32,
     /// Its rollup, if one exists.
     pub stored: Option<StoredRollup>,
 }
@@ -183,6 +187,13 @@ pub trait RollupStore: Send + Sync + 'static {
         &self,
         since: SystemTime,
     ) -> impl Future<Output = Result<Vec<ChangedPost>, StoreError>> + Send;
+
+    /// Whether a post's counter shards are read by number (`0..shards`,
+    /// Firestore), so a refresh must know how many to read; `false` where
+    /// a read sums every shard the post has (PostgreSQL).
+    fn numbers_shards(&self) -> bool {
+        true
+    }
 
     /// Takes over at most `limit` due records left uncleared for longer
     /// than `older_than` (by the store's clock; `store_now` is this

@@ -138,6 +138,13 @@ impl SelectedDb {
 }
 
 impl RollupStore for SelectedDb {
+    fn numbers_shards(&self) -> bool {
+        match self {
+            Self::Firestore(db) => db.numbers_shards(),
+            Self::Postgres(db) => db.numbers_shards(),
+        }
+    }
+
     async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
         match self {
             Self::Firestore(db) => db.read_rollups(keys).await,

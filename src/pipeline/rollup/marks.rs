@@ -90,6 +90,12 @@ pub enum Settled {
         /// Counter shard documents to read next time, at least.
         shards: u32,
     },
+    /// Read again over `shards` counter shards, this post only (it has no
+    /// rollup to say how many it has; its neighbours' spans stay).
+    Unregistered {
+        /// Counter shard documents to read next time.
+        shards: u32,
+    },
     /// Not before `after` from now (a rollup younger than the interval).
     Later {
         /// How long to wait.
@@ -282,6 +288,9 @@ impl Marks {
             mark.covered_at = read_time;
         }
         mark.shards = mark.shards.max(lost_shards);
+        if let Settled::Unregistered { shards } = settled {
+            mark.shards = mark.shards.max(shards);
+        }
         match settled {
             Settled::Done if current => {
                 let waited = now.saturating_duration_since(mark.since);
@@ -314,7 +323,7 @@ impl Marks {
                     .min(max_backoff);
                 mark.due = now + backoff;
             }
-            Settled::Again { .. } => {}
+            Settled::Again { .. } | Settled::Unregistered { .. } => {}
         }
         None
     }

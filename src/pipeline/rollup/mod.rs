@@ -53,6 +53,12 @@ const FRESH_SHARE: f64 = 0.9;
 /// The summary name of the rate-limited failure warnings.
 const REFRESH_FAILED: &str = "rollup refreshes failed";
 
+/// The summary name of the rate-limited sweep warnings.
+const SWEEP_FAILED: &str = "rollup sweeps failed";
+
+/// Tries of the start-up sweep before it is given up.
+pub const SWEEP_ATTEMPTS: u32 = 5;
+
 /// The refresher's settings.
 #[derive(Clone, Debug)]
 pub struct RollupConfig {
@@ -143,9 +149,12 @@ pub fn decide(
     interval: Duration,
     rate_limited: bool,
 ) -> Decision {
-    // The counter shards the rollup must register: every one read (which
-    // is every one registered) and those asked for.
-    let register = due.shards.max(due.grow);
+    // The counter shards the rollup must register: every one that exists
+    // among those read (which is every one registered, and every one this
+    // process wrote) and those asked for; never more than that, so a
+    // post read over more shards than it has (a batch whose shard is not
+    // known) does not register, and from then on read, shards nobody wrote.
+    let register = read.found_shards.max(due.grow).max(1);
     let Some(stored) = &read.stored else {
         return Decision::Write {
             likes: read.likes,
@@ -294,10 +303,17 @@ impl<S: RollupStore> Refresher<S> {
     /// Sweeps (when configured), then runs a cycle every interval until
     /// `stop` turns true; then refreshes every marked post once more,
     /// bounded by the drain timeout.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    pub async fn run(self, stop: watch::Receiver<bool>) {
+        // The sweep runs beside the cycles, never holding one up.
+        tokio::join!(self.sweep_until_done(stop.clone()), self.cycles(stop));
+        self.drain().await;
+    }
+
+    /// A cycle every interval (and a look for due records to take over
+    /// every `takeover_every`) until `stop` turns true.
+    async fn cycles(&self, mut stop: watch::Receiver<bool>) {
         // A random phase, so replicas started together do not tick together.
         let phase = self.config.interval.mul_f64(rand::random_range(0.0..1.0));
-        let mut swept = self.config.sweep_lookback.is_none();
         let mut ticks = tokio::time::interval_at(Instant::now() + phase, self.config.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut next_takeover = Instant::now() + phase;
@@ -306,9 +322,6 @@ impl<S: RollupStore> Refresher<S> {
                 _ = ticks.tick() => {}
                 _ = stop.wait_for(|stopped| *stopped) => break,
             }
-            if !swept {
-                swept = self.sweep().await;
-            }
             if Instant::now() >= next_takeover {
                 self.take_over().await;
                 next_takeover = Instant::now() + self.config.takeover_every;
@@ -316,7 +329,34 @@ impl<S: RollupStore> Refresher<S> {
             self.cycle(false).await;
             self.clear_ready().await;
         }
-        self.drain().await;
+    }
+
+    /// The start-up sweep, tried up to [`SWEEP_ATTEMPTS`] times with a
+    /// growing pause, then given up (logged at ERROR): a backstop for
+    /// changes no due record covers (writers from before due records).
+    async fn sweep_until_done(&self, mut stop: watch::Receiver<bool>) {
+        if self.config.sweep_lookback.is_none() {
+            return;
+        }
+        let mut pause = Duration::from_secs(1);
+        for attempt in 1..=SWEEP_ATTEMPTS {
+            if self.sweep().await {
+                return;
+            }
+            if attempt == SWEEP_ATTEMPTS {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            pause = (pause * 2).min(Duration::from_secs(30));
+        }
+        self.stats.rollup_failures.add(1);
+        tracing::error!(
+            attempts = SWEEP_ATTEMPTS,
+            "rollup sweep given up; due records still cover every change this build committed"
+        );
     }
 
     /// Takes over the due records no live refresher cleared in time and
@@ -437,7 +477,9 @@ impl<S: RollupStore> Refresher<S> {
             }
             Err(error) => {
                 self.stats.rollup_failures.add(1);
-                tracing::warn!(%error, "rollup sweep failed; trying again at the next cycle");
+                if self.stats.warnings.admit(SWEEP_FAILED, error.op) {
+                    tracing::warn!(%error, "rollup sweep failed; trying again after a pause");
+                }
                 false
             }
         }
@@ -526,6 +568,17 @@ impl<S: RollupStore> Refresher<S> {
         for (due, read) in due.iter().zip(snapshot.posts) {
             if self.existing_only && read.stored.is_none() {
                 self.settle(due, Some(read_time), Settled::Done, now);
+                continue;
+            }
+            // A post without a rollup may have counter shards no rollup
+            // registered (written by a build before rollups): its first
+            // refresh reads every shard a post may have.
+            let unregistered = read.stored.is_none()
+                && self.store.numbers_shards()
+                && due.shards < self.config.max_shards;
+            if unregistered {
+                let shards = self.config.max_shards;
+                self.settle(due, Some(read_time), Settled::Unregistered { shards }, now);
                 continue;
             }
             let registered = read.stored.as_ref().and_then(|s| s.shards);

@@ -266,8 +266,13 @@ fn due(covered_at: Option<Micros>, shards: u32) -> Due {
 }
 
 fn read(likes: i64, stored: Option<(i64, Micros, Option<u32>)>) -> PostRead {
+    read_found(likes, stored, 1)
+}
+
+fn read_found(likes: i64, stored: Option<(i64, Micros, Option<u32>)>, found: u32) -> PostRead {
     PostRead {
         likes,
+        found_shards: found,
         stored: stored.map(|(likes, as_of, shards)| StoredRollup {
             likes,
             as_of,
@@ -318,16 +323,28 @@ fn the_decision_table() {
         ),
         write(6, 1)
     );
-    // Old enough (within the slack): write, covering every shard known.
+    // Old enough (within the slack): write, covering every shard found.
     assert_eq!(
         decide(
             &due(None, 2),
-            &read(6, Some((5, t - second * 9 / 10, Some(1)))),
+            &read_found(6, Some((5, t - second * 9 / 10, Some(1))), 2),
             t,
             INTERVAL,
             true
         ),
         write(6, 2)
+    );
+    // Read over every possible shard (a batch found already committed,
+    // its shard unknown): only the shards that exist are registered.
+    assert_eq!(
+        decide(
+            &due(None, 16),
+            &read_found(6, Some((5, t - 5 * second, Some(1))), 1),
+            t,
+            INTERVAL,
+            true
+        ),
+        write(6, 1)
     );
     // The rollup covers more shards than were read: read those too.
     assert_eq!(
@@ -345,7 +362,7 @@ fn the_decision_table() {
     assert_eq!(
         decide(
             &due(Some(t - 9 * second), 8),
-            &read(6, Some((5, t - 5 * second, Some(2)))),
+            &read_found(6, Some((5, t - 5 * second, Some(2))), 8),
             t,
             INTERVAL,
             true

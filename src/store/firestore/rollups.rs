@@ -38,8 +38,8 @@ use crate::store::{Code, StoreError};
 enum Part {
     /// The rollup of the `i`-th post.
     Rollup(usize),
-    /// A counter shard of the `i`-th post.
-    Shard(usize),
+    /// Counter shard `k` of the `i`-th post.
+    Shard(usize, u32),
 }
 
 impl RollupStore for FirestoreDb {
@@ -52,7 +52,7 @@ impl RollupStore for FirestoreDb {
             parts.push(Part::Rollup(i));
             for k in 0..key.shards.max(1) {
                 names.push(layout.counter_shard(key.post_id, k));
-                parts.push(Part::Shard(i));
+                parts.push(Part::Shard(i, k));
             }
         }
         let mut snapshot = RollupSnapshot {
@@ -60,6 +60,7 @@ impl RollupStore for FirestoreDb {
             posts: vec![
                 PostRead {
                     likes: 0,
+                    found_shards: 0,
                     stored: None,
                 };
                 keys.len()
@@ -73,9 +74,11 @@ impl RollupStore for FirestoreDb {
         let read_time = self
             .batch_get_latest(names, |doc| match position.get(&doc.name) {
                 Some(Part::Rollup(i)) => posts[*i].stored = codec::stored_rollup(&doc),
-                Some(Part::Shard(i)) => {
+                Some(Part::Shard(i, k)) => {
                     let likes = codec::counter_shard_likes(&doc);
-                    posts[*i].likes = posts[*i].likes.saturating_add(likes);
+                    let post = &mut posts[*i];
+                    post.likes = post.likes.saturating_add(likes);
+                    post.found_shards = post.found_shards.max(k.saturating_add(1));
                 }
                 None => {}
             })

@@ -23,6 +23,10 @@ use crate::store::rollup::{
 use crate::store::{ChangedCounter, StoreError};
 
 impl RollupStore for PgDb {
+    fn numbers_shards(&self) -> bool {
+        false
+    }
+
     async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
         let op = "ReadRollups";
         let posts: Vec<&str> = keys.iter().map(|k| k.post_id).collect();
@@ -51,6 +55,7 @@ impl RollupStore for PgDb {
             snapshot.read_time = row.try_get(4).map_err(err)?;
             snapshot.posts.push(PostRead {
                 likes: row.try_get(1).map_err(err)?,
+                found_shards: 0,
                 stored: likes.zip(as_of).map(|(likes, as_of)| StoredRollup {
                     likes,
                     as_of,
