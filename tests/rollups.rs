@@ -370,7 +370,9 @@ async fn a_posts_first_rollup_sums_every_counter_shard_an_older_build_wrote() {
     let h = Harness::start().await;
     corrupt::counter_shard(&h.db, "old", 0, 3).await;
     corrupt::counter_shard(&h.db, "old", 5, 7).await;
-    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "200"]));
+    // No sweep: an older build's increments leave no `updatedAt` to find.
+    let args = ["--rollup-interval-ms", "200", "--rollup-sweep-lookback-secs", "0"];
+    let consumer = h.spawn(h.run_args("c1", &args));
     h.publish(&[Ev::like("o-1", "old", "u-1", 1)]).await;
     let want = BTreeMap::from([("old".to_string(), 11)]);
     assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
