@@ -281,7 +281,7 @@ gcloud_p firestore indexes fields update likes \
   --collection-group=shards \
   --database="${DATABASE}" \
   --disable-indexes --async
-for field in consumer batchId messages applied duplicates stale poison posts committedAt expireAt; do
+for field in consumer batchId messages applied duplicates stale poison posts committedAt expireAt rollupPosts rollupShards; do
   exempt batches "${field}"
 done
 for field in data dataBytes attributes reason quarantinedAt; do

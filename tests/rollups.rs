@@ -371,7 +371,12 @@ async fn a_posts_first_rollup_sums_every_counter_shard_an_older_build_wrote() {
     corrupt::counter_shard(&h.db, "old", 0, 3).await;
     corrupt::counter_shard(&h.db, "old", 5, 7).await;
     // No sweep: an older build's increments leave no `updatedAt` to find.
-    let args = ["--rollup-interval-ms", "200", "--rollup-sweep-lookback-secs", "0"];
+    let args = [
+        "--rollup-interval-ms",
+        "200",
+        "--rollup-sweep-lookback-secs",
+        "0",
+    ];
     let consumer = h.spawn(h.run_args("c1", &args));
     h.publish(&[Ev::like("o-1", "old", "u-1", 1)]).await;
     let want = BTreeMap::from([("old".to_string(), 11)]);
@@ -531,11 +536,10 @@ async fn a_batch_commit_gains_no_round_trip_with_rollups_on() {
     assert_eq!(stats.rollup_taken_over.get(), 0);
     use hotcount::store::rollup::{micros_of, RollupStore};
     let far = micros_of(std::time::SystemTime::now()) + 3_600_000_000;
-    let waiting = h
-        .db
-        .take_over_due(Duration::ZERO, far, 100)
-        .await
-        .expect("query due records");
+    let waiting =
+        h.db.take_over_due(Duration::ZERO, far, 100)
+            .await
+            .expect("query due records");
     assert!(waiting.is_empty(), "due records left: {waiting:?}");
 }
 

@@ -232,8 +232,10 @@ pub async fn refresh_existing<S: RollupStore>(
         ..Refresher::new(store, config, stats.clone())
     };
     let now = Instant::now();
+    // Every shard a post may have: a tool's refresh also sums shards no
+    // rollup registered yet.
     for post in posts {
-        refresher.marks.mark_post(post, None, 1, now);
+        refresher.marks.mark_post(post, None, max_shards, now);
     }
     refresher.drain().await;
     stats.rollup_refreshes.get() as usize
