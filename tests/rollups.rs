@@ -503,6 +503,87 @@ async fn a_viral_posts_rollup_is_written_about_once_per_interval_by_three_replic
     );
 }
 
+/// Reads of a viral post's rollup and counter shards per rollup interval
+/// while `replicas` replicas count a steady stream of likes on it.
+async fn viral_reads_per_interval(replicas: usize) -> (f64, u32) {
+    let h = Harness::start().await;
+    let args = [
+        "--rollup-interval-ms",
+        "500",
+        "--max-outstanding-messages",
+        "50",
+        "--counter-shard-target-writes-per-sec",
+        "1",
+        "--rollup-sweep-lookback-secs",
+        "0",
+    ];
+    let running: Vec<_> = (0..replicas)
+        .map(|_| h.spawn(h.run_args("c1", &args)))
+        .collect();
+    let layout = h.db.layout();
+    let firestore = h.emulators.firestore();
+    let names: Vec<String> = std::iter::once(layout.rollup("viral"))
+        .chain((0..16).map(|k| layout.counter_shard("viral", k)))
+        .collect();
+    let reads = || {
+        names
+            .iter()
+            .map(|n| firestore.document_reads(n))
+            .sum::<u64>()
+    };
+    // A warm-up second (the post grows its shards), then 4 s measured.
+    let mut events = Vec::new();
+    let mut before = (0, tokio::time::Instant::now());
+    for wave in 0..50 {
+        if wave == 10 {
+            before = (reads(), tokio::time::Instant::now());
+        }
+        let likes: Vec<Ev> = (0..20)
+            .map(|u| Ev::like(&format!("v{wave}-{u}"), "viral", &format!("u{wave}-{u}"), 1))
+            .collect();
+        h.publish(&likes).await;
+        events.extend(likes);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let measured = reads() - before.0;
+    let intervals = before.1.elapsed().as_secs_f64() / 0.5;
+    let want = expected(&events);
+    assert_eq!(h.wait_for_counts(&want, WAIT).await, want);
+    wait_for_rollups(&h, &want).await;
+    for r in running {
+        r.stop().await;
+    }
+    let stored = h.db.rollup("viral").await.expect("read").expect("a rollup");
+    (measured as f64 / intervals, stored.shards.unwrap_or(0))
+}
+
+/// Three replicas sharing a viral post read its rollup and counter shards
+/// at most about 1.5 times as often as one replica alone: a replica first
+/// reads the rollup alone, and one another replica refreshed since the
+/// change (or within the interval) settles it without its shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_a_viral_post_read_its_shards_about_once_per_interval_fleet_wide() {
+    let (one, shards_one) = viral_reads_per_interval(1).await;
+    let (three, shards_three) = viral_reads_per_interval(3).await;
+    println!(
+        "document reads of the viral post per 500 ms interval: 1 replica {one:.1} \
+         ({shards_one} shards), 3 replicas {three:.1} ({shards_three} shards), x{:.2}",
+        three / one
+    );
+    assert!(
+        shards_one > PEEK && shards_three > PEEK,
+        "{shards_one} {shards_three}"
+    );
+    assert!(
+        three <= 1.5 * one,
+        "x{:.2}: {three:.1} vs {one:.1}",
+        three / one
+    );
+}
+
+/// Counter shards above which a refresh first reads the rollup alone.
+const PEEK: u32 = hotcount::pipeline::rollup::PEEK_ABOVE;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_commit_gains_no_round_trip_with_rollups_on() {
     let h = Harness::start().await;

@@ -37,7 +37,8 @@ pub struct RollupKey<'a> {
     /// The post.
     pub post_id: &'a str,
     /// Counter shard documents to sum (`0..shards`; Firestore reads them
-    /// by name, PostgreSQL sums every row of the post whatever this says).
+    /// by name, and with 0 reads the rollup alone; PostgreSQL sums every
+    /// row of the post whatever this says).
     pub shards: u32,
 }
 

@@ -90,6 +90,10 @@ pub struct FirestoreStats {
     pub commits: u64,
     /// Document writes applied (a commit writing 3 documents counts 3).
     pub documents_written: u64,
+    /// Documents read: each document a get, a batch get (found or
+    /// missing), a query or a list returned, as Google bills reads
+    /// (Listen's snapshots excluded).
+    pub documents_read: u64,
     /// Transactions begun.
     pub transactions_begun: u64,
     /// Read-write transactions begun naming the transaction they retry
@@ -155,6 +159,7 @@ struct State {
     txns: Transactions,
     stats: FirestoreStats,
     doc_writes: FxHashMap<String, u64>,
+    doc_reads: FxHashMap<String, u64>,
     last_time: Micros,
     /// The latest time handed out for a read at the latest state.
     last_read: Micros,
@@ -345,11 +350,13 @@ impl State {
         let id = match consistency {
             Consistency::Latest => {
                 let read_time = self.read_time(wall);
-                return Some(f(&self.store, ReadAt::Latest).map(|(v, _)| (v, read_time)));
+                let read = f(&self.store, ReadAt::Latest);
+                return Some(read.map(|(v, names)| (v, self.count_reads(&names, read_time))));
             }
             Consistency::ReadTime(t) => {
                 let t = *t;
-                return Some(f(&self.store, ReadAt::Time(t)).map(|(v, _)| (v, t)));
+                let read = f(&self.store, ReadAt::Time(t));
+                return Some(read.map(|(v, names)| (v, self.count_reads(&names, t))));
             }
             Consistency::Transaction(id) => id.clone(),
             Consistency::NewTransaction(options) => {
@@ -373,7 +380,8 @@ impl State {
             }
         };
         if let Mode::ReadOnly { read_time } = mode {
-            return Some(f(&self.store, ReadAt::Time(read_time)).map(|(v, _)| (v, read_time)));
+            let read = f(&self.store, ReadAt::Time(read_time));
+            return Some(read.map(|(v, names)| (v, self.count_reads(&names, read_time))));
         }
         let (value, names) = match f(&self.store, ReadAt::Latest) {
             Ok(read) => read,
@@ -407,7 +415,22 @@ impl State {
         for name in &names {
             self.txns.lock(&id, name);
         }
-        Some(Ok((value, self.read_time(wall))))
+        let read_time = self.read_time(wall);
+        Some(Ok((value, self.count_reads(&names, read_time))))
+    }
+
+    /// Counts a read of `names`; returns `read_time`.
+    fn count_reads(&mut self, names: &[String], read_time: Micros) -> Micros {
+        self.stats.documents_read += names.len() as u64;
+        for name in names {
+            match self.doc_reads.get_mut(name) {
+                Some(reads) => *reads += 1,
+                None => {
+                    self.doc_reads.insert(name.clone(), 1);
+                }
+            }
+        }
+        read_time
     }
 
     /// Checks whether `names` may be written by `me` (None = a plain write);
@@ -526,6 +549,7 @@ impl Engine {
                 ),
                 stats: FirestoreStats::default(),
                 doc_writes: FxHashMap::default(),
+                doc_reads: FxHashMap::default(),
                 last_time: 0,
                 last_read: 0,
                 queued: FxHashMap::default(),
@@ -898,11 +922,17 @@ impl Engine {
         self.state.lock().doc_writes.get(name).copied().unwrap_or(0)
     }
 
+    /// How many reads returned (or looked up) `name`.
+    pub fn document_reads(&self, name: &str) -> u64 {
+        self.state.lock().doc_reads.get(name).copied().unwrap_or(0)
+    }
+
     /// Zeroes the totals and per-document counters.
     pub fn reset_stats(&self) {
         let mut st = self.state.lock();
         st.stats = FirestoreStats::default();
         st.doc_writes.clear();
+        st.doc_reads.clear();
     }
 
     /// Deletes every document of `database` (`projects/p/databases/d`) and

@@ -205,6 +205,12 @@ impl Firestore {
         self.engine.hottest(n)
     }
 
+    /// How many reads returned or looked up the document `name` (full
+    /// resource name), as Google bills them.
+    pub fn document_reads(&self, name: &str) -> u64 {
+        self.engine.document_reads(name)
+    }
+
     /// How many commits wrote the document `name` (full resource name).
     pub fn document_writes(&self, name: &str) -> u64 {
         self.engine.document_writes(name)

@@ -56,6 +56,13 @@ const REFRESH_FAILED: &str = "rollup refreshes failed";
 /// The summary name of the rate-limited sweep warnings.
 const SWEEP_FAILED: &str = "rollup sweeps failed";
 
+/// Posts over more counter shards than this are read without their
+/// shards first ([`Refresher::peek`]).
+pub const PEEK_ABOVE: u32 = 4;
+
+/// The largest share of an interval added at random to a deferral.
+const JITTER_SHARE: f64 = 0.25;
+
 /// Tries of the start-up sweep before it is given up.
 pub const SWEEP_ATTEMPTS: u32 = 5;
 
@@ -514,6 +521,16 @@ impl<S: RollupStore> Refresher<S> {
 
     /// One read of `due`, then the writes it calls for.
     async fn refresh(&self, due: &[Due], rate_limited: bool, report: &mut CycleReport) {
+        let peeked;
+        let due = if rate_limited && self.store.numbers_shards() {
+            peeked = self.peek(due, report).await;
+            if peeked.is_empty() {
+                return;
+            }
+            peeked.as_slice()
+        } else {
+            due
+        };
         let keys: Vec<RollupKey<'_>> = due
             .iter()
             .map(|d| RollupKey {
@@ -542,6 +559,67 @@ impl<S: RollupStore> Refresher<S> {
             let outcomes = self.store.write_rollups(&writes).await;
             report.written += self.after_write(chunk, outcomes);
         }
+    }
+
+    /// Reads the rollups (not the counter shards) of the posts of `due`
+    /// over more than [`PEEK_ABOVE`] shards, and settles those a rollup
+    /// already shows (another replica refreshed them since their change)
+    /// or that another replica refreshed within the interval (deferred);
+    /// returns what still needs the full read. So replicas sharing a hot
+    /// post read its shards about once per interval fleet-wide, not once
+    /// each. A failed peek leaves everything to the full read.
+    async fn peek(&self, due: &[Due], report: &mut CycleReport) -> Vec<Due> {
+        let wide: Vec<&Due> = due.iter().filter(|d| d.shards > PEEK_ABOVE).collect();
+        if wide.is_empty() {
+            return due.to_vec();
+        }
+        let keys: Vec<RollupKey<'_>> = wide
+            .iter()
+            .map(|d| RollupKey {
+                post_id: &d.post_id,
+                shards: 0,
+            })
+            .collect();
+        report.rpcs += 1;
+        self.stats.rollup_rpcs.add(1);
+        let snapshot = match self.store.read_rollups(&keys).await {
+            Ok(snapshot) if snapshot.posts.len() == wide.len() => snapshot,
+            _ => return due.to_vec(),
+        };
+        let now = Instant::now();
+        let mut settled_posts = rustc_hash::FxHashSet::default();
+        for (d, read) in wide.iter().zip(&snapshot.posts) {
+            let Some(stored) = &read.stored else { continue };
+            let settled = if d.covered_at.is_some_and(|c| stored.as_of >= c)
+                && stored.shards.is_none_or(|s| s >= d.grow)
+            {
+                Settled::Done
+            } else {
+                let age = snapshot.read_time - stored.as_of;
+                let age = Duration::from_micros(u64::try_from(age).unwrap_or(0));
+                if age >= self.config.interval.mul_f64(FRESH_SHARE) {
+                    continue;
+                }
+                self.stats.rollup_deferred.add(1);
+                Settled::Later {
+                    after: self.config.interval.saturating_sub(age) + self.jitter(),
+                }
+            };
+            settled_posts.insert(d.post_id.as_str());
+            self.settle(d, Some(snapshot.read_time), settled, now);
+        }
+        due.iter()
+            .filter(|d| !settled_posts.contains(d.post_id.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// A random extra wait of up to a quarter interval, so replicas that
+    /// deferred to one rollup do not all come back at once.
+    fn jitter(&self) -> Duration {
+        self.config
+            .interval
+            .mul_f64(rand::random_range(0.0..JITTER_SHARE))
     }
 
     /// Settles every post of `due` whose read calls for no write (or whose
@@ -593,7 +671,9 @@ impl<S: RollupStore> Refresher<S> {
                 Decision::Incomplete { shards } => Settled::Again { shards },
                 Decision::Defer { after } => {
                     self.stats.rollup_deferred.add(1);
-                    Settled::Later { after }
+                    Settled::Later {
+                        after: after + self.jitter(),
+                    }
                 }
                 Decision::Write { likes, shards } => {
                     let stored = read.stored.as_ref();

@@ -50,7 +50,8 @@ impl RollupStore for FirestoreDb {
         for (i, key) in keys.iter().enumerate() {
             names.push(layout.rollup(key.post_id));
             parts.push(Part::Rollup(i));
-            for k in 0..key.shards.max(1) {
+            // Shards 0..shards (none: the rollup alone, a peek).
+            for k in 0..key.shards {
                 names.push(layout.counter_shard(key.post_id, k));
                 parts.push(Part::Shard(i, k));
             }
