@@ -30,6 +30,10 @@ fn config(max_in_flight: usize, auth: AuthConfig) -> PushConfig {
         addr: "127.0.0.1:0".parse().expect("address"),
         auth,
         max_in_flight,
+        connections: crate::http::ConnectionLimits {
+            max_connections: 2 * max_in_flight,
+            header_read_timeout: Duration::from_secs(10),
+        },
         hold_max: Duration::from_secs(8),
         subscription: "projects/p/subscriptions/likes-hotcount".into(),
     }
@@ -409,7 +413,9 @@ fn deploy_setting(file: &str, key: &str) -> u64 {
         .skip_while(|c| !c.is_ascii_digit())
         .take_while(char::is_ascii_digit)
         .collect();
-    digits.parse().unwrap_or_else(|_| panic!("a number after {key} in {file}"))
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("a number after {key} in {file}"))
 }
 
 #[test]
