@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use crate::event::{check_id, MAX_EVENT_ID_BYTES};
-use crate::http::ConnectionLimits;
 use crate::pipeline::flusher::FlushConfig;
 use crate::pipeline::milestones::DispatchConfig;
 use crate::pipeline::push::{AuthConfig, GoogleAuth, PushConfig};
@@ -815,10 +814,8 @@ fn push_config(
         addr,
         auth,
         max_in_flight,
-        connections: ConnectionLimits {
-            max_connections,
-            header_read_timeout: Duration::from_millis(header_read_timeout_ms),
-        },
+        max_connections,
+        header_read_timeout: Duration::from_millis(header_read_timeout_ms),
         hold_max: PushConfig::hold_max_for(None),
         subscription: subscription.to_string(),
     }))

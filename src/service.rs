@@ -193,10 +193,13 @@ pub async fn run(
     stats: Arc<Stats>,
 ) -> Result<Arc<Stats>, ServiceError> {
     let (http_stop_tx, http_stop) = watch::channel(false);
-    let push = config
-        .push
-        .as_ref()
-        .map(|p| ((p.addr, p.connections), Push::new(p, stats.clone())));
+    let push = config.push.as_ref().map(|p| {
+        let limits = crate::http::ConnectionLimits {
+            max_connections: p.max_connections,
+            header_read_timeout: p.header_read_timeout,
+        };
+        ((p.addr, limits), Push::new(p, stats.clone()))
+    });
     let shared = push
         .as_ref()
         .is_some_and(|((addr, _), _)| Some(*addr) == config.metrics_addr);

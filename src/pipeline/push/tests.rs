@@ -30,10 +30,8 @@ fn config(max_in_flight: usize, auth: AuthConfig) -> PushConfig {
         addr: "127.0.0.1:0".parse().expect("address"),
         auth,
         max_in_flight,
-        connections: crate::http::ConnectionLimits {
-            max_connections: 2 * max_in_flight,
-            header_read_timeout: Duration::from_secs(10),
-        },
+        max_connections: 2 * max_in_flight,
+        header_read_timeout: Duration::from_secs(10),
         hold_max: Duration::from_secs(8),
         subscription: "projects/p/subscriptions/likes-hotcount".into(),
     }
