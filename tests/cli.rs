@@ -343,7 +343,10 @@ async fn invalid_settings_are_refused_at_start_with_the_flag_named() {
     let out = output(cmd);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--push-auth") && err.contains("K_SERVICE"), "{err}");
+    assert!(
+        err.contains("--push-auth") && err.contains("K_SERVICE"),
+        "{err}"
+    );
 }
 
 /// A poison storm (10,000 messages, five reasons) through `hotcount run`:
