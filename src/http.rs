@@ -553,11 +553,16 @@ mod tests {
     async fn a_connection_beyond_the_cap_is_closed_when_every_other_is_in_a_request() {
         let (_stop_tx, stop) = watch::channel(false);
         let (release_tx, release) = watch::channel(false);
-        let handle = move |_: Request<Incoming>| {
-            let mut release = release.clone();
-            async move {
-                let _ = release.wait_for(|r| *r).await;
-                StatusCode::NO_CONTENT
+        let entered = Arc::new(AtomicU64::new(0));
+        let handle = {
+            let entered = entered.clone();
+            move |_: Request<Incoming>| {
+                let mut release = release.clone();
+                entered.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    let _ = release.wait_for(|r| *r).await;
+                    StatusCode::NO_CONTENT
+                }
             }
         };
         let mut tasks = JoinSet::new();
@@ -584,11 +589,12 @@ mod tests {
                 .send()
         };
         let held = [tokio::spawn(post()), tokio::spawn(post())];
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while stats.push_connections.get() < 2 && std::time::Instant::now() < deadline {
+        // Both connections are in a request once both reached the handler.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while entered.load(Ordering::Relaxed) < 2 && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(stats.push_connections.get(), 2);
         let third = TcpStream::connect(addr).await.expect("connected");
         assert!(
             idle_until_closed(third, Duration::from_secs(3)).await,
