@@ -28,6 +28,11 @@ pub const DEFAULT_COUNTER_SHARDS: u32 = 16;
 /// `--push-jwks-url`'s default.
 pub const DEFAULT_PUSH_JWKS_URL: &str = "https://www.googleapis.com/oauth2/v3/certs";
 
+/// The environment variable Cloud Run sets in every container of a
+/// service (to the service's name): `--push-auth cloud-run` is accepted on
+/// a non-loopback address only where it is set.
+pub const CLOUD_RUN_SERVICE_ENV: &str = "K_SERVICE";
+
 /// Where Pub/Sub and Firestore are: Google's endpoints with Application
 /// Default Credentials, or emulators (anonymous) when an address is given.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -209,7 +214,8 @@ pub enum PushAuthMode {
     /// Trust Cloud Run's IAM front end, which checked the token before the
     /// request reached the container (deploy with
     /// `--no-allow-unauthenticated` and grant the push service account the
-    /// invoker role).
+    /// invoker role). Every request is trusted, so it is allowed only on
+    /// Cloud Run (`K_SERVICE` set) or on a loopback `--push-addr`.
     CloudRun,
     /// No authentication: allowed only on a loopback `--push-addr`.
     None,
@@ -443,8 +449,9 @@ pub struct RunArgs {
     #[arg(long, env = "HOTCOUNT_PUSH_ADDR", default_value = "127.0.0.1:8080")]
     pub push_addr: String,
     /// With `--delivery push`: `google` (verify each request's OIDC token),
-    /// `cloud-run` (Cloud Run's IAM front end verified it) or `none`
-    /// (loopback `--push-addr` only).
+    /// `cloud-run` (Cloud Run's IAM front end verified it; on Cloud Run,
+    /// where `K_SERVICE` is set, or a loopback `--push-addr` only) or
+    /// `none` (loopback `--push-addr` only).
     #[arg(long, env = "HOTCOUNT_PUSH_AUTH", value_enum, default_value_t = PushAuthMode::Google)]
     pub push_auth: PushAuthMode,
     /// With `--push-auth google`: the audience the token must carry (the
@@ -465,6 +472,21 @@ pub struct RunArgs {
     /// most a 1 MiB body while it is read, then its parsed message.
     #[arg(long, env = "HOTCOUNT_PUSH_MAX_IN_FLIGHT", default_value_t = 1000)]
     pub push_max_in_flight: usize,
+    /// With `--delivery push` on its own address: connections open at
+    /// once, at most (at least `--push-max-in-flight`). A new one beyond it
+    /// closes the connection idle longest (or still sending its request's
+    /// headers), or, when every one is in a request, is closed itself.
+    #[arg(long, env = "HOTCOUNT_PUSH_MAX_CONNECTIONS", default_value_t = 2000)]
+    pub push_max_connections: usize,
+    /// With `--delivery push` on its own address: a connection that has
+    /// not sent a request's whole headers this long after it opened, or
+    /// after its last answer (idle), is closed, in milliseconds (100..=600000).
+    #[arg(
+        long,
+        env = "HOTCOUNT_PUSH_HEADER_READ_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub push_header_read_timeout_ms: u64,
 }
 
 /// Validated settings.
@@ -707,8 +729,13 @@ impl RunArgs {
     }
 }
 
-/// Validates the push flags of `args` (only read with `--delivery push`).
-fn push_config(args: &RunArgs, subscription: &str) -> Result<Option<PushConfig>, ConfigError> {
+/// Validates the push flags of `args` (only read with `--delivery push`);
+/// `on_cloud_run`: whether this runs in a Cloud Run container.
+fn push_config(
+    args: &RunArgs,
+    subscription: &str,
+    on_cloud_run: bool,
+) -> Result<Option<PushConfig>, ConfigError> {
     if args.delivery == Delivery::Pull {
         return Ok(None);
     }
@@ -743,7 +770,15 @@ fn push_config(args: &RunArgs, subscription: &str) -> Result<Option<PushConfig>,
                 jwks_url,
             })
         }
-        PushAuthMode::CloudRun => AuthConfig::CloudRun,
+        PushAuthMode::CloudRun if on_cloud_run || addr.ip().is_loopback() => AuthConfig::CloudRun,
+        PushAuthMode::CloudRun => {
+            return Err(ConfigError {
+                flag: "push-auth",
+                reason: format!(
+                    "cloud-run trusts every request (Cloud Run's IAM front end checks them before they reach the container), so it is allowed only on Cloud Run ({CLOUD_RUN_SERVICE_ENV} set) or on a loopback --push-addr; {CLOUD_RUN_SERVICE_ENV} is not set and {addr} is not loopback: use google (verify the tokens)"
+                ),
+            })
+        }
         PushAuthMode::None if addr.ip().is_loopback() => AuthConfig::None,
         PushAuthMode::None => {
             return Err(ConfigError {
@@ -754,10 +789,33 @@ fn push_config(args: &RunArgs, subscription: &str) -> Result<Option<PushConfig>,
             })
         }
     };
+    let max_in_flight = range("push-max-in-flight", args.push_max_in_flight, 1, 100_000)?;
+    let max_connections = range(
+        "push-max-connections",
+        args.push_max_connections,
+        1,
+        1_000_000,
+    )?;
+    if max_connections < max_in_flight {
+        return Err(ConfigError {
+            flag: "push-max-connections",
+            reason: format!(
+                "{max_connections} is below --push-max-in-flight {max_in_flight}: each request held needs a connection of its own"
+            ),
+        });
+    }
+    let header_read_timeout_ms = range(
+        "push-header-read-timeout-ms",
+        args.push_header_read_timeout_ms,
+        100,
+        600_000,
+    )?;
     Ok(Some(PushConfig {
         addr,
         auth,
-        max_in_flight: range("push-max-in-flight", args.push_max_in_flight, 1, 100_000)?,
+        max_in_flight,
+        max_connections,
+        header_read_timeout: Duration::from_millis(header_read_timeout_ms),
         hold_max: PushConfig::hold_max_for(None),
         subscription: subscription.to_string(),
     }))
@@ -765,7 +823,14 @@ fn push_config(args: &RunArgs, subscription: &str) -> Result<Option<PushConfig>,
 
 impl RunArgs {
     /// Checks every setting; the first problem is reported with its flag.
+    /// Reads whether this runs on Cloud Run ([`CLOUD_RUN_SERVICE_ENV`]).
     pub fn validate(&self) -> Result<Config, ConfigError> {
+        let on_cloud_run = std::env::var_os(CLOUD_RUN_SERVICE_ENV).is_some_and(|v| !v.is_empty());
+        self.validate_where(on_cloud_run)
+    }
+
+    /// [`RunArgs::validate`] on Cloud Run (`on_cloud_run`) or off it.
+    fn validate_where(&self, on_cloud_run: bool) -> Result<Config, ConfigError> {
         let t = &self.target;
         if t.project.is_empty() || t.project.contains('/') {
             return Err(ConfigError {
@@ -795,7 +860,7 @@ impl RunArgs {
                 reason,
             })?;
         let metrics_addr = metrics_addr(&self.metrics_addr, self.metrics_allow_remote)?;
-        let push = push_config(self, &subscription)?;
+        let push = push_config(self, &subscription, on_cloud_run)?;
         Ok(Config {
             store_location: t.store.clone(),
             project: t.project.clone(),

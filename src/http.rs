@@ -10,11 +10,13 @@
 //! endpoint binds a loopback address unless the operator allowed otherwise
 //! ([`crate::config::metrics_addr`]).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -26,9 +28,9 @@ use http_body_util::Empty;
 use hyper::body::Incoming;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
-use crate::telemetry::{self, Stats};
+use crate::telemetry::{self, ConnectionClose, Stats};
 
 /// An endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +107,19 @@ pub async fn serve(
     Ok(bound)
 }
 
+/// How many connections [`serve_route`] keeps and how long it waits for
+/// a request's headers: what bounds the connections that never send a
+/// request (slow or idle) before any request reaches authentication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once, at most.
+    pub max_connections: usize,
+    /// The longest a connection may take to send a request's whole
+    /// headers, counted from its opening or from its last answer: so also
+    /// the longest it may stay idle between requests.
+    pub header_read_timeout: Duration,
+}
+
 /// Binds `addr` and serves `POST {path}` with `handle` (the answer is its
 /// status, with no body) over HTTP/1.1 with keep-alive, on hyper's server
 /// alone: no router, no protocol sniffing, `TCP_NODELAY` (each answer
@@ -113,10 +128,17 @@ pub async fn serve(
 /// `stop` turns true: then it stops accepting, lets each connection
 /// finish the request in progress and waits for them. Returns once
 /// bound, with the bound address; dropping `tasks` ends it at once.
+///
+/// Within `limits` (counted in `stats`): a connection that does not send
+/// a request's headers within the header read timeout is closed, and at
+/// most `max_connections` are open: a new one beyond closes the one idle
+/// (or sending headers) the longest, or is closed itself when every other
+/// is in a request. A connection in a request is never closed for another.
 pub async fn serve_route<H, F>(
     what: &'static str,
     addr: SocketAddr,
     (path, handle): (&'static str, H),
+    (limits, stats): (ConnectionLimits, Arc<Stats>),
     mut stop: watch::Receiver<bool>,
     tasks: &mut JoinSet<()>,
 ) -> Result<SocketAddr, HttpError>
@@ -127,21 +149,29 @@ where
     let error = |source| HttpError { what, addr, source };
     let listener = TcpListener::bind(addr).await.map_err(error)?;
     let bound = listener.local_addr().map_err(error)?;
-    tracing::info!(addr = %bound, what, "endpoint listening");
+    tracing::info!(addr = %bound, what, max_connections = limits.max_connections, header_read_timeout = ?limits.header_read_timeout, "endpoint listening");
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
     tasks.spawn(async move {
+        let mut open = Open::new(limits.max_connections, stats.clone());
         let mut connections = JoinSet::new();
-        // One stop signal per connection: a oneshot costs a connection
-        // nothing to poll while it serves (a watch would, on every wake).
-        let mut stops: Vec<oneshot::Sender<()>> = Vec::new();
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
+                        if !open.make_room() {
+                            drop(stream);
+                            continue;
+                        }
                         let route = (path, handle.clone());
                         let (stop_tx, stop) = oneshot::channel();
-                        stops.retain(|s| !s.is_closed());
-                        stops.push(stop_tx);
-                        connections.spawn(serve_connection(stream, route, stop));
+                        let idle_since = Arc::new(AtomicU64::new(open.now_ms()));
+                        let activity = Activity { idle_since: idle_since.clone(), epoch: open.epoch, stats: stats.clone() };
+                        let connection = serve_connection(stream, route, (http1.clone(), activity), stop);
+                        let abort = connections.spawn(connection);
+                        open.add(abort, stop_tx, idle_since);
                     }
                     // Out of file descriptors, say: the connections being
                     // served go on; accepting is tried again shortly.
@@ -150,32 +180,148 @@ where
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                Some(ended) = connections.join_next_with_id(), if !connections.is_empty() => {
+                    open.remove(ended.map_or_else(|e| e.id(), |(id, ())| id));
+                }
                 () = stopped(&mut stop) => break,
             }
         }
         drop(listener);
-        for stop in stops {
-            let _ = stop.send(());
-        }
+        open.stop_all();
         while connections.join_next().await.is_some() {}
+        stats.push_connections.set(0);
     });
     Ok(bound)
 }
 
+/// The connections [`serve_route`] holds, as its accept loop sees them.
+///
+/// Invariant: at most `max` are held; one in a request (its `idle_since`
+/// 0) is never closed to make room.
+struct Open {
+    max: usize,
+    held: HashMap<tokio::task::Id, Held>,
+    epoch: Instant,
+    stats: Arc<Stats>,
+}
+
+/// One connection of [`Open`].
+struct Held {
+    /// Ends it at once (eviction).
+    abort: AbortHandle,
+    /// Asks it to finish its request in progress and close (stop).
+    stop: oneshot::Sender<()>,
+    /// See [`Activity::idle_since`].
+    idle_since: Arc<AtomicU64>,
+}
+
+impl Open {
+    fn new(max: usize, stats: Arc<Stats>) -> Self {
+        Self {
+            max,
+            held: HashMap::new(),
+            epoch: Instant::now(),
+            stats,
+        }
+    }
+
+    /// Milliseconds since `epoch`, plus one (0 means "in a request").
+    fn now_ms(&self) -> u64 {
+        millis_since(self.epoch)
+    }
+
+    /// Whether a new connection may be held: below the cap, or once the
+    /// connection idle longest is closed; false (counted, logged
+    /// rate-limited) when every one held is in a request. Cost: a scan of
+    /// the held connections, only at the cap.
+    fn make_room(&mut self) -> bool {
+        if self.held.len() < self.max {
+            return true;
+        }
+        let idlest = self
+            .held
+            .iter()
+            .map(|(id, held)| (*id, held.idle_since.load(Ordering::Relaxed)))
+            .filter(|(_, since)| *since != 0)
+            .min_by_key(|(_, since)| *since);
+        let closed = &self.stats.push_connections_closed;
+        match idlest.and_then(|(id, _)| self.held.remove(&id)) {
+            Some(held) => {
+                held.abort.abort();
+                closed.add(ConnectionClose::Evicted, 1);
+                true
+            }
+            None => {
+                closed.add(ConnectionClose::Refused, 1);
+                if self
+                    .stats
+                    .warnings
+                    .admit("push connections refused", "refused")
+                {
+                    tracing::warn!(max = self.max, "push connection closed at once: --push-max-connections are open, each in a request");
+                }
+                false
+            }
+        }
+    }
+
+    fn add(&mut self, abort: AbortHandle, stop: oneshot::Sender<()>, idle_since: Arc<AtomicU64>) {
+        let held = Held {
+            abort: abort.clone(),
+            stop,
+            idle_since,
+        };
+        self.held.insert(abort.id(), held);
+        self.stats.push_connections.set(self.held.len() as u64);
+    }
+
+    /// Forgets the connection of task `id` (ended, or evicted before).
+    fn remove(&mut self, id: tokio::task::Id) {
+        self.held.remove(&id);
+        self.stats.push_connections.set(self.held.len() as u64);
+    }
+
+    /// Asks every connection to finish its request in progress and close.
+    fn stop_all(&mut self) {
+        for (_, held) in self.held.drain() {
+            let _ = held.stop.send(());
+        }
+    }
+}
+
+/// Milliseconds since `epoch`, plus one.
+fn millis_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_millis())
+        .unwrap_or(u64::MAX - 1)
+        .saturating_add(1)
+}
+
+/// What a connection of [`serve_route`] tells its accept loop, and counts.
+#[derive(Clone)]
+struct Activity {
+    /// 0 while a request is in progress; otherwise when the connection
+    /// last became idle (opened, or answered), see [`millis_since`].
+    idle_since: Arc<AtomicU64>,
+    epoch: Instant,
+    stats: Arc<Stats>,
+}
+
 /// One connection of [`serve_route`]: its requests one after the other
-/// until the client closes it, or, once `stop` fires (or its sender is
-/// gone), until the one in progress is answered.
+/// until the client closes it (or its headers are late), or, once `stop`
+/// fires (or its sender is gone), until the one in progress is answered.
 async fn serve_connection<H, F>(
     stream: TcpStream,
     (path, handle): (&'static str, H),
+    (http1, activity): (hyper::server::conn::http1::Builder, Activity),
     stop: oneshot::Receiver<()>,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = StatusCode> + Send + 'static,
 {
     let _ = stream.set_nodelay(true);
+    let stats = activity.stats.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        activity.idle_since.store(0, Ordering::Relaxed);
         let answer = if request.uri().path() != path {
             Err(StatusCode::NOT_FOUND)
         } else if request.method() != Method::POST {
@@ -183,6 +329,7 @@ async fn serve_connection<H, F>(
         } else {
             Ok(handle(request))
         };
+        let activity = activity.clone();
         async move {
             let status = match answer {
                 Ok(handled) => handled.await,
@@ -194,18 +341,31 @@ async fn serve_connection<H, F>(
                 let allow = axum::http::HeaderValue::from_static("POST");
                 response.headers_mut().insert(header::ALLOW, allow);
             }
+            let now = millis_since(activity.epoch);
+            activity.idle_since.store(now, Ordering::Relaxed);
             Ok::<_, Infallible>(response)
         }
     });
-    let connection = hyper::server::conn::http1::Builder::new()
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    let connection = http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
     tokio::pin!(connection);
-    tokio::select! {
-        _ = connection.as_mut() => return,
-        _ = stop => {}
+    let ended = tokio::select! {
+        ended = connection.as_mut() => Some(ended),
+        _ = stop => None,
+    };
+    let ended = match ended {
+        Some(ended) => ended,
+        None => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = ended {
+        if error.is_timeout() {
+            stats
+                .push_connections_closed
+                .add(ConnectionClose::HeaderTimeout, 1);
+        }
     }
-    connection.as_mut().graceful_shutdown();
-    let _ = connection.await;
 }
 
 /// Once `stop` turns true (or its sender is gone).
@@ -216,6 +376,11 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LIMITS: ConnectionLimits = ConnectionLimits {
+        max_connections: 100,
+        header_read_timeout: Duration::from_secs(10),
+    };
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serve_route_answers_its_route_only_and_finishes_the_request_in_progress_at_stop() {
@@ -238,6 +403,7 @@ mod tests {
             "push",
             "127.0.0.1:0".parse().expect("address"),
             ("/pubsub/push", handle),
+            (LIMITS, Arc::new(Stats::default())),
             stop,
             &mut tasks,
         )
@@ -279,5 +445,168 @@ mod tests {
             tokio::net::TcpStream::connect(addr).await.is_err(),
             "nothing accepted after the stop"
         );
+    }
+
+    /// Trickles an endless header line, a byte every 50 ms, until the
+    /// server closes the connection: whether it did within `within`.
+    async fn trickle_until_closed(mut stream: TcpStream, within: Duration) -> bool {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let trickle = async {
+            let (mut read, mut write) = stream.split();
+            if write
+                .write_all(b"POST /pubsub/push HTTP/1.1\r\nx-slow: ")
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let mut buf = [0u8; 64];
+            loop {
+                tokio::select! {
+                    // EOF, an answer (a 408) or a reset: closed.
+                    _ = read.read(&mut buf) => return,
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {
+                        if write.write_all(b"a").await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(within, trickle).await.is_ok()
+    }
+
+    /// Sends nothing until the server closes the connection: whether it
+    /// did within `within`.
+    async fn idle_until_closed(mut stream: TcpStream, within: Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 64];
+        tokio::time::timeout(within, stream.read(&mut buf))
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slow_header_and_idle_connections_are_closed_and_cannot_starve_a_request() {
+        let (_stop_tx, stop) = watch::channel(false);
+        let handle = |_: Request<Incoming>| async { StatusCode::NO_CONTENT };
+        let mut tasks = JoinSet::new();
+        let stats = Arc::new(Stats::default());
+        let limits = ConnectionLimits {
+            max_connections: 8,
+            header_read_timeout: Duration::from_millis(500),
+        };
+        let addr = serve_route(
+            "push",
+            "127.0.0.1:0".parse().expect("address"),
+            ("/pubsub/push", handle),
+            (limits, stats.clone()),
+            stop,
+            &mut tasks,
+        )
+        .await
+        .expect("bound");
+        // Many more than the endpoint holds: half trickle their headers a
+        // byte at a time, half send nothing.
+        let mut hogs = JoinSet::new();
+        for i in 0..24 {
+            let stream = TcpStream::connect(addr).await.expect("connected");
+            let within = Duration::from_secs(5);
+            if i % 2 == 0 {
+                hogs.spawn(trickle_until_closed(stream, within));
+            } else {
+                hogs.spawn(idle_until_closed(stream, within));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let client = reqwest::Client::new();
+        let started = std::time::Instant::now();
+        let post = client
+            .post(format!("http://{addr}/pubsub/push"))
+            .body("{}")
+            .timeout(Duration::from_secs(3))
+            .send()
+            .await;
+        assert_eq!(post.map(|r| r.status().as_u16()).ok(), Some(204));
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "served promptly"
+        );
+        let mut closed = 0;
+        while let Some(hog) = hogs.join_next().await {
+            closed += usize::from(hog.expect("task"));
+        }
+        assert_eq!(
+            closed, 24,
+            "the server closed every slow or idle connection"
+        );
+        let closed = |reason| stats.push_connections_closed.get(reason);
+        assert_eq!(closed(ConnectionClose::Refused), 0);
+        assert!(closed(ConnectionClose::Evicted) >= 16, "beyond the 8 held");
+        assert!(
+            closed(ConnectionClose::HeaderTimeout) >= 1,
+            "the last ones held"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_beyond_the_cap_is_closed_when_every_other_is_in_a_request() {
+        let (_stop_tx, stop) = watch::channel(false);
+        let (release_tx, release) = watch::channel(false);
+        let entered = Arc::new(AtomicU64::new(0));
+        let handle = {
+            let entered = entered.clone();
+            move |_: Request<Incoming>| {
+                let mut release = release.clone();
+                entered.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    let _ = release.wait_for(|r| *r).await;
+                    StatusCode::NO_CONTENT
+                }
+            }
+        };
+        let mut tasks = JoinSet::new();
+        let stats = Arc::new(Stats::default());
+        let limits = ConnectionLimits {
+            max_connections: 2,
+            header_read_timeout: Duration::from_secs(10),
+        };
+        let addr = serve_route(
+            "push",
+            "127.0.0.1:0".parse().expect("address"),
+            ("/pubsub/push", handle),
+            (limits, stats.clone()),
+            stop,
+            &mut tasks,
+        )
+        .await
+        .expect("bound");
+        let post = || {
+            reqwest::Client::new()
+                .post(format!("http://{addr}/pubsub/push"))
+                .body("{}")
+                .timeout(Duration::from_secs(10))
+                .send()
+        };
+        let held = [tokio::spawn(post()), tokio::spawn(post())];
+        // Both connections are in a request once both reached the handler.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while entered.load(Ordering::Relaxed) < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(stats.push_connections.get(), 2);
+        let third = TcpStream::connect(addr).await.expect("connected");
+        assert!(
+            idle_until_closed(third, Duration::from_secs(3)).await,
+            "closed at once"
+        );
+        let closed = |reason| stats.push_connections_closed.get(reason);
+        assert_eq!(closed(ConnectionClose::Refused), 1);
+        assert_eq!(closed(ConnectionClose::Evicted), 0, "none in a request");
+        release_tx.send_replace(true);
+        for request in held {
+            let status = request.await.expect("task").map(|r| r.status().as_u16());
+            assert_eq!(status.ok(), Some(204), "the held requests are answered");
+        }
     }
 }

@@ -193,13 +193,16 @@ pub async fn run(
     stats: Arc<Stats>,
 ) -> Result<Arc<Stats>, ServiceError> {
     let (http_stop_tx, http_stop) = watch::channel(false);
-    let push = config
-        .push
-        .as_ref()
-        .map(|p| (p.addr, Push::new(p, stats.clone())));
+    let push = config.push.as_ref().map(|p| {
+        let limits = crate::http::ConnectionLimits {
+            max_connections: p.max_connections,
+            header_read_timeout: p.header_read_timeout,
+        };
+        ((p.addr, limits), Push::new(p, stats.clone()))
+    });
     let shared = push
         .as_ref()
-        .is_some_and(|(addr, _)| Some(*addr) == config.metrics_addr);
+        .is_some_and(|((addr, _), _)| Some(*addr) == config.metrics_addr);
     // In a JoinSet: dropping this future (a crash in tests) ends them too.
     let mut servers = tokio::task::JoinSet::new();
     if let Some(addr) = config.metrics_addr {
@@ -214,13 +217,21 @@ pub async fn run(
             let _ = stats.push_addr.set(bound);
         }
     }
-    if let (Some((addr, push)), false) = (&push, shared) {
+    if let (Some(((addr, limits), push)), false) = (&push, shared) {
         let push = push.clone();
         let route = (PUSH_PATH, move |request| {
             let push = push.clone();
             async move { push.handle(request).await }
         });
-        let bound = crate::http::serve_route("push", *addr, route, http_stop, &mut servers).await?;
+        let bound = crate::http::serve_route(
+            "push",
+            *addr,
+            route,
+            (*limits, stats.clone()),
+            http_stop,
+            &mut servers,
+        )
+        .await?;
         let _ = stats.push_addr.set(bound);
     }
     let result = run_pipeline(endpoints, config, stop, stats, push.map(|(_, p)| p)).await;

@@ -329,6 +329,24 @@ async fn invalid_settings_are_refused_at_start_with_the_flag_named() {
     let out = output(cmd);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--consumer"));
+    // Trusting every request is refused off Cloud Run, saying why.
+    let mut cmd = hotcount(&h);
+    cmd.env_remove("K_SERVICE").args([
+        "run",
+        "--delivery",
+        "push",
+        "--push-auth",
+        "cloud-run",
+        "--push-addr",
+        "0.0.0.0:0",
+    ]);
+    let out = output(cmd);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--push-auth") && err.contains("K_SERVICE"),
+        "{err}"
+    );
 }
 
 /// A poison storm (10,000 messages, five reasons) through `hotcount run`:

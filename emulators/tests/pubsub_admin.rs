@@ -318,3 +318,71 @@ async fn rest_publish_decodes_data_as_strictly_as_google() {
     // Encoded back as standard base64 with padding, whatever came in.
     assert_eq!(data, ["+/+/", "+/+/", "+w==", "+w==", "+w==", "Zm8="]);
 }
+
+#[tokio::test]
+async fn stats_count_acknowledge_and_modify_ack_deadline_calls_and_ids() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("ack-calls", |r| r).await;
+    env.publish(&topic, &["a", "b", "c"]).await;
+    let mut raw = env.raw_subscriber().await;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    tx.send(pb::StreamingPullRequest {
+        subscription: sub.clone(),
+        stream_ack_deadline_seconds: 60,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut responses = raw
+        .streaming_pull(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ids = Vec::new();
+    while ids.len() < 3 {
+        let got = tokio::time::timeout(PATIENCE, responses.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        ids.extend(got.received_messages.into_iter().map(|m| m.ack_id));
+    }
+    // One stream request extending two leases and nacking the third: one
+    // call of three ids, whatever the deadlines.
+    tx.send(pb::StreamingPullRequest {
+        modify_deadline_ack_ids: ids.clone(),
+        modify_deadline_seconds: vec![30, 30, 0],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // One stream request acking two.
+    tx.send(pb::StreamingPullRequest {
+        ack_ids: ids[..2].to_vec(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let pubsub = env.emu.pubsub();
+    eventually_that("the stream's ack", || {
+        pubsub.stats(&sub).is_some_and(|s| s.acks == 2)
+    })
+    .await;
+    // And one unary ModifyAckDeadline of one id, over REST.
+    let base = env.emu.pubsub_endpoint();
+    let (code, body) = raw_http(
+        "POST",
+        &format!("{base}/v1/{sub}:modifyAckDeadline"),
+        &format!(r#"{{"ackIds":["{}"],"ackDeadlineSeconds":20}}"#, ids[0]),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = raw_http("GET", &format!("{base}/emulator/v1/pubsub/stats"), "").await;
+    assert_eq!(code, 200, "{body}");
+    let stats: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let counted = &stats["subscriptions"][&sub];
+    assert_eq!(counted["acknowledge_calls"], 1, "{counted}");
+    assert_eq!(counted["acknowledge_ids"], 2, "{counted}");
+    assert_eq!(counted["modify_ack_deadline_calls"], 2, "{counted}");
+    assert_eq!(counted["modify_ack_deadline_ids"], 4, "{counted}");
+}

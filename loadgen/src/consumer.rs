@@ -186,12 +186,13 @@ pub enum Consumer {
 impl Consumer {
     /// Starts the consumer of `run_args` (validated as `config`): as the
     /// binary `bin` in a child process with its `/metrics` on a free
-    /// loopback port, or in-process when `bin` is `None`.
+    /// loopback port and its stderr appended to `log` (ours when `None`),
+    /// or in-process when `bin` is `None` (it logs where this process does).
     pub fn start(
         bin: Option<&Path>,
         endpoints: &Endpoints,
-        run_args: &RunArgs,
-        config: &Config,
+        (run_args, config): (&RunArgs, &Config),
+        log: Option<&Path>,
     ) -> Result<Self, RunError> {
         let Some(bin) = bin else {
             return Ok(Consumer::InProcess(InProcess::start(endpoints, config)));
@@ -204,20 +205,21 @@ impl Consumer {
                 .chain(consumer_flags(run_args, &metrics.to_string()))
                 .collect(),
             endpoints: endpoints.clone(),
-            log: None,
+            log: log.map(Path::to_path_buf),
             metrics: Some(metrics),
         };
         Ok(Consumer::Child(Child::spawn(&spec)?))
     }
 
     /// Starts `hotcount-null-consumer` (the binary `bin`) on the stream
-    /// settings of `run_args`; with `push_addr`, as the push floor serving
-    /// `POST /pubsub/push` there instead.
+    /// settings of `run_args`, its stderr appended to `log` (ours when
+    /// `None`); with `push_addr`, as the push floor serving `POST
+    /// /pubsub/push` there instead.
     pub fn start_null(
         bin: &Path,
         endpoints: &Endpoints,
         run_args: &RunArgs,
-        push_addr: Option<SocketAddr>,
+        (push_addr, log): (Option<SocketAddr>, Option<&Path>),
     ) -> Result<Self, RunError> {
         let mut args = null_consumer_flags(run_args);
         if let Some(addr) = push_addr {
@@ -228,7 +230,7 @@ impl Consumer {
             bin: bin.to_path_buf(),
             args,
             endpoints: endpoints.clone(),
-            log: None,
+            log: log.map(Path::to_path_buf),
             metrics: None,
         };
         Ok(Consumer::Null(Child::spawn(&spec)?, push_addr))

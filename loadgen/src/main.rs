@@ -60,6 +60,19 @@ fn main() -> ExitCode {
                 init_tracing("warn", std::io::stderr, None);
             }
         },
+        // The bench's terminal shows progress and the tables: the
+        // consumers' warnings (in-process, and the children's) go to a file.
+        Command::Bench(args) => match bench::open_log(&args.consumer_log) {
+            Ok(file) => init_tracing(
+                "warn",
+                std::sync::Mutex::new(file),
+                Some(args.consumer_log.clone()),
+            ),
+            Err(e) => {
+                eprintln!("hotcount bench: cannot write the consumer log ({e}); logging to stderr");
+                init_tracing("warn", std::io::stderr, None);
+            }
+        },
         _ => init_tracing("warn", std::io::stderr, None),
     }
     let runtime = match tokio::runtime::Runtime::new() {

@@ -96,6 +96,7 @@ async fn bench_runs_push_beside_pull_and_prints_their_ratios() {
         // Two push replicas: the subscription pushes through the front.
         replicas: 2,
         compare_rollups: false,
+        consumer_log: None,
     };
     let results = bench::run(&config, |_| {}).await.expect("bench runs");
     let table = bench::render(&results, Case::Viral);
@@ -114,6 +115,16 @@ async fn bench_runs_push_beside_pull_and_prints_their_ratios() {
     }
     assert!(table.contains("| batched, push |"), "{table}");
     assert!(table.contains("batched, push / pull"), "{table}");
+    // Pulling settles leases with Acknowledge calls; push answers instead.
+    let pulled = &results[1].lease_calls;
+    assert!(pulled.acknowledge_calls > 0, "{table}");
+    assert!(pulled.acknowledge_ids >= results[1].acked, "{table}");
+    assert_eq!(results[0].lease_calls.acknowledge_calls, 0, "{table}");
+    assert!(
+        table.contains("| Acknowledge calls (ids) per 1,000 events |"),
+        "{table}"
+    );
+    assert!(table.contains("n/a (push: the answer acks)"), "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

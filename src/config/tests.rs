@@ -73,6 +73,8 @@ fn flags_reproduce_every_setting() {
     changed.push_service_account = "push@p.iam.gserviceaccount.com".into();
     changed.push_jwks_url = "http://127.0.0.1:1/certs".into();
     changed.push_max_in_flight = 71;
+    changed.push_max_connections = 97;
+    changed.push_header_read_timeout_ms = 1_234;
     // A setting added later and not changed here would prove nothing.
     let (before, after) = (
         serde_json::to_value(&defaults).expect("json"),
@@ -401,13 +403,36 @@ fn google_push_auth_needs_an_audience_and_a_service_account() {
         .flag,
         "push-jwks-url"
     );
+    let google = [
+        "--push-audience",
+        "a",
+        "--push-service-account",
+        "s@p.iam.gserviceaccount.com",
+    ];
+    let flag_of = |extra: &[&str]| {
+        let mut args = google.to_vec();
+        args.extend_from_slice(extra);
+        with(&args).map(|_| ()).map_err(|e| e.flag)
+    };
     assert_eq!(
-        with(&["--push-auth", "cloud-run", "--push-max-in-flight", "0"])
-            .unwrap_err()
-            .flag,
-        "push-max-in-flight"
+        flag_of(&["--push-max-in-flight", "0"]),
+        Err("push-max-in-flight")
     );
-    assert!(with(&["--push-auth", "cloud-run"]).is_ok());
+    assert_eq!(
+        flag_of(&[
+            "--push-max-in-flight",
+            "100",
+            "--push-max-connections",
+            "99"
+        ]),
+        Err("push-max-connections"),
+        "a request held needs a connection"
+    );
+    assert_eq!(
+        flag_of(&["--push-header-read-timeout-ms", "99"]),
+        Err("push-header-read-timeout-ms")
+    );
+    assert_eq!(flag_of(&[]), Ok(()));
 }
 
 #[test]
@@ -499,4 +524,33 @@ fn the_webhook_secret_never_shows_in_debug_output() {
     assert!(!format!("{config:?}").contains("hunter2"));
     let secret = config.milestones.and_then(|m| m.secret).expect("a secret");
     assert_eq!(secret.expose(), "hunter2-s3cret");
+}
+
+#[test]
+fn cloud_run_push_auth_is_refused_off_cloud_run_unless_the_address_is_loopback() {
+    let cloud_run = |addr: &str, on_cloud_run: bool| {
+        let args = [
+            "hotcount",
+            "--delivery",
+            "push",
+            "--push-auth",
+            "cloud-run",
+            "--push-addr",
+            addr,
+        ];
+        Cli::parse_from(args).run.validate_where(on_cloud_run)
+    };
+    let refused =
+        cloud_run("0.0.0.0:8080", false).expect_err("trusting every request off Cloud Run");
+    assert_eq!(refused.flag, "push-auth");
+    assert!(refused.reason.contains("K_SERVICE"), "{}", refused.reason);
+    assert!(
+        cloud_run("127.0.0.1:8080", false).is_ok(),
+        "loopback is allowed"
+    );
+    let on_cloud_run = cloud_run("0.0.0.0:8080", true).expect("Cloud Run's front end checks");
+    assert_eq!(
+        on_cloud_run.push.map(|p| p.auth),
+        Some(AuthConfig::CloudRun)
+    );
 }

@@ -149,6 +149,33 @@ impl Label for PushOutcome {
     }
 }
 
+/// Why the push endpoint closed a connection (`reason` of
+/// [`super::names::PUSH_CONNECTIONS_CLOSED`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectionClose {
+    /// Its request's headers did not all arrive within the header read
+    /// timeout (counted from its opening or its last answer: idle too).
+    HeaderTimeout,
+    /// Idle (or still sending headers) the longest when a new connection
+    /// arrived at the cap: closed to make room for it.
+    Evicted,
+    /// A new connection at the cap while every other was in a request.
+    Refused,
+}
+
+impl Label for ConnectionClose {
+    const NAME: &'static str = "reason";
+    const VALUES: &'static [Self] = &[Self::HeaderTimeout, Self::Evicted, Self::Refused];
+
+    fn value(self) -> &'static str {
+        match self {
+            Self::HeaderTimeout => "header_timeout",
+            Self::Evicted => "evicted",
+            Self::Refused => "refused",
+        }
+    }
+}
+
 /// Why authentication refused a push request (`reason` of
 /// [`super::names::PUSH_AUTH_FAILURES`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

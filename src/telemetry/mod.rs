@@ -28,7 +28,7 @@ use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::{Metric as Registered, Registry};
 
 pub use instruments::{Counter, Latency, Level, LevelProbe, ShardLevels, Sizes};
-pub use labels::{AuthFailure, FetchOutcome, Labelled, PushOutcome};
+pub use labels::{AuthFailure, ConnectionClose, FetchOutcome, Labelled, PushOutcome};
 use names::Metric;
 pub use progress::{CommitProgress, Stall};
 use scrape_time::ScrapeTime;
@@ -155,6 +155,10 @@ pub struct Stats {
     pub push_jwks_fetches: Labelled<FetchOutcome>,
     /// See [`names::PUSH_HOLD`].
     pub push_hold: Latency,
+    /// See [`names::PUSH_CONNECTIONS`] (its high-water mark is not exported).
+    pub push_connections: Level,
+    /// See [`names::PUSH_CONNECTIONS_CLOSED`].
+    pub push_connections_closed: Labelled<ConnectionClose>,
     /// The address the push endpoint listens on, once bound.
     pub push_addr: OnceLock<SocketAddr>,
     /// See [`names::READY`].
@@ -218,6 +222,8 @@ impl Default for Stats {
             push_auth_failures: Labelled::new(),
             push_jwks_fetches: Labelled::new(),
             push_hold: Latency::new(&names::PUSH_HOLD_BUCKETS),
+            push_connections: Level::default(),
+            push_connections_closed: Labelled::new(),
             push_addr: OnceLock::new(),
             ready: Arc::default(),
             registry: Registry::default(),
@@ -283,10 +289,17 @@ impl Stats {
         register(registry, ROLLUP_PENDING, self.rollup_pending.now.clone());
         register(registry, ROLLUP_LAG, self.rollup_lag.0.clone());
         register(registry, PUSH_HOLD, self.push_hold.0.clone());
+        register(
+            registry,
+            PUSH_CONNECTIONS,
+            self.push_connections.now.clone(),
+        );
         for collector in [
             self.push_requests.collector(PUSH_REQUESTS),
             self.push_auth_failures.collector(PUSH_AUTH_FAILURES),
             self.push_jwks_fetches.collector(PUSH_JWKS_FETCHES),
+            self.push_connections_closed
+                .collector(PUSH_CONNECTIONS_CLOSED),
         ] {
             self.registry.register_collector(Box::new(collector));
         }

@@ -142,6 +142,10 @@ metrics! {
         "Fetches of the push token signing keys (--push-jwks-url), by outcome (ok, failed).";
     PUSH_HOLD = "hotcount_push_hold_seconds",
         "Time from a push request's arrival to its answer, for the requests that entered the pipeline, in seconds.";
+    PUSH_CONNECTIONS = "hotcount_push_connections",
+        "Connections open on the push endpoint's own listener (at most --push-max-connections).";
+    PUSH_CONNECTIONS_CLOSED = "hotcount_push_connections_closed_total",
+        "Push endpoint connections the endpoint closed before their client did, by reason (header_timeout: no whole request headers within --push-header-read-timeout-ms, idle ones included; evicted: idle or still sending headers, closed for a new one at --push-max-connections; refused: a new one at --push-max-connections while every other was in a request).";
 }
 
 /// Upper bounds of [`COMMIT_DURATION`]'s buckets, in seconds.

@@ -227,9 +227,11 @@ impl Subscriber for Service {
         if req.ack_ids.is_empty() {
             return Err(Status::invalid_argument("ack_ids must not be empty"));
         }
-        let outcome =
-            self.shared
-                .modack(&req.subscription, &req.ack_ids, req.ack_deadline_seconds)?;
+        let outcome = self.shared.modack(
+            &req.subscription,
+            &req.ack_ids,
+            (req.ack_deadline_seconds, true),
+        )?;
         unary_ack_result(&outcome).map(Response::new)
     }
 

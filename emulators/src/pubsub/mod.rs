@@ -165,13 +165,20 @@ impl Shared {
         })
     }
 
-    /// Modifies ack deadlines of `ids` (0 = nack); malformed ids are reported as invalid.
-    fn modack(&self, sub: &str, ids: &[String], seconds: i32) -> Result<AckOutcome, Status> {
+    /// Modifies ack deadlines of `ids` (0 = nack); malformed ids are
+    /// reported as invalid. A new ModifyAckDeadline call when `new_call`,
+    /// else a part of the last one (a stream request's other deadline).
+    fn modack(
+        &self,
+        sub: &str,
+        ids: &[String],
+        (seconds, new_call): (i32, bool),
+    ) -> Result<AckOutcome, Status> {
         names::parse(sub, names::Kind::Subscription)?;
         let seconds = check_modack_seconds(seconds)?;
         let (parsed, malformed) = parse_ack_ids(ids);
         self.with(|state, now, wall| {
-            let mut outcome = state.modack(sub, &parsed, seconds, now, wall)?;
+            let mut outcome = state.modack(sub, &parsed, (seconds, new_call), now, wall)?;
             outcome.malformed = !malformed.is_empty();
             outcome.invalid.extend(malformed);
             Ok(outcome)

@@ -310,7 +310,7 @@ async fn subscription(
                 return Err(Status::invalid_argument("ack_ids must not be empty"));
             }
             let secs = i32::try_from(j::get_i64(&obj, "ackDeadlineSeconds")?).unwrap_or(-1);
-            unary_ack_result(&shared.modack(name, &ids, secs)?)?;
+            unary_ack_result(&shared.modack(name, &ids, (secs, true))?)?;
             Ok(json!({}))
         }
         (Some("modifyPushConfig"), "POST") => {

@@ -502,7 +502,7 @@ impl State {
         Ok(self.sub_mut(name, uid)?.take(now, lease))
     }
 
-    /// Acknowledges `ids` on `name`.
+    /// Acknowledges `ids` on `name` (one Acknowledge call, counted).
     pub fn ack(
         &mut self,
         name: &str,
@@ -512,21 +512,26 @@ impl State {
         faults: &Faults,
     ) -> Result<AckOutcome, Status> {
         self.tick(name, None, now, wall)?;
-        Ok(self.sub_mut(name, None)?.ack(ids, now, faults))
+        let sub = self.sub_mut(name, None)?;
+        sub.count_acknowledge(ids.len());
+        Ok(sub.ack(ids, now, faults))
     }
 
-    /// Modifies the ack deadline of `ids` on `name` (0 = nack).
+    /// Modifies the ack deadline of `ids` on `name` (0 = nack); counted as
+    /// a ModifyAckDeadline call when `new_call`, else as part of the last.
     pub fn modack(
         &mut self,
         name: &str,
         ids: &[AckId],
-        seconds: u32,
+        (seconds, new_call): (u32, bool),
         now: Duration,
         wall: SystemTime,
     ) -> Result<AckOutcome, Status> {
         self.tick(name, None, now, wall)?;
         let dl_ok = self.dead_letter_ok(name);
-        let (outcome, forwards) = self.sub_mut(name, None)?.modack(ids, seconds, now, dl_ok);
+        let sub = self.sub_mut(name, None)?;
+        sub.count_modify_ack_deadline(ids.len(), new_call);
+        let (outcome, forwards) = sub.modack(ids, seconds, now, dl_ok);
         if !forwards.is_empty() {
             self.forward(name, forwards, now, wall);
         }

@@ -21,6 +21,16 @@ pub struct SubscriptionStats {
     pub acks: u64,
     /// Nacks (ModifyAckDeadline 0) that took effect.
     pub nacks: u64,
+    /// Acknowledge calls: unary Acknowledge RPCs and StreamingPull
+    /// requests carrying ack ids (each one call, however many ids).
+    pub acknowledge_calls: u64,
+    /// Well-formed ack ids those calls named (valid or not).
+    pub acknowledge_ids: u64,
+    /// ModifyAckDeadline calls: unary RPCs and StreamingPull requests
+    /// carrying deadline changes (each one call, whatever its deadlines).
+    pub modify_ack_deadline_calls: u64,
+    /// Well-formed ack ids those calls named (valid or not; nacks included).
+    pub modify_ack_deadline_ids: u64,
     /// Leases that ran out before an ack.
     pub expiries: u64,
     /// Messages forwarded to the dead-letter topic (and acked here).

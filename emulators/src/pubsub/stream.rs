@@ -211,8 +211,8 @@ impl Session {
                     None => by_seconds.push((*secs, vec![id.clone()])),
                 }
             }
-            for (secs, ids) in by_seconds {
-                let outcome = self.shared.modack(&self.sub, &ids, secs)?;
+            for (i, (secs, ids)) in by_seconds.into_iter().enumerate() {
+                let outcome = self.shared.modack(&self.sub, &ids, (secs, i == 0))?;
                 exactly_once = outcome.exactly_once;
                 confirmation.ack_ids.extend(outcome.ok);
                 confirmation.invalid_ack_ids.extend(outcome.invalid);

@@ -389,6 +389,20 @@ impl Subscription {
         out
     }
 
+    /// Counts one Acknowledge call naming `ids` ack ids.
+    pub fn count_acknowledge(&mut self, ids: usize) {
+        self.stats.acknowledge_calls += 1;
+        self.stats.acknowledge_ids += ids as u64;
+    }
+
+    /// Counts `ids` ack ids of a ModifyAckDeadline call, and the call
+    /// itself when `new_call` (a stream request's deadlines are applied
+    /// one deadline at a time, as parts of one call).
+    pub fn count_modify_ack_deadline(&mut self, ids: usize, new_call: bool) {
+        self.stats.modify_ack_deadline_calls += u64::from(new_call);
+        self.stats.modify_ack_deadline_ids += ids as u64;
+    }
+
     /// Applies acknowledgements. Under exactly-once delivery only the newest,
     /// unexpired ack id of a message is valid.
     pub fn ack(&mut self, ids: &[AckId], now: Duration, faults: &Faults) -> AckOutcome {

@@ -136,6 +136,9 @@ pub struct BenchConfig {
     /// Also run batched with rollups off ([`Runner::NoRollups`]), last in
     /// each round.
     pub compare_rollups: bool,
+    /// The file child consumers append their log lines to (each run's
+    /// marked by a heading line); `None` = this process's stderr.
+    pub consumer_log: Option<std::path::PathBuf>,
 }
 
 /// How a run's counts were checked.
@@ -220,10 +223,56 @@ pub struct RunResult {
     /// Firestore: writes to the rollup of the workload's most liked post
     /// in the window; `None` on PostgreSQL.
     pub top_rollup_writes: Option<u64>,
+    /// The consumers' lease calls on the subscription in the window, as
+    /// the emulator counted them (none with push: the answer is the ack).
+    pub lease_calls: LeaseCalls,
     /// Consumers (replicas) that ran.
     pub replicas: usize,
     /// The count check.
     pub verdict: Verdict,
+}
+
+/// A consumer's calls to settle its leases, as the Pub/Sub emulator
+/// counted them: a unary RPC or a StreamingPull request is one call,
+/// however many ack ids it names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseCalls {
+    /// Acknowledge calls.
+    pub acknowledge_calls: u64,
+    /// Ack ids the Acknowledge calls named.
+    pub acknowledge_ids: u64,
+    /// ModifyAckDeadline calls (extensions and nacks).
+    pub modify_ack_deadline_calls: u64,
+    /// Ack ids the ModifyAckDeadline calls named.
+    pub modify_ack_deadline_ids: u64,
+}
+
+impl LeaseCalls {
+    /// The calls counted in `stats`.
+    pub fn of(stats: &hotcount_emulators::pubsub::SubscriptionStats) -> Self {
+        Self {
+            acknowledge_calls: stats.acknowledge_calls,
+            acknowledge_ids: stats.acknowledge_ids,
+            modify_ack_deadline_calls: stats.modify_ack_deadline_calls,
+            modify_ack_deadline_ids: stats.modify_ack_deadline_ids,
+        }
+    }
+
+    /// The calls made since `before` was counted.
+    pub fn since(self, before: Self) -> Self {
+        Self {
+            acknowledge_calls: self
+                .acknowledge_calls
+                .saturating_sub(before.acknowledge_calls),
+            acknowledge_ids: self.acknowledge_ids.saturating_sub(before.acknowledge_ids),
+            modify_ack_deadline_calls: self
+                .modify_ack_deadline_calls
+                .saturating_sub(before.modify_ack_deadline_calls),
+            modify_ack_deadline_ids: self
+                .modify_ack_deadline_ids
+                .saturating_sub(before.modify_ack_deadline_ids),
+        }
+    }
 }
 
 impl RunResult {
@@ -261,6 +310,11 @@ impl RunResult {
     pub fn top_rollup_writes_per_sec(&self) -> Option<f64> {
         self.top_rollup_writes
             .map(|w| w as f64 / self.elapsed.as_secs_f64().max(1e-9))
+    }
+
+    /// `n` per 1,000 acked messages.
+    pub fn per_1k(&self, n: u64) -> f64 {
+        n as f64 * 1000.0 / self.acked.max(1) as f64
     }
 
     /// Writes per second to the most written document.
@@ -414,6 +468,15 @@ async fn run_one(
     // The window starts with the consumers, whatever they do before they
     // take messages (a push consumer gets ready, then the subscription is
     // switched to push).
+    let log = config.consumer_log.as_deref();
+    if let Some(log) = log {
+        let heading = format!(
+            "== {case:?} round {}: {} ==",
+            round + 1,
+            render::runner_name(runner)
+        );
+        mark_log(log, &heading);
+    }
     let started = Instant::now();
     let mut consumers = Vec::new();
     for replica in 0..replicas {
@@ -430,13 +493,13 @@ async fn run_one(
         };
         consumers.push(match (runner, &config.null_consumer_bin) {
             (Runner::Null, Some(bin)) => {
-                Consumer::start_null(bin, stage.endpoints(), &run_args, None)?
+                Consumer::start_null(bin, stage.endpoints(), &run_args, (None, log))?
             }
             (Runner::NullPush, Some(bin)) => Consumer::start_null(
                 bin,
                 stage.endpoints(),
                 &run_args,
-                push_addrs.get(replica).copied(),
+                (push_addrs.get(replica).copied(), log),
             )?,
             (Runner::Null | Runner::NullPush, None) => {
                 return Err(RunError::Invalid("no null consumer binary".into()));
@@ -454,8 +517,8 @@ async fn run_one(
                     _ => config.consumer_bin.as_deref(),
                 },
                 stage.endpoints(),
-                &consumer_args,
-                &consumer_config,
+                (&consumer_args, &consumer_config),
+                log,
             )?,
         });
     }
@@ -502,6 +565,18 @@ async fn run_one(
     ))
 }
 
+/// Appends `line` to the log file `path` (a failure only loses the line).
+fn mark_log(path: &std::path::Path, line: &str) {
+    use std::io::Write as _;
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path);
+    if let Ok(mut file) = file {
+        let _ = writeln!(file, "{line}");
+    }
+}
+
 /// The workload's most liked post (the viral one, in the viral case).
 fn top_post(workload: &Workload) -> String {
     (workload.truth.counts.iter())
@@ -537,6 +612,7 @@ struct Baseline {
     store_rpcs: u64,
     commits: u64,
     rollup_rpcs: u64,
+    lease_calls: LeaseCalls,
     probe: Option<crate::postgres::Probe>,
 }
 
@@ -571,6 +647,7 @@ impl Baseline {
             store_rpcs,
             commits,
             rollup_rpcs,
+            lease_calls: LeaseCalls::of(&stage.subscription_stats()),
             probe,
         })
     }
@@ -673,6 +750,7 @@ struct Window {
     commit_duration: Option<(Duration, Duration)>,
     rollup_rpcs: Option<u64>,
     top_rollup_writes: Option<u64>,
+    lease_calls: LeaseCalls,
     replicas: usize,
 }
 
@@ -691,6 +769,7 @@ impl Window {
         let completed = stage.wait_for_acks(total, deadline).await;
         let elapsed = started.elapsed();
         let acked = stage.acked();
+        let lease_calls = LeaseCalls::of(&stage.subscription_stats()).since(baseline.lease_calls);
         if let Some(probe) = &mut baseline.probe {
             probe.mark_end().await;
         }
@@ -737,6 +816,7 @@ impl Window {
             commit_duration,
             rollup_rpcs: (!postgres).then_some(rollup_rpcs),
             top_rollup_writes: (!postgres).then_some(top_rollup_writes),
+            lease_calls,
             replicas: consumers.len(),
         }
     }
@@ -786,6 +866,7 @@ impl Window {
             commit_duration: self.commit_duration,
             rollup_rpcs: self.rollup_rpcs,
             top_rollup_writes: self.top_rollup_writes,
+            lease_calls: self.lease_calls,
             replicas: self.replicas,
             verdict,
         }
@@ -862,6 +943,7 @@ mod tests {
             rounds: 1,
             replicas: 1,
             compare_rollups: false,
+            consumer_log: None,
         }
     }
 

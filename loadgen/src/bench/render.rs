@@ -6,10 +6,12 @@ use std::time::Duration;
 use hotcount::config::{StoreLocation, Strategy};
 
 use super::{
-    BenchConfig, Case, RunResult, Runner, Verdict, CONCENTRATED_POSTS, CONCENTRATED_USERS,
+    BenchConfig, Case, LeaseCalls, RunResult, Runner, Verdict, CONCENTRATED_POSTS,
+    CONCENTRATED_USERS,
 };
 
-fn runner_name(r: Runner) -> String {
+/// How a runner is named in the tables, the progress lines and the log.
+pub(super) fn runner_name(r: Runner) -> String {
     let strategy = |s| match s {
         Strategy::Batched => "batched",
         Strategy::PerEvent => "per-event",
@@ -58,7 +60,7 @@ fn verdict_text(v: &Verdict) -> String {
 /// The progress line of one finished run.
 pub fn render_progress(r: &RunResult) -> String {
     format!(
-        "  {:?} round {} {}: {:.0} events/s, {:.1} {}/1k, CPU {} ms/1k, {}",
+        "  {:?} round {} {}: {:.0} events/s, {:.1} {}/1k, CPU {} ms/1k{}, {}",
         r.case,
         r.round + 1,
         runner_name(r.runner),
@@ -67,6 +69,16 @@ pub fn render_progress(r: &RunResult) -> String {
         if r.postgres { "round trips" } else { "RPCs" },
         r.cpu_ms_per_1k()
             .map_or("n/a".to_string(), |c| format!("{c:.1}")),
+        if pushed(r.runner) {
+            String::new()
+        } else {
+            let c = &r.lease_calls;
+            format!(
+                ", ModifyAckDeadline ids {:.1}/1k, Acknowledge calls {:.2}/1k",
+                r.per_1k(c.modify_ack_deadline_ids),
+                r.per_1k(c.acknowledge_calls)
+            )
+        },
         verdict_text(&r.verdict)
     )
 }
@@ -110,11 +122,29 @@ pub fn render_settings(config: &BenchConfig) -> String {
     )
 }
 
+/// Whether `runner` is pushed to (its answers ack: no lease calls).
+fn pushed(runner: Runner) -> bool {
+    matches!(
+        runner,
+        Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush
+    )
+}
+
+/// A lease-call cell: the two figures `pick` takes, per 1,000 messages,
+/// the second in parentheses; `n/a` for a pushed run.
+fn lease_cell(r: &RunResult, pick: fn(&LeaseCalls) -> (u64, u64)) -> String {
+    if pushed(r.runner) {
+        return "n/a (push: the answer acks)".into();
+    }
+    let (first, second) = pick(&r.lease_calls);
+    format!("{:.1} ({:.1})", r.per_1k(first), r.per_1k(second))
+}
+
 /// A row of the table: its name and one run's cell.
 type Row = (&'static str, fn(&RunResult) -> String);
 
 /// The rows of the side-by-side table, in order.
-const ROWS: [Row; 15] = [
+const ROWS: [Row; 17] = [
     ("messages acked / published", |r| {
         format!("{} / {}", r.acked, r.published)
     }),
@@ -166,6 +196,14 @@ const ROWS: [Row; 15] = [
     ("consumer CPU per 1,000 events (ms)", |r| {
         r.cpu_ms_per_1k()
             .map_or("n/a (in-process)".to_string(), |cpu| format!("{cpu:.1}"))
+    }),
+    ("ModifyAckDeadline ids (calls) per 1,000 events", |r| {
+        lease_cell(r, |c| {
+            (c.modify_ack_deadline_ids, c.modify_ack_deadline_calls)
+        })
+    }),
+    ("Acknowledge calls (ids) per 1,000 events", |r| {
+        lease_cell(r, |c| (c.acknowledge_calls, c.acknowledge_ids))
     }),
     ("rollup RPCs per 1,000 events", |r| {
         r.rollup_rpcs_per_1k()
@@ -319,11 +357,21 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
 /// A row of the medians table: its name and one run's figure.
 type FigureRow = (&'static str, fn(&RunResult) -> Option<f64>, usize);
 
-const MEDIAN_ROWS: [FigureRow; 9] = [
+const MEDIAN_ROWS: [FigureRow; 11] = [
     ("events/s", |r| Some(r.events_per_sec()), 0),
     (
         "consumer CPU per 1,000 messages (ms)",
         RunResult::cpu_ms_per_1k,
+        2,
+    ),
+    (
+        "ModifyAckDeadline ids per 1,000 messages",
+        |r| (!pushed(r.runner)).then(|| r.per_1k(r.lease_calls.modify_ack_deadline_ids)),
+        1,
+    ),
+    (
+        "Acknowledge calls per 1,000 messages",
+        |r| (!pushed(r.runner)).then(|| r.per_1k(r.lease_calls.acknowledge_calls)),
         2,
     ),
     ("store RPCs per 1,000 events", |r| Some(r.rpcs_per_1k()), 1),

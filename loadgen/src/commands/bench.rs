@@ -1,6 +1,8 @@
 //! `hotcount-loadgen bench`: both strategies side by side, printed as
 //! Markdown tables (and written to `--out`).
 
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use hotcount::config::{Delivery, RunArgs, StoreLocation, Strategy};
@@ -99,6 +101,21 @@ pub struct BenchArgs {
     /// the rollups' cost side by side with none.
     #[arg(long)]
     pub compare_rollups: bool,
+    /// Where the consumers' log lines go (their warnings, in-process or
+    /// from the child processes, each run under a heading line), instead of
+    /// between the progress lines and the tables; truncated at the start.
+    #[arg(long, default_value = "reports/bench/consumer.log")]
+    pub consumer_log: PathBuf,
+}
+
+/// Creates the consumer log `path` (and its directory), empty, open for
+/// appending: the child consumers append their stderr to it too.
+pub fn open_log(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    File::create(path)?;
+    std::fs::OpenOptions::new().append(true).open(path)
 }
 
 /// Messages per workload by default.
@@ -192,6 +209,7 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
         rounds: args.rounds.max(1),
         replicas: args.replicas.max(1),
         compare_rollups: args.compare_rollups,
+        consumer_log: super::LOG_FILE.get().cloned(),
     };
     let store = match &config.run.target.store {
         StoreLocation::Firestore => format!("store RTT {} ms", config.store_rtt_ms),
@@ -214,6 +232,12 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
         if let Err(e) = std::fs::write(path, &tables) {
             eprintln!("warning: writing {}: {e}", path.display());
         }
+    }
+    if let Some(log) = super::LOG_FILE.get() {
+        println!(
+            "\nconsumer log (the consumers' warnings): {}",
+            log.display()
+        );
     }
     Ok(if bench::any_failed(&results) {
         ExitCode::from(1)
@@ -246,5 +270,26 @@ mod tests {
         );
         let here = std::env::current_exe().expect("the test binary");
         assert_eq!(null_consumer_bin(Some(here.clone())).ok(), Some(here));
+    }
+
+    #[test]
+    fn the_consumer_log_starts_empty_in_its_own_directory_and_every_writer_appends() {
+        use std::io::Write as _;
+        let dir = std::env::temp_dir().join(format!("hotcount-bench-log-{}", std::process::id()));
+        let path = dir.join("bench").join("consumer.log");
+        std::fs::create_dir_all(path.parent().expect("a directory")).expect("made");
+        std::fs::write(&path, "an earlier run\n").expect("written");
+        let mut ours = open_log(&path).expect("opened");
+        // A child consumer appends to the same file.
+        let mut child = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("opened by a child");
+        writeln!(ours, "ours").expect("written");
+        writeln!(child, "the child's").expect("written");
+        writeln!(ours, "ours again").expect("written");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(text, "ours\nthe child's\nours again\n");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

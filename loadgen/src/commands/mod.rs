@@ -22,7 +22,7 @@ use hotcount_loadgen::verify::VerifyReport;
 use hotcount_pgtemp::{Durability, PgCluster};
 
 /// The file this run's logs go to, when not the terminal (the demo's
-/// in-process consumer); set once, by `main`.
+/// in-process consumer, the bench's consumers); set once, by `main`.
 pub static LOG_FILE: OnceLock<PathBuf> = OnceLock::new();
 
 /// Starts a throwaway PostgreSQL server for `--temp-postgres` (durable:

@@ -19,6 +19,10 @@
 //!   request is quarantined like any poison (then 204), never a 4xx.
 //! - A refused request never reaches the pipeline; refusals, 429s and
 //!   hold-cap answers are counted by outcome and logged rate-limited.
+//! - Connections that never send a request cannot crowd out the others
+//!   before authentication: on its own listener (`http::serve_route`) a
+//!   connection's headers are due within a timeout and connections are
+//!   capped ([`PushConfig::max_connections`]).
 //! - Memory is bounded: a slot is held from admission until the handle is
 //!   acked or nacked (not merely answered), so at most
 //!   `--push-max-in-flight` messages and bodies of at most
@@ -63,6 +67,12 @@ pub struct PushConfig {
     pub auth: AuthConfig,
     /// Requests admitted and not yet settled, at most (429 beyond).
     pub max_in_flight: usize,
+    /// Connections open at once on the endpoint's own listener, at most
+    /// (not applied when it shares the metrics endpoint's).
+    pub max_connections: usize,
+    /// The longest a connection of its own listener may take to send a
+    /// request's headers, from its opening or its last answer.
+    pub header_read_timeout: Duration,
     /// The longest a request is held before it is answered 503.
     pub hold_max: Duration,
     /// Full name of the subscription expected to push (a request naming

@@ -30,6 +30,8 @@ fn config(max_in_flight: usize, auth: AuthConfig) -> PushConfig {
         addr: "127.0.0.1:0".parse().expect("address"),
         auth,
         max_in_flight,
+        max_connections: 2 * max_in_flight,
+        header_read_timeout: Duration::from_secs(10),
         hold_max: Duration::from_secs(8),
         subscription: "projects/p/subscriptions/likes-hotcount".into(),
     }
@@ -392,4 +394,39 @@ fn only_an_ack_answers_2xx() {
             "{outcome:?}"
         );
     }
+}
+
+/// A setting of a YAML or shell file of `deploy/`: the number after `key`
+/// on the first line holding it.
+fn deploy_setting(file: &str, key: &str) -> u64 {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let text = std::fs::read_to_string(&path).expect("the deploy file");
+    let line = text
+        .lines()
+        .find(|l| !l.trim_start().starts_with('#') && l.contains(key))
+        .unwrap_or_else(|| panic!("{key} in {file}"));
+    let after = &line[line.find(key).expect("found") + key.len()..];
+    let digits: String = after
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("a number after {key} in {file}"))
+}
+
+#[test]
+fn cloud_runs_request_timeout_outlasts_the_hold_cap_of_the_deadline_setup_configures() {
+    let ack_deadline = deploy_setting("deploy/setup.sh", "ACK_DEADLINE_SECS:-");
+    let timeout = deploy_setting("deploy/cloudrun-push.yaml", "timeoutSeconds:");
+    let hold_max = PushConfig::hold_max_for(Some(Duration::from_secs(ack_deadline)));
+    // hotcount answers a held request at its hold cap; Cloud Run must not
+    // cut it first (its 504 would hide the 503 and its metric), and the
+    // answer needs a moment to get out.
+    let answer_margin = Duration::from_secs(2);
+    assert!(
+        hold_max + answer_margin <= Duration::from_secs(timeout),
+        "timeoutSeconds {timeout} cuts requests held up to {hold_max:?} (ack deadline {ack_deadline} s)"
+    );
 }
