@@ -222,7 +222,11 @@ impl Chaos {
 
     /// Stops the kills and the spikes, clears every fault and brings every
     /// consumer back; the consumers, running.
-    pub(super) async fn calm(self, stage: &Stage) -> Result<Consumers, RunError> {
+    pub(super) async fn calm(
+        self,
+        stage: &Stage,
+        scale_down: usize,
+    ) -> Result<Consumers, RunError> {
         let _ = self.stop.send(true);
         let _ = self.spiker.await;
         let mut consumers = self
@@ -235,6 +239,9 @@ impl Chaos {
             let _ = faults.cutter.await;
             faults.proxy.disarm();
         }
+        // A scale-down: the last consumers SIGKILLed and never brought
+        // back (a node lost, an autoscaler's drain cut short).
+        consumers.retire(scale_down).await;
         consumers.restart_missing()?;
         Ok(consumers)
     }
@@ -383,6 +390,18 @@ impl Consumers {
             }
         }
         Ok(())
+    }
+
+    /// SIGKILLs the last `n` consumers (never the victim) and forgets them:
+    /// they are not started again.
+    async fn retire(&mut self, n: usize) {
+        let keep = self.slots.len().saturating_sub(n).max(1);
+        for mut slot in self.slots.split_off(keep) {
+            if let Some(child) = slot.child.take() {
+                let _ = child.kill().await;
+            }
+            tracing::info!(consumer = slot.index, "scaled down: killed, not restarted");
+        }
     }
 
     /// Kills every consumer (SIGKILL).

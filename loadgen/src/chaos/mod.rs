@@ -111,6 +111,10 @@ pub struct ChaosConfig {
     /// Pub/Sub faults act on the pushes (answers ignored, acks lost,
     /// spurious redeliveries) instead of the streams.
     pub delivery: Delivery,
+    /// When the chaos calms, this many consumers (the last ones, never the
+    /// victim) are SIGKILLed and never restarted, as a scale-down does;
+    /// the survivors must still bring every rollup to its count.
+    pub scale_down: usize,
 }
 
 /// The milestone side of a chaos run.
@@ -193,6 +197,7 @@ impl ChaosConfig {
             store: StoreLocation::Firestore,
             milestones: Some(ChaosMilestones::ci()),
             delivery: Delivery::Pull,
+            scale_down: 1,
         }
     }
 }
@@ -252,7 +257,7 @@ pub async fn run(
     wait_for_kills(&tally, config, started, &cancel).await;
 
     // Calm: stop the chaos, clear the faults, bring every consumer back, drain.
-    let mut consumers = chaos.calm(&stage).await?;
+    let mut consumers = chaos.calm(&stage, config.scale_down).await?;
     let drained = drain(&stage, started + config.timeout, &cancel).await;
     if let Some(reporter) = reporter {
         reporter.abort();
@@ -267,12 +272,21 @@ pub async fn run(
         }
         _ => None,
     };
+    // The rollups at rest, while the survivors run: every one equal to the
+    // truth within the interval plus 10 s (and a margin), whatever the
+    // kills and the scale-down left.
+    let rollups_by = Instant::now() + ROLLUP_WAIT;
+    while Instant::now() < rollups_by && !*cancel.borrow() {
+        let report =
+            verify::connect_and_verify(stage.endpoints(), &target, &workload.truth, true).await?;
+        if report.rollup_mismatches.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     consumers.kill_all().await;
-
-    // Consumers are killed, not drained, at the end: rollups are checked
-    // by the rollup e2e tests instead (tests/rollups.rs).
     let verify =
-        verify::connect_and_verify(stage.endpoints(), &target, &workload.truth, false).await?;
+        verify::connect_and_verify(stage.endpoints(), &target, &workload.truth, true).await?;
     let outcome = Outcome {
         publish: published,
         replayed,
@@ -285,6 +299,10 @@ pub async fn run(
     stage.shutdown().await;
     Ok(summary)
 }
+
+/// Longest wait, after the drain and the milestones, for every rollup to
+/// show its count (the default interval plus 10 s, and a margin).
+const ROLLUP_WAIT: Duration = Duration::from_secs(20);
 
 /// Longest wait, after the drain, for the milestones to be delivered.
 const MILESTONE_WAIT: Duration = Duration::from_secs(30);
@@ -332,6 +350,11 @@ fn check(config: &ChaosConfig) -> Result<(), RunError> {
         .workload
         .validate()
         .map_err(|e| RunError::Invalid(e.to_string()))?;
+    if config.scale_down >= config.consumers {
+        return Err(RunError::Invalid(
+            "--scale-down must leave at least one consumer running".into(),
+        ));
+    }
     if config.consumers == 0 || config.kill_every.0 > config.kill_every.1 {
         return Err(RunError::Invalid(
             "need at least one consumer and kill_every min <= max".into(),

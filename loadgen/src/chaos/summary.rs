@@ -28,6 +28,8 @@ pub struct ChaosSummary {
     pub replayed: u64,
     /// `kill -9` of a consumer process.
     pub kills: u64,
+    /// Consumers SIGKILLed when the chaos calmed and never restarted.
+    pub scaled_down: usize,
     /// Of those, kills fired right after a Firestore commit (before its ack).
     pub kills_after_commit: u64,
     /// Consumer processes that exited without being killed (restarted too).
@@ -248,6 +250,7 @@ impl ChaosSummary {
             publish: outcome.publish,
             replayed: outcome.replayed,
             kills: tally.kills(),
+            scaled_down: config.scale_down,
             kills_after_commit: tally.kills_after_commit(),
             unexpected_exits: tally.unexpected_exits(),
             spikes: tally.spikes(),
@@ -300,6 +303,10 @@ pub fn render(s: &ChaosSummary) -> String {
     row("redeliveries observed", sub.redeliveries.to_string());
     row("lease expiries", sub.expiries.to_string());
     row("kills (kill -9)", s.kills.to_string());
+    row(
+        "scaled down (killed, never restarted)",
+        s.scaled_down.to_string(),
+    );
     row(
         "  of which right after a commit",
         s.kills_after_commit.to_string(),

@@ -83,6 +83,11 @@ pub struct ChaosArgs {
     /// the Pub/Sub faults then act on the pushes).
     #[arg(long, value_enum, default_value_t = Delivery::Pull)]
     pub delivery: Delivery,
+    /// When the chaos calms, SIGKILL this many consumers (never the victim)
+    /// and never restart them, as a scale-down does; rollups and
+    /// milestones are still checked at rest.
+    #[arg(long, default_value_t = 1)]
+    pub scale_down: usize,
 }
 
 impl ChaosArgs {
@@ -121,6 +126,7 @@ impl ChaosArgs {
             progress: true,
             store: self.store.clone(),
             delivery: self.delivery,
+            scale_down: self.scale_down,
             milestones: (!self.no_milestones).then(hotcount_loadgen::chaos::ChaosMilestones::ci),
         }
     }
