@@ -1085,3 +1085,98 @@ async fn unread_streams_with_many_targets_stall_no_other_call_on_their_connectio
     }
     emu.shutdown().await;
 }
+
+/// One stream multiplexing 300 document targets and 3 query targets (as
+/// the Firebase SDKs and the `firestore` crate do; Google's Node and Python
+/// server clients open a stream per listener instead, see `node_client`),
+/// with every document then written through the same connection: each
+/// target sees each change.
+#[tokio::test]
+async fn one_stream_with_hundreds_of_targets_sees_every_write_made_on_its_connection() {
+    use std::collections::BTreeMap;
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let ids: Vec<String> = (0..300).map(|i| format!("i{i:03}")).collect();
+    let seed = ids
+        .iter()
+        .map(|id| update(&doc_name("items", id), &[("n", int(10))]))
+        .collect();
+    commit(&mut raw, seed, vec![]).await.expect("seed");
+
+    let (requests, rx) = mpsc::unbounded_channel();
+    let mut responses = raw
+        .clone()
+        .listen(UnboundedReceiverStream::new(rx))
+        .await
+        .expect("listen opens")
+        .into_inner();
+    let add = |target: Target| {
+        let request = ListenRequest {
+            database: DATABASE.to_string(),
+            target_change: Some(Change::AddTarget(target)),
+            ..Default::default()
+        };
+        requests.send(request).expect("stream open");
+    };
+    // Target i+1 watches document i; 1001 to 1003 watch the query.
+    let target_of: BTreeMap<i32, String> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (i32::try_from(i).expect("few") + 1, doc_name("items", id)))
+        .collect();
+    for (id, name) in &target_of {
+        add(Target {
+            target_id: *id,
+            target_type: Some(TargetType::Documents(DocumentsTarget {
+                documents: vec![name.clone()],
+            })),
+            ..Default::default()
+        });
+    }
+    let queries = [1001, 1002, 1003];
+    for id in queries {
+        add(query_target(id, items_query(None)));
+    }
+
+    all_targets_at(&mut responses, &target_of, &queries, 10).await;
+    // Every document written, one commit each, on the listening connection.
+    for id in &ids {
+        put(&mut raw, "items", id, 11).await;
+    }
+    all_targets_at(&mut responses, &target_of, &queries, 11).await;
+    emu.shutdown().await;
+}
+
+/// Reads `responses` until each document target (id -> its one document)
+/// and each query target (all of them) has been sent its documents at `n`.
+async fn all_targets_at(
+    responses: &mut Streaming<ListenResponse>,
+    doc_targets: &std::collections::BTreeMap<i32, String>,
+    queries: &[i32],
+    n: i64,
+) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut seen: BTreeMap<i32, BTreeSet<String>> = BTreeMap::new();
+    let complete = |seen: &BTreeMap<i32, BTreeSet<String>>| {
+        doc_targets
+            .keys()
+            .all(|id| seen.get(id).is_some_and(|s| s.len() == 1))
+            && queries
+                .iter()
+                .all(|id| seen.get(id).is_some_and(|s| s.len() == doc_targets.len()))
+    };
+    while !complete(&seen) {
+        let r = patiently("a listen response", responses.message())
+            .await
+            .expect("stream healthy")
+            .expect("stream open");
+        if let Some(R::DocumentChange(c)) = r.response_type {
+            let doc = c.document.expect("a document");
+            if int_field(&doc, "n") == Some(n) {
+                for id in c.target_ids {
+                    seen.entry(id).or_default().insert(doc.name.clone());
+                }
+            }
+        }
+    }
+}
