@@ -177,8 +177,8 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// in effect no limit, as Google's emulators (gRPC Java's default).
 ///
 /// Google's Node and Python Firestore clients open one `Listen` stream per
-/// `onSnapshot`/`on_snapshot`, all on one connection when they talk to an
-/// emulator, and the client's other calls share that connection. hyper's
+/// `onSnapshot`/`on_snapshot`; the Node client puts them all on one
+/// connection to an emulator, shared with its other calls. hyper's
 /// default of 200 let 200 listeners take every stream, so the client's next
 /// `Commit` waited, unsent, for one of them to end (issue 38).
 pub const MAX_CONCURRENT_STREAMS: u32 = u32::MAX;
