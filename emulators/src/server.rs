@@ -15,9 +15,13 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
 use crate::counters::Counters;
@@ -169,23 +173,95 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// Serves `router` on `listener` (HTTP/1.1 and HTTP/2 cleartext) until `shutdown` resolves.
+/// Most concurrent streams (RPCs) one HTTP/2 connection may have open:
+/// in effect no limit, as Google's emulators (gRPC Java's default).
+///
+/// Google's Node and Python Firestore clients open one `Listen` stream per
+/// `onSnapshot`/`on_snapshot`; the Node client puts them all on one
+/// connection to an emulator, shared with its other calls. hyper's
+/// default of 200 let 200 listeners take every stream, so the client's next
+/// `Commit` waited, unsent, for one of them to end (issue 38).
+pub const MAX_CONCURRENT_STREAMS: u32 = u32::MAX;
+
+/// Serves `router` on `listener` (HTTP/1.1 and HTTP/2 cleartext) until `shutdown` resolves,
+/// then stops accepting, lets every connection finish its calls in progress
+/// and returns once they have.
 ///
 /// Every accepted connection gets `TCP_NODELAY`, as Google's front ends
 /// answer: without it a small gRPC frame waits for the peer's delayed ACK
-/// (up to 40 ms on Linux), which added ~100 ms to each two-RPC commit.
+/// (up to 40 ms on Linux), which added ~100 ms to each two-RPC commit. An
+/// HTTP/2 connection takes [`MAX_CONCURRENT_STREAMS`] streams.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt as _;
-    let listener = listener.tap_io(|stream| {
+    let (stop, _) = watch::channel(false);
+    let (open, all_closed) = mpsc::channel::<()>(1);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // EMFILE and friends: wait a little instead of spinning.
+                    tracing::debug!(%error, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
         }
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+        tokio::spawn(connection(
+            stream,
+            router.clone(),
+            stop.subscribe(),
+            open.clone(),
+        ));
+    }
+    drop(listener);
+    stop.send_replace(true);
+    drop(open);
+    wait_closed(all_closed).await;
+    Ok(())
+}
+
+/// Serves one connection; on `stop`, finishes the calls in progress and
+/// closes. `_open` is dropped when the connection is done.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+    _open: mpsc::Sender<()>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http2()
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+    let service = TowerToHyperService::new(router);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    tracing::trace!(%error, "connection ended with an error");
+                }
+                return;
+            }
+            _ = stop.wait_for(|stopped| *stopped), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// Returns once every sender of `all_closed` is gone.
+async fn wait_closed(mut all_closed: mpsc::Receiver<()>) {
+    while all_closed.recv().await.is_some() {}
 }

@@ -3,15 +3,17 @@
 //! `LISTEN hotcount_counts`, then the row of each post notified).
 //!
 //! Invariant: reads only; a lost stream or connection is opened again
-//! (resuming from the last resume token on Firestore, re-reading every
-//! row on PostgreSQL), and only a state that differs from the last one
-//! printed for its post is handed on, so nothing is shown twice.
+//! (resuming from the last resume token on Firestore, from scratch when
+//! the server removes the target or an existence filter disagrees;
+//! re-reading every row on PostgreSQL), and only a state that differs from
+//! the last one printed for its post is handed on, so nothing is shown
+//! twice and an unchanged post keeps its value across streams.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 pub use crate::store::rollup::RollupChange;
-use crate::store::selected::SelectedDb;
+use crate::store::selected::{ListenResume, SelectedDb};
 
 /// Longest wait before a lost stream is opened again.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(10);
@@ -20,7 +22,9 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(10);
 /// returns false; a failed stream is logged and opened again with backoff.
 pub async fn watch(db: &SelectedDb, posts: &[String], mut each: impl FnMut(&RollupChange) -> bool) {
     let mut last: HashMap<String, Option<(i64, i64)>> = HashMap::new();
-    let mut resume = Vec::new();
+    // Across streams: the last state printed per post, and where the next
+    // stream resumes (a resumed stream sends only what changed).
+    let mut resume = ListenResume::default();
     let mut delay = Duration::from_millis(100);
     loop {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

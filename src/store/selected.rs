@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
 use super::counter_shards::ShardRegistry;
+pub use super::firestore::ListenResume;
 use super::firestore::{FirestoreDb, FirestoreStore, Read};
 use super::milestone::{Claim, MilestoneRecord, MilestoneStore, RetrySelection, Settle};
 use super::postgres::{PgDb, PostgresStore};
@@ -114,12 +115,13 @@ impl SelectedDb {
 
     /// Listens to the rollups of `posts`: each one's current state, then
     /// each change, sent to `changes` (Firestore: the Listen RPC, resuming
-    /// from `resume`; PostgreSQL: `LISTEN hotcount_counts`). Returns when
-    /// the stream or connection ends (an error) or `changes` closes.
+    /// from `resume`, when only what changed is sent; PostgreSQL: `LISTEN
+    /// hotcount_counts`). Returns when the stream or connection ends (an
+    /// error) or `changes` closes.
     pub async fn listen_rollups(
         &self,
         posts: &[String],
-        resume: &mut Vec<u8>,
+        resume: &mut ListenResume,
         changes: &tokio::sync::mpsc::UnboundedSender<RollupChange>,
     ) -> Result<(), StoreError> {
         match self {

@@ -25,9 +25,15 @@
 //!   holds the history back to it the replay is exact (deletions and
 //!   departures included); when it does not, the documents changed since are
 //!   sent and an `ExistenceFilter` with the target's count lets the client
-//!   find what it holds that is gone, as Firestore does.
+//!   find what it holds that is gone, as Firestore does;
+//! - a stream's task never waits for its client: it keeps reading the
+//!   client's requests while responses wait to be sent, and it starts a
+//!   round only once the last round's responses are in the outbox, so a
+//!   slow reader costs one round of responses and the net effect of the
+//!   commits since (never a queue per commit), and neither the engine,
+//!   the connection's other calls nor the stream's own requests wait on it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +60,8 @@ use crate::server::Context;
 /// How often (real time) an idle stream looks at faults, the clock and its heartbeat.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
-/// Responses queued for a slow client before the stream task waits for it.
+/// Responses queued for the client's HTTP/2 stream; what does not fit
+/// waits in the stream task (at most one round and the answers to requests).
 pub(super) const OUTBOX: usize = 64;
 
 type Outbox = mpsc::Sender<Result<ListenResponse, Status>>;
@@ -91,8 +98,8 @@ impl Listeners {
         self.shutdown.send_replace(true);
     }
 
-    /// Serves one stream until the client goes away, a request is invalid,
-    /// a `drop_stream` fault fires or the emulator stops.
+    /// Serves one stream until the client goes away or ends its requests,
+    /// a request is invalid, a `drop_stream` fault fires or the emulator stops.
     pub async fn serve(self: Arc<Self>, requests: Streaming<ListenRequest>, tx: Outbox) {
         self.open.fetch_add(1, Ordering::Relaxed);
         let end = self.session(requests, &tx).await;
@@ -111,7 +118,7 @@ impl Listeners {
         let mut follower = self.engine.follow();
         let mut shutdown = self.shutdown.subscribe();
         let mut stream = ListenStream::default();
-        let mut half_closed = false;
+        let mut unsent: VecDeque<ListenResponse> = VecDeque::new();
         let mut last_sent = self.ctx.clock.elapsed();
         loop {
             if *shutdown.borrow_and_update() {
@@ -126,36 +133,39 @@ impl Listeners {
                 tracing::info!("fault: listen stream dropped");
                 return Err(Status::unavailable("Stream dropped by an injected fault."));
             }
-            let heartbeat_due = !stream.targets.is_empty()
-                && stream.targets.values().all(|t| t.current)
-                && self.ctx.clock.elapsed().saturating_sub(last_sent) >= self.heartbeat;
-            if stream.needs_round() || heartbeat_due {
-                follower.mark_seen();
-                let sent = stream.round(&self.engine, heartbeat_due).await?;
-                if !stream.out.is_empty() {
-                    last_sent = self.ctx.clock.elapsed();
+            // A round only once the last one is handed over: while the
+            // client is slow, commits pile up as `dirty` and the next round
+            // sends their net effect (the views hold what the client has).
+            if unsent.is_empty() {
+                let heartbeat_due = !stream.targets.is_empty()
+                    && stream.targets.values().all(|t| t.current)
+                    && self.ctx.clock.elapsed().saturating_sub(last_sent) >= self.heartbeat;
+                if stream.needs_round() || heartbeat_due {
+                    follower.mark_seen();
+                    let sent = stream.round(&self.engine, heartbeat_due).await?;
+                    if !stream.out.is_empty() {
+                        last_sent = self.ctx.clock.elapsed();
+                    }
+                    unsent.extend(stream.out.drain(..));
+                    stream.committed(sent);
                 }
-                for response in stream.out.drain(..) {
-                    if tx.send(Ok(response)).await.is_err() {
+            }
+            tokio::select! {
+                permit = tx.reserve(), if !unsent.is_empty() => {
+                    let Ok(permit) = permit else { return Ok(()) };
+                    if !hand_over(permit, &mut unsent, tx) {
                         return Ok(());
                     }
                 }
-                stream.committed(sent);
-            }
-            if half_closed && stream.targets.is_empty() {
-                return Ok(());
-            }
-            tokio::select! {
-                request = requests.message(), if !half_closed => match request {
+                request = requests.message() => match request {
                     Ok(Some(request)) => {
                         stream.request(request)?;
-                        for response in stream.out.drain(..) {
-                            if tx.send(Ok(response)).await.is_err() {
-                                return Ok(());
-                            }
-                        }
+                        unsent.extend(stream.out.drain(..));
                     }
-                    Ok(None) => half_closed = true,
+                    // The client ended its side: Watch ends the call (an
+                    // `onSnapshot` unsubscribe of Google's Node client ends
+                    // its requests and waits for the status).
+                    Ok(None) => return Ok(()),
                     Err(_) => return Ok(()),
                 },
                 () = follower.changed(), if !stream.targets.is_empty() => stream.dirty = true,
@@ -165,6 +175,31 @@ impl Listeners {
             }
         }
     }
+}
+
+/// Moves responses from `unsent` to the outbox, the first with `permit`,
+/// then as many as fit without waiting. False: the client has gone.
+fn hand_over(
+    permit: mpsc::Permit<'_, Result<ListenResponse, Status>>,
+    unsent: &mut VecDeque<ListenResponse>,
+    tx: &Outbox,
+) -> bool {
+    let Some(first) = unsent.pop_front() else {
+        return true;
+    };
+    permit.send(Ok(first));
+    while !unsent.is_empty() {
+        match tx.try_reserve() {
+            Ok(permit) => {
+                if let Some(next) = unsent.pop_front() {
+                    permit.send(Ok(next));
+                }
+            }
+            Err(mpsc::error::TrySendError::Full(())) => return true,
+            Err(mpsc::error::TrySendError::Closed(())) => return false,
+        }
+    }
+    true
 }
 
 /// Where a target's client starts from.

@@ -945,3 +945,238 @@ async fn the_firestore_crate_listener_follows_a_query() {
     }
     listener.shutdown().await.unwrap();
 }
+
+/// A Listen stream whose client sends many targets and reads nothing yet.
+struct Unread {
+    /// Requests the client's transport has taken to send.
+    pulled: Arc<std::sync::atomic::AtomicUsize>,
+    /// Kept so the client does not half-close the stream.
+    _requests: mpsc::UnboundedSender<ListenRequest>,
+    responses: Streaming<ListenResponse>,
+}
+
+impl Unread {
+    /// Opens a stream on `raw`'s connection with 8 targets over `ids`, then
+    /// 16 targets of 4,000 absent names each (about 300 KiB per request).
+    async fn open(raw: &Raw, ids: &[&str]) -> Self {
+        use std::sync::atomic::Ordering;
+        use tokio_stream::StreamExt as _;
+        let (requests, rx) = mpsc::unbounded_channel();
+        let pulled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = {
+            let pulled = pulled.clone();
+            UnboundedReceiverStream::new(rx).map(move |r| {
+                pulled.fetch_add(1, Ordering::Relaxed);
+                r
+            })
+        };
+        let responses = raw
+            .clone()
+            .listen(counted)
+            .await
+            .expect("listen opens")
+            .into_inner();
+        let add = |target: Target| {
+            let request = ListenRequest {
+                database: DATABASE.to_string(),
+                target_change: Some(Change::AddTarget(target)),
+                ..Default::default()
+            };
+            requests.send(request).expect("stream open");
+        };
+        for id in 1..=8 {
+            add(docs_target(id, ids));
+        }
+        for id in 9..=24 {
+            let absent: Vec<String> = (0..4000).map(|i| format!("absent-{id}-{i:04}")).collect();
+            let absent: Vec<&str> = absent.iter().map(String::as_str).collect();
+            add(docs_target(id, &absent));
+        }
+        Self {
+            pulled,
+            _requests: requests,
+            responses,
+        }
+    }
+
+    /// Reads until all 24 targets are current and targets 1 to 8 have sent
+    /// `name` with `n` = `n`.
+    async fn read_until_current_and(&mut self, name: &str, n: i64) {
+        let mut current = std::collections::BTreeSet::new();
+        let mut seen = std::collections::BTreeSet::new();
+        while current.len() < 24 || seen.len() < 8 {
+            let r = patiently("a listen response", self.responses.message())
+                .await
+                .expect("stream healthy")
+                .expect("stream open");
+            match r.response_type {
+                Some(R::TargetChange(c))
+                    if c.target_change_type == TargetChangeType::Current as i32 =>
+                {
+                    current.extend(c.target_ids);
+                }
+                Some(R::DocumentChange(c)) => {
+                    let doc = c.document.expect("a document");
+                    if doc.name == name && int_field(&doc, "n") == Some(n) {
+                        seen.extend(c.target_ids);
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(seen, (1..=8).collect());
+    }
+}
+
+/// Clients that multiplex many targets on a stream and are slow to read
+/// them: two such streams on one connection, each with 8 targets over 300
+/// documents of 2 KiB (4.8 MiB it does not read) and 16 targets of 4,000
+/// names (about 4.7 MiB of requests; the server's connection window is
+/// 1 MiB). The streams must keep reading their requests, so a commit on the
+/// same connection goes through; once the clients read, every target is
+/// current and sees the commit.
+#[tokio::test]
+async fn unread_streams_with_many_targets_stall_no_other_call_on_their_connection() {
+    use std::sync::atomic::Ordering;
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let ids: Vec<String> = (0..300).map(|i| format!("d{i:03}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let pad = "x".repeat(2048);
+    let writes = ids
+        .iter()
+        .map(|id| {
+            update(
+                &doc_name("counts", id),
+                &[("n", int(0)), ("pad", string(&pad))],
+            )
+        })
+        .collect();
+    commit(&mut raw, writes, vec![]).await.expect("seed");
+
+    // Clones of `raw`: the same HTTP/2 connection.
+    let mut streams = [
+        Unread::open(&raw, &ids).await,
+        Unread::open(&raw, &ids).await,
+    ];
+    // Let the client's transport send what the server lets it (bounded:
+    // when the server stops reading, it never gets further).
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    while streams
+        .iter()
+        .any(|s| s.pulled.load(Ordering::Relaxed) < 24)
+        && tokio::time::Instant::now() < give_up
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let write = update(&doc_name("counts", "d000"), &[("n", int(1))]);
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        commit(&mut raw, vec![write], vec![]),
+    )
+    .await
+    .expect("a commit on the connection of unread listen streams: not done within 10 s")
+    .expect("commit");
+    for stream in &mut streams {
+        stream
+            .read_until_current_and(&doc_name("counts", "d000"), 1)
+            .await;
+    }
+    emu.shutdown().await;
+}
+
+/// One stream multiplexing 300 document targets and 3 query targets (as
+/// the Firebase SDKs and the `firestore` crate do; Google's Node and Python
+/// server clients open a stream per listener instead, see `node_client`),
+/// with every document then written through the same connection: each
+/// target sees each change.
+#[tokio::test]
+async fn one_stream_with_hundreds_of_targets_sees_every_write_made_on_its_connection() {
+    use std::collections::BTreeMap;
+    let emu = start().await;
+    let mut raw = raw(&emu).await;
+    let ids: Vec<String> = (0..300).map(|i| format!("i{i:03}")).collect();
+    let seed = ids
+        .iter()
+        .map(|id| update(&doc_name("items", id), &[("n", int(10))]))
+        .collect();
+    commit(&mut raw, seed, vec![]).await.expect("seed");
+
+    let (requests, rx) = mpsc::unbounded_channel();
+    let mut responses = raw
+        .clone()
+        .listen(UnboundedReceiverStream::new(rx))
+        .await
+        .expect("listen opens")
+        .into_inner();
+    let add = |target: Target| {
+        let request = ListenRequest {
+            database: DATABASE.to_string(),
+            target_change: Some(Change::AddTarget(target)),
+            ..Default::default()
+        };
+        requests.send(request).expect("stream open");
+    };
+    // Target i+1 watches document i; 1001 to 1003 watch the query.
+    let target_of: BTreeMap<i32, String> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (i32::try_from(i).expect("few") + 1, doc_name("items", id)))
+        .collect();
+    for (id, name) in &target_of {
+        add(Target {
+            target_id: *id,
+            target_type: Some(TargetType::Documents(DocumentsTarget {
+                documents: vec![name.clone()],
+            })),
+            ..Default::default()
+        });
+    }
+    let queries = [1001, 1002, 1003];
+    for id in queries {
+        add(query_target(id, items_query(None)));
+    }
+
+    all_targets_at(&mut responses, &target_of, &queries, 10).await;
+    // Every document written, one commit each, on the listening connection.
+    for id in &ids {
+        put(&mut raw, "items", id, 11).await;
+    }
+    all_targets_at(&mut responses, &target_of, &queries, 11).await;
+    emu.shutdown().await;
+}
+
+/// Reads `responses` until each document target (id -> its one document)
+/// and each query target (all of them) has been sent its documents at `n`.
+async fn all_targets_at(
+    responses: &mut Streaming<ListenResponse>,
+    doc_targets: &std::collections::BTreeMap<i32, String>,
+    queries: &[i32],
+    n: i64,
+) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut seen: BTreeMap<i32, BTreeSet<String>> = BTreeMap::new();
+    let complete = |seen: &BTreeMap<i32, BTreeSet<String>>| {
+        doc_targets
+            .keys()
+            .all(|id| seen.get(id).is_some_and(|s| s.len() == 1))
+            && queries
+                .iter()
+                .all(|id| seen.get(id).is_some_and(|s| s.len() == doc_targets.len()))
+    };
+    while !complete(&seen) {
+        let r = patiently("a listen response", responses.message())
+            .await
+            .expect("stream healthy")
+            .expect("stream open");
+        if let Some(R::DocumentChange(c)) = r.response_type {
+            let doc = c.document.expect("a document");
+            if int_field(&doc, "n") == Some(n) {
+                for id in c.target_ids {
+                    seen.entry(id).or_default().insert(doc.name.clone());
+                }
+            }
+        }
+    }
+}

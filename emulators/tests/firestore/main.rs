@@ -9,12 +9,15 @@
 //! - `admin`: stats and reset routes.
 //! - `numeric_ids`: numeric document ids `__id<int64>__` and their order.
 //! - `listen`: the Listen RPC (targets, changes, resume, filters).
+//! - `node_client`: Google's Node client watching many documents and
+//!   queries while it writes (needs `npm ci --prefix emulators/tests/node`).
 
 mod admin;
 mod documents;
 mod faults;
 mod limits;
 mod listen;
+mod node_client;
 mod numeric_ids;
 mod queries;
 mod support;

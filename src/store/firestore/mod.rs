@@ -36,6 +36,7 @@ pub use db::{FirestoreDb, Opened, Queried, Read, DEFAULT_CALL_TIMEOUT};
 pub use documents::{CounterSums, Memberships};
 pub use errors::{classify, status_error};
 pub use layout::Layout;
+pub use rollups::ListenResume;
 
 use super::counter_shards::{CounterShardPlanner, ShardRegistry};
 use super::{

@@ -33,6 +33,27 @@ use crate::store::rollup::{
 };
 use crate::store::{Code, StoreError};
 
+/// Where [`FirestoreDb::listen_rollups`] resumes: the last resume token and
+/// the rollup documents the client holds as of it. A resumed stream sends
+/// only what changed; an existence filter whose count differs from `held`,
+/// or a target the server removes (a token it rejects), starts again from
+/// scratch.
+#[derive(Debug, Default)]
+pub struct ListenResume {
+    /// The last resume token; empty: every post's state is sent.
+    token: Vec<u8>,
+    /// Names of the rollup documents that exist, as last told.
+    held: std::collections::BTreeSet<String>,
+}
+
+impl ListenResume {
+    /// Forgets the token and what is held: the next stream starts fresh.
+    fn reset(&mut self) {
+        self.token.clear();
+        self.held.clear();
+    }
+}
+
 /// What a document read by [`FirestoreDb::read_rollups`] is to its post.
 #[derive(Clone, Copy)]
 enum Part {
@@ -280,14 +301,17 @@ impl FirestoreDb {
     }
 
     /// Listens to the rollups of `posts` on one Listen stream (a documents
-    /// target): sends each post's current state (`None` without a rollup),
-    /// then each change as it is committed, to `changes`. Resumes from
-    /// `resume` when it is not empty, and keeps the latest resume token
-    /// there. Returns when the stream ends or fails, or `changes` closes.
+    /// target): on a fresh stream sends each post's current state (`None`
+    /// without a rollup), then each change as it is committed, to
+    /// `changes`. Resumes from `resume` when it holds a token (then only
+    /// what changed since is sent) and keeps the latest token there; a
+    /// removed target or an existence filter that disagrees with what is
+    /// held clears it, so the next call starts fresh. Returns when the
+    /// stream ends or fails, or `changes` closes.
     pub async fn listen_rollups(
         &self,
         posts: &[String],
-        resume: &mut Vec<u8>,
+        resume: &mut ListenResume,
         changes: &tokio::sync::mpsc::UnboundedSender<RollupChange>,
     ) -> Result<(), StoreError> {
         use fs::listen_response::ResponseType;
@@ -305,8 +329,8 @@ impl FirestoreDb {
                     documents: by_name.keys().cloned().collect(),
                 },
             )),
-            resume_type: (!resume.is_empty())
-                .then(|| fs::target::ResumeType::ResumeToken(resume.clone())),
+            resume_type: (!resume.token.is_empty())
+                .then(|| fs::target::ResumeType::ResumeToken(resume.token.clone())),
             ..Default::default()
         };
         let request = fs::ListenRequest {
@@ -323,6 +347,11 @@ impl FirestoreDb {
             .await
             .map_err(|s| status_error(op, &s))?
             .into_inner();
+        // A resumed stream sends only what changed: the others are as told.
+        let fresh = resume.token.is_empty();
+        if fresh {
+            resume.held.clear();
+        }
         let mut seen: rustc_hash::FxHashSet<&str> = Default::default();
         let send = |post: &str, rollup: Option<(i64, Micros)>| {
             changes.send(RollupChange {
@@ -344,6 +373,7 @@ impl FirestoreDb {
                     };
                     seen.insert(post);
                     let rollup = codec::stored_rollup(&doc).map(|r| (r.likes, r.as_of));
+                    resume.held.insert(doc.name);
                     send(post, rollup)
                 }
                 Some(ResponseType::DocumentDelete(fs::DocumentDelete { document, .. }))
@@ -352,20 +382,24 @@ impl FirestoreDb {
                         continue;
                     };
                     seen.insert(post);
+                    resume.held.remove(&document);
                     send(post, None)
                 }
                 Some(ResponseType::TargetChange(change)) => {
                     if let Some(cause) = change.cause.filter(|c| c.code != 0) {
+                        // The target is gone (a token the server rejects
+                        // among the causes): listen again from scratch.
+                        resume.reset();
                         let code = Code::from(cause.code);
                         let status = gcloud_sdk::tonic::Status::new(code, cause.message);
                         return Err(status_error(op, &status));
                     }
                     if !change.resume_token.is_empty() {
-                        resume.clone_from(&change.resume_token);
+                        resume.token.clone_from(&change.resume_token);
                     }
                     let current = change.target_change_type == TargetChangeType::Current as i32;
                     let mut result = Ok(());
-                    if current {
+                    if current && fresh {
                         // Posts with no rollup: nothing was sent for them.
                         for post in posts.iter().map(String::as_str) {
                             if seen.insert(post) {
@@ -374,6 +408,21 @@ impl FirestoreDb {
                         }
                     }
                     result
+                }
+                Some(ResponseType::Filter(filter)) => {
+                    let held = resume.held.len();
+                    if usize::try_from(filter.count).ok() != Some(held) {
+                        // Some document held is gone, and which one the
+                        // server cannot say: listen again from scratch.
+                        tracing::info!(
+                            count = filter.count,
+                            held,
+                            "existence filter mismatch: listening to the rollups again from scratch"
+                        );
+                        resume.reset();
+                        return Ok(());
+                    }
+                    Ok(())
                 }
                 _ => Ok(()),
             };
