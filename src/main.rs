@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
-use hotcount::ops::{dlq, live, milestones, quarantine, reconcile, replay, setup};
+use hotcount::ops::{dlq, live, milestones, quarantine, reconcile, replay, rollups, setup};
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
@@ -79,6 +79,27 @@ enum Command {
     /// List milestone records, or retry given-up ones.
     #[command(subcommand)]
     Milestones(MilestonesAction),
+    /// Refresh rollups from every counter shard their posts have.
+    #[command(subcommand)]
+    Rollups(RollupsAction),
+}
+
+#[derive(Subcommand, Debug)]
+enum RollupsAction {
+    /// Bring each post's rollup to the sum of every counter shard it has,
+    /// creating missing ones (after an upgrade from a build before rollups,
+    /// once none of its replicas runs); safe beside running replicas.
+    Refresh {
+        #[command(flatten)]
+        target: Target,
+        /// Only these posts (repeatable); default: every post with shards or likes.
+        #[arg(long = "post")]
+        posts: Vec<String>,
+        /// Counter shards a post may have (`run --counter-shards` of every
+        /// build that wrote them, the largest).
+        #[arg(long, default_value_t = hotcount::config::DEFAULT_COUNTER_SHARDS)]
+        counter_shards: u32,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -303,6 +324,19 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         },
         Command::Quarantine(action) => quarantine_command(&cli.endpoints, action).await,
         Command::Milestones(action) => milestones_command(&cli.endpoints, action).await,
+        Command::Rollups(RollupsAction::Refresh {
+            target,
+            posts,
+            counter_shards,
+        }) => {
+            let db = connect::store_db(&cli.endpoints, &target, 2).await?;
+            let report = rollups::refresh(&db, posts, counter_shards).await?;
+            println!(
+                "rollups: {} posts read, {} rollups written",
+                report.posts, report.written
+            );
+            Ok(())
+        }
         Command::Setup { args, store } => {
             let mut done = setup::migrate_store(&store.store).await?;
             done.extend(setup::setup(&cli.endpoints, &args).await?);

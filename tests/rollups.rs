@@ -390,6 +390,44 @@ async fn a_posts_first_rollup_sums_every_counter_shard_an_older_build_wrote() {
     assert_eq!(stored.shards, Some(6));
 }
 
+/// After a mixed fleet: a replica of a build before rollups wrote a counter
+/// shard the post's rollup does not register, and no due record marks it.
+/// `hotcount rollups refresh` brings the rollup to every shard the post has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollups_refresh_sums_counter_shards_an_older_replica_wrote_beside_this_build() {
+    let h = Harness::start().await;
+    let args = [
+        "--rollup-interval-ms",
+        "200",
+        "--rollup-sweep-lookback-secs",
+        "0",
+    ];
+    let consumer = h.spawn(h.run_args("c1", &args));
+    h.publish(&[Ev::like("m-1", "mixed", "u-1", 1)]).await;
+    let one = BTreeMap::from([("mixed".to_string(), 1)]);
+    assert!(wrong_after(&h, &one, WAIT).await.is_empty());
+    consumer.stop().await;
+    // The older replica's increment, on a shard no rollup registers.
+    corrupt::counter_shard(&h.db, "mixed", 7, 5).await;
+    let six = BTreeMap::from([("mixed".to_string(), 6)]);
+    assert_eq!(wrong_rollups(&h, &six).await, ["mixed"], "stale before");
+    let output = h
+        .command()
+        .args(["rollups", "refresh"])
+        .output()
+        .expect("hotcount runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("1 rollups written"), "{stdout}");
+    assert!(wrong_rollups(&h, &six).await.is_empty());
+    let stored = h.db.rollup("mixed").await.expect("read").expect("a rollup");
+    assert_eq!(stored.shards, Some(8));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_answers_and_failing_reads_leave_every_rollup_exact() {
     let h = Harness::start().await;

@@ -11,6 +11,8 @@
 //! - [`quarantine`]: quarantine records listed, shown and re-driven.
 //! - [`live`]: `count --live`, each change of posts' rollups as it happens.
 //! - [`milestones`]: milestone records listed, and given-up ones retried.
+//! - [`rollups`]: every rollup brought to the sum of every counter shard
+//!   its post has (after an upgrade from a build before rollups).
 //!
 //! Each runs on the store `--store` selects, through one code path: a
 //! trait implemented for both stores (`reconcile::Reconcilable`), or a
@@ -27,4 +29,5 @@ pub mod milestones;
 pub mod quarantine;
 pub mod reconcile;
 pub mod replay;
+pub mod rollups;
 pub mod setup;

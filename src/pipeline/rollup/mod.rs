@@ -228,14 +228,36 @@ pub async fn refresh_existing<S: RollupStore>(
     posts: &[String],
     max_shards: u32,
 ) -> usize {
+    refresh_now(store, posts, max_shards, true).await
+}
+
+/// Refreshes now, whatever their age, the rollups of `posts`, creating
+/// those that do not exist (`hotcount rollups refresh`, after an upgrade
+/// from a build that wrote counter shards no rollup registers); each post
+/// is read over `max_shards` counter shards and its rollup registers those
+/// that exist. Returns how many were written.
+pub async fn refresh_all<S: RollupStore>(
+    store: Arc<S>,
+    posts: &[String],
+    max_shards: u32,
+) -> usize {
+    refresh_now(store, posts, max_shards, false).await
+}
+
+async fn refresh_now<S: RollupStore>(
+    store: Arc<S>,
+    posts: &[String],
+    max_shards: u32,
+    existing_only: bool,
+) -> usize {
     let config = RollupConfig {
         sweep_lookback: None,
-        drain_timeout: Duration::from_secs(60),
+        drain_timeout: Duration::from_secs(60).max(Duration::from_millis(posts.len() as u64)),
         ..RollupConfig::new(Duration::from_secs(1), max_shards)
     };
     let stats = Arc::new(Stats::default());
     let refresher = Refresher {
-        existing_only: true,
+        existing_only,
         ..Refresher::new(store, config, stats.clone())
     };
     let now = Instant::now();
