@@ -19,6 +19,8 @@ use hotcount::store::milestone::{MilestoneRecord, MilestoneStatus, MilestoneStor
 use hotcount::store::rollup::{micros_of, RollupStore, RollupWrite, WriteOutcome};
 use hotcount::telemetry::Stats;
 use hotcount_emulators::webhook::{Fate, Sink, SinkConfig, SinkFaults};
+use hotcount_emulators::FaultSpec;
+use tokio::sync::watch;
 
 const WAIT: Duration = Duration::from_secs(30);
 const SECRET: &str = "test-secret";
@@ -30,6 +32,9 @@ crate::on_each_store!(
     a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_called_at_once,
     without_a_webhook_no_milestone_is_recorded,
     the_cli_lists_milestones_and_retries_one_by_id,
+    a_replica_with_another_milestones_list_refuses_to_start,
+    reconcile_moving_a_post_across_a_milestone_records_it_and_it_is_delivered,
+    a_replica_clock_ten_minutes_ahead_takes_no_live_lease,
 );
 
 fn likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
@@ -370,4 +375,152 @@ async fn the_cli_lists_milestones_and_retries_one_by_id(backend: Backend) {
     );
     let (ok, out) = hotcount_cli(&h, &["milestones", "retry", "nonsense"]);
     assert!(!ok, "a bad id is refused: {out}");
+}
+
+async fn a_replica_with_another_milestones_list_refuses_to_start(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    let url = sink.url();
+    let first = h.spawn(h.run_args("c1", &milestone_flags(&url, SECRET)));
+    let events = likes("p", 2, "a");
+    h.publish(&events).await;
+    assert!(first.wait_for_acks(2, WAIT).await, "the first replica runs");
+    let config = h
+        .run_args("c1", &["--milestones", "5,20", "--rollup-interval-ms", "50"])
+        .validate()
+        .expect("valid flags");
+    let (_stop, rx) = watch::channel(false);
+    let run = hotcount::service::run(&h.endpoints, &config, rx, Arc::new(Stats::default()));
+    let refused = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("refused at start, not left running");
+    let error = refused.expect_err("another --milestones list is refused").to_string();
+    assert!(
+        error.contains("5,20,40") && error.contains("--milestones 5,20"),
+        "names both lists: {error}"
+    );
+    first.stop().await;
+}
+
+async fn reconcile_moving_a_post_across_a_milestone_records_it_and_it_is_delivered(
+    backend: Backend,
+) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    let url = sink.url();
+    let all = likes("p", 12, "a");
+    // A replica with milestones 5, 20, 40 writes the rollup at 3.
+    let consumer = h.spawn(h.run_args("c1", &milestone_flags(&url, SECRET)));
+    h.publish(&all[..3]).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+    let stats = consumer.stop().await;
+    assert!(stats.rollup_refreshes.get() > 0, "the rollup shows 3");
+    // Counts move to 12 without a rollup write (a replica with rollups
+    // off), as a repair or a replay moves them.
+    let counting = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "0"]));
+    h.publish(&all[3..]).await;
+    assert!(counting.wait_for_acks(12, WAIT).await);
+    counting.stop().await;
+    assert!(h.store.milestones().await.expect("list").is_empty());
+
+    // reconcile --repair refreshes the rollup: 3 -> 12 crosses 5.
+    let repaired = hotcount::ops::reconcile::PostReport {
+        post_id: "p".into(),
+        shards_sum: 12,
+        liked: 12,
+        repaired: true,
+        error: None,
+    };
+    let written = hotcount::ops::reconcile::refresh_rollups(&h.store, &[repaired]).await;
+    assert_eq!(written, 1);
+    let records = h.store.milestones().await.expect("list");
+    let ids: Vec<String> = records.iter().map(MilestoneRecord::id).collect();
+    assert_eq!(ids, ["p:5"], "the repair's write records what it crosses");
+    let report = dispatcher(&h, &url, SECRET).round().await;
+    assert_eq!(report.delivered, 1, "{report:?}");
+    let processed = sink.processed();
+    assert_eq!(processed.len(), 1);
+    assert_eq!(processed[0].0, "c1:p:5");
+}
+
+async fn a_replica_clock_ten_minutes_ahead_takes_no_live_lease(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    record_milestone(&h, "p").await;
+    let claims = dispatcher(&h, &sink.url(), SECRET)
+        .claim()
+        .await
+        .expect("claim");
+    assert_eq!(claims.len(), 1);
+    // Another replica whose clock runs 10 minutes ahead.
+    let ahead = micros_of(SystemTime::now() + Duration::from_secs(600));
+    let taken = h
+        .store
+        .claim(ahead, Duration::from_secs(60), 10)
+        .await
+        .expect("claim");
+    assert!(taken.is_empty(), "a live lease was taken over: {taken:?}");
+}
+
+/// A settle the store fails once (UNAVAILABLE) is not left for the lease
+/// to end: the receiver is called once, with no kill anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_the_store_fails_once_does_not_call_the_receiver_twice() {
+    let h = Harness::start().await;
+    let sink = fault_free_sink().await;
+    record_milestone(&h, "p").await;
+    let d = dispatcher(&h, &sink.url(), SECRET);
+    // The claim's Commit goes through; the settle's fails once.
+    let mut fault = FaultSpec::error("Commit", gcloud_sdk::tonic::Code::Unavailable).times(1);
+    fault.skip = Some(1);
+    h.emulators.firestore_faults().add(fault).expect("fault");
+    let first = d.round().await;
+    assert_eq!(first.claimed, 1, "{first:?}");
+    // Past the lease: nothing is called again.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let again = d.round().await;
+    assert_eq!(sink.requests().len(), 1, "called twice: {first:?} {again:?}");
+    let records = h.store.milestones().await.expect("list");
+    assert_eq!(records[0].status, MilestoneStatus::Done, "{records:?}");
+}
+
+/// Firestore milestone Commits that get no answer (the recording write,
+/// a claim, a settle, `retry`) end within the call deadline; once the
+/// store answers again nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn firestore_milestone_commits_without_an_answer_end_within_the_deadline() {
+    let h = Harness::start().await;
+    let db = h.db.clone().with_call_timeout(Duration::from_millis(500));
+    let bound = Duration::from_secs(5);
+    let faults = h.emulators.firestore_faults();
+    faults
+        .add(FaultSpec::latency("Commit", Duration::from_secs(120)))
+        .expect("fault");
+    let write = RollupWrite {
+        post_id: "p",
+        likes: 101,
+        as_of: micros_of(SystemTime::now()),
+        shards: 1,
+        previous: None,
+        milestones: &[100],
+    };
+    let outcomes = tokio::time::timeout(bound, db.write_rollups(std::slice::from_ref(&write)))
+        .await
+        .expect("the recording Commit ends within its deadline");
+    assert!(
+        !matches!(outcomes.as_deref(), Ok([WriteOutcome::Written])),
+        "{outcomes:?}"
+    );
+    let retried = tokio::time::timeout(
+        bound,
+        db.retry(&hotcount::store::milestone::RetrySelection::AllDead, 0),
+    )
+    .await
+    .expect("retry ends within its deadline");
+    drop(retried);
+    faults.clear();
+    // The refresher writes again once the store answers: recorded.
+    let outcomes = db.write_rollups(&[write]).await.expect("write");
+    assert_eq!(outcomes, vec![WriteOutcome::Written]);
+    assert_eq!(db.milestones().await.expect("list").len(), 1);
 }
