@@ -419,7 +419,7 @@ async fn reconcile_moving_a_post_across_a_milestone_records_it_and_it_is_deliver
     // off), as a repair or a replay moves them.
     let counting = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "0"]));
     h.publish(&all[3..]).await;
-    assert!(counting.wait_for_acks(12, WAIT).await);
+    assert!(counting.wait_for_acks(9, WAIT).await);
     counting.stop().await;
     assert!(h.store.milestones().await.expect("list").is_empty());
 
