@@ -30,7 +30,8 @@ crate::on_each_store!(
     a_dispatcher_killed_between_the_call_and_the_mark_repeats_it_with_the_same_key,
     a_refused_milestone_is_given_up_with_why_and_retry_delivers_it,
     a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_called_at_once,
-    without_a_webhook_no_milestone_is_recorded,
+    without_a_stored_setting_or_a_list_no_milestone_is_recorded,
+    the_stored_setting_rules_every_replica_without_a_restart,
     the_cli_lists_milestones_and_retries_one_by_id,
     a_replica_with_another_milestones_list_refuses_to_start,
     reconcile_moving_a_post_across_a_milestone_records_it_and_it_is_delivered,
@@ -332,9 +333,9 @@ async fn a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_cal
     assert_eq!(records[0].reached_at, ahead);
 }
 
-async fn without_a_webhook_no_milestone_is_recorded(backend: Backend) {
+async fn without_a_stored_setting_or_a_list_no_milestone_is_recorded(backend: Backend) {
     let h = Harness::start_on(backend).await;
-    let consumer = h.spawn(h.run_args("c1", &["--milestones", "5", "--rollup-interval-ms", "50"]));
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "50"]));
     let events = likes("p", 8, "a");
     let want = expected(&events);
     h.publish(&events).await;
@@ -344,6 +345,44 @@ async fn without_a_webhook_no_milestone_is_recorded(backend: Backend) {
     assert!(stats.rollup_refreshes.get() > 0);
     assert_eq!(stats.milestones_recorded.get(), 0);
     assert!(h.store.milestones().await.expect("list").is_empty());
+}
+
+/// `setup --milestones` turns milestones on for the fleet: a replica
+/// without a webhook (and without `--milestones`) records them, a
+/// dispatcher sends them; `setup --no-milestones` turns them off without a
+/// restart.
+async fn the_stored_setting_rules_every_replica_without_a_restart(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    let (ok, out) = hotcount_cli(&h, &["setup", "--milestones", "5"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("milestones 5"), "{out}");
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "50"]));
+    let on = likes("p", 8, "a");
+    h.publish(&on).await;
+    assert!(consumer.wait_for_acks(8, WAIT).await);
+    let records = wait_for_records(&h, 1, MilestoneStatus::Pending).await;
+    assert_eq!(
+        records.iter().map(MilestoneRecord::id).collect::<Vec<_>>(),
+        ["p:5"]
+    );
+    let report = dispatcher(&h, &sink.url(), SECRET).round().await;
+    assert_eq!(report.delivered, 1, "{report:?}");
+
+    // Off for the fleet: the running replica follows within a second or so.
+    let (ok, out) = hotcount_cli(&h, &["setup", "--no-milestones"]);
+    assert!(ok && out.contains("milestones: 5 -> off"), "{out}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let off = likes("q", 8, "b");
+    h.publish(&off).await;
+    assert!(consumer.wait_for_acks(16, WAIT).await);
+    let stats = consumer.stop().await;
+    assert_eq!(
+        stats.milestones_recorded.get(),
+        1,
+        "nothing recorded while off"
+    );
+    assert_eq!(h.store.milestones().await.expect("list").len(), 1);
 }
 
 fn hotcount_cli(h: &Harness, args: &[&str]) -> (bool, String) {
@@ -386,7 +425,10 @@ async fn a_replica_with_another_milestones_list_refuses_to_start(backend: Backen
     h.publish(&events).await;
     assert!(first.wait_for_acks(2, WAIT).await, "the first replica runs");
     let config = h
-        .run_args("c1", &["--milestones", "5,20", "--rollup-interval-ms", "50"])
+        .run_args(
+            "c1",
+            &["--milestones", "5,20", "--rollup-interval-ms", "50"],
+        )
         .validate()
         .expect("valid flags");
     let (_stop, rx) = watch::channel(false);
@@ -394,7 +436,9 @@ async fn a_replica_with_another_milestones_list_refuses_to_start(backend: Backen
     let refused = tokio::time::timeout(WAIT, run)
         .await
         .expect("refused at start, not left running");
-    let error = refused.expect_err("another --milestones list is refused").to_string();
+    let error = refused
+        .expect_err("another --milestones list is refused")
+        .to_string();
     assert!(
         error.contains("5,20,40") && error.contains("--milestones 5,20"),
         "names both lists: {error}"
@@ -452,14 +496,19 @@ async fn a_replica_clock_ten_minutes_ahead_takes_no_live_lease(backend: Backend)
         .await
         .expect("claim");
     assert_eq!(claims.len(), 1);
-    // Another replica whose clock runs 10 minutes ahead.
-    let ahead = micros_of(SystemTime::now() + Duration::from_secs(600));
+    // Another replica, whatever its clock says (10 minutes ahead): a
+    // claim takes no replica time at all, "due" and the lease's end are
+    // the store's (before, it passed its own `now` and took this lease).
     let taken = h
         .store
-        .claim(ahead, Duration::from_secs(60), 10)
+        .claim(Duration::from_secs(60), 10)
         .await
         .expect("claim");
     assert!(taken.is_empty(), "a live lease was taken over: {taken:?}");
+    // The lease as stored ends a lease after the store's time of the claim.
+    let lease_end = claims[0].record.due_at.expect("leased until");
+    let store_time = claims[0].leased_at;
+    assert_eq!(lease_end - store_time, 800_000, "{:?}", claims[0]);
 }
 
 /// A settle the store fails once (UNAVAILABLE) is not left for the lease
@@ -479,7 +528,11 @@ async fn a_settle_the_store_fails_once_does_not_call_the_receiver_twice() {
     // Past the lease: nothing is called again.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let again = d.round().await;
-    assert_eq!(sink.requests().len(), 1, "called twice: {first:?} {again:?}");
+    assert_eq!(
+        sink.requests().len(),
+        1,
+        "called twice: {first:?} {again:?}"
+    );
     let records = h.store.milestones().await.expect("list");
     assert_eq!(records[0].status, MilestoneStatus::Done, "{records:?}");
 }
@@ -513,7 +566,7 @@ async fn firestore_milestone_commits_without_an_answer_end_within_the_deadline()
     );
     let retried = tokio::time::timeout(
         bound,
-        db.retry(&hotcount::store::milestone::RetrySelection::AllDead, 0),
+        db.retry(&hotcount::store::milestone::RetrySelection::AllDead),
     )
     .await
     .expect("retry ends within its deadline");

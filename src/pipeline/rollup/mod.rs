@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::store::counter_shards::ShardRegistry;
-use crate::store::milestone::crossed;
+use crate::store::milestone::{crossed, Thresholds};
 use crate::store::rollup::{
     Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite, StoredRollup,
     WriteOutcome,
@@ -73,8 +73,9 @@ pub struct RollupConfig {
     /// Longest wait before a post whose refresh failed is tried again.
     pub max_backoff: Duration,
     /// The milestones a write records when it first reaches them, sorted
-    /// ascending; empty: none (milestones off).
-    pub milestones: Vec<i64>,
+    /// ascending; empty: none (milestones off). A shared handle: the
+    /// fleet's stored setting, re-read while the refresher runs.
+    pub milestones: Thresholds,
 }
 
 impl RollupConfig {
@@ -88,7 +89,7 @@ impl RollupConfig {
             writes_per_call: 500,
             drain_timeout: Duration::from_secs(2),
             max_backoff: Duration::from_secs(10).max(interval),
-            milestones: Vec::new(),
+            milestones: Thresholds::default(),
         }
     }
 }
@@ -189,14 +190,18 @@ impl PlannedWrite {
 
 /// Refreshes now, whatever their age, the rollups of `posts` that exist
 /// (the operator tools, after changing counts: `replay`, `reconcile
-/// --repair`); returns how many were written. A post without a rollup is
-/// left alone: rollups are the running service's, which may have them off.
+/// --repair`), recording the `milestones` (the fleet's stored setting)
+/// each write reaches first; returns how many were written. A post
+/// without a rollup is left alone: rollups are the running service's,
+/// which may have them off.
 pub async fn refresh_existing<S: RollupStore>(
     store: Arc<S>,
     posts: &[String],
     max_shards: u32,
+    milestones: &[i64],
 ) -> usize {
     let config = RollupConfig {
+        milestones: Thresholds::new(milestones),
         sweep_lookback: None,
         drain_timeout: Duration::from_secs(60),
         ..RollupConfig::new(Duration::from_secs(1), max_shards)
@@ -212,6 +217,14 @@ pub async fn refresh_existing<S: RollupStore>(
     }
     refresher.drain().await;
     stats.rollup_refreshes.get() as usize
+}
+
+/// Records on `progress` whether a store call was answered.
+fn answered<T>(progress: &crate::telemetry::CommitProgress, result: &Result<T, StoreError>) {
+    match result {
+        Ok(_) => progress.committed(),
+        Err(error) => progress.failed(error),
+    }
 }
 
 /// A store answer the refresher cannot use.
@@ -393,8 +406,13 @@ impl<S: RollupStore> Refresher<S> {
         report.posts += due.len();
         report.rpcs += 1;
         self.stats.rollup_rpcs.add(1);
+        // Whether the store answers the refresher (`/readyz`).
+        let progress = &self.stats.rollup_progress;
+        progress.begin();
         let read = self.store.read_rollups(&keys).await;
+        answered(progress, &read);
         let Some(planned) = self.after_read(due, read, rate_limited) else {
+            progress.end();
             return;
         };
         for chunk in planned.chunks(self.config.writes_per_call.max(1)) {
@@ -402,8 +420,10 @@ impl<S: RollupStore> Refresher<S> {
             report.rpcs += 1;
             self.stats.rollup_rpcs.add(1);
             let outcomes = self.store.write_rollups(&writes).await;
+            answered(progress, &outcomes);
             report.written += self.after_write(chunk, outcomes);
         }
+        progress.end();
     }
 
     /// Settles every post of `due` whose read calls for no write (or whose
@@ -428,6 +448,7 @@ impl<S: RollupStore> Refresher<S> {
         };
         let now = Instant::now();
         let read_time = snapshot.read_time;
+        let thresholds = self.config.milestones.current();
         let mut writes = Vec::new();
         for (due, read) in due.iter().zip(snapshot.posts) {
             if self.existing_only && read.stored.is_none() {
@@ -449,7 +470,7 @@ impl<S: RollupStore> Refresher<S> {
                 Decision::Write { likes, shards } => {
                     let stored = read.stored.as_ref();
                     let milestones = crossed(
-                        &self.config.milestones,
+                        &thresholds,
                         stored.map_or(0, |s| s.likes),
                         stored.and_then(|s| s.milestone),
                         likes,

@@ -138,7 +138,7 @@ impl FirestoreDb {
     }
 
     /// `request` carrying `limit` as its `grpc-timeout`.
-    fn within<R>(request: R, limit: Duration) -> gcloud_sdk::tonic::Request<R> {
+    pub(super) fn within<R>(request: R, limit: Duration) -> gcloud_sdk::tonic::Request<R> {
         let mut request = gcloud_sdk::tonic::Request::new(request);
         request.set_timeout(limit);
         request
@@ -591,7 +591,7 @@ fn unanswered(limit: Duration, what: &str) -> Status {
 /// status, where our deadline or the client library's own expiry of it
 /// is the DEADLINE_EXCEEDED of [`unanswered`] (`what` says what became of
 /// the call).
-async fn answer_within<T>(
+pub(super) async fn answer_within<T>(
     limit: Duration,
     what: &str,
     call: impl std::future::Future<Output = Result<gcloud_sdk::tonic::Response<T>, Status>>,
