@@ -311,12 +311,26 @@ impl FirestoreDb {
         .await
     }
 
-    /// Runs `query` under `parent` and returns every document it yields.
+    /// Runs `query` under `parent` and returns every document it yields
+    /// (within [`SCAN_TIMEOUT`]: a query over a whole collection).
     pub async fn run_query(
         &self,
         parent: &str,
         query: fs::StructuredQuery,
         read: Read<'_>,
+    ) -> Result<Queried, StoreError> {
+        self.run_query_within(parent, query, read, SCAN_TIMEOUT)
+            .await
+    }
+
+    /// [`Self::run_query`] ending within `limit` (a bounded query, e.g.
+    /// the milestone dispatcher's `limit`ed one: the call timeout).
+    pub async fn run_query_within(
+        &self,
+        parent: &str,
+        query: fs::StructuredQuery,
+        read: Read<'_>,
+        limit: Duration,
     ) -> Result<Queried, StoreError> {
         let request = fs::RunQueryRequest {
             parent: parent.to_string(),
@@ -326,8 +340,8 @@ impl FirestoreDb {
         };
         let mut queried = Queried::default();
         let mut client = self.client();
-        let call = client.run_query(Self::within(request, SCAN_TIMEOUT));
-        self.stream("RunQuery", read, SCAN_TIMEOUT, call, |response| {
+        let call = client.run_query(Self::within(request, limit));
+        self.stream("RunQuery", read, limit, call, |response| {
             if queried.read_time.is_none() {
                 queried.read_time = response.read_time;
             }

@@ -107,7 +107,8 @@ impl FirestoreDb {
             ..Default::default()
         };
         let root = self.layout().root();
-        let queried = self.run_query(&root, query, Read::Latest).await?;
+        let limit = self.call_timeout();
+        let queried = (self.run_query_within(&root, query, Read::Latest, limit)).await?;
         let read_time = queried
             .read_time
             .as_ref()
