@@ -37,6 +37,7 @@ crate::on_each_store!(
     reconcile_moving_a_post_across_a_milestone_records_it_and_it_is_delivered,
     a_replica_clock_ten_minutes_ahead_takes_no_live_lease,
     two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_the_interval_plus_5_s,
+    a_stale_settle_after_a_retry_changes_nothing,
 );
 
 fn likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
@@ -698,4 +699,42 @@ async fn two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_th
     );
     let bound = Duration::from_millis(50) + Duration::from_secs(5);
     assert!(percentile(&first_try, 99) <= bound, "{first_try:?}");
+}
+
+/// A claim whose settle never came (its dispatcher stalled), then another
+/// attempt, an operator's `retry` and a new claim: the stale settle still
+/// changes nothing (`retry` keeps `attempts` counting, the fence of the
+/// PostgreSQL settle; it reset them to 0, so the stale attempt's number
+/// came round again).
+async fn a_stale_settle_after_a_retry_changes_nothing(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    record_milestone(&h, "p").await;
+    let lease = Duration::from_millis(300);
+    let stale = h.store.claim(lease, 10).await.expect("claim");
+    assert_eq!(stale.len(), 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let second = h.store.claim(lease, 10).await.expect("claim");
+    assert_eq!(second.len(), 1, "the lapsed lease is taken");
+    let failed = hotcount::store::milestone::Settle::Retry {
+        error: "HTTP 500".into(),
+        after: Duration::ZERO,
+    };
+    assert!(h.store.settle(&second[0], &failed).await.expect("settle"));
+    assert_eq!(
+        ops::retry(&h.store, &["p:100".to_string()])
+            .await
+            .expect("retry"),
+        1
+    );
+    let third = h
+        .store
+        .claim(Duration::from_secs(60), 10)
+        .await
+        .expect("claim");
+    assert_eq!(third.len(), 1);
+    let done = hotcount::store::milestone::Settle::Done { at: 1 };
+    let applied = h.store.settle(&stale[0], &done).await.expect("settle");
+    assert!(!applied, "a stale settle changed the record: {third:?}");
+    let records = h.store.milestones().await.expect("list");
+    assert_eq!(records[0].status, MilestoneStatus::Leased, "{records:?}");
 }
