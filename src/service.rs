@@ -108,6 +108,7 @@ pub async fn milestone_setting(
 /// (`hotcount setup --milestones`) applies without a restart; a failed
 /// read keeps the last one known.
 async fn follow_milestones(
+    stats: Arc<Stats>,
     db: SelectedDb,
     thresholds: Thresholds,
     interval: Duration,
@@ -128,7 +129,9 @@ async fn follow_milestones(
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, "reading the fleet's milestone setting failed; recording by the last one read");
+                if stats.warnings.admit("milestone setting reads failed", error.op) {
+                    tracing::warn!(%error, "reading the fleet's milestone setting failed; recording by the last one read");
+                }
             }
         }
     }
@@ -413,6 +416,7 @@ impl<H: AckHandle> Flushing<H> {
             rollup.milestones = thresholds.clone();
             let interval = rollup.interval;
             rollups.spawn(follow_milestones(
+                stats.clone(),
                 store.db(),
                 thresholds,
                 interval,

@@ -48,6 +48,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 const ATTEMPT_FAILED: &str = "milestone webhook attempts failed";
 /// The summary name of the rate-limited give-up errors.
 const GIVEN_UP: &str = "milestones given up";
+/// The summary name of the rate-limited warnings of leases too short.
+const LEASE_TOO_SHORT: &str = "milestone leases too short for their call";
 /// The summary name of the rate-limited store failures.
 const STORE_FAILED: &str = "milestone store calls failed";
 
@@ -180,7 +182,9 @@ impl<S: MilestoneStore> Dispatcher<S> {
             // The call and its settle must fit in the lease: otherwise
             // another dispatcher may take it over and call too.
             if c.lease_left() < self.webhook.timeout() + SETTLE_ROOM {
-                tracing::warn!(post_id = %c.record.post_id, milestone = c.record.milestone, lease_left_ms = c.lease_left().as_millis() as u64, "a milestone's lease was too short for its call by the time it was claimed (a slow store); not called, it is claimed again when the lease ends");
+                if self.stats.warnings.admit(LEASE_TOO_SHORT, "claim") {
+                    tracing::warn!(post_id = %c.record.post_id, milestone = c.record.milestone, lease_left_ms = c.lease_left().as_millis() as u64, "a milestone's lease was too short for its call by the time it was claimed (a slow store); not called, it is claimed again when the lease ends");
+                }
                 return Some(Settled::Skipped);
             }
             let answer = self.webhook.call(&c.record).await;
