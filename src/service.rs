@@ -129,7 +129,10 @@ async fn follow_milestones(
                 }
             }
             Err(error) => {
-                if stats.warnings.admit("milestone setting reads failed", error.op) {
+                if stats
+                    .warnings
+                    .admit("milestone setting reads failed", error.op)
+                {
                     tracing::warn!(%error, "reading the fleet's milestone setting failed; recording by the last one read");
                 }
             }
