@@ -227,6 +227,22 @@ fn answered<T>(progress: &crate::telemetry::CommitProgress, result: &Result<T, S
     }
 }
 
+/// [`answered`] for a write call: one whose every write failed (e.g. each
+/// recording Commit unanswered) is no answer either.
+fn written(
+    progress: &crate::telemetry::CommitProgress,
+    outcomes: &Result<Vec<WriteOutcome>, StoreError>,
+) {
+    match outcomes.as_deref() {
+        Ok([WriteOutcome::Failed(error), rest @ ..])
+            if rest.iter().all(|o| matches!(o, WriteOutcome::Failed(_))) =>
+        {
+            progress.failed(error);
+        }
+        _ => answered(progress, outcomes),
+    }
+}
+
 /// A store answer the refresher cannot use.
 fn internal(message: &str) -> StoreError {
     crate::store::firestore::errors::internal("Rollups", message)
@@ -420,7 +436,7 @@ impl<S: RollupStore> Refresher<S> {
             report.rpcs += 1;
             self.stats.rollup_rpcs.add(1);
             let outcomes = self.store.write_rollups(&writes).await;
-            answered(progress, &outcomes);
+            written(progress, &outcomes);
             report.written += self.after_write(chunk, outcomes);
         }
         progress.end();
