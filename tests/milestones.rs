@@ -602,8 +602,12 @@ async fn two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_th
     let h = Harness::start_on(backend).await;
     let sink = Sink::start(SinkConfig {
         secret: Some(SECRET.into()),
+        // Slow answers (within the call timeout), so the kill finds calls
+        // in flight.
         faults: SinkFaults {
             fail_first_of_every: 5,
+            hang_rate: 0.5,
+            hang: Duration::from_millis(150),
             ..SinkFaults::default()
         },
     })
@@ -631,7 +635,7 @@ async fn two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_th
     };
     let first = wave(0, 5);
     h.publish(&first).await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
     let killed_at = SystemTime::now();
     a.kill().await;
     let second = wave(5, 9);
@@ -655,7 +659,12 @@ async fn two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_th
     b.stop().await;
 
     let requests = sink.requests();
-    let acked = |f: Fate| matches!(f, Fate::Processed | Fate::Replayed);
+    let acked = |f: Fate| {
+        matches!(
+            f,
+            Fate::Processed | Fate::Replayed | Fate::ProcessedThenHung | Fate::ReplayedThenHung
+        )
+    };
     let mut twice = Vec::new();
     let mut latencies = Vec::new();
     let mut first_try = Vec::new();
@@ -683,6 +692,19 @@ async fn two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_th
     }
     latencies.sort();
     first_try.sort();
+    let repeated_in_flight = records
+        .iter()
+        .filter(|r| {
+            let key = format!("c1:{}", r.id());
+            requests
+                .iter()
+                .filter(|q| q.key == key && acked(q.fate))
+                .count()
+                > 1
+        })
+        .count();
+    eprintln!(
+        "{backend:?}: {repeated_in_flight} key(s) acknowledged again after a call in flight in the killed replica");
     eprintln!(
         "{backend:?}: {n} milestones; crossing (reachedAt) -> receiver: p50 {:?}, p99 {:?}, max {:?}; answered at the first call ({}): p50 {:?}, p99 {:?}; calls {}",
         percentile(&latencies, 50),
