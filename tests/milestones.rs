@@ -228,6 +228,16 @@ fn dispatcher(
     url: &str,
     secret: &str,
 ) -> Dispatcher<hotcount::store::selected::SelectedDb> {
+    dispatcher_leasing(h, url, secret, Duration::from_millis(800))
+}
+
+/// [`dispatcher`] with leases of `lease`.
+fn dispatcher_leasing(
+    h: &Harness,
+    url: &str,
+    secret: &str,
+    lease: Duration,
+) -> Dispatcher<hotcount::store::selected::SelectedDb> {
     let webhook = Webhook::new(
         url.parse().expect("url"),
         Some(secret),
@@ -236,7 +246,7 @@ fn dispatcher(
     )
     .expect("client");
     let config = DispatchConfig {
-        lease: Duration::from_millis(800),
+        lease,
         backoff_initial: Duration::from_millis(50),
         ..DispatchConfig::default()
     };
@@ -759,4 +769,33 @@ async fn a_stale_settle_after_a_retry_changes_nothing(backend: Backend) {
     assert!(!applied, "a stale settle changed the record: {third:?}");
     let records = h.store.milestones().await.expect("list");
     assert_eq!(records[0].status, MilestoneStatus::Leased, "{records:?}");
+}
+
+/// A slow store (every Firestore Commit 300 ms) and eight due records: the
+/// leases are taken together, each just before its call, so none lapses
+/// before its call goes out and a second dispatcher two seconds later
+/// takes none (claimed one at a time from a `now` read before the first,
+/// the later leases had lapsed by then, and both dispatchers called them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_slow_store_no_lease_lapses_before_its_call_and_nothing_is_called_twice() {
+    let h = Harness::start().await;
+    let sink = fault_free_sink().await;
+    for i in 0..8 {
+        record_milestone(&h, &format!("p{i}")).await;
+    }
+    h.emulators
+        .firestore_faults()
+        .add(FaultSpec::latency("Commit", Duration::from_millis(300)))
+        .expect("fault");
+    let lease = Duration::from_secs(2);
+    let first = dispatcher_leasing(&h, &sink.url(), SECRET, lease);
+    let second = dispatcher_leasing(&h, &sink.url(), SECRET, lease);
+    let (a, b) = tokio::join!(first.round(), async {
+        tokio::time::sleep(Duration::from_millis(2200)).await;
+        second.round().await
+    });
+    let requests = sink.requests();
+    let keys: BTreeSet<&str> = requests.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys.len(), 8, "{a:?} {b:?}");
+    assert_eq!(requests.len(), 8, "called twice: {a:?} {b:?}");
 }
