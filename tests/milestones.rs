@@ -625,7 +625,9 @@ async fn two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_th
     .expect("sink");
     let url = sink.url();
     let mut flags = milestone_flags(&url, SECRET);
-    flags.extend(["--milestones", "2,4,6,8"]);
+    // Leases of 3 s: a claim on a loaded machine may take longer than the
+    // 1 s lease less the 300 ms call (such a lease is not called on).
+    flags.extend(["--milestones", "2,4,6,8", "--milestone-lease-secs", "3"]);
     let a = h.spawn(h.run_args("c1", &flags));
     let b = h.spawn(h.run_args("c1", &flags));
     let posts: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
