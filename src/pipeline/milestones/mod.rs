@@ -185,6 +185,7 @@ impl<S: MilestoneStore> Dispatcher<S> {
                 if self.stats.warnings.admit(LEASE_TOO_SHORT, "claim") {
                     tracing::warn!(post_id = %c.record.post_id, milestone = c.record.milestone, lease_left_ms = c.lease_left().as_millis() as u64, "a milestone's lease was too short for its call by the time it was claimed (a slow store); not called, it is claimed again when the lease ends");
                 }
+                self.stats.milestone_leases_lost.add(1);
                 return Some(Settled::Skipped);
             }
             let answer = self.webhook.call(&c.record).await;
