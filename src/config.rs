@@ -395,15 +395,14 @@ pub struct RunArgs {
         default_value_t = 30
     )]
     pub stuck_commit_threshold_secs: u64,
-    /// Like counts that are milestones: the rollup write that first shows a
-    /// post at or above one records it, and the webhook is told once
-    /// (comma-separated, ascending). Needs `--milestone-webhook`.
-    #[arg(
-        long,
-        env = "HOTCOUNT_MILESTONES",
-        default_value = "100,1000,10000,100000"
-    )]
-    pub milestones: String,
+    /// Like counts that are milestones (comma-separated, ascending): the
+    /// rollup write that first shows a post at or above one records it,
+    /// and a replica with `--milestone-webhook` tells the webhook once.
+    /// The list is the fleet's, stored (`setup --milestones`): a list that
+    /// differs from the stored one refuses to start; none stored, this one
+    /// (or, with a webhook, 100,1000,10000,100000) is stored.
+    #[arg(long, env = "HOTCOUNT_MILESTONES")]
+    pub milestones: Option<String>,
     /// POST each milestone reached to this http(s) URL (`{postId,
     /// milestone, likes, reachedAt}`, `Idempotency-Key:
     /// {consumer}:{post}:{n}`); unset = milestones off (none recorded).
@@ -556,14 +555,22 @@ pub struct Config {
     pub store_call_timeout: Duration,
     /// No commit for this long while commits are in flight: not ready.
     pub stuck_commit_threshold: Duration,
-    /// Milestone notifications; `None` = off (no webhook set).
+    /// Milestone notifications; `None` = no webhook (this replica records
+    /// milestones by the stored setting, and sends none).
     pub milestones: Option<MilestoneSettings>,
+    /// The `--milestones` list given, if any: it must match the stored one.
+    pub milestones_given: Option<Vec<i64>>,
 }
+
+/// The milestones a deployment without a stored setting adopts from its
+/// first replica with a webhook and no `--milestones`.
+pub const DEFAULT_MILESTONES: [i64; 4] = [100, 1000, 10_000, 100_000];
 
 /// Milestone notifications' settings (`--milestone-*`).
 #[derive(Clone, Debug)]
 pub struct MilestoneSettings {
-    /// The milestones, ascending, distinct, positive.
+    /// The milestones to store when none are (the `--milestones` given, or
+    /// [`DEFAULT_MILESTONES`]), ascending, distinct, positive.
     pub thresholds: Vec<i64>,
     /// The webhook.
     pub webhook: reqwest::Url,
@@ -997,14 +1004,19 @@ impl RunArgs {
                 3600,
             )?),
             milestones: self.milestone_settings()?,
+            milestones_given: self
+                .milestones
+                .as_deref()
+                .map(parse_milestones)
+                .transpose()?,
             push,
         })
     }
 }
 
 impl RunArgs {
-    /// The milestone settings: `None` without a webhook (whatever
-    /// `--milestones` says); refused without rollups (they decide them).
+    /// The milestone settings: `None` without a webhook; refused without
+    /// rollups (they decide them).
     fn milestone_settings(&self) -> Result<Option<MilestoneSettings>, ConfigError> {
         let Some(url) = &self.milestone_webhook else {
             return Ok(None);
@@ -1040,7 +1052,10 @@ impl RunArgs {
             });
         }
         Ok(Some(MilestoneSettings {
-            thresholds: parse_milestones(&self.milestones)?,
+            thresholds: match &self.milestones {
+                Some(list) => parse_milestones(list)?,
+                None => DEFAULT_MILESTONES.to_vec(),
+            },
             webhook,
             secret: self
                 .milestone_webhook_secret
@@ -1120,11 +1135,6 @@ impl Config {
         let interval = self.rollup_interval?;
         Some(RollupConfig {
             sweep_lookback: self.rollup_sweep_lookback,
-            milestones: self
-                .milestones
-                .as_ref()
-                .map(|m| m.thresholds.clone())
-                .unwrap_or_default(),
             ..RollupConfig::new(interval, self.counter_shards)
         })
     }

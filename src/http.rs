@@ -73,6 +73,16 @@ async fn readyz(State(stats): State<Arc<Stats>>) -> (StatusCode, &'static str) {
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: commits stalled (the store does not answer; see the log)\n",
         )
+    } else if stats.rollup_progress.is_stalled() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: rollup refreshes stalled (the store does not answer the refresher; see the log)\n",
+        )
+    } else if stats.milestone_progress.is_stalled() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: milestone dispatch stalled (the store does not answer the dispatcher; see the log)\n",
+        )
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
     }

@@ -338,8 +338,20 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Setup { args, store } => {
+            let milestones = store.milestone_setting()?;
             let mut done = setup::migrate_store(&store.store).await?;
             done.extend(setup::setup(&cli.endpoints, &args).await?);
+            if let Some(setting) = milestones {
+                let target = Target {
+                    store: store.store.clone(),
+                    project: args.project.clone(),
+                    database: store.database.clone(),
+                    collection_prefix: store.collection_prefix.clone(),
+                };
+                let db = connect::store_db(&cli.endpoints, &target, 1).await?;
+                let change = setup::store_milestones(&db, &setting).await?;
+                done.push((format!("milestones {}", setting.describe()), change));
+            }
             for (name, change) in done {
                 match change.detail() {
                     detail if detail.is_empty() => println!("{}\t{name}", change.word()),

@@ -24,8 +24,10 @@ use crate::pipeline::milestones::{Dispatcher, Webhook};
 use crate::pipeline::push::{Push, PushConfig, PushHandle, PATH as PUSH_PATH};
 use crate::pipeline::rollup::Refresher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
+use crate::store::milestone::{list_text, MilestoneSetting, MilestoneStore, Thresholds};
 use crate::store::postgres::PgDb;
-use crate::store::selected::SelectedStore;
+use crate::store::selected::{SelectedDb, SelectedStore};
+use crate::store::StoreError;
 use crate::telemetry::Stats;
 
 /// Statements one marker cleanup runs at most before it waits for the
@@ -48,6 +50,94 @@ pub enum ServiceError {
     /// The milestone webhook's HTTP client could not be built.
     #[error("the milestone webhook client: {0}")]
     Webhook(#[from] reqwest::Error),
+    /// `--milestones` names another list than the fleet's stored setting.
+    #[error("--milestones {given} disagrees with the milestones stored for the fleet ({stored}): run with that list or without --milestones, or change the fleet's with `hotcount setup --milestones LIST` (or `--no-milestones`)")]
+    MilestonesDisagree {
+        /// The flag's list.
+        given: String,
+        /// The stored setting (`off` or a list).
+        stored: String,
+    },
+    /// The fleet's milestone setting could not be read or stored.
+    #[error("the fleet's milestone setting: {0}")]
+    MilestoneSetting(StoreError),
+}
+
+/// The fleet's milestone setting at start: the stored one, which a
+/// `--milestones` naming another list refuses; none stored, the list this
+/// replica names (`--milestones`, or the defaults with a webhook) is
+/// stored for the fleet, and without either milestones are off.
+pub async fn milestone_setting(
+    store: &SelectedStore,
+    config: &Config,
+) -> Result<MilestoneSetting, ServiceError> {
+    let db = store.db();
+    let stored = db
+        .milestone_setting()
+        .await
+        .map_err(ServiceError::MilestoneSetting)?;
+    let stored = match stored {
+        Some(stored) => stored,
+        None => {
+            let named = (config.milestones_given.clone())
+                .or_else(|| config.milestones.as_ref().map(|m| m.thresholds.clone()));
+            let Some(list) = named else {
+                return Ok(MilestoneSetting::Off);
+            };
+            let stored = db
+                .store_milestone_setting(&MilestoneSetting::On(list), true)
+                .await
+                .map_err(ServiceError::MilestoneSetting)?;
+            tracing::info!(milestones = %stored.describe(), "no milestone setting was stored; this one is now the fleet's");
+            stored
+        }
+    };
+    if let Some(given) = &config.milestones_given {
+        if stored != MilestoneSetting::On(given.clone()) {
+            return Err(ServiceError::MilestonesDisagree {
+                given: list_text(given),
+                stored: stored.describe(),
+            });
+        }
+    }
+    Ok(stored)
+}
+
+/// Re-reads the fleet's milestone setting every `interval` (at least a
+/// second) into `thresholds` until `stop` turns true, so a change
+/// (`hotcount setup --milestones`) applies without a restart; a failed
+/// read keeps the last one known.
+async fn follow_milestones(
+    stats: Arc<Stats>,
+    db: SelectedDb,
+    thresholds: Thresholds,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut ticks = tokio::time::interval(interval.max(Duration::from_secs(1)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
+        match db.milestone_setting().await {
+            Ok(setting) => {
+                let setting = setting.unwrap_or(MilestoneSetting::Off);
+                if thresholds.set(setting.thresholds()) {
+                    tracing::info!(milestones = %setting.describe(), "the fleet's milestone setting changed; rollup writes record by it from now on");
+                }
+            }
+            Err(error) => {
+                if stats
+                    .warnings
+                    .admit("milestone setting reads failed", error.op)
+                {
+                    tracing::warn!(%error, "reading the fleet's milestone setting failed; recording by the last one read");
+                }
+            }
+        }
+    }
 }
 
 /// Opens the store `config.store_location` names: Firestore (at
@@ -157,6 +247,46 @@ async fn watch_commits(stats: Arc<Stats>, threshold: Duration, mut stop: watch::
         }
     }
     // Stopping: the drain's readiness is the source's.
+    progress.set_stalled(false);
+}
+
+/// Judges every period whether a stage beside the pipeline (`stage`: the
+/// refresher, the milestone dispatcher) is stalled: it had work and no
+/// store call of it was answered for `threshold`. Stalled, the replica is
+/// not ready (`hotcount_stage_stalled{stage}` 1), said once per change.
+async fn watch_stage(
+    stats: Arc<Stats>,
+    stage: &'static str,
+    threshold: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let period = (threshold / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let progress = match stage {
+        "rollups" => &stats.rollup_progress,
+        _ => &stats.milestone_progress,
+    };
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.wait_for(|stopped| *stopped) => break,
+        }
+        let stall = progress.check(threshold);
+        if !progress.set_stalled(stall.is_some()) {
+            continue;
+        }
+        match stall {
+            Some(stall) => tracing::warn!(
+                stage,
+                no_answer_for_secs = stall.for_how_long.as_secs(),
+                last_error = stall.last_error.as_deref().unwrap_or("none"),
+                threshold_secs = threshold.as_secs(),
+                "a stage beside the pipeline is stalled: none of its store calls has been answered for longer than --stuck-commit-threshold-secs while it had work; reporting not ready until one is"
+            ),
+            None => tracing::info!(stage, "the stage's store calls are answered again; ready"),
+        }
+    }
     progress.set_stalled(false);
 }
 
@@ -280,6 +410,7 @@ impl<H: AckHandle> Flushing<H> {
         store: Arc<SelectedStore>,
         stats: &Arc<Stats>,
         config: &Config,
+        milestones: &MilestoneSetting,
     ) -> Result<Self, ServiceError> {
         let acker = Arc::new(Acker::new(stats.clone()));
         let mut flusher = Flusher::new(
@@ -293,7 +424,18 @@ impl<H: AckHandle> Flushing<H> {
         // has drained, so the last commits' posts are refreshed too.
         let (rollup_stop, rollup_stopped) = watch::channel(false);
         let mut rollups = tokio::task::JoinSet::new();
-        if let Some(rollup) = config.rollup() {
+        if let Some(mut rollup) = config.rollup() {
+            // The fleet's milestones, followed while running.
+            let thresholds = Thresholds::new(milestones.thresholds());
+            rollup.milestones = thresholds.clone();
+            let interval = rollup.interval;
+            rollups.spawn(follow_milestones(
+                stats.clone(),
+                store.db(),
+                thresholds,
+                interval,
+                rollup_stopped.clone(),
+            ));
             let refresher = Refresher::new(Arc::new(store.db()), rollup, stats.clone())
                 .with_registry(store.shard_registry());
             flusher = flusher.with_rollups(refresher.marks().clone());
@@ -301,23 +443,24 @@ impl<H: AckHandle> Flushing<H> {
         }
         // Beside the pipeline: delivers the milestones the rollup writes
         // record; stops with the refresher (a round under way finishes).
-        if let Some(milestones) = &config.milestones {
+        if let Some(notify) = &config.milestones {
             let webhook = Webhook::new(
-                milestones.webhook.clone(),
-                milestones
-                    .secret
-                    .as_ref()
-                    .map(crate::config::Secret::expose),
+                notify.webhook.clone(),
+                notify.secret.as_ref().map(crate::config::Secret::expose),
                 &config.consumer,
-                milestones.request_timeout,
+                notify.request_timeout,
             )?;
             let dispatcher = Dispatcher::new(
                 Arc::new(store.db()),
                 webhook,
-                milestones.dispatch(),
+                notify.dispatch(),
                 stats.clone(),
             );
-            tracing::info!(webhook_host = milestones.webhook.host_str().unwrap_or_default(), milestones = ?milestones.thresholds, signed = milestones.secret.is_some(), "milestone notifications on");
+            tracing::info!(
+                webhook_host = notify.webhook.host_str().unwrap_or_default(),
+                signed = notify.secret.is_some(),
+                "milestone notifications on: this replica sends the milestones recorded"
+            );
             rollups.spawn(dispatcher.run(rollup_stopped));
         }
         let (stop, flush_stop) = watch::channel(false);
@@ -356,6 +499,8 @@ async fn run_pipeline(
     push: Option<Push>,
 ) -> Result<Arc<Stats>, ServiceError> {
     let store = Arc::new(open_store(endpoints, config).await?);
+    let milestones = milestone_setting(&store, config).await?;
+    tracing::info!(milestones = %milestones.describe(), "the fleet's milestone setting");
     // Beside the pipeline: ends when the source stops.
     let mut cleanup = tokio::task::JoinSet::new();
     if let (SelectedStore::Postgres(pg), Some(interval)) =
@@ -375,6 +520,10 @@ async fn run_pipeline(
         config.stuck_commit_threshold,
         stop.clone(),
     ));
+    for stage in ["rollups", "milestones"] {
+        let threshold = config.stuck_commit_threshold;
+        cleanup.spawn(watch_stage(stats.clone(), stage, threshold, stop.clone()));
+    }
 
     let admin = connect::subscription_admin(endpoints).await?;
     // Read once at start: its dead-letter policy and, for push, its ack
@@ -391,10 +540,10 @@ async fn run_pipeline(
         std::sync::atomic::Ordering::Relaxed,
     );
     match push {
-        None => run_pull(endpoints, config, stop, &stats, store).await?,
+        None => run_pull(endpoints, config, stop, &stats, store, &milestones).await?,
         Some(push) => {
             let ack_deadline = Push::ack_deadline_of(&subscription, &config.subscription);
-            run_push(config, stop, &stats, store, ack_deadline, push).await?
+            run_push(config, stop, &stats, store, &milestones, ack_deadline, push).await?
         }
     }
     while cleanup.join_next().await.is_some() {}
@@ -418,10 +567,11 @@ async fn run_pull(
     stop: watch::Receiver<bool>,
     stats: &Arc<Stats>,
     store: Arc<SelectedStore>,
+    milestones: &MilestoneSetting,
 ) -> Result<(), ServiceError> {
     let subscriber = connect::subscriber(endpoints).await?;
     let aggregator: Arc<Aggregator<PubSubHandle>> = aggregator(config, stats);
-    let flushing = Flushing::start(aggregator.clone(), store, stats, config)?;
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config, milestones)?;
     let source = Source::new(subscriber, config.source(), aggregator, stats.clone());
     tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, strategy = ?config.strategy, "hotcount running (pull)");
     // The flusher stops only after the source has stopped, so nothing new
@@ -442,12 +592,13 @@ async fn run_push(
     mut stop: watch::Receiver<bool>,
     stats: &Arc<Stats>,
     store: Arc<SelectedStore>,
+    milestones: &MilestoneSetting,
     ack_deadline: Option<Duration>,
     push: Push,
 ) -> Result<(), ServiceError> {
     let hold_max = PushConfig::hold_max_for(ack_deadline);
     let aggregator: Arc<Aggregator<PushHandle>> = aggregator(config, stats);
-    let flushing = Flushing::start(aggregator.clone(), store, stats, config)?;
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config, milestones)?;
     push.open(aggregator, hold_max).await;
     tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, addr = ?stats.push_addr.get(), ?ack_deadline, ?hold_max, strategy = ?config.strategy, "hotcount running (push)");
     stats.set_ready(true);

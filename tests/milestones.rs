@@ -19,6 +19,8 @@ use hotcount::store::milestone::{MilestoneRecord, MilestoneStatus, MilestoneStor
 use hotcount::store::rollup::{micros_of, RollupStore, RollupWrite, WriteOutcome};
 use hotcount::telemetry::Stats;
 use hotcount_emulators::webhook::{Fate, Sink, SinkConfig, SinkFaults};
+use hotcount_emulators::FaultSpec;
+use tokio::sync::watch;
 
 const WAIT: Duration = Duration::from_secs(30);
 const SECRET: &str = "test-secret";
@@ -28,8 +30,14 @@ crate::on_each_store!(
     a_dispatcher_killed_between_the_call_and_the_mark_repeats_it_with_the_same_key,
     a_refused_milestone_is_given_up_with_why_and_retry_delivers_it,
     a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_called_at_once,
-    without_a_webhook_no_milestone_is_recorded,
+    without_a_stored_setting_or_a_list_no_milestone_is_recorded,
+    the_stored_setting_rules_every_replica_without_a_restart,
     the_cli_lists_milestones_and_retries_one_by_id,
+    a_replica_with_another_milestones_list_refuses_to_start,
+    reconcile_moving_a_post_across_a_milestone_records_it_and_it_is_delivered,
+    a_replica_clock_ten_minutes_ahead_takes_no_live_lease,
+    two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_the_interval_plus_5_s,
+    a_stale_settle_after_a_retry_changes_nothing,
 );
 
 fn likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
@@ -83,6 +91,7 @@ async fn milestones_are_delivered_once_per_key_through_faults_and_a_replay_sends
             hang_rate: 0.15,
             hang: Duration::from_millis(600),
             close_rate: 0.15,
+            ..SinkFaults::default()
         },
     })
     .await
@@ -219,6 +228,16 @@ fn dispatcher(
     url: &str,
     secret: &str,
 ) -> Dispatcher<hotcount::store::selected::SelectedDb> {
+    dispatcher_leasing(h, url, secret, Duration::from_millis(800))
+}
+
+/// [`dispatcher`] with leases of `lease`.
+fn dispatcher_leasing(
+    h: &Harness,
+    url: &str,
+    secret: &str,
+    lease: Duration,
+) -> Dispatcher<hotcount::store::selected::SelectedDb> {
     let webhook = Webhook::new(
         url.parse().expect("url"),
         Some(secret),
@@ -227,7 +246,7 @@ fn dispatcher(
     )
     .expect("client");
     let config = DispatchConfig {
-        lease: Duration::from_millis(800),
+        lease,
         backoff_initial: Duration::from_millis(50),
         ..DispatchConfig::default()
     };
@@ -327,9 +346,9 @@ async fn a_milestone_recorded_at_a_store_time_ahead_of_the_replicas_clock_is_cal
     assert_eq!(records[0].reached_at, ahead);
 }
 
-async fn without_a_webhook_no_milestone_is_recorded(backend: Backend) {
+async fn without_a_stored_setting_or_a_list_no_milestone_is_recorded(backend: Backend) {
     let h = Harness::start_on(backend).await;
-    let consumer = h.spawn(h.run_args("c1", &["--milestones", "5", "--rollup-interval-ms", "50"]));
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "50"]));
     let events = likes("p", 8, "a");
     let want = expected(&events);
     h.publish(&events).await;
@@ -339,6 +358,44 @@ async fn without_a_webhook_no_milestone_is_recorded(backend: Backend) {
     assert!(stats.rollup_refreshes.get() > 0);
     assert_eq!(stats.milestones_recorded.get(), 0);
     assert!(h.store.milestones().await.expect("list").is_empty());
+}
+
+/// `setup --milestones` turns milestones on for the fleet: a replica
+/// without a webhook (and without `--milestones`) records them, a
+/// dispatcher sends them; `setup --no-milestones` turns them off without a
+/// restart.
+async fn the_stored_setting_rules_every_replica_without_a_restart(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    let (ok, out) = hotcount_cli(&h, &["setup", "--milestones", "5"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("milestones 5"), "{out}");
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "50"]));
+    let on = likes("p", 8, "a");
+    h.publish(&on).await;
+    assert!(consumer.wait_for_acks(8, WAIT).await);
+    let records = wait_for_records(&h, 1, MilestoneStatus::Pending).await;
+    assert_eq!(
+        records.iter().map(MilestoneRecord::id).collect::<Vec<_>>(),
+        ["p:5"]
+    );
+    let report = dispatcher(&h, &sink.url(), SECRET).round().await;
+    assert_eq!(report.delivered, 1, "{report:?}");
+
+    // Off for the fleet: the running replica follows within a second or so.
+    let (ok, out) = hotcount_cli(&h, &["setup", "--no-milestones"]);
+    assert!(ok && out.contains("milestones: 5 -> off"), "{out}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let off = likes("q", 8, "b");
+    h.publish(&off).await;
+    assert!(consumer.wait_for_acks(16, WAIT).await);
+    let stats = consumer.stop().await;
+    assert_eq!(
+        stats.milestones_recorded.get(),
+        1,
+        "nothing recorded while off"
+    );
+    assert_eq!(h.store.milestones().await.expect("list").len(), 1);
 }
 
 fn hotcount_cli(h: &Harness, args: &[&str]) -> (bool, String) {
@@ -370,4 +427,377 @@ async fn the_cli_lists_milestones_and_retries_one_by_id(backend: Backend) {
     );
     let (ok, out) = hotcount_cli(&h, &["milestones", "retry", "nonsense"]);
     assert!(!ok, "a bad id is refused: {out}");
+}
+
+async fn a_replica_with_another_milestones_list_refuses_to_start(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    let url = sink.url();
+    let first = h.spawn(h.run_args("c1", &milestone_flags(&url, SECRET)));
+    let events = likes("p", 2, "a");
+    h.publish(&events).await;
+    assert!(first.wait_for_acks(2, WAIT).await, "the first replica runs");
+    let config = h
+        .run_args(
+            "c1",
+            &["--milestones", "5,20", "--rollup-interval-ms", "50"],
+        )
+        .validate()
+        .expect("valid flags");
+    let (_stop, rx) = watch::channel(false);
+    let run = hotcount::service::run(&h.endpoints, &config, rx, Arc::new(Stats::default()));
+    let refused = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("refused at start, not left running");
+    let error = refused
+        .expect_err("another --milestones list is refused")
+        .to_string();
+    assert!(
+        error.contains("5,20,40") && error.contains("--milestones 5,20"),
+        "names both lists: {error}"
+    );
+    first.stop().await;
+}
+
+async fn reconcile_moving_a_post_across_a_milestone_records_it_and_it_is_delivered(
+    backend: Backend,
+) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    let url = sink.url();
+    let all = likes("p", 12, "a");
+    // A replica with milestones 5, 20, 40 writes the rollup at 3.
+    let consumer = h.spawn(h.run_args("c1", &milestone_flags(&url, SECRET)));
+    h.publish(&all[..3]).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+    let stats = consumer.stop().await;
+    assert!(stats.rollup_refreshes.get() > 0, "the rollup shows 3");
+    // Counts move to 12 without a rollup write (a replica with rollups
+    // off), as a repair or a replay moves them.
+    let counting = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "0"]));
+    h.publish(&all[3..]).await;
+    assert!(counting.wait_for_acks(9, WAIT).await);
+    counting.stop().await;
+    assert!(h.store.milestones().await.expect("list").is_empty());
+
+    // reconcile --repair refreshes the rollup: 3 -> 12 crosses 5.
+    let repaired = hotcount::ops::reconcile::PostReport {
+        post_id: "p".into(),
+        shards_sum: 12,
+        liked: 12,
+        repaired: true,
+        error: None,
+    };
+    let written = hotcount::ops::reconcile::refresh_rollups(&h.store, &[repaired]).await;
+    assert_eq!(written, 1);
+    let records = h.store.milestones().await.expect("list");
+    let ids: Vec<String> = records.iter().map(MilestoneRecord::id).collect();
+    assert_eq!(ids, ["p:5"], "the repair's write records what it crosses");
+    let report = dispatcher(&h, &url, SECRET).round().await;
+    assert_eq!(report.delivered, 1, "{report:?}");
+    let processed = sink.processed();
+    assert_eq!(processed.len(), 1);
+    assert_eq!(processed[0].0, "c1:p:5");
+}
+
+async fn a_replica_clock_ten_minutes_ahead_takes_no_live_lease(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let sink = fault_free_sink().await;
+    record_milestone(&h, "p").await;
+    let claims = dispatcher(&h, &sink.url(), SECRET)
+        .claim()
+        .await
+        .expect("claim");
+    assert_eq!(claims.len(), 1);
+    // Another replica, whatever its clock says (10 minutes ahead): a
+    // claim takes no replica time at all, "due" and the lease's end are
+    // the store's (before, it passed its own `now` and took this lease).
+    let taken = h
+        .store
+        .claim(Duration::from_secs(60), 10)
+        .await
+        .expect("claim");
+    assert!(taken.is_empty(), "a live lease was taken over: {taken:?}");
+    // The lease as stored ends a lease after the store's time of the claim.
+    let lease_end = claims[0].record.due_at.expect("leased until");
+    let store_time = claims[0].leased_at;
+    assert_eq!(lease_end - store_time, 800_000, "{:?}", claims[0]);
+}
+
+/// A settle the store fails once (UNAVAILABLE) is not left for the lease
+/// to end: the receiver is called once, with no kill anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_the_store_fails_once_does_not_call_the_receiver_twice() {
+    let h = Harness::start().await;
+    let sink = fault_free_sink().await;
+    record_milestone(&h, "p").await;
+    let d = dispatcher(&h, &sink.url(), SECRET);
+    // The claim's Commit goes through; the settle's fails once.
+    let mut fault = FaultSpec::error("Commit", gcloud_sdk::tonic::Code::Unavailable).times(1);
+    fault.skip = Some(1);
+    h.emulators.firestore_faults().add(fault).expect("fault");
+    let first = d.round().await;
+    assert_eq!(first.claimed, 1, "{first:?}");
+    // Past the lease: nothing is called again.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let again = d.round().await;
+    assert_eq!(
+        sink.requests().len(),
+        1,
+        "called twice: {first:?} {again:?}"
+    );
+    let records = h.store.milestones().await.expect("list");
+    assert_eq!(records[0].status, MilestoneStatus::Done, "{records:?}");
+}
+
+/// Firestore milestone Commits that get no answer (the recording write,
+/// a claim, a settle, `retry`) end within the call deadline; once the
+/// store answers again nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn firestore_milestone_commits_without_an_answer_end_within_the_deadline() {
+    let h = Harness::start().await;
+    let db = h.db.clone().with_call_timeout(Duration::from_millis(500));
+    let bound = Duration::from_secs(5);
+    let faults = h.emulators.firestore_faults();
+    faults
+        .add(FaultSpec::latency("Commit", Duration::from_secs(120)))
+        .expect("fault");
+    let write = RollupWrite {
+        post_id: "p",
+        likes: 101,
+        as_of: micros_of(SystemTime::now()),
+        shards: 1,
+        previous: None,
+        milestones: &[100],
+    };
+    let outcomes = tokio::time::timeout(bound, db.write_rollups(std::slice::from_ref(&write)))
+        .await
+        .expect("the recording Commit ends within its deadline");
+    assert!(
+        !matches!(outcomes.as_deref(), Ok([WriteOutcome::Written])),
+        "{outcomes:?}"
+    );
+    let retried = tokio::time::timeout(
+        bound,
+        db.retry(&hotcount::store::milestone::RetrySelection::AllDead),
+    )
+    .await
+    .expect("retry ends within its deadline");
+    drop(retried);
+    faults.clear();
+    // The refresher writes again once the store answers: recorded.
+    let outcomes = db.write_rollups(&[write]).await.expect("write");
+    assert_eq!(outcomes, vec![WriteOutcome::Written]);
+    assert_eq!(db.milestones().await.expect("list").len(), 1);
+}
+
+/// The p-th percentile (0..=100) of `sorted`.
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) * p).div_ceil(100)]
+}
+
+/// Two replicas, a receiver failing the first try of every fifth key, one
+/// replica killed mid-run and started again: every milestone is delivered;
+/// no key is acknowledged twice unless its first acknowledgement came
+/// before the kill (a call in flight in the killed process); and the
+/// latency from the rollup that reached it (`reachedAt`) to the receiver
+/// is measured (p50/p99, printed) and bounded by the rollup interval plus
+/// 5 s for the keys answered at their first call.
+async fn two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_the_interval_plus_5_s(
+    backend: Backend,
+) {
+    let h = Harness::start_on(backend).await;
+    let sink = Sink::start(SinkConfig {
+        secret: Some(SECRET.into()),
+        // Slow answers (within the call timeout), so the kill finds calls
+        // in flight.
+        faults: SinkFaults {
+            fail_first_of_every: 5,
+            hang_rate: 0.5,
+            hang: Duration::from_millis(150),
+            ..SinkFaults::default()
+        },
+    })
+    .await
+    .expect("sink");
+    let url = sink.url();
+    let mut flags = milestone_flags(&url, SECRET);
+    // Leases of 3 s: a claim on a loaded machine may take longer than the
+    // 1 s lease less the 300 ms call (such a lease is not called on).
+    flags.extend(["--milestones", "2,4,6,8", "--milestone-lease-secs", "3"]);
+    let a = h.spawn(h.run_args("c1", &flags));
+    let b = h.spawn(h.run_args("c1", &flags));
+    let posts: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    let wave = |from: usize, to: usize| {
+        let mut events = Vec::new();
+        for post in &posts {
+            for u in from..to {
+                events.push(Ev::like(
+                    &format!("{post}-{u}"),
+                    post,
+                    &format!("user-{u}"),
+                    1,
+                ));
+            }
+        }
+        events
+    };
+    let first = wave(0, 5);
+    h.publish(&first).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let killed_at = SystemTime::now();
+    a.kill().await;
+    let second = wave(5, 9);
+    h.publish(&second).await;
+    let a = h.spawn(h.run_args("c1", &flags));
+    let mut all = first.clone();
+    all.extend(second);
+    let want = expected(&all);
+    assert_eq!(
+        h.wait_for_counts(&want, Duration::from_secs(60)).await,
+        want
+    );
+    let n = posts.len() * 4;
+    let records = wait_for_records(&h, n, MilestoneStatus::Done).await;
+    assert_eq!(records.len(), n, "{records:?}");
+    assert!(
+        records.iter().all(|r| r.status == MilestoneStatus::Done),
+        "{records:?}"
+    );
+    a.stop().await;
+    b.stop().await;
+
+    let requests = sink.requests();
+    let acked = |f: Fate| {
+        matches!(
+            f,
+            Fate::Processed | Fate::Replayed | Fate::ProcessedThenHung | Fate::ReplayedThenHung
+        )
+    };
+    let mut twice = Vec::new();
+    let mut latencies = Vec::new();
+    let mut first_try = Vec::new();
+    for record in &records {
+        let key = format!("c1:{}", record.id());
+        let calls: Vec<_> = requests.iter().filter(|r| r.key == key).collect();
+        let acks: Vec<_> = calls.iter().filter(|r| acked(r.fate)).collect();
+        assert!(!acks.is_empty(), "{key} acknowledged");
+        if acks.len() > 1 && acks[0].received_at >= killed_at {
+            twice.push((
+                key.clone(),
+                calls.iter().map(|r| r.fate).collect::<Vec<_>>(),
+            ));
+        }
+        let reached = SystemTime::UNIX_EPOCH
+            + Duration::from_micros(u64::try_from(record.reached_at).unwrap_or(0));
+        let latency = acks[0]
+            .received_at
+            .duration_since(reached)
+            .unwrap_or_default();
+        latencies.push(latency);
+        if calls.len() == 1 {
+            first_try.push(latency);
+        }
+    }
+    latencies.sort();
+    first_try.sort();
+    let repeated_in_flight = records
+        .iter()
+        .filter(|r| {
+            let key = format!("c1:{}", r.id());
+            requests
+                .iter()
+                .filter(|q| q.key == key && acked(q.fate))
+                .count()
+                > 1
+        })
+        .count();
+    eprintln!(
+        "{backend:?}: {repeated_in_flight} key(s) acknowledged again after a call in flight in the killed replica");
+    eprintln!(
+        "{backend:?}: {n} milestones; crossing (reachedAt) -> receiver: p50 {:?}, p99 {:?}, max {:?}; answered at the first call ({}): p50 {:?}, p99 {:?}; calls {}",
+        percentile(&latencies, 50),
+        percentile(&latencies, 99),
+        latencies.last().copied().unwrap_or_default(),
+        first_try.len(),
+        percentile(&first_try, 50),
+        percentile(&first_try, 99),
+        requests.len(),
+    );
+    assert!(
+        twice.is_empty(),
+        "acknowledged twice, first after the kill: {twice:?}"
+    );
+    let bound = Duration::from_millis(50) + Duration::from_secs(5);
+    assert!(percentile(&first_try, 99) <= bound, "{first_try:?}");
+}
+
+/// A claim whose settle never came (its dispatcher stalled), then another
+/// attempt, an operator's `retry` and a new claim: the stale settle still
+/// changes nothing (`retry` keeps `attempts` counting, the fence of the
+/// PostgreSQL settle; it reset them to 0, so the stale attempt's number
+/// came round again).
+async fn a_stale_settle_after_a_retry_changes_nothing(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    record_milestone(&h, "p").await;
+    let lease = Duration::from_millis(300);
+    let stale = h.store.claim(lease, 10).await.expect("claim");
+    assert_eq!(stale.len(), 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let second = h.store.claim(lease, 10).await.expect("claim");
+    assert_eq!(second.len(), 1, "the lapsed lease is taken");
+    let failed = hotcount::store::milestone::Settle::Retry {
+        error: "HTTP 500".into(),
+        after: Duration::ZERO,
+    };
+    assert!(h.store.settle(&second[0], &failed).await.expect("settle"));
+    assert_eq!(
+        ops::retry(&h.store, &["p:100".to_string()])
+            .await
+            .expect("retry"),
+        1
+    );
+    let third = h
+        .store
+        .claim(Duration::from_secs(60), 10)
+        .await
+        .expect("claim");
+    assert_eq!(third.len(), 1);
+    let done = hotcount::store::milestone::Settle::Done { at: 1 };
+    let applied = h.store.settle(&stale[0], &done).await.expect("settle");
+    assert!(!applied, "a stale settle changed the record: {third:?}");
+    let records = h.store.milestones().await.expect("list");
+    assert_eq!(records[0].status, MilestoneStatus::Leased, "{records:?}");
+}
+
+/// A slow store (every Firestore Commit 300 ms) and eight due records: the
+/// leases are taken together, each just before its call, so none lapses
+/// before its call goes out and a second dispatcher two seconds later
+/// takes none (claimed one at a time from a `now` read before the first,
+/// the later leases had lapsed by then, and both dispatchers called them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_slow_store_no_lease_lapses_before_its_call_and_nothing_is_called_twice() {
+    let h = Harness::start().await;
+    let sink = fault_free_sink().await;
+    for i in 0..8 {
+        record_milestone(&h, &format!("p{i}")).await;
+    }
+    h.emulators
+        .firestore_faults()
+        .add(FaultSpec::latency("Commit", Duration::from_millis(300)))
+        .expect("fault");
+    let lease = Duration::from_secs(2);
+    let first = dispatcher_leasing(&h, &sink.url(), SECRET, lease);
+    let second = dispatcher_leasing(&h, &sink.url(), SECRET, lease);
+    let (a, b) = tokio::join!(first.round(), async {
+        tokio::time::sleep(Duration::from_millis(2200)).await;
+        second.round().await
+    });
+    let requests = sink.requests();
+    let keys: BTreeSet<&str> = requests.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys.len(), 8, "{a:?} {b:?}");
+    assert_eq!(requests.len(), 8, "called twice: {a:?} {b:?}");
 }

@@ -356,6 +356,7 @@ fn history() -> Vec<Ev> {
 }
 
 crate::on_each_store!(
+    a_replay_moving_a_post_across_a_milestone_records_it,
     replaying_processed_traffic_leaves_every_count_unchanged,
     dry_run_reports_changes_and_writes_nothing_and_divergence_pauses,
 );
@@ -609,4 +610,46 @@ fn dlq_args() -> dlq::DlqArgs {
         max_messages: 100,
         wait_ms: 1000,
     }
+}
+
+/// A replay that applies events the consumer never processed moves a post
+/// from 3 to 9 likes: its rollup refresh records milestone 5 (the fleet's
+/// stored list), as the running refresher would have.
+async fn a_replay_moving_a_post_across_a_milestone_records_it(backend: Backend) {
+    use hotcount::store::milestone::{MilestoneSetting, MilestoneStore};
+    let h = Harness::start_on(backend).await;
+    archive(&h, "likes-archive").await;
+    h.store
+        .store_milestone_setting(&MilestoneSetting::On(vec![5]), false)
+        .await
+        .expect("setting");
+    let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
+    let all = likes("m", 9, "m");
+    let consumer = h.spawn(h.run_args("c1", &["--rollup-interval-ms", "50"]));
+    h.publish(&all[..3]).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+    consumer.stop().await;
+    // Never processed by a consumer: only the archive keeps them.
+    h.publish(&all[3..]).await;
+    let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+    assert!(h.store.milestones().await.expect("list").is_empty());
+
+    let flags = [
+        "--replay-subscription",
+        "likes-archive",
+        "--max-divergence",
+        "1",
+    ];
+    let report = replay::run(&h.endpoints, &replay_args(&h, from, to, &flags))
+        .await
+        .expect("replay");
+    assert_eq!(report.effects.applied, 6, "{report:?}");
+    assert_eq!(h.count("m").await, 9);
+    let records = h.store.milestones().await.expect("list");
+    let ids: Vec<String> = records.iter().map(|r| r.id()).collect();
+    assert_eq!(
+        ids,
+        ["m:5"],
+        "the replay's rollup write records what it crosses"
+    );
 }

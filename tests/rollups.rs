@@ -795,6 +795,7 @@ async fn reconcile_repair_refreshes_the_rollup_of_the_post_it_repairs() {
         std::sync::Arc::new(h.store.clone()),
         &["post-1".to_string()],
         16,
+        &[],
     )
     .await;
     assert_eq!(refreshed, 1);

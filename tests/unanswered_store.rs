@@ -137,3 +137,73 @@ async fn firestore_rpcs_without_an_answer_turn_the_replica_not_ready_then_exact(
     stalls_then_recovers_exactly(&h, &consumer, silence, || faults.clear()).await;
     consumer.stop().await;
 }
+
+/// The milestone dispatcher's store calls get no answer (Firestore
+/// RunQuery far past the call deadline, the commits unaffected): the
+/// replica turns not ready saying why (`hotcount_stage_stalled{stage=
+/// "milestones"}`), and once the store answers it is ready again and the
+/// milestone recorded meanwhile is delivered: nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_milestone_dispatcher_without_store_answers_turns_the_replica_not_ready_then_delivers() {
+    let h = Harness::start().await;
+    let sink = hotcount_emulators::webhook::Sink::start(
+        hotcount_emulators::webhook::SinkConfig::default(),
+    )
+    .await
+    .expect("sink");
+    let url = sink.url();
+    let mut flags = run_flags("firestore");
+    flags.extend([
+        "--milestone-webhook",
+        url.as_str(),
+        "--milestones",
+        "5",
+        "--rollup-interval-ms",
+        "50",
+        "--milestone-retry-initial-ms",
+        "50",
+    ]);
+    let consumer = h.spawn(h.run_args("hotcount", &flags));
+    let addr = scrape::metrics_addr(&consumer.stats).await;
+    until_ready(addr, true, WAIT).await;
+    // The refresher past its start-up sweep (a RunQuery too): one rollup
+    // written.
+    h.publish(&common::likes("warm", 1, "w")).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while consumer.stats.rollup_refreshes.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "a rollup written");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let faults = h.emulators.firestore_faults();
+    faults
+        .add(FaultSpec::latency("RunQuery", Duration::from_secs(120)))
+        .expect("fault");
+    let events = common::likes("p", 8, "a");
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(9, WAIT).await, "commits go on");
+    until_ready(addr, false, THRESHOLD + MARGIN).await;
+    let (_, body) = readyz(addr).await;
+    assert!(
+        body.contains("milestone dispatch stalled"),
+        "says why: {body:?}"
+    );
+    assert_eq!(
+        metric(addr, "hotcount_stage_stalled{stage=\"milestones\"}").await,
+        1.0
+    );
+    assert!(sink.processed().is_empty());
+
+    faults.clear();
+    until_ready(addr, true, WAIT).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while sink.processed().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let keys: Vec<String> = sink.processed().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["hotcount:p:5"], "delivered once the store answers");
+    assert_eq!(
+        metric(addr, "hotcount_stage_stalled{stage=\"milestones\"}").await,
+        0.0
+    );
+    consumer.stop().await;
+}

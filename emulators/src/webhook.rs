@@ -42,6 +42,9 @@ pub struct SinkFaults {
     pub hang: Duration,
     /// Close the connection without processing or answering.
     pub close_rate: f64,
+    /// Answer 500 to the first call of every n-th key the sink sees (the
+    /// 1st, the n+1-th, ...), before the shares above; 0: never.
+    pub fail_first_of_every: u32,
 }
 
 /// The sink's settings.
@@ -83,6 +86,8 @@ pub struct Received {
     pub signature_ok: Option<bool>,
     /// What the sink did.
     pub fate: Fate,
+    /// When it arrived (the sink's clock).
+    pub received_at: SystemTime,
 }
 
 #[derive(Default)]
@@ -91,6 +96,8 @@ struct State {
     /// Key -> the body processed (the effect happened once).
     processed: FxHashMap<String, Bytes>,
     order: Vec<String>,
+    /// Key -> (its rank among the keys seen, calls so far).
+    calls: FxHashMap<String, (u32, u32)>,
 }
 
 /// A running sink.
@@ -215,13 +222,22 @@ async fn handle(
         .map(|secret| verify(secret, &signature, &body, now_secs()));
     let faults = shared.faults.lock().clone();
     let draw = rand::random_range(0.0..1.0);
+    let received_at = SystemTime::now();
     let record = |fate| {
         shared.state.lock().requests.push(Received {
             key: key.clone(),
             body: body.clone(),
             signature_ok,
             fate,
+            received_at,
         });
+    };
+    let (rank, call) = {
+        let mut state = shared.state.lock();
+        let seen = u32::try_from(state.calls.len()).unwrap_or(u32::MAX);
+        let entry = state.calls.entry(key.clone()).or_insert((seen, 0));
+        entry.1 += 1;
+        *entry
     };
     if key.is_empty() || body.is_empty() {
         record(Fate::Refused);
@@ -234,7 +250,8 @@ async fn handle(
         record(Fate::Refused);
         return Ok(answer(StatusCode::UNAUTHORIZED, "bad signature"));
     }
-    if draw < faults.error_rate {
+    let every = faults.fail_first_of_every;
+    if (every > 0 && call == 1 && rank % every == 0) || draw < faults.error_rate {
         record(Fate::Failed);
         return Ok(answer(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -60,7 +60,7 @@ fn flags_reproduce_every_setting() {
     changed.rollup_sweep_lookback_secs = 73;
     changed.store_call_timeout_ms = 2_500;
     changed.stuck_commit_threshold_secs = 71;
-    changed.milestones = "5,50".into();
+    changed.milestones = Some("5,50".into());
     changed.milestone_webhook = Some("http://127.0.0.1:9/hook".into());
     changed.milestone_webhook_secret = Some("s3cret".into());
     changed.milestone_webhook_timeout_ms = 79;
@@ -478,10 +478,14 @@ fn rollups_refresh_once_a_second_by_default_and_zero_turns_them_off() {
 #[test]
 fn milestones_are_off_without_a_webhook_and_checked_with_one() {
     assert!(parse(&[]).unwrap().milestones.is_none());
-    assert!(parse(&["--milestones", "junk"])
-        .unwrap()
-        .milestones
-        .is_none());
+    assert!(
+        parse(&["--milestones", "junk"]).is_err(),
+        "checked without a webhook too"
+    );
+    assert_eq!(
+        parse(&["--milestones", "5,50"]).unwrap().milestones_given,
+        Some(vec![5, 50])
+    );
     let on = parse(&[
         "--milestone-webhook",
         "http://127.0.0.1:9/h",

@@ -9,10 +9,8 @@
 //! takes each retried record again under a fresh lease, with the same
 //! `Idempotency-Key`.
 
-use std::time::SystemTime;
-
 use crate::store::milestone::{MilestoneRecord, MilestoneStore, RetrySelection};
-use crate::store::rollup::{micros_of, Micros};
+use crate::store::rollup::Micros;
 use crate::store::selected::SelectedDb;
 use crate::store::StoreError;
 
@@ -42,9 +40,8 @@ pub async fn list(
 /// Makes the records `ids` names (every dead one when `ids` is empty)
 /// pending again, due now; returns how many.
 pub async fn retry(db: &SelectedDb, ids: &[String]) -> Result<u64, MilestonesError> {
-    let now = micros_of(SystemTime::now());
     if ids.is_empty() {
-        return Ok(db.retry(&RetrySelection::AllDead, now).await?);
+        return Ok(db.retry(&RetrySelection::AllDead).await?);
     }
     let mut selections = Vec::new();
     for id in ids {
@@ -53,9 +50,16 @@ pub async fn retry(db: &SelectedDb, ids: &[String]) -> Result<u64, MilestonesErr
     }
     let mut retried = 0;
     for selection in &selections {
-        retried += db.retry(selection, now).await?;
+        retried += db.retry(selection).await?;
     }
     Ok(retried)
+}
+
+/// The milestones every rollup write records now: the fleet's stored
+/// setting (none when off, or when none was ever stored).
+pub async fn recorded(db: &impl MilestoneStore) -> Result<Vec<i64>, StoreError> {
+    let setting = db.milestone_setting().await?;
+    Ok(setting.map(|s| s.thresholds().to_vec()).unwrap_or_default())
 }
 
 /// A time as `list` prints it (RFC 3339, UTC, milliseconds), `-` if none.

@@ -339,7 +339,17 @@ pub async fn refresh_rollups(db: &SelectedDb, reports: &[PostReport]) -> usize {
     if repaired.is_empty() {
         return 0;
     }
-    rollup::refresh_existing(std::sync::Arc::new(db.clone()), &repaired, 1).await
+    // The fleet's milestones: a write that crosses one records it, as the
+    // refresher's would (refreshed without them, it would be skipped for
+    // good: the next write's floor is this rollup).
+    let milestones = match crate::ops::milestones::recorded(db).await {
+        Ok(milestones) => milestones,
+        Err(error) => {
+            tracing::warn!(%error, posts = repaired.len(), "reading the milestone setting failed; the repaired posts' rollups are left to the running service's refresher");
+            return 0;
+        }
+    };
+    rollup::refresh_existing(std::sync::Arc::new(db.clone()), &repaired, 1, &milestones).await
 }
 
 /// Compares (and with `repair`, fixes) each of `posts` in turn; a post that

@@ -40,7 +40,10 @@ pub async fn refresh(
     } else {
         posts
     };
-    let written = rollup::refresh_all(Arc::new(db.clone()), &posts, max_shards.max(1)).await;
+    // The fleet's milestones: a write that crosses one records it.
+    let milestones = crate::ops::milestones::recorded(db).await?;
+    let written =
+        rollup::refresh_all(Arc::new(db.clone()), &posts, max_shards.max(1), &milestones).await;
     Ok(RefreshReport {
         posts: posts.len(),
         written,

@@ -13,8 +13,16 @@
 //! counts an attempt; a settle applies only while the record is still the
 //! claim's (same attempt, still leased), so a worker whose lease was taken
 //! over changes nothing.
+//!
+//! Whether milestones are recorded, and which, is a property of the data
+//! ([`MilestoneSetting`], Firestore `settings/milestones`, PostgreSQL
+//! `milestone_settings`): every writer of rollups records by it, whatever
+//! its own flags. Every time a claim, a lease or a due time compares with
+//! is the store's (Firestore: a read time; PostgreSQL: `now()`), never a
+//! replica's clock.
 
 use std::future::Future;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use gcloud_sdk::prost_types::Timestamp;
@@ -92,7 +100,7 @@ impl MilestoneRecord {
 }
 
 /// A record this dispatcher claimed: it alone may attempt it until
-/// `record.due_at` (the lease's end).
+/// `record.due_at` (the lease's end, in the store's time).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Claim {
     /// The record after the claim (leased, `attempts` counting this one).
@@ -101,6 +109,26 @@ pub struct Claim {
     /// condition of the settle. `None` on PostgreSQL (its condition is the
     /// attempt number).
     pub update_time: Option<Timestamp>,
+    /// The store's time when the lease was taken.
+    pub leased_at: Micros,
+    /// This process's monotonic time when the claim's answer came: with
+    /// `leased_at`, the store's time now, whatever this replica's clock says.
+    pub taken: std::time::Instant,
+}
+
+impl Claim {
+    /// The store's time now, as far as this process can tell (the lease's
+    /// start plus the monotonic time since: no wall clock read).
+    pub fn store_now(&self) -> Micros {
+        let elapsed = i64::try_from(self.taken.elapsed().as_micros()).unwrap_or(i64::MAX);
+        self.leased_at.saturating_add(elapsed)
+    }
+
+    /// How long the lease has left, as far as this process can tell.
+    pub fn lease_left(&self) -> Duration {
+        let until = self.record.due_at.unwrap_or(self.leased_at);
+        Duration::from_micros(u64::try_from(until - self.store_now()).unwrap_or(0))
+    }
 }
 
 /// How an attempt ended, as stored.
@@ -111,12 +139,13 @@ pub enum Settle {
         /// When the webhook answered 2xx.
         at: Micros,
     },
-    /// Failed, to be tried again from `at`.
+    /// Failed, to be tried again this long after the settle (the store's
+    /// time).
     Retry {
         /// Why it failed.
         error: String,
-        /// The next attempt's earliest time.
-        at: Micros,
+        /// The wait before the next attempt.
+        after: Duration,
     },
     /// Given up.
     Dead {
@@ -164,15 +193,85 @@ pub fn crossed(thresholds: &[i64], old: i64, highest: Option<i64>, new: i64) -> 
         .collect()
 }
 
+/// Whether milestones are recorded, fleet-wide, and which: stored once
+/// (`hotcount setup --milestones LIST` / `--no-milestones`, or adopted from
+/// the first `run` that names them), read by every writer of rollups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MilestoneSetting {
+    /// No milestone is recorded (those crossed meanwhile never will be).
+    Off,
+    /// These milestones (ascending) are recorded by every rollup write
+    /// that first reaches them.
+    On(Vec<i64>),
+}
+
+impl MilestoneSetting {
+    /// The milestones recorded: none when off.
+    pub fn thresholds(&self) -> &[i64] {
+        match self {
+            Self::Off => &[],
+            Self::On(list) => list,
+        }
+    }
+
+    /// As an operator writes it: `off`, or the list (`100,1000`).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Off => "off".to_string(),
+            Self::On(list) => list_text(list),
+        }
+    }
+}
+
+/// `100,1000`: a list as `--milestones` takes it.
+pub fn list_text(list: &[i64]) -> String {
+    let parts: Vec<String> = list.iter().map(i64::to_string).collect();
+    parts.join(",")
+}
+
+/// The milestones the writers of one process record now: a cheap handle,
+/// shared by the refresher and the task that re-reads the stored setting,
+/// so a change applies without a restart.
+#[derive(Clone, Debug, Default)]
+pub struct Thresholds(Arc<RwLock<Arc<[i64]>>>);
+
+impl Thresholds {
+    /// A handle holding `list`.
+    pub fn new(list: &[i64]) -> Self {
+        Self(Arc::new(RwLock::new(Arc::from(list))))
+    }
+
+    /// The milestones recorded now (ascending; empty: none).
+    pub fn current(&self) -> Arc<[i64]> {
+        match self.0.read() {
+            Ok(list) => list.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Records `list` from now on; whether it changed.
+    pub fn set(&self, list: &[i64]) -> bool {
+        let mut slot = match self.0.write() {
+            Ok(slot) => slot,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if **slot == *list {
+            return false;
+        }
+        *slot = Arc::from(list);
+        true
+    }
+}
+
 /// What the dispatcher and the operator commands need of a store.
 pub trait MilestoneStore: Send + Sync + 'static {
-    /// Claims up to `limit` records due at `now` (pending ones whose next
-    /// attempt has come, leased ones whose lease ended), each leased until
-    /// `now + lease` with one more attempt; records another dispatcher
-    /// holds or claims first are skipped.
+    /// Claims up to `limit` records due now in the store's time (pending
+    /// ones whose next attempt has come, leased ones whose lease ended),
+    /// each leased for `lease` from the store's time of its own claim,
+    /// with one more attempt; records another dispatcher holds or claims
+    /// first are skipped.
     fn claim(
         &self,
-        now: Micros,
         lease: Duration,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Claim>, StoreError>> + Send;
@@ -189,13 +288,27 @@ pub trait MilestoneStore: Send + Sync + 'static {
     /// Every record, oldest first.
     fn milestones(&self) -> impl Future<Output = Result<Vec<MilestoneRecord>, StoreError>> + Send;
 
-    /// Makes the selected records pending again, due at `now` with their
-    /// attempts reset (a done record is left alone); returns how many.
+    /// Makes the selected records pending again, due at once (a done or
+    /// leased record is left alone); returns how many. `attempts` keeps
+    /// counting: it is the settles' fence (PostgreSQL).
     fn retry(
         &self,
         selection: &RetrySelection,
-        now: Micros,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// The stored setting; `None` when none was ever stored.
+    fn milestone_setting(
+        &self,
+    ) -> impl Future<Output = Result<Option<MilestoneSetting>, StoreError>> + Send;
+
+    /// Stores `setting` for the whole fleet (`hotcount setup`), replacing
+    /// any; with `only_if_unset`, only when none is stored (the first
+    /// `run` that names milestones). Returns the setting stored after.
+    fn store_milestone_setting(
+        &self,
+        setting: &MilestoneSetting,
+        only_if_unset: bool,
+    ) -> impl Future<Output = Result<MilestoneSetting, StoreError>> + Send;
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ use std::time::SystemTime;
 use super::counter_shards::ShardRegistry;
 pub use super::firestore::ListenResume;
 use super::firestore::{FirestoreDb, FirestoreStore, Read};
-use super::milestone::{Claim, MilestoneRecord, MilestoneStore, RetrySelection, Settle};
+use super::milestone::{
+    Claim, MilestoneRecord, MilestoneSetting, MilestoneStore, RetrySelection, Settle,
+};
 use super::postgres::{PgDb, PostgresStore};
 use super::rollup::{
     ChangedPost, DueRecord, Micros, RollupChange, RollupKey, RollupSnapshot, RollupStore,
@@ -194,13 +196,12 @@ impl RollupStore for SelectedDb {
 impl MilestoneStore for SelectedDb {
     async fn claim(
         &self,
-        now: Micros,
         lease: std::time::Duration,
         limit: usize,
     ) -> Result<Vec<Claim>, StoreError> {
         match self {
-            Self::Firestore(db) => db.claim(now, lease, limit).await,
-            Self::Postgres(db) => db.claim(now, lease, limit).await,
+            Self::Firestore(db) => db.claim(lease, limit).await,
+            Self::Postgres(db) => db.claim(lease, limit).await,
         }
     }
 
@@ -218,10 +219,28 @@ impl MilestoneStore for SelectedDb {
         }
     }
 
-    async fn retry(&self, selection: &RetrySelection, now: Micros) -> Result<u64, StoreError> {
+    async fn retry(&self, selection: &RetrySelection) -> Result<u64, StoreError> {
         match self {
-            Self::Firestore(db) => db.retry(selection, now).await,
-            Self::Postgres(db) => db.retry(selection, now).await,
+            Self::Firestore(db) => db.retry(selection).await,
+            Self::Postgres(db) => db.retry(selection).await,
+        }
+    }
+
+    async fn milestone_setting(&self) -> Result<Option<MilestoneSetting>, StoreError> {
+        match self {
+            Self::Firestore(db) => db.milestone_setting().await,
+            Self::Postgres(db) => db.milestone_setting().await,
+        }
+    }
+
+    async fn store_milestone_setting(
+        &self,
+        setting: &MilestoneSetting,
+        only_if_unset: bool,
+    ) -> Result<MilestoneSetting, StoreError> {
+        match self {
+            Self::Firestore(db) => db.store_milestone_setting(setting, only_if_unset).await,
+            Self::Postgres(db) => db.store_milestone_setting(setting, only_if_unset).await,
         }
     }
 }

@@ -145,6 +145,11 @@ pub struct Stats {
     pub store_call_timeouts: Counter,
     /// Whether commits make progress; see [`names::COMMITS_STALLED`].
     pub commit_progress: CommitProgress,
+    /// Whether the rollup refresher's store calls are answered; see
+    /// [`names::STAGE_STALLED`].
+    pub rollup_progress: CommitProgress,
+    /// Whether the milestone dispatcher's store calls are answered.
+    pub milestone_progress: CommitProgress,
     /// The address the metrics endpoint listens on, once bound.
     pub metrics_addr: OnceLock<SocketAddr>,
     /// See [`names::PUSH_REQUESTS`].
@@ -217,6 +222,8 @@ impl Default for Stats {
             dead_letter_policy: Arc::default(),
             store_call_timeouts: Counter::default(),
             commit_progress: CommitProgress::default(),
+            rollup_progress: CommitProgress::default(),
+            milestone_progress: CommitProgress::default(),
             metrics_addr: OnceLock::new(),
             push_requests: Labelled::new(),
             push_auth_failures: Labelled::new(),
@@ -311,6 +318,8 @@ impl Stats {
             buffered: self.buffered.clone(),
             ready: self.ready.clone(),
             stalled: self.commit_progress.stalled.clone(),
+            rollups_stalled: self.rollup_progress.stalled.clone(),
+            milestones_stalled: self.milestone_progress.stalled.clone(),
             dead_letter_policy: self.dead_letter_policy.clone(),
         }));
     }
@@ -324,9 +333,12 @@ impl Stats {
     }
 
     /// Whether the service is ready (see [`names::READY`]): running, and
-    /// its commits not stalled.
+    /// neither its commits nor the stages beside the pipeline stalled.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed) && !self.commit_progress.is_stalled()
+        self.ready.load(Ordering::Relaxed)
+            && !self.commit_progress.is_stalled()
+            && !self.rollup_progress.is_stalled()
+            && !self.milestone_progress.is_stalled()
     }
 
     /// Marks the service running (ready unless its commits stall) or not.

@@ -122,6 +122,8 @@ metrics! {
         "Time from a post's first change not in its rollup to the rollup showing it, in seconds.";
     COMMITS_STALLED = "hotcount_commits_stalled",
         "1 while batches are being committed and none has committed for --stuck-commit-threshold-secs (the replica reports not ready).";
+    STAGE_STALLED = "hotcount_stage_stalled",
+        "1 while a stage beside the pipeline (stage=rollups: the refresher; stage=milestones: the dispatcher) has had no store call answered for --stuck-commit-threshold-secs while it had work (the replica reports not ready).";
     STORE_CALL_TIMEOUTS = "hotcount_store_call_timeouts_total",
         "Commit attempts abandoned because the store did not answer within --store-call-timeout-ms.";
     MILESTONES_RECORDED = "hotcount_milestones_recorded_total",

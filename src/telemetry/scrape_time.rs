@@ -32,8 +32,12 @@ pub(super) struct ScrapeTime {
     pub buffered: Arc<ShardLevels>,
     /// See [`names::READY`]: running ...
     pub ready: Arc<AtomicBool>,
-    /// ... and not stalled; see [`names::COMMITS_STALLED`].
+    /// ... and not stalled; see [`names::COMMITS_STALLED`] ...
     pub stalled: Arc<AtomicBool>,
+    /// ... nor the refresher; see [`names::STAGE_STALLED`] ...
+    pub rollups_stalled: Arc<AtomicBool>,
+    /// ... nor the milestone dispatcher.
+    pub milestones_stalled: Arc<AtomicBool>,
     /// See [`names::DEAD_LETTER_POLICY`].
     pub dead_letter_policy: Arc<AtomicBool>,
 }
@@ -58,7 +62,20 @@ impl Collector for ScrapeTime {
         }
 
         let stalled = self.stalled.load(Ordering::Relaxed);
-        let ready = self.ready.load(Ordering::Relaxed) && !stalled;
+        let stages = [
+            ("rollups", self.rollups_stalled.load(Ordering::Relaxed)),
+            (
+                "milestones",
+                self.milestones_stalled.load(Ordering::Relaxed),
+            ),
+        ];
+        let ready =
+            self.ready.load(Ordering::Relaxed) && !stalled && !stages.iter().any(|(_, s)| *s);
+        let mut stage_stalled = descriptor(&mut encoder, names::STAGE_STALLED, MetricType::Gauge)?;
+        for (stage, flag) in stages {
+            ConstGauge::new(i64::from(flag))
+                .encode(stage_stalled.encode_family(&[("stage", stage)])?)?;
+        }
         for (metric, flag) in [
             (names::READY, ready),
             (

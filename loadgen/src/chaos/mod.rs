@@ -138,6 +138,7 @@ impl ChaosMilestones {
                 hang_rate: 0.1,
                 hang: Duration::from_millis(1500),
                 close_rate: 0.1,
+                ..SinkFaults::default()
             },
         }
     }

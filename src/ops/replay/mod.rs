@@ -354,7 +354,18 @@ async fn refresh_rollups(store: &SelectedStore, args: &ReplayArgs, report: &Repl
     if posts.is_empty() || report.dry_run {
         return;
     }
-    let written = rollup::refresh_existing(Arc::new(store.db()), &posts, args.counter_shards).await;
+    // The fleet's milestones: a write that crosses one records it (left
+    // out, it would be skipped for good).
+    let db = store.db();
+    let milestones = match crate::ops::milestones::recorded(&db).await {
+        Ok(milestones) => milestones,
+        Err(error) => {
+            tracing::warn!(%error, posts = posts.len(), "reading the milestone setting failed; the replayed posts' rollups are left to the running service's refresher");
+            return;
+        }
+    };
+    let written =
+        rollup::refresh_existing(Arc::new(db), &posts, args.counter_shards, &milestones).await;
     tracing::info!(
         posts = posts.len(),
         written,

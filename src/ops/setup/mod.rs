@@ -26,7 +26,9 @@ use google_cloud_wkt::FieldMask;
 
 use crate::config::{check_pubsub_id, Endpoints, StoreLocation, StoreLocationParser};
 use crate::connect;
+use crate::store::milestone::{MilestoneSetting, MilestoneStore};
 use crate::store::postgres::{schema, MigrateError, PgConfigError, PgDb, PgDbConfig};
+use crate::store::selected::SelectedDb;
 
 /// The store `setup` prepares besides Pub/Sub.
 #[derive(clap::Args, Clone, Debug)]
@@ -42,6 +44,60 @@ pub struct SetupStore {
         hide_env_values = true
     )]
     pub store: StoreLocation,
+    /// Record milestones at these like counts (comma-separated, ascending),
+    /// fleet-wide: every replica and operator tool that writes rollups
+    /// records them, without a restart (each re-reads the setting every
+    /// `--rollup-interval-ms`).
+    #[arg(long, value_name = "LIST", conflicts_with = "no_milestones")]
+    pub milestones: Option<String>,
+    /// Record no milestone, fleet-wide (those crossed while off are never
+    /// recorded or notified).
+    #[arg(long, default_value_t = false)]
+    pub no_milestones: bool,
+    /// Firestore database id (where `--milestones` is stored).
+    #[arg(long, env = "HOTCOUNT_DATABASE", default_value = "(default)")]
+    pub database: String,
+    /// Prefix of every Firestore collection hotcount writes (e.g. `hc_`).
+    #[arg(long, env = "HOTCOUNT_COLLECTION_PREFIX", default_value = "")]
+    pub collection_prefix: String,
+}
+
+impl SetupStore {
+    /// The milestone setting these flags store, if they name one.
+    pub fn milestone_setting(
+        &self,
+    ) -> Result<Option<MilestoneSetting>, crate::config::ConfigError> {
+        if self.no_milestones {
+            return Ok(Some(MilestoneSetting::Off));
+        }
+        let Some(list) = &self.milestones else {
+            return Ok(None);
+        };
+        Ok(Some(MilestoneSetting::On(crate::config::parse_milestones(
+            list,
+        )?)))
+    }
+}
+
+/// Stores `setting` for the whole fleet in `db`, replacing any; what
+/// changed.
+pub async fn store_milestones(
+    db: &SelectedDb,
+    setting: &MilestoneSetting,
+) -> Result<Change, crate::store::StoreError> {
+    let before = db.milestone_setting().await?;
+    if before.as_ref() == Some(setting) {
+        return Ok(Change::Existed);
+    }
+    db.store_milestone_setting(setting, false).await?;
+    Ok(match before {
+        None => Change::Created,
+        Some(old) => Change::Updated(vec![format!(
+            "milestones: {} -> {}",
+            old.describe(),
+            setting.describe()
+        )]),
+    })
 }
 
 /// What to create or bring in line. Every setting is compared with the

@@ -16,17 +16,26 @@
 //!   the receiver's answer and the mark (the one window that remains: the
 //!   lease ends and another dispatcher calls again) is the same call to
 //!   the receiver;
-//! - a settle whose lease was taken over changes nothing (it is counted).
+//! - a settle whose lease was taken over changes nothing (it is counted);
+//! - leases, "due" and the next attempt's time are the store's time, never
+//!   this replica's clock ([`MilestoneStore::claim`], [`Settle::Retry`]);
+//! - a call goes out only while its lease has room for the whole call and
+//!   its settle; a settle the store fails is tried again while the lease
+//!   lasts, so a record is called again only when its dispatcher died or
+//!   the store stayed unreachable for the whole lease.
 
 pub mod webhook;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use tokio::time::Instant;
+
 use tokio::sync::watch;
 
 use crate::store::milestone::{Claim, MilestoneStore, Settle};
-use crate::store::rollup::{micros_of, Micros};
+use crate::store::rollup::micros_of;
+use crate::store::StoreError;
 use crate::telemetry::Stats;
 
 pub use webhook::{Answer, Webhook};
@@ -39,8 +48,17 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 const ATTEMPT_FAILED: &str = "milestone webhook attempts failed";
 /// The summary name of the rate-limited give-up errors.
 const GIVEN_UP: &str = "milestones given up";
+/// The summary name of the rate-limited warnings of leases too short.
+const LEASE_TOO_SHORT: &str = "milestone leases too short for their call";
 /// The summary name of the rate-limited store failures.
 const STORE_FAILED: &str = "milestone store calls failed";
+
+/// Room kept in a lease beyond the call: for its settle (and the settle's
+/// retries) before the lease ends.
+const SETTLE_ROOM: Duration = Duration::from_millis(200);
+
+/// The first wait before a failed settle is tried again (doubling).
+const SETTLE_RETRY_INITIAL: Duration = Duration::from_millis(50);
 
 /// The dispatcher's settings.
 #[derive(Clone, Debug)]
@@ -82,6 +100,9 @@ pub struct RoundReport {
     pub dead: usize,
     /// Settles refused: the lease had been taken over.
     pub lost: usize,
+    /// Claims not called: too little of their lease was left for the call
+    /// (a slow store); called again once the lease ends.
+    pub skipped: usize,
 }
 
 /// The dispatcher of one process.
@@ -101,10 +122,6 @@ pub fn backoff(config: &DispatchConfig, attempts: u32, jitter: f64) -> Duration 
         .saturating_mul(1 << doublings)
         .min(config.backoff_max);
     delay.mul_f64(jitter.clamp(0.5, 1.0))
-}
-
-fn micros(d: Duration) -> Micros {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 impl<S: MilestoneStore> Dispatcher<S> {
@@ -162,11 +179,21 @@ impl<S: MilestoneStore> Dispatcher<S> {
             ..RoundReport::default()
         };
         let calls = claims.iter().map(|c| async move {
+            // The call and its settle must fit in the lease: otherwise
+            // another dispatcher may take it over and call too.
+            if c.lease_left() < self.webhook.timeout() + SETTLE_ROOM {
+                if self.stats.warnings.admit(LEASE_TOO_SHORT, "claim") {
+                    tracing::warn!(post_id = %c.record.post_id, milestone = c.record.milestone, lease_left_ms = c.lease_left().as_millis() as u64, "a milestone's lease was too short for its call by the time it was claimed (a slow store); not called, it is claimed again when the lease ends");
+                }
+                self.stats.milestone_leases_lost.add(1);
+                return Some(Settled::Skipped);
+            }
             let answer = self.webhook.call(&c.record).await;
             self.settle(c, answer).await
         });
         for settled in futures::future::join_all(calls).await {
             match settled {
+                Some(Settled::Skipped) => report.skipped += 1,
                 Some(Settled::Delivered) => report.delivered += 1,
                 Some(Settled::Failed) => report.failed += 1,
                 Some(Settled::Dead) => report.dead += 1,
@@ -177,16 +204,24 @@ impl<S: MilestoneStore> Dispatcher<S> {
         report
     }
 
-    /// Claims the records due now; `None` when the store failed.
+    /// Claims the records due now (the store's time); `None` when the
+    /// store failed.
     pub async fn claim(&self) -> Option<Vec<Claim>> {
-        let now = micros_of(SystemTime::now());
-        match self
+        // Whether the store answers the dispatcher (`/readyz`).
+        let progress = &self.stats.milestone_progress;
+        progress.begin();
+        let claimed = self
             .store
-            .claim(now, self.config.lease, self.config.claim_limit)
-            .await
-        {
-            Ok(claims) => Some(claims),
+            .claim(self.config.lease, self.config.claim_limit)
+            .await;
+        progress.end();
+        match claimed {
+            Ok(claims) => {
+                progress.committed();
+                Some(claims)
+            }
             Err(error) => {
+                progress.failed(&error);
                 if self.stats.warnings.admit(STORE_FAILED, error.op) {
                     tracing::warn!(%error, "claiming milestones failed; trying again at the next round");
                 }
@@ -208,8 +243,13 @@ impl<S: MilestoneStore> Dispatcher<S> {
                 if self.stats.warnings.admit(ATTEMPT_FAILED, "retry") {
                     tracing::warn!(post_id = %record.post_id, milestone = record.milestone, attempts = record.attempts, retry_in_ms = delay.as_millis() as u64, error = %why, "milestone webhook attempt failed; retrying after a backoff");
                 }
-                let at = micros_of(now).saturating_add(micros(delay));
-                (Settle::Retry { error: why, at }, Settled::Failed)
+                (
+                    Settle::Retry {
+                        error: why,
+                        after: delay,
+                    },
+                    Settled::Failed,
+                )
             }
             Answer::Refused { why } => {
                 if self.stats.warnings.admit(GIVEN_UP, "refused") {
@@ -218,13 +258,13 @@ impl<S: MilestoneStore> Dispatcher<S> {
                 (Settle::Dead { reason: why }, Settled::Dead)
             }
         };
-        match self.store.settle(claim, &settle).await {
+        match self.store_settle(claim, &settle).await {
             Ok(true) => {
                 let counter = match settled {
                     Settled::Delivered => &self.stats.milestones_delivered,
                     Settled::Failed => &self.stats.milestone_attempts_failed,
                     Settled::Dead => &self.stats.milestones_dead,
-                    Settled::Lost => &self.stats.milestone_leases_lost,
+                    Settled::Lost | Settled::Skipped => &self.stats.milestone_leases_lost,
                 };
                 counter.add(1);
                 Some(settled)
@@ -244,6 +284,34 @@ impl<S: MilestoneStore> Dispatcher<S> {
     }
 }
 
+impl<S: MilestoneStore> Dispatcher<S> {
+    /// Stores `settle`, trying again after a transient failure while the
+    /// lease lasts (a settle left undone is a call made again by the next
+    /// holder).
+    async fn store_settle(&self, claim: &Claim, settle: &Settle) -> Result<bool, StoreError> {
+        let give_up = Instant::now() + claim.lease_left();
+        let mut wait = SETTLE_RETRY_INITIAL;
+        let progress = &self.stats.milestone_progress;
+        loop {
+            let settled = self.store.settle(claim, settle).await;
+            match &settled {
+                Ok(_) => progress.committed(),
+                Err(error) => progress.failed(error),
+            }
+            match settled {
+                Err(error) if error.is_retryable() && Instant::now() + wait < give_up => {
+                    if self.stats.warnings.admit(STORE_FAILED, error.op) {
+                        tracing::warn!(%error, post_id = %claim.record.post_id, milestone = claim.record.milestone, "storing a milestone attempt's outcome failed; trying again while the lease lasts");
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = wait.saturating_mul(2);
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+}
+
 /// How one attempt settled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Settled {
@@ -255,6 +323,8 @@ pub enum Settled {
     Dead,
     /// The lease had been taken over: nothing stored.
     Lost,
+    /// Not called: the lease had too little left for the call.
+    Skipped,
 }
 
 #[cfg(test)]

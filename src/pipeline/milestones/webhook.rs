@@ -104,6 +104,7 @@ pub struct Webhook {
     url: reqwest::Url,
     secret: Option<Vec<u8>>,
     consumer: String,
+    timeout: Duration,
 }
 
 impl Webhook {
@@ -126,7 +127,13 @@ impl Webhook {
             url,
             secret: secret.map(|s| s.as_bytes().to_vec()),
             consumer: consumer.to_string(),
+            timeout,
         })
+    }
+
+    /// The longest one call waits for its answer.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// POSTs `record` once and says what the answer means.

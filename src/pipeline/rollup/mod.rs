@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::store::counter_shards::ShardRegistry;
-use crate::store::milestone::crossed;
+use crate::store::milestone::{crossed, Thresholds};
 use crate::store::rollup::{
     micros_of, Micros, PostRead, RollupKey, RollupSnapshot, RollupStore, RollupWrite, StoredRollup,
     WriteOutcome,
@@ -86,8 +86,9 @@ pub struct RollupConfig {
     /// Longest wait before a post whose refresh failed is tried again.
     pub max_backoff: Duration,
     /// The milestones a write records when it first reaches them, sorted
-    /// ascending; empty: none (milestones off).
-    pub milestones: Vec<i64>,
+    /// ascending; empty: none (milestones off). A shared handle: the
+    /// fleet's stored setting, re-read while the refresher runs.
+    pub milestones: Thresholds,
     /// A due record left uncleared this long (store time since its
     /// commit, or its last takeover) is taken over by this refresher: its
     /// committing replica is gone or stuck. Longer than a refresh takes
@@ -110,7 +111,7 @@ impl RollupConfig {
             writes_per_call: 500,
             drain_timeout: Duration::from_secs(2),
             max_backoff: Duration::from_secs(10).max(interval),
-            milestones: Vec::new(),
+            milestones: Thresholds::default(),
             takeover_after: interval + TAKEOVER_MARGIN,
             takeover_every: interval.clamp(Duration::from_millis(200), Duration::from_secs(2)),
             takeover_limit: 500,
@@ -221,36 +222,43 @@ impl PlannedWrite {
 
 /// Refreshes now, whatever their age, the rollups of `posts` that exist
 /// (the operator tools, after changing counts: `replay`, `reconcile
-/// --repair`); returns how many were written. A post without a rollup is
-/// left alone: rollups are the running service's, which may have them off.
+/// --repair`), recording the `milestones` (the fleet's stored setting)
+/// each write reaches first; returns how many were written. A post
+/// without a rollup is left alone: rollups are the running service's,
+/// which may have them off.
 pub async fn refresh_existing<S: RollupStore>(
     store: Arc<S>,
     posts: &[String],
     max_shards: u32,
+    milestones: &[i64],
 ) -> usize {
-    refresh_now(store, posts, max_shards, true).await
+    refresh_now(store, posts, max_shards, milestones, true).await
 }
 
 /// Refreshes now, whatever their age, the rollups of `posts`, creating
 /// those that do not exist (`hotcount rollups refresh`, after an upgrade
 /// from a build that wrote counter shards no rollup registers); each post
 /// is read over `max_shards` counter shards and its rollup registers those
-/// that exist. Returns how many were written.
+/// that exist; a write records the `milestones` it reaches first. Returns
+/// how many were written.
 pub async fn refresh_all<S: RollupStore>(
     store: Arc<S>,
     posts: &[String],
     max_shards: u32,
+    milestones: &[i64],
 ) -> usize {
-    refresh_now(store, posts, max_shards, false).await
+    refresh_now(store, posts, max_shards, milestones, false).await
 }
 
 async fn refresh_now<S: RollupStore>(
     store: Arc<S>,
     posts: &[String],
     max_shards: u32,
+    milestones: &[i64],
     existing_only: bool,
 ) -> usize {
     let config = RollupConfig {
+        milestones: Thresholds::new(milestones),
         sweep_lookback: None,
         drain_timeout: Duration::from_secs(60).max(Duration::from_millis(posts.len() as u64)),
         ..RollupConfig::new(Duration::from_secs(1), max_shards)
@@ -268,6 +276,30 @@ async fn refresh_now<S: RollupStore>(
     }
     refresher.drain().await;
     stats.rollup_refreshes.get() as usize
+}
+
+/// Records on `progress` whether a store call was answered.
+fn answered<T>(progress: &crate::telemetry::CommitProgress, result: &Result<T, StoreError>) {
+    match result {
+        Ok(_) => progress.committed(),
+        Err(error) => progress.failed(error),
+    }
+}
+
+/// [`answered`] for a write call: one whose every write failed (e.g. each
+/// recording Commit unanswered) is no answer either.
+fn written(
+    progress: &crate::telemetry::CommitProgress,
+    outcomes: &Result<Vec<WriteOutcome>, StoreError>,
+) {
+    match outcomes.as_deref() {
+        Ok([WriteOutcome::Failed(error), rest @ ..])
+            if rest.iter().all(|o| matches!(o, WriteOutcome::Failed(_))) =>
+        {
+            progress.failed(error);
+        }
+        _ => answered(progress, outcomes),
+    }
 }
 
 /// A store answer the refresher cannot use.
@@ -563,7 +595,11 @@ impl<S: RollupStore> Refresher<S> {
         report.posts += due.len();
         report.rpcs += 1;
         self.stats.rollup_rpcs.add(1);
+        // Whether the store answers the refresher (`/readyz`).
+        let progress = &self.stats.rollup_progress;
+        progress.begin();
         let read = self.store.read_rollups(&keys).await;
+        answered(progress, &read);
         if let Ok(snapshot) = &read {
             let offset = snapshot.read_time - micros_of(SystemTime::now());
             if snapshot.read_time > 0 {
@@ -572,6 +608,7 @@ impl<S: RollupStore> Refresher<S> {
             }
         }
         let Some(planned) = self.after_read(due, read, rate_limited) else {
+            progress.end();
             return;
         };
         for chunk in planned.chunks(self.config.writes_per_call.max(1)) {
@@ -579,8 +616,10 @@ impl<S: RollupStore> Refresher<S> {
             report.rpcs += 1;
             self.stats.rollup_rpcs.add(1);
             let outcomes = self.store.write_rollups(&writes).await;
+            written(progress, &outcomes);
             report.written += self.after_write(chunk, outcomes);
         }
+        progress.end();
     }
 
     /// Reads the rollups (not the counter shards) of the posts of `due`
@@ -666,6 +705,7 @@ impl<S: RollupStore> Refresher<S> {
         };
         let now = Instant::now();
         let read_time = snapshot.read_time;
+        let thresholds = self.config.milestones.current();
         let mut writes = Vec::new();
         for (due, read) in due.iter().zip(snapshot.posts) {
             if self.existing_only && read.stored.is_none() {
@@ -700,7 +740,7 @@ impl<S: RollupStore> Refresher<S> {
                 Decision::Write { likes, shards } => {
                     let stored = read.stored.as_ref();
                     let milestones = crossed(
-                        &self.config.milestones,
+                        &thresholds,
                         stored.map_or(0, |s| s.likes),
                         stored.and_then(|s| s.milestone),
                         likes,

@@ -452,7 +452,7 @@ async fn a_milestone_is_recorded_once_even_when_the_post_falls_below_and_climbs_
     let store = Arc::new(MemoryStore::default());
     let config = RollupConfig {
         sweep_lookback: None,
-        milestones: vec![3, 5],
+        milestones: crate::store::milestone::Thresholds::new(&[3, 5]),
         ..RollupConfig::new(INTERVAL, 16)
     };
     let r = Refresher::new(store.clone(), config, Arc::new(Stats::default()));

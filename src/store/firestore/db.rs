@@ -138,7 +138,7 @@ impl FirestoreDb {
     }
 
     /// `request` carrying `limit` as its `grpc-timeout`.
-    fn within<R>(request: R, limit: Duration) -> gcloud_sdk::tonic::Request<R> {
+    pub(super) fn within<R>(request: R, limit: Duration) -> gcloud_sdk::tonic::Request<R> {
         let mut request = gcloud_sdk::tonic::Request::new(request);
         request.set_timeout(limit);
         request
@@ -311,7 +311,8 @@ impl FirestoreDb {
         .await
     }
 
-    /// Runs `query` under `parent` and returns every document it yields.
+    /// Runs `query` under `parent` and returns every document it yields
+    /// (within [`SCAN_TIMEOUT`]: a query over a whole collection).
     pub async fn run_query(
         &self,
         parent: &str,
@@ -334,7 +335,9 @@ impl FirestoreDb {
             .await
     }
 
-    async fn run_query_within(
+    /// [`Self::run_query`] ending within `limit` (a bounded query, e.g.
+    /// the milestone dispatcher's `limit`ed one: the call timeout).
+    pub async fn run_query_within(
         &self,
         parent: &str,
         query: fs::StructuredQuery,
@@ -614,7 +617,7 @@ fn unanswered(limit: Duration, what: &str) -> Status {
 /// status, where our deadline or the client library's own expiry of it
 /// is the DEADLINE_EXCEEDED of [`unanswered`] (`what` says what became of
 /// the call).
-async fn answer_within<T>(
+pub(super) async fn answer_within<T>(
     limit: Duration,
     what: &str,
     call: impl std::future::Future<Output = Result<gcloud_sdk::tonic::Response<T>, Status>>,

@@ -27,6 +27,8 @@ pub mod collections {
     pub const COUNTS: &str = "counts";
     /// Milestone records, one per (post, milestone) reached.
     pub const MILESTONES: &str = "milestones";
+    /// Fleet-wide settings the service stores (`settings/milestones`).
+    pub const SETTINGS: &str = "settings";
 }
 
 /// Field names, per kind of document.
@@ -105,6 +107,16 @@ pub mod fields {
         pub const LAST_ERROR: &str = "lastError";
         /// When the webhook accepted it (timestamp).
         pub const DELIVERED_AT: &str = "deliveredAt";
+        /// The server time of the last write (timestamp).
+        pub const UPDATED_AT: &str = "updatedAt";
+    }
+
+    /// The milestone setting `settings/milestones`.
+    pub mod milestone_setting {
+        /// Whether milestones are recorded (boolean).
+        pub const ENABLED: &str = "enabled";
+        /// The milestones recorded, ascending (array of integers).
+        pub const MILESTONES: &str = "milestones";
         /// The server time of the last write (timestamp).
         pub const UPDATED_AT: &str = "updatedAt";
     }
@@ -299,6 +311,15 @@ impl Layout {
             "{}/{}/{post_id}:{milestone}",
             self.root(),
             self.collection(collections::MILESTONES)
+        )
+    }
+
+    /// The fleet's milestone setting (`settings/milestones`).
+    pub fn milestone_setting(&self) -> String {
+        format!(
+            "{}/{}/milestones",
+            self.root(),
+            self.collection(collections::SETTINGS)
         )
     }
 

@@ -7,7 +7,10 @@
 //! record exists if and only if the rollup that decided it was written; a
 //! claim reads the record in a read-write transaction and commits the
 //! lease in it, so two dispatchers never both hold a lease; a settle is
-//! conditioned on the update time the claim left.
+//! conditioned on the update time the claim left. "Due" and "lease until"
+//! are the store's time (the due query's read time, carried forward on
+//! this process's monotonic clock), never a replica's wall clock, and
+//! every Commit here ends within the call deadline.
 
 use gcloud_sdk::google::firestore::v1 as fs;
 use gcloud_sdk::prost_types::Timestamp;
@@ -18,20 +21,26 @@ use fs::structured_query::{
 };
 use fs::value::ValueType;
 
-use super::codec::{self, micros_to_timestamp};
-use super::db::{FirestoreDb, Opened, Read};
+use std::time::{Duration, Instant};
+
+use super::codec::{self, timestamp_to_micros};
+use super::db::{answer_within, FirestoreDb, Opened, Read};
 use super::errors::{internal, status_error};
 use super::layout::collections;
 use super::layout::fields::milestone as f;
 use crate::store::milestone::{
-    Claim, MilestoneRecord, MilestoneStatus, MilestoneStore, RetrySelection, Settle,
+    Claim, MilestoneRecord, MilestoneSetting, MilestoneStatus, MilestoneStore, RetrySelection,
+    Settle,
 };
 use crate::store::rollup::{Micros, RollupWrite, WriteOutcome};
 use crate::store::{Code, StoreError};
 
 impl FirestoreDb {
-    /// Commits `writes` (atomically; in `transaction` when not empty) and
-    /// returns each write's update time.
+    /// Commits `writes` (atomically; in `transaction` when not empty)
+    /// within the call deadline and returns each write's update time; a
+    /// Commit without an answer by then is a transient DEADLINE_EXCEEDED
+    /// (it may have applied: each caller's condition tells on the next
+    /// try).
     async fn commit_writes(
         &self,
         writes: Vec<fs::Write>,
@@ -43,12 +52,12 @@ impl FirestoreDb {
             transaction,
             ..Default::default()
         };
-        let response = self
-            .client()
-            .commit(request)
+        let limit = self.call_timeout();
+        let mut client = self.client();
+        let call = client.commit(FirestoreDb::within(request, limit));
+        let response = answer_within(limit, "it may have applied", call)
             .await
-            .map_err(|s| status_error("Commit", &s))?
-            .into_inner();
+            .map_err(|s| status_error("Commit", &s))?;
         Ok(response
             .write_results
             .into_iter()
@@ -81,19 +90,15 @@ impl FirestoreDb {
         }
     }
 
-    /// Records due at `now`, earliest first, at most `limit` (latest state).
+    /// The records still to deliver, earliest due first, at most `limit`
+    /// (latest state), with the query's read time: the store's time, which
+    /// says which of them are due.
     async fn due_milestones(
         &self,
-        now: Micros,
         limit: usize,
-    ) -> Result<Vec<fs::Document>, StoreError> {
+    ) -> Result<(Vec<fs::Document>, Micros), StoreError> {
         let query = fs::StructuredQuery {
             from: vec![self.milestones_collection()],
-            r#where: Some(field_filter(
-                f::DUE_AT,
-                field_filter::Operator::LessThanOrEqual,
-                ValueType::TimestampValue(micros_to_timestamp(now)),
-            )),
             order_by: vec![Order {
                 field: Some(field(f::DUE_AT)),
                 direction: fs::structured_query::Direction::Ascending as i32,
@@ -102,7 +107,14 @@ impl FirestoreDb {
             ..Default::default()
         };
         let root = self.layout().root();
-        Ok(self.run_query(&root, query, Read::Latest).await?.documents)
+        let limit = self.call_timeout();
+        let queried = (self.run_query_within(&root, query, Read::Latest, limit)).await?;
+        let read_time = queried
+            .read_time
+            .as_ref()
+            .map(timestamp_to_micros)
+            .ok_or_else(|| internal("RunQuery", "no read time for the due milestones"))?;
+        Ok((queried.documents, read_time))
     }
 
     fn milestones_collection(&self) -> CollectionSelector {
@@ -113,12 +125,13 @@ impl FirestoreDb {
     }
 
     /// Claims the record `name` in a read-write transaction if it is still
-    /// due at `now`; `None` when it is not (or another claim won).
+    /// due at the store's time `clock` tells; `None` when it is not (or
+    /// another claim won).
     async fn claim_one(
         &self,
         name: String,
-        now: Micros,
-        lease: std::time::Duration,
+        clock: StoreClock,
+        lease: Duration,
     ) -> Result<Option<Claim>, StoreError> {
         let opened = Opened::default();
         let read = Read::ReadWrite {
@@ -129,6 +142,9 @@ impl FirestoreDb {
         let transaction = self
             .batch_get(vec![name], read, |d| found = Some(d))
             .await?;
+        // The store's time now (see `StoreClock`).
+        let taken = Instant::now();
+        let now = clock.now();
         let due = found
             .as_ref()
             .and_then(codec::milestone_from_document)
@@ -147,9 +163,13 @@ impl FirestoreDb {
         if update_time.is_none() {
             return Err(internal("Commit", "no update time for the claim"));
         }
+        // The lease runs from `now`, before the commit: its end as stored
+        // is what every other dispatcher sees.
         Ok(Some(Claim {
             record,
             update_time,
+            leased_at: now,
+            taken,
         }))
     }
 
@@ -164,6 +184,23 @@ impl FirestoreDb {
     }
 }
 
+/// The store's time, as a read time carried forward on this process's
+/// monotonic clock from before the read was sent: ahead of the store's
+/// time by at most the read's latency, so a lease this process believes
+/// it still holds is never one the store already ended.
+#[derive(Clone, Copy, Debug)]
+struct StoreClock {
+    read_time: Micros,
+    asked: Instant,
+}
+
+impl StoreClock {
+    fn now(self) -> Micros {
+        let elapsed = i64::try_from(self.asked.elapsed().as_micros()).unwrap_or(i64::MAX);
+        self.read_time.saturating_add(elapsed)
+    }
+}
+
 /// Whether a claim at `now` may take `record`.
 fn is_due(record: &MilestoneRecord, now: Micros) -> bool {
     matches!(
@@ -173,7 +210,7 @@ fn is_due(record: &MilestoneRecord, now: Micros) -> bool {
 }
 
 /// `record` after `settle`.
-pub(crate) fn settled(record: &MilestoneRecord, settle: &Settle) -> MilestoneRecord {
+pub(crate) fn settled(record: &MilestoneRecord, settle: &Settle, now: Micros) -> MilestoneRecord {
     let mut next = record.clone();
     match settle {
         Settle::Done { at } => {
@@ -181,9 +218,10 @@ pub(crate) fn settled(record: &MilestoneRecord, settle: &Settle) -> MilestoneRec
             next.due_at = None;
             next.delivered_at = Some(*at);
         }
-        Settle::Retry { error, at } => {
+        Settle::Retry { error, after } => {
+            let after = i64::try_from(after.as_micros()).unwrap_or(i64::MAX);
             next.status = MilestoneStatus::Pending;
-            next.due_at = Some(*at);
+            next.due_at = Some(now.saturating_add(after));
             next.last_error = Some(error.clone());
         }
         Settle::Dead { reason } => {
@@ -196,30 +234,54 @@ pub(crate) fn settled(record: &MilestoneRecord, settle: &Settle) -> MilestoneRec
 }
 
 impl MilestoneStore for FirestoreDb {
-    async fn claim(
-        &self,
-        now: Micros,
-        lease: std::time::Duration,
-        limit: usize,
-    ) -> Result<Vec<Claim>, StoreError> {
+    async fn claim(&self, lease: Duration, limit: usize) -> Result<Vec<Claim>, StoreError> {
+        let asked = Instant::now();
+        let (docs, read_time) = self.due_milestones(limit).await?;
+        let clock = StoreClock { read_time, asked };
+        let due = docs.into_iter().filter(|doc| {
+            codec::milestone_from_document(doc).is_some_and(|r| is_due(&r, clock.now()))
+        });
+        // Every lease at once, each from the store's time of its own
+        // transaction, just before the calls: none lapses waiting for the
+        // others.
+        let claimed =
+            futures::future::join_all(due.map(|doc| self.claim_one(doc.name, clock, lease))).await;
         let mut claims = Vec::new();
-        for doc in self.due_milestones(now, limit).await? {
-            match self.claim_one(doc.name, now, lease).await {
+        let mut failed = None;
+        for outcome in claimed {
+            match outcome {
                 Ok(Some(claim)) => claims.push(claim),
                 Ok(None) => {}
-                // Another dispatcher's transaction won (ABORTED) or the
-                // store failed: leave it to the next claim.
-                Err(error) if claims.is_empty() && !error.is_retryable() => return Err(error),
+                // Another dispatcher's transaction won: its lease holds.
+                Err(error) if error.code == Code::Aborted => {}
+                // The store failed: left to the next claim.
                 Err(error) => {
                     tracing::debug!(%error, "claiming a milestone failed; left to the next claim");
+                    failed.get_or_insert(error);
                 }
             }
         }
-        Ok(claims)
+        // Nothing claimed and the store failed: the caller hears of it.
+        match failed {
+            Some(error) if claims.is_empty() => Err(error),
+            _ => Ok(claims),
+        }
+    }
+
+    async fn milestone_setting(&self) -> Result<Option<MilestoneSetting>, StoreError> {
+        self.read_milestone_setting().await
+    }
+
+    async fn store_milestone_setting(
+        &self,
+        setting: &MilestoneSetting,
+        only_if_unset: bool,
+    ) -> Result<MilestoneSetting, StoreError> {
+        self.write_milestone_setting(setting, only_if_unset).await
     }
 
     async fn settle(&self, claim: &Claim, settle: &Settle) -> Result<bool, StoreError> {
-        let next = settled(&claim.record, settle);
+        let next = settled(&claim.record, settle, claim.store_now());
         let write = codec::milestone_update(self.layout(), &next, claim.update_time);
         self.write_conditioned(write).await
     }
@@ -240,7 +302,7 @@ impl MilestoneStore for FirestoreDb {
         Ok(records)
     }
 
-    async fn retry(&self, selection: &RetrySelection, now: Micros) -> Result<u64, StoreError> {
+    async fn retry(&self, selection: &RetrySelection) -> Result<u64, StoreError> {
         let docs = match selection {
             RetrySelection::AllDead => {
                 let query = fs::StructuredQuery {
@@ -268,15 +330,48 @@ impl MilestoneStore for FirestoreDb {
             if !retryable(record.status) {
                 continue;
             }
+            // Due at once (the epoch: whatever the clocks say); attempts
+            // keep counting.
             record.status = MilestoneStatus::Pending;
-            record.attempts = 0;
-            record.due_at = Some(now);
+            record.due_at = Some(0);
             let write = codec::milestone_update(self.layout(), &record, doc.update_time);
             if self.write_conditioned(write).await? {
                 retried += 1;
             }
         }
         Ok(retried)
+    }
+}
+
+impl FirestoreDb {
+    /// The fleet's milestone setting; `None` when none is stored.
+    pub(super) async fn read_milestone_setting(
+        &self,
+    ) -> Result<Option<MilestoneSetting>, StoreError> {
+        let name = self.layout().milestone_setting();
+        let Some(doc) = self.get(&name).await? else {
+            return Ok(None);
+        };
+        codec::milestone_setting_from_document(&doc)
+            .map(Some)
+            .ok_or_else(|| internal("GetDocument", "an unreadable milestone setting"))
+    }
+
+    /// Stores `setting` (see [`MilestoneStore::store_milestone_setting`]).
+    pub(super) async fn write_milestone_setting(
+        &self,
+        setting: &MilestoneSetting,
+        only_if_unset: bool,
+    ) -> Result<MilestoneSetting, StoreError> {
+        let write = codec::milestone_setting_write(self.layout(), setting, only_if_unset);
+        match self.commit_writes(vec![write], Vec::new()).await {
+            Ok(_) => Ok(setting.clone()),
+            Err(e) if only_if_unset && e.code == Code::AlreadyExists => self
+                .read_milestone_setting()
+                .await?
+                .ok_or_else(|| internal("GetDocument", "the milestone setting vanished")),
+            Err(e) => Err(e),
+        }
     }
 }
 

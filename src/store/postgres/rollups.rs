@@ -30,21 +30,28 @@ impl RollupStore for PgDb {
     async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
         let op = "ReadRollups";
         let posts: Vec<&str> = keys.iter().map(|k| k.post_id).collect();
-        let conn = self.checkout(op).await?;
-        let [read] = conn.statements(op, [schema::READ_ROLLUPS]).await?;
-        let client = conn.client()?;
-        let params: [&(dyn ToSql + Sync); 1] = [&posts];
-        let (begun, rows, ended) = tokio::join!(
-            biased;
-            client.batch_execute(schema::BEGIN_SNAPSHOT),
-            client.query(&read, &params),
-            client.batch_execute(schema::COMMIT),
-        );
         let err = |e: tokio_postgres::Error| query_error(op, &e);
-        begun.map_err(err)?;
-        let rows = rows.map_err(err)?;
-        ended.map_err(err)?;
-        conn.release();
+        // Within the call timeout: a server that stops answering must not
+        // stop the refresher (its connection is closed when abandoned).
+        let rows = self
+            .bounded(op, self.call_timeout(), async {
+                let conn = self.checkout(op).await?;
+                let [read] = conn.statements(op, [schema::READ_ROLLUPS]).await?;
+                let client = conn.client()?;
+                let params: [&(dyn ToSql + Sync); 1] = [&posts];
+                let (begun, rows, ended) = tokio::join!(
+                    biased;
+                    client.batch_execute(schema::BEGIN_SNAPSHOT),
+                    client.query(&read, &params),
+                    client.batch_execute(schema::COMMIT),
+                );
+                begun.map_err(err)?;
+                let rows = rows.map_err(err)?;
+                ended.map_err(err)?;
+                conn.release();
+                Ok(rows)
+            })
+            .await?;
         let mut snapshot = RollupSnapshot {
             read_time: 0,
             posts: Vec::with_capacity(rows.len()),

@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "rollup due records",
         sql: include_str!("migrations/0004_rollup_due_records.sql"),
     },
+    Migration {
+        version: 5,
+        name: "milestone settings",
+        sql: include_str!("migrations/0005_milestone_settings.sql"),
+    },
 ];
 
 /// The advisory lock key every [`migrate`] takes: "hotcoun" in ASCII.
@@ -433,33 +438,36 @@ macro_rules! milestone_columns {
     };
 }
 
-/// Claims up to `$3` milestone rows due at `$1` (microseconds), skipping
-/// rows another transaction holds, leasing each until `$1 + $2`
-/// microseconds with one more attempt; returns them.
+/// Claims up to `$2` milestone rows due at the server's `now()`, skipping
+/// rows another transaction holds, leasing each until `now()` plus `$1`
+/// microseconds with one more attempt; returns them, each with `now()` in
+/// microseconds (the lease's start, in the server's time).
 pub const CLAIM_MILESTONES: &str = concat!(
     "WITH due AS (
         SELECT post_id, milestone FROM milestones
-        WHERE due_at <= timestamptz 'epoch' + $1::int8 * interval '1 microsecond'
+        WHERE due_at <= now()
           AND status IN ('pending', 'leased')
         ORDER BY due_at
-        LIMIT $3
+        LIMIT $2
         FOR UPDATE SKIP LOCKED)
     UPDATE milestones AS m
     SET status = 'leased', attempts = m.attempts + 1,
-        lease_until = timestamptz 'epoch' + ($1::int8 + $2::int8) * interval '1 microsecond',
-        due_at = timestamptz 'epoch' + ($1::int8 + $2::int8) * interval '1 microsecond',
+        lease_until = now() + $1::int8 * interval '1 microsecond',
+        due_at = now() + $1::int8 * interval '1 microsecond',
         updated_at = now()
     FROM due WHERE m.post_id = due.post_id AND m.milestone = due.milestone
     RETURNING ",
-    milestone_columns!("m")
+    milestone_columns!("m"),
+    ", (extract(epoch FROM now()) * 1000000)::int8"
 );
 
 /// Settles the milestone row `$1`/`$2` of attempt `$3` while it is still
-/// leased to that attempt: status `$4`, due at `$5` (microseconds or
-/// NULL), last error `$6` (kept when NULL), delivered at `$7`.
+/// leased to that attempt: status `$4`, due `$5` microseconds after the
+/// server's `now()` (NULL: not due again), last error `$6` (kept when
+/// NULL), delivered at `$7`.
 pub const SETTLE_MILESTONE: &str = "UPDATE milestones
     SET status = $4, lease_until = NULL,
-        due_at = timestamptz 'epoch' + $5::int8 * interval '1 microsecond',
+        due_at = now() + $5::int8 * interval '1 microsecond',
         last_error = COALESCE($6, last_error),
         delivered_at = timestamptz 'epoch' + $7::int8 * interval '1 microsecond',
         updated_at = now()
@@ -472,14 +480,34 @@ pub const LIST_MILESTONES: &str = concat!(
     " FROM milestones AS m ORDER BY m.reached_at, m.post_id, m.milestone"
 );
 
-/// Makes pending again, due at `$1` (microseconds) with attempts reset,
-/// the dead rows (`$2` NULL) or the row `$2`/`$3` if dead or pending.
+/// Makes pending again, due at once (the epoch, whatever the clocks say),
+/// the dead rows (`$1` NULL) or the row `$1`/`$2` if dead or pending.
+/// `attempts` keeps counting: it is the settles' fence, so a settle of an
+/// attempt from before the retry never matches an attempt after it.
 pub const RETRY_MILESTONES: &str = "UPDATE milestones
-    SET status = 'pending', attempts = 0, lease_until = NULL,
-        due_at = timestamptz 'epoch' + $1::int8 * interval '1 microsecond',
+    SET status = 'pending', lease_until = NULL,
+        due_at = timestamptz 'epoch',
         updated_at = now()
-    WHERE ($2::text IS NULL AND status = 'dead')
-       OR (post_id = $2 AND milestone = $3 AND status IN ('dead', 'pending'))";
+    WHERE ($1::text IS NULL AND status = 'dead')
+       OR (post_id = $1 AND milestone = $2 AND status IN ('dead', 'pending'))";
+
+/// The fleet's milestone setting (no row: none stored).
+pub const READ_MILESTONE_SETTING: &str = "SELECT enabled, milestones FROM milestone_settings";
+
+/// Stores the fleet's milestone setting (`$1` enabled, `$2` the list),
+/// replacing any; returns it.
+pub const STORE_MILESTONE_SETTING: &str =
+    "INSERT INTO milestone_settings (enabled, milestones) VALUES ($1, $2)
+    ON CONFLICT (singleton) DO UPDATE
+        SET enabled = excluded.enabled, milestones = excluded.milestones, updated_at = now()
+    RETURNING enabled, milestones";
+
+/// Stores the fleet's milestone setting only if none is; returns it when
+/// stored (no row: one was there, read it).
+pub const ADOPT_MILESTONE_SETTING: &str =
+    "INSERT INTO milestone_settings (enabled, milestones) VALUES ($1, $2)
+    ON CONFLICT (singleton) DO NOTHING
+    RETURNING enabled, milestones";
 
 /// Posts whose counter shards changed at or after `$1` (microseconds) and
 /// whose rollup is missing or differs from the sum of their shards.

@@ -16,9 +16,12 @@ use fs::precondition::ConditionType;
 use fs::value::ValueType;
 
 use super::super::layout::fields::milestone as f;
+use super::super::layout::fields::milestone_setting as sf;
 use super::super::Layout;
-use super::{get, int, micros_to_timestamp, server_time, string, text, timestamp_to_micros, value};
-use crate::store::milestone::{MilestoneRecord, MilestoneStatus};
+use super::{
+    boolean, get, int, micros_to_timestamp, server_time, string, text, timestamp_to_micros, value,
+};
+use crate::store::milestone::{MilestoneRecord, MilestoneSetting, MilestoneStatus};
 use crate::store::rollup::Micros;
 
 fn time(micros: Micros) -> fs::Value {
@@ -151,9 +154,78 @@ pub fn milestone_from_document(doc: &fs::Document) -> Option<MilestoneRecord> {
     })
 }
 
+/// The write of the fleet's milestone setting: replacing any, or (with
+/// `only_if_unset`) only if none is stored.
+pub fn milestone_setting_write(
+    layout: &Layout,
+    setting: &MilestoneSetting,
+    only_if_unset: bool,
+) -> fs::Write {
+    let list = setting.thresholds().iter().map(|&n| int(n)).collect();
+    let fields = HashMap::from([
+        (
+            sf::ENABLED.to_string(),
+            boolean(matches!(setting, MilestoneSetting::On(_))),
+        ),
+        (
+            sf::MILESTONES.to_string(),
+            value(ValueType::ArrayValue(fs::ArrayValue { values: list })),
+        ),
+    ]);
+    fs::Write {
+        operation: Some(fs::write::Operation::Update(fs::Document {
+            name: layout.milestone_setting(),
+            fields,
+            ..Default::default()
+        })),
+        update_transforms: vec![server_time(sf::UPDATED_AT)],
+        current_document: only_if_unset.then_some(fs::Precondition {
+            condition_type: Some(ConditionType::Exists(false)),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The setting `doc` holds; `None` when it is not one hotcount wrote.
+pub fn milestone_setting_from_document(doc: &fs::Document) -> Option<MilestoneSetting> {
+    let Some(ValueType::BooleanValue(enabled)) = get(&doc.fields, sf::ENABLED) else {
+        return None;
+    };
+    if !enabled {
+        return Some(MilestoneSetting::Off);
+    }
+    let Some(ValueType::ArrayValue(list)) = get(&doc.fields, sf::MILESTONES) else {
+        return None;
+    };
+    let mut out = Vec::with_capacity(list.values.len());
+    for v in &list.values {
+        match &v.value_type {
+            Some(ValueType::IntegerValue(n)) => out.push(*n),
+            _ => return None,
+        }
+    }
+    Some(MilestoneSetting::On(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_milestone_setting_reads_back_as_written() {
+        let layout = Layout::new("p", "(default)", "hc_");
+        for setting in [MilestoneSetting::Off, MilestoneSetting::On(vec![5, 20, 40])] {
+            let write = milestone_setting_write(&layout, &setting, true);
+            assert!(write.current_document.is_some());
+            let doc = doc_of(write);
+            assert!(
+                doc.name.ends_with("/hc_settings/milestones"),
+                "{}",
+                doc.name
+            );
+            assert_eq!(milestone_setting_from_document(&doc), Some(setting));
+        }
+    }
 
     fn doc_of(write: fs::Write) -> fs::Document {
         match write.operation {

@@ -28,7 +28,10 @@ mod milestones;
 mod records;
 mod rollups;
 
-pub use milestones::{milestone_create, milestone_from_document, milestone_update};
+pub use milestones::{
+    milestone_create, milestone_from_document, milestone_setting_from_document,
+    milestone_setting_write, milestone_update,
+};
 pub use records::{
     correction_writes, guard_from_document, quarantine_from_document, quarantine_write, Correction,
     RepairGuard, StoredRecord,
