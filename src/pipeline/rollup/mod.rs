@@ -676,7 +676,8 @@ impl<S: RollupStore> Refresher<S> {
     }
 
     /// A random extra wait of up to a quarter interval, so replicas that
-    /// deferred to one rollup do not all come back at once.
+    /// deferred to one hot post's rollup (after a peek) do not all come
+    /// back at once.
     fn jitter(&self) -> Duration {
         self.config
             .interval
@@ -733,9 +734,7 @@ impl<S: RollupStore> Refresher<S> {
                 Decision::Incomplete { shards } => Settled::Again { shards },
                 Decision::Defer { after } => {
                     self.stats.rollup_deferred.add(1);
-                    Settled::Later {
-                        after: after + self.jitter(),
-                    }
+                    Settled::Later { after }
                 }
                 Decision::Write { likes, shards } => {
                     let stored = read.stored.as_ref();
