@@ -71,6 +71,31 @@ pub async fn milestone_setting(
     store: &SelectedStore,
     config: &Config,
 ) -> Result<MilestoneSetting, ServiceError> {
+    // A store that fails for a while (contention, a failover) delays the
+    // start; only a refusal, or a failure past the bound, stops it.
+    let deadline = tokio::time::Instant::now() + SETTING_RETRY_FOR;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match milestone_setting_once(store, config).await {
+            Err(ServiceError::MilestoneSetting(error))
+                if error.is_retryable() && tokio::time::Instant::now() + pause < deadline =>
+            {
+                tracing::warn!(%error, "reading or storing the fleet's milestone setting failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long the start retries the milestone setting's transient failures.
+const SETTING_RETRY_FOR: Duration = Duration::from_secs(120);
+
+async fn milestone_setting_once(
+    store: &SelectedStore,
+    config: &Config,
+) -> Result<MilestoneSetting, ServiceError> {
     let db = store.db();
     let stored = db
         .milestone_setting()
