@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
-use hotcount::ops::{dlq, live, milestones, quarantine, reconcile, replay, setup};
+use hotcount::ops::{dlq, live, milestones, quarantine, reconcile, replay, setup, users};
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
@@ -79,6 +79,21 @@ enum Command {
     /// List milestone records, or retry given-up ones.
     #[command(subcommand)]
     Milestones(MilestonesAction),
+    /// A user's data: export it (an access request).
+    #[command(subcommand)]
+    Users(UsersAction),
+}
+
+#[derive(Subcommand, Debug)]
+enum UsersAction {
+    /// Print one JSON line per post the user likes now (`post`, `since`,
+    /// `lastEventAt`, `recordedAt`); writes nothing.
+    Export {
+        #[command(flatten)]
+        target: Target,
+        /// The user id.
+        user: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -303,6 +318,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         },
         Command::Quarantine(action) => quarantine_command(&cli.endpoints, action).await,
         Command::Milestones(action) => milestones_command(&cli.endpoints, action).await,
+        Command::Users(action) => users_command(&cli.endpoints, action).await,
         Command::Setup { args, store } => {
             let mut done = setup::migrate_store(&store.store).await?;
             done.extend(setup::setup(&cli.endpoints, &args).await?);
@@ -312,6 +328,23 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                     detail => println!("{}\t{name}\t{detail}", change.word()),
                 }
             }
+            Ok(())
+        }
+    }
+}
+
+async fn users_command(endpoints: &Endpoints, action: UsersAction) -> anyhow::Result<()> {
+    match action {
+        UsersAction::Export { target, user } => {
+            let db = connect::store_db(endpoints, &target, 1).await?;
+            let lines = users::export(&db, &user).await?;
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            for line in &lines {
+                serde_json::to_writer(&mut out, line)?;
+                writeln!(out)?;
+            }
+            out.flush()?;
             Ok(())
         }
     }

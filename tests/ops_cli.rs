@@ -403,3 +403,40 @@ async fn replay_retries_a_chunk_like_the_consumer_and_reports_what_it_committed_
     );
     assert_eq!(h.count("r").await, 14, "every event once: {text}");
 }
+
+/// The posts `out` (a `users export`) lists, in order, each line checked
+/// to be one JSON object with the fields an access request answers with.
+fn exported_posts(out: &Output) -> Vec<String> {
+    let mut posts = Vec::new();
+    for line in stdout(out).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("one JSON object per line");
+        for field in ["since", "lastEventAt", "recordedAt"] {
+            assert!(v[field].as_str().is_some(), "{field} in {line}");
+        }
+        posts.push(v["post"].as_str().expect("post").to_string());
+    }
+    posts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_export_prints_one_json_line_per_post_the_user_likes_now() {
+    let h = Harness::start().await;
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("a3", "p3", "alice", 1),
+        Ev::unlike("a4", "p2", "alice", 2),
+        Ev::like("b1", "p1", "bob", 1),
+    ];
+    processed(&h, &events).await;
+    let out = hotcount(&h, &["users", "export", "alice"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(exported_posts(&out), ["p1", "p3"], "{}", stdout(&out));
+    let out = hotcount(&h, &["users", "export", "nobody"]);
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "");
+}

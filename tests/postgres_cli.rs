@@ -385,3 +385,31 @@ async fn setup_and_run_refuse_a_server_older_than_the_oldest_supported_and_name_
     db.migrate().await.expect("PostgreSQL 15 is served");
     assert!(has_migrations(&cluster.url("old")).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_export_prints_one_json_line_per_post_the_user_likes_now_postgres() {
+    let h = Harness::start_on(Backend::Postgres).await;
+    let url = h.postgres_url().expect("postgres").to_string();
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("a3", "p3", "alice", 1),
+        Ev::unlike("a4", "p2", "alice", 2),
+        Ev::like("b1", "p1", "bob", 1),
+    ];
+    processed(&h, &events).await;
+    let out = hotcount(&h, &url, &["users", "export", "alice"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let posts: Vec<&str> = lines.iter().filter_map(|v| v["post"].as_str()).collect();
+    assert_eq!(posts, ["p1", "p3"], "{}", stdout(&out));
+    assert!(lines
+        .iter()
+        .all(|v| v["since"].is_string() && v["recordedAt"].is_string()));
+    let out = hotcount(&h, &url, &["users", "export", "nobody"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+}

@@ -11,6 +11,7 @@
 //! - [`quarantine`]: quarantine records listed, shown and re-driven.
 //! - [`live`]: `count --live`, each change of posts' rollups as it happens.
 //! - [`milestones`]: milestone records listed, and given-up ones retried.
+//! - [`users`]: one user's data exported (an access request).
 //!
 //! Each runs on the store `--store` selects, through one code path: a
 //! trait implemented for both stores (`reconcile::Reconcilable`), or a
@@ -28,3 +29,4 @@ pub mod quarantine;
 pub mod reconcile;
 pub mod replay;
 pub mod setup;
+pub mod users;

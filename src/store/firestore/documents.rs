@@ -136,6 +136,29 @@ impl FirestoreDb {
         Ok((rows, queried.read_time))
     }
 
+    /// Every membership document of `user_id` (liked or not): a query on
+    /// `userId`, which `deploy/setup.sh` keeps indexed for it (`users
+    /// export` and `users erase`).
+    pub async fn user_memberships(
+        &self,
+        user_id: &str,
+        read: Read<'_>,
+    ) -> Result<Vec<StoredMembership>, StoreError> {
+        let query = fs::StructuredQuery {
+            from: vec![self.top_level(collections::LIKES)],
+            r#where: Some(equals(membership::USER_ID, codec::string(user_id))),
+            ..Default::default()
+        };
+        let queried = self.run_query(&self.layout().root(), query, read).await?;
+        let mut rows: Vec<StoredMembership> = queried
+            .documents
+            .iter()
+            .filter_map(codec::stored_membership)
+            .collect();
+        rows.sort_by(|a, b| a.key.post_id.cmp(&b.key.post_id));
+        Ok(rows)
+    }
+
     /// Liked memberships per post (a query that sends only their post ids).
     pub async fn liked_per_post(
         &self,

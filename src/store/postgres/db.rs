@@ -631,6 +631,31 @@ impl PgDb {
         rows.iter().map(membership_from_row).collect()
     }
 
+    /// Every membership of `user_id` (liked or not), by post, with its
+    /// `updated_at` in microseconds since the epoch; read without locking
+    /// (`users export`, and `users erase` finding what to remove).
+    pub async fn user_memberships(
+        &self,
+        user_id: &str,
+    ) -> Result<Vec<(MembershipKey, Membership, i64)>, StoreError> {
+        let op = "ReadUserMemberships";
+        let rows = self
+            .query_rows_within(
+                op,
+                self.scan_timeout,
+                schema::READ_USER_MEMBERSHIPS,
+                &[&user_id],
+            )
+            .await?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let (key, membership) = membership_from_row(row)?;
+            let updated: i64 = row.try_get(6).map_err(|e| query_error(op, &e))?;
+            found.push((key, membership, updated));
+        }
+        Ok(found)
+    }
+
     /// Quarantine records, oldest first: of `consumer`, or every consumer's.
     pub async fn quarantine(
         &self,

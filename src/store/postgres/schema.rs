@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "rollup due records",
         sql: include_str!("migrations/0004_rollup_due_records.sql"),
     },
+    Migration {
+        version: 6,
+        name: "memberships by user",
+        sql: include_str!("migrations/0006_memberships_by_user.sql"),
+    },
 ];
 
 /// The advisory lock key every [`migrate`] takes: "hotcoun" in ASCII.
@@ -238,6 +243,13 @@ pub const READ_MEMBERSHIPS: &str = "SELECT m.post_id, m.user_id, m.liked, m.seq,
     FROM memberships AS m
     JOIN unnest($1::text[], $2::text[]) AS k(post_id, user_id)
       ON m.post_id = k.post_id AND m.user_id = k.user_id";
+
+/// Every membership of one user (`$1`), by post: `users export` and
+/// `users erase` (served by the index `memberships_user_id`).
+pub const READ_USER_MEMBERSHIPS: &str = "SELECT post_id, user_id, liked, seq,
+        occurred_at_micros, event_id,
+        (extract(epoch FROM updated_at) * 1000000)::int8
+    FROM memberships WHERE user_id = $1 ORDER BY post_id";
 
 /// Writes the new state of memberships the batch read (and locked):
 /// `$1` post ids, `$2` user ids, `$3` liked, `$4` seq, `$5` occurred-at
