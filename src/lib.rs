@@ -31,7 +31,7 @@
 //!   `prometheus-client` registry, and tracing setup; [`http`]: the
 //!   `/metrics`, `/healthz` and `/readyz` endpoint.
 //! - Beside the pipeline, the operator commands ([`ops`]): `setup`,
-//!   `reconcile`, `replay`, `dlq`, `quarantine` and `milestones`.
+//!   `reconcile`, `replay`, `dlq`, `quarantine`, `milestones` and `users`.
 //!
 //! # Invariants
 //! - An ack leaves the service only for a message whose effects, or whose

@@ -79,7 +79,7 @@ enum Command {
     /// List milestone records, or retry given-up ones.
     #[command(subcommand)]
     Milestones(MilestonesAction),
-    /// A user's data: export it (an access request).
+    /// A user's data: export it (an access request), or erase it exactly.
     #[command(subcommand)]
     Users(UsersAction),
 }
@@ -93,6 +93,32 @@ enum UsersAction {
         target: Target,
         /// The user id.
         user: String,
+    },
+    /// Remove each like of each user exactly (its post's count, rollup and
+    /// listeners follow), through the pipeline's own conditional commits,
+    /// while the service runs; then delete the quarantine records that
+    /// carry the id. Resumable: run it again after a kill.
+    Erase {
+        #[command(flatten)]
+        target: Target,
+        /// Print what would change; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The service's consumer name (namespaces the batch markers).
+        #[arg(long, env = "HOTCOUNT_CONSUMER", default_value = "hotcount")]
+        consumer: String,
+        /// Counter shards per post (as the service's `--counter-shards`).
+        #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = hotcount::config::DEFAULT_COUNTER_SHARDS)]
+        counter_shards: u32,
+        /// Batch marker lifetime, in days (as the service's `--marker-ttl-days`).
+        #[arg(long, env = "HOTCOUNT_MARKER_TTL_DAYS", default_value_t = 40)]
+        marker_ttl_days: u64,
+        /// Memberships per transaction (1..=200).
+        #[arg(long, default_value_t = users::ERASE_CHUNK)]
+        chunk: usize,
+        /// User ids.
+        #[arg(required = true)]
+        users: Vec<String>,
     },
 }
 
@@ -345,6 +371,39 @@ async fn users_command(endpoints: &Endpoints, action: UsersAction) -> anyhow::Re
                 writeln!(out)?;
             }
             out.flush()?;
+            Ok(())
+        }
+        UsersAction::Erase {
+            target,
+            dry_run,
+            consumer,
+            counter_shards,
+            marker_ttl_days,
+            chunk,
+            users: ids,
+        } => {
+            let db = connect::store_db(endpoints, &target, 2).await?;
+            let ttl = std::time::Duration::from_secs(86_400 * marker_ttl_days.clamp(1, 3650));
+            let store = users::erase_store(db, &consumer, counter_shards, ttl);
+            let settings = users::EraseSettings {
+                dry_run,
+                chunk,
+                counter_shards,
+            };
+            for user in &ids {
+                let progress =
+                    |done: u64, total: u64| eprintln!("{user}: {done}/{total} memberships erased");
+                let e = users::erase(&store, user, &settings, progress)
+                    .await
+                    .with_context(|| {
+                        format!("erasing {user} (running the command again resumes it)")
+                    })?;
+                let verb = if dry_run { "would erase" } else { "erased" };
+                println!(
+                    "{verb}\t{user}\tlikes removed {}\tunliked memberships {}\talready erased {}\tquarantine records {}",
+                    e.likes, e.unliked, e.already, e.quarantine
+                );
+            }
             Ok(())
         }
     }

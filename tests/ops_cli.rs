@@ -440,3 +440,144 @@ async fn users_export_prints_one_json_line_per_post_the_user_likes_now() {
     assert!(out.status.success());
     assert_eq!(stdout(&out), "");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_erase_removes_each_like_exactly_once_and_the_users_later_events_change_no_count() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let err = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("a3", "p3", "alice", 1),
+        Ev::unlike("a4", "p2", "alice", 2),
+        Ev::like("b1", "p1", "bob", 1),
+        Ev::like("c1", "p3", "carol", 1),
+    ];
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    h.publish(&events).await;
+    // Two poison messages: one carries alice's id, one a longer id.
+    h.publish_raw(&[
+        br#"{"version":1,"type":"like.added","userId":"alice"}"#.to_vec(),
+        br#"{"version":1,"type":"like.added","userId":"alicex"}"#.to_vec(),
+    ])
+    .await;
+    assert!(consumer.wait_for_acks(events.len() as u64 + 2, WAIT).await);
+    consumer.stop().await;
+    let posts: Vec<String> = ["p1", "p2", "p3"].map(String::from).to_vec();
+    let before = h.counts(&posts).await;
+    assert_eq!(before.values().copied().collect::<Vec<_>>(), [2, 0, 2]);
+
+    let out = run(&["users", "erase", "--dry-run", "alice"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(
+        stdout(&out),
+        "would erase\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tquarantine records 1\n"
+    );
+    assert_eq!(h.counts(&posts).await, before, "a dry run writes nothing");
+
+    let out = run(&["users", "erase", "--chunk", "1", "alice"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(
+        stdout(&out),
+        "erased\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tquarantine records 1\n"
+    );
+    assert!(
+        err(&out).contains("alice: 3/3 memberships erased"),
+        "{}",
+        err(&out)
+    );
+    let after = h.counts(&posts).await;
+    assert_eq!(after.values().copied().collect::<Vec<_>>(), [1, 0, 1]);
+    let out = run(&["users", "export", "alice"]);
+    assert_eq!(stdout(&out), "", "alice likes nothing now");
+    let out = run(&["quarantine", "list"]);
+    assert!(stdout(&out).contains("1 record(s)"), "{}", stdout(&out));
+
+    // Again: nothing left to do, nothing decremented twice.
+    let out = run(&["users", "erase", "alice"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(
+        stdout(&out),
+        "erased\talice\tlikes removed 0\tunliked memberships 0\talready erased 3\tquarantine records 0\n"
+    );
+    assert_eq!(h.counts(&posts).await, after);
+
+    // Her old events redelivered, and newer ones on the erased posts: stale.
+    let late = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a5", "p2", "alice", 7),
+        Ev::unlike("a6", "p3", "alice", 8),
+    ];
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    h.publish(&late).await;
+    assert!(consumer.wait_for_acks(late.len() as u64, WAIT).await);
+    consumer.stop().await;
+    assert_eq!(h.counts(&posts).await, after);
+    let out = run(&["reconcile"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_erase_killed_midway_then_run_again_is_exact_and_never_decrements_twice() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let err = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let mut command = h.command();
+    let mut events = Vec::new();
+    for i in 0..40 {
+        let post = format!("q{i:02}");
+        events.push(Ev::like(&format!("a{i}"), &post, "alice", 1));
+        events.push(Ev::like(&format!("b{i}"), &post, "bob", 1));
+    }
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(events.len() as u64, WAIT).await);
+    consumer.stop().await;
+    let posts: Vec<String> = (0..40).map(|i| format!("q{i:02}")).collect();
+
+    // Killed (SIGKILL) once its second transaction has committed.
+    let mut child = command
+        .args(["users", "erase", "--chunk", "4", "alice"])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("hotcount starts");
+    let stderr = child.stderr.take().expect("piped");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("stderr");
+        seen.push(line.clone());
+        if line.contains("alice: 8/40") {
+            break;
+        }
+    }
+    child.kill().expect("killed");
+    let _ = child.wait();
+    let mid = h.counts(&posts).await;
+    let erased = mid.values().filter(|&&n| n == 1).count();
+    assert!(
+        (2..40).contains(&erased),
+        "killed mid-erasure: {erased} posts erased; stderr {seen:?}"
+    );
+    assert!(mid.values().all(|&n| n == 1 || n == 2), "{mid:?}");
+
+    let out = run(&["users", "erase", "alice"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "likes removed {}\tunliked memberships 0\talready erased {erased}\t",
+            40 - erased
+        )),
+        "{}",
+        stdout(&out)
+    );
+    let at_rest = h.counts(&posts).await;
+    assert!(
+        at_rest.values().all(|&n| n == 1),
+        "bob's likes only: {at_rest:?}"
+    );
+}

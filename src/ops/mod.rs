@@ -11,7 +11,8 @@
 //! - [`quarantine`]: quarantine records listed, shown and re-driven.
 //! - [`live`]: `count --live`, each change of posts' rollups as it happens.
 //! - [`milestones`]: milestone records listed, and given-up ones retried.
-//! - [`users`]: one user's data exported (an access request).
+//! - [`users`]: one user's data exported (an access request) or erased
+//!   exactly (through the pipeline's commit).
 //!
 //! Each runs on the store `--store` selects, through one code path: a
 //! trait implemented for both stores (`reconcile::Reconcilable`), or a

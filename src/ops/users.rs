@@ -1,17 +1,34 @@
-//! `hotcount users export`: what the store holds about one user, for an
-//! access request: one JSON line per post the user likes now.
+//! `hotcount users export|erase`: one user's data, exported for an access
+//! request, and erased exactly while the service runs.
 //!
-//! Invariant: `export` never writes. It reads the user's memberships by
-//! user id (Firestore: the query `likes where userId == U`, which needs
-//! `likes.userId` indexed; PostgreSQL: the index `memberships_user_id`),
-//! through one code path for both stores ([`SelectedDb`]).
+//! Both read the user's memberships by user id (Firestore: the query
+//! `likes where userId == U`, which needs `likes.userId` indexed;
+//! PostgreSQL: the index `memberships_user_id`), through one code path for
+//! both stores ([`SelectedDb`], [`SelectedStore`]).
+//!
+//! Invariants: `export` and `erase --dry-run` never write. `erase` changes
+//! counts only through [`CounterStore::commit`], the pipeline's own
+//! conditional transaction, under the service's consumer name: each of the
+//! user's memberships is met by an erasure event (`like.removed` at the
+//! highest version there is, [`ERASED_SEQ`]), so a liked one loses exactly
+//! its like (-1 on its post, in the same commit as the membership write,
+//! conditioned on what was read), an unliked one changes no count, and a
+//! retry of an unknown outcome is settled by the batch marker. A membership
+//! already erased is skipped, so running `erase` again after a kill finishes
+//! the job and never decrements twice. Every later event of the user on an
+//! erased membership is older than the erasure, so stale: it changes no count.
+
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::pipeline::batch::{Membership, MembershipKey};
+use crate::event::{LikeEvent, LikeKind, Version};
+use crate::pipeline::batch::{Batch, Membership, MembershipKey};
+use crate::pipeline::flusher::{backoff, FlushConfig};
+use crate::pipeline::rollup;
 use crate::store::firestore::Read;
-use crate::store::selected::SelectedDb;
-use crate::store::StoreError;
+use crate::store::selected::{SelectedDb, SelectedStore, StoreSettings};
+use crate::store::{Attempt, CommitReport, CounterStore, StoreError};
 
 /// One membership of the user, whichever store holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,4 +115,241 @@ fn rfc3339(micros: i64) -> String {
         || micros.to_string(),
         |t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
     )
+}
+
+/// The `seq` of an erasure event: the highest there is, so no event of the
+/// user, earlier or later, is newer than the erasure on an erased membership.
+pub const ERASED_SEQ: i64 = i64::MAX;
+
+/// The event id an erasure event carries (no user id in it).
+pub const ERASURE_EVENT_ID: &str = "hotcount-erasure";
+
+/// Memberships erased per transaction: each writes its membership and at
+/// most one counter increment, plus the marker, well inside Firestore's 500
+/// writes per commit.
+pub const ERASE_CHUNK: usize = 200;
+
+/// How `erase` runs.
+#[derive(Clone, Debug)]
+pub struct EraseSettings {
+    /// Report what would change; write nothing.
+    pub dry_run: bool,
+    /// Memberships per transaction (at most [`ERASE_CHUNK`]).
+    pub chunk: usize,
+    /// Counter shards per post at most (the service's `--counter-shards`).
+    pub counter_shards: u32,
+}
+
+/// What `erase` did (or, dry, would do) for one user.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Erased {
+    /// Likes removed: memberships found liked and erased (each -1 on its post).
+    pub likes: u64,
+    /// Memberships erased that were not liked (no count changes).
+    pub unliked: u64,
+    /// Memberships found already erased (an earlier run), left alone.
+    pub already: u64,
+    /// Quarantine records that carried the user id, deleted.
+    pub quarantine: u64,
+    /// Transactions committed.
+    pub commits: u64,
+}
+
+/// An `erase` failure.
+#[derive(Debug, thiserror::Error)]
+pub enum EraseError {
+    /// The store failed (after the retries a retryable error gets);
+    /// running `erase` again resumes where it stopped.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The user id is not one an event can carry.
+    #[error("not a user id events can carry: {0}")]
+    BadUserId(String),
+    /// New likes of the user kept arriving pass after pass.
+    #[error("likes of the user were still arriving after {0} passes; stop their publisher and run erase again")]
+    StillArriving(u32),
+}
+
+impl EraseError {
+    /// Whether running the command again may succeed as it is.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Store(e) => e.is_retryable(),
+            Self::BadUserId(_) => false,
+            Self::StillArriving(_) => true,
+        }
+    }
+}
+
+/// Passes over the user's memberships at most: a pass finds the likes the
+/// previous one could not see (events of the user committed meanwhile).
+const MAX_PASSES: u32 = 5;
+
+/// Whether `m` is an erasure's state (left by an earlier `erase`).
+pub fn is_erased(m: &Membership) -> bool {
+    !m.liked && m.version.seq == ERASED_SEQ && m.version.event_id == ERASURE_EVENT_ID
+}
+
+/// The store `erase` commits through: the service's consumer name, and a
+/// rollup due record in each commit that changes counts, so the rollups
+/// follow even if the command is killed before it refreshes them.
+pub fn erase_store(
+    db: SelectedDb,
+    consumer: &str,
+    counter_shards: u32,
+    marker_ttl: Duration,
+) -> SelectedStore {
+    let store = SelectedStore::new(
+        db,
+        StoreSettings {
+            consumer: consumer.to_string(),
+            counter_shards: counter_shards.max(1),
+            counter_shard_target_writes_per_sec:
+                crate::config::DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC,
+            marker_ttl,
+            due_records: true,
+        },
+    );
+    // Only the counter shards each post's rollup registers (Firestore), as
+    // replay: the command makes no shard a rollup does not cover.
+    let _ = store.shard_registry();
+    store
+}
+
+/// Erases `user_id` (see the module invariants): removes each of its likes
+/// exactly, in transactions of `settings.chunk` memberships, pass after
+/// pass until none is left liked, then deletes the quarantine records that
+/// carry the id and refreshes the rollups of the posts changed.
+/// `progress(done, total)` is called after each transaction.
+pub async fn erase(
+    store: &SelectedStore,
+    user_id: &str,
+    settings: &EraseSettings,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<Erased, EraseError> {
+    let now = micros_now();
+    let erasure = |post: &str| {
+        let version = Version {
+            seq: ERASED_SEQ,
+            occurred_at_micros: now,
+            event_id: ERASURE_EVENT_ID.to_string(),
+        };
+        LikeEvent::new(LikeKind::Removed, post, user_id, &version, None)
+            .map_err(|e| EraseError::BadUserId(e.to_string()))
+    };
+    let db = store.db();
+    let mut erased = Erased::default();
+    let mut posts_changed: Vec<String> = Vec::new();
+    let chunk = settings.chunk.clamp(1, ERASE_CHUNK);
+    let mut pass = 0;
+    loop {
+        let found = memberships(&db, user_id).await?;
+        let (done, todo): (Vec<_>, Vec<_>) =
+            found.into_iter().partition(|m| is_erased(&m.membership));
+        if pass == 0 {
+            erased.already = done.len() as u64;
+        }
+        if todo.is_empty() {
+            break;
+        }
+        if settings.dry_run {
+            erased.likes = todo.iter().filter(|m| m.membership.liked).count() as u64;
+            erased.unliked = todo.len() as u64 - erased.likes;
+            break;
+        }
+        pass += 1;
+        if pass > MAX_PASSES {
+            return Err(EraseError::StillArriving(MAX_PASSES));
+        }
+        let total = todo.len() as u64;
+        let mut done_now = 0;
+        for part in todo.chunks(chunk) {
+            let mut events = Vec::with_capacity(part.len());
+            for m in part {
+                events.push(erasure(&m.key.post_id)?);
+            }
+            let batch = Batch::new(events, Vec::new());
+            commit(store, &batch).await?;
+            erased.commits += 1;
+            for m in part {
+                if m.membership.liked {
+                    erased.likes += 1;
+                    posts_changed.push(m.key.post_id.clone());
+                } else {
+                    erased.unliked += 1;
+                }
+            }
+            done_now += part.len() as u64;
+            progress(done_now, total);
+        }
+    }
+    erased.quarantine = erase_quarantine(&db, user_id, settings.dry_run).await?;
+    posts_changed.sort();
+    posts_changed.dedup();
+    if !posts_changed.is_empty() {
+        rollup::refresh_existing(
+            std::sync::Arc::new(db),
+            &posts_changed,
+            settings.counter_shards,
+        )
+        .await;
+    }
+    Ok(erased)
+}
+
+/// Commits `batch` as the consumer does: a failure that proves nothing
+/// about the content is retried with backoff under the same batch id (the
+/// next attempt names the transaction it retries; the batch marker settles
+/// an unknown outcome).
+async fn commit(store: &SelectedStore, batch: &Batch) -> Result<CommitReport, StoreError> {
+    let retry = FlushConfig::default();
+    let mut attempt = 1;
+    let mut this = Attempt::first();
+    loop {
+        match store.commit(batch, &this).await {
+            Ok(report) => return Ok(report),
+            Err(error) if error.is_retryable() && attempt < retry.commit_max_attempts => {
+                tracing::warn!(%error, attempt, "erasure commit failed; retrying");
+                tokio::time::sleep(backoff(&retry, attempt)).await;
+                this = Attempt::after(&error);
+                attempt += 1;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Deletes (dry: counts) the quarantine records whose payload holds
+/// `user_id` as a JSON string or whose attributes have it as a value.
+async fn erase_quarantine(
+    db: &SelectedDb,
+    user_id: &str,
+    dry_run: bool,
+) -> Result<u64, StoreError> {
+    let quoted = serde_json::to_string(user_id).unwrap_or_default();
+    let mut deleted = 0;
+    for stored in crate::ops::quarantine::list(db, None, usize::MAX).await? {
+        let record = &stored.record;
+        let in_data = contains(&record.data, quoted.as_bytes());
+        let in_attributes = record.attributes.iter().any(|(_, v)| v == user_id);
+        if !(in_data || in_attributes) {
+            continue;
+        }
+        if !dry_run {
+            crate::ops::quarantine::delete(db, &stored).await?;
+        }
+        deleted += 1;
+    }
+    Ok(deleted)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+fn micros_now() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
 }
