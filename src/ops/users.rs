@@ -353,3 +353,34 @@ fn micros_now() -> i64 {
         .unwrap_or_default();
     i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quarantined_payload_matches_the_user_id_only_as_a_whole_json_string() {
+        let quoted = serde_json::to_string("alice").expect("a string");
+        let payload = br#"{"userId":"alice","postId":"p"}"#;
+        assert!(contains(payload, quoted.as_bytes()));
+        let longer = br#"{"userId":"alicex","postId":"p"}"#;
+        assert!(!contains(longer, quoted.as_bytes()));
+        assert!(!contains(b"", quoted.as_bytes()));
+    }
+
+    #[test]
+    fn only_an_erasures_own_state_counts_as_erased() {
+        let state = |liked, seq, id: &str| Membership {
+            liked,
+            version: Version {
+                seq,
+                occurred_at_micros: 1,
+                event_id: id.into(),
+            },
+        };
+        assert!(is_erased(&state(false, ERASED_SEQ, ERASURE_EVENT_ID)));
+        assert!(!is_erased(&state(true, ERASED_SEQ, ERASURE_EVENT_ID)));
+        assert!(!is_erased(&state(false, 3, ERASURE_EVENT_ID)));
+        assert!(!is_erased(&state(false, ERASED_SEQ, "e1")));
+    }
+}
