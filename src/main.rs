@@ -116,10 +116,43 @@ enum UsersAction {
         /// Memberships per transaction (1..=200).
         #[arg(long, default_value_t = users::ERASE_CHUNK)]
         chunk: usize,
+        #[command(flatten)]
+        hash: UserHash,
         /// User ids.
         #[arg(required = true)]
         users: Vec<String>,
     },
+    /// Lift the tombstone `erase` left: the user's events count again.
+    Restore {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        hash: UserHash,
+        /// User ids.
+        #[arg(required = true)]
+        users: Vec<String>,
+    },
+}
+
+/// The tombstones' keyed hash, as the service's flags give it.
+#[derive(clap::Args, Debug)]
+struct UserHash {
+    /// The service's `--user-hash-key`: with it, `erase` writes the user's
+    /// tombstone first (every replica then drops the user's events) and
+    /// deletes the erased memberships at the end.
+    #[arg(long, env = "HOTCOUNT_USER_HASH_KEY", hide_env_values = true)]
+    user_hash_key: Option<hotcount::config::Secret>,
+    /// The service's `--tombstone-refresh-ms`: `erase` waits twice this
+    /// after writing a tombstone.
+    #[arg(long, env = "HOTCOUNT_TOMBSTONE_REFRESH_MS", default_value_t = 5_000)]
+    tombstone_refresh_ms: u64,
+}
+
+impl UserHash {
+    fn key(&self) -> Option<Vec<u8>> {
+        let key = self.user_hash_key.as_ref()?.expose();
+        (!key.is_empty()).then(|| key.as_bytes().to_vec())
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -380,15 +413,24 @@ async fn users_command(endpoints: &Endpoints, action: UsersAction) -> anyhow::Re
             counter_shards,
             marker_ttl_days,
             chunk,
+            hash,
             users: ids,
         } => {
             let db = connect::store_db(endpoints, &target, 2).await?;
             let ttl = std::time::Duration::from_secs(86_400 * marker_ttl_days.clamp(1, 3650));
             let store = users::erase_store(db, &consumer, counter_shards, ttl);
+            let settle = std::time::Duration::from_millis(2 * hash.tombstone_refresh_ms);
+            let tombstone = hash
+                .key()
+                .map(|key| users::TombstoneSettings { key, settle });
+            if tombstone.is_none() {
+                eprintln!("no --user-hash-key: no tombstone is written, and the erased memberships are kept (they hold the id)");
+            }
             let settings = users::EraseSettings {
                 dry_run,
                 chunk,
                 counter_shards,
+                tombstone,
             };
             for user in &ids {
                 let progress =
@@ -400,9 +442,29 @@ async fn users_command(endpoints: &Endpoints, action: UsersAction) -> anyhow::Re
                     })?;
                 let verb = if dry_run { "would erase" } else { "erased" };
                 println!(
-                    "{verb}\t{user}\tlikes removed {}\tunliked memberships {}\talready erased {}\tquarantine records {}",
-                    e.likes, e.unliked, e.already, e.quarantine
+                    "{verb}\t{user}\tlikes removed {}\tunliked memberships {}\talready erased {}\tmemberships deleted {}\tquarantine records {}",
+                    e.likes, e.unliked, e.already, e.deleted, e.quarantine
                 );
+            }
+            Ok(())
+        }
+        UsersAction::Restore {
+            target,
+            hash,
+            users: ids,
+        } => {
+            let Some(key) = hash.key() else {
+                anyhow::bail!(
+                    "--user-hash-key (HOTCOUNT_USER_HASH_KEY) is needed to find a tombstone"
+                );
+            };
+            let db = connect::store_db(endpoints, &target, 1).await?;
+            for user in &ids {
+                if users::restore(&db, &key, user).await? {
+                    println!("restored\t{user}");
+                } else {
+                    println!("no tombstone\t{user}");
+                }
             }
             Ok(())
         }
@@ -589,8 +651,8 @@ fn print_replay(report: &replay::ReplayReport) {
     );
     println!("ending\t{:?}", report.ending);
     println!(
-        "messages\t{}\tskipped outside the window\t{}",
-        report.messages, report.skipped
+        "messages\t{}\tskipped outside the window\t{}\terased users' events dropped\t{}",
+        report.messages, report.skipped, report.erased
     );
     println!(
         "applied\t{}\tduplicates\t{}\tstale\t{}\tpoison\t{}\tdivergence\t{:.4}",

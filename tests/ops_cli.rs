@@ -474,7 +474,7 @@ async fn users_erase_removes_each_like_exactly_once_and_the_users_later_events_c
     assert!(out.status.success(), "{}", err(&out));
     assert_eq!(
         stdout(&out),
-        "would erase\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tquarantine records 1\n"
+        "would erase\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tmemberships deleted 0\tquarantine records 1\n"
     );
     assert_eq!(h.counts(&posts).await, before, "a dry run writes nothing");
 
@@ -482,7 +482,7 @@ async fn users_erase_removes_each_like_exactly_once_and_the_users_later_events_c
     assert!(out.status.success(), "{}", err(&out));
     assert_eq!(
         stdout(&out),
-        "erased\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tquarantine records 1\n"
+        "erased\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tmemberships deleted 0\tquarantine records 1\n"
     );
     assert!(
         err(&out).contains("alice: 3/3 memberships erased"),
@@ -501,7 +501,7 @@ async fn users_erase_removes_each_like_exactly_once_and_the_users_later_events_c
     assert!(out.status.success(), "{}", err(&out));
     assert_eq!(
         stdout(&out),
-        "erased\talice\tlikes removed 0\tunliked memberships 0\talready erased 3\tquarantine records 0\n"
+        "erased\talice\tlikes removed 0\tunliked memberships 0\talready erased 3\tmemberships deleted 0\tquarantine records 0\n"
     );
     assert_eq!(h.counts(&posts).await, after);
 
@@ -635,4 +635,137 @@ async fn users_erase_beside_a_running_consumer_delivering_the_users_events_is_ex
     assert_eq!(stdout(&out), "");
     let out = run(&["reconcile"]);
     assert!(out.status.success(), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erased_users_every_event_is_dropped_until_restored_and_their_memberships_are_gone() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let err = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
+    let consumer = h.spawn(h.run_args("hotcount", &key));
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("b1", "p1", "bob", 1),
+    ];
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+
+    let mut erase = vec!["users", "erase"];
+    erase.extend(key);
+    erase.push("alice");
+    let out = run(&erase);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(
+        stdout(&out),
+        "erased\talice\tlikes removed 2\tunliked memberships 0\talready erased 0\tmemberships deleted 2\tquarantine records 0\n"
+    );
+    let posts: Vec<String> = ["p1", "p2", "p9"].map(String::from).to_vec();
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [1, 0, 0]
+    );
+    // No membership of hers is left: a dry run finds nothing at all.
+    let mut dry = vec!["users", "erase", "--dry-run"];
+    dry.extend(key);
+    dry.push("alice");
+    let out = run(&dry);
+    assert_eq!(
+        stdout(&out),
+        "would erase\talice\tlikes removed 0\tunliked memberships 0\talready erased 0\tmemberships deleted 0\tquarantine records 0\n"
+    );
+
+    // Her old like redelivered, and a new like of hers on a post she never
+    // liked: both dropped; bob's like on that post counts.
+    let late = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a9", "p9", "alice", 1),
+        Ev::like("b9", "p9", "bob", 1),
+    ];
+    h.publish(&late).await;
+    assert!(consumer.wait_for_acks(6, WAIT).await);
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [1, 0, 1]
+    );
+    assert_eq!(consumer.stats.erased_dropped.get(), 2);
+
+    // Lifted: her events count again.
+    let mut restore = vec!["users", "restore"];
+    restore.extend(key);
+    restore.push("alice");
+    let out = run(&restore);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(stdout(&out), "restored\talice\n");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.publish(&[Ev::like("a10", "p9", "alice", 2)]).await;
+    assert!(consumer.wait_for_acks(7, WAIT).await);
+    consumer.stop().await;
+    assert_eq!(h.count("p9").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seek_replay_after_an_erasure_counts_none_of_the_erased_users_events() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    common::archive(&h, "likes-archive").await;
+    let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
+    let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
+    let consumer = h.spawn(h.run_args("hotcount", &key));
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("b1", "p1", "bob", 1),
+    ];
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+    consumer.stop().await;
+    let out = hotcount(
+        &h,
+        &["users", "erase", key[0], key[1], key[2], key[3], "alice"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+    let (from, to) = (common::rfc3339(from), common::rfc3339(to));
+    let out = hotcount(
+        &h,
+        &[
+            "replay",
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--replay-subscription",
+            "likes-archive",
+            "--idle-ms",
+            "1500",
+            "--end-grace-ms",
+            "200",
+            "--max-divergence",
+            "1",
+            "--max-events-per-sec",
+            "10000",
+            "--user-hash-key",
+            "k3y",
+        ],
+    );
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("erased users' events dropped\t2"), "{text}");
+    let posts: Vec<String> = ["p1", "p2"].map(String::from).to_vec();
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [1, 0]
+    );
 }

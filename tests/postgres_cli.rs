@@ -447,7 +447,7 @@ async fn users_erase_removes_each_like_exactly_once_and_the_users_later_events_c
     assert!(out.status.success(), "{}", err(&out));
     assert_eq!(
         stdout(&out),
-        "would erase\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tquarantine records 1\n"
+        "would erase\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tmemberships deleted 0\tquarantine records 1\n"
     );
     assert_eq!(h.counts(&posts).await, before, "a dry run writes nothing");
 
@@ -455,7 +455,7 @@ async fn users_erase_removes_each_like_exactly_once_and_the_users_later_events_c
     assert!(out.status.success(), "{}", err(&out));
     assert_eq!(
         stdout(&out),
-        "erased\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tquarantine records 1\n"
+        "erased\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tmemberships deleted 0\tquarantine records 1\n"
     );
     assert!(
         err(&out).contains("alice: 3/3 memberships erased"),
@@ -474,7 +474,7 @@ async fn users_erase_removes_each_like_exactly_once_and_the_users_later_events_c
     assert!(out.status.success(), "{}", err(&out));
     assert_eq!(
         stdout(&out),
-        "erased\talice\tlikes removed 0\tunliked memberships 0\talready erased 3\tquarantine records 0\n"
+        "erased\talice\tlikes removed 0\tunliked memberships 0\talready erased 3\tmemberships deleted 0\tquarantine records 0\n"
     );
     assert_eq!(h.counts(&posts).await, after);
 
@@ -611,4 +611,74 @@ async fn users_erase_beside_a_running_consumer_delivering_the_users_events_is_ex
     assert_eq!(stdout(&out), "");
     let out = run(&["reconcile"]);
     assert!(out.status.success(), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erased_users_every_event_is_dropped_until_restored_and_their_memberships_are_gone_postgres(
+) {
+    let h = Harness::start_on(Backend::Postgres).await;
+    let url = h.postgres_url().expect("postgres").to_string();
+    let run = |args: &[&str]| hotcount(&h, &url, args);
+    let err = stderr;
+    let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
+    let consumer = h.spawn(h.run_args("hotcount", &key));
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("b1", "p1", "bob", 1),
+    ];
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+
+    let mut erase = vec!["users", "erase"];
+    erase.extend(key);
+    erase.push("alice");
+    let out = run(&erase);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(
+        stdout(&out),
+        "erased\talice\tlikes removed 2\tunliked memberships 0\talready erased 0\tmemberships deleted 2\tquarantine records 0\n"
+    );
+    let posts: Vec<String> = ["p1", "p2", "p9"].map(String::from).to_vec();
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [1, 0, 0]
+    );
+    // No membership of hers is left: a dry run finds nothing at all.
+    let mut dry = vec!["users", "erase", "--dry-run"];
+    dry.extend(key);
+    dry.push("alice");
+    let out = run(&dry);
+    assert_eq!(
+        stdout(&out),
+        "would erase\talice\tlikes removed 0\tunliked memberships 0\talready erased 0\tmemberships deleted 0\tquarantine records 0\n"
+    );
+
+    // Her old like redelivered, and a new like of hers on a post she never
+    // liked: both dropped; bob's like on that post counts.
+    let late = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a9", "p9", "alice", 1),
+        Ev::like("b9", "p9", "bob", 1),
+    ];
+    h.publish(&late).await;
+    assert!(consumer.wait_for_acks(6, WAIT).await);
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [1, 0, 1]
+    );
+    assert_eq!(consumer.stats.erased_dropped.get(), 2);
+
+    // Lifted: her events count again.
+    let mut restore = vec!["users", "restore"];
+    restore.extend(key);
+    restore.push("alice");
+    let out = run(&restore);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(stdout(&out), "restored\talice\n");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.publish(&[Ev::like("a10", "p9", "alice", 2)]).await;
+    assert!(consumer.wait_for_acks(7, WAIT).await);
+    consumer.stop().await;
+    assert_eq!(h.count("p9").await, 2);
 }

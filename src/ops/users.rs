@@ -138,6 +138,74 @@ pub struct EraseSettings {
     pub chunk: usize,
     /// Counter shards per post at most (the service's `--counter-shards`).
     pub counter_shards: u32,
+    /// With a key: write the user's tombstone first, wait, and delete the
+    /// erased memberships at the end; without: keep them (erased state).
+    pub tombstone: Option<TombstoneSettings>,
+}
+
+/// The tombstone side of an erasure: the key of the keyed hash, and how
+/// long to wait after writing a tombstone before removing memberships.
+#[derive(Clone)]
+pub struct TombstoneSettings {
+    /// The key (the service's `--user-hash-key`).
+    pub key: Vec<u8>,
+    /// Two of the service's `--tombstone-refresh-ms`: by then every running
+    /// replica holds the tombstone.
+    pub settle: Duration,
+}
+
+impl std::fmt::Debug for TombstoneSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TombstoneSettings")
+            .field("settle", &self.settle)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Writes the tombstone of `user_id` (its keyed hash).
+pub async fn write_tombstone(db: &SelectedDb, key: &[u8], user_id: &str) -> Result<(), StoreError> {
+    let hash = crate::event::user_hash(key, user_id);
+    match db {
+        SelectedDb::Firestore(db) => db.write_tombstone(&hash).await,
+        SelectedDb::Postgres(db) => db.write_tombstone(&hash).await,
+    }
+}
+
+/// Lifts the tombstone of `user_id`; whether there was one. The user's
+/// events count again from then on (within a refresh interval).
+pub async fn restore(db: &SelectedDb, key: &[u8], user_id: &str) -> Result<bool, StoreError> {
+    let hash = crate::event::user_hash(key, user_id);
+    match db {
+        SelectedDb::Firestore(db) => db.delete_tombstone(&hash).await,
+        SelectedDb::Postgres(db) => db.delete_tombstone(&hash).await,
+    }
+}
+
+/// Deletes the memberships among `found` that are in an erasure's state,
+/// `chunk` per statement or commit, each only while still in that state;
+/// how many.
+async fn delete_erased(
+    db: &SelectedDb,
+    user_id: &str,
+    found: &[UserMembership],
+    chunk: usize,
+) -> Result<u64, StoreError> {
+    let erased: Vec<&UserMembership> = found.iter().filter(|m| is_erased(&m.membership)).collect();
+    let mut deleted = 0;
+    for part in erased.chunks(chunk) {
+        deleted += match db {
+            SelectedDb::Firestore(db) => {
+                let keys: Vec<MembershipKey> = part.iter().map(|m| m.key.clone()).collect();
+                db.delete_erased_memberships(&keys, is_erased).await?
+            }
+            SelectedDb::Postgres(db) => {
+                let posts: Vec<&str> = part.iter().map(|m| m.key.post_id.as_str()).collect();
+                db.delete_erased_memberships(user_id, &posts, ERASED_SEQ, ERASURE_EVENT_ID)
+                    .await?
+            }
+        };
+    }
+    Ok(deleted)
 }
 
 /// What `erase` did (or, dry, would do) for one user.
@@ -149,6 +217,8 @@ pub struct Erased {
     pub unliked: u64,
     /// Memberships found already erased (an earlier run), left alone.
     pub already: u64,
+    /// Memberships deleted (with a tombstone only).
+    pub deleted: u64,
     /// Quarantine records that carried the user id, deleted.
     pub quarantine: u64,
     /// Transactions committed.
@@ -239,6 +309,13 @@ pub async fn erase(
     };
     let db = store.db();
     let mut erased = Erased::default();
+    if let (Some(t), false) = (&settings.tombstone, settings.dry_run) {
+        // Before any membership is removed: from here every replica drops
+        // the user's events within one refresh interval; after the wait,
+        // none of them is let through any more.
+        write_tombstone(&db, &t.key, user_id).await?;
+        tokio::time::sleep(t.settle).await;
+    }
     let mut posts_changed: Vec<String> = Vec::new();
     let chunk = settings.chunk.clamp(1, ERASE_CHUNK);
     let mut pass = 0;
@@ -282,6 +359,10 @@ pub async fn erase(
             done_now += part.len() as u64;
             progress(done_now, total);
         }
+    }
+    if settings.tombstone.is_some() && !settings.dry_run {
+        let found = memberships(&db, user_id).await?;
+        erased.deleted = delete_erased(&db, user_id, &found, chunk).await?;
     }
     erased.quarantine = erase_quarantine(&db, user_id, settings.dry_run).await?;
     posts_changed.sort();

@@ -656,6 +656,54 @@ impl PgDb {
         Ok(found)
     }
 
+    /// Every erased user's keyed hash.
+    pub async fn tombstones(&self) -> Result<Vec<String>, StoreError> {
+        let op = "ReadTombstones";
+        let rows = self.query_rows(op, schema::READ_TOMBSTONES, &[]).await?;
+        let mut hashes = Vec::with_capacity(rows.len());
+        for row in &rows {
+            hashes.push(row.try_get(0).map_err(|e| query_error(op, &e))?);
+        }
+        Ok(hashes)
+    }
+
+    /// Writes the tombstone `user_hash` (idempotent).
+    pub async fn write_tombstone(&self, user_hash: &str) -> Result<(), StoreError> {
+        let op = "WriteTombstone";
+        self.query_rows(op, schema::WRITE_TOMBSTONE, &[&user_hash])
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the tombstone `user_hash`; whether it existed.
+    pub async fn delete_tombstone(&self, user_hash: &str) -> Result<bool, StoreError> {
+        let op = "DeleteTombstone";
+        let rows = self
+            .query_rows(op, schema::DELETE_TOMBSTONE, &[&user_hash])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Deletes `user_id`'s memberships on `posts` that are still in the
+    /// erasure's state (`seq`, `event_id`, not liked); how many.
+    pub async fn delete_erased_memberships(
+        &self,
+        user_id: &str,
+        posts: &[&str],
+        seq: i64,
+        event_id: &str,
+    ) -> Result<u64, StoreError> {
+        let op = "DeleteErasedMemberships";
+        let rows = self
+            .query_rows(
+                op,
+                &format!("{} RETURNING 1", schema::DELETE_ERASED_MEMBERSHIPS),
+                &[&user_id, &posts, &seq, &event_id],
+            )
+            .await?;
+        Ok(rows.len() as u64)
+    }
+
     /// Quarantine records, oldest first: of `consumer`, or every consumer's.
     pub async fn quarantine(
         &self,

@@ -6,3 +6,12 @@
 -- (an update of liked/seq/... leaves user_id alone, so stays HOT-capable
 -- only if no indexed column changes: none here does).
 CREATE INDEX memberships_user_id ON memberships (user_id);
+
+-- Erased users' tombstones: the keyed hash (HMAC-SHA256, hex) of each
+-- erased user id, never the id. The pipeline drops every event of a user
+-- whose hash is here; `hotcount users restore` deletes the row.
+CREATE TABLE erased_users (
+    user_hash  text COLLATE "C" NOT NULL,
+    erased_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (user_hash)
+);
