@@ -769,3 +769,78 @@ async fn a_seek_replay_after_an_erasure_counts_none_of_the_erased_users_events()
         [1, 0]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_erase_with_a_tombstone_beside_a_running_consumer_delivering_the_users_events_is_exact_at_rest(
+) {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let mut command = h.command();
+    let posts: Vec<String> = (0..20).map(|i| format!("r{i:02}")).collect();
+    let mut before = Vec::new();
+    for (i, post) in posts.iter().enumerate() {
+        before.push(Ev::like(&format!("a{i}"), post, "alice", 1));
+        before.push(Ev::like(&format!("b{i}"), post, "bob", 1));
+    }
+    let consumer = h.spawn(h.run_args(
+        "hotcount",
+        &[
+            "--max-batch-events",
+            "4",
+            "--user-hash-key",
+            "k3y",
+            "--tombstone-refresh-ms",
+            "100",
+        ],
+    ));
+    h.publish(&before).await;
+    assert!(consumer.wait_for_acks(before.len() as u64, WAIT).await);
+
+    // Alice's later events and carol's likes still being delivered while
+    // the erasure runs beside the consumer.
+    let mut during = Vec::new();
+    for (i, post) in posts.iter().enumerate() {
+        for seq in 2..6 {
+            let ev = if seq % 2 == 0 { Ev::unlike } else { Ev::like };
+            during.push(ev(&format!("a{i}-{seq}"), post, "alice", seq));
+        }
+        during.push(Ev::like(&format!("c{i}"), post, "carol", 1));
+    }
+    h.publish(&during).await;
+    let erase = tokio::task::spawn_blocking(move || {
+        let out = command
+            .args([
+                "users",
+                "erase",
+                "--chunk",
+                "3",
+                "--user-hash-key",
+                "k3y",
+                "--tombstone-refresh-ms",
+                "100",
+                "alice",
+            ])
+            .output()
+            .expect("hotcount runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    });
+    let (ok, stderr_text) = erase.await.expect("joined");
+    assert!(ok, "{stderr_text}");
+    let total = (before.len() + during.len()) as u64;
+    assert!(consumer.wait_for_acks(total, WAIT).await);
+    consumer.stop().await;
+
+    let at_rest = h.counts(&posts).await;
+    assert!(
+        at_rest.values().all(|&n| n == 2),
+        "bob's and carol's likes only: {at_rest:?}"
+    );
+    let out = run(&["users", "export", "alice"]);
+    assert_eq!(stdout(&out), "");
+    let out = run(&["reconcile"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+}
