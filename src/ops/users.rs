@@ -17,6 +17,13 @@
 //! already erased is skipped, so running `erase` again after a kill finishes
 //! the job and never decrements twice. Every later event of the user on an
 //! erased membership is older than the erasure, so stale: it changes no count.
+//!
+//! With the service's key ([`TombstoneSettings`]), the user's tombstone
+//! (the keyed hash of the id, never the id) is written before any
+//! membership is touched, the command waits until every replica holds it
+//! (then the flusher drops each of the user's events), and the erased
+//! memberships are deleted at the end, each only while still in the
+//! erasure's state: the id is then in no membership.
 
 use std::time::{Duration, SystemTime};
 
