@@ -100,27 +100,26 @@ enum UsersAction {
     /// carry the id. Resumable: run it again after a kill.
     Erase {
         #[command(flatten)]
-        target: Target,
-        /// Print what would change; write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// The service's consumer name (namespaces the batch markers).
-        #[arg(long, env = "HOTCOUNT_CONSUMER", default_value = "hotcount")]
-        consumer: String,
-        /// Counter shards per post (as the service's `--counter-shards`).
-        #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = hotcount::config::DEFAULT_COUNTER_SHARDS)]
-        counter_shards: u32,
-        /// Batch marker lifetime, in days (as the service's `--marker-ttl-days`).
-        #[arg(long, env = "HOTCOUNT_MARKER_TTL_DAYS", default_value_t = 40)]
-        marker_ttl_days: u64,
-        /// Memberships per transaction (1..=200).
-        #[arg(long, default_value_t = users::ERASE_CHUNK)]
-        chunk: usize,
-        #[command(flatten)]
-        hash: UserHash,
+        flags: EraseFlags,
         /// User ids.
         #[arg(required = true)]
         users: Vec<String>,
+    },
+    /// Print every tombstone (the keyed hashes of erased users, no id), one
+    /// a line: keep the list outside the store's backups.
+    Tombstones {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// After restoring a backup taken before some erasures: write back the
+    /// tombstones listed in FILE (as `tombstones` printed them), then erase
+    /// every user whose keyed hash is among them. Needs the key.
+    Reapply {
+        #[command(flatten)]
+        flags: EraseFlags,
+        /// The file of tombstones, one hash a line.
+        #[arg(long)]
+        tombstones: std::path::PathBuf,
     },
     /// Lift the tombstone `erase` left: the user's events count again.
     Restore {
@@ -132,6 +131,66 @@ enum UsersAction {
         #[arg(required = true)]
         users: Vec<String>,
     },
+}
+
+/// How `erase` and `reapply` commit.
+#[derive(clap::Args, Debug)]
+struct EraseFlags {
+    #[command(flatten)]
+    target: Target,
+    /// Print what would change; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// The service's consumer name (namespaces the batch markers).
+    #[arg(long, env = "HOTCOUNT_CONSUMER", default_value = "hotcount")]
+    consumer: String,
+    /// Counter shards per post (as the service's `--counter-shards`).
+    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = hotcount::config::DEFAULT_COUNTER_SHARDS)]
+    counter_shards: u32,
+    /// Batch marker lifetime, in days (as the service's `--marker-ttl-days`).
+    #[arg(long, env = "HOTCOUNT_MARKER_TTL_DAYS", default_value_t = 40)]
+    marker_ttl_days: u64,
+    /// Memberships per transaction (1..=200).
+    #[arg(long, default_value_t = users::ERASE_CHUNK)]
+    chunk: usize,
+    #[command(flatten)]
+    hash: UserHash,
+}
+
+impl EraseFlags {
+    /// The store the erasure commits through, and its settings.
+    async fn open(
+        &self,
+        endpoints: &Endpoints,
+    ) -> anyhow::Result<(users::EraseStore, users::EraseSettings)> {
+        let db = connect::store_db(endpoints, &self.target, 2).await?;
+        let ttl = std::time::Duration::from_secs(86_400 * self.marker_ttl_days.clamp(1, 3650));
+        let store = users::erase_store(db, &self.consumer, self.counter_shards, ttl);
+        let settle = std::time::Duration::from_millis(2 * self.hash.tombstone_refresh_ms);
+        let tombstone = self
+            .hash
+            .key()
+            .map(|key| users::TombstoneSettings { key, settle });
+        if tombstone.is_none() {
+            eprintln!("no --user-hash-key: no tombstone is written, and the erased memberships are kept (they hold the id)");
+        }
+        let settings = users::EraseSettings {
+            dry_run: self.dry_run,
+            chunk: self.chunk,
+            counter_shards: self.counter_shards,
+            tombstone,
+        };
+        Ok((store, settings))
+    }
+}
+
+/// One summary line of what an erasure did (`who` names the user).
+fn erased_line(dry_run: bool, who: &str, e: &users::Erased) -> String {
+    let verb = if dry_run { "would erase" } else { "erased" };
+    format!(
+        "{verb}\t{who}\tlikes removed {}\tunliked memberships {}\talready erased {}\tmemberships deleted {}\tquarantine records {}",
+        e.likes, e.unliked, e.already, e.deleted, e.quarantine
+    )
 }
 
 /// The tombstones' keyed hash, as the service's flags give it.
@@ -406,32 +465,8 @@ async fn users_command(endpoints: &Endpoints, action: UsersAction) -> anyhow::Re
             out.flush()?;
             Ok(())
         }
-        UsersAction::Erase {
-            target,
-            dry_run,
-            consumer,
-            counter_shards,
-            marker_ttl_days,
-            chunk,
-            hash,
-            users: ids,
-        } => {
-            let db = connect::store_db(endpoints, &target, 2).await?;
-            let ttl = std::time::Duration::from_secs(86_400 * marker_ttl_days.clamp(1, 3650));
-            let store = users::erase_store(db, &consumer, counter_shards, ttl);
-            let settle = std::time::Duration::from_millis(2 * hash.tombstone_refresh_ms);
-            let tombstone = hash
-                .key()
-                .map(|key| users::TombstoneSettings { key, settle });
-            if tombstone.is_none() {
-                eprintln!("no --user-hash-key: no tombstone is written, and the erased memberships are kept (they hold the id)");
-            }
-            let settings = users::EraseSettings {
-                dry_run,
-                chunk,
-                counter_shards,
-                tombstone,
-            };
+        UsersAction::Erase { flags, users: ids } => {
+            let (store, settings) = flags.open(endpoints).await?;
             for user in &ids {
                 let progress =
                     |done: u64, total: u64| eprintln!("{user}: {done}/{total} memberships erased");
@@ -440,12 +475,43 @@ async fn users_command(endpoints: &Endpoints, action: UsersAction) -> anyhow::Re
                     .with_context(|| {
                         format!("erasing {user} (running the command again resumes it)")
                     })?;
-                let verb = if dry_run { "would erase" } else { "erased" };
-                println!(
-                    "{verb}\t{user}\tlikes removed {}\tunliked memberships {}\talready erased {}\tmemberships deleted {}\tquarantine records {}",
-                    e.likes, e.unliked, e.already, e.deleted, e.quarantine
+                println!("{}", erased_line(flags.dry_run, user, &e));
+            }
+            Ok(())
+        }
+        UsersAction::Tombstones { target } => {
+            let db = connect::store_db(endpoints, &target, 1).await?;
+            for hash in users::tombstones(&db).await? {
+                println!("{hash}");
+            }
+            Ok(())
+        }
+        UsersAction::Reapply { flags, tombstones } => {
+            let text = std::fs::read_to_string(&tombstones)
+                .with_context(|| format!("reading {}", tombstones.display()))?;
+            let hashes: Vec<String> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect();
+            let (store, settings) = flags.open(endpoints).await?;
+            if settings.tombstone.is_none() {
+                anyhow::bail!(
+                    "--user-hash-key (HOTCOUNT_USER_HASH_KEY) is needed to re-apply tombstones"
                 );
             }
+            let done = users::reapply(&store, &hashes, &settings)
+                .await
+                .context("re-applying the tombstones (running the command again resumes it)")?;
+            for (hash, e) in &done {
+                println!("{}", erased_line(flags.dry_run, hash, e));
+            }
+            println!(
+                "{} tombstone(s); {} user(s) found and erased",
+                hashes.len(),
+                done.len()
+            );
             Ok(())
         }
         UsersAction::Restore {

@@ -758,3 +758,72 @@ async fn users_erase_with_a_tombstone_beside_a_running_consumer_delivering_the_u
     let out = run(&["reconcile"]);
     assert!(out.status.success(), "{}", stdout(&out));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_backup_from_before_an_erasure_is_restored_reapply_erases_the_user_again_from_the_kept_tombstones_postgres(
+) {
+    let h = Harness::start_on(Backend::Postgres).await;
+    let url = h.postgres_url().expect("postgres").to_string();
+    let run = |args: &[&str]| hotcount(&h, &url, args);
+    let err = stderr;
+    let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
+    let consumer = h.spawn(h.run_args("hotcount", &key));
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("b1", "p1", "bob", 1),
+    ];
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+    consumer.stop().await;
+    let with_key = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(key);
+        run(&all)
+    };
+    let out = with_key(&["users", "erase", "alice"]);
+    assert!(out.status.success(), "{}", err(&out));
+    let out = run(&["users", "tombstones"]);
+    assert!(out.status.success(), "{}", err(&out));
+    let listed = stdout(&out);
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(
+        !listed.contains("alice"),
+        "a tombstone holds no id: {listed}"
+    );
+    let file = std::env::temp_dir().join(format!("tombstones-{}", std::process::id()));
+    std::fs::write(&file, &listed).expect("written");
+
+    // A backup from before the erasure is restored: no tombstone, and her
+    // likes counted again.
+    let out = with_key(&["users", "restore", "alice"]);
+    assert_eq!(stdout(&out), "restored\talice\n", "{}", err(&out));
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    let restored = [
+        Ev::like("r1", "p1", "alice", 1),
+        Ev::like("r2", "p2", "alice", 1),
+    ];
+    h.publish(&restored).await;
+    assert!(consumer.wait_for_acks(2, WAIT).await);
+    consumer.stop().await;
+    let posts: Vec<String> = ["p1", "p2"].map(String::from).to_vec();
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [2, 1]
+    );
+
+    let path = file.to_string_lossy().into_owned();
+    let out = with_key(&["users", "reapply", "--tombstones", &path]);
+    assert!(out.status.success(), "{}", err(&out));
+    let hash = listed.trim();
+    assert_eq!(
+        stdout(&out),
+        format!("erased\t{hash}\tlikes removed 2\tunliked memberships 0\talready erased 0\tmemberships deleted 2\tquarantine records 0\n1 tombstone(s); 1 user(s) found and erased\n")
+    );
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [1, 0]
+    );
+    assert_eq!(stdout(&run(&["users", "tombstones"])), listed);
+    let _ = std::fs::remove_file(&file);
+}

@@ -178,6 +178,68 @@ pub async fn write_tombstone(db: &SelectedDb, key: &[u8], user_id: &str) -> Resu
     }
 }
 
+/// Every tombstone: the keyed hashes of the erased users (no id).
+pub async fn tombstones(db: &SelectedDb) -> Result<Vec<String>, StoreError> {
+    let mut hashes = match db {
+        SelectedDb::Firestore(db) => db.tombstones().await?,
+        SelectedDb::Postgres(db) => db.tombstones().await?,
+    };
+    hashes.sort();
+    Ok(hashes)
+}
+
+/// After a backup taken before some erasures is restored: writes back
+/// each tombstone of `hashes` (kept outside the backups), waits until
+/// every replica holds them, then erases ([`erase`]) every user with a
+/// membership whose keyed hash is among them. Returns, per hash found,
+/// what was erased (the id itself is never returned).
+pub async fn reapply(
+    store: &SelectedStore,
+    hashes: &[String],
+    settings: &EraseSettings,
+) -> Result<Vec<(String, Erased)>, EraseError> {
+    let Some(tombstone) = &settings.tombstone else {
+        return Ok(Vec::new());
+    };
+    let db = store.db();
+    let wanted: std::collections::HashSet<&str> = hashes.iter().map(String::as_str).collect();
+    if !settings.dry_run {
+        for hash in hashes {
+            match &db {
+                SelectedDb::Firestore(db) => db.write_tombstone(hash).await?,
+                SelectedDb::Postgres(db) => db.write_tombstone(hash).await?,
+            }
+        }
+        tokio::time::sleep(tombstone.settle).await;
+    }
+    let ids: Vec<String> = match &db {
+        SelectedDb::Firestore(db) => {
+            let (all, _) = db.memberships(None, Read::Latest).await?;
+            let mut ids: Vec<String> = all.into_iter().map(|m| m.key.user_id).collect();
+            ids.sort();
+            ids.dedup();
+            ids
+        }
+        SelectedDb::Postgres(db) => db.user_ids().await?,
+    };
+    // The tombstones are in place and held: no second wait per user.
+    let mut each = settings.clone();
+    each.tombstone = Some(TombstoneSettings {
+        key: tombstone.key.clone(),
+        settle: Duration::ZERO,
+    });
+    let mut done = Vec::new();
+    for id in ids {
+        let hash = crate::event::user_hash(&tombstone.key, &id);
+        if !wanted.contains(hash.as_str()) {
+            continue;
+        }
+        let erased = erase(store, &id, &each, |_, _| {}).await?;
+        done.push((hash, erased));
+    }
+    Ok(done)
+}
+
 /// Lifts the tombstone of `user_id`; whether there was one. The user's
 /// events count again from then on (within a refresh interval).
 pub async fn restore(db: &SelectedDb, key: &[u8], user_id: &str) -> Result<bool, StoreError> {
@@ -266,6 +328,9 @@ const MAX_PASSES: u32 = 5;
 pub fn is_erased(m: &Membership) -> bool {
     !m.liked && m.version.seq == ERASED_SEQ && m.version.event_id == ERASURE_EVENT_ID
 }
+
+/// The store `erase` commits through ([`erase_store`]).
+pub type EraseStore = SelectedStore;
 
 /// The store `erase` commits through: the service's consumer name, and a
 /// rollup due record in each commit that changes counts, so the rollups

@@ -656,6 +656,19 @@ impl PgDb {
         Ok(found)
     }
 
+    /// Every user id that has a membership.
+    pub async fn user_ids(&self) -> Result<Vec<String>, StoreError> {
+        let op = "ReadUserIds";
+        let rows = self
+            .query_rows_within(op, self.scan_timeout, schema::READ_USER_IDS, &[])
+            .await?;
+        let mut ids = Vec::with_capacity(rows.len());
+        for row in &rows {
+            ids.push(row.try_get(0).map_err(|e| query_error(op, &e))?);
+        }
+        Ok(ids)
+    }
+
     /// Every erased user's keyed hash.
     pub async fn tombstones(&self) -> Result<Vec<String>, StoreError> {
         let op = "ReadTombstones";

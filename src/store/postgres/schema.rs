@@ -251,6 +251,10 @@ pub const READ_USER_MEMBERSHIPS: &str = "SELECT post_id, user_id, liked, seq,
         (extract(epoch FROM updated_at) * 1000000)::int8
     FROM memberships WHERE user_id = $1 ORDER BY post_id";
 
+/// Every user id that has a membership (`users reapply`; served by the
+/// index `memberships_user_id`).
+pub const READ_USER_IDS: &str = "SELECT DISTINCT user_id FROM memberships";
+
 /// Every erased user's keyed hash (the pipeline's tombstone set).
 pub const READ_TOMBSTONES: &str = "SELECT user_hash FROM erased_users";
 
