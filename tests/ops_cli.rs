@@ -913,3 +913,59 @@ async fn after_a_backup_from_before_an_erasure_is_restored_reapply_erases_the_us
     assert_eq!(stdout(&run(&["users", "tombstones"])), listed);
     let _ = std::fs::remove_file(&file);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dlq_replay_of_an_erased_users_dead_letters_counts_nothing() {
+    use google_cloud_pubsub::model::Message;
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
+    let consumer = h.spawn(h.run_args("hotcount", &key));
+    h.publish(&[
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("b1", "p1", "bob", 1),
+    ])
+    .await;
+    assert!(consumer.wait_for_acks(2, WAIT).await);
+    let out = hotcount(
+        &h,
+        &["users", "erase", key[0], key[1], key[2], key[3], "alice"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(h.count("p1").await, 1);
+
+    // Her messages in the dead-letter topic, replayed to the main topic.
+    let dead_letters = hotcount::connect::publisher(
+        &h.endpoints,
+        "projects/hotcount-test/topics/likes-dead-letter",
+    )
+    .await
+    .expect("publisher");
+    for ev in [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a9", "p9", "alice", 1),
+    ] {
+        let message = Message::new().set_data(ev.json().into_bytes());
+        dead_letters.publish(message).await.expect("published");
+    }
+    let out = hotcount(&h, &["dlq", "replay", "--all", "--wait-ms", "1000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout(&out).matches("replayed\t").count(),
+        2,
+        "{}",
+        stdout(&out)
+    );
+    assert!(consumer.wait_for_acks(4, WAIT).await);
+    consumer.stop().await;
+    assert_eq!(h.count("p1").await, 1);
+    assert_eq!(h.count("p9").await, 0);
+}
