@@ -263,8 +263,10 @@ gcloud_p firestore fields ttls update expireAt \
   --enable-ttl --async
 
 echo "== Firestore: single-field index exemptions (fields never queried)"
-# Queried, so kept indexed: likes.postId and likes.liked (reconcile), the
-# collection-group scan of shards (reconcile without --post), and
+# Queried, so kept indexed: likes.postId and likes.liked (reconcile),
+# likes.userId (`hotcount users export|erase` find a user's memberships by
+# it: without the index, an access or erasure request would scan every
+# membership), the collection-group scan of shards (reconcile without --post), and
 # milestones.dueAt and milestones.status (the milestone dispatchers, retry).
 exempt() {
   local group="$1" field="$2"
@@ -273,9 +275,16 @@ exempt() {
     --database="${DATABASE}" \
     --disable-indexes --async
 }
-for field in userId seq occurredAt eventId batchId updatedAt; do
+for field in seq occurredAt eventId batchId updatedAt; do
   exempt likes "${field}"
 done
+# Earlier versions of this script exempted likes.userId: clear that
+# exemption, so the field is indexed again (the build takes a while on a
+# large collection; `users` commands fail with FAILED_PRECONDITION until done).
+gcloud_p firestore indexes fields update userId \
+  --collection-group="${COLLECTION_PREFIX}likes" \
+  --database="${DATABASE}" \
+  --clear-exemption --async
 # Counter shards are a subcollection, never prefixed (layout.rs `SHARDS`).
 gcloud_p firestore indexes fields update likes \
   --collection-group=shards \

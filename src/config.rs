@@ -423,6 +423,17 @@ pub struct RunArgs {
         default_value_t = 10_000
     )]
     pub milestone_webhook_timeout_ms: u64,
+    /// Key of the keyed hash (HMAC-SHA256) that erased users' tombstones
+    /// hold instead of their ids (`hotcount users erase`): the same key on
+    /// every replica and in the `users` commands. Unset: no event is checked
+    /// against tombstones.
+    #[arg(long, env = "HOTCOUNT_USER_HASH_KEY", hide_env_values = true)]
+    pub user_hash_key: Option<Secret>,
+    /// How often each replica re-reads the erased users' tombstones, in
+    /// milliseconds: an erasure waits twice this before it removes
+    /// memberships.
+    #[arg(long, env = "HOTCOUNT_TOMBSTONE_REFRESH_MS", default_value_t = 5_000)]
+    pub tombstone_refresh_ms: u64,
     /// How long a replica holds a milestone it calls for before another
     /// may take it over (a replica that died mid-call), in seconds; more
     /// than the webhook timeout.
@@ -560,6 +571,10 @@ pub struct Config {
     pub milestones: Option<MilestoneSettings>,
     /// The `--milestones` list given, if any: it must match the stored one.
     pub milestones_given: Option<Vec<i64>>,
+    /// The tombstones' hash key; `None` (or empty) = no tombstone check.
+    pub user_hash_key: Option<Secret>,
+    /// How often the tombstones are re-read.
+    pub tombstone_refresh: Duration,
 }
 
 /// The milestones a deployment without a stored setting adopts from its
@@ -1009,6 +1024,16 @@ impl RunArgs {
                 .as_deref()
                 .map(parse_milestones)
                 .transpose()?,
+            user_hash_key: self
+                .user_hash_key
+                .clone()
+                .filter(|k| !k.expose().is_empty()),
+            tombstone_refresh: Duration::from_millis(range(
+                "tombstone-refresh-ms",
+                self.tombstone_refresh_ms,
+                100,
+                60_000,
+            )?),
             push,
         })
     }

@@ -31,13 +31,14 @@
 //!   `prometheus-client` registry, and tracing setup; [`http`]: the
 //!   `/metrics`, `/healthz` and `/readyz` endpoint.
 //! - Beside the pipeline, the operator commands ([`ops`]): `setup`,
-//!   `reconcile`, `replay`, `dlq`, `quarantine` and `milestones`.
+//!   `reconcile`, `replay`, `dlq`, `quarantine`, `milestones` and `users`.
 //!
 //! # Invariants
 //! - An ack leaves the service only for a message whose effects, or whose
 //!   quarantine record, are committed ([`acker`](pipeline::acker), called only by [`flusher`](pipeline::flusher)
-//!   after the store reports that part of the batch committed); a message
-//!   whose record the store refuses is nacked.
+//!   after the store reports that part of the batch committed), or for an
+//!   event of an erased user, dropped by design (`flusher::Tombstones`); a
+//!   message whose record the store refuses is nacked.
 //! - A (post, user) contributes at most +1 to its post, whatever is
 //!   delivered, replayed or retried; its contribution always equals its
 //!   latest `liked` ([`Batch::plan`](pipeline::batch::Batch::plan), read and written in one

@@ -19,7 +19,7 @@ use crate::config::{Config, Endpoints, Strategy};
 use crate::connect;
 use crate::pipeline::acker::{AckHandle, Acker};
 use crate::pipeline::aggregator::Aggregator;
-use crate::pipeline::flusher::Flusher;
+use crate::pipeline::flusher::{Flusher, Tombstones};
 use crate::pipeline::milestones::{Dispatcher, Webhook};
 use crate::pipeline::push::{Push, PushConfig, PushHandle, PATH as PUSH_PATH};
 use crate::pipeline::rollup::Refresher;
@@ -417,6 +417,22 @@ fn aggregator<H: Send + 'static>(config: &Config, stats: &Stats) -> Arc<Aggregat
     aggregator
 }
 
+/// Re-reads the erased users' tombstones into `tombstones`; a failed read
+/// keeps the set held (logged).
+async fn refresh_tombstones(db: &crate::store::selected::SelectedDb, tombstones: &Tombstones) {
+    use crate::store::selected::SelectedDb;
+    let read = match db {
+        SelectedDb::Firestore(db) => db.tombstones().await,
+        SelectedDb::Postgres(db) => db.tombstones().await,
+    };
+    match read {
+        Ok(hashes) => tombstones.replace(hashes),
+        Err(error) => {
+            tracing::warn!(%error, "reading the erased users' tombstones failed; keeping the set held")
+        }
+    }
+}
+
 /// The flusher of one aggregator, and the rollup refresher beside it,
 /// running until [`Flushing::drain`].
 struct Flushing<H> {
@@ -430,7 +446,7 @@ struct Flushing<H> {
 
 impl<H: AckHandle> Flushing<H> {
     /// Starts the flusher over `aggregator`, committing into `store`.
-    fn start(
+    async fn start(
         aggregator: Arc<Aggregator<H>>,
         store: Arc<SelectedStore>,
         stats: &Arc<Stats>,
@@ -490,6 +506,24 @@ impl<H: AckHandle> Flushing<H> {
         }
         let (stop, flush_stop) = watch::channel(false);
         let mut task = tokio::task::JoinSet::new();
+        if let Some(key) = &config.user_hash_key {
+            let tombstones = Arc::new(Tombstones::new(key.expose().as_bytes()));
+            flusher = flusher.with_tombstones(tombstones.clone());
+            let db = store.db();
+            let every = config.tombstone_refresh;
+            let mut stopped = flush_stop.clone();
+            // Read once before the flusher starts, then every interval.
+            refresh_tombstones(&db, &tombstones).await;
+            task.spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep(every) => {}
+                        _ = stopped.changed() => return,
+                    }
+                    refresh_tombstones(&db, &tombstones).await;
+                }
+            });
+        }
         task.spawn(flusher.run(flush_stop));
         Ok(Self {
             aggregator,
@@ -596,7 +630,7 @@ async fn run_pull(
 ) -> Result<(), ServiceError> {
     let subscriber = connect::subscriber(endpoints).await?;
     let aggregator: Arc<Aggregator<PubSubHandle>> = aggregator(config, stats);
-    let flushing = Flushing::start(aggregator.clone(), store, stats, config, milestones)?;
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config, milestones).await?;
     let source = Source::new(subscriber, config.source(), aggregator, stats.clone());
     tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, strategy = ?config.strategy, "hotcount running (pull)");
     // The flusher stops only after the source has stopped, so nothing new
@@ -623,7 +657,7 @@ async fn run_push(
 ) -> Result<(), ServiceError> {
     let hold_max = PushConfig::hold_max_for(ack_deadline);
     let aggregator: Arc<Aggregator<PushHandle>> = aggregator(config, stats);
-    let flushing = Flushing::start(aggregator.clone(), store, stats, config, milestones)?;
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config, milestones).await?;
     push.open(aggregator, hold_max).await;
     tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, addr = ?stats.push_addr.get(), ?ack_deadline, ?hold_max, strategy = ?config.strategy, "hotcount running (push)");
     stats.set_ready(true);

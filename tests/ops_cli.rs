@@ -1,5 +1,6 @@
 //! The operator commands as an operator runs them: `reconcile` (exit status
-//! and report), `replay --dry-run`, `dlq inspect|replay`.
+//! and report), `replay --dry-run`, `dlq inspect|replay`, `users
+//! export|erase`.
 
 mod common;
 #[path = "support/corrupt.rs"]
@@ -402,4 +403,569 @@ async fn replay_retries_a_chunk_like_the_consumer_and_reports_what_it_committed_
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(h.count("r").await, 14, "every event once: {text}");
+}
+
+/// The posts `out` (a `users export`) lists, in order, each line checked
+/// to be one JSON object with the fields an access request answers with.
+fn exported_posts(out: &Output) -> Vec<String> {
+    let mut posts = Vec::new();
+    for line in stdout(out).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("one JSON object per line");
+        for field in ["since", "lastEventAt", "recordedAt"] {
+            assert!(v[field].as_str().is_some(), "{field} in {line}");
+        }
+        posts.push(v["post"].as_str().expect("post").to_string());
+    }
+    posts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_export_prints_one_json_line_per_post_the_user_likes_now() {
+    let h = Harness::start().await;
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("a3", "p3", "alice", 1),
+        Ev::unlike("a4", "p2", "alice", 2),
+        Ev::like("b1", "p1", "bob", 1),
+    ];
+    processed(&h, &events).await;
+    let out = hotcount(&h, &["users", "export", "alice"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(exported_posts(&out), ["p1", "p3"], "{}", stdout(&out));
+    let out = hotcount(&h, &["users", "export", "nobody"]);
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_erase_removes_each_like_exactly_once_and_the_users_later_events_change_no_count() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let err = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("a3", "p3", "alice", 1),
+        Ev::unlike("a4", "p2", "alice", 2),
+        Ev::like("b1", "p1", "bob", 1),
+        Ev::like("c1", "p3", "carol", 1),
+    ];
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    h.publish(&events).await;
+    // Two poison messages: one carries alice's id, one a longer id.
+    h.publish_raw(&[
+        br#"{"version":1,"type":"like.added","userId":"alice"}"#.to_vec(),
+        br#"{"version":1,"type":"like.added","userId":"alicex"}"#.to_vec(),
+    ])
+    .await;
+    assert!(consumer.wait_for_acks(events.len() as u64 + 2, WAIT).await);
+    consumer.stop().await;
+    let posts: Vec<String> = ["p1", "p2", "p3"].map(String::from).to_vec();
+    let before = h.counts(&posts).await;
+    assert_eq!(before.values().copied().collect::<Vec<_>>(), [2, 0, 2]);
+
+    let out = run(&["users", "erase", "--dry-run", "alice"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(
+        stdout(&out),
+        "would erase\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tmemberships deleted 0\tquarantine records 1\n"
+    );
+    assert_eq!(h.counts(&posts).await, before, "a dry run writes nothing");
+
+    let out = run(&["users", "erase", "--chunk", "1", "alice"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(
+        stdout(&out),
+        "erased\talice\tlikes removed 2\tunliked memberships 1\talready erased 0\tmemberships deleted 0\tquarantine records 1\n"
+    );
+    assert!(
+        err(&out).contains("alice: 3/3 memberships erased"),
+        "{}",
+        err(&out)
+    );
+    let after = h.counts(&posts).await;
+    assert_eq!(after.values().copied().collect::<Vec<_>>(), [1, 0, 1]);
+    let out = run(&["users", "export", "alice"]);
+    assert_eq!(stdout(&out), "", "alice likes nothing now");
+    let out = run(&["quarantine", "list"]);
+    assert!(stdout(&out).contains("1 record(s)"), "{}", stdout(&out));
+
+    // Again: nothing left to do, nothing decremented twice.
+    let out = run(&["users", "erase", "alice"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(
+        stdout(&out),
+        "erased\talice\tlikes removed 0\tunliked memberships 0\talready erased 3\tmemberships deleted 0\tquarantine records 0\n"
+    );
+    assert_eq!(h.counts(&posts).await, after);
+
+    // Her old events redelivered, and newer ones on the erased posts: stale.
+    let late = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a5", "p2", "alice", 7),
+        Ev::unlike("a6", "p3", "alice", 8),
+    ];
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    h.publish(&late).await;
+    assert!(consumer.wait_for_acks(late.len() as u64, WAIT).await);
+    consumer.stop().await;
+    assert_eq!(h.counts(&posts).await, after);
+    let out = run(&["reconcile"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_erase_killed_midway_then_run_again_is_exact_and_never_decrements_twice() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let err = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let mut command = h.command();
+    let mut events = Vec::new();
+    for i in 0..40 {
+        let post = format!("q{i:02}");
+        events.push(Ev::like(&format!("a{i}"), &post, "alice", 1));
+        events.push(Ev::like(&format!("b{i}"), &post, "bob", 1));
+    }
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(events.len() as u64, WAIT).await);
+    consumer.stop().await;
+    let posts: Vec<String> = (0..40).map(|i| format!("q{i:02}")).collect();
+
+    // Killed (SIGKILL) once its second transaction has committed.
+    let mut child = command
+        .args(["users", "erase", "--chunk", "4", "alice"])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("hotcount starts");
+    let stderr = child.stderr.take().expect("piped");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("stderr");
+        seen.push(line.clone());
+        if line.contains("alice: 8/40") {
+            break;
+        }
+    }
+    child.kill().expect("killed");
+    let _ = child.wait();
+    let mid = h.counts(&posts).await;
+    let erased = mid.values().filter(|&&n| n == 1).count();
+    assert!(
+        (2..40).contains(&erased),
+        "killed mid-erasure: {erased} posts erased; stderr {seen:?}"
+    );
+    assert!(mid.values().all(|&n| n == 1 || n == 2), "{mid:?}");
+
+    let out = run(&["users", "erase", "alice"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "likes removed {}\tunliked memberships 0\talready erased {erased}\t",
+            40 - erased
+        )),
+        "{}",
+        stdout(&out)
+    );
+    let at_rest = h.counts(&posts).await;
+    assert!(
+        at_rest.values().all(|&n| n == 1),
+        "bob's likes only: {at_rest:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_erase_beside_a_running_consumer_delivering_the_users_events_is_exact_at_rest() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let mut command = h.command();
+    let posts: Vec<String> = (0..20).map(|i| format!("r{i:02}")).collect();
+    let mut before = Vec::new();
+    for (i, post) in posts.iter().enumerate() {
+        before.push(Ev::like(&format!("a{i}"), post, "alice", 1));
+        before.push(Ev::like(&format!("b{i}"), post, "bob", 1));
+    }
+    let consumer = h.spawn(h.run_args("hotcount", &["--max-batch-events", "4"]));
+    h.publish(&before).await;
+    assert!(consumer.wait_for_acks(before.len() as u64, WAIT).await);
+
+    // Alice's later events and carol's likes still being delivered while
+    // the erasure runs beside the consumer.
+    let mut during = Vec::new();
+    for (i, post) in posts.iter().enumerate() {
+        for seq in 2..6 {
+            let ev = if seq % 2 == 0 { Ev::unlike } else { Ev::like };
+            during.push(ev(&format!("a{i}-{seq}"), post, "alice", seq));
+        }
+        during.push(Ev::like(&format!("c{i}"), post, "carol", 1));
+    }
+    h.publish(&during).await;
+    let erase = tokio::task::spawn_blocking(move || {
+        let out = command
+            .args(["users", "erase", "--chunk", "3", "alice"])
+            .output()
+            .expect("hotcount runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    });
+    let (ok, stderr_text) = erase.await.expect("joined");
+    assert!(ok, "{stderr_text}");
+    let total = (before.len() + during.len()) as u64;
+    assert!(consumer.wait_for_acks(total, WAIT).await);
+    consumer.stop().await;
+
+    let at_rest = h.counts(&posts).await;
+    assert!(
+        at_rest.values().all(|&n| n == 2),
+        "bob's and carol's likes only: {at_rest:?}"
+    );
+    let out = run(&["users", "export", "alice"]);
+    assert_eq!(stdout(&out), "");
+    let out = run(&["reconcile"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erased_users_every_event_is_dropped_until_restored_and_their_memberships_are_gone() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let err = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
+    let consumer = h.spawn(h.run_args("hotcount", &key));
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("b1", "p1", "bob", 1),
+    ];
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+
+    let mut erase = vec!["users", "erase"];
+    erase.extend(key);
+    erase.push("alice");
+    let out = run(&erase);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(
+        stdout(&out),
+        "erased\talice\tlikes removed 2\tunliked memberships 0\talready erased 0\tmemberships deleted 2\tquarantine records 0\n"
+    );
+    let posts: Vec<String> = ["p1", "p2", "p9"].map(String::from).to_vec();
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [1, 0, 0]
+    );
+    // No membership of hers is left: a dry run finds nothing at all.
+    let mut dry = vec!["users", "erase", "--dry-run"];
+    dry.extend(key);
+    dry.push("alice");
+    let out = run(&dry);
+    assert_eq!(
+        stdout(&out),
+        "would erase\talice\tlikes removed 0\tunliked memberships 0\talready erased 0\tmemberships deleted 0\tquarantine records 0\n"
+    );
+
+    // Her old like redelivered, and a new like of hers on a post she never
+    // liked: both dropped; bob's like on that post counts.
+    let late = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a9", "p9", "alice", 1),
+        Ev::like("b9", "p9", "bob", 1),
+    ];
+    h.publish(&late).await;
+    assert!(consumer.wait_for_acks(6, WAIT).await);
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [1, 0, 1]
+    );
+    assert_eq!(consumer.stats.erased_dropped.get(), 2);
+
+    // Lifted: her events count again.
+    let mut restore = vec!["users", "restore"];
+    restore.extend(key);
+    restore.push("alice");
+    let out = run(&restore);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(stdout(&out), "restored\talice\n");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.publish(&[Ev::like("a10", "p9", "alice", 2)]).await;
+    assert!(consumer.wait_for_acks(7, WAIT).await);
+    consumer.stop().await;
+    assert_eq!(h.count("p9").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seek_replay_after_an_erasure_counts_none_of_the_erased_users_events() {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    common::archive(&h, "likes-archive").await;
+    let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
+    let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
+    let consumer = h.spawn(h.run_args("hotcount", &key));
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("b1", "p1", "bob", 1),
+    ];
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+    consumer.stop().await;
+    let out = hotcount(
+        &h,
+        &["users", "erase", key[0], key[1], key[2], key[3], "alice"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+    let (from, to) = (common::rfc3339(from), common::rfc3339(to));
+    let out = hotcount(
+        &h,
+        &[
+            "replay",
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--replay-subscription",
+            "likes-archive",
+            "--idle-ms",
+            "1500",
+            "--end-grace-ms",
+            "200",
+            "--max-divergence",
+            "1",
+            "--max-events-per-sec",
+            "10000",
+            "--user-hash-key",
+            "k3y",
+        ],
+    );
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("erased users' events dropped\t2"), "{text}");
+    let posts: Vec<String> = ["p1", "p2"].map(String::from).to_vec();
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [1, 0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_erase_with_a_tombstone_beside_a_running_consumer_delivering_the_users_events_is_exact_at_rest(
+) {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let mut command = h.command();
+    let posts: Vec<String> = (0..20).map(|i| format!("r{i:02}")).collect();
+    let mut before = Vec::new();
+    for (i, post) in posts.iter().enumerate() {
+        before.push(Ev::like(&format!("a{i}"), post, "alice", 1));
+        before.push(Ev::like(&format!("b{i}"), post, "bob", 1));
+    }
+    let consumer = h.spawn(h.run_args(
+        "hotcount",
+        &[
+            "--max-batch-events",
+            "4",
+            "--user-hash-key",
+            "k3y",
+            "--tombstone-refresh-ms",
+            "100",
+        ],
+    ));
+    h.publish(&before).await;
+    assert!(consumer.wait_for_acks(before.len() as u64, WAIT).await);
+
+    // Alice's later events and carol's likes still being delivered while
+    // the erasure runs beside the consumer.
+    let mut during = Vec::new();
+    for (i, post) in posts.iter().enumerate() {
+        for seq in 2..6 {
+            let ev = if seq % 2 == 0 { Ev::unlike } else { Ev::like };
+            during.push(ev(&format!("a{i}-{seq}"), post, "alice", seq));
+        }
+        during.push(Ev::like(&format!("c{i}"), post, "carol", 1));
+    }
+    h.publish(&during).await;
+    let erase = tokio::task::spawn_blocking(move || {
+        let out = command
+            .args([
+                "users",
+                "erase",
+                "--chunk",
+                "3",
+                "--user-hash-key",
+                "k3y",
+                "--tombstone-refresh-ms",
+                "100",
+                "alice",
+            ])
+            .output()
+            .expect("hotcount runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    });
+    let (ok, stderr_text) = erase.await.expect("joined");
+    assert!(ok, "{stderr_text}");
+    let total = (before.len() + during.len()) as u64;
+    assert!(consumer.wait_for_acks(total, WAIT).await);
+    consumer.stop().await;
+
+    let at_rest = h.counts(&posts).await;
+    assert!(
+        at_rest.values().all(|&n| n == 2),
+        "bob's and carol's likes only: {at_rest:?}"
+    );
+    let out = run(&["users", "export", "alice"]);
+    assert_eq!(stdout(&out), "");
+    let out = run(&["reconcile"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_backup_from_before_an_erasure_is_restored_reapply_erases_the_user_again_from_the_kept_tombstones(
+) {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let err = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
+    let consumer = h.spawn(h.run_args("hotcount", &key));
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("b1", "p1", "bob", 1),
+    ];
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(3, WAIT).await);
+    consumer.stop().await;
+    let with_key = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(key);
+        run(&all)
+    };
+    let out = with_key(&["users", "erase", "alice"]);
+    assert!(out.status.success(), "{}", err(&out));
+    let out = run(&["users", "tombstones"]);
+    assert!(out.status.success(), "{}", err(&out));
+    let listed = stdout(&out);
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(
+        !listed.contains("alice"),
+        "a tombstone holds no id: {listed}"
+    );
+    let file = std::env::temp_dir().join(format!("tombstones-{}", std::process::id()));
+    std::fs::write(&file, &listed).expect("written");
+
+    // A backup from before the erasure is restored: no tombstone, and her
+    // likes counted again.
+    let out = with_key(&["users", "restore", "alice"]);
+    assert_eq!(stdout(&out), "restored\talice\n", "{}", err(&out));
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    let restored = [
+        Ev::like("r1", "p1", "alice", 1),
+        Ev::like("r2", "p2", "alice", 1),
+    ];
+    h.publish(&restored).await;
+    assert!(consumer.wait_for_acks(2, WAIT).await);
+    consumer.stop().await;
+    let posts: Vec<String> = ["p1", "p2"].map(String::from).to_vec();
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [2, 1]
+    );
+
+    let path = file.to_string_lossy().into_owned();
+    let out = with_key(&["users", "reapply", "--tombstones", &path]);
+    assert!(out.status.success(), "{}", err(&out));
+    let hash = listed.trim();
+    assert_eq!(
+        stdout(&out),
+        format!("erased\t{hash}\tlikes removed 2\tunliked memberships 0\talready erased 0\tmemberships deleted 2\tquarantine records 0\n1 tombstone(s); 1 user(s) found and erased\n")
+    );
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [1, 0]
+    );
+    assert_eq!(stdout(&run(&["users", "tombstones"])), listed);
+    let _ = std::fs::remove_file(&file);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dlq_replay_of_an_erased_users_dead_letters_counts_nothing() {
+    use google_cloud_pubsub::model::Message;
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
+    let consumer = h.spawn(h.run_args("hotcount", &key));
+    h.publish(&[
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("b1", "p1", "bob", 1),
+    ])
+    .await;
+    assert!(consumer.wait_for_acks(2, WAIT).await);
+    let out = hotcount(
+        &h,
+        &["users", "erase", key[0], key[1], key[2], key[3], "alice"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(h.count("p1").await, 1);
+
+    // Her messages in the dead-letter topic, replayed to the main topic.
+    let dead_letters = hotcount::connect::publisher(
+        &h.endpoints,
+        "projects/hotcount-test/topics/likes-dead-letter",
+    )
+    .await
+    .expect("publisher");
+    for ev in [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a9", "p9", "alice", 1),
+    ] {
+        let message = Message::new().set_data(ev.json().into_bytes());
+        dead_letters.publish(message).await.expect("published");
+    }
+    let out = hotcount(&h, &["dlq", "replay", "--all", "--wait-ms", "1000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout(&out).matches("replayed\t").count(),
+        2,
+        "{}",
+        stdout(&out)
+    );
+    assert!(consumer.wait_for_acks(4, WAIT).await);
+    consumer.stop().await;
+    assert_eq!(h.count("p1").await, 1);
+    assert_eq!(h.count("p9").await, 0);
 }

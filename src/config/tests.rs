@@ -65,6 +65,8 @@ fn flags_reproduce_every_setting() {
     changed.milestone_webhook_secret = Some("s3cret".into());
     changed.milestone_webhook_timeout_ms = 79;
     changed.milestone_lease_secs = 83;
+    changed.user_hash_key = Some("k3y".into());
+    changed.tombstone_refresh_ms = 700;
     changed.milestone_retry_initial_ms = 89;
     changed.delivery = Delivery::Push;
     changed.push_addr = "127.0.0.1:8089".into();

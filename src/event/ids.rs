@@ -137,3 +137,22 @@ pub fn fnv1a64(a: &[u8], b: &[u8]) -> u64 {
     }
     hash
 }
+
+/// The keyed hash of a user id that an erasure's tombstone holds instead
+/// of the id: lowercase hex HMAC-SHA256(`key`, `user_id`). Without the key
+/// it cannot be recomputed from a guessed id; with it, the same id always
+/// gives the same hash, so the pipeline can recognise an erased user.
+pub fn user_hash(key: &[u8], user_id: &str) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(key)
+        .expect("HMAC takes a key of any length");
+    mac.update(user_id.as_bytes());
+    let digest = mac.finalize().into_bytes();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        hex.push(char::from(HEX[usize::from(byte >> 4)]));
+        hex.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    hex
+}

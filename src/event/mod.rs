@@ -25,7 +25,7 @@ mod time;
 pub use decode::parse_general;
 pub use encode::to_json;
 pub(crate) use ids::push_decimal;
-pub use ids::{check_id, fnv1a64, IdProblem};
+pub use ids::{check_id, fnv1a64, user_hash, IdProblem};
 
 use time::{MAX_MICROS, MIN_MICROS};
 

@@ -13,6 +13,8 @@
 //! - [`milestones`]: milestone records listed, and given-up ones retried.
 //! - [`rollups`]: every rollup brought to the sum of every counter shard
 //!   its post has (after an upgrade from a build before rollups).
+//! - [`users`]: one user's data exported (an access request) or erased
+//!   exactly (through the pipeline's commit).
 //!
 //! Each runs on the store `--store` selects, through one code path: a
 //! trait implemented for both stores (`reconcile::Reconcilable`), or a
@@ -31,3 +33,4 @@ pub mod reconcile;
 pub mod replay;
 pub mod rollups;
 pub mod setup;
+pub mod users;

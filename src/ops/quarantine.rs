@@ -97,7 +97,7 @@ fn split_id(id: &str) -> Option<(&str, &str)> {
 }
 
 /// Deletes `record` from the store that holds it.
-async fn delete(db: &SelectedDb, record: &StoredRecord) -> Result<(), StoreError> {
+pub async fn delete(db: &SelectedDb, record: &StoredRecord) -> Result<(), StoreError> {
     match db {
         SelectedDb::Firestore(db) => db.delete_quarantine_record(record.id()).await,
         SelectedDb::Postgres(db) => {

@@ -73,6 +73,8 @@ pub struct Stats {
     pub batches_failed: Counter,
     /// See [`names::EVENTS_ISOLATED`].
     pub isolated: Counter,
+    /// See [`names::EVENTS_ERASED_USER`].
+    pub erased_dropped: Counter,
     /// See [`names::QUARANTINE_REFUSED`].
     pub quarantine_refused: Counter,
     /// See [`names::CONTENTION_SPLITS`].
@@ -183,6 +185,7 @@ impl Default for Stats {
             commit_retries: Counter::default(),
             batches_failed: Counter::default(),
             isolated: Counter::default(),
+            erased_dropped: Counter::default(),
             quarantine_refused: Counter::default(),
             contention_splits: Counter::default(),
             acks: Counter::default(),
@@ -254,6 +257,7 @@ impl Stats {
             (COMMIT_RETRIES, &self.commit_retries),
             (BATCHES_FAILED, &self.batches_failed),
             (EVENTS_ISOLATED, &self.isolated),
+            (EVENTS_ERASED_USER, &self.erased_dropped),
             (CONTENTION_SPLITS, &self.contention_splits),
             (QUARANTINE_REFUSED, &self.quarantine_refused),
             (ACKS, &self.acks),

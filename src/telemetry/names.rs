@@ -54,6 +54,8 @@ metrics! {
         "Messages quarantined as poison.";
     EVENTS_ISOLATED = "hotcount_events_isolated_total",
         "Valid events the store refused, isolated and quarantined.";
+    EVENTS_ERASED_USER = "hotcount_events_erased_user_total",
+        "Events of erased users (a tombstone holds their keyed hash), dropped and acked.";
     QUARANTINE_REFUSED = "hotcount_quarantine_refused_total",
         "Quarantine records the store refused; each message was nacked for the dead-letter policy.";
     BATCHES_COMMITTED = "hotcount_batches_committed_total",

@@ -90,6 +90,11 @@ pub struct ReplayArgs {
     /// Keep the replay subscription afterwards.
     #[arg(long)]
     pub keep_subscription: bool,
+    /// The service's `--user-hash-key`: events of erased users (a
+    /// tombstone holds their keyed hash) are dropped, as the service drops
+    /// them. Unset: no event is checked.
+    #[arg(long, env = "HOTCOUNT_USER_HASH_KEY", hide_env_values = true)]
+    pub user_hash_key: Option<crate::config::Secret>,
 }
 
 /// A replay failure.
@@ -163,6 +168,8 @@ pub struct ReplayReport {
     pub messages: u64,
     /// Messages outside the window, skipped.
     pub skipped: u64,
+    /// Events of erased users, dropped.
+    pub erased: u64,
     /// Effects committed (dry run: that would be committed).
     pub effects: Effects,
     /// Net count change per post (dry run: that would be made).
@@ -267,9 +274,13 @@ pub async fn run(endpoints: &Endpoints, args: &ReplayArgs) -> Result<ReplayRepor
         Ok(_) => {
             let store = open_store(endpoints, args).await?;
             let subscriber = connect::subscriber(endpoints).await?;
-            let replayed = Replayer::new(store.clone(), args, window, &subscription)
-                .run(subscriber)
-                .await;
+            let mut replayer = Replayer::new(store.clone(), args, window, &subscription);
+            if let Some(key) = args.user_hash_key.as_ref().map(|k| k.expose()) {
+                if !key.is_empty() {
+                    replayer = replayer.with_tombstones(tombstones(&store, key).await?);
+                }
+            }
+            let replayed = replayer.run(subscriber).await;
             if let Ok(report) = &replayed {
                 refresh_rollups(&store, args, report).await;
             }
@@ -320,6 +331,21 @@ async fn create(
         }
         Err(e) => Err(pubsub_error("creating", subscription, e)),
     }
+}
+
+/// The erased users' tombstones, read once (a replay is short).
+async fn tombstones(
+    store: &SelectedStore,
+    key: &str,
+) -> Result<crate::pipeline::flusher::Tombstones, ReplayError> {
+    use crate::store::selected::SelectedDb;
+    let hashes = match store.db() {
+        SelectedDb::Firestore(db) => db.tombstones().await?,
+        SelectedDb::Postgres(db) => db.tombstones().await?,
+    };
+    let tombstones = crate::pipeline::flusher::Tombstones::new(key.as_bytes());
+    tombstones.replace(hashes);
+    Ok(tombstones)
 }
 
 /// The store the service writes, under the service's consumer name
@@ -384,6 +410,7 @@ mod tests {
             deleted: false,
             messages: 10,
             skipped: 0,
+            erased: 0,
             effects: Effects {
                 applied: 1,
                 duplicates: 8,

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::{divergence, pubsub_error, Ending, ReplayArgs, ReplayError, ReplayReport, Window};
 use crate::pipeline::aggregator::Item;
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
-use crate::pipeline::flusher::{backoff, FlushConfig};
+use crate::pipeline::flusher::{backoff, FlushConfig, Tombstones};
 use crate::pipeline::source::to_item;
 use crate::store::selected::SelectedStore;
 use crate::store::{Attempt, CommitReport, CounterStore, StoreError};
@@ -35,6 +35,8 @@ pub(super) struct Replayer<'a> {
     overlay: HashMap<MembershipKey, Membership>,
     report: ReplayReport,
     started: Instant,
+    /// Erased users, whose events are dropped.
+    tombstones: Option<Tombstones>,
 }
 
 impl<'a> Replayer<'a> {
@@ -55,6 +57,7 @@ impl<'a> Replayer<'a> {
                 deleted: false,
                 messages: 0,
                 skipped: 0,
+                erased: 0,
                 effects: Effects::default(),
                 deltas: BTreeMap::new(),
                 ending: Ending::Drained,
@@ -62,6 +65,15 @@ impl<'a> Replayer<'a> {
                 failure: None,
             },
             started: Instant::now(),
+            tombstones: None,
+        }
+    }
+
+    /// This replay, dropping the events of the users `tombstones` holds.
+    pub(super) fn with_tombstones(self, tombstones: Tombstones) -> Self {
+        Self {
+            tombstones: Some(tombstones),
+            ..self
         }
     }
 
@@ -186,6 +198,13 @@ impl<'a> Replayer<'a> {
             match to_item(message) {
                 Item::Event(e) => events.push(e),
                 Item::Poison(p) => poison.push(*p),
+            }
+        }
+        if let Some(t) = &self.tombstones {
+            if let Some(set) = t.snapshot() {
+                let before = events.len();
+                events.retain(|e| !t.holds(&set, e.user_id()));
+                self.report.erased += (before - events.len()) as u64;
             }
         }
         let batch = Batch::new(events, poison);

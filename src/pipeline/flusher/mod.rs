@@ -35,18 +35,22 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::event::LikeEvent;
 use crate::pipeline::acker::{AckHandle, Acker};
 use crate::pipeline::aggregator::{Aggregator, Taken};
-use crate::pipeline::batch::Batch;
+use crate::pipeline::batch::{Batch, Tagged};
 use crate::pipeline::rollup::Marks;
 use crate::store::{CounterStore, Deadline};
 use crate::telemetry::Stats;
 
 mod decide;
 mod isolate;
+mod tombstones;
 
 pub use decide::{decide, Decision};
 pub use isolate::backoff;
+use isolate::Settlement;
+pub use tombstones::Tombstones;
 
 /// Flush and retry settings.
 #[derive(Clone, Debug)]
@@ -101,6 +105,8 @@ pub struct Flusher<S, H> {
     /// Where the posts a commit changed are marked for their rollup's
     /// refresh (none when rollups are off).
     rollups: Option<Arc<Marks>>,
+    /// Erased users, whose events are dropped (none when no key is set).
+    tombstones: Option<Arc<Tombstones>>,
 }
 
 impl<S, H> Clone for Flusher<S, H> {
@@ -114,6 +120,7 @@ impl<S, H> Clone for Flusher<S, H> {
             deadline: self.deadline.clone(),
             set_deadline: self.set_deadline.clone(),
             rollups: self.rollups.clone(),
+            tombstones: self.tombstones.clone(),
         }
     }
 }
@@ -137,7 +144,39 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             deadline,
             set_deadline: Arc::new(set_deadline),
             rollups: None,
+            tombstones: None,
         }
+    }
+
+    /// This flusher, dropping (and acking) every event of a user whose
+    /// keyed hash `tombstones` holds.
+    pub fn with_tombstones(self, tombstones: Arc<Tombstones>) -> Self {
+        Self {
+            tombstones: Some(tombstones),
+            ..self
+        }
+    }
+
+    /// `events` without those of erased users; the dropped ones are
+    /// counted and, being in no batch part, acked with the take.
+    fn drop_erased(&self, events: Vec<Tagged<LikeEvent>>) -> Vec<Tagged<LikeEvent>> {
+        let Some(tombstones) = &self.tombstones else {
+            return events;
+        };
+        let Some(set) = tombstones.snapshot() else {
+            return events;
+        };
+        let before = events.len();
+        let kept: Vec<_> = events
+            .into_iter()
+            .filter(|e| !tombstones.holds(&set, e.item.user_id()))
+            .collect();
+        let dropped = (before - kept.len()) as u64;
+        if dropped > 0 {
+            self.stats.erased_dropped.add(dropped);
+            tracing::info!(dropped, "events of erased users dropped");
+        }
+        kept
     }
 
     /// This flusher, marking in `marks` the posts each commit changes (once
@@ -236,10 +275,15 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             published,
             ..
         } = taken;
+        let events = self.drop_erased(events);
         let batch = Batch::of_messages(events, poison);
         let started = Instant::now();
         self.stats.commit_progress.begin();
-        let settled = self.commit_isolating(batch).await;
+        let settled = if batch.event_count() == 0 && batch.poison.is_empty() {
+            Settlement::default()
+        } else {
+            self.commit_isolating(batch).await
+        };
         self.stats.commit_progress.end();
         self.stats.commit_duration.record(started.elapsed());
         self.stats.record_effects(settled.effects.into());

@@ -21,7 +21,7 @@ use super::codec::{self, Correction, RepairGuard, StoredMembership, StoredRecord
 use super::db::{FirestoreDb, Read};
 use super::errors::internal;
 use super::layout::collections;
-use super::layout::fields::{marker, membership, quarantine};
+use super::layout::fields::{erased_user, marker, membership, quarantine};
 use super::wire;
 use crate::pipeline::batch::{Effects, Membership, MembershipKey};
 use crate::store::StoreError;
@@ -134,6 +134,29 @@ impl FirestoreDb {
             .filter_map(codec::stored_membership)
             .collect();
         Ok((rows, queried.read_time))
+    }
+
+    /// Every membership document of `user_id` (liked or not): a query on
+    /// `userId`, which `deploy/setup.sh` keeps indexed for it (`users
+    /// export` and `users erase`).
+    pub async fn user_memberships(
+        &self,
+        user_id: &str,
+        read: Read<'_>,
+    ) -> Result<Vec<StoredMembership>, StoreError> {
+        let query = fs::StructuredQuery {
+            from: vec![self.top_level(collections::LIKES)],
+            r#where: Some(equals(membership::USER_ID, codec::string(user_id))),
+            ..Default::default()
+        };
+        let queried = self.run_query(&self.layout().root(), query, read).await?;
+        let mut rows: Vec<StoredMembership> = queried
+            .documents
+            .iter()
+            .filter_map(codec::stored_membership)
+            .collect();
+        rows.sort_by(|a, b| a.key.post_id.cmp(&b.key.post_id));
+        Ok(rows)
     }
 
     /// Liked memberships per post (a query that sends only their post ids).
@@ -270,6 +293,88 @@ impl FirestoreDb {
             ..Default::default()
         };
         self.commit(vec![write], None).await
+    }
+
+    /// Every erased user's keyed hash (the ids of `erasedUsers`).
+    pub async fn tombstones(&self) -> Result<Vec<String>, StoreError> {
+        let query = fs::StructuredQuery {
+            select: Some(Projection {
+                fields: vec![field(erased_user::ERASED_AT)],
+            }),
+            from: vec![self.top_level(collections::ERASED_USERS)],
+            ..Default::default()
+        };
+        let queried = self
+            .run_query_bounded(&self.layout().root(), query, Read::Latest)
+            .await?;
+        let hashes = queried.documents.iter();
+        Ok(hashes
+            .filter_map(|d| d.name.rsplit('/').next().map(str::to_string))
+            .collect())
+    }
+
+    /// Writes the tombstone `user_hash` (idempotent; `erasedAt` is the
+    /// latest write's time).
+    pub async fn write_tombstone(&self, user_hash: &str) -> Result<(), StoreError> {
+        let write = wire::Write {
+            update: Some(wire::Document {
+                name: self.layout().erased_user(user_hash),
+                ..Default::default()
+            }),
+            update_transforms: vec![codec::server_time(erased_user::ERASED_AT)],
+            ..Default::default()
+        };
+        self.commit(vec![write], None).await
+    }
+
+    /// Deletes the tombstone `user_hash`; whether it existed.
+    pub async fn delete_tombstone(&self, user_hash: &str) -> Result<bool, StoreError> {
+        let name = self.layout().erased_user(user_hash);
+        if self.get(&name).await?.is_none() {
+            return Ok(false);
+        }
+        let write = wire::Write {
+            delete: Some(name),
+            ..Default::default()
+        };
+        self.commit(vec![write], None).await?;
+        Ok(true)
+    }
+
+    /// Deletes the memberships of `keys` that are in an erasure's state
+    /// (`is_erased`), each conditioned on the update time it was read at,
+    /// in one commit; how many. A membership a later event changed is
+    /// left (the commit fails, and a second run finds it again).
+    pub async fn delete_erased_memberships(
+        &self,
+        keys: &[MembershipKey],
+        is_erased: impl Fn(&Membership) -> bool,
+    ) -> Result<u64, StoreError> {
+        let read = self
+            .read_memberships(keys.iter(), None, Read::Latest)
+            .await?;
+        let mut writes = Vec::new();
+        let found = read.found.iter().zip(read.update_times);
+        for (name, (state, update_time)) in read.names.into_iter().zip(found) {
+            let (Some(state), Some(update_time)) = (state, update_time) else {
+                continue;
+            };
+            if !is_erased(state) {
+                continue;
+            }
+            writes.push(wire::Write {
+                delete: Some(name),
+                current_document: Some(fs::Precondition {
+                    condition_type: Some(fs::precondition::ConditionType::UpdateTime(update_time)),
+                }),
+                ..Default::default()
+            });
+        }
+        let deleted = writes.len() as u64;
+        if deleted > 0 {
+            self.commit(writes, None).await?;
+        }
+        Ok(deleted)
     }
 
     /// The reconcile guard of `post_id` (default when it does not exist).

@@ -29,6 +29,8 @@ pub mod collections {
     pub const MILESTONES: &str = "milestones";
     /// Fleet-wide settings the service stores (`settings/milestones`).
     pub const SETTINGS: &str = "settings";
+    /// Erased users' tombstones, one per keyed hash of a user id.
+    pub const ERASED_USERS: &str = "erasedUsers";
 }
 
 /// Field names, per kind of document.
@@ -154,6 +156,13 @@ pub mod fields {
         /// latest takeover (timestamp). Refreshers query on this field
         /// alone (`<=`, ordered), so its automatic index serves them.
         pub const ROLLUP_DUE: &str = "rollupDue";
+    }
+
+    /// An erased user's tombstone `erasedUsers/{hash}` (the keyed hash of
+    /// the user id, never the id).
+    pub mod erased_user {
+        /// When the tombstone was written (timestamp, commit time).
+        pub const ERASED_AT: &str = "erasedAt";
     }
 
     /// A quarantine record `quarantine/{consumer}:{doc_id}`.
@@ -344,6 +353,15 @@ impl Layout {
             "{}/{}/{id}",
             self.root(),
             self.collection(collections::QUARANTINE)
+        )
+    }
+
+    /// The tombstone of the erased user whose keyed hash is `user_hash`.
+    pub fn erased_user(&self, user_hash: &str) -> String {
+        format!(
+            "{}/{}/{user_hash}",
+            self.root(),
+            self.collection(collections::ERASED_USERS)
         )
     }
 

@@ -631,6 +631,92 @@ impl PgDb {
         rows.iter().map(membership_from_row).collect()
     }
 
+    /// Every membership of `user_id` (liked or not), by post, with its
+    /// `updated_at` in microseconds since the epoch; read without locking
+    /// (`users export`, and `users erase` finding what to remove).
+    pub async fn user_memberships(
+        &self,
+        user_id: &str,
+    ) -> Result<Vec<(MembershipKey, Membership, i64)>, StoreError> {
+        let op = "ReadUserMemberships";
+        let rows = self
+            .query_rows_within(
+                op,
+                self.scan_timeout,
+                schema::READ_USER_MEMBERSHIPS,
+                &[&user_id],
+            )
+            .await?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let (key, membership) = membership_from_row(row)?;
+            let updated: i64 = row.try_get(6).map_err(|e| query_error(op, &e))?;
+            found.push((key, membership, updated));
+        }
+        Ok(found)
+    }
+
+    /// Every user id that has a membership.
+    pub async fn user_ids(&self) -> Result<Vec<String>, StoreError> {
+        let op = "ReadUserIds";
+        let rows = self
+            .query_rows_within(op, self.scan_timeout, schema::READ_USER_IDS, &[])
+            .await?;
+        let mut ids = Vec::with_capacity(rows.len());
+        for row in &rows {
+            ids.push(row.try_get(0).map_err(|e| query_error(op, &e))?);
+        }
+        Ok(ids)
+    }
+
+    /// Every erased user's keyed hash.
+    pub async fn tombstones(&self) -> Result<Vec<String>, StoreError> {
+        let op = "ReadTombstones";
+        let rows = self.query_rows(op, schema::READ_TOMBSTONES, &[]).await?;
+        let mut hashes = Vec::with_capacity(rows.len());
+        for row in &rows {
+            hashes.push(row.try_get(0).map_err(|e| query_error(op, &e))?);
+        }
+        Ok(hashes)
+    }
+
+    /// Writes the tombstone `user_hash` (idempotent).
+    pub async fn write_tombstone(&self, user_hash: &str) -> Result<(), StoreError> {
+        let op = "WriteTombstone";
+        self.query_rows(op, schema::WRITE_TOMBSTONE, &[&user_hash])
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the tombstone `user_hash`; whether it existed.
+    pub async fn delete_tombstone(&self, user_hash: &str) -> Result<bool, StoreError> {
+        let op = "DeleteTombstone";
+        let rows = self
+            .query_rows(op, schema::DELETE_TOMBSTONE, &[&user_hash])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Deletes `user_id`'s memberships on `posts` that are still in the
+    /// erasure's state (`seq`, `event_id`, not liked); how many.
+    pub async fn delete_erased_memberships(
+        &self,
+        user_id: &str,
+        posts: &[&str],
+        seq: i64,
+        event_id: &str,
+    ) -> Result<u64, StoreError> {
+        let op = "DeleteErasedMemberships";
+        let rows = self
+            .query_rows(
+                op,
+                &format!("{} RETURNING 1", schema::DELETE_ERASED_MEMBERSHIPS),
+                &[&user_id, &posts, &seq, &event_id],
+            )
+            .await?;
+        Ok(rows.len() as u64)
+    }
+
     /// Quarantine records, oldest first: of `consumer`, or every consumer's.
     pub async fn quarantine(
         &self,

@@ -53,6 +53,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "milestone settings",
         sql: include_str!("migrations/0005_milestone_settings.sql"),
     },
+    Migration {
+        version: 6,
+        name: "memberships by user, erased users",
+        sql: include_str!("migrations/0006_memberships_by_user.sql"),
+    },
 ];
 
 /// The advisory lock key every [`migrate`] takes: "hotcoun" in ASCII.
@@ -243,6 +248,34 @@ pub const READ_MEMBERSHIPS: &str = "SELECT m.post_id, m.user_id, m.liked, m.seq,
     FROM memberships AS m
     JOIN unnest($1::text[], $2::text[]) AS k(post_id, user_id)
       ON m.post_id = k.post_id AND m.user_id = k.user_id";
+
+/// Every membership of one user (`$1`), by post: `users export` and
+/// `users erase` (served by the index `memberships_user_id`).
+pub const READ_USER_MEMBERSHIPS: &str = "SELECT post_id, user_id, liked, seq,
+        occurred_at_micros, event_id,
+        (extract(epoch FROM updated_at) * 1000000)::int8
+    FROM memberships WHERE user_id = $1 ORDER BY post_id";
+
+/// Every user id that has a membership (`users reapply`; served by the
+/// index `memberships_user_id`).
+pub const READ_USER_IDS: &str = "SELECT DISTINCT user_id FROM memberships";
+
+/// Every erased user's keyed hash (the pipeline's tombstone set).
+pub const READ_TOMBSTONES: &str = "SELECT user_hash FROM erased_users";
+
+/// Writes the tombstone `$1` (a keyed hash) if absent.
+pub const WRITE_TOMBSTONE: &str =
+    "INSERT INTO erased_users (user_hash) VALUES ($1) ON CONFLICT (user_hash) DO NOTHING";
+
+/// Deletes the tombstone `$1`; one row back if it existed.
+pub const DELETE_TOMBSTONE: &str = "DELETE FROM erased_users WHERE user_hash = $1 RETURNING 1";
+
+/// Deletes the memberships of user `$1` on posts `$2` that are in an
+/// erasure's state (`$3` its seq, `$4` its event id, not liked): what an
+/// erasure committed, and nothing a later event changed.
+pub const DELETE_ERASED_MEMBERSHIPS: &str = "DELETE FROM memberships
+    WHERE user_id = $1 AND post_id = ANY($2::text[])
+      AND NOT liked AND seq = $3 AND event_id = $4";
 
 /// Writes the new state of memberships the batch read (and locked):
 /// `$1` post ids, `$2` user ids, `$3` liked, `$4` seq, `$5` occurred-at
