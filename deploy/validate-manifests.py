@@ -386,7 +386,9 @@ def documented_commands(path):
             continue
         command = " ".join(command.split())
         if command.startswith("export "):
-            exports.append(command)
+            # Joined with `;` below, a trailing comment would swallow the
+            # rest: it ends at the line's end in the reader's shell.
+            exports.append(re.sub(r"\s+#.*$", "", command))
         # Dashboards and alert policies rendered for gcloud are JSON, not
         # manifests (tests/doc_claims.rs renders each and parses it).
         renders_json = "dashboards/" in command or '"$f"' in command
