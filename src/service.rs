@@ -28,7 +28,7 @@ use crate::store::milestone::{list_text, MilestoneSetting, MilestoneStore, Thres
 use crate::store::postgres::PgDb;
 use crate::store::selected::{SelectedDb, SelectedStore};
 use crate::store::StoreError;
-use crate::telemetry::Stats;
+use crate::telemetry::{CommitProgress, Stall, Stats};
 
 /// Statements one marker cleanup runs at most before it waits for the
 /// next interval (so one cleanup is bounded however large the backlog).
@@ -242,77 +242,73 @@ impl MarkerCleanup {
     }
 }
 
-/// Watches the commits' progress until `stop` turns true: while batches
-/// are being committed and none has committed for `threshold`, the
-/// replica is stalled (not ready, `hotcount_commits_stalled` 1), said once
-/// at WARN with why; the first commit that succeeds ends it, said at INFO.
-async fn watch_commits(stats: Arc<Stats>, threshold: Duration, mut stop: watch::Receiver<bool>) {
-    let period = (threshold / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let progress = &stats.commit_progress;
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = stop.wait_for(|stopped| *stopped) => break,
-        }
-        let stall = progress.check(threshold);
-        if !progress.set_stalled(stall.is_some()) {
-            continue;
-        }
-        match stall {
-            Some(stall) => tracing::warn!(
-                no_commit_for_secs = stall.for_how_long.as_secs(),
-                batches_in_flight = stall.in_flight,
-                last_error = stall.last_error.as_deref().unwrap_or("none"),
-                threshold_secs = threshold.as_secs(),
-                "commits stalled: no batch has committed for longer than --stuck-commit-threshold-secs while batches wait on the store; reporting not ready until one commits (nothing is acked meanwhile)"
-            ),
-            None => tracing::info!("commits go through again; ready"),
-        }
-    }
-    // Stopping: the drain's readiness is the source's.
-    progress.set_stalled(false);
-}
-
-/// Judges every period whether a stage beside the pipeline (`stage`: the
-/// refresher, the milestone dispatcher) is stalled: it had work and no
-/// store call of it was answered for `threshold`. Stalled, the replica is
-/// not ready (`hotcount_stage_stalled{stage}` 1), said once per change.
-async fn watch_stage(
-    stats: Arc<Stats>,
-    stage: &'static str,
+/// Watches `progress` every tenth of `threshold` until `stop` turns true:
+/// while it has work and nothing was answered for `threshold`, the replica
+/// is stalled (not ready, its gauge 1); `say` is told of each change (the
+/// stall, or `None` when it ends). Stopping clears the stall: the drain's
+/// readiness is the source's.
+async fn watch_progress(
+    progress: &CommitProgress,
     threshold: Duration,
     mut stop: watch::Receiver<bool>,
+    say: impl Fn(Option<&Stall>),
 ) {
     let period = (threshold / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let progress = match stage {
-        "rollups" => &stats.rollup_progress,
-        _ => &stats.milestone_progress,
-    };
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
             _ = stop.wait_for(|stopped| *stopped) => break,
         }
         let stall = progress.check(threshold);
-        if !progress.set_stalled(stall.is_some()) {
-            continue;
-        }
-        match stall {
-            Some(stall) => tracing::warn!(
-                stage,
-                no_answer_for_secs = stall.for_how_long.as_secs(),
-                last_error = stall.last_error.as_deref().unwrap_or("none"),
-                threshold_secs = threshold.as_secs(),
-                "a stage beside the pipeline is stalled: none of its store calls has been answered for longer than --stuck-commit-threshold-secs while it had work; reporting not ready until one is"
-            ),
-            None => tracing::info!(stage, "the stage's store calls are answered again; ready"),
+        if progress.set_stalled(stall.is_some()) {
+            say(stall.as_ref());
         }
     }
     progress.set_stalled(false);
+}
+
+/// The commits' watch: while batches are being committed and none has
+/// committed for `threshold`, the replica is stalled
+/// (`hotcount_commits_stalled` 1), said once at WARN with why; the first
+/// commit that succeeds ends it, said at INFO.
+async fn watch_commits(stats: Arc<Stats>, threshold: Duration, stop: watch::Receiver<bool>) {
+    watch_progress(&stats.commit_progress, threshold, stop, |stall| match stall {
+        Some(stall) => tracing::warn!(
+            no_commit_for_secs = stall.for_how_long.as_secs(),
+            batches_in_flight = stall.in_flight,
+            last_error = stall.last_error.as_deref().unwrap_or("none"),
+            threshold_secs = threshold.as_secs(),
+            "commits stalled: no batch has committed for longer than --stuck-commit-threshold-secs while batches wait on the store; reporting not ready until one commits (nothing is acked meanwhile)"
+        ),
+        None => tracing::info!("commits go through again; ready"),
+    })
+    .await;
+}
+
+/// A stage beside the pipeline (`stage`: the refresher, the milestone
+/// dispatcher) whose `progress` had work and no store call answered for
+/// `threshold` is stalled: the replica is not ready
+/// (`hotcount_stage_stalled{stage}` 1), said once per change.
+async fn watch_stage(
+    stats: Arc<Stats>,
+    stage: &'static str,
+    progress: fn(&Stats) -> &CommitProgress,
+    threshold: Duration,
+    stop: watch::Receiver<bool>,
+) {
+    watch_progress(progress(&stats), threshold, stop, |stall| match stall {
+        Some(stall) => tracing::warn!(
+            stage,
+            no_answer_for_secs = stall.for_how_long.as_secs(),
+            last_error = stall.last_error.as_deref().unwrap_or("none"),
+            threshold_secs = threshold.as_secs(),
+            "a stage beside the pipeline is stalled: none of its store calls has been answered for longer than --stuck-commit-threshold-secs while it had work; reporting not ready until one is"
+        ),
+        None => tracing::info!(stage, "the stage's store calls are answered again; ready"),
+    })
+    .await;
 }
 
 /// Prints the summary lines of the rate-limited warnings every interval
@@ -579,9 +575,19 @@ async fn run_pipeline(
         config.stuck_commit_threshold,
         stop.clone(),
     ));
-    for stage in ["rollups", "milestones"] {
+    let stages: [(&'static str, fn(&Stats) -> &CommitProgress); 2] = [
+        ("rollups", |s| &s.rollup_progress),
+        ("milestones", |s| &s.milestone_progress),
+    ];
+    for (stage, progress) in stages {
         let threshold = config.stuck_commit_threshold;
-        cleanup.spawn(watch_stage(stats.clone(), stage, threshold, stop.clone()));
+        cleanup.spawn(watch_stage(
+            stats.clone(),
+            stage,
+            progress,
+            threshold,
+            stop.clone(),
+        ));
     }
 
     let admin = connect::subscription_admin(endpoints).await?;
