@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 
 use fs::structured_query::{
     composite_filter, field_filter, filter::FilterType, CollectionSelector, CompositeFilter,
-    FieldFilter, FieldReference, Filter, Projection,
+    Direction, FieldFilter, FieldReference, Filter, Order, Projection,
 };
 
 use super::codec::{self, Correction, RepairGuard, StoredMembership, StoredRecord};
@@ -411,9 +411,30 @@ impl FirestoreDb {
     }
 }
 
-fn field(path: &str) -> FieldReference {
+/// The field `path` in a query (every query of the store builds its
+/// fields, filters and orders with these).
+pub(super) fn field(path: &str) -> FieldReference {
     FieldReference {
         field_path: path.to_string(),
+    }
+}
+
+/// The filter "field `path` `op` `value`".
+pub(super) fn compare(path: &str, op: field_filter::Operator, value: fs::Value) -> Filter {
+    Filter {
+        filter_type: Some(FilterType::FieldFilter(FieldFilter {
+            field: Some(field(path)),
+            op: op as i32,
+            value: Some(value),
+        })),
+    }
+}
+
+/// Results ordered by field `path`, ascending.
+pub(super) fn ascending(path: &str) -> Order {
+    Order {
+        field: Some(field(path)),
+        direction: Direction::Ascending as i32,
     }
 }
 
@@ -425,11 +446,5 @@ fn collection(id: &str, all_descendants: bool) -> CollectionSelector {
 }
 
 fn equals(path: &str, value: fs::Value) -> Filter {
-    Filter {
-        filter_type: Some(FilterType::FieldFilter(FieldFilter {
-            field: Some(field(path)),
-            op: field_filter::Operator::Equal as i32,
-            value: Some(value),
-        })),
-    }
+    compare(path, field_filter::Operator::Equal, value)
 }

@@ -15,16 +15,13 @@
 use gcloud_sdk::google::firestore::v1 as fs;
 use gcloud_sdk::prost_types::Timestamp;
 
-use fs::structured_query::{
-    field_filter, filter::FilterType, CollectionSelector, FieldFilter, FieldReference, Filter,
-    Order,
-};
-use fs::value::ValueType;
+use fs::structured_query::{field_filter, CollectionSelector};
 
 use std::time::{Duration, Instant};
 
 use super::codec::{self, timestamp_to_micros};
 use super::db::{answer_within, FirestoreDb, Opened, Read};
+use super::documents::{ascending, compare};
 use super::errors::{internal, status_error};
 use super::layout::collections;
 use super::layout::fields::milestone as f;
@@ -99,10 +96,7 @@ impl FirestoreDb {
     ) -> Result<(Vec<fs::Document>, Micros), StoreError> {
         let query = fs::StructuredQuery {
             from: vec![self.milestones_collection()],
-            order_by: vec![Order {
-                field: Some(field(f::DUE_AT)),
-                direction: fs::structured_query::Direction::Ascending as i32,
-            }],
+            order_by: vec![ascending(f::DUE_AT)],
             limit: Some(i32::try_from(limit).unwrap_or(i32::MAX)),
             ..Default::default()
         };
@@ -307,10 +301,10 @@ impl MilestoneStore for FirestoreDb {
             RetrySelection::AllDead => {
                 let query = fs::StructuredQuery {
                     from: vec![self.milestones_collection()],
-                    r#where: Some(field_filter(
+                    r#where: Some(compare(
                         f::STATUS,
                         field_filter::Operator::Equal,
-                        ValueType::StringValue(MilestoneStatus::Dead.as_str().to_string()),
+                        codec::string(MilestoneStatus::Dead.as_str()),
                     )),
                     ..Default::default()
                 };
@@ -380,22 +374,4 @@ impl FirestoreDb {
 /// delivered).
 pub(crate) fn retryable(status: MilestoneStatus) -> bool {
     matches!(status, MilestoneStatus::Dead | MilestoneStatus::Pending)
-}
-
-fn field(path: &str) -> FieldReference {
-    FieldReference {
-        field_path: path.to_string(),
-    }
-}
-
-fn field_filter(path: &str, op: field_filter::Operator, v: ValueType) -> Filter {
-    Filter {
-        filter_type: Some(FilterType::FieldFilter(FieldFilter {
-            field: Some(field(path)),
-            op: op as i32,
-            value: Some(fs::Value {
-                value_type: Some(v),
-            }),
-        })),
-    }
 }

@@ -16,14 +16,12 @@ use std::time::SystemTime;
 use gcloud_sdk::google::firestore::v1 as fs;
 use rustc_hash::FxHashMap;
 
-use fs::structured_query::{
-    field_filter, filter::FilterType, CollectionSelector, Direction, FieldFilter, FieldReference,
-    Filter, Order, Projection,
-};
+use fs::structured_query::{field_filter, CollectionSelector, FieldReference, Projection};
 use fs::value::ValueType;
 
 use super::codec::{self, micros_to_timestamp, timestamp_to_micros};
 use super::db::{FirestoreDb, Read};
+use super::documents::{ascending, compare, field};
 use super::errors::status_error;
 use super::layout::collections;
 use super::layout::fields::{counter_shard, marker, rollup};
@@ -160,15 +158,11 @@ impl RollupStore for FirestoreDb {
                 collection_id: collections::SHARDS.to_string(),
                 all_descendants: true,
             }],
-            r#where: Some(Filter {
-                filter_type: Some(FilterType::FieldFilter(FieldFilter {
-                    field: Some(field(counter_shard::UPDATED_AT)),
-                    op: field_filter::Operator::GreaterThanOrEqual as i32,
-                    value: Some(fs::Value {
-                        value_type: Some(ValueType::TimestampValue(since)),
-                    }),
-                })),
-            }),
+            r#where: Some(compare(
+                counter_shard::UPDATED_AT,
+                field_filter::Operator::GreaterThanOrEqual,
+                codec::value(ValueType::TimestampValue(since)),
+            )),
             ..Default::default()
         };
         let layout = self.layout();
@@ -212,19 +206,12 @@ impl RollupStore for FirestoreDb {
                 collection_id: self.layout().collection(collections::BATCHES),
                 all_descendants: false,
             }],
-            r#where: Some(Filter {
-                filter_type: Some(FilterType::FieldFilter(FieldFilter {
-                    field: Some(field(marker::ROLLUP_DUE)),
-                    op: field_filter::Operator::LessThanOrEqual as i32,
-                    value: Some(fs::Value {
-                        value_type: Some(ValueType::TimestampValue(before)),
-                    }),
-                })),
-            }),
-            order_by: vec![Order {
-                field: Some(field(marker::ROLLUP_DUE)),
-                direction: Direction::Ascending as i32,
-            }],
+            r#where: Some(compare(
+                marker::ROLLUP_DUE,
+                field_filter::Operator::LessThanOrEqual,
+                codec::value(ValueType::TimestampValue(before)),
+            )),
+            order_by: vec![ascending(marker::ROLLUP_DUE)],
             limit: Some(i32::try_from(limit).unwrap_or(i32::MAX)),
             ..Default::default()
         };
@@ -436,11 +423,5 @@ impl FirestoreDb {
     pub async fn rollup(&self, post_id: &str) -> Result<Option<StoredRollup>, StoreError> {
         let doc = self.get(&self.layout().rollup(post_id)).await?;
         Ok(doc.as_ref().and_then(codec::stored_rollup))
-    }
-}
-
-fn field(path: &str) -> FieldReference {
-    FieldReference {
-        field_path: path.to_string(),
     }
 }
