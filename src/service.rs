@@ -287,6 +287,9 @@ async fn watch_commits(stats: Arc<Stats>, threshold: Duration, stop: watch::Rece
     .await;
 }
 
+/// Which progress of [`Stats`] a stage's watch judges.
+type ProgressOf = fn(&Stats) -> &CommitProgress;
+
 /// A stage beside the pipeline (`stage`: the refresher, the milestone
 /// dispatcher) whose `progress` had work and no store call answered for
 /// `threshold` is stalled: the replica is not ready
@@ -294,7 +297,7 @@ async fn watch_commits(stats: Arc<Stats>, threshold: Duration, stop: watch::Rece
 async fn watch_stage(
     stats: Arc<Stats>,
     stage: &'static str,
-    progress: fn(&Stats) -> &CommitProgress,
+    progress: ProgressOf,
     threshold: Duration,
     stop: watch::Receiver<bool>,
 ) {
@@ -575,7 +578,7 @@ async fn run_pipeline(
         config.stuck_commit_threshold,
         stop.clone(),
     ));
-    let stages: [(&'static str, fn(&Stats) -> &CommitProgress); 2] = [
+    let stages: [(&'static str, ProgressOf); 2] = [
         ("rollups", |s| &s.rollup_progress),
         ("milestones", |s| &s.milestone_progress),
     ];
