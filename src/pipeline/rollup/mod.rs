@@ -647,32 +647,38 @@ impl<S: RollupStore> Refresher<S> {
             Ok(snapshot) if snapshot.posts.len() == wide.len() => snapshot,
             _ => return due.to_vec(),
         };
+        // The peek's answer is the decision a full read would reach on
+        // the rollup alone: covered, or deferred to a younger rollup; any
+        // other answer needs the shards.
         let now = Instant::now();
-        let mut settled_posts = rustc_hash::FxHashSet::default();
-        for (d, read) in wide.iter().zip(&snapshot.posts) {
-            let Some(stored) = &read.stored else { continue };
-            let settled = if d.covered_at.is_some_and(|c| stored.as_of >= c)
-                && stored.shards.is_none_or(|s| s >= d.grow)
-            {
-                Settled::Done
-            } else {
-                let age = snapshot.read_time - stored.as_of;
-                let age = Duration::from_micros(u64::try_from(age).unwrap_or(0));
-                if age >= self.config.interval.mul_f64(FRESH_SHARE) {
+        let mut peeked = wide.iter().zip(&snapshot.posts);
+        let mut full = Vec::with_capacity(due.len());
+        for d in due {
+            if d.shards <= PEEK_ABOVE {
+                full.push(d.clone());
+                continue;
+            }
+            let Some((_, read)) = peeked.next() else {
+                full.push(d.clone());
+                continue;
+            };
+            let interval = self.config.interval;
+            let settled = match decide(d, read, snapshot.read_time, interval, true) {
+                Decision::Covered => Settled::Done,
+                Decision::Defer { after } => {
+                    self.stats.rollup_deferred.add(1);
+                    Settled::Later {
+                        after: after + self.jitter(),
+                    }
+                }
+                _ => {
+                    full.push(d.clone());
                     continue;
                 }
-                self.stats.rollup_deferred.add(1);
-                Settled::Later {
-                    after: self.config.interval.saturating_sub(age) + self.jitter(),
-                }
             };
-            settled_posts.insert(d.post_id.as_str());
             self.settle(d, Some(snapshot.read_time), settled, now);
         }
-        due.iter()
-            .filter(|d| !settled_posts.contains(d.post_id.as_str()))
-            .cloned()
-            .collect()
+        full
     }
 
     /// A random extra wait of up to a quarter interval, so replicas that
