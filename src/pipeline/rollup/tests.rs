@@ -481,3 +481,31 @@ async fn a_milestone_is_recorded_once_even_when_the_post_falls_below_and_climbs_
     );
     assert_eq!(r.stats.milestones_recorded.get(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_due_record_is_cleared_once_its_post_is_refreshed_and_taken_over_when_left() {
+    let store = Arc::new(MemoryStore::default());
+    let r = refresher(&store);
+    commit(&store, &[r.marks()], "p", 2, "a").await;
+    commit(&store, &[r.marks()], "q", 1, "b").await;
+    assert_eq!(store.due_records().len(), 2, "one per batch, in its commit");
+    r.cycle(false).await;
+    r.clear_ready().await;
+    assert!(store.due_records().is_empty(), "cleared once refreshed");
+    assert_eq!(r.stats.rollup_cleared.get(), 2);
+
+    // A batch whose replica died before refreshing: its record waits, and
+    // another replica takes it over once it is older than the delay.
+    let dead = refresher(&store);
+    commit(&store, &[dead.marks()], "p", 3, "c").await;
+    drop(dead);
+    let other = refresher(&store);
+    assert_eq!(other.take_over().await, 0, "not before the takeover delay");
+    // (The memory store's clock runs a microsecond ahead per call.)
+    tokio::time::advance(INTERVAL + TAKEOVER_MARGIN + Duration::from_millis(1)).await;
+    assert_eq!(other.take_over().await, 1);
+    other.cycle(false).await;
+    other.clear_ready().await;
+    assert!(store.due_records().is_empty());
+    assert_eq!(store.rollup("p").map(|r| r.likes), Some(count(&store, "p")));
+}
