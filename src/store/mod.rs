@@ -42,6 +42,17 @@ pub struct StoreSettings {
     pub due_records: bool,
 }
 
+impl StoreSettings {
+    /// The due record a commit of `batch` writes (when it changed counts
+    /// and records are on), or, found already committed, may have written.
+    pub fn due_record(&self, batch: &Batch, changed: bool) -> Option<rollup::DueRecord> {
+        (self.due_records && changed).then(|| rollup::DueRecord {
+            consumer: self.consumer.clone(),
+            batch_id: batch.id.clone(),
+        })
+    }
+}
+
 /// How a commit ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommitOutcome {

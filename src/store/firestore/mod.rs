@@ -40,8 +40,7 @@ pub use rollups::ListenResume;
 
 use super::counter_shards::{CounterShardPlanner, ShardRegistry};
 use super::{
-    rollup::DueRecord, Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore,
-    ErrorClass, StoreError,
+    Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
 };
 use crate::pipeline::batch::Batch;
 
@@ -146,7 +145,7 @@ impl FirestoreStore {
                 rpcs: 2,
                 changed: ChangedCounter::every_post_of(batch),
                 committed_at: None,
-                due_record: self.due_record(batch, true),
+                due_record: self.config.due_record(batch, true),
             });
         }
         let plan = batch.plan(snapshot.found.as_slice());
@@ -176,7 +175,7 @@ impl FirestoreStore {
             .commit_encoded(commit, Some(snapshot.transaction))
             .await?;
         let increments = plan.deltas.len();
-        let due_record = self.due_record(batch, increments > 0);
+        let due_record = self.config.due_record(batch, increments > 0);
         let changed = (plan.deltas.into_keys().enumerate())
             .map(|(i, post_id)| ChangedCounter {
                 post_id,
@@ -191,15 +190,6 @@ impl FirestoreStore {
             changed,
             committed_at: committed_at.as_ref().map(codec::timestamp_to_micros),
             due_record,
-        })
-    }
-
-    /// The due record a commit of `batch` writes (when it changed counts
-    /// and records are on).
-    fn due_record(&self, batch: &Batch, changed: bool) -> Option<DueRecord> {
-        (self.config.due_records && changed).then(|| DueRecord {
-            consumer: self.config.consumer.clone(),
-            batch_id: batch.id.clone(),
         })
     }
 }

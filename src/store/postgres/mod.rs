@@ -113,8 +113,7 @@ use errors::query_error;
 
 use super::counter_shards::CounterShardPlanner;
 use super::{
-    rollup::DueRecord, Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore,
-    ErrorClass, StoreError,
+    Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
 };
 use crate::pipeline::batch::{Batch, Membership, MembershipKey};
 
@@ -138,15 +137,6 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// The due record a commit of `batch` writes (when it changed counts
-    /// and records are on).
-    fn due_record(&self, batch: &Batch, changed: bool) -> Option<DueRecord> {
-        (self.config.due_records && changed).then(|| DueRecord {
-            consumer: self.config.consumer.clone(),
-            batch_id: batch.id.clone(),
-        })
-    }
-
     /// A store over `db`.
     pub fn new(db: PgDb, config: PostgresStoreConfig) -> Self {
         let shards = Arc::new(CounterShardPlanner::new(
@@ -256,7 +246,7 @@ impl PostgresStore {
                 rpcs: rpcs + 1,
                 changed: ChangedCounter::every_post_of(batch),
                 committed_at: None,
-                due_record: self.due_record(batch, true),
+                due_record: self.config.due_record(batch, true),
             });
         }
         let mut stored: FxHashMap<MembershipKey, Membership> =
@@ -381,7 +371,7 @@ impl PostgresStore {
                     rpcs,
                     changed,
                     committed_at: None,
-                    due_record: self.due_record(batch, !deltas.is_empty()),
+                    due_record: self.config.due_record(batch, !deltas.is_empty()),
                 })
             }
             (ended, failed) => {
