@@ -69,6 +69,8 @@ pub struct MilestoneReport {
     pub records: usize,
     /// Of those, not done (set by the caller that reads them).
     pub records_not_done: usize,
+    /// The first record not done, described (set by the caller).
+    pub first_not_done: Option<String>,
 }
 
 impl MilestoneReport {
@@ -130,6 +132,7 @@ pub fn check(sink: &Sink, expected: &BTreeSet<String>, truth: &Truth) -> Milesto
         top,
         records: 0,
         records_not_done: 0,
+        first_not_done: None,
     }
 }
 

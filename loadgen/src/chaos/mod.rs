@@ -319,9 +319,15 @@ async fn settle_milestones(
     truth: &Truth,
 ) -> Result<MilestoneReport, RunError> {
     let expected = milestones::expected_keys(truth, &config.thresholds, CONSUMER);
+    let started = Instant::now();
     milestones::wait_for(sink, &expected, MILESTONE_WAIT).await;
-    // The last marks follow the last answers by a round trip.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // A record settles after its key reached the sink: by the last answer's
+    // round trip, or, where the sink took a call but its answer was lost
+    // (a hang, a closed connection) or the caller was killed, by a retry
+    // after the record's backoff or its lease (a few seconds at most after
+    // failures doubling from 100 ms). So the wait is the milestones' whole
+    // bound, not one round trip.
+    let deadline = started + MILESTONE_WAIT;
     let db = hotcount::connect::store_db(stage.endpoints(), target, 1)
         .await
         .map_err(|e| RunError::Start(format!("reading the milestones: {e}")))?;
@@ -338,10 +344,21 @@ async fn settle_milestones(
     };
     let mut report = milestones::check(sink, &expected, truth);
     report.records = records.len();
-    report.records_not_done = records
+    let not_done: Vec<_> = records
         .iter()
         .filter(|r| r.status != MilestoneStatus::Done)
-        .count();
+        .collect();
+    report.records_not_done = not_done.len();
+    report.first_not_done = not_done.first().map(|r| {
+        format!(
+            "{} {:?} after {} attempts, due at {:?} (last error: {})",
+            r.id(),
+            r.status,
+            r.attempts,
+            r.due_at,
+            r.last_error.as_deref().unwrap_or("none")
+        )
+    });
     Ok(report)
 }
 

@@ -180,8 +180,11 @@ impl ChaosSummary {
             check(
                 m.records == m.delivered && m.records_not_done == 0,
                 format!(
-                    "milestone records {} ({} not done) != keys delivered {}",
-                    m.records, m.records_not_done, m.delivered
+                    "milestone records {} ({} not done, e.g. {}) != keys delivered {}",
+                    m.records,
+                    m.records_not_done,
+                    m.first_not_done.as_deref().unwrap_or("-"),
+                    m.delivered
                 ),
             );
             check(m.faults > 0, "no milestone call met a sink fault".into());
