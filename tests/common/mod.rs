@@ -306,6 +306,27 @@ impl Harness {
         options: SubscriptionOptions,
         config: EmulatorsConfig,
     ) -> Self {
+        Self::start_on_schema(backend, options, config, true).await
+    }
+
+    /// A harness whose consumers write `backend`, with PostgreSQL's
+    /// database left empty: an older build's `setup` makes its schema.
+    pub async fn start_on_unmigrated(backend: Backend) -> Self {
+        Self::start_on_schema(
+            backend,
+            SubscriptionOptions::default(),
+            EmulatorsConfig::default(),
+            false,
+        )
+        .await
+    }
+
+    async fn start_on_schema(
+        backend: Backend,
+        options: SubscriptionOptions,
+        config: EmulatorsConfig,
+        migrate: bool,
+    ) -> Self {
         let emulators = Emulators::start(config).await.expect("emulators start");
         let endpoints = Endpoints {
             pubsub_emulator_host: Some(emulators.pubsub_addr().to_string()),
@@ -342,8 +363,13 @@ impl Harness {
             .expect("firestore");
         let (store, postgres) = match backend {
             Backend::Firestore => (SelectedDb::Firestore(db.clone()), None),
-            Backend::Postgres => {
+            Backend::Postgres if migrate => {
                 let (cluster, url, pg) = migrated_postgres().await;
+                (SelectedDb::Postgres(pg), Some((cluster, url)))
+            }
+            Backend::Postgres => {
+                let (cluster, url) = unmigrated_postgres().await;
+                let pg = PgDb::new(&PgDbConfig::new(url.clone())).expect("valid settings");
                 (SelectedDb::Postgres(pg), Some((cluster, url)))
             }
         };
