@@ -10,10 +10,12 @@ mod common;
 mod corrupt;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::{Child, Stdio};
 
 use std::time::Duration;
 
+use common::replica::{self, wrong_after, wrong_rollups, Replica};
 use common::{expected, Backend, Ev, Harness};
 use gcloud_sdk::tonic::Code;
 use hotcount::telemetry::names;
@@ -33,18 +35,7 @@ crate::on_each_store!(
 /// posts: post 0 the busiest); users and event ids tagged `tag`, so each
 /// call's events change the counts.
 fn workload(posts: usize, users: usize, tag: &str) -> Vec<Ev> {
-    let mut events = Vec::new();
-    for p in 0..posts {
-        let post = format!("post-{p}");
-        for u in 0..users / (p + 1) {
-            let user = format!("{tag}-user-{u}");
-            events.push(Ev::like(&format!("{tag}-{p}-{u}"), &post, &user, 1));
-            if u % 5 == 0 {
-                events.push(Ev::unlike(&format!("{tag}-{p}-{u}-x"), &post, &user, 2));
-            }
-        }
-    }
-    events
+    replica::workload(posts, users, 5, tag)
 }
 
 /// Waits (bounded) until every post of `want` has a rollup equal to its
@@ -115,94 +106,21 @@ async fn every_rollup_equals_its_count_and_the_truth_at_rest(backend: Backend) {
     assert!(lag >= want.len() as f64, "each post's lag recorded: {lag}");
 }
 
-/// `hotcount run` as a child process writing `h`'s store, its log (at
-/// info) in a file of its own.
-struct Replica {
-    child: Child,
-    log: std::path::PathBuf,
+/// A replica of this build with `--rollup-interval-ms interval_ms`.
+fn start(h: &Harness, name: &str, interval_ms: &str) -> Replica {
+    start_with(h, name, &["--rollup-interval-ms", interval_ms])
 }
 
-impl Replica {
-    fn start(h: &Harness, name: &str, interval_ms: &str) -> Self {
-        Self::start_with(h, name, &["--rollup-interval-ms", interval_ms])
-    }
-
-    /// A replica with `extra` flags (after the defaults, so they win).
-    fn start_with(h: &Harness, name: &str, extra: &[&str]) -> Self {
-        let log = std::env::temp_dir().join(format!(
-            "hotcount-rollups-{name}-{}-{}.log",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        let file = std::fs::File::create(&log).expect("log file");
-        let mut command = h.command();
-        command
-            .env("RUST_LOG", "info")
-            .args([
-                "run",
-                "--consumer",
-                "c1",
-                "--subscription",
-                common::SUBSCRIPTION,
-            ])
-            .args(["--flush-interval-ms", "20", "--shards", "4"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(file);
-        if let Some(url) = h.postgres_url() {
-            command.args(["--store", url]);
-        }
-        let child = command.spawn().expect("hotcount runs");
-        Self { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits (bounded) until the log holds `text`.
-    async fn wait_for_log(&self, text: &str) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !self.log().contains(text) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no {text:?} in the log: {}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
-
-    /// SIGTERM once running; it drains and exits 0.
-    async fn stop(mut self) {
-        self.wait_for_log("hotcount running").await;
-        let pid = self.child.id().to_string();
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-        let exited = common::wait_with_timeout(&mut self.child, WAIT);
-        assert!(
-            exited.success(),
-            "drained and exited 0: {exited:?}\n{}",
-            self.log()
-        );
-        let _ = std::fs::remove_file(&self.log);
-    }
+/// A replica of this build with `extra` flags.
+fn start_with(h: &Harness, name: &str, extra: &[&str]) -> Replica {
+    let mut command = replica::run_command(h, Path::new(env!("CARGO_BIN_EXE_hotcount")));
+    command.args(extra);
+    Replica::spawn(command, name)
 }
 
 async fn three_replicas_killed_and_restarted_leave_every_rollup_exact(backend: Backend) {
     let h = Harness::start_on(backend).await;
-    let mut replicas: Vec<Replica> = (0..3)
-        .map(|i| Replica::start(&h, &format!("r{i}"), "300"))
-        .collect();
+    let mut replicas: Vec<Replica> = (0..3).map(|i| start(&h, &format!("r{i}"), "300")).collect();
     let mut events = Vec::new();
     for round in 0..6 {
         let wave = workload(6, 40, &format!("w{round}"));
@@ -211,7 +129,7 @@ async fn three_replicas_killed_and_restarted_leave_every_rollup_exact(backend: B
         tokio::time::sleep(Duration::from_millis(300)).await;
         // SIGKILL one replica each round (its marks die with it), restart it.
         let victim = round % 3;
-        let restarted = Replica::start(&h, &format!("r{victim}-{round}"), "300");
+        let restarted = start(&h, &format!("r{victim}-{round}"), "300");
         std::mem::replace(&mut replicas[victim], restarted).kill();
     }
     let mut want = expected(&events);
@@ -222,7 +140,7 @@ async fn three_replicas_killed_and_restarted_leave_every_rollup_exact(backend: B
     }
     // A last wave counted with rollups off: changes no process marked, as
     // if their replicas had died before refreshing.
-    let silent = Replica::start(&h, "silent", "0");
+    let silent = start(&h, "silent", "0");
     let last = workload(3, 30, "last");
     h.publish(&last).await;
     events.extend(last);
@@ -238,7 +156,7 @@ async fn three_replicas_killed_and_restarted_leave_every_rollup_exact(backend: B
     };
     assert!(!stale.is_empty(), "the last wave left rollups behind");
     // A fresh replica's sweep finds what the others left.
-    let fresh = Replica::start(&h, "fresh", "300");
+    let mut fresh = start(&h, "fresh", "300");
     fresh.wait_for_log("rollup sweep").await;
     let shown = wait_for_rollups(&h, &want).await;
     fresh.stop().await;
@@ -260,28 +178,6 @@ fn fresh_posts(posts: usize, tag: &str) -> Vec<Ev> {
         .collect()
 }
 
-/// The posts of `want` whose rollup is missing or differs from it.
-async fn wrong_rollups(h: &Harness, want: &BTreeMap<String, i64>) -> Vec<String> {
-    let rollups = h.store.rollups().await.expect("rollups");
-    want.iter()
-        .filter(|(post, count)| rollups.get(*post).map(|r| r.0) != Some(**count))
-        .map(|(post, _)| post.clone())
-        .collect()
-}
-
-/// Waits (bounded by `bound`) until every rollup of `want` is exact;
-/// returns the posts still wrong then.
-async fn wrong_after(h: &Harness, want: &BTreeMap<String, i64>, bound: Duration) -> Vec<String> {
-    let deadline = tokio::time::Instant::now() + bound;
-    loop {
-        let wrong = wrong_rollups(h, want).await;
-        if wrong.is_empty() || tokio::time::Instant::now() > deadline {
-            return wrong;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// A scale-down: replicas SIGKILLed mid-burst are never restarted, and no
 /// start-up sweep can help (it is off, or its lookback has passed); only
 /// the due records each commit wrote bring every rollup to its count,
@@ -293,7 +189,7 @@ async fn replicas_killed_and_never_restarted_leave_every_rollup_exact(backend: B
     // for a loaded machine.
     let bound = Duration::from_secs(11 + 4);
     let mut replicas: Vec<Replica> = (0..3)
-        .map(|i| Replica::start_with(&h, &format!("k{i}"), &no_sweep))
+        .map(|i| start_with(&h, &format!("k{i}"), &no_sweep))
         .collect();
     let mut events = fresh_posts(1500, "a");
     events.extend(workload(5, 60, "a"));
@@ -329,7 +225,7 @@ async fn replicas_killed_and_never_restarted_leave_every_rollup_exact(backend: B
     // counted a second burst; a fresh replica starts only once its sweep's
     // lookback (1 s) has passed.
     replicas.pop().expect("the survivor").kill();
-    let slow = Replica::start_with(
+    let slow = start_with(
         &h,
         "slow",
         &[
@@ -349,7 +245,7 @@ async fn replicas_killed_and_never_restarted_leave_every_rollup_exact(backend: B
     let left = wrong_rollups(&h, &want).await;
     assert!(!left.is_empty(), "the slow replica left rollups to refresh");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let fresh = Replica::start_with(&h, "fresh", &["--rollup-sweep-lookback-secs", "1"]);
+    let fresh = start_with(&h, "fresh", &["--rollup-sweep-lookback-secs", "1"]);
     let wrong = wrong_after(&h, &want, bound).await;
     fresh.stop().await;
     assert!(

@@ -14,9 +14,9 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use common::replica::{self, wrong_rollups, Replica};
 use common::{expected, Backend, Ev, Harness};
 use hotcount_emulators::webhook::{Sink, SinkConfig, SinkFaults};
 
@@ -75,136 +75,45 @@ enum Build {
     New,
 }
 
-/// `hotcount run` of one build as a child process, its log in a file.
-struct Replica {
-    child: Child,
-    log: PathBuf,
-    name: String,
-}
-
-impl Replica {
-    fn start(h: &Harness, build: Build, name: &str, sink: &Sink) -> Self {
-        let log = std::env::temp_dir().join(format!(
-            "hotcount-upgrade-{name}-{}-{}.log",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        let file = std::fs::File::create(&log).expect("log file");
-        let mut command = h.command();
-        if let Build::Old = build {
-            command = command_of(h, &old_bin());
+/// A replica of `build`, consuming once it returns. Both builds spread
+/// posts over 8 counter shards; a killed replica's leases end soon.
+async fn start(h: &Harness, build: Build, name: &str, sink: &Sink) -> Replica {
+    let bin = match build {
+        Build::Old => old_bin(),
+        Build::New => PathBuf::from(env!("CARGO_BIN_EXE_hotcount")),
+    };
+    let mut command = replica::run_command(h, &bin);
+    command.args(["--counter-shards", "8", "--lease-extension-secs", "10"]);
+    match build {
+        // Every post on all 8 shards: shards no rollup registers.
+        Build::Old => {
+            command.args(["--counter-shard-target-writes-per-sec", "0"]);
         }
-        command
-            .env("RUST_LOG", "info")
-            .args([
-                "run",
-                "--consumer",
-                "c1",
-                "--subscription",
-                common::SUBSCRIPTION,
-            ])
-            .args(["--flush-interval-ms", "20", "--shards", "4"])
-            .args(["--counter-shards", "8"])
-            // A killed replica's leases end soon.
-            .args(["--lease-extension-secs", "10"])
-            .stdout(Stdio::null())
-            .stderr(file);
-        match build {
-            // Every post on all 8 shards: shards no rollup registers.
-            Build::Old => {
-                command.args(["--counter-shard-target-writes-per-sec", "0"]);
-            }
-            // No start-up sweep: the older build's increments leave no
-            // `updatedAt` to find, and nothing but this build's own marks
-            // and the format raise may make the rollups right.
-            Build::New => {
-                command.args([
-                    "--rollup-interval-ms",
-                    "300",
-                    "--rollup-sweep-lookback-secs",
-                    "0",
-                    "--milestone-webhook",
-                    &sink.url(),
-                    "--milestone-webhook-secret",
-                    SECRET,
-                    "--milestone-webhook-timeout-ms",
-                    "500",
-                    "--milestone-lease-secs",
-                    "2",
-                    "--milestone-retry-initial-ms",
-                    "100",
-                ]);
-            }
-        }
-        if let Some(url) = h.postgres_url() {
-            command.args(["--store", url]);
-        }
-        let child = command.spawn().expect("hotcount runs");
-        Self {
-            child,
-            log,
-            name: format!("{name} ({build:?})"),
+        // No start-up sweep: the older build's increments leave no
+        // `updatedAt` to find, so nothing but this build's own due records
+        // and the step after the roll may make the rollups right.
+        Build::New => {
+            command.args([
+                "--rollup-interval-ms",
+                "300",
+                "--rollup-sweep-lookback-secs",
+                "0",
+                "--milestone-webhook",
+                &sink.url(),
+                "--milestone-webhook-secret",
+                SECRET,
+                "--milestone-webhook-timeout-ms",
+                "500",
+                "--milestone-lease-secs",
+                "2",
+                "--milestone-retry-initial-ms",
+                "100",
+            ]);
         }
     }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits (bounded) until it is consuming.
-    async fn running(mut self) -> Self {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !self.log().contains("hotcount running") {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                panic!("{} exited {status}:\n{}", self.name, self.log());
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{} never ran:\n{}",
-                self.name,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self
-    }
-
-    /// SIGKILL: nothing drains.
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
-
-    /// SIGTERM: it drains and exits 0.
-    fn terminate(mut self) {
-        let pid = self.child.id().to_string();
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-        let exited = common::wait_with_timeout(&mut self.child, WAIT);
-        assert!(
-            exited.success(),
-            "{} drained and exited 0: {exited:?}\n{}",
-            self.name,
-            self.log()
-        );
-        let _ = std::fs::remove_file(&self.log);
-    }
-}
-
-/// `bin` pointed at `h`'s emulators, as [`Harness::command`] does.
-fn command_of(h: &Harness, bin: &Path) -> std::process::Command {
-    let template = h.command();
-    let mut command = std::process::Command::new(bin);
-    for (key, value) in template.get_envs() {
-        if let Some(value) = value {
-            command.env(key, value);
-        }
-    }
-    command
+    Replica::spawn(command, &format!("{name}-{build:?}"))
+        .running()
+        .await
 }
 
 /// Runs one CLI command of this build against `h`'s store; its output.
@@ -224,30 +133,9 @@ fn cli(h: &Harness, args: &[&str]) -> String {
     text
 }
 
-/// Likes and unlikes over `posts` posts (post 0 the busiest, down to a
-/// few likes), users and event ids tagged `tag`.
-fn wave(posts: usize, users: usize, tag: &str) -> Vec<Ev> {
-    let mut events = Vec::new();
-    for p in 0..posts {
-        let post = format!("post-{p}");
-        for u in 0..users / (p + 1) {
-            let user = format!("{tag}-user-{u}");
-            events.push(Ev::like(&format!("{tag}-{p}-{u}"), &post, &user, 1));
-            if u % 7 == 0 {
-                events.push(Ev::unlike(&format!("{tag}-{p}-{u}-x"), &post, &user, 2));
-            }
-        }
-    }
-    events
-}
-
-/// The posts of `want` whose rollup is missing or differs from it.
-async fn wrong_rollups(h: &Harness, want: &BTreeMap<String, i64>) -> Vec<String> {
-    let rollups = h.store.rollups().await.expect("rollups");
-    want.iter()
-        .filter(|(post, count)| rollups.get(*post).map(|r| r.0) != Some(**count))
-        .map(|(post, _)| post.clone())
-        .collect()
+/// One wave of likes and unlikes, tagged `tag`.
+fn wave(tag: &str) -> Vec<Ev> {
+    replica::workload(WAVE_POSTS, WAVE_USERS, 7, tag)
 }
 
 /// The milestone keys (`{post}:{n}`) the counts in `want` cross.
@@ -300,7 +188,7 @@ async fn a_rolling_upgrade_from_the_build_before_rollups_and_a_rollback_end_exac
     .expect("sink");
     // The deployment as the older build set it up.
     if let Some(url) = h.postgres_url() {
-        let output = command_of(&h, &old)
+        let output = replica::command_of(&h, &old)
             .args(["setup", "--store", url])
             .args(SUBSCRIPTION_FLAGS)
             .output()
@@ -312,9 +200,9 @@ async fn a_rolling_upgrade_from_the_build_before_rollups_and_a_rollback_end_exac
         );
     }
     let mut all = Vec::new();
-    let mut a = Replica::start(&h, Build::Old, "a0", &sink).running().await;
-    let mut b = Replica::start(&h, Build::Old, "b0", &sink).running().await;
-    publish_mid_stream(&h, &mut all, wave(WAVE_POSTS, WAVE_USERS, "w1")).await;
+    let mut a = start(&h, Build::Old, "a0", &sink).await;
+    let mut b = start(&h, Build::Old, "b0", &sink).await;
+    publish_mid_stream(&h, &mut all, wave("w1")).await;
 
     // This build's setup while the older replicas run: PostgreSQL's
     // migrations, and the fleet's milestone setting.
@@ -326,19 +214,19 @@ async fn a_rolling_upgrade_from_the_build_before_rollups_and_a_rollback_end_exac
     // The roll: one replica SIGTERMed and replaced (the fleet mixed), the
     // other SIGKILLed and replaced, each mid-stream.
     a.terminate();
-    a = Replica::start(&h, Build::New, "a1", &sink).running().await;
-    publish_mid_stream(&h, &mut all, wave(WAVE_POSTS, WAVE_USERS, "w2")).await;
+    a = start(&h, Build::New, "a1", &sink).await;
+    publish_mid_stream(&h, &mut all, wave("w2")).await;
     b.kill();
-    b = Replica::start(&h, Build::New, "b1", &sink).running().await;
-    publish_mid_stream(&h, &mut all, wave(WAVE_POSTS, WAVE_USERS, "w3")).await;
+    b = start(&h, Build::New, "b1", &sink).await;
+    publish_mid_stream(&h, &mut all, wave("w3")).await;
 
     // A rollback, mid-stream: one replica SIGKILLed (the fleet mixed
     // again), the other SIGTERMed, both replaced by the older build.
     a.kill();
-    a = Replica::start(&h, Build::Old, "a2", &sink).running().await;
-    publish_mid_stream(&h, &mut all, wave(WAVE_POSTS, WAVE_USERS, "w4")).await;
+    a = start(&h, Build::Old, "a2", &sink).await;
+    publish_mid_stream(&h, &mut all, wave("w4")).await;
     b.terminate();
-    b = Replica::start(&h, Build::Old, "b2", &sink).running().await;
+    b = start(&h, Build::Old, "b2", &sink).await;
     // Fresh posts liked once each, counted by the older build alone: no
     // due record, no rollup, until the operator's raise.
     let once: Vec<Ev> = (0..200)
@@ -353,11 +241,11 @@ async fn a_rolling_upgrade_from_the_build_before_rollups_and_a_rollback_end_exac
 
     // Forward again, mid-stream (SIGTERM, then SIGKILL).
     a.terminate();
-    a = Replica::start(&h, Build::New, "a3", &sink).running().await;
-    publish_mid_stream(&h, &mut all, wave(WAVE_POSTS, WAVE_USERS, "w5")).await;
+    a = start(&h, Build::New, "a3", &sink).await;
+    publish_mid_stream(&h, &mut all, wave("w5")).await;
     b.kill();
-    b = Replica::start(&h, Build::New, "b3", &sink).running().await;
-    publish_mid_stream(&h, &mut all, wave(WAVE_POSTS, WAVE_USERS, "w6")).await;
+    b = start(&h, Build::New, "b3", &sink).await;
+    publish_mid_stream(&h, &mut all, wave("w6")).await;
 
     let want = expected(&all);
     assert_eq!(h.wait_for_counts(&want, WAIT).await, want, "counts exact");

@@ -10,6 +10,8 @@ pub mod pg;
 #[path = "../support/oidc.rs"]
 pub mod oidc;
 
+pub mod replica;
+
 /// The push front, the load generator's own (one copy for both).
 #[path = "../../loadgen/src/front.rs"]
 #[allow(dead_code)]
