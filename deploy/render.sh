@@ -15,7 +15,10 @@
 #   CONSUMER (hotcount) and PUSH_CONSUMER (hotcount-push): HOTCOUNT_CONSUMER,
 #   DATABASE ((default)) and COLLECTION_PREFIX (none): HOTCOUNT_DATABASE and
 #   HOTCOUNT_COLLECTION_PREFIX, K8S_NAMESPACE and K8S_SERVICE_ACCOUNT
-#   (hotcount), WORKER_POOL (hotcount), PUSH_CLOUD_RUN_SERVICE (hotcount-push).
+#   (hotcount), WORKER_POOL (hotcount), PUSH_CLOUD_RUN_SERVICE (hotcount-push),
+#   STORE_SECRET_NAME (hotcount-store) and WEBHOOK_SECRET_NAME
+#   (hotcount-milestone-webhook-secret): the Secret Manager secrets the
+#   Cloud Run manifests mount (their values never pass through here).
 # Refuses values that are not a project id, a region, an image tag or a
 # valid name, and output that still holds a placeholder.
 # deploy/validate-manifests.py runs the commands docs/OPERATIONS.md gives
@@ -39,6 +42,8 @@ K8S_NAMESPACE="${K8S_NAMESPACE:-hotcount}"
 K8S_SERVICE_ACCOUNT="${K8S_SERVICE_ACCOUNT:-hotcount}"
 WORKER_POOL="${WORKER_POOL:-hotcount}"
 PUSH_CLOUD_RUN_SERVICE="${PUSH_CLOUD_RUN_SERVICE:-hotcount-push}"
+STORE_SECRET_NAME="${STORE_SECRET_NAME:-hotcount-store}"
+WEBHOOK_SECRET_NAME="${WEBHOOK_SECRET_NAME:-hotcount-milestone-webhook-secret}"
 if [[ $# -eq 0 ]]; then
   echo "usage: PROJECT_ID=... REGION=... TAG=... deploy/render.sh FILE..." >&2
   exit 2
@@ -66,6 +71,9 @@ for name in CONSUMER PUSH_CONSUMER; do
 done
 [[ "${DATABASE}" == "(default)" || "${DATABASE}" =~ ^[a-z][a-z0-9-]{2,61}[a-z0-9]$ ]] ||
   refuse DATABASE "${DATABASE}" "a Firestore database id"
+for name in STORE_SECRET_NAME WEBHOOK_SECRET_NAME; do
+  [[ "${!name}" =~ ^[A-Za-z0-9_-]{1,255}$ ]] || refuse "${name}" "${!name}" "a Secret Manager secret id"
+done
 [[ "${COLLECTION_PREFIX}" =~ ^[A-Za-z0-9_]*$ ]] || refuse COLLECTION_PREFIX "${COLLECTION_PREFIX}" "a collection prefix"
 
 # A name as a whole token: not inside a longer name (likes-hotcount is not
@@ -94,6 +102,8 @@ render() {
   script+="s/(^|[^A-Za-z0-9_-])hotcount@PROJECT_ID/\\1${SERVICE_ACCOUNT_NAME}@PROJECT_ID/g;"
   script+="s/^([[:space:]]*namespace: )hotcount\$/\\1${K8S_NAMESPACE}/;"
   script+="s/^([[:space:]]*serviceAccountName: )hotcount\$/\\1${K8S_SERVICE_ACCOUNT}/;"
+  script+="s/^([[:space:]]*secretName: )hotcount-store\$/\\1${STORE_SECRET_NAME}/;"
+  script+="s/^([[:space:]]*secretName: )hotcount-milestone-webhook-secret\$/\\1${WEBHOOK_SECRET_NAME}/;"
   script+="s/workerpools\\/hotcount([^A-Za-z0-9_-]|\$)/workerpools\\/${WORKER_POOL}\\1/g;"
   # The object's own name, by kind.
   case "$(sed -n 's/^kind: //p' "${file}" | head -n 1)" in

@@ -23,6 +23,17 @@
 #   - Firestore: the TTL policy on batches.expireAt, single-field index
 #     exemptions for the fields hotcount never queries, and the
 #     collection-group index of the rollup sweep (shards.updatedAt);
+#   - Secret Manager: the secrets the manifests mount as files (never a
+#     plaintext value in a manifest or on a command line): STORE_SECRET_NAME
+#     (hotcount-store) holds the store, `firestore` or a PostgreSQL URL with
+#     its password (from the file STORE_FILE when set, e.g. /dev/stdin),
+#     and WEBHOOK_SECRET_NAME (hotcount-milestone-webhook-secret) the
+#     milestone webhook's signing secret (32 random bytes, hex, when made
+#     here); each is created when missing (an existing one is left as it is:
+#     add versions with `gcloud secrets versions add`), and hotcount's service
+#     account may read them (roles/secretmanager.secretAccessor on each);
+#     with GKE_CLUSTER, copied into the Kubernetes Secret `hotcount` of
+#     K8S_NAMESPACE (run this again after adding a version);
 #   - with GKE_CLUSTER set (deploy/gke/): Workload Identity for hotcount's
 #     Kubernetes service account, and what the autoscaler reads the Pub/Sub
 #     metrics through: AUTOSCALER=hpa (the default with GKE_CLUSTER) installs
@@ -80,6 +91,12 @@ GKE_LOCATION="${GKE_LOCATION:-${REGION}}"
 K8S_NAMESPACE="${K8S_NAMESPACE:-hotcount}"
 K8S_SERVICE_ACCOUNT="${K8S_SERVICE_ACCOUNT:-hotcount}"
 AUTOSCALER="${AUTOSCALER:-}"
+# Secret Manager secrets (docs/OPERATIONS.md, "Secrets").
+STORE_SECRET_NAME="${STORE_SECRET_NAME:-hotcount-store}"
+WEBHOOK_SECRET_NAME="${WEBHOOK_SECRET_NAME:-hotcount-milestone-webhook-secret}"
+# A file holding the store for the first version of STORE_SECRET_NAME
+# (a PostgreSQL URL with its password); unset: `firestore`.
+STORE_FILE="${STORE_FILE:-}"
 ADAPTER_MANIFEST="${ADAPTER_MANIFEST:-https://raw.githubusercontent.com/GoogleCloudPlatform/k8s-stackdriver/master/custom-metrics-stackdriver-adapter/deploy/production/adapter_new_resource_model.yaml}"
 if [[ -z "${GKE_CLUSTER}" && -n "${AUTOSCALER}" ]]; then
   echo "AUTOSCALER=${AUTOSCALER} is for GKE: set GKE_CLUSTER (and GKE_LOCATION) too" >&2
@@ -256,6 +273,25 @@ if [[ "${CLOUD_RUN_AUTOSCALER}" == "crema" ]]; then
     --member="serviceAccount:${CREMA_SERVICE_ACCOUNT}" --role=roles/iam.serviceAccountUser >/dev/null
 fi
 
+echo "== Secret Manager: ${STORE_SECRET_NAME} and ${WEBHOOK_SECRET_NAME}, readable by ${SERVICE_ACCOUNT}"
+# Values go from a file or a pipe to gcloud (--data-file), never through a
+# command line or this script's output.
+if ! exists gcloud_p secrets describe "${STORE_SECRET_NAME}"; then
+  if [[ -n "${STORE_FILE}" ]]; then
+    gcloud_p secrets create "${STORE_SECRET_NAME}" --replication-policy=automatic --data-file="${STORE_FILE}"
+  else
+    printf 'firestore' | gcloud_p secrets create "${STORE_SECRET_NAME}" --replication-policy=automatic --data-file=-
+  fi
+fi
+if ! exists gcloud_p secrets describe "${WEBHOOK_SECRET_NAME}"; then
+  openssl rand -hex 32 | tr -d '\n' |
+    gcloud_p secrets create "${WEBHOOK_SECRET_NAME}" --replication-policy=automatic --data-file=-
+fi
+for secret in "${STORE_SECRET_NAME}" "${WEBHOOK_SECRET_NAME}"; do
+  gcloud_p secrets add-iam-policy-binding "${secret}" \
+    --member="serviceAccount:${SERVICE_ACCOUNT}" --role=roles/secretmanager.secretAccessor >/dev/null
+done
+
 echo "== Firestore: TTL on batch markers"
 gcloud_p firestore fields ttls update expireAt \
   --collection-group="${COLLECTION_PREFIX}batches" \
@@ -323,6 +359,14 @@ if [[ -n "${GKE_CLUSTER}" ]]; then
     --role=roles/iam.workloadIdentityUser \
     --member="serviceAccount:${WORKLOAD_POOL}[${K8S_NAMESPACE}/${K8S_SERVICE_ACCOUNT}]" >/dev/null
   gcloud_p container clusters get-credentials "${GKE_CLUSTER}" --location="${GKE_LOCATION}"
+
+  echo "== GKE: the Secret ${K8S_NAMESPACE}/hotcount, from Secret Manager (deploy/gke/deployment.yaml mounts it)"
+  kubectl create namespace "${K8S_NAMESPACE}" --dry-run=client -o yaml | kubectl apply -f -
+  # Server-side apply: no last-applied annotation holding a copy of the values.
+  kubectl -n "${K8S_NAMESPACE}" create secret generic hotcount \
+    --from-file=store=<(gcloud_p secrets versions access latest --secret="${STORE_SECRET_NAME}") \
+    --from-file=milestone-webhook-secret=<(gcloud_p secrets versions access latest --secret="${WEBHOOK_SECRET_NAME}") \
+    --dry-run=client -o yaml | kubectl apply --server-side --field-manager=hotcount-setup -f - >/dev/null
 
   case "${AUTOSCALER}" in
     hpa)

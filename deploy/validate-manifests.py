@@ -19,6 +19,12 @@
   schema exists; its scaled objects and trigger authentications are KEDA
   objects, checked with KEDA's models, and the fields CREMA documents as
   ignored are refused (check_crema).
+- Every document, of every kind: no secret in plain text (check_secrets):
+  no connection URL with a password, no HOTCOUNT_STORE (other than
+  `firestore`), webhook secret or user hash key as an env value, no secret
+  flag on the command line, no Kubernetes Secret with its data. Secrets
+  come from Secret Manager, mounted as files (the `--...-file` flags) or
+  through `valueFrom.secretKeyRef`.
 - `--documented FILE`: every command of FILE's code blocks that renders
   manifests (deploy/render.sh) is run as written, up to the `kubectl
   apply` or gcloud file it feeds, and what it prints is checked like the
@@ -327,7 +333,80 @@ def check_json_schema(schema, doc):
     ]
 
 
+# Settings that hold a secret: in a manifest only as the `_FILE` form (a
+# mounted secret) or `valueFrom.secretKeyRef`, never as a value.
+SECRET_ENV = {
+    "HOTCOUNT_STORE": "HOTCOUNT_STORE_FILE",
+    "HOTCOUNT_MILESTONE_WEBHOOK_SECRET": "HOTCOUNT_MILESTONE_WEBHOOK_SECRET_FILE",
+    "HOTCOUNT_MILESTONE_WEBHOOK_PREVIOUS_SECRET": "HOTCOUNT_MILESTONE_WEBHOOK_PREVIOUS_SECRET_FILE",
+    "HOTCOUNT_USER_HASH_KEY": "HOTCOUNT_USER_HASH_KEY_FILE",
+}
+SECRET_FLAGS = ["--milestone-webhook-secret", "--milestone-webhook-previous-secret", "--user-hash-key"]
+# A connection URL with a password: in its user part, or as a parameter.
+PASSWORD_IN_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s@:]*:[^/\s@]+@|[?&]password=", re.IGNORECASE)
+
+
+def strings(node, where=""):
+    """Every string in `node`, with its path."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from strings(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from strings(value, f"{where}[{i}]")
+    elif isinstance(node, str):
+        yield where, node
+
+
+def containers(node, where=""):
+    """Every container (an item of a `containers` list) in `node`, with its path."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{where}.{key}" if where else key
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                for i, c in enumerate(value):
+                    if isinstance(c, dict):
+                        yield f"{here}[{i}]", c
+            else:
+                yield from containers(value, here)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from containers(value, f"{where}[{i}]")
+
+
+def check_secrets(doc):
+    """Secrets in plain text: a URL with a password anywhere, a secret
+    setting given as a value (env or flag), a Kubernetes Secret's data."""
+    errors = []
+    for where, text in strings(doc):
+        if PASSWORD_IN_URL.search(text):
+            errors.append(f"{where}: a URL with a password in plain text (mount it as a secret: --store-file)")
+    for where, c in containers(doc):
+        env_list = c.get("env") if isinstance(c.get("env"), list) else []
+        for i, env in enumerate(e for e in env_list if isinstance(e, dict)):
+            name = env.get("name")
+            if name in SECRET_ENV and "value" in env and not (name == "HOTCOUNT_STORE" and env["value"] == "firestore"):
+                errors.append(
+                    f"{where}.env[{i}]: {name} as a plain value; use {SECRET_ENV[name]} on a mounted secret, or valueFrom.secretKeyRef"
+                )
+        words = [w for key in ("command", "args") if isinstance(c.get(key), list) for w in c[key] if isinstance(w, str)]
+        for word in words:
+            flag = word.split("=", 1)[0]
+            if flag in SECRET_FLAGS:
+                errors.append(f"{where}: {flag} on the command line; use {flag}-file on a mounted secret")
+    if doc.get("kind") == "Secret" and (doc.get("data") or doc.get("stringData")):
+        errors.append("a Secret's values in a manifest: create it from Secret Manager (deploy/setup.sh), never from a file in the repository")
+    return errors
+
+
 def check(doc, discovery):
+    """(errors, what it was checked against); every kind is also checked
+    for secrets in plain text (check_secrets)."""
+    errors, schema = check_schema(doc, discovery)
+    return errors + check_secrets(doc), schema
+
+
+def check_schema(doc, discovery):
     """(errors, what it was checked against)."""
     kind = (doc.get("apiVersion"), doc.get("kind"))
     if kind == ("monitoring.googleapis.com/v1", "PodMonitoring"):
@@ -362,6 +441,19 @@ BREAKS = [
     ("CremaConfig", lambda d: d["spec"]["scaledObjects"][0]["spec"].update(cooldownPeriod=60)),
     ("CremaConfig", lambda d: d["spec"]["scaledObjects"][0]["spec"]["scaleTargetRef"].update(name="hotcount")),
     ("CremaConfig", lambda d: d["spec"]["scaledObjects"][0]["spec"]["triggers"][0].update(authRef={"name": "x"})),
+    # Plaintext secrets (schema-valid: only check_secrets catches them).
+    ("Deployment", lambda d: d["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "HOTCOUNT_STORE", "value": "postgres://hotcount:s3cret@10.0.0.3:5432/hotcount"})),
+    ("Deployment", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(
+        args=["run", "--milestone-webhook-secret", "s3cret"])),
+    ("WorkerPool", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(
+        args=["run", "--store=postgresql://hotcount:s3cret@10.0.0.3/hotcount"])),
+    ("WorkerPool", lambda d: d["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "HOTCOUNT_USER_HASH_KEY", "value": "k3y"})),
+    ("Service", lambda d: d["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "HOTCOUNT_MILESTONE_WEBHOOK_SECRET", "value": "s3cret"})),
+    ("Service", lambda d: d["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "DATABASE_URL", "value": "postgres://hotcount@10.0.0.3/hotcount?password=s3cret"})),
 ]
 
 

@@ -48,8 +48,25 @@ pub struct Endpoints {
 /// Where the counts live: the store (Firestore unless `--store` names a
 /// PostgreSQL database) and, for Firestore, which Google Cloud project,
 /// database and collections.
-#[derive(clap::Args, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+///
+/// Its flags are [`TargetFlags`]'s: `store` is what `--store-file` holds
+/// when that is given, else `--store`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Target {
+    /// The store.
+    pub store: StoreLocation,
+    /// Google Cloud project id.
+    pub project: String,
+    /// Firestore database id.
+    pub database: String,
+    /// Prefix of every Firestore collection hotcount writes.
+    pub collection_prefix: String,
+}
+
+/// The flags of a [`Target`], as given: `--store` or `--store-file`
+/// (never both), project, database and collection prefix.
+#[derive(clap::Args, Clone, Debug)]
+pub struct TargetFlags {
     /// The store: `firestore` (the default) or a PostgreSQL connection URL
     /// (`postgres://user:password@host:port/database`).
     #[arg(
@@ -60,6 +77,17 @@ pub struct Target {
         hide_env_values = true
     )]
     pub store: StoreLocation,
+    /// A file holding the store as `--store` takes it (a PostgreSQL URL
+    /// with its password: a mounted secret); trailing line breaks are
+    /// ignored. Not with `--store`.
+    #[arg(
+        long = "store-file",
+        env = "HOTCOUNT_STORE_FILE",
+        value_name = "PATH",
+        value_parser = FileParser::<StoreLocation>::new(),
+        conflicts_with = "store"
+    )]
+    pub store_file: Option<FromFile<StoreLocation>>,
     /// Google Cloud project id.
     #[arg(long, env = "HOTCOUNT_PROJECT", default_value = "hotcount-local")]
     pub project: String,
@@ -69,6 +97,42 @@ pub struct Target {
     /// Prefix of every Firestore collection hotcount writes (e.g. `hc_`).
     #[arg(long, env = "HOTCOUNT_COLLECTION_PREFIX", default_value = "")]
     pub collection_prefix: String,
+}
+
+impl From<TargetFlags> for Target {
+    fn from(flags: TargetFlags) -> Self {
+        Target {
+            store: flags.store_file.map_or(flags.store, |file| file.value),
+            project: flags.project,
+            database: flags.database,
+            collection_prefix: flags.collection_prefix,
+        }
+    }
+}
+
+impl clap::FromArgMatches for Target {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        TargetFlags::from_arg_matches(matches).map(Target::from)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Target {
+    fn group_id() -> Option<clap::Id> {
+        TargetFlags::group_id()
+    }
+
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        TargetFlags::augment_args(cmd)
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        TargetFlags::augment_args_for_update(cmd)
+    }
 }
 
 /// Which database holds the counts. Its `Debug` and `Display` hide a
@@ -253,6 +317,131 @@ impl From<&str> for Secret {
     }
 }
 
+impl Secret {
+    /// The secret a pair of flags gives: the `--…-file` form's content, or
+    /// the value (clap refuses both at once); `None` when neither is given
+    /// or the value is empty.
+    pub fn given(value: Option<&Secret>, file: Option<&FromFile<Secret>>) -> Option<Secret> {
+        file.map(FromFile::value)
+            .or(value)
+            .filter(|s| !s.expose().is_empty())
+            .cloned()
+    }
+}
+
+/// A setting read from a file (`--store-file`, `--…-secret-file`,
+/// `--user-hash-key-file`): where a secret is mounted (a Kubernetes or
+/// Cloud Run secret volume, the Secret Manager CSI driver), so it is never
+/// on a command line or in a manifest.
+///
+/// Invariant: `value` is what the file held when the flags were parsed,
+/// trailing line breaks removed, never empty; `Debug` and `Serialize` show
+/// the path only (so [`RunArgs::to_flags`] hands a child the path of a
+/// webhook secret or hash key, not the secret).
+#[derive(Clone, PartialEq, Eq)]
+pub struct FromFile<T> {
+    path: std::path::PathBuf,
+    value: T,
+}
+
+impl<T> FromFile<T> {
+    /// The file it was read from.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// What the file held.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> std::fmt::Debug for FromFile<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FromFile({:?})", self.path)
+    }
+}
+
+impl<T> serde::Serialize for FromFile<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.path.to_string_lossy())
+    }
+}
+
+/// Reads a secret's file: its text without trailing line breaks (`echo`
+/// and most editors add one). A file that is missing, unreadable, not
+/// UTF-8 or empty is an error naming the path, never quoting the content.
+pub fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
+    let shown = path.display();
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))?;
+    let text = text.trim_end_matches(['\n', '\r']);
+    if text.is_empty() {
+        return Err(format!("{shown} is empty"));
+    }
+    Ok(text.to_string())
+}
+
+/// Parses a `--…-file` flag for clap: reads the file the value names and
+/// parses its content as `T`. Errors name the flag and the path; neither
+/// they nor `T`'s own errors quote the content (`T`'s `FromStr` must not
+/// quote its input: [`StoreLocation`]'s does not, [`Secret`]'s cannot fail).
+pub struct FileParser<T>(std::marker::PhantomData<fn() -> T>);
+
+impl<T> FileParser<T> {
+    /// A parser of files holding a `T`.
+    pub fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<T> Default for FileParser<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Clone for FileParser<T> {
+    fn clone(&self) -> Self {
+        Self::new()
+    }
+}
+
+impl<T> clap::builder::TypedValueParser for FileParser<T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+    T::Err: std::fmt::Display,
+{
+    type Value = FromFile<T>;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<FromFile<T>, clap::Error> {
+        let flag = arg
+            .and_then(clap::Arg::get_long)
+            .map_or_else(|| "a file flag".to_string(), |long| format!("--{long}"));
+        let refuse = |reason: String| {
+            let message = format!("invalid value for '{flag}': {reason}\n");
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(cmd)
+        };
+        let path = std::path::PathBuf::from(value);
+        let text = read_secret_file(&path).map_err(refuse)?;
+        let parsed = text.parse::<T>().map_err(|e| {
+            refuse(format!(
+                "what {} holds (not shown: it may hold a password): {e}",
+                path.display()
+            ))
+        })?;
+        Ok(FromFile {
+            path,
+            value: parsed,
+        })
+    }
+}
+
 /// Settings of `hotcount run`, as given on the command line or in the environment.
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize)]
 pub struct RunArgs {
@@ -416,6 +605,34 @@ pub struct RunArgs {
         hide_env_values = true
     )]
     pub milestone_webhook_secret: Option<Secret>,
+    /// A file holding `--milestone-webhook-secret` (e.g. a mounted
+    /// secret); trailing line breaks are ignored.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_SECRET_FILE",
+        value_name = "PATH",
+        value_parser = FileParser::<Secret>::new(),
+        conflicts_with = "milestone_webhook_secret"
+    )]
+    pub milestone_webhook_secret_file: Option<FromFile<Secret>>,
+    /// While rotating the webhook secret, the one being replaced: each call
+    /// then carries a `v1=` per secret, the new one first, so a receiver
+    /// knowing either verifies it. Needs `--milestone-webhook-secret`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_PREVIOUS_SECRET",
+        hide_env_values = true
+    )]
+    pub milestone_webhook_previous_secret: Option<Secret>,
+    /// A file holding `--milestone-webhook-previous-secret`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_PREVIOUS_SECRET_FILE",
+        value_name = "PATH",
+        value_parser = FileParser::<Secret>::new(),
+        conflicts_with = "milestone_webhook_previous_secret"
+    )]
+    pub milestone_webhook_previous_secret_file: Option<FromFile<Secret>>,
     /// Longest wait for the webhook's answer to one call, in milliseconds.
     #[arg(
         long,
@@ -429,6 +646,15 @@ pub struct RunArgs {
     /// against tombstones.
     #[arg(long, env = "HOTCOUNT_USER_HASH_KEY", hide_env_values = true)]
     pub user_hash_key: Option<Secret>,
+    /// A file holding `--user-hash-key`; trailing line breaks are ignored.
+    #[arg(
+        long,
+        env = "HOTCOUNT_USER_HASH_KEY_FILE",
+        value_name = "PATH",
+        value_parser = FileParser::<Secret>::new(),
+        conflicts_with = "user_hash_key"
+    )]
+    pub user_hash_key_file: Option<FromFile<Secret>>,
     /// How often each replica re-reads the erased users' tombstones, in
     /// milliseconds: an erasure waits twice this before it removes
     /// memberships.
@@ -591,6 +817,9 @@ pub struct MilestoneSettings {
     pub webhook: reqwest::Url,
     /// The signing secret, if any.
     pub secret: Option<Secret>,
+    /// While rotating, the secret being replaced: calls are signed with
+    /// both (only with `secret`).
+    pub previous_secret: Option<Secret>,
     /// One call's longest wait.
     pub request_timeout: Duration,
     /// A claim's lease.
@@ -1024,10 +1253,10 @@ impl RunArgs {
                 .as_deref()
                 .map(parse_milestones)
                 .transpose()?,
-            user_hash_key: self
-                .user_hash_key
-                .clone()
-                .filter(|k| !k.expose().is_empty()),
+            user_hash_key: Secret::given(
+                self.user_hash_key.as_ref(),
+                self.user_hash_key_file.as_ref(),
+            ),
             tombstone_refresh: Duration::from_millis(range(
                 "tombstone-refresh-ms",
                 self.tombstone_refresh_ms,
@@ -1076,16 +1305,28 @@ impl RunArgs {
                 ),
             });
         }
+        let secret = Secret::given(
+            self.milestone_webhook_secret.as_ref(),
+            self.milestone_webhook_secret_file.as_ref(),
+        );
+        let previous_secret = Secret::given(
+            self.milestone_webhook_previous_secret.as_ref(),
+            self.milestone_webhook_previous_secret_file.as_ref(),
+        );
+        if previous_secret.is_some() && secret.is_none() {
+            return Err(ConfigError {
+                flag: "milestone-webhook-previous-secret",
+                reason: "is the secret being replaced: give the new one too (--milestone-webhook-secret or --milestone-webhook-secret-file)".to_string(),
+            });
+        }
         Ok(Some(MilestoneSettings {
             thresholds: match &self.milestones {
                 Some(list) => parse_milestones(list)?,
                 None => DEFAULT_MILESTONES.to_vec(),
             },
             webhook,
-            secret: self
-                .milestone_webhook_secret
-                .clone()
-                .filter(|s| !s.expose().is_empty()),
+            secret,
+            previous_secret,
             request_timeout: Duration::from_millis(timeout_ms),
             lease: Duration::from_secs(lease_secs),
             retry_initial: Duration::from_millis(range(

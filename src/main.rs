@@ -222,6 +222,15 @@ struct UserHash {
     /// deletes the erased memberships at the end.
     #[arg(long, env = "HOTCOUNT_USER_HASH_KEY", hide_env_values = true)]
     user_hash_key: Option<hotcount::config::Secret>,
+    /// A file holding `--user-hash-key`; trailing line breaks are ignored.
+    #[arg(
+        long,
+        env = "HOTCOUNT_USER_HASH_KEY_FILE",
+        value_name = "PATH",
+        value_parser = hotcount::config::FileParser::<hotcount::config::Secret>::new(),
+        conflicts_with = "user_hash_key"
+    )]
+    user_hash_key_file: Option<hotcount::config::FromFile<hotcount::config::Secret>>,
     /// The service's `--tombstone-refresh-ms`: `erase` waits twice this
     /// after writing a tombstone.
     #[arg(long, env = "HOTCOUNT_TOMBSTONE_REFRESH_MS", default_value_t = 5_000)]
@@ -230,8 +239,11 @@ struct UserHash {
 
 impl UserHash {
     fn key(&self) -> Option<Vec<u8>> {
-        let key = self.user_hash_key.as_ref()?.expose();
-        (!key.is_empty()).then(|| key.as_bytes().to_vec())
+        let key = hotcount::config::Secret::given(
+            self.user_hash_key.as_ref(),
+            self.user_hash_key_file.as_ref(),
+        )?;
+        Some(key.expose().as_bytes().to_vec())
     }
 }
 
@@ -473,11 +485,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Users(action) => users_command(&cli.endpoints, action).await,
         Command::Setup { args, store } => {
             let milestones = store.milestone_setting()?;
-            let mut done = setup::migrate_store(&store.store).await?;
+            let mut done = setup::migrate_store(store.location()).await?;
             done.extend(setup::setup(&cli.endpoints, &args).await?);
             if let Some(setting) = milestones {
                 let target = Target {
-                    store: store.store.clone(),
+                    store: store.location().clone(),
                     project: args.project.clone(),
                     database: store.database.clone(),
                     collection_prefix: store.collection_prefix.clone(),
@@ -791,5 +803,53 @@ async fn wait_for_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    /// Flags that may carry a secret, each with its `-file` form.
+    const SECRET_FLAGS: [&str; 4] = [
+        "store",
+        "milestone-webhook-secret",
+        "milestone-webhook-previous-secret",
+        "user-hash-key",
+    ];
+
+    /// `(command path, long flags)` for `command` and every subcommand.
+    fn flags_of(command: &clap::Command, path: &str, out: &mut Vec<(String, Vec<String>)>) {
+        let longs = command
+            .get_arguments()
+            .filter_map(clap::Arg::get_long)
+            .map(str::to_string)
+            .collect();
+        out.push((path.to_string(), longs));
+        for sub in command.get_subcommands() {
+            flags_of(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_command_taking_a_secret_also_reads_it_from_a_file() {
+        let mut commands = Vec::new();
+        flags_of(&super::Cli::command(), "hotcount", &mut commands);
+        let mut checked = 0;
+        for (path, longs) in &commands {
+            for flag in SECRET_FLAGS
+                .iter()
+                .filter(|f| longs.iter().any(|l| l == *f))
+            {
+                let file = format!("{flag}-file");
+                assert!(
+                    longs.contains(&file),
+                    "`{path}` takes --{flag} but not --{file}"
+                );
+                checked += 1;
+            }
+        }
+        // run, count, setup, reconcile, replay, the store tools and `users`.
+        assert!(checked > 15, "only {checked} secret flags found");
     }
 }

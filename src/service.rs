@@ -489,7 +489,13 @@ impl<H: AckHandle> Flushing<H> {
                 notify.secret.as_ref().map(crate::config::Secret::expose),
                 &config.consumer,
                 notify.request_timeout,
-            )?;
+            )?
+            .with_previous_secret(
+                notify
+                    .previous_secret
+                    .as_ref()
+                    .map(crate::config::Secret::expose),
+            );
             let dispatcher = Dispatcher::new(
                 Arc::new(store.db()),
                 webhook,
@@ -499,6 +505,7 @@ impl<H: AckHandle> Flushing<H> {
             tracing::info!(
                 webhook_host = notify.webhook.host_str().unwrap_or_default(),
                 signed = notify.secret.is_some(),
+                rotating = notify.previous_secret.is_some(),
                 "milestone notifications on: this replica sends the milestones recorded"
             );
             rollups.spawn(dispatcher.run(rollup_stopped));

@@ -38,6 +38,7 @@ crate::on_each_store!(
     a_replica_clock_ten_minutes_ahead_takes_no_live_lease,
     two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_the_interval_plus_5_s,
     a_stale_settle_after_a_retry_changes_nothing,
+    while_a_secret_is_rotated_a_receiver_knowing_only_the_new_or_only_the_old_accepts_every_call,
 );
 
 fn likes(post: &str, users: usize, prefix: &str) -> Vec<Ev> {
@@ -800,4 +801,101 @@ async fn on_a_slow_store_no_lease_lapses_before_its_call_and_nothing_is_called_t
     let keys: BTreeSet<&str> = requests.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(keys.len(), 8, "{a:?} {b:?}");
     assert_eq!(requests.len(), 8, "called twice: {a:?} {b:?}");
+}
+
+/// Writes `text` to a file of its own, as a mounted secret is; its path.
+fn secret_file(text: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(
+        "hotcount-milestones-secret-{}-{n}",
+        std::process::id()
+    ));
+    std::fs::write(&path, text).expect("secret file written");
+    path
+}
+
+/// Rotation: replicas sign with the new secret (`--milestone-webhook-secret-file`)
+/// and the old one (`--milestone-webhook-previous-secret-file`); the
+/// receiver moves from the old secret to the new at any time, so each of
+/// a receiver that knows only the new one and one that knows only the old
+/// one accepts every call, first try.
+async fn while_a_secret_is_rotated_a_receiver_knowing_only_the_new_or_only_the_old_accepts_every_call(
+    backend: Backend,
+) {
+    const NEW: &str = "rotated-in-secret";
+    let h = Harness::start_on(backend).await;
+    // As `echo` leaves them: a trailing line break, not part of the secret.
+    let new_file = secret_file(&format!("{NEW}\n"));
+    let old_file = secret_file(&format!("{SECRET}\n"));
+    let knows_new = Sink::start(SinkConfig {
+        secret: Some(NEW.into()),
+        faults: SinkFaults::default(),
+    })
+    .await
+    .expect("sink");
+    let knows_old = fault_free_sink().await;
+    let mut records = 0;
+    for (sink, post) in [(&knows_new, "a"), (&knows_old, "b")] {
+        let url = sink.url();
+        let flags = [
+            "--milestone-webhook",
+            url.as_str(),
+            "--milestone-webhook-secret-file",
+            new_file.to_str().expect("a UTF-8 path"),
+            "--milestone-webhook-previous-secret-file",
+            old_file.to_str().expect("a UTF-8 path"),
+            "--milestones",
+            "5,20,40",
+            "--rollup-interval-ms",
+            "50",
+            "--milestone-webhook-timeout-ms",
+            "300",
+            "--milestone-lease-secs",
+            "1",
+            "--milestone-retry-initial-ms",
+            "50",
+        ];
+        let consumer = h.spawn(h.run_args("c1", &flags));
+        let events = likes(post, 45, post);
+        h.publish(&events).await;
+        records += 3;
+        let done = wait_for_records(&h, records, MilestoneStatus::Done).await;
+        assert!(
+            done.len() == records && done.iter().all(|r| r.status == MilestoneStatus::Done),
+            "{done:?}"
+        );
+        consumer.stop().await;
+        let requests = sink.requests();
+        let keys: BTreeSet<String> = requests.iter().map(|r| r.key.clone()).collect();
+        let want: BTreeSet<String> = [5, 20, 40]
+            .iter()
+            .map(|n| format!("c1:{post}:{n}"))
+            .collect();
+        assert_eq!(
+            keys, want,
+            "every milestone of {post} reached this receiver"
+        );
+        for r in &requests {
+            assert_eq!(r.signature_ok, Some(true), "{}: signature refused", r.key);
+            assert_eq!(r.fate, Fate::Processed, "{}: accepted first time", r.key);
+        }
+    }
+    // The receiver that knows only the old secret refuses a call signed
+    // with the new one alone: the previous secret is what it verified.
+    let record = h.store.milestones().await.expect("list").remove(0);
+    let new_only = Webhook::new(knows_old.url().parse().expect("url"), Some(NEW), "c1", WAIT)
+        .expect("client")
+        .call(&record)
+        .await;
+    assert!(
+        matches!(
+            new_only,
+            hotcount::pipeline::milestones::Answer::Refused { .. }
+        ),
+        "{new_only:?}"
+    );
+    for file in [new_file, old_file] {
+        let _ = std::fs::remove_file(file);
+    }
 }

@@ -70,6 +70,12 @@ const ROLE_PERMISSIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("roles/pubsub.publisher", &["pubsub.topics.publish"]),
+    // Used by Cloud Run (or deploy/setup.sh for GKE) to mount the secrets
+    // as files; `run` itself never calls Secret Manager.
+    (
+        "roles/secretmanager.secretAccessor",
+        &["secretmanager.versions.access"],
+    ),
     (
         "roles/iam.serviceAccountTokenCreator",
         &[

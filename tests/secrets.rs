@@ -1,7 +1,8 @@
 //! A PostgreSQL password never leaves the binary: not in clap's error for
 //! a refused `--store` (flag or environment), not in `--help`, not in an
 //! error or a log line of `setup`, `run` or `count` when the server cannot
-//! be reached (logging everything, `RUST_LOG=trace`).
+//! be reached (logging everything, `RUST_LOG=trace`), nor when it comes from
+//! a file (`--store-file`, `HOTCOUNT_STORE_FILE`) or is given twice.
 
 use std::process::{Command, Output};
 
@@ -113,5 +114,90 @@ fn an_unreachable_server_is_reported_without_the_password_even_at_trace() {
             assert!(printed(&out).contains("127.0.0.1"), "{}", printed(&out));
             assert_hidden(&out, secrets, &format!("{args:?}"));
         }
+    }
+}
+
+/// Writes `text` to a file of its own (as a mounted secret is); its path.
+fn secret_file(text: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path =
+        std::env::temp_dir().join(format!("hotcount-secrets-test-{}-{n}", std::process::id()));
+    std::fs::write(&path, text).expect("secret file written");
+    path
+}
+
+#[test]
+fn a_store_file_is_used_by_every_command_and_its_password_never_printed() {
+    for (url, secrets) in FORMS {
+        let file = secret_file(&format!("{url}\n"));
+        let path = file.to_str().expect("a UTF-8 path");
+        for args in [
+            vec!["count", "--store-file", path, "p1"],
+            vec!["setup", "--store-file", path],
+            vec!["run", "--store-file", path],
+            vec!["reconcile", "--store-file", path],
+            vec!["users", "export", "--store-file", path, "u1"],
+        ] {
+            let out = hotcount(&args, &[]);
+            assert!(!out.status.success(), "{args:?}");
+            // It reached for the server the file names.
+            assert!(printed(&out).contains("127.0.0.1"), "{}", printed(&out));
+            assert_hidden(&out, secrets, &format!("{args:?}"));
+        }
+        let out = hotcount(&["count", "p1"], &[("HOTCOUNT_STORE_FILE", path)]);
+        assert!(printed(&out).contains("127.0.0.1"), "{}", printed(&out));
+        assert_hidden(&out, secrets, "HOTCOUNT_STORE_FILE");
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+#[test]
+fn a_store_given_twice_is_refused_without_echoing_either() {
+    let (url, secrets) = FORMS[0];
+    let file = secret_file(url);
+    let path = file.to_str().expect("a UTF-8 path");
+    for (args, vars) in [
+        (
+            vec!["count", "--store", url, "--store-file", path, "p1"],
+            vec![],
+        ),
+        (
+            vec!["count", "p1"],
+            vec![("HOTCOUNT_STORE", url), ("HOTCOUNT_STORE_FILE", path)],
+        ),
+        (
+            vec!["run", "--store-file", path],
+            vec![("HOTCOUNT_STORE", url)],
+        ),
+    ] {
+        let out = hotcount(&args, &vars);
+        assert!(!out.status.success(), "{args:?} {vars:?}");
+        let text = printed(&out);
+        assert!(
+            text.contains("--store-file") && text.contains("cannot be used with"),
+            "{text}"
+        );
+        assert_hidden(&out, secrets, &format!("{args:?} {vars:?}"));
+    }
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn a_secret_file_that_cannot_be_read_is_named() {
+    let missing = std::env::temp_dir().join("hotcount-secrets-test-missing");
+    let path = missing.to_str().expect("a UTF-8 path");
+    for flag in [
+        "--store-file",
+        "--milestone-webhook-secret-file",
+        "--user-hash-key-file",
+    ] {
+        let out = hotcount(&["run", flag, path], &[]);
+        assert!(!out.status.success(), "{flag}");
+        let text = printed(&out);
+        assert!(
+            text.contains(flag) && text.contains(path) && text.contains("cannot read"),
+            "{text}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! It records every request, verifies each signature (`Hotcount-Signature:
 //! t={unix seconds},v1={hex HMAC-SHA256 of "{t}.{body}"}`, within five
-//! minutes), processes a key once (the first 2xx answer is kept and sent
+//! minutes; any one of several `v1=` may match), processes a key once (the first 2xx answer is kept and sent
 //! again to a repeat, marked `Idempotent-Replayed: true`), and can be told
 //! to fail at a rate: answer 500 without processing, process then hang
 //! past the caller's timeout (the answer is lost, the effect is not), or
@@ -313,35 +313,35 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Whether `header` (`t=...,v1=...`) signs `body` with `secret`, within
-/// the tolerance of `now`.
+/// Whether `header` (`t=...,v1=...[,v1=...]`) signs `body` with `secret`,
+/// within the tolerance of `now`: any one `v1=` matching is enough (while
+/// the sender rotates its secret it signs with the new and the old one).
 pub fn verify(secret: &[u8], header: &str, body: &[u8], now: u64) -> bool {
     let mut t = None;
-    let mut v1 = None;
+    let mut v1 = Vec::new();
     for part in header.split(',') {
         match part.trim().split_once('=') {
             Some(("t", value)) => t = value.parse::<u64>().ok(),
-            Some(("v1", value)) => v1 = Some(value),
+            Some(("v1", value)) => v1.push(value),
             _ => {}
         }
     }
-    let (Some(t), Some(v1)) = (t, v1) else {
+    let Some(t) = t else {
         return false;
     };
     if t.abs_diff(now) > SIGNATURE_TOLERANCE_SECS {
         return false;
     }
-    let Some(given) = decode_hex(v1) else {
-        return false;
-    };
     let Ok(mut mac) = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(secret) else {
         return false;
     };
     mac.update(t.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
-    // Constant-time comparison.
-    mac.verify_slice(&given).is_ok()
+    // Each compared in constant time.
+    v1.into_iter()
+        .filter_map(decode_hex)
+        .any(|given| mac.clone().verify_slice(&given).is_ok())
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
@@ -374,6 +374,27 @@ mod tests {
         ));
         assert!(!verify(b"Jefe", header, body, 1_700_000_000 + 301));
         assert!(!verify(b"Jefe", "v1=00", body, 1_700_000_000));
+    }
+
+    #[test]
+    fn a_header_with_several_v1_verifies_when_any_one_matches() {
+        // The new secret's signature first, then Jefe's (the old one).
+        let jefe = "13ce53c736e466c19085dc7debfd1f05b3066e9f036f14f87cbc5a2e925f60bf";
+        let body = br#"{"postId":"p"}"#;
+        let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(b"new").expect("key");
+        mac.update(br#"1700000000.{"postId":"p"}"#);
+        let new: String = mac
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let header = format!("t=1700000000,v1={new},v1={jefe}");
+        assert!(verify(b"new", &header, body, 1_700_000_000));
+        assert!(verify(b"Jefe", &header, body, 1_700_000_000));
+        assert!(!verify(b"other", &header, body, 1_700_000_000));
+        let garbled = format!("t=1700000000,v1=zz,v1={jefe}");
+        assert!(verify(b"Jefe", &garbled, body, 1_700_000_000));
     }
 
     #[tokio::test]

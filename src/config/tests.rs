@@ -63,6 +63,7 @@ fn flags_reproduce_every_setting() {
     changed.milestones = Some("5,50".into());
     changed.milestone_webhook = Some("http://127.0.0.1:9/hook".into());
     changed.milestone_webhook_secret = Some("s3cret".into());
+    changed.milestone_webhook_previous_secret = Some("0ld-s3cret".into());
     changed.milestone_webhook_timeout_ms = 79;
     changed.milestone_lease_secs = 83;
     changed.user_hash_key = Some("k3y".into());
@@ -77,19 +78,167 @@ fn flags_reproduce_every_setting() {
     changed.push_max_in_flight = 71;
     changed.push_max_connections = 97;
     changed.push_header_read_timeout_ms = 1_234;
+    // The file forms, which conflict with the values above.
+    let (webhook, previous, key) = (
+        secret_file("webhook\n"),
+        secret_file("previous\n"),
+        secret_file("key\n"),
+    );
+    let from_files = Cli::parse_from([
+        "hotcount",
+        "--milestone-webhook-secret-file",
+        path(&webhook),
+        "--milestone-webhook-previous-secret-file",
+        path(&previous),
+        "--user-hash-key-file",
+        path(&key),
+    ])
+    .run;
     // A setting added later and not changed here would prove nothing.
-    let (before, after) = (
+    let (before, after, files) = (
         serde_json::to_value(&defaults).expect("json"),
         serde_json::to_value(&changed).expect("json"),
+        serde_json::to_value(&from_files).expect("json"),
     );
     for (key, value) in before.as_object().expect("an object") {
-        assert_ne!(
-            &after[key], value,
+        assert!(
+            &after[key] != value || &files[key] != value,
             "{key} is left at its default: change it above"
         );
     }
-    let argv = std::iter::once("hotcount".to_string()).chain(changed.to_flags());
-    assert_eq!(Cli::parse_from(argv).run, changed);
+    for args in [changed, from_files] {
+        let argv = std::iter::once("hotcount".to_string()).chain(args.to_flags());
+        assert_eq!(Cli::parse_from(argv).run, args);
+    }
+}
+
+/// Writes `text` to a file of its own (as a mounted secret is); its path.
+fn secret_file(text: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file =
+        std::env::temp_dir().join(format!("hotcount-config-secret-{}-{n}", std::process::id()));
+    std::fs::write(&file, text).expect("secret file written");
+    file
+}
+
+fn path(file: &std::path::Path) -> &str {
+    file.to_str().expect("a UTF-8 path")
+}
+
+#[test]
+fn secrets_are_read_from_their_files_without_the_trailing_line_break() {
+    let store = secret_file("postgres://hc:s3cret@127.0.0.1:5432/hc\n");
+    let webhook = secret_file("whsec-new\r\n");
+    let previous = secret_file("whsec-old");
+    let key = secret_file("k3y\n\n");
+    let run = Cli::parse_from([
+        "hotcount",
+        "--store-file",
+        path(&store),
+        "--milestone-webhook",
+        "http://127.0.0.1:9/h",
+        "--milestone-webhook-secret-file",
+        path(&webhook),
+        "--milestone-webhook-previous-secret-file",
+        path(&previous),
+        "--user-hash-key-file",
+        path(&key),
+    ])
+    .run;
+    let config = run.validate().expect("valid");
+    assert_eq!(
+        config.store_location,
+        StoreLocation::Postgres {
+            url: "postgres://hc:s3cret@127.0.0.1:5432/hc".into()
+        }
+    );
+    let milestones = config.milestones.as_ref().expect("a webhook");
+    let shown = |s: &Option<Secret>| s.as_ref().map(|s| s.expose().to_string());
+    assert_eq!(shown(&milestones.secret).as_deref(), Some("whsec-new"));
+    assert_eq!(
+        shown(&milestones.previous_secret).as_deref(),
+        Some("whsec-old")
+    );
+    assert_eq!(shown(&config.user_hash_key).as_deref(), Some("k3y"));
+    let debug = format!("{run:?} {config:?}");
+    for secret in ["s3cret", "whsec", "k3y"] {
+        assert!(!debug.contains(secret), "{secret} in {debug}");
+    }
+    // A child started with these flags reads the same files: their paths
+    // go on its command line, never the secrets they hold.
+    let flags = run.to_flags().join(" ");
+    assert!(flags.contains(&format!(
+        "--milestone-webhook-secret-file={}",
+        path(&webhook)
+    )));
+    assert!(!flags.contains("whsec"), "{flags}");
+}
+
+#[test]
+fn a_value_and_its_file_together_are_refused() {
+    let file = secret_file("postgres://hc:s3cret@127.0.0.1:5432/hc");
+    for (value, with_file) in [
+        ("--store", "--store-file"),
+        (
+            "--milestone-webhook-secret",
+            "--milestone-webhook-secret-file",
+        ),
+        (
+            "--milestone-webhook-previous-secret",
+            "--milestone-webhook-previous-secret-file",
+        ),
+        ("--user-hash-key", "--user-hash-key-file"),
+    ] {
+        let refused = Cli::try_parse_from([
+            "hotcount",
+            value,
+            "postgres://hc:pw@127.0.0.1/hc",
+            with_file,
+            path(&file),
+        ])
+        .err()
+        .unwrap_or_else(|| panic!("{value} with {with_file} was accepted"));
+        assert_eq!(refused.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let text = refused.to_string();
+        assert!(text.contains(value) && text.contains(with_file), "{text}");
+        assert!(!text.contains("s3cret") && !text.contains("pw@"), "{text}");
+    }
+}
+
+#[test]
+fn a_missing_empty_or_bad_secret_file_is_refused_naming_the_path_not_the_content() {
+    let missing = std::env::temp_dir().join("hotcount-no-such-secret-file");
+    let empty = secret_file("\n");
+    let bad_url = secret_file("postgres://hc:s3cret@127.0.0.1:1/hc?sslmode=verify_full\n");
+    let cases: [(&str, &std::path::Path, &str); 4] = [
+        ("--store-file", &missing, "cannot read"),
+        ("--milestone-webhook-secret-file", &empty, "is empty"),
+        ("--user-hash-key-file", &empty, "is empty"),
+        ("--store-file", &bad_url, "verify_full"),
+    ];
+    for (flag, file, why) in cases {
+        let refused = Cli::try_parse_from(["hotcount", flag, path(file)])
+            .err()
+            .unwrap_or_else(|| panic!("{flag} {} was accepted", file.display()));
+        let text = refused.to_string();
+        assert!(text.contains(flag), "{text}");
+        assert!(text.contains(path(file)), "names the path: {text}");
+        assert!(text.contains(why), "says why: {text}");
+        assert!(!text.contains("s3cret"), "quotes the content: {text}");
+    }
+}
+
+#[test]
+fn a_previous_webhook_secret_needs_the_new_one() {
+    let refused = parse(&[
+        "--milestone-webhook",
+        "http://127.0.0.1:9/h",
+        "--milestone-webhook-previous-secret",
+        "old",
+    ])
+    .unwrap_err();
+    assert_eq!(refused.flag, "milestone-webhook-previous-secret");
 }
 
 #[test]

@@ -95,6 +95,15 @@ pub struct ReplayArgs {
     /// them. Unset: no event is checked.
     #[arg(long, env = "HOTCOUNT_USER_HASH_KEY", hide_env_values = true)]
     pub user_hash_key: Option<crate::config::Secret>,
+    /// A file holding `--user-hash-key`; trailing line breaks are ignored.
+    #[arg(
+        long,
+        env = "HOTCOUNT_USER_HASH_KEY_FILE",
+        value_name = "PATH",
+        value_parser = crate::config::FileParser::<crate::config::Secret>::new(),
+        conflicts_with = "user_hash_key"
+    )]
+    pub user_hash_key_file: Option<crate::config::FromFile<crate::config::Secret>>,
 }
 
 /// A replay failure.
@@ -275,10 +284,12 @@ pub async fn run(endpoints: &Endpoints, args: &ReplayArgs) -> Result<ReplayRepor
             let store = open_store(endpoints, args).await?;
             let subscriber = connect::subscriber(endpoints).await?;
             let mut replayer = Replayer::new(store.clone(), args, window, &subscription);
-            if let Some(key) = args.user_hash_key.as_ref().map(|k| k.expose()) {
-                if !key.is_empty() {
-                    replayer = replayer.with_tombstones(tombstones(&store, key).await?);
-                }
+            let key = crate::config::Secret::given(
+                args.user_hash_key.as_ref(),
+                args.user_hash_key_file.as_ref(),
+            );
+            if let Some(key) = key {
+                replayer = replayer.with_tombstones(tombstones(&store, key.expose()).await?);
             }
             let replayed = replayer.run(subscriber).await;
             if let Ok(report) = &replayed {

@@ -24,7 +24,9 @@ use google_cloud_pubsub::model::{
 };
 use google_cloud_wkt::FieldMask;
 
-use crate::config::{check_pubsub_id, Endpoints, StoreLocation, StoreLocationParser};
+use crate::config::{
+    check_pubsub_id, Endpoints, FileParser, FromFile, StoreLocation, StoreLocationParser,
+};
 use crate::connect;
 use crate::store::milestone::{MilestoneSetting, MilestoneStore};
 use crate::store::postgres::{schema, MigrateError, PgConfigError, PgDb, PgDbConfig};
@@ -44,6 +46,16 @@ pub struct SetupStore {
         hide_env_values = true
     )]
     pub store: StoreLocation,
+    /// A file holding the store (as `--store` takes it, e.g. a mounted
+    /// secret); trailing line breaks are ignored. Not with `--store`.
+    #[arg(
+        long = "store-file",
+        env = "HOTCOUNT_STORE_FILE",
+        value_name = "PATH",
+        value_parser = FileParser::<StoreLocation>::new(),
+        conflicts_with = "store"
+    )]
+    pub store_file: Option<FromFile<StoreLocation>>,
     /// Record milestones at these like counts (comma-separated, ascending),
     /// fleet-wide: every replica and operator tool that writes rollups
     /// records them, without a restart (each re-reads the setting every
@@ -63,6 +75,14 @@ pub struct SetupStore {
 }
 
 impl SetupStore {
+    /// The store these flags name: the content of `--store-file` when
+    /// given, else `--store`.
+    pub fn location(&self) -> &StoreLocation {
+        self.store_file
+            .as_ref()
+            .map_or(&self.store, FromFile::value)
+    }
+
     /// The milestone setting these flags store, if they name one.
     pub fn milestone_setting(
         &self,

@@ -4,7 +4,9 @@
 //! Invariants: the body of a record is the same bytes at every attempt and
 //! its key is `{consumer}:{post}:{n}`, so a receiver that keys on it sees a
 //! repeated call as the same one; the signature covers the timestamp and
-//! the exact bytes sent; a 2xx is the only answer that counts as accepted;
+//! the exact bytes sent, with one `v1=` per secret (the current one first,
+//! then the one being rotated out), so a receiver that knows either
+//! verifies every call; a 2xx is the only answer that counts as accepted;
 //! redirects are not followed (the receiver's URL is configuration).
 
 use std::time::{Duration, SystemTime};
@@ -18,7 +20,8 @@ use crate::store::milestone::MilestoneRecord;
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
 /// The signature header: `t={unix seconds},v1={hex HMAC-SHA256}` over
-/// `{t}.{body}` with the shared secret.
+/// `{t}.{body}` with the shared secret; while a secret is rotated, a second
+/// `v1=` with the previous one (as Stripe signs during a roll).
 pub const SIGNATURE: &str = "Hotcount-Signature";
 
 /// Bytes of an error answer's body kept in the record's `last_error`.
@@ -84,17 +87,25 @@ pub fn body(record: &MilestoneRecord) -> Vec<u8> {
 /// The signature header's value for `body` sent at `timestamp` (Unix
 /// seconds): `t={timestamp},v1={hex HMAC-SHA256(secret, "{t}.{body}")}`.
 pub fn signature(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
-    let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(secret)
-        .expect("HMAC takes a key of any length");
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    let digest = mac.finalize().into_bytes();
-    let mut hex = String::with_capacity(digest.len() * 2);
-    for byte in digest {
-        hex.push_str(&format!("{byte:02x}"));
+    signatures(&[secret], timestamp, body)
+}
+
+/// [`signature`] with one `v1=` per secret, in the order given (the
+/// current secret first): `t={timestamp},v1={hex},v1={hex}`.
+pub fn signatures(secrets: &[&[u8]], timestamp: u64, body: &[u8]) -> String {
+    let mut header = format!("t={timestamp}");
+    for secret in secrets {
+        let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(secret)
+            .expect("HMAC takes a key of any length");
+        mac.update(timestamp.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        header.push_str(",v1=");
+        for byte in mac.finalize().into_bytes() {
+            header.push_str(&format!("{byte:02x}"));
+        }
     }
-    format!("t={timestamp},v1={hex}")
+    header
 }
 
 /// The webhook a dispatcher calls.
@@ -102,7 +113,8 @@ pub fn signature(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
 pub struct Webhook {
     client: reqwest::Client,
     url: reqwest::Url,
-    secret: Option<Vec<u8>>,
+    /// The signing secrets, the current one first; none: calls are unsigned.
+    secrets: Vec<Vec<u8>>,
     consumer: String,
     timeout: Duration,
 }
@@ -125,10 +137,20 @@ impl Webhook {
         Ok(Self {
             client,
             url,
-            secret: secret.map(|s| s.as_bytes().to_vec()),
+            secrets: secret.map(|s| s.as_bytes().to_vec()).into_iter().collect(),
             consumer: consumer.to_string(),
             timeout,
         })
+    }
+
+    /// Signs each call with `previous` too, after the current secret (while
+    /// the secret is rotated); `None`, or a webhook without a secret, signs
+    /// as before.
+    pub fn with_previous_secret(mut self, previous: Option<&str>) -> Self {
+        if let (Some(previous), false) = (previous, self.secrets.is_empty()) {
+            self.secrets.push(previous.as_bytes().to_vec());
+        }
+        self
     }
 
     /// The longest one call waits for its answer.
@@ -144,11 +166,12 @@ impl Webhook {
             .post(self.url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(IDEMPOTENCY_KEY, idempotency_key(&self.consumer, record));
-        if let Some(secret) = &self.secret {
+        if !self.secrets.is_empty() {
             let now = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
-            request = request.header(SIGNATURE, signature(secret, now, &body));
+            let secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
+            request = request.header(SIGNATURE, signatures(&secrets, now, &body));
         }
         let response = match request.body(body).send().await {
             Ok(response) => response,
@@ -257,6 +280,20 @@ mod tests {
         assert_ne!(
             sig,
             signature(b"other", 1_700_000_000, br#"{"postId":"p"}"#)
+        );
+    }
+
+    #[test]
+    fn a_rotation_signs_with_the_new_secret_first_then_the_old() {
+        let body = br#"{"postId":"p"}"#;
+        let both = signatures(&[b"new", b"Jefe"], 1_700_000_000, body);
+        let new = signature(b"new", 1_700_000_000, body);
+        let old = signature(b"Jefe", 1_700_000_000, body);
+        let old_v1 = old.strip_prefix("t=1700000000").expect("t first");
+        assert_eq!(both, format!("{new}{old_v1}"));
+        assert_eq!(
+            old_v1,
+            ",v1=13ce53c736e466c19085dc7debfd1f05b3066e9f036f14f87cbc5a2e925f60bf"
         );
     }
 
