@@ -6,7 +6,6 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use hotcount::config::{Endpoints, RunArgs, Target};
 use hotcount::ops::{dlq, live, milestones, quarantine, reconcile, replay, rollups, setup, users};
-use hotcount::store::format;
 use hotcount::{connect, service, telemetry};
 use tokio::sync::watch;
 
@@ -200,7 +199,7 @@ impl EraseFlags {
             eprintln!("no --user-hash-key: no tombstone is written, and the erased memberships are kept (they hold the id)");
         } else if !self.dry_run {
             // Builds before data format 2 do not check tombstones.
-            format::require(&db, format::DATA_FORMAT_TOMBSTONES, "erasure tombstones").await?;
+            users::require_tombstone_format(&db).await?;
         }
         let ttl = std::time::Duration::from_secs(86_400 * self.marker_ttl_days.clamp(1, 3650));
         let store = users::erase_store(db, &self.consumer, self.counter_shards, ttl);
