@@ -3,7 +3,7 @@
 //! handle every Firestore call goes through), a PostgreSQL one
 //! ([`postgres`]), the one `--store` selects ([`selected`]) and an
 //! in-memory one for unit tests ([`memory`]); the data-format version kept
-//! with the data ([`format`]).
+//! with the data ([`mod@format`]).
 //!
 //! Invariant: [`CounterStore::commit`] applies a whole batch atomically, in
 //! one transaction, or nothing of it; a batch whose marker already exists is

@@ -11,7 +11,7 @@
 //! Running it twice changes nothing the second time. Roles are only ever
 //! added ([`iam`]). Migrations are applied only here (never by `run`), each
 //! once, by [`PgDb::migrate`]; the data format is raised only here, never
-//! lowered ([`format`]).
+//! lowered ([`mod@format`]).
 
 pub mod format;
 pub mod iam;
