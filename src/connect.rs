@@ -6,7 +6,8 @@
 //! its password hidden); an emulator address is only ever used with
 //! anonymous credentials over plain HTTP/2; a PostgreSQL database is
 //! handed out only once its schema is this build's ([`store_db`]), and
-//! nothing here migrates it.
+//! nothing here migrates it; a store is handed out to write only once its
+//! data format is one this build knows ([`store_db_to_write`]).
 
 use firestore::{FirestoreDb, FirestoreDbOptions};
 use google_cloud_pubsub::client::{
@@ -14,6 +15,7 @@ use google_cloud_pubsub::client::{
 };
 
 use crate::config::{Endpoints, StoreLocation, Target};
+use crate::store::format::{self, FormatError};
 use crate::store::postgres::{PgConfigError, PgDb, PgDbConfig, SchemaError};
 use crate::store::selected::SelectedDb;
 
@@ -161,6 +163,10 @@ pub enum OpenError {
         /// What is wrong (not a `source`: the message holds it).
         error: SchemaError,
     },
+    /// The store's data format is newer than this build knows, or could
+    /// not be read.
+    #[error(transparent)]
+    Format(#[from] FormatError),
 }
 
 impl OpenError {
@@ -168,6 +174,7 @@ impl OpenError {
     pub fn is_retryable(&self) -> bool {
         match self {
             OpenError::Schema { error, .. } => error.is_retryable(),
+            OpenError::Format(error) => error.is_retryable(),
             OpenError::Connect(_) | OpenError::Postgres { .. } => false,
         }
     }
@@ -185,6 +192,20 @@ pub async fn store_db(
 ) -> Result<SelectedDb, OpenError> {
     let default = crate::store::firestore::DEFAULT_CALL_TIMEOUT;
     store_db_within(endpoints, target, max_connections, default).await
+}
+
+/// [`store_db`] for a command that writes: refused when the store's data
+/// format is newer than this build knows ([`format::check_known`]: the
+/// read at start is retried while the store fails transiently, bounded).
+pub async fn store_db_to_write(
+    endpoints: &Endpoints,
+    target: &Target,
+    max_connections: usize,
+) -> Result<SelectedDb, OpenError> {
+    let db = store_db(endpoints, target, max_connections).await?;
+    let found = format::check_known(&db).await?;
+    tracing::debug!(store = %target.store, data_format = found, "data format checked");
+    Ok(db)
 }
 
 /// [`store_db`] whose store calls end within `call_timeout` (a Firestore

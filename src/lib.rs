@@ -22,7 +22,8 @@
 //!     events per (post, user) and the apply rules) and
 //!     [`poison`](pipeline::poison) (the bounded quarantine record).
 //! - [`store`]: the [`store::CounterStore`] trait; the Firestore, PostgreSQL
-//!   and in-memory stores.
+//!   and in-memory stores; the data-format version kept with the data
+//!   ([`store::format`]).
 //! - [`service`]: wires the stages and shuts them down in order.
 //! - [`config`]: typed, validated settings (units in names); [`connect`]:
 //!   clients for Google or the emulators, and the database `--store`
@@ -57,6 +58,10 @@
 //! - A milestone is decided once per post, ever, in the rollup write that
 //!   first shows it ([`store::milestone`]), and called for under a lease
 //!   with the same `Idempotency-Key` every time ([`pipeline::milestones`]).
+//! - A build writes nothing to a store whose data format is newer than it
+//!   knows, and writes a record older builds would not check (an erasure
+//!   tombstone) only once the stored format says none runs
+//!   ([`store::format`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -50,7 +50,8 @@ enum Command {
     /// Create the topics and subscriptions or bring them in line (retention,
     /// ack deadline, retry and dead-letter policy, exactly-once), grant the
     /// roles on them, and with `--store postgres://...` apply the schema
-    /// migrations. Idempotent; every change is reported.
+    /// migrations; with `--data-format N`, raise the store's data format
+    /// (never lowered). Idempotent; every change is reported.
     Setup {
         #[command(flatten)]
         args: setup::SetupArgs,
@@ -118,7 +119,10 @@ enum UsersAction {
     /// Remove each like of each user exactly (its post's count, rollup and
     /// listeners follow), through the pipeline's own conditional commits,
     /// while the service runs; then delete the quarantine records that
-    /// carry the id. Resumable: run it again after a kill.
+    /// carry the id. Resumable: run it again after a kill. With
+    /// --user-hash-key it writes a tombstone, which builds before data
+    /// format 2 do not check: refused until the store is at format 2
+    /// (`hotcount setup --data-format 2`, once every replica runs this build).
     Erase {
         #[command(flatten)]
         flags: EraseFlags,
@@ -134,7 +138,8 @@ enum UsersAction {
     },
     /// After restoring a backup taken before some erasures: write back the
     /// tombstones listed in FILE (as `tombstones` printed them), then erase
-    /// every user whose keyed hash is among them. Needs the key.
+    /// every user whose keyed hash is among them. Needs the key, and the
+    /// store at data format 2 (`hotcount setup --data-format 2`).
     Reapply {
         #[command(flatten)]
         flags: EraseFlags,
@@ -184,9 +189,7 @@ impl EraseFlags {
         &self,
         endpoints: &Endpoints,
     ) -> anyhow::Result<(users::EraseStore, users::EraseSettings)> {
-        let db = connect::store_db(endpoints, &self.target, 2).await?;
-        let ttl = std::time::Duration::from_secs(86_400 * self.marker_ttl_days.clamp(1, 3650));
-        let store = users::erase_store(db, &self.consumer, self.counter_shards, ttl);
+        let db = connect::store_db_to_write(endpoints, &self.target, 2).await?;
         let settle = std::time::Duration::from_millis(2 * self.hash.tombstone_refresh_ms);
         let tombstone = self
             .hash
@@ -194,7 +197,12 @@ impl EraseFlags {
             .map(|key| users::TombstoneSettings { key, settle });
         if tombstone.is_none() {
             eprintln!("no --user-hash-key: no tombstone is written, and the erased memberships are kept (they hold the id)");
+        } else if !self.dry_run {
+            // Builds before data format 2 do not check tombstones.
+            users::require_tombstone_format(&db).await?;
         }
+        let ttl = std::time::Duration::from_secs(86_400 * self.marker_ttl_days.clamp(1, 3650));
+        let store = users::erase_store(db, &self.consumer, self.counter_shards, ttl);
         let settings = users::EraseSettings {
             dry_run: self.dry_run,
             chunk: self.chunk,
@@ -474,7 +482,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             posts,
             counter_shards,
         }) => {
-            let db = connect::store_db(&cli.endpoints, &target, 2).await?;
+            let db = connect::store_db_to_write(&cli.endpoints, &target, 2).await?;
             let report = rollups::refresh(&db, posts, counter_shards).await?;
             println!(
                 "rollups: {} posts read, {} rollups written",
@@ -486,17 +494,32 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Setup { args, store } => {
             let milestones = store.milestone_setting()?;
             let mut done = setup::migrate_store(store.location()).await?;
-            done.extend(setup::setup(&cli.endpoints, &args).await?);
-            if let Some(setting) = milestones {
+            // The store is written (migrations, milestones, the format):
+            // refused before anything else changes when its data format
+            // is newer than this build knows.
+            let writes_store = milestones.is_some()
+                || store.data_format.is_some()
+                || !matches!(store.location(), hotcount::config::StoreLocation::Firestore);
+            let db = if writes_store {
                 let target = Target {
                     store: store.location().clone(),
                     project: args.project.clone(),
                     database: store.database.clone(),
                     collection_prefix: store.collection_prefix.clone(),
                 };
-                let db = connect::store_db(&cli.endpoints, &target, 1).await?;
-                let change = setup::store_milestones(&db, &setting).await?;
+                Some(connect::store_db_to_write(&cli.endpoints, &target, 2).await?)
+            } else {
+                None
+            };
+            done.extend(setup::setup(&cli.endpoints, &args).await?);
+            if let (Some(setting), Some(db)) = (milestones, &db) {
+                let change = setup::store_milestones(db, &setting).await?;
                 done.push((format!("milestones {}", setting.describe()), change));
+            }
+            if let (Some(asked), Some(db)) = (store.data_format, &db) {
+                let report =
+                    setup::format::raise_data_format(db, asked, store.counter_shards).await?;
+                done.extend(report.lines());
             }
             for (name, change) in done {
                 match change.detail() {
@@ -582,7 +605,7 @@ async fn users_command(endpoints: &Endpoints, action: UsersAction) -> anyhow::Re
                     "--user-hash-key (HOTCOUNT_USER_HASH_KEY) is needed to find a tombstone"
                 );
             };
-            let db = connect::store_db(endpoints, &target, 1).await?;
+            let db = connect::store_db_to_write(endpoints, &target, 1).await?;
             for user in &ids {
                 if users::restore(&db, &key, user).await? {
                     println!("restored\t{user}");
@@ -618,7 +641,7 @@ async fn milestones_command(endpoints: &Endpoints, action: MilestonesAction) -> 
             Ok(())
         }
         MilestonesAction::Retry { target, ids } => {
-            let db = connect::store_db(endpoints, &target, 1).await?;
+            let db = connect::store_db_to_write(endpoints, &target, 1).await?;
             let retried = milestones::retry(&db, &ids).await?;
             println!("{retried} record(s) made pending again");
             Ok(())
@@ -687,7 +710,7 @@ async fn quarantine_command(endpoints: &Endpoints, action: QuarantineAction) -> 
             Ok(())
         }
         QuarantineAction::Redrive { target, topic, ids } => {
-            let db = connect::store_db(endpoints, &target, 1).await?;
+            let db = connect::store_db_to_write(endpoints, &target, 1).await?;
             let topic = format!("projects/{}/topics/{topic}", target.project);
             let publisher = connect::publisher(endpoints, &topic).await?;
             let mut refused = 0;
@@ -720,7 +743,11 @@ async fn reconcile(
     posts: Vec<String>,
     repair: bool,
 ) -> anyhow::Result<()> {
-    let db = connect::store_db(endpoints, target, 1).await?;
+    let db = if repair {
+        connect::store_db_to_write(endpoints, target, 1).await?
+    } else {
+        connect::store_db(endpoints, target, 1).await?
+    };
     let reports = if posts.is_empty() {
         reconcile::reconcile_all(&db, repair).await?
     } else {

@@ -167,7 +167,10 @@ async fn follow_milestones(
 
 /// Opens the store `config.store_location` names: Firestore (at
 /// `endpoints`) or PostgreSQL, with a connection for each commit in flight;
-/// refuses a PostgreSQL schema older than this build's ([`connect::store_db`]).
+/// refuses a PostgreSQL schema older than this build's ([`connect::store_db`])
+/// and a data format newer than this build knows
+/// ([`crate::store::format::check_known`], retried while the store fails
+/// transiently, bounded).
 pub async fn open_store(
     endpoints: &Endpoints,
     config: &Config,
@@ -180,6 +183,10 @@ pub async fn open_store(
     let target = config.target();
     let db = connect::store_db_within(endpoints, &target, in_flight + 3, config.store_call_timeout)
         .await?;
+    let format = crate::store::format::check_known(&db)
+        .await
+        .map_err(connect::OpenError::from)?;
+    tracing::debug!(data_format = format, "data format checked");
     Ok(SelectedStore::new(db, config.store()))
 }
 

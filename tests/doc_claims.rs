@@ -259,11 +259,30 @@ fn module_body<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// The collection names of a document path (`counters/{post}/shards/{k}`
-/// -> counters, shards): the segments that are not `{...}` placeholders.
+/// -> counters, shards): every other segment from the first, so a fixed
+/// document id (`settings/format`) is not taken for a collection.
 fn path_collections(path: &str) -> Vec<String> {
     path.split('/')
-        .filter(|s| !s.is_empty() && !s.starts_with('{'))
+        .filter(|s| !s.is_empty())
+        .step_by(2)
         .map(String::from)
+        .collect()
+}
+
+/// A document path as a kind of document: its segments, each `{...}`
+/// placeholder as `*` (`counters/{postId}/shards/{k}` and
+/// `counters/{post}/shards/{n}` are one kind; `settings/milestones` and
+/// `settings/format` are two).
+fn path_kind(path: &str) -> Vec<String> {
+    path.split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            if s.starts_with('{') {
+                "*".to_string()
+            } else {
+                s.to_string()
+            }
+        })
         .collect()
 }
 
@@ -369,9 +388,8 @@ fn the_architecture_firestore_layout_names_every_collection_and_field_of_layout_
             ));
             continue;
         }
-        let want = path_collections(path);
-        let Some((row_path, row_fields)) = rows.iter().find(|(p, _)| path_collections(p) == want)
-        else {
+        let want = path_kind(path);
+        let Some((row_path, row_fields)) = rows.iter().find(|(p, _)| path_kind(p) == want) else {
             problems.push(format!(
                 "no row for `{path}` (layout.rs `fields::{module}`): | `{path}` | {} |",
                 fields

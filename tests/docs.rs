@@ -3,7 +3,9 @@
 //! `hotcount run` table in `README.md` lists exactly the flags `run --help`
 //! prints (names, environment variables, defaults), and every link and
 //! file mention in the repo's Markdown (and in the alert policies' runbook
-//! text) points at a file and heading that exist.
+//! text) points at a file and heading that exist; `CHANGELOG.md`'s newest
+//! release is the crates' version, and it names the data format the code
+//! knows.
 //!
 //! Each failure names the row (or link) that is missing, extra or wrong,
 //! and what the row should say, so a branch that adds a flag or a metric
@@ -539,5 +541,76 @@ fn anchors_follow_githubs_rules() {
     assert_eq!(
         links("[a](b.md#c) and [d](https://x/y)"),
         ["b.md#c", "https://x/y"]
+    );
+}
+
+// ---- the changelog ---------------------------------------------------------
+
+/// The releases `CHANGELOG.md` lists, in its order: each `## [x.y.z]`
+/// heading's version.
+fn changelog_versions(text: &str) -> Vec<String> {
+    prose_lines(text)
+        .into_iter()
+        .filter_map(|(_, line)| line.strip_prefix("## ["))
+        .filter_map(|rest| rest.split(']').next())
+        .map(String::from)
+        .collect()
+}
+
+/// `x.y.z` as numbers, for ordering.
+fn semver(version: &str) -> Vec<u64> {
+    version
+        .split('.')
+        .map(|part| {
+            part.parse()
+                .unwrap_or_else(|_| panic!("CHANGELOG.md: `{version}` is not x.y.z"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_changelogs_newest_release_is_the_crates_version_and_it_names_the_data_format_the_code_knows()
+{
+    let text = read(&root().join("CHANGELOG.md"));
+    let versions = changelog_versions(&text);
+    let crate_version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        versions.first().map(String::as_str),
+        Some(crate_version),
+        "CHANGELOG.md: the newest `## [x.y.z]` heading must be the crate's version (Cargo.toml); headings found: {versions:?}"
+    );
+    let order: Vec<Vec<u64>> = versions.iter().map(|v| semver(v)).collect();
+    assert!(
+        order.windows(2).all(|pair| pair[0] > pair[1]),
+        "CHANGELOG.md: releases must be listed newest first, each once: {versions:?}"
+    );
+    for member in ["emulators", "loadgen", "nullconsumer", "pgtemp", "scrape"] {
+        let manifest = read(&root().join(member).join("Cargo.toml"));
+        let version = manifest
+            .lines()
+            .find_map(|l| l.strip_prefix("version = \""))
+            .and_then(|rest| rest.split('"').next());
+        assert_eq!(
+            version,
+            Some(crate_version),
+            "{member}/Cargo.toml: the workspace's crates share one version"
+        );
+    }
+    let known = hotcount::store::format::DATA_FORMAT_KNOWN;
+    let claim = "The data format this build knows is ";
+    let said: Vec<&str> = prose_lines(&text)
+        .into_iter()
+        .filter_map(|(_, line)| line.split_once(claim).map(|(_, rest)| rest))
+        .collect();
+    assert!(
+        said.iter()
+            .any(|rest| rest.split(|c: char| !c.is_ascii_digit()).next() == Some(&known.to_string())),
+        "CHANGELOG.md must say \"{claim}{known}\" (store::format::DATA_FORMAT_KNOWN); it says: {said:?}"
+    );
+    let newest = text.split("\n## [").nth(1).unwrap_or_default();
+    assert!(
+        newest.contains(&format!("data format {known}"))
+            || newest.contains(&format!("--data-format {known}")),
+        "CHANGELOG.md: the newest release must say what data format {known} gates"
     );
 }

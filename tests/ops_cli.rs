@@ -641,6 +641,7 @@ async fn users_erase_beside_a_running_consumer_delivering_the_users_events_is_ex
 async fn an_erased_users_every_event_is_dropped_until_restored_and_their_memberships_are_gone() {
     const WAIT: Duration = Duration::from_secs(30);
     let h = Harness::start().await;
+    h.allow_tombstones().await;
     let run = |args: &[&str]| hotcount(&h, args);
     let err = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
     let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
@@ -710,6 +711,7 @@ async fn an_erased_users_every_event_is_dropped_until_restored_and_their_members
 async fn a_seek_replay_after_an_erasure_counts_none_of_the_erased_users_events() {
     const WAIT: Duration = Duration::from_secs(30);
     let h = Harness::start().await;
+    h.allow_tombstones().await;
     common::archive(&h, "likes-archive").await;
     let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
     let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
@@ -775,6 +777,7 @@ async fn users_erase_with_a_tombstone_beside_a_running_consumer_delivering_the_u
 ) {
     const WAIT: Duration = Duration::from_secs(30);
     let h = Harness::start().await;
+    h.allow_tombstones().await;
     let run = |args: &[&str]| hotcount(&h, args);
     let mut command = h.command();
     let posts: Vec<String> = (0..20).map(|i| format!("r{i:02}")).collect();
@@ -850,6 +853,7 @@ async fn after_a_backup_from_before_an_erasure_is_restored_reapply_erases_the_us
 ) {
     const WAIT: Duration = Duration::from_secs(30);
     let h = Harness::start().await;
+    h.allow_tombstones().await;
     let run = |args: &[&str]| hotcount(&h, args);
     let err = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
     let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
@@ -919,6 +923,7 @@ async fn a_dlq_replay_of_an_erased_users_dead_letters_counts_nothing() {
     use google_cloud_pubsub::model::Message;
     const WAIT: Duration = Duration::from_secs(30);
     let h = Harness::start().await;
+    h.allow_tombstones().await;
     let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
     let consumer = h.spawn(h.run_args("hotcount", &key));
     h.publish(&[

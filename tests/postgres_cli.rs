@@ -617,6 +617,7 @@ async fn users_erase_beside_a_running_consumer_delivering_the_users_events_is_ex
 async fn an_erased_users_every_event_is_dropped_until_restored_and_their_memberships_are_gone_postgres(
 ) {
     let h = Harness::start_on(Backend::Postgres).await;
+    h.allow_tombstones().await;
     let url = h.postgres_url().expect("postgres").to_string();
     let run = |args: &[&str]| hotcount(&h, &url, args);
     let err = stderr;
@@ -687,6 +688,7 @@ async fn an_erased_users_every_event_is_dropped_until_restored_and_their_members
 async fn users_erase_with_a_tombstone_beside_a_running_consumer_delivering_the_users_events_is_exact_at_rest_postgres(
 ) {
     let h = Harness::start_on(Backend::Postgres).await;
+    h.allow_tombstones().await;
     let url = h.postgres_url().expect("postgres").to_string();
     let run = |args: &[&str]| hotcount(&h, &url, args);
     let mut command = h.command();
@@ -763,6 +765,7 @@ async fn users_erase_with_a_tombstone_beside_a_running_consumer_delivering_the_u
 async fn after_a_backup_from_before_an_erasure_is_restored_reapply_erases_the_user_again_from_the_kept_tombstones_postgres(
 ) {
     let h = Harness::start_on(Backend::Postgres).await;
+    h.allow_tombstones().await;
     let url = h.postgres_url().expect("postgres").to_string();
     let run = |args: &[&str]| hotcount(&h, &url, args);
     let err = stderr;

@@ -34,6 +34,7 @@ use crate::pipeline::batch::{Batch, Membership, MembershipKey};
 use crate::pipeline::flusher::{backoff, FlushConfig};
 use crate::pipeline::rollup;
 use crate::store::firestore::Read;
+use crate::store::format::{self, FormatError, DATA_FORMAT_TOMBSTONES};
 use crate::store::selected::{SelectedDb, SelectedStore, StoreSettings};
 use crate::store::{Attempt, CommitReport, CounterStore, StoreError};
 
@@ -167,6 +168,15 @@ impl std::fmt::Debug for TombstoneSettings {
             .field("settle", &self.settle)
             .finish_non_exhaustive()
     }
+}
+
+/// Refuses tombstones while the store's data format is below
+/// [`DATA_FORMAT_TOMBSTONES`]: builds before it never check them, so an
+/// erased user's events would count again on such a replica. The
+/// commands that write tombstones (`erase`, `reapply` with the key) ask
+/// this first.
+pub async fn require_tombstone_format(db: &SelectedDb) -> Result<(), FormatError> {
+    format::require(db, DATA_FORMAT_TOMBSTONES, "erasure tombstones").await
 }
 
 /// Writes the tombstone of `user_id` (its keyed hash).

@@ -2,7 +2,8 @@
 //! implementation ([`firestore`], over the one [`firestore::FirestoreDb`]
 //! handle every Firestore call goes through), a PostgreSQL one
 //! ([`postgres`]), the one `--store` selects ([`selected`]) and an
-//! in-memory one for unit tests ([`memory`]).
+//! in-memory one for unit tests ([`memory`]); the data-format version kept
+//! with the data ([`mod@format`]).
 //!
 //! Invariant: [`CounterStore::commit`] applies a whole batch atomically, in
 //! one transaction, or nothing of it; a batch whose marker already exists is
@@ -11,6 +12,7 @@
 
 pub mod counter_shards;
 pub mod firestore;
+pub mod format;
 pub mod memory;
 pub mod milestone;
 pub mod postgres;

@@ -107,6 +107,24 @@ pub enum SelectedDb {
 }
 
 impl SelectedDb {
+    /// The stored data format; `None` when no record exists (format 1:
+    /// see [`super::format`]).
+    pub async fn data_format(&self) -> Result<Option<u32>, StoreError> {
+        match self {
+            Self::Firestore(db) => db.data_format().await,
+            Self::Postgres(db) => db.data_format().await,
+        }
+    }
+
+    /// Stores data format `to` unless the stored one is as high (never
+    /// lowers it); returns the stored format after.
+    pub async fn raise_data_format(&self, to: u32) -> Result<u32, StoreError> {
+        match self {
+            Self::Firestore(db) => db.raise_data_format(to).await,
+            Self::Postgres(db) => db.raise_data_format(to).await,
+        }
+    }
+
     /// The like count of `post_id`: the sum of its counter shards.
     pub async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
         match self {

@@ -405,6 +405,15 @@ impl Harness {
         command
     }
 
+    /// Raises the store's data format to the one erasure tombstones need,
+    /// as `hotcount setup --data-format 2` does, for the tests that erase
+    /// with `--user-hash-key`.
+    pub async fn allow_tombstones(&self) {
+        let format = hotcount::store::format::DATA_FORMAT_TOMBSTONES;
+        let after = self.store.raise_data_format(format).await;
+        assert_eq!(after.expect("raise the data format"), format);
+    }
+
     /// The `--store` URL with [`Backend::Postgres`].
     pub fn postgres_url(&self) -> Option<&str> {
         self.postgres.as_ref().map(|(_, url)| url.as_str())

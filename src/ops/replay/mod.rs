@@ -360,12 +360,13 @@ async fn tombstones(
 }
 
 /// The store the service writes, under the service's consumer name
-/// ([`connect::store_db`]: a PostgreSQL schema must be this build's).
+/// ([`connect::store_db_to_write`]: a PostgreSQL schema must be this
+/// build's, the data format one it knows).
 async fn open_store(
     endpoints: &Endpoints,
     args: &ReplayArgs,
 ) -> Result<SelectedStore, ReplayError> {
-    let db = connect::store_db(endpoints, &args.target, 2).await?;
+    let db = connect::store_db_to_write(endpoints, &args.target, 2).await?;
     let store = SelectedStore::new(
         db,
         StoreSettings {

@@ -10,8 +10,10 @@
 //! cannot change it; only one already as wanted is reported `exists`.
 //! Running it twice changes nothing the second time. Roles are only ever
 //! added ([`iam`]). Migrations are applied only here (never by `run`), each
-//! once, by [`PgDb::migrate`].
+//! once, by [`PgDb::migrate`]; the data format is raised only here, never
+//! lowered ([`mod@format`]).
 
+pub mod format;
 pub mod iam;
 pub mod resources;
 
@@ -72,6 +74,19 @@ pub struct SetupStore {
     /// Prefix of every Firestore collection hotcount writes (e.g. `hc_`).
     #[arg(long, env = "HOTCOUNT_COLLECTION_PREFIX", default_value = "")]
     pub collection_prefix: String,
+    /// Raise the data format kept with the data to N, once every replica
+    /// runs a build that knows it (never lowered: a lower N is refused;
+    /// the same N changes nothing). Format 2 allows erasure tombstones;
+    /// raising to it first refreshes every rollup, as `hotcount rollups
+    /// refresh` does. Without it, the format is left as it is (a store
+    /// without a record is at format 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub data_format: Option<u32>,
+    /// With `--data-format`: counter shards a post may have (`run
+    /// --counter-shards` of every build that wrote them, the largest), for
+    /// the rollups' refresh.
+    #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = crate::config::DEFAULT_COUNTER_SHARDS)]
+    pub counter_shards: u32,
 }
 
 impl SetupStore {

@@ -27,7 +27,8 @@ pub mod collections {
     pub const COUNTS: &str = "counts";
     /// Milestone records, one per (post, milestone) reached.
     pub const MILESTONES: &str = "milestones";
-    /// Fleet-wide settings the service stores (`settings/milestones`).
+    /// Fleet-wide settings the service stores (`settings/milestones`,
+    /// `settings/format`).
     pub const SETTINGS: &str = "settings";
     /// Erased users' tombstones, one per keyed hash of a user id.
     pub const ERASED_USERS: &str = "erasedUsers";
@@ -120,6 +121,15 @@ pub mod fields {
         /// The milestones recorded, ascending (array of integers).
         pub const MILESTONES: &str = "milestones";
         /// The server time of the last write (timestamp).
+        pub const UPDATED_AT: &str = "updatedAt";
+    }
+
+    /// The data-format version `settings/format` (absent: format 1; see
+    /// `store::format`).
+    pub mod data_format {
+        /// The stored format (integer; only ever raised).
+        pub const VERSION: &str = "version";
+        /// The server time of the last raise (timestamp).
         pub const UPDATED_AT: &str = "updatedAt";
     }
 
@@ -327,6 +337,15 @@ impl Layout {
     pub fn milestone_setting(&self) -> String {
         format!(
             "{}/{}/milestones",
+            self.root(),
+            self.collection(collections::SETTINGS)
+        )
+    }
+
+    /// The data-format version (`settings/format`).
+    pub fn data_format(&self) -> String {
+        format!(
+            "{}/{}/format",
             self.root(),
             self.collection(collections::SETTINGS)
         )

@@ -25,6 +25,7 @@ pub mod codec;
 mod db;
 mod documents;
 pub mod errors;
+mod format;
 pub mod frame;
 pub mod layout;
 mod milestones;

@@ -96,6 +96,7 @@ pub mod codec;
 pub mod conninfo;
 pub mod db;
 pub mod errors;
+pub mod format;
 pub mod milestones;
 pub mod rollups;
 pub mod schema;

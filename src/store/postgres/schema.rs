@@ -58,6 +58,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "memberships by user, erased users",
         sql: include_str!("migrations/0006_memberships_by_user.sql"),
     },
+    Migration {
+        version: 7,
+        name: "data format",
+        sql: include_str!("migrations/0007_data_format.sql"),
+    },
 ];
 
 /// The advisory lock key every [`migrate`] takes: "hotcoun" in ASCII.
@@ -541,6 +546,18 @@ pub const ADOPT_MILESTONE_SETTING: &str =
     "INSERT INTO milestone_settings (enabled, milestones) VALUES ($1, $2)
     ON CONFLICT (singleton) DO NOTHING
     RETURNING enabled, milestones";
+
+/// The stored data format (no row: none recorded, format 1).
+pub const READ_DATA_FORMAT: &str = "SELECT version FROM data_format";
+
+/// Raises the stored data format to `$1` unless it is as high already
+/// (never lowers it); returns the format stored after.
+pub const RAISE_DATA_FORMAT: &str = "INSERT INTO data_format (version) VALUES ($1)
+    ON CONFLICT (singleton) DO UPDATE
+        SET version = greatest(data_format.version, excluded.version),
+            updated_at = CASE WHEN excluded.version > data_format.version
+                THEN now() ELSE data_format.updated_at END
+    RETURNING version";
 
 /// Posts whose counter shards changed at or after `$1` (microseconds) and
 /// whose rollup is missing or differs from the sum of their shards.

@@ -24,10 +24,12 @@ use super::{FirestoreStoreConfig, Layout};
 use crate::event::Version;
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan, Planned};
 
+mod format;
 mod milestones;
 mod records;
 mod rollups;
 
+pub use format::{data_format_from_document, data_format_write};
 pub use milestones::{
     milestone_create, milestone_from_document, milestone_setting_from_document,
     milestone_setting_write, milestone_update,
