@@ -264,9 +264,16 @@ async fn a_rolling_upgrade_from_the_build_before_rollups_and_a_rollback_end_exac
         "the older replica counted posts no rollup shows yet"
     );
 
-    // Every replica runs this build: the operator raises the format.
-    let raised = cli(&h, &["rollups", "refresh"]);
-    eprintln!("{raised}");
+    // Every replica runs this build: the operator raises the format, which
+    // refreshes every rollup from every counter shard (8: the most any
+    // build used here) before it records the raise.
+    let mut raise = vec!["setup", "--data-format", "2", "--counter-shards", "8"];
+    raise.extend(SUBSCRIPTION_FLAGS);
+    let raised = cli(&h, &raise);
+    assert!(
+        raised.contains("data format\t1 -> 2"),
+        "the format raised: {raised}"
+    );
     let wrong = wrong_rollups(&h, &want).await;
     assert!(
         wrong.is_empty(),
