@@ -426,13 +426,8 @@ fn aggregator<H: Send + 'static>(config: &Config, stats: &Stats) -> Arc<Aggregat
 /// Re-reads the erased users' tombstones into `tombstones`; a failed read
 /// keeps the set held (logged).
 async fn refresh_tombstones(db: &crate::store::selected::SelectedDb, tombstones: &Tombstones) {
-    use crate::store::selected::SelectedDb;
-    let read = match db {
-        SelectedDb::Firestore(db) => db.tombstones().await,
-        SelectedDb::Postgres(db) => db.tombstones().await,
-    };
-    match read {
-        Ok(hashes) => tombstones.replace(hashes),
+    match db.tombstone_state().await {
+        Ok(state) => tombstones.replace(state),
         Err(error) => {
             tracing::warn!(%error, "reading the erased users' tombstones failed; keeping the set held")
         }

@@ -237,6 +237,47 @@ async fn a_batch_commits_in_two_round_trips() {
 }
 
 #[tokio::test]
+async fn a_batch_checked_against_the_tombstones_still_commits_in_two_round_trips() {
+    let cluster = cluster().await;
+    cluster.create_database("checked").await;
+    let proxy = Proxy::start(cluster.addr()).await;
+    let store = open(&proxy.url("checked"), 1).await;
+    let _ = commit(&store, &Batch::new(vec![like("p", "u0", 1, "z")], vec![])).await;
+
+    let mut batch = Batch::new(
+        vec![like("p", "u1", 1, "a"), like("q", "u2", 1, "b")],
+        vec![poison("m1")],
+    );
+    batch.tombstone_generation = Some(0);
+    proxy.reset_round_trips();
+    let (report, failed) = commit(&store, &batch).await;
+    assert_eq!((failed, report.outcome), (0, CommitOutcome::Committed));
+    assert_eq!((report.rpcs, proxy.round_trips()), (2, 2));
+
+    // A tombstone moves the generation: a batch checked against the old one
+    // applies nothing, in the same round trips, and says why.
+    store.db().write_tombstone("h1").await.expect("a tombstone");
+    let mut stale = Batch::new(vec![like("p", "u3", 1, "c")], vec![]);
+    stale.tombstone_generation = Some(0);
+    proxy.reset_round_trips();
+    let error = store
+        .commit(&stale, &Attempt::first())
+        .await
+        .expect_err("checked against generation 0, the store holds 1");
+    assert!(
+        error.is_tombstones_changed() && error.is_retryable(),
+        "{error}"
+    );
+    assert!(!error.is_contention(), "not split as contention: {error}");
+    assert_eq!(proxy.round_trips(), 2, "the read, then the rollback");
+    assert_eq!(count(&store, "p").await, 2);
+    stale.tombstone_generation = Some(1);
+    let (report, _) = commit(&store, &stale).await;
+    assert_eq!(report.outcome, CommitOutcome::Committed);
+    assert_eq!(count(&store, "p").await, 3);
+}
+
+#[tokio::test]
 async fn a_commit_whose_answer_was_lost_is_resolved_by_its_marker() {
     let cluster = cluster().await;
     cluster.create_database("lost").await;

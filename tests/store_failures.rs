@@ -139,7 +139,7 @@ async fn abandon_a_transaction_on(h: &Harness, post: &str, user: &str) -> Vec<u8
         opened: &opened,
     };
     let read =
-        h.db.read_memberships(std::iter::once(&key), None, read)
+        h.db.read_memberships(std::iter::once(&key), None, None, read)
             .await
             .expect("read");
     assert!(!read.transaction.is_empty());

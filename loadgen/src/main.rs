@@ -11,7 +11,7 @@ use hotcount::config::Endpoints;
 
 mod commands;
 
-use commands::{bench, chaos, demo, publish, report, verify};
+use commands::{bench, chaos, demo, erase_rate, publish, report, verify};
 
 /// mimalloc instead of the system allocator: the pipeline allocates many
 /// small, short-lived objects on several threads, where glibc's malloc
@@ -42,6 +42,8 @@ enum Command {
     Chaos(chaos::ChaosArgs),
     /// Replicas following a viral spike under the HPA, by model: PNG and tables.
     Simulate(hotcount_loadgen::simulate::SimulateArgs),
+    /// Likes erased per second for one heavy user, beside the pipeline's rate, on both stores.
+    EraseRate(erase_rate::EraseRateArgs),
     /// Compare every post's count and membership documents with a truth file.
     Verify(verify::VerifyArgs),
     /// Write report.md, latency.png and throughput.png from the memberships.
@@ -118,6 +120,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chaos(args) => chaos::run(args).await,
         Command::Publish(args) => publish::run(&cli.endpoints, args).await,
         Command::Simulate(args) => Ok(hotcount_loadgen::simulate::run_command(&args)?),
+        Command::EraseRate(args) => erase_rate::run(args).await,
         Command::Verify(args) => verify::run(&cli.endpoints, args).await,
         Command::Report(args) => report::run(&cli.endpoints, args).await,
     }

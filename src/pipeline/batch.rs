@@ -198,6 +198,11 @@ pub struct Batch {
     pub poison: Vec<Tagged<PoisonRecord>>,
     /// Pub/Sub messages this batch covers (events + poison).
     pub message_count: usize,
+    /// The generation of the erased users' tombstones its events were
+    /// checked against ([`crate::store::TombstoneState`]); `None`: not
+    /// checked (no hash key, or a tool's batch). A commit applies a checked
+    /// batch only while the store holds that generation.
+    pub tombstone_generation: Option<i64>,
 }
 
 impl Batch {
@@ -244,6 +249,7 @@ impl Batch {
             events: runs.into_iter().collect(),
             poison,
             message_count,
+            tombstone_generation: None,
         }
     }
 
@@ -321,6 +327,23 @@ impl Batch {
         plan
     }
 
+    /// Removes the events of every (post, user) for which `drop` says so,
+    /// keeping the id (an earlier attempt's marker still settles it);
+    /// returns how many events went. Their messages are then in no part
+    /// of the batch, so the flusher acks them with the take.
+    pub fn drop_events(&mut self, mut drop: impl FnMut(&MembershipKey) -> bool) -> usize {
+        let before = self.message_count;
+        self.events.retain(|key, events| {
+            if drop(key) {
+                self.message_count -= events.len();
+                false
+            } else {
+                true
+            }
+        });
+        before - self.message_count
+    }
+
     /// Whether [`Batch::split`] would split it (it holds more than one
     /// event or poison record).
     pub fn can_split(&self) -> bool {
@@ -334,6 +357,7 @@ impl Batch {
     /// record never takes a valid event with it); then the keys are halved;
     /// then one key's events; then the poison records.
     pub fn split(self) -> Result<(Batch, Batch), Batch> {
+        let tombstone_generation = self.tombstone_generation;
         let part = |events: BTreeMap<MembershipKey, Vec<Tagged<LikeEvent>>>,
                     poison: Vec<Tagged<PoisonRecord>>| {
             let events_len: usize = events.values().map(Vec::len).sum();
@@ -342,6 +366,7 @@ impl Batch {
                 message_count: events_len + poison.len(),
                 events,
                 poison,
+                tombstone_generation,
             }
         };
         let one_key_events = self.events.values().next().map_or(0, Vec::len);

@@ -18,7 +18,7 @@ use super::rollup::{
 };
 use super::{
     Attempt, ChangedCounter, Code, CommitOutcome, CommitReport, CounterStore, ErrorClass,
-    StoreError,
+    StoreError, TombstoneState,
 };
 use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
 use crate::pipeline::poison::PoisonRecord;
@@ -57,6 +57,8 @@ struct State {
     rollup_writes: u64,
     /// The milestones recorded: (post, milestone) -> likes, in order.
     milestones: Vec<(String, i64, i64)>,
+    /// The erased users' tombstones and their generation.
+    tombstones: TombstoneState,
     /// The clock: microseconds since the store's first use, on tokio's
     /// clock (so paused time drives it), and at least one more per commit
     /// or read.
@@ -100,6 +102,16 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// Writes the tombstone `user_hash` and bumps the generation, as
+    /// `users erase` does.
+    pub fn write_tombstone(&self, user_hash: &str) {
+        let mut state = self.state.lock();
+        if !state.tombstones.hashes.iter().any(|h| h == user_hash) {
+            state.tombstones.hashes.push(user_hash.to_string());
+        }
+        state.tombstones.generation += 1;
+    }
+
     /// Queues a failure for a coming commit (in order).
     pub fn inject(&self, failure: InjectedFailure) {
         let mut state = self.state.lock();
@@ -225,6 +237,10 @@ impl CounterStore for MemoryStore {
             .copied()
             .unwrap_or(0))
     }
+
+    async fn tombstones(&self) -> Result<TombstoneState, StoreError> {
+        Ok(self.state.lock().tombstones.clone())
+    }
 }
 
 impl MemoryStore {
@@ -267,6 +283,12 @@ impl MemoryStore {
                     batch_id: batch.id.clone(),
                 }),
             });
+        }
+        if let Some(checked) = batch.tombstone_generation {
+            let found = state.tombstones.generation;
+            if checked != found {
+                return Err(StoreError::tombstones_changed(checked, found));
+            }
         }
         let now = state.tick();
         let plan = batch.plan(&state.memberships);

@@ -90,6 +90,23 @@ pub struct CommitReport {
     pub due_record: Option<rollup::DueRecord>,
 }
 
+/// The erased users' tombstones as the store holds them: their keyed
+/// hashes, and the generation `users erase` bumps in the same write as each
+/// tombstone it writes (0 before the first).
+///
+/// A batch checked against the hashes of generation `g` carries `g`
+/// ([`Batch::tombstone_generation`]); its commit reads the generation in
+/// its own transaction and applies nothing if it differs
+/// ([`StoreError::tombstones_changed`]), so no commit that lands after a
+/// tombstone counts an event the tombstone covers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TombstoneState {
+    /// Bumped with every tombstone written.
+    pub generation: i64,
+    /// The keyed hashes (never an id), read no earlier than `generation`.
+    pub hashes: Vec<String>,
+}
+
 /// A post whose count a committed batch changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChangedCounter {
@@ -166,11 +183,37 @@ impl StoreError {
         self.class == ErrorClass::Content
     }
 
-    /// Whether another transaction won a lock this attempt needed (ABORTED).
+    /// Whether another transaction won a lock this attempt needed (ABORTED),
+    /// not counting [`Self::is_tombstones_changed`].
     pub fn is_contention(&self) -> bool {
-        self.code == Code::Aborted
+        self.code == Code::Aborted && !self.is_tombstones_changed()
+    }
+
+    /// The commit of a batch checked against tombstone generation
+    /// `checked`, aborted before anything was written because the store
+    /// holds generation `found`: retryable once the batch is checked again
+    /// against the store's current tombstones.
+    pub fn tombstones_changed(checked: i64, found: i64) -> Self {
+        Self {
+            op: TOMBSTONE_CHECK,
+            code: Code::Aborted,
+            message: format!(
+                "the erased users' tombstones changed (generation {found}) since the batch was checked against generation {checked}; nothing applied"
+            ),
+            class: ErrorClass::Transient,
+            transaction: None,
+        }
+    }
+
+    /// Whether this is [`Self::tombstones_changed`]: the batch must be
+    /// checked against fresh tombstones before its next attempt.
+    pub fn is_tombstones_changed(&self) -> bool {
+        self.op == TOMBSTONE_CHECK
     }
 }
+
+/// The operation [`StoreError::tombstones_changed`] names.
+const TOMBSTONE_CHECK: &str = "TombstoneCheck";
 
 /// When commits must have ended: unset until the stop signal, then set
 /// once; attempts already running see it too.
@@ -270,4 +313,8 @@ pub trait CounterStore: Send + Sync + 'static {
 
     /// The like count of `post_id`: the sum of its counter shards.
     fn count(&self, post_id: &str) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// The erased users' tombstones and their generation, the generation
+    /// read first (so the hashes are at least as new as it says).
+    fn tombstones(&self) -> impl Future<Output = Result<TombstoneState, StoreError>> + Send;
 }

@@ -21,7 +21,7 @@ use super::rollup::{
     RollupWrite, TakenRecord, WriteOutcome,
 };
 pub use super::StoreSettings;
-use super::{Attempt, CommitReport, CounterStore, StoreError};
+use super::{Attempt, CommitReport, CounterStore, StoreError, TombstoneState};
 use crate::pipeline::batch::{Batch, Membership, MembershipKey};
 
 /// Firestore or PostgreSQL.
@@ -50,7 +50,9 @@ impl SelectedStore {
     ) -> Result<HashMap<MembershipKey, Membership>, StoreError> {
         match self {
             Self::Firestore(store) => {
-                let read = store.db().read_memberships(keys.iter(), None, Read::Latest);
+                let read = store
+                    .db()
+                    .read_memberships(keys.iter(), None, None, Read::Latest);
                 let found = read.await?.found;
                 let stored = keys.iter().zip(found);
                 Ok(stored.filter_map(|(k, m)| Some((k.clone(), m?))).collect())
@@ -94,6 +96,10 @@ impl CounterStore for SelectedStore {
             Self::Postgres(store) => store.count(post_id).await,
         }
     }
+
+    async fn tombstones(&self) -> Result<TombstoneState, StoreError> {
+        self.db().tombstone_state().await
+    }
 }
 
 /// The database of the selected store, as the operator commands read and
@@ -122,6 +128,14 @@ impl SelectedDb {
         match self {
             Self::Firestore(db) => db.raise_data_format(to).await,
             Self::Postgres(db) => db.raise_data_format(to).await,
+        }
+    }
+
+    /// The erased users' tombstones and their generation (read first).
+    pub async fn tombstone_state(&self) -> Result<TombstoneState, StoreError> {
+        match self {
+            Self::Firestore(db) => db.tombstone_state().await,
+            Self::Postgres(db) => db.tombstone_state().await,
         }
     }
 

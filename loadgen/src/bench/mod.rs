@@ -30,6 +30,7 @@ use crate::run_error::RunError;
 use crate::stage::{push_run_args, Stage, StageSpec};
 use crate::{generate, verify, workload, Workload, WorkloadConfig};
 
+pub mod erase;
 mod render;
 
 pub use render::{render, render_progress, render_settings};

@@ -10,6 +10,7 @@
 pub mod bench;
 pub mod chaos;
 pub mod demo;
+pub mod erase_rate;
 pub mod publish;
 pub mod report;
 pub mod verify;

@@ -349,13 +349,9 @@ async fn tombstones(
     store: &SelectedStore,
     key: &str,
 ) -> Result<crate::pipeline::flusher::Tombstones, ReplayError> {
-    use crate::store::selected::SelectedDb;
-    let hashes = match store.db() {
-        SelectedDb::Firestore(db) => db.tombstones().await?,
-        SelectedDb::Postgres(db) => db.tombstones().await?,
-    };
+    let state = store.db().tombstone_state().await?;
     let tombstones = crate::pipeline::flusher::Tombstones::new(key.as_bytes());
-    tombstones.replace(hashes);
+    tombstones.replace(state);
     Ok(tombstones)
 }
 

@@ -201,7 +201,7 @@ impl<'a> Replayer<'a> {
             }
         }
         if let Some(t) = &self.tombstones {
-            if let Some(set) = t.snapshot() {
+            if let Some(set) = t.snapshot().hashes {
                 let before = events.len();
                 events.retain(|e| !t.holds(&set, e.user_id()));
                 self.report.erased += (before - events.len()) as u64;

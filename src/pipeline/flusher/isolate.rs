@@ -42,8 +42,8 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
     pub(super) async fn commit_isolating(&self, batch: Batch) -> Settlement {
         let mut settled = Settlement::default();
         let mut work = vec![batch];
-        while let Some(batch) = work.pop() {
-            let (error, contended) = match self.commit_with_retry(&batch).await {
+        while let Some(mut batch) = work.pop() {
+            let (error, contended) = match self.commit_with_retry(&mut batch).await {
                 Ok(effects) => {
                     settled.effects.add(effects);
                     log_quarantined(&self.stats.warnings, &batch.poison);
@@ -139,12 +139,19 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
     /// Commits `batch`, retrying what proves nothing about its content,
     /// with backoff. Returns the error early, for the caller to split the
     /// batch, after `split_after_aborts` attempts that all met contention;
-    /// and starts no attempt past the shutdown deadline.
-    async fn commit_with_retry(&self, batch: &Batch) -> Result<Effects, Failure> {
+    /// and starts no attempt past the shutdown deadline. A commit that
+    /// found the erased users' tombstones changed since the batch was
+    /// checked is retried at once, after the batch is checked again
+    /// ([`Flusher::check_again`]: its events of users erased meanwhile are
+    /// dropped); a batch left with nothing to commit ends there.
+    async fn commit_with_retry(&self, batch: &mut Batch) -> Result<Effects, Failure> {
         let mut attempt = 1;
         let mut this = Attempt::first();
         let mut only_aborted = true;
         loop {
+            if batch.event_count() == 0 && batch.poison.is_empty() {
+                return Ok(Effects::default());
+            }
             let result = self
                 .store
                 .commit(batch, &this.clone().until(self.deadline.clone()))
@@ -180,6 +187,21 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                     // An attempt that committed but was answered with an error
                     // counted nothing; its effects come back from the marker.
                     return Ok(report.effects);
+                }
+                Err(error)
+                    if error.is_tombstones_changed()
+                        && attempt < self.config.commit_max_attempts =>
+                {
+                    self.stats.commit_retries.add(1);
+                    tracing::debug!(%error, attempt, "tombstones changed; checking the batch again");
+                    if let Err(read) = self.check_again(batch).await {
+                        self.record_failure(&read);
+                        if !self.pause(backoff(&self.config, attempt)).await {
+                            return Err(Failure::Other(error));
+                        }
+                    }
+                    this = Attempt::after(&error);
+                    attempt += 1;
                 }
                 Err(error) if error.is_retryable() && attempt < self.config.commit_max_attempts => {
                     self.record_failure(&error);

@@ -40,7 +40,7 @@ use crate::pipeline::acker::{AckHandle, Acker};
 use crate::pipeline::aggregator::{Aggregator, Taken};
 use crate::pipeline::batch::{Batch, Tagged};
 use crate::pipeline::rollup::Marks;
-use crate::store::{CounterStore, Deadline};
+use crate::store::{CounterStore, Deadline, StoreError};
 use crate::telemetry::Stats;
 
 mod decide;
@@ -157,26 +157,52 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         }
     }
 
-    /// `events` without those of erased users; the dropped ones are
-    /// counted and, being in no batch part, acked with the take.
-    fn drop_erased(&self, events: Vec<Tagged<LikeEvent>>) -> Vec<Tagged<LikeEvent>> {
+    /// `events` without those of erased users, and the tombstone
+    /// generation they were checked against (`None` without tombstones);
+    /// the dropped ones are counted and, being in no batch part, acked with
+    /// the take.
+    fn drop_erased(&self, events: Vec<Tagged<LikeEvent>>) -> (Vec<Tagged<LikeEvent>>, Option<i64>) {
         let Some(tombstones) = &self.tombstones else {
-            return events;
+            return (events, None);
         };
-        let Some(set) = tombstones.snapshot() else {
-            return events;
+        let checked = tombstones.snapshot();
+        let Some(set) = &checked.hashes else {
+            return (events, Some(checked.generation));
         };
         let before = events.len();
         let kept: Vec<_> = events
             .into_iter()
-            .filter(|e| !tombstones.holds(&set, e.item.user_id()))
+            .filter(|e| !tombstones.holds(set, e.item.user_id()))
             .collect();
-        let dropped = (before - kept.len()) as u64;
+        self.count_dropped((before - kept.len()) as u64);
+        (kept, Some(checked.generation))
+    }
+
+    /// Checks `batch` again against the store's tombstones, read now (its
+    /// commit found them changed since it was checked): drops the events of
+    /// the users erased meanwhile and labels it with the new generation.
+    /// The set held is replaced too, for the batches after it. A failed
+    /// read leaves the batch as it is (its next attempt fails the same way).
+    async fn check_again(&self, batch: &mut Batch) -> Result<(), StoreError> {
+        let Some(tombstones) = &self.tombstones else {
+            return Ok(());
+        };
+        tombstones.replace(self.store.tombstones().await?);
+        let checked = tombstones.snapshot();
+        if let Some(set) = &checked.hashes {
+            let dropped = batch.drop_events(|key| tombstones.holds(set, &key.user_id));
+            self.count_dropped(dropped as u64);
+        }
+        batch.tombstone_generation = Some(checked.generation);
+        Ok(())
+    }
+
+    /// Counts (and logs, without any id) events of erased users dropped.
+    fn count_dropped(&self, dropped: u64) {
         if dropped > 0 {
             self.stats.erased_dropped.add(dropped);
             tracing::info!(dropped, "events of erased users dropped");
         }
-        kept
     }
 
     /// This flusher, marking in `marks` the posts each commit changes (once
@@ -275,8 +301,9 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             published,
             ..
         } = taken;
-        let events = self.drop_erased(events);
-        let batch = Batch::of_messages(events, poison);
+        let (events, checked) = self.drop_erased(events);
+        let mut batch = Batch::of_messages(events, poison);
+        batch.tombstone_generation = checked;
         let started = Instant::now();
         self.stats.commit_progress.begin();
         let settled = if batch.event_count() == 0 && batch.poison.is_empty() {

@@ -156,6 +156,35 @@ async fn transient_failures_are_retried_then_acked() {
 }
 
 #[tokio::test]
+async fn a_batch_whose_commit_finds_the_tombstones_changed_is_checked_again_and_drops_the_erased_users_events(
+) {
+    let mut rig = Rig::new();
+    let tombstones = Arc::new(Tombstones::new(b"k"));
+    rig.flusher = rig.flusher.clone().with_tombstones(tombstones.clone());
+    let alice = rig.like("p", "alice", 1);
+    let bob = rig.like("p", "bob", 1);
+    // Erased after the replica last read its tombstones (generation 0).
+    rig.store
+        .write_tombstone(&crate::event::user_hash(b"k", "alice"));
+    rig.flusher.flush(0).await;
+    assert_eq!(rig.store.count("p").await.unwrap(), 1, "bob's like only");
+    assert_eq!(rig.fate(alice), [Fate::Acked], "dropped on purpose");
+    assert_eq!(rig.fate(bob), [Fate::Acked]);
+    assert_eq!(rig.flusher.stats.erased_dropped.get(), 1);
+    assert_eq!(tombstones.snapshot().generation, 1, "the set held is fresh");
+
+    // Only alice's events: nothing is left to commit, and nothing waits.
+    let commits = rig.store.commits();
+    rig.store
+        .write_tombstone(&crate::event::user_hash(b"k", "carol"));
+    let again = rig.like("q", "alice", 2);
+    rig.flusher.flush(0).await;
+    assert_eq!(rig.fate(again), [Fate::Acked]);
+    assert_eq!(rig.store.count("q").await.unwrap(), 0);
+    assert_eq!(rig.store.commits(), commits, "dropped before any commit");
+}
+
+#[tokio::test]
 async fn giving_up_nacks_and_counts_nothing() {
     let mut rig = Rig::new();
     rig.like("p", "u1", 1);

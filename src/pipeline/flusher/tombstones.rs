@@ -1,64 +1,80 @@
 //! The erased users' tombstones as a replica holds them: the keyed hashes
-//! (`event::user_hash`) of every erased user id, re-read from the store
-//! every `--tombstone-refresh-ms`, against which the flusher drops events.
+//! (`event::user_hash`) of every erased user id and the generation they
+//! were read at, re-read from the store every `--tombstone-refresh-ms`
+//! (and by the flusher when a commit finds the store's generation moved),
+//! against which the flusher drops events.
 //!
-//! Invariant: with no tombstone the check is one atomic load per batch (no
-//! hash computed); a tombstone written to the store is in every running
-//! replica's set within one refresh interval (plus one store read), which
-//! is why `users erase` waits two intervals before removing memberships.
+//! Invariants: a [`Checked`] pairs a set with a generation no newer than
+//! the read that produced the set (the store's generation is read first),
+//! so a batch labelled with it is never let through by a set older than
+//! its label; the label, not the refresh interval, is what keeps an erased
+//! user's event out of every commit (the store compares it in the commit's
+//! own transaction). With no tombstone the check hashes nothing.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::event::user_hash;
+use crate::store::TombstoneState;
 
-/// The set of erased users' keyed hashes, and the key.
+/// The set of erased users' keyed hashes, its generation, and the key.
 pub struct Tombstones {
     key: Vec<u8>,
-    any: AtomicBool,
-    hashes: RwLock<Arc<HashSet<String>>>,
+    held: RwLock<Checked>,
+}
+
+/// One read of the tombstones: what a batch is checked against.
+#[derive(Clone, Debug, Default)]
+pub struct Checked {
+    /// The store's tombstone generation when the set was read.
+    pub generation: i64,
+    /// The keyed hashes; `None` when there is none (nothing to hash).
+    pub hashes: Option<Arc<HashSet<String>>>,
 }
 
 impl std::fmt::Debug for Tombstones {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tombstones")
-            .field("any", &self.any.load(Ordering::Relaxed))
+            .field("generation", &self.snapshot().generation)
             .finish_non_exhaustive()
     }
 }
 
 impl Tombstones {
-    /// An empty set hashing with `key`.
+    /// An empty set hashing with `key`, at generation 0 (a store that has
+    /// moved past it aborts the first commit, which reads it then).
     pub fn new(key: &[u8]) -> Self {
         Self {
             key: key.to_vec(),
-            any: AtomicBool::new(false),
-            hashes: RwLock::new(Arc::new(HashSet::new())),
+            held: RwLock::new(Checked::default()),
         }
     }
 
-    /// Replaces the set with `hashes` (a fresh read of the store).
-    pub fn replace(&self, hashes: impl IntoIterator<Item = String>) {
-        let set: HashSet<String> = hashes.into_iter().collect();
-        let any = !set.is_empty();
-        if let Ok(mut held) = self.hashes.write() {
-            *held = Arc::new(set);
+    /// Replaces the set with `state` (a fresh read of the store).
+    pub fn replace(&self, state: TombstoneState) {
+        let hashes = (!state.hashes.is_empty())
+            .then(|| Arc::new(state.hashes.into_iter().collect::<HashSet<String>>()));
+        let checked = Checked {
+            generation: state.generation,
+            hashes,
+        };
+        if let Ok(mut held) = self.held.write() {
+            *held = checked;
         }
-        self.any.store(any, Ordering::Release);
     }
 
-    /// Whether no user is erased (the check then costs nothing).
+    /// Whether no user is erased (the check then hashes nothing).
     pub fn is_empty(&self) -> bool {
-        !self.any.load(Ordering::Acquire)
+        self.snapshot().hashes.is_none()
     }
 
-    /// The current set, to check a batch's events against.
-    pub fn snapshot(&self) -> Option<Arc<HashSet<String>>> {
-        if self.is_empty() {
-            return None;
-        }
-        self.hashes.read().ok().map(|held| held.clone())
+    /// The current set and its generation, to check a batch against (a
+    /// read lock and an `Arc` clone per batch).
+    pub fn snapshot(&self) -> Checked {
+        self.held
+            .read()
+            .map(|held| held.clone())
+            .unwrap_or_default()
     }
 
     /// Whether `user_id` is in `set` (a [`Self::snapshot`]).
@@ -74,9 +90,14 @@ mod tests {
     #[test]
     fn an_erased_users_hash_is_held_and_others_are_not() {
         let t = Tombstones::new(b"k");
-        assert!(t.snapshot().is_none(), "empty: nothing to check");
-        t.replace([user_hash(b"k", "alice")]);
-        let set = t.snapshot().expect("one tombstone");
+        assert!(t.snapshot().hashes.is_none(), "empty: nothing to check");
+        t.replace(TombstoneState {
+            generation: 3,
+            hashes: vec![user_hash(b"k", "alice")],
+        });
+        let checked = t.snapshot();
+        assert_eq!(checked.generation, 3);
+        let set = checked.hashes.expect("one tombstone");
         assert!(t.holds(&set, "alice"));
         assert!(!t.holds(&set, "bob"));
         let other_key = Tombstones::new(b"other");

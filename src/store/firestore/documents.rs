@@ -21,7 +21,7 @@ use super::codec::{self, Correction, RepairGuard, StoredMembership, StoredRecord
 use super::db::{FirestoreDb, Read};
 use super::errors::internal;
 use super::layout::collections;
-use super::layout::fields::{erased_user, marker, membership, quarantine};
+use super::layout::fields::{erased_user, marker, membership, quarantine, tombstone_setting};
 use super::wire;
 use crate::pipeline::batch::{Effects, Membership, MembershipKey};
 use crate::store::StoreError;
@@ -42,6 +42,9 @@ pub struct Memberships {
     /// Per key, in the order read: its document's update time, when it
     /// exists (the precondition of its next write).
     pub update_times: Vec<Option<Timestamp>>,
+    /// The tombstones' generation, when it was asked for (0 when its
+    /// document does not exist).
+    pub tombstone_generation: Option<i64>,
 }
 
 /// The fields a batch reads: a membership's state and a marker's effects
@@ -59,6 +62,19 @@ pub(super) const READ_FIELDS: [&str; 8] = [
     marker::POISON,
 ];
 
+/// [`READ_FIELDS`] and the tombstones' generation: a checked batch's read.
+pub(super) const READ_FIELDS_CHECKED: [&str; 9] = [
+    membership::LIKED,
+    membership::SEQ,
+    membership::OCCURRED_AT,
+    membership::EVENT_ID,
+    marker::APPLIED,
+    marker::DUPLICATES,
+    marker::STALE,
+    marker::POISON,
+    tombstone_setting::GENERATION,
+];
+
 /// Every counter shard of the layout, summed per post.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CounterSums {
@@ -70,13 +86,16 @@ pub struct CounterSums {
 
 impl FirestoreDb {
     /// Reads the memberships of `keys` and, when given, the batch marker
-    /// `marker`, in one BatchGetDocuments: the store's read path (with
-    /// [`Read::ReadWrite`], opening the batch's transaction) and replay's
-    /// (with [`Read::Latest`], locking nothing).
+    /// `marker` and the tombstones' generation document `generation`, in
+    /// one BatchGetDocuments: the store's read path (with
+    /// [`Read::ReadWrite`], opening the batch's transaction, which then
+    /// holds the generation too) and replay's (with [`Read::Latest`],
+    /// locking nothing).
     pub async fn read_memberships<'k>(
         &self,
         keys: impl Iterator<Item = &'k MembershipKey>,
         marker: Option<&str>,
+        generation: Option<&str>,
         read: Read<'_>,
     ) -> Result<Memberships, StoreError> {
         let layout = self.layout();
@@ -94,11 +113,20 @@ impl FirestoreDb {
         let mut position: FxHashMap<&str, usize> =
             FxHashMap::with_capacity_and_hasher(count, Default::default());
         position.extend(names.iter().enumerate().map(|(i, n)| (n.as_str(), i)));
-        let documents = names.iter().map(String::as_str).chain(marker);
+        let documents = (names.iter().map(String::as_str))
+            .chain(marker)
+            .chain(generation);
+        let fields: &[&str] = match generation {
+            Some(_) => &READ_FIELDS_CHECKED,
+            None => &READ_FIELDS,
+        };
+        let mut tombstone_generation = generation.map(|_| 0);
         let transaction = self
-            .batch_get_lean(documents, &READ_FIELDS, read, |doc| {
+            .batch_get_lean(documents, fields, read, |doc| {
                 if Some(doc.name) == marker {
                     marker_effects = Some(codec::effects_from_fields(&doc));
+                } else if Some(doc.name) == generation {
+                    tombstone_generation = Some(codec::generation_from_fields(&doc));
                 } else if let Some(&i) = position.get(doc.name) {
                     update_times[i] = doc.update_time;
                     found[i] = codec::membership_from_fields(&doc);
@@ -112,6 +140,7 @@ impl FirestoreDb {
             names,
             found,
             update_times,
+            tombstone_generation,
         })
     }
 
@@ -313,10 +342,31 @@ impl FirestoreDb {
             .collect())
     }
 
+    /// The tombstones' generation (0 before the first tombstone), then
+    /// every tombstone: read in that order, so the hashes are at least as
+    /// new as the generation.
+    pub async fn tombstone_state(&self) -> Result<crate::store::TombstoneState, StoreError> {
+        let name = self.layout().tombstone_generation();
+        let mut generation = 0;
+        let read = self.batch_get_lean(
+            std::iter::once(name.as_str()),
+            &[tombstone_setting::GENERATION],
+            Read::Latest,
+            |doc| generation = codec::generation_from_fields(&doc),
+        );
+        read.await?;
+        Ok(crate::store::TombstoneState {
+            generation,
+            hashes: self.tombstones().await?,
+        })
+    }
+
     /// Writes the tombstone `user_hash` (idempotent; `erasedAt` is the
-    /// latest write's time).
+    /// latest write's time) and bumps the tombstones' generation, in one
+    /// commit: every batch transaction that read the generation before
+    /// then is applied before it (Firestore's locks) or applies nothing.
     pub async fn write_tombstone(&self, user_hash: &str) -> Result<(), StoreError> {
-        let write = wire::Write {
+        let tombstone = wire::Write {
             update: Some(wire::Document {
                 name: self.layout().erased_user(user_hash),
                 ..Default::default()
@@ -324,7 +374,8 @@ impl FirestoreDb {
             update_transforms: vec![codec::server_time(erased_user::ERASED_AT)],
             ..Default::default()
         };
-        self.commit(vec![write], None).await
+        let generation = codec::generation_bump(self.layout());
+        self.commit(vec![tombstone, generation], None).await
     }
 
     /// Deletes the tombstone `user_hash`; whether it existed.
@@ -351,7 +402,7 @@ impl FirestoreDb {
         is_erased: impl Fn(&Membership) -> bool,
     ) -> Result<u64, StoreError> {
         let read = self
-            .read_memberships(keys.iter(), None, Read::Latest)
+            .read_memberships(keys.iter(), None, None, Read::Latest)
             .await?;
         let mut writes = Vec::new();
         let found = read.found.iter().zip(read.update_times);

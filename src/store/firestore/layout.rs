@@ -168,6 +168,16 @@ pub mod fields {
         pub const ROLLUP_DUE: &str = "rollupDue";
     }
 
+    /// The tombstones' generation `settings/erasedUsers`: bumped in the same
+    /// commit as each tombstone written, read in every checked batch's
+    /// transaction.
+    pub mod tombstone_setting {
+        /// The generation (integer; absent document = 0).
+        pub const GENERATION: &str = "generation";
+        /// The server time of the last bump (timestamp).
+        pub const UPDATED_AT: &str = "updatedAt";
+    }
+
     /// An erased user's tombstone `erasedUsers/{hash}` (the keyed hash of
     /// the user id, never the id).
     pub mod erased_user {
@@ -348,6 +358,17 @@ impl Layout {
             "{}/{}/format",
             self.root(),
             self.collection(collections::SETTINGS)
+        )
+    }
+
+    /// The tombstones' generation (`settings/erasedUsers`, named after
+    /// the collection it versions).
+    pub fn tombstone_generation(&self) -> String {
+        format!(
+            "{}/{}/{}",
+            self.root(),
+            self.collection(collections::SETTINGS),
+            collections::ERASED_USERS
         )
     }
 

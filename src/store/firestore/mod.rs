@@ -3,7 +3,10 @@
 //!
 //! Invariants: the memberships and the batch marker are read inside the
 //! transaction before anything is written (so Firestore locks them); a batch
-//! whose marker exists is rolled back and reported already committed; every
+//! whose marker exists is rolled back and reported already committed; a
+//! batch checked against tombstone generation `g` also reads
+//! `settings/erasedUsers` in that request and is rolled back, applying
+//! nothing, unless it holds `g`; every
 //! membership write carries a precondition on what was read, so even an
 //! optimistic database cannot apply a plan computed from stale reads.
 //!
@@ -113,6 +116,10 @@ impl CounterStore for FirestoreStore {
     async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
         self.db.count(post_id).await
     }
+
+    async fn tombstones(&self) -> Result<super::TombstoneState, StoreError> {
+        self.db.tombstone_state().await
+    }
 }
 
 impl FirestoreStore {
@@ -133,9 +140,16 @@ impl FirestoreStore {
             retry: attempt.retry_transaction.as_deref(),
             opened,
         };
+        // A checked batch reads the tombstones' generation in the same
+        // request: its transaction holds it until the commit, so a tombstone
+        // written meanwhile waits for this commit or was written before the
+        // read, and then the generation differs.
+        let generation = batch
+            .tombstone_generation
+            .map(|_| layout.tombstone_generation());
         let snapshot = self
             .db
-            .read_memberships(batch.keys(), Some(&marker), read)
+            .read_memberships(batch.keys(), Some(&marker), generation.as_deref(), read)
             .await?;
         if let Some(effects) = snapshot.marker {
             self.db.rollback(snapshot.transaction).await;
@@ -148,6 +162,14 @@ impl FirestoreStore {
                 committed_at: None,
                 due_record: self.config.due_record(batch, true),
             });
+        }
+        if let (Some(checked), Some(found)) =
+            (batch.tombstone_generation, snapshot.tombstone_generation)
+        {
+            if checked != found {
+                self.db.rollback(snapshot.transaction).await;
+                return Err(StoreError::tombstones_changed(checked, found));
+            }
         }
         let plan = batch.plan(snapshot.found.as_slice());
         // Held until the commit has ended: another batch in flight on one of

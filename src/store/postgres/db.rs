@@ -680,7 +680,26 @@ impl PgDb {
         Ok(hashes)
     }
 
-    /// Writes the tombstone `user_hash` (idempotent).
+    /// The tombstones' generation and every tombstone, in one snapshot.
+    pub async fn tombstone_state(&self) -> Result<crate::store::TombstoneState, StoreError> {
+        let op = "ReadTombstones";
+        let rows = self
+            .query_rows(op, schema::READ_TOMBSTONE_STATE, &[])
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(crate::store::TombstoneState::default());
+        };
+        Ok(crate::store::TombstoneState {
+            generation: row.try_get(0).map_err(|e| query_error(op, &e))?,
+            hashes: row.try_get(1).map_err(|e| query_error(op, &e))?,
+        })
+    }
+
+    /// Writes the tombstone `user_hash` (idempotent) and bumps the
+    /// tombstones' generation, in one statement: it waits for every batch
+    /// transaction that read the generation before it, and every batch
+    /// checked against the old generation that reads it after applies
+    /// nothing.
     pub async fn write_tombstone(&self, user_hash: &str) -> Result<(), StoreError> {
         let op = "WriteTombstone";
         self.query_rows(op, schema::WRITE_TOMBSTONE, &[&user_hash])

@@ -13,7 +13,10 @@
 //! tokio-postgres sends a request when its future is first polled and
 //! answers requests in order, so requests polled together share one round
 //! trip ([`pipeline`]):
-//! 1. `BEGIN ISOLATION LEVEL READ COMMITTED`; the batch marker; the batch's
+//! 1. `BEGIN ISOLATION LEVEL READ COMMITTED`; the batch marker; for a batch
+//!    checked against the erased users' tombstones, their generation,
+//!    `FOR SHARE` (a tombstone's bump waits for this transaction; a batch
+//!    checked against another generation applies nothing); the batch's
 //!    memberships, `SELECT ... FOR UPDATE` joined to `unnest` of the key
 //!    arrays, locked in key order.
 //! 2. After [`Batch::plan`] (in memory): one `UPDATE ... FROM unnest` of the
@@ -190,6 +193,10 @@ impl CounterStore for PostgresStore {
     async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
         self.db.count(post_id).await
     }
+
+    async fn tombstones(&self) -> Result<super::TombstoneState, StoreError> {
+        self.db.tombstone_state().await
+    }
 }
 
 impl PostgresStore {
@@ -206,18 +213,26 @@ impl PostgresStore {
         let prepared = conn.prepared();
         let statements = conn.statements(OP, schema::COMMIT_STATEMENTS).await?;
         let mut rpcs = u32::from(conn.prepared() > prepared);
-        let [read_marker, lock, update, insert, add, mark, quarantine] = &statements;
+        let [read_marker, read_generation, lock, update, insert, add, mark, quarantine] =
+            &statements;
         let client = conn.client()?;
         let consumer = self.config.consumer.as_str();
         let post_ids: Vec<&str> = batch.keys().map(|k| k.post_id.as_str()).collect();
         let user_ids: Vec<&str> = batch.keys().map(|k| k.user_id.as_str()).collect();
 
-        // Round trip 1: open, read the marker, read and lock the memberships.
+        // Round trip 1: open, read the marker, the tombstones' generation
+        // (a checked batch), read and lock the memberships.
         let marker_params: [&(dyn ToSql + Sync); 2] = [&consumer, &batch.id];
-        let (begun, marker, locked) = tokio::join!(
+        let (begun, marker, generation, locked) = tokio::join!(
             biased;
             client.batch_execute(&self.begin),
             client.query_opt(read_marker, &marker_params),
+            async {
+                if batch.tombstone_generation.is_none() {
+                    return Ok(None);
+                }
+                client.query_opt(read_generation, &[]).await
+            },
             async {
                 if post_ids.is_empty() {
                     return Ok(Vec::new());
@@ -226,8 +241,10 @@ impl PostgresStore {
             },
         );
         rpcs += 1;
-        let read = begun.and(marker).and_then(|m| Ok((m, locked?)));
-        let (marker, locked) = match read {
+        let read = (begun.and(marker))
+            .and_then(|m| Ok((m, generation?)))
+            .and_then(|(m, g)| Ok((m, g, locked?)));
+        let (marker, generation, locked) = match read {
             Ok(read) => read,
             Err(e) => {
                 let error = query_error(OP, &e);
@@ -249,6 +266,18 @@ impl PostgresStore {
                 committed_at: None,
                 due_record: self.config.due_record(batch, true),
             });
+        }
+        if let Some(checked) = batch.tombstone_generation {
+            let found = generation.as_ref().map_or(Ok(0), |row| row.try_get(0));
+            let error = match found {
+                Ok(found) if found == checked => None,
+                Ok(found) => Some(StoreError::tombstones_changed(checked, found)),
+                Err(e) => Some(query_error(OP, &e)),
+            };
+            if let Some(error) = error {
+                roll_back(conn).await;
+                return Err(error);
+            }
         }
         let mut stored: FxHashMap<MembershipKey, Membership> =
             FxHashMap::with_capacity_and_hasher(locked.len(), Default::default());

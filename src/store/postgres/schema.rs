@@ -63,6 +63,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "data format",
         sql: include_str!("migrations/0007_data_format.sql"),
     },
+    Migration {
+        version: 8,
+        name: "tombstone generation",
+        sql: include_str!("migrations/0008_tombstone_generation.sql"),
+    },
 ];
 
 /// The advisory lock key every [`migrate`] takes: "hotcoun" in ASCII.
@@ -268,9 +273,23 @@ pub const READ_USER_IDS: &str = "SELECT DISTINCT user_id FROM memberships";
 /// Every erased user's keyed hash (the pipeline's tombstone set).
 pub const READ_TOMBSTONES: &str = "SELECT user_hash FROM erased_users";
 
-/// Writes the tombstone `$1` (a keyed hash) if absent.
-pub const WRITE_TOMBSTONE: &str =
-    "INSERT INTO erased_users (user_hash) VALUES ($1) ON CONFLICT (user_hash) DO NOTHING";
+/// The tombstones' generation and every erased user's keyed hash, in one
+/// snapshot.
+pub const READ_TOMBSTONE_STATE: &str = "SELECT
+    COALESCE((SELECT generation FROM tombstone_generation), 0),
+    ARRAY(SELECT user_hash FROM erased_users)";
+
+/// A checked batch's read of the tombstones' generation: `FOR SHARE`, so a
+/// bump waits until the batch's transaction ends, and (at READ COMMITTED)
+/// the latest committed value, after waiting for a bump in progress.
+pub const READ_TOMBSTONE_GENERATION: &str = "SELECT generation FROM tombstone_generation FOR SHARE";
+
+/// Writes the tombstone `$1` (a keyed hash) if absent, and bumps the
+/// tombstones' generation, in one statement.
+pub const WRITE_TOMBSTONE: &str = "WITH tombstone AS (
+        INSERT INTO erased_users (user_hash) VALUES ($1)
+        ON CONFLICT (user_hash) DO NOTHING)
+    UPDATE tombstone_generation SET generation = generation + 1, updated_at = now()";
 
 /// Deletes the tombstone `$1`; one row back if it existed.
 pub const DELETE_TOMBSTONE: &str = "DELETE FROM erased_users WHERE user_hash = $1 RETURNING 1";
@@ -360,8 +379,9 @@ pub const UPSERT_QUARANTINE: &str = "INSERT INTO quarantine AS q
         batch_id = excluded.batch_id, quarantined_at = now()";
 
 /// Every statement a batch's commit runs, prepared once per connection.
-pub const COMMIT_STATEMENTS: [&str; 7] = [
+pub const COMMIT_STATEMENTS: [&str; 8] = [
     READ_MARKER,
+    READ_TOMBSTONE_GENERATION,
     LOCK_MEMBERSHIPS,
     UPDATE_MEMBERSHIPS,
     INSERT_MEMBERSHIPS,

@@ -18,7 +18,7 @@ use fs::document_transform::FieldTransform;
 use fs::value::ValueType;
 
 use super::frame::{FoundDocument, Scalar as FieldValue};
-use super::layout::fields::{counter_shard, marker, membership};
+use super::layout::fields::{counter_shard, marker, membership, tombstone_setting};
 use super::wire::{self, Field};
 use super::{FirestoreStoreConfig, Layout};
 use crate::event::Version;
@@ -237,6 +237,38 @@ pub fn counter_increment(layout: &Layout, post_id: &str, k: u32, delta: i64) -> 
             server_time(counter_shard::UPDATED_AT),
         ],
         current_document: None,
+    }
+}
+
+/// Adds one to the tombstones' generation (creating its document at 1),
+/// keeping nothing else, and stamps the commit's time.
+pub fn generation_bump(layout: &Layout) -> wire::Write {
+    wire::Write {
+        update: Some(wire::Document {
+            name: layout.tombstone_generation(),
+            fields: Vec::new(),
+            update_time: None,
+        }),
+        delete: None,
+        update_mask: Some(fs::DocumentMask {
+            field_paths: Vec::new(),
+        }),
+        update_transforms: vec![
+            FieldTransform {
+                field_path: tombstone_setting::GENERATION.into(),
+                transform_type: Some(TransformType::Increment(int(1))),
+            },
+            server_time(tombstone_setting::UPDATED_AT),
+        ],
+        current_document: None,
+    }
+}
+
+/// The tombstones' generation a document holds (0 when it holds none).
+pub fn generation_from_fields(fields: &(impl ScalarFields + ?Sized)) -> i64 {
+    match fields.scalar(tombstone_setting::GENERATION) {
+        Some(FieldValue::Integer(n)) => n,
+        _ => 0,
     }
 }
 
