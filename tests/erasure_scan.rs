@@ -147,6 +147,7 @@ async fn postgres_rows_holding(url: &str, needle: &str) -> (Vec<String>, Vec<Str
 
 async fn after_users_erase_the_id_is_in_no_document_and_no_row(backend: Backend) {
     let h = Harness::start_on(backend).await;
+    h.allow_tombstones().await;
     let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
     let mut args = key.to_vec();
     args.extend(["--rollup-interval-ms", "100"]);
