@@ -75,6 +75,11 @@ pub struct TableOps {
     pub index_scans: u64,
     /// Rows fetched by index scans.
     pub index_rows_fetched: u64,
+    /// Live rows at the end (an estimate the server keeps; not a difference).
+    pub live_rows: u64,
+    /// The table's size at the end, its indexes and TOAST included
+    /// (`pg_total_relation_size`; not a difference).
+    pub total_bytes: u64,
 }
 
 /// PostgreSQL's counts of a run.
@@ -214,6 +219,8 @@ impl PgOps {
                 index_rows_fetched: now
                     .index_rows_fetched
                     .saturating_sub(was.index_rows_fetched),
+                live_rows: now.live_rows,
+                total_bytes: now.total_bytes,
             };
         }
         Self {
@@ -228,7 +235,8 @@ impl PgOps {
 }
 
 const PG_TABLES: &str = "SELECT relname::text, n_tup_ins, n_tup_upd, n_tup_del, n_tup_hot_upd, \
-     coalesce(idx_scan, 0), coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables";
+     coalesce(idx_scan, 0), coalesce(idx_tup_fetch, 0), n_live_tup, \
+     pg_total_relation_size(relid) FROM pg_stat_user_tables";
 const PG_DATABASE: &str = "SELECT xact_commit, xact_rollback, blks_hit, blks_read, \
      pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint \
      FROM pg_stat_database WHERE datname = current_database()";
@@ -251,6 +259,8 @@ async fn read_pg(url: &str) -> Result<PgOps, RunError> {
             hot_updated: count(&row, 4)?,
             index_scans: count(&row, 5)?,
             index_rows_fetched: count(&row, 6)?,
+            live_rows: count(&row, 7)?,
+            total_bytes: count(&row, 8)?,
         };
         tables.insert(name, ops);
     }

@@ -208,6 +208,20 @@ fn postgres_rows(shown: &[&RunResult], row: &mut RowFn<'_>) {
             },
         );
     }
+    for table in &tables {
+        row(
+            format!("`{table}` at the end: rows, bytes each with its indexes (not per 1,000)"),
+            &|r| {
+                pg(r).map(|p| {
+                    let t = p.tables.get(table).copied().unwrap_or_default();
+                    match t.live_rows {
+                        0 => format!("0 rows, {} B", t.total_bytes),
+                        n => format!("{n} rows, {:.1} B", t.total_bytes as f64 / n as f64),
+                    }
+                })
+            },
+        );
+    }
 }
 
 /// With batched and batched-without-rollups both run: the rollups' share
