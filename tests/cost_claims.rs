@@ -67,7 +67,13 @@ fn quoted_counts(cost: &str) -> Vec<[String; 5]> {
             "docs/COST.md, The counts: | report | case | row | column | value |: {line}"
         );
         let report = c[0].trim_matches('`').to_string();
-        out.push([report, c[1].clone(), c[2].clone(), c[3].clone(), c[4].clone()]);
+        out.push([
+            report,
+            c[1].clone(),
+            c[2].clone(),
+            c[3].clone(),
+            c[4].clone(),
+        ]);
     }
     out
 }
@@ -76,7 +82,11 @@ fn quoted_counts(cost: &str) -> Vec<[String; 5]> {
 fn every_count_cost_md_quotes_is_the_cell_of_the_bench_report_it_cites() {
     let cost = read("docs/COST.md");
     let quoted = quoted_counts(&cost);
-    assert!(quoted.len() >= 10, "docs/COST.md quotes {} counts", quoted.len());
+    assert!(
+        quoted.len() >= 10,
+        "docs/COST.md quotes {} counts",
+        quoted.len()
+    );
     let mut problems = Vec::new();
     for [report, case, row, column, value] in &quoted {
         if !report.starts_with("reports/cost/") {
@@ -107,7 +117,12 @@ fn a_report_cell_is_found_by_case_row_and_column() {
                   | count | batched | batched, rollups off |\n|---|---:|---:|\n\
                   | Firestore document reads | 12.5 | 3.0 |\n\n| other | 9 |\n";
     assert_eq!(
-        report_cell(report, "Viral", "Firestore document reads", "batched, rollups off"),
+        report_cell(
+            report,
+            "Viral",
+            "Firestore document reads",
+            "batched, rollups off"
+        ),
         Ok("3.0".to_string())
     );
     assert!(report_cell(report, "Zipf", "Firestore document reads", "batched").is_err());
