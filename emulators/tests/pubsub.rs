@@ -797,3 +797,28 @@ async fn no_message_is_lost_under_expiry_churn() {
     let stats = pubsub.stats(&sub).unwrap();
     assert!(stats.expiries > 0, "the churn really happened: {stats:?}");
 }
+
+#[tokio::test]
+async fn stats_count_the_bytes_published_and_each_delivery_again() {
+    let env = Env::start().await;
+    let (topic, sub) = env.subscription("bytes", |r| r).await;
+    env.publish(&topic, &["hello", "hi"]).await;
+    let mut stream = env.stream(&sub);
+    let (_, first) = next(&mut stream).await;
+    let (_, second) = next(&mut stream).await;
+    first.nack();
+    let (_, again) = next(&mut stream).await;
+    second.ack();
+    again.ack();
+    let stats = env.emu.pubsub().stats(&sub).unwrap();
+    assert_eq!(
+        stats.published_bytes, 7,
+        "data, no attributes, no ordering key"
+    );
+    assert_eq!(stats.delivered, 3);
+    assert!(
+        stats.delivered_bytes == 7 + 5 || stats.delivered_bytes == 7 + 2,
+        "a redelivery counts its bytes again: {}",
+        stats.delivered_bytes
+    );
+}

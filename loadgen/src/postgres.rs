@@ -48,7 +48,7 @@ pub fn open(url: &str) -> Result<PgDb, ReadError> {
 }
 
 /// A plain client on `url`, its connection driven by a task.
-async fn client(url: &str) -> Result<tokio_postgres::Client, RunError> {
+pub(crate) async fn client(url: &str) -> Result<tokio_postgres::Client, RunError> {
     let (client, connection) = tokio_postgres::connect(url, NoTls)
         .await
         .map_err(|e| RunError::Start(format!("postgres: connect: {e}")))?;

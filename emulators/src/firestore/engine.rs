@@ -36,6 +36,7 @@
 //! every transaction eventually becomes the oldest and commits.
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -48,6 +49,7 @@ use tonic::Status;
 use super::locks::TxnId;
 use super::store::{Micros, ReadAt, Store};
 use super::transactions::{Mode, Transactions, TxnError, CONTENTION_MESSAGE, EXPIRED_MESSAGE};
+use super::usage::{add_stored, CollectionStorage, CollectionUsage, Usage};
 use super::writes;
 use super::FirestoreConfig;
 use crate::proto::firestore_v1::{
@@ -88,8 +90,15 @@ pub struct FirestoreStats {
     /// Successful atomic write sets: Commit RPCs and each single write of
     /// CreateDocument, UpdateDocument, DeleteDocument and BatchWrite.
     pub commits: u64,
-    /// Document writes applied (a commit writing 3 documents counts 3).
+    /// Document writes applied (a commit writing 3 documents counts 3),
+    /// deletes included.
     pub documents_written: u64,
+    /// Of those, deletes (a delete write, whether the document existed).
+    pub documents_deleted: u64,
+    /// Estimated single-field index entries of the documents written
+    /// (their new states; see [`super::usage`]: an estimate, every field
+    /// indexed, no exemptions).
+    pub index_entries_written: u64,
     /// Documents read: each document a get, a batch get (found or
     /// missing), a query or a list returned, as Google bills reads
     /// (Listen's snapshots excluded).
@@ -118,6 +127,10 @@ pub struct FirestoreStats {
     pub locked_documents: usize,
     /// Documents stored now (all databases).
     pub documents: usize,
+    /// Reads, writes (deletes excluded), deletes and estimated index
+    /// entries by collection group (the last collection id of a document's
+    /// name), as Google bills them.
+    pub by_collection: BTreeMap<String, CollectionUsage>,
 }
 
 /// A successful commit: the response, and each write's resulting document
@@ -160,6 +173,7 @@ struct State {
     stats: FirestoreStats,
     doc_writes: FxHashMap<String, u64>,
     doc_reads: FxHashMap<String, u64>,
+    usage: Usage,
     last_time: Micros,
     /// The latest time handed out for a read at the latest state.
     last_read: Micros,
@@ -423,6 +437,7 @@ impl State {
     fn count_reads(&mut self, names: &[String], read_time: Micros) -> Micros {
         self.stats.documents_read += names.len() as u64;
         for name in names {
+            self.usage.read(name);
             match self.doc_reads.get_mut(name) {
                 Some(reads) => *reads += 1,
                 None => {
@@ -512,6 +527,9 @@ impl State {
             }
         }
         for (name, doc) in overlay {
+            let entries = self.usage.write(name, doc.as_deref());
+            self.stats.documents_deleted += u64::from(doc.is_none());
+            self.stats.index_entries_written += entries;
             self.store.put(name, doc, commit_time);
             self.stats.documents_written += 1;
             // Under the state lock: allocate a key only for a new name.
@@ -550,6 +568,7 @@ impl Engine {
                 stats: FirestoreStats::default(),
                 doc_writes: FxHashMap::default(),
                 doc_reads: FxHashMap::default(),
+                usage: Usage::default(),
                 last_time: 0,
                 last_read: 0,
                 queued: FxHashMap::default(),
@@ -897,8 +916,21 @@ impl Engine {
             active_transactions: st.txns.active(),
             locked_documents: st.txns.locked_documents(),
             documents: st.store.len(),
+            by_collection: st.usage.snapshot(),
             ..st.stats.clone()
         }
+    }
+
+    /// What each collection group stores now (latest state, all
+    /// databases): documents, their storage size, their estimated index
+    /// entries. Walks every document: call it once, at the end of a run.
+    pub fn storage(&self) -> BTreeMap<String, CollectionStorage> {
+        let st = self.state.lock();
+        let mut storage = BTreeMap::new();
+        for doc in st.store.scan("", ReadAt::Latest) {
+            add_stored(&mut storage, &doc.name, &doc.fields);
+        }
+        storage
     }
 
     /// The `n` most written documents, most written first.
@@ -933,6 +965,7 @@ impl Engine {
         st.stats = FirestoreStats::default();
         st.doc_writes.clear();
         st.doc_reads.clear();
+        st.usage.clear();
     }
 
     /// Deletes every document of `database` (`projects/p/databases/d`) and

@@ -32,6 +32,7 @@
 //! - [`engine`]: the state and the wound-wait locking rule.
 //! - [`listen`]: the Listen RPC (targets, changes, resume tokens).
 //! - [`grpc`]: the gRPC service.
+//! - [`usage`]: what Google would bill, by collection group.
 //! - [`admin`]: HTTP routes (stats, reset).
 
 pub mod admin;
@@ -44,6 +45,7 @@ pub mod query;
 pub mod store;
 pub mod transactions;
 pub mod transforms;
+pub mod usage;
 pub mod values;
 pub mod writes;
 
@@ -55,6 +57,7 @@ use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
 pub use engine::{DocumentWrites, FirestoreStats};
+pub use usage::{CollectionStorage, CollectionUsage};
 
 use crate::proto::firestore::firestore_server::FirestoreServer;
 use crate::proto::firestore_v1::Document;
@@ -209,6 +212,12 @@ impl Firestore {
     /// resource name), as Google bills them.
     pub fn document_reads(&self, name: &str) -> u64 {
         self.engine.document_reads(name)
+    }
+
+    /// What each collection group stores now: documents, their storage
+    /// size and estimated index entries (walks every document).
+    pub fn storage(&self) -> std::collections::BTreeMap<String, CollectionStorage> {
+        self.engine.storage()
     }
 
     /// How many commits wrote the document `name` (full resource name).

@@ -360,7 +360,7 @@ pub fn check_document(name: &str, fields: &Fields) -> Result<(), Status> {
 
 /// The storage size of document `name` holding `fields`, or the top-level
 /// field holding a value nested deeper than [`MAX_DEPTH`].
-fn document_size<'a>(name: &str, fields: &'a Fields) -> Result<usize, &'a str> {
+pub fn document_size<'a>(name: &str, fields: &'a Fields) -> Result<usize, &'a str> {
     let mut size = document_name_size(name) + 32;
     for (field, v) in fields {
         size += field.len() + 1 + value_size(v, 0).ok_or(field.as_str())?;

@@ -13,8 +13,15 @@ use serde::Serialize;
 pub struct SubscriptionStats {
     /// Messages that reached this subscription (publishes to its topic, Seek replays excluded).
     pub published: u64,
+    /// Their size: data + attribute keys and values + ordering key, the
+    /// part of Pub/Sub's billed message size that the publisher chooses
+    /// (the service adds a timestamp and the message id to each, and bills
+    /// at least 1,000 bytes per request).
+    pub published_bytes: u64,
     /// Deliveries handed to a Pull, a StreamingPull or a push request (first deliveries and redeliveries).
     pub delivered: u64,
+    /// Their size, counted as `published_bytes` is.
+    pub delivered_bytes: u64,
     /// Deliveries of a message that had been delivered before.
     pub redeliveries: u64,
     /// Messages acknowledged (acks that took effect).

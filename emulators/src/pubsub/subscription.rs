@@ -207,6 +207,7 @@ impl Subscription {
 
     /// Adds a newly published message, ready at once.
     pub fn add(&mut self, msg: Arc<Stored>) {
+        self.stats.published_bytes += msg.size;
         self.enqueue(msg, 0);
         self.stats.published += 1;
     }
@@ -362,6 +363,7 @@ impl Subscription {
             };
             self.timers.push(Reverse((deadline, seq, gen)));
             self.stats.delivered += 1;
+            self.stats.delivered_bytes += entry.msg.size;
             if entry.deliveries > 1 {
                 self.stats.redeliveries += 1;
             }

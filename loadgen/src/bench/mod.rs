@@ -31,8 +31,12 @@ use crate::stage::{push_run_args, Stage, StageSpec};
 use crate::{generate, verify, workload, Workload, WorkloadConfig};
 
 pub mod erase;
+mod ops;
+mod ops_table;
 mod render;
 
+pub use ops::{FirestoreOps, PgOps, PubSubOps, StoreOps, TableOps};
+pub use ops_table::render_ops;
 pub use render::{render, render_progress, render_settings};
 
 /// The workload shapes the benchmark runs.
@@ -229,6 +233,9 @@ pub struct RunResult {
     pub lease_calls: LeaseCalls,
     /// Consumers (replicas) that ran.
     pub replicas: usize,
+    /// The store's and Pub/Sub's operation counts, from the run's start
+    /// to its consumers' stop (see [`ops`]).
+    pub ops: StoreOps,
     /// The count check.
     pub verdict: Verdict,
 }
@@ -452,6 +459,7 @@ async fn run_one(
     );
     let stage = Stage::start(&spec).await?;
     let mut baseline = Baseline::take(&stage).await?;
+    let ops_baseline = ops::OpsBaseline::take(&stage).await?;
     let (cancel_tx, cancel) = watch::channel(false);
     let publishing = Publishing::start(config, &stage, workload.clone(), cancel).await?;
     // The consumer reaches a PostgreSQL store through the stage's proxy.
@@ -544,6 +552,7 @@ async fn run_one(
     for consumer in consumers {
         consumer.stop().await?;
     }
+    let ops = ops_baseline.finish(&stage).await?;
     window.add_server_figures(baseline).await?;
     // Reading back is not part of the measured window: no RTT for it.
     stage.emulators().firestore_faults().clear();
@@ -557,13 +566,15 @@ async fn run_one(
         Runner::Null | Runner::NullPush => (Verdict::NotCounted, Percentiles::default()),
     };
     stage.shutdown().await;
-    Ok(window.into_result(
+    let mut result = window.into_result(
         (case, runner, round),
         published,
         completed,
         latency,
         verdict,
-    ))
+    );
+    result.ops = ops;
+    Ok(result)
 }
 
 /// Appends `line` to the log file `path` (a failure only loses the line).
@@ -869,6 +880,7 @@ impl Window {
             top_rollup_writes: self.top_rollup_writes,
             lease_calls: self.lease_calls,
             replicas: self.replicas,
+            ops: StoreOps::default(),
             verdict,
         }
     }

@@ -332,7 +332,7 @@ fn runners_in_order(runs: &[&RunResult]) -> Vec<Runner> {
 
 /// The run of `runner` with the median events/s (the lower middle one of
 /// an even count).
-fn median_run<'a>(runs: &[&'a RunResult], runner: Runner) -> Option<&'a RunResult> {
+pub(super) fn median_run<'a>(runs: &[&'a RunResult], runner: Runner) -> Option<&'a RunResult> {
     let mut mine: Vec<&RunResult> = runs
         .iter()
         .copied()

@@ -226,6 +226,7 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     for &case in &config.cases {
         tables.push_str(&bench::render(&results, case));
+        tables.push_str(&bench::render_ops(&results, case));
     }
     print!("{tables}");
     if let Some(path) = &args.out {
