@@ -199,11 +199,10 @@ impl Consumer {
         };
         // Read at the end of the measured window.
         let metrics = free_loopback_port("the consumer's metrics")?;
+        let flags = known_flags(bin, consumer_flags(run_args, &metrics.to_string()));
         let spec = ChildSpec {
             bin: bin.to_path_buf(),
-            args: std::iter::once("run".to_string())
-                .chain(consumer_flags(run_args, &metrics.to_string()))
-                .collect(),
+            args: std::iter::once("run".to_string()).chain(flags).collect(),
             endpoints: endpoints.clone(),
             log: log.map(Path::to_path_buf),
             metrics: Some(metrics),
@@ -332,6 +331,33 @@ pub fn consumer_flags(args: &RunArgs, metrics_addr: &str) -> Vec<String> {
     args.to_flags()
 }
 
+/// Of `flags` (`--name=value` or `--name`), those `bin run --help` lists:
+/// an older build (`bench --compare-bin`) runs without the flags added
+/// after it, each dropped one named in a WARN line. All of them when the
+/// help cannot be read.
+fn known_flags(bin: &Path, flags: Vec<String>) -> Vec<String> {
+    let help = match std::process::Command::new(bin)
+        .args(["run", "--help"])
+        .output()
+    {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        _ => return flags,
+    };
+    let listed: std::collections::HashSet<&str> = help
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
+        .filter(|word| word.starts_with("--"))
+        .map(|word| word.split(['=', '<']).next().unwrap_or(word))
+        .collect();
+    let (known, dropped): (Vec<String>, Vec<String>) = flags.into_iter().partition(|flag| {
+        let name = flag.split('=').next().unwrap_or(flag);
+        listed.contains(name)
+    });
+    if !dropped.is_empty() {
+        tracing::warn!(bin = %bin.display(), ?dropped, "this build does not know these run flags; it runs without them");
+    }
+    known
+}
+
 /// The `hotcount-null-consumer` flags with the subscription and stream
 /// settings of `args` (the ones that shape what receiving costs).
 pub fn null_consumer_flags(args: &RunArgs) -> Vec<String> {
@@ -444,6 +470,29 @@ fn summary_quantile(text: &str, name: &str, q: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_older_build_gets_only_the_run_flags_its_help_lists() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let bin = std::env::temp_dir().join(format!("old-hotcount-{}", std::process::id()));
+        std::fs::write(
+            &bin,
+            "#!/bin/sh\necho '      --store <STORE>'\necho '      --shards <SHARDS>  [env: X=]'\necho '      --log-json'\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let flags = [
+            "--store=firestore",
+            "--shards=4",
+            "--tombstone-refresh-ms=5000",
+            "--log-json",
+        ]
+        .map(String::from)
+        .to_vec();
+        let known = known_flags(&bin, flags);
+        std::fs::remove_file(&bin).unwrap();
+        assert_eq!(known, ["--store=firestore", "--shards=4", "--log-json"]);
+    }
 
     #[test]
     fn commit_duration_quantiles_are_read_from_the_metrics_text() {
