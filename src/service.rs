@@ -467,6 +467,13 @@ impl<H: AckHandle> Flushing<H> {
         let (rollup_stop, rollup_stopped) = watch::channel(false);
         let mut rollups = tokio::task::JoinSet::new();
         if let Some(mut rollup) = config.rollup() {
+            // Read again here (the start-up check read it too); a failed
+            // read keeps the safe default: first refreshes read every
+            // shard a post may have. A raise is followed at the next start.
+            rollup.shards_registered = matches!(
+                store.db().data_format().await,
+                Ok(Some(format)) if format >= crate::store::format::DATA_FORMAT_REGISTERED_SHARDS
+            );
             // The fleet's milestones, followed while running.
             let thresholds = Thresholds::new(milestones.thresholds());
             rollup.milestones = thresholds.clone();

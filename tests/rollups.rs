@@ -710,3 +710,53 @@ async fn reconcile_repair_refreshes_the_rollup_of_the_post_it_repairs() {
     let after = h.store.rollups().await.expect("rollups")["post-1"].0;
     assert_eq!(after, want["post-1"], "the repair refreshed the rollup");
 }
+
+/// Counter shard documents read for `posts` fresh posts liked once each,
+/// until each shows its rollup (the default counter shards, 16).
+async fn shard_reads_for_fresh_posts(h: &Harness, posts: usize) -> u64 {
+    let args = [
+        "--rollup-interval-ms",
+        "200",
+        "--rollup-sweep-lookback-secs",
+        "0",
+    ];
+    let consumer = h.spawn(h.run_args("c1", &args));
+    let events: Vec<Ev> = (0..posts)
+        .map(|p| Ev::like(&format!("f-{p}"), &format!("fresh-{p}"), "u", 1))
+        .collect();
+    let want = expected(&events);
+    h.publish(&events).await;
+    assert!(
+        wrong_after(h, &want, WAIT).await.is_empty(),
+        "rollups exact"
+    );
+    consumer.stop().await;
+    let layout = h.db.layout();
+    let firestore = h.emulators.firestore();
+    (0..posts)
+        .flat_map(|p| (0..16).map(move |k| (p, k)))
+        .map(|(p, k)| firestore.document_reads(&layout.counter_shard(&format!("fresh-{p}"), k)))
+        .sum()
+}
+
+/// Once the data format is 2 (no build before rollups runs), a fresh
+/// post's first refresh reads the shards its due records name, not every
+/// shard a post may have; below it, it reads all 16 (an older build may
+/// have written any of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_data_format_2_a_fresh_posts_first_refresh_reads_only_its_registered_shards() {
+    let posts = 20;
+    let h = Harness::start().await;
+    h.allow_tombstones().await;
+    let registered = shard_reads_for_fresh_posts(&h, posts).await;
+    let h = Harness::start().await;
+    let every = shard_reads_for_fresh_posts(&h, posts).await;
+    assert!(
+        registered <= 2 * posts as u64,
+        "format 2: {registered} shard reads for {posts} fresh posts"
+    );
+    assert!(
+        every >= 16 * posts as u64,
+        "format 1: {every} shard reads for {posts} fresh posts"
+    );
+}

@@ -35,6 +35,12 @@ pub const DATA_FORMAT_UNRECORDED: u32 = 1;
 /// user's later events would count again on such a replica.
 pub const DATA_FORMAT_TOMBSTONES: u32 = 2;
 
+/// The format from which no build that writes counter shards no rollup
+/// registers runs (0.1.0 does; the raise to 2 states none runs and makes
+/// every rollup exact first): a post without a rollup then has only the
+/// shards its due records name, and its first refresh reads just those.
+pub const DATA_FORMAT_REGISTERED_SHARDS: u32 = 2;
+
 /// How long a start retries the format read's transient failures (as the
 /// milestone setting's read at start).
 pub const FORMAT_READ_RETRY_FOR: Duration = Duration::from_secs(120);

@@ -98,6 +98,11 @@ pub struct RollupConfig {
     pub takeover_every: Duration,
     /// Due records taken over in one round trip, at most.
     pub takeover_limit: usize,
+    /// Every counter shard a post without a rollup has is one its due
+    /// records name: no build that leaves shards unregistered writes this
+    /// store (data format 2 and up, see `store::format`). When false, a
+    /// post's first refresh reads every shard a post may have.
+    pub shards_registered: bool,
 }
 
 impl RollupConfig {
@@ -115,6 +120,7 @@ impl RollupConfig {
             takeover_after: interval + TAKEOVER_MARGIN,
             takeover_every: interval.clamp(Duration::from_millis(200), Duration::from_secs(2)),
             takeover_limit: 500,
+            shards_registered: false,
         }
     }
 }
@@ -720,9 +726,11 @@ impl<S: RollupStore> Refresher<S> {
                 continue;
             }
             // A post without a rollup may have counter shards no rollup
-            // registered (written by a build before rollups): its first
-            // refresh reads every shard a post may have.
-            let unregistered = read.stored.is_none()
+            // registered (written by a build before rollups, while the
+            // data format is below 2): its first refresh reads every shard
+            // a post may have.
+            let unregistered = !self.config.shards_registered
+                && read.stored.is_none()
                 && self.store.numbers_shards()
                 && due.shards < self.config.max_shards;
             if unregistered {
