@@ -96,6 +96,7 @@ async fn bench_runs_push_beside_pull_and_prints_their_ratios() {
         // Two push replicas: the subscription pushes through the front.
         replicas: 2,
         compare_rollups: false,
+        data_format: None,
         consumer_log: None,
     };
     let results = bench::run(&config, |_| {}).await.expect("bench runs");

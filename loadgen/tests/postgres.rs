@@ -110,6 +110,7 @@ async fn bench_on_postgres_measures_round_trips_and_the_hottest_counter_row() {
         rounds: 1,
         replicas: 1,
         compare_rollups: false,
+        data_format: None,
         consumer_log: None,
     };
     let results = bench::run(&config, |_| {}).await.expect("bench runs");

@@ -141,6 +141,10 @@ pub struct BenchConfig {
     /// Also run batched with rollups off ([`Runner::NoRollups`]), last in
     /// each round.
     pub compare_rollups: bool,
+    /// The data format each run's store is raised to before the consumers
+    /// start (`hotcount setup --data-format`); `None`: left unrecorded
+    /// (format 1), as a store an older build wrote.
+    pub data_format: Option<u32>,
     /// The file child consumers append their log lines to (each run's
     /// marked by a heading line); `None` = this process's stderr.
     pub consumer_log: Option<std::path::PathBuf>,
@@ -331,6 +335,25 @@ impl RunResult {
     }
 }
 
+/// Raises the data format of `stage`'s store (`target`) to `format`.
+async fn raise_data_format(
+    stage: &Stage,
+    target: &hotcount::config::Target,
+    format: u32,
+) -> Result<(), RunError> {
+    let target = hotcount::config::Target {
+        store: stage.consumer_store(),
+        ..target.clone()
+    };
+    let db = hotcount::connect::store_db(stage.endpoints(), &target, 1)
+        .await
+        .map_err(|e| RunError::Start(format!("the data format: {e}")))?;
+    db.raise_data_format(format)
+        .await
+        .map_err(|e| RunError::Start(format!("the data format: {e}")))?;
+    Ok(())
+}
+
 /// The workload of `case`.
 pub fn workload_config(config: &BenchConfig, case: Case) -> WorkloadConfig {
     let spread = WorkloadConfig {
@@ -458,6 +481,9 @@ async fn run_one(
         config.store_rtt_ms,
     );
     let stage = Stage::start(&spec).await?;
+    if let Some(format) = config.data_format {
+        raise_data_format(&stage, &run_args.target, format).await?;
+    }
     let mut baseline = Baseline::take(&stage).await?;
     let ops_baseline = ops::OpsBaseline::take(&stage).await?;
     let (cancel_tx, cancel) = watch::channel(false);
@@ -956,6 +982,7 @@ mod tests {
             rounds: 1,
             replicas: 1,
             compare_rollups: false,
+            data_format: None,
             consumer_log: None,
         }
     }

@@ -101,6 +101,11 @@ pub struct BenchArgs {
     /// the rollups' cost side by side with none.
     #[arg(long)]
     pub compare_rollups: bool,
+    /// Raise each run's store to this data format before the consumers
+    /// start, as `hotcount setup --data-format` does (e.g. 2: a deployment
+    /// after its upgrade); unset: format 1, as an older build left it.
+    #[arg(long)]
+    pub data_format: Option<u32>,
     /// Where the consumers' log lines go (their warnings, in-process or
     /// from the child processes, each run under a heading line), instead of
     /// between the progress lines and the tables; truncated at the start.
@@ -209,6 +214,7 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
         rounds: args.rounds.max(1),
         replicas: args.replicas.max(1),
         compare_rollups: args.compare_rollups,
+        data_format: args.data_format,
         consumer_log: super::LOG_FILE.get().cloned(),
     };
     let store = match &config.run.target.store {
