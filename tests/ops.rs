@@ -359,6 +359,8 @@ crate::on_each_store!(
     a_replay_moving_a_post_across_a_milestone_records_it,
     replaying_processed_traffic_leaves_every_count_unchanged,
     dry_run_reports_changes_and_writes_nothing_and_divergence_pauses,
+    a_user_erased_while_a_replay_runs_has_none_of_their_replayed_events_counted,
+    a_replay_without_the_user_hash_key_refuses_a_store_holding_tombstones,
 );
 
 /// Commits the store has seen: Firestore `Commit` calls (the emulator's
@@ -652,4 +654,116 @@ async fn a_replay_moving_a_post_across_a_milestone_records_it(backend: Backend) 
         ["m:5"],
         "the replay's rollup write records what it crosses"
     );
+}
+
+/// A user erased after the replay read the tombstones, while it still
+/// has their events to go: the chunk holding them was checked against the
+/// older set, and its commit (labelled with the generation read at the
+/// start) must find the tombstone and drop them, not count them.
+async fn a_user_erased_while_a_replay_runs_has_none_of_their_replayed_events_counted(
+    backend: Backend,
+) {
+    use hotcount::ops::users::{self, EraseSettings, TombstoneSettings};
+    const KEY: &str = "k3y";
+    let h = Harness::start_on(backend).await;
+    h.allow_tombstones().await;
+    archive(&h, "likes-archive").await;
+    let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
+    // Never processed: the replay applies them, one a second, carol's two
+    // first, then alice's.
+    let events = vec![
+        Ev::like("c1", "early-1", "carol", 1),
+        Ev::like("c2", "early-2", "carol", 1),
+        Ev::like("a1", "late", "alice", 1),
+        Ev::like("d1", "late", "dave", 1),
+    ];
+    for event in &events {
+        h.publish(std::slice::from_ref(event)).await;
+    }
+    let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+    let args = replay_args(
+        &h,
+        from,
+        to,
+        &[
+            "--replay-subscription",
+            "likes-archive",
+            "--max-events-per-sec",
+            "1",
+            "--chunk-events",
+            "1",
+            "--idle-ms",
+            "3000",
+            "--max-divergence",
+            "1",
+            "--user-hash-key",
+            KEY,
+        ],
+    );
+    let endpoints = h.endpoints.clone();
+    let replaying = tokio::spawn(async move { replay::run(&endpoints, &args).await });
+    // Carol's first like committed: the replay has read the tombstones
+    // (none yet) and is paced before alice's.
+    let deadline = std::time::Instant::now() + WAIT;
+    while h.count("early-1").await != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replay's first chunk"
+        );
+        if replaying.is_finished() {
+            panic!("the replay ended first: {:?}", replaying.await);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(h.count("late").await, 0, "alice's like not replayed yet");
+    let store = users::erase_store(h.store.clone(), "c1", 4, Duration::from_secs(3600));
+    let settings = EraseSettings {
+        dry_run: false,
+        chunk: 200,
+        counter_shards: 4,
+        tombstone: Some(TombstoneSettings {
+            key: KEY.as_bytes().to_vec(),
+            settle: Duration::from_millis(50),
+        }),
+    };
+    users::erase(&store, "alice", &settings, |_, _| {})
+        .await
+        .expect("the erasure runs");
+
+    let report = tokio::time::timeout(WAIT, replaying)
+        .await
+        .expect("the replay ends")
+        .expect("joined")
+        .expect("replay");
+    assert_eq!(report.messages, events.len() as u64, "{report:?}");
+    assert_eq!(report.erased, 1, "alice's like dropped: {report:?}");
+    assert_eq!(h.count("early-2").await, 1);
+    assert_eq!(
+        h.count("late").await,
+        1,
+        "dave's like only: alice was erased before her like's chunk committed"
+    );
+    let left = users::memberships(&h.store, "alice").await.expect("read");
+    assert!(left.is_empty(), "alice left memberships: {left:?}");
+}
+
+/// Without the key a replay cannot tell an erased user's events apart:
+/// with a tombstone in the store it refuses to start, naming the flag.
+async fn a_replay_without_the_user_hash_key_refuses_a_store_holding_tombstones(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    h.allow_tombstones().await;
+    archive(&h, "likes-archive").await;
+    let from = h.emulators.clock().now_wall() - Duration::from_secs(1);
+    h.publish(&[Ev::like("a1", "p", "alice", 1)]).await;
+    let to = h.emulators.clock().now_wall() + Duration::from_secs(1);
+    hotcount::ops::users::write_tombstone(&h.store, b"k3y", "alice")
+        .await
+        .expect("a tombstone");
+    let args = replay_args(&h, from, to, &["--replay-subscription", "likes-archive"]);
+    let error = replay::run(&h.endpoints, &args)
+        .await
+        .expect_err("refused without the key");
+    assert!(matches!(error, replay::ReplayError::Unkeyed), "{error}");
+    assert!(error.to_string().contains("--user-hash-key"), "{error}");
+    assert_eq!(h.count("p").await, 0, "nothing replayed");
 }

@@ -137,6 +137,11 @@ pub enum ReplayError {
     /// migrated, say).
     #[error(transparent)]
     Open(#[from] connect::OpenError),
+    /// The store holds erased users' tombstones (or one was written during
+    /// the replay) but no `--user-hash-key` was given, so their events
+    /// cannot be told apart and would count again.
+    #[error("the store holds erased users' tombstones: give the service's --user-hash-key (or --user-hash-key-file) so their events are dropped")]
+    Unkeyed,
 }
 
 impl ReplayError {
@@ -283,14 +288,16 @@ pub async fn run(endpoints: &Endpoints, args: &ReplayArgs) -> Result<ReplayRepor
         Ok(_) => {
             let store = open_store(endpoints, args).await?;
             let subscriber = connect::subscriber(endpoints).await?;
-            let mut replayer = Replayer::new(store.clone(), args, window, &subscription);
             let key = crate::config::Secret::given(
                 args.user_hash_key.as_ref(),
                 args.user_hash_key_file.as_ref(),
             );
-            if let Some(key) = key {
-                replayer = replayer.with_tombstones(tombstones(&store, key.expose()).await?);
-            }
+            let keyed = key.is_some();
+            let replayer = Replayer::new(store.clone(), args, window, &subscription)
+                .with_tombstones(
+                    tombstones(&store, key.map(|k| k.expose().to_string())).await?,
+                    keyed,
+                );
             let replayed = replayer.run(subscriber).await;
             if let Ok(report) = &replayed {
                 refresh_rollups(&store, args, report).await;
@@ -344,13 +351,19 @@ async fn create(
     }
 }
 
-/// The erased users' tombstones, read once (a replay is short).
+/// The erased users' tombstones as the store holds them at the start,
+/// hashing with `key` (without one, a tombstone already there stops the
+/// replay before it pulls anything). Each chunk is labelled with their
+/// generation, so one written later is met by the chunk's commit.
 async fn tombstones(
     store: &SelectedStore,
-    key: &str,
+    key: Option<String>,
 ) -> Result<crate::pipeline::flusher::Tombstones, ReplayError> {
     let state = store.db().tombstone_state().await?;
-    let tombstones = crate::pipeline::flusher::Tombstones::new(key.as_bytes());
+    if key.is_none() && !state.hashes.is_empty() {
+        return Err(ReplayError::Unkeyed);
+    }
+    let tombstones = crate::pipeline::flusher::Tombstones::new(key.unwrap_or_default().as_bytes());
     tombstones.replace(state);
     Ok(tombstones)
 }

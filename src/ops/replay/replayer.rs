@@ -23,7 +23,7 @@ use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
 use crate::pipeline::flusher::{backoff, FlushConfig, Tombstones};
 use crate::pipeline::source::to_item;
 use crate::store::selected::SelectedStore;
-use crate::store::{Attempt, CommitReport, CounterStore, StoreError};
+use crate::store::{Attempt, CommitReport, CounterStore};
 
 /// One replay's state: the store, the window, what was done so far.
 pub(super) struct Replayer<'a> {
@@ -35,8 +35,13 @@ pub(super) struct Replayer<'a> {
     overlay: HashMap<MembershipKey, Membership>,
     report: ReplayReport,
     started: Instant,
-    /// Erased users, whose events are dropped.
-    tombstones: Option<Tombstones>,
+    /// The erased users' tombstones as last read, and the generation
+    /// every chunk is labelled with (the store refuses a chunk whose label
+    /// an erasure has moved past).
+    tombstones: Tombstones,
+    /// Whether `tombstones` was given the service's key: without it no
+    /// event can be checked, so the replay stops at the first tombstone.
+    keyed: bool,
 }
 
 impl<'a> Replayer<'a> {
@@ -65,14 +70,19 @@ impl<'a> Replayer<'a> {
                 failure: None,
             },
             started: Instant::now(),
-            tombstones: None,
+            tombstones: Tombstones::new(&[]),
+            keyed: false,
         }
     }
 
-    /// This replay, dropping the events of the users `tombstones` holds.
-    pub(super) fn with_tombstones(self, tombstones: Tombstones) -> Self {
+    /// This replay, checking each chunk against `tombstones` (the store's,
+    /// read at the start) and labelling it with their generation; `keyed`:
+    /// they hash with the service's key, so the events of the users they
+    /// hold are dropped (without it, a tombstone stops the replay).
+    pub(super) fn with_tombstones(self, tombstones: Tombstones, keyed: bool) -> Self {
         Self {
-            tombstones: Some(tombstones),
+            tombstones,
+            keyed,
             ..self
         }
     }
@@ -200,14 +210,17 @@ impl<'a> Replayer<'a> {
                 Item::Poison(p) => poison.push(*p),
             }
         }
-        if let Some(t) = &self.tombstones {
-            if let Some(set) = t.snapshot().hashes {
-                let before = events.len();
-                events.retain(|e| !t.holds(&set, e.user_id()));
-                self.report.erased += (before - events.len()) as u64;
+        let checked = self.tombstones.snapshot();
+        if let Some(set) = &checked.hashes {
+            if !self.keyed {
+                return Err(ReplayError::Unkeyed);
             }
+            let before = events.len();
+            events.retain(|e| !self.tombstones.holds(set, e.user_id()));
+            self.report.erased += (before - events.len()) as u64;
         }
-        let batch = Batch::new(events, poison);
+        let mut batch = Batch::new(events, poison);
+        batch.tombstone_generation = Some(checked.generation);
         // Read outside any transaction: locks nothing.
         let keys: Vec<MembershipKey> = batch.keys().cloned().collect();
         let mut stored = self.store.memberships(&keys).await?;
@@ -241,18 +254,26 @@ impl<'a> Replayer<'a> {
             }
             (plan.effects, plan.deltas)
         } else {
-            let report = match self.commit(&batch).await {
-                Ok(report) => report,
+            let planned = plan.deltas;
+            let (report, dropped) = match self.commit(&mut batch).await {
+                Ok(done) => done,
                 Err(error) => {
                     for (_, handler) in chunk {
                         handler.nack();
                     }
-                    return Err(error.into());
+                    return Err(error);
                 }
             };
             // The committed plan is recomputed inside the transaction; with
-            // the same reads it equals `plan`.
-            (report.effects, plan.deltas)
+            // the same reads it equals `plan`, unless users erased while the
+            // chunk was on its way had their events dropped from it.
+            let deltas = if dropped > 0 {
+                self.report.erased += dropped;
+                batch.plan(&stored).deltas
+            } else {
+                planned
+            };
+            (report.effects, deltas)
         };
         self.report.messages += chunk.len() as u64;
         self.report.effects.add(effects);
@@ -270,21 +291,43 @@ impl<'a> Replayer<'a> {
     /// Commits `batch` as the consumer does: a failure that proves nothing
     /// about the content is retried with backoff (the next attempt names the
     /// transaction it retries; the batch marker settles an unknown
-    /// outcome), up to the consumer's default attempts.
-    async fn commit(&self, batch: &Batch) -> Result<CommitReport, StoreError> {
+    /// outcome), up to the consumer's default attempts; a commit that finds
+    /// the tombstones changed since the chunk was checked reads them again,
+    /// drops the events of the users erased meanwhile and goes again with
+    /// the new generation. Returns the report and how many events that
+    /// dropped.
+    async fn commit(&self, batch: &mut Batch) -> Result<(CommitReport, u64), ReplayError> {
         let retry = FlushConfig::default();
         let mut attempt = 1;
         let mut this = Attempt::first();
+        let mut dropped = 0;
         loop {
             match self.store.commit(batch, &this).await {
-                Ok(report) => return Ok(report),
+                Ok(report) => return Ok((report, dropped)),
+                Err(error)
+                    if error.is_tombstones_changed() && attempt < retry.commit_max_attempts =>
+                {
+                    tracing::info!(%error, attempt, "replay chunk: tombstones changed; checking it again");
+                    self.tombstones.replace(self.store.tombstones().await?);
+                    let checked = self.tombstones.snapshot();
+                    if let Some(set) = &checked.hashes {
+                        if !self.keyed {
+                            return Err(ReplayError::Unkeyed);
+                        }
+                        let n = batch.drop_events(|key| self.tombstones.holds(set, &key.user_id));
+                        dropped += n as u64;
+                    }
+                    batch.tombstone_generation = Some(checked.generation);
+                    this = Attempt::after(&error);
+                    attempt += 1;
+                }
                 Err(error) if error.is_retryable() && attempt < retry.commit_max_attempts => {
                     tracing::warn!(%error, attempt, "replay chunk commit failed; retrying");
                     tokio::time::sleep(backoff(&retry, attempt)).await;
                     this = Attempt::after(&error);
                     attempt += 1;
                 }
-                Err(error) => return Err(error),
+                Err(error) => return Err(error.into()),
             }
         }
     }
