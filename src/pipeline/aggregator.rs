@@ -146,6 +146,9 @@ pub struct FreeView {
     pub full: bool,
     /// Messages in a full batch (`max_batch_events`).
     pub batch_events: usize,
+    /// Shards not marked busy that hold a message (the most batches a
+    /// flush can take at once: a shard is in one batch at a time).
+    pub shards: usize,
 }
 
 /// How messages are spread over shards.
@@ -272,6 +275,7 @@ impl<H> Aggregator<H> {
             }
             let buffer = shard.buffer.lock();
             view.messages += buffer.items.len();
+            view.shards += usize::from(!buffer.items.is_empty());
             view.oldest = match (view.oldest, buffer.oldest) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -288,6 +292,19 @@ impl<H> Aggregator<H> {
     /// as busy until the batch is committed: a membership is then never in
     /// two batches at once.
     pub fn take_merged(&self, busy: &[bool], now: Instant) -> (Taken<H>, Vec<usize>) {
+        self.take_merged_up_to(busy, now, self.max_batch_events)
+    }
+
+    /// As [`Self::take_merged`], but stops taking further shards once the
+    /// batch holds `target` messages (it may hold more: a shard is taken
+    /// whole, up to `max_batch_events`); a flush taking several batches at
+    /// once gives each its share.
+    pub fn take_merged_up_to(
+        &self,
+        busy: &[bool],
+        now: Instant,
+        target: usize,
+    ) -> (Taken<H>, Vec<usize>) {
         let mut candidates: Vec<(Instant, usize)> = self
             .shards
             .iter()
@@ -300,7 +317,7 @@ impl<H> Aggregator<H> {
         let mut used = Vec::new();
         for (_, shard) in candidates {
             let room = self.max_batch_events - taken.len();
-            if room == 0 {
+            if room == 0 || taken.len() >= target.max(1) {
                 break;
             }
             if self.take_into(shard, room, now, &mut taken) > 0 {

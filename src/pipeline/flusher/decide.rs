@@ -1,6 +1,6 @@
 //! The flush rule: given what the free shards hold and how many commits
-//! are in flight, flush now or wait until when (see [`super`] for the rule
-//! in words).
+//! are in flight, flush now or wait until when, and into how many batches
+//! a flush splits what it takes (see [`super`] for the rule in words).
 //!
 //! Invariant: pure (no clock read, no I/O): the same view, slots and time
 //! give the same decision, so the rule is tested alone.
@@ -46,4 +46,27 @@ pub fn decide(
         return Decision::Flush;
     }
     Decision::WaitUntil(Some(if in_flight == 0 { eager } else { overdue }))
+}
+
+/// How many batches a flush takes at once, and how many messages each aims
+/// at: as many as there are free commit slots, so a buffer smaller than
+/// that many full batches (a push window held until its commit, a pull
+/// stream at low load) still keeps every free slot busy instead of queueing
+/// behind one commit; but never more than the free shards holding messages
+/// (a shard is in one batch at a time) nor batches smaller than
+/// `split_min_events`. With enough buffered, every batch is full, as
+/// without the split. Pure, like [`decide`].
+pub fn split(config: &FlushConfig, free: FreeView, in_flight: usize) -> (usize, usize) {
+    let slots = config
+        .max_commits_in_flight
+        .max(1)
+        .saturating_sub(in_flight)
+        .max(1);
+    let by_size = (free.messages / config.split_min_events.max(1)).max(1);
+    let batches = slots.min(free.shards.max(1)).min(by_size);
+    let each = free
+        .messages
+        .div_ceil(batches)
+        .clamp(1, free.batch_events.max(1));
+    (batches, each)
 }

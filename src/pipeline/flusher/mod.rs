@@ -13,7 +13,11 @@
 //! stay small (low latency) when they are fast and slots are free; under a
 //! backlog every batch is full. The rate of commits, and so of writes to
 //! any one counter, is at most `max_commits_in_flight / commit latency`
-//! whatever the event rate.
+//! whatever the event rate. A flush takes as many batches at once as there
+//! are free commit slots ([`split`], none below `split_min_events`), so
+//! what is buffered when arrivals wait on the commits (a push window, a
+//! pull stream at low load) is committed in overlapping transactions, not
+//! queued behind one.
 //!
 //! Invariants: a shard is in at most one batch in flight (shards are marked
 //! busy from take to commit), so batches in flight in one process touch
@@ -47,7 +51,7 @@ mod decide;
 mod isolate;
 mod tombstones;
 
-pub use decide::{decide, Decision};
+pub use decide::{decide, split, Decision};
 pub use isolate::backoff;
 use isolate::Settlement;
 pub use tombstones::Tombstones;
@@ -61,6 +65,9 @@ pub struct FlushConfig {
     pub flush_min_wait: Duration,
     /// Batches being committed at once, at most.
     pub max_commits_in_flight: usize,
+    /// A flush splits what it takes over the free commit slots, but into
+    /// batches of at least this many messages ([`split`]).
+    pub split_min_events: usize,
     /// Commit attempts per batch before giving up (nack).
     pub commit_max_attempts: u32,
     /// First retry backoff; doubles per attempt, with jitter.
@@ -84,6 +91,7 @@ impl Default for FlushConfig {
             flush_interval: Duration::from_millis(100),
             flush_min_wait: Duration::from_millis(5),
             max_commits_in_flight: 4,
+            split_min_events: 250,
             commit_max_attempts: 8,
             backoff_initial: Duration::from_millis(20),
             backoff_max: Duration::from_secs(2),
@@ -236,8 +244,13 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             let free = self.aggregator.free_view(&busy);
             let deadline = match decide(&self.config, free, in_flight.len(), stopping, now) {
                 Decision::Flush => {
-                    let (taken, shards) = self.aggregator.take_merged(&busy, now);
-                    if !taken.is_empty() {
+                    let (batches, each) = split(&self.config, free, in_flight.len());
+                    let mut spawned = false;
+                    for _ in 0..batches {
+                        let (taken, shards) = self.aggregator.take_merged_up_to(&busy, now, each);
+                        if taken.is_empty() {
+                            break;
+                        }
                         for &shard in &shards {
                             busy[shard] = true;
                         }
@@ -245,6 +258,9 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                         let task =
                             in_flight.spawn(async move { flusher.commit_taken(taken).await });
                         held.insert(task.id(), shards);
+                        spawned = true;
+                    }
+                    if spawned {
                         continue;
                     }
                     None
