@@ -196,29 +196,35 @@ pub struct ErasureReport {
     pub posts_exact: usize,
 }
 
-/// Waits until the subscription has acked `after_acks` messages (the
-/// erased users' earlier events counted, the rest still to come), then
-/// erases each user in turn; the first is SIGKILLed midway and run again.
+/// When the erasures start: once this many messages are done with (the
+/// erased users' earlier events counted, the rest still to come), or at
+/// `give_up` whatever the count.
+pub(super) struct Start {
+    /// Messages published and no longer outstanding (pulled or pushed
+    /// alike).
+    pub(super) after_done: u64,
+    /// The latest start.
+    pub(super) give_up: Instant,
+}
+
+/// Waits for `start`, then erases each user in turn; the first is
+/// SIGKILLed midway and run again.
 pub(super) async fn run(
     spec: EraseSpec,
     users: Vec<String>,
     emulators: Arc<Emulators>,
     subscription: String,
-    after_acks: u64,
+    start: Start,
     started: Instant,
 ) -> ErasureReport {
     let mut report = ErasureReport {
         users: users.clone(),
         ..ErasureReport::default()
     };
-    let give_up = Instant::now() + Duration::from_secs(60);
     loop {
-        let acks = emulators
-            .pubsub()
-            .stats(&subscription)
-            .unwrap_or_default()
-            .acks;
-        if acks >= after_acks || Instant::now() > give_up {
+        let stats = emulators.pubsub().stats(&subscription).unwrap_or_default();
+        let done = stats.published.saturating_sub(stats.unacked);
+        if done >= start.after_done || Instant::now() > start.give_up {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -226,10 +232,10 @@ pub(super) async fn run(
     let began = Instant::now();
     report.started_at_secs = (began - started).as_secs_f64();
     for (i, user) in users.iter().enumerate() {
-        // The first erasure commits one membership per transaction, so
-        // there is a "midway" to kill it at.
+        // The first erasure commits a few memberships per transaction, so
+        // there is a "midway" to kill it at (the heavy user has ~150 by now).
         let first = i == 0;
-        let chunk = if first { 1 } else { 20 };
+        let chunk = if first { 4 } else { 20 };
         report.runs += 1;
         let mut end = erase_once(&spec, user, chunk, first).await;
         if end == End::Killed {

@@ -283,7 +283,7 @@ pub async fn run(
             started,
         ))
     });
-    // The erasures start once a third of the messages are acked: the
+    // The erasures start once a third of the messages are done with: the
     // users' earlier events counted, their later ones (and the replay)
     // still to come.
     let eraser = (!erased_users.is_empty()).then(|| {
@@ -297,7 +297,10 @@ pub async fn run(
             erased_users.clone(),
             stage.emulators().clone(),
             stage.subscription().to_string(),
-            workload.messages.len() as u64 / 3,
+            erasures::Start {
+                after_done: workload.messages.len() as u64 / 3,
+                give_up: started + config.timeout.mul_f64(0.3),
+            },
             started,
         ))
     });
