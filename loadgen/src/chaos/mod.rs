@@ -3,8 +3,9 @@
 //! replay; then every post's count is verified exactly.
 //!
 //! Invariant: the verdict comes from [`crate::verify`] against the truth of
-//! the generated events alone, read only after every consumer process is
-//! gone and the subscription has nothing unacked with all faults cleared.
+//! the generated events alone (every event of an erased user left out,
+//! whenever published), read only after every consumer process is gone
+//! and the subscription has nothing unacked with all faults cleared.
 //!
 //! How each hazard is produced (see `docs/RELIABILITY.md`):
 //! - publisher duplicates, double likes, unlikes, poison: the workload;
