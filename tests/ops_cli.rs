@@ -849,6 +849,83 @@ async fn users_erase_with_a_tombstone_beside_a_running_consumer_delivering_the_u
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_erase_rides_out_an_aborted_tombstone_write_and_an_aborted_membership_delete_in_one_run(
+) {
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    h.allow_tombstones().await;
+    let run = |args: &[&str]| hotcount(&h, args);
+    let err = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let key = ["--user-hash-key", "k3y", "--tombstone-refresh-ms", "100"];
+    let consumer = h.spawn(h.run_args("hotcount", &key));
+    let events = [
+        Ev::like("a1", "p1", "alice", 1),
+        Ev::like("a2", "p2", "alice", 1),
+        Ev::like("b1", "p1", "bob", 1),
+        Ev::like("b2", "p2", "bob", 1),
+    ];
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(4, WAIT).await);
+    consumer.stop().await;
+    let erase = |user: &str| {
+        let mut args = vec!["users", "erase"];
+        args.extend(key);
+        args.push(user);
+        run(&args)
+    };
+    let faults = h.emulators.firestore_faults();
+
+    // Alice: the erasure's first commit, her tombstone's write, is aborted once.
+    faults
+        .add(hotcount_emulators::FaultSpec::error("Commit", Code::Aborted).times(1))
+        .expect("fault");
+    let out = erase("alice");
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(
+        stdout(&out).contains("likes removed 2\t"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("memberships deleted 2\t"),
+        "{}",
+        stdout(&out)
+    );
+
+    // Bob: his third commit (tombstone, erasure, then the delete of his
+    // erased memberships) is aborted once.
+    faults
+        .add(
+            hotcount_emulators::FaultSpec::error("Commit", Code::Aborted)
+                .after(2)
+                .times(1),
+        )
+        .expect("fault");
+    let out = erase("bob");
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(
+        stdout(&out).contains("memberships deleted 2\t"),
+        "{}",
+        stdout(&out)
+    );
+
+    let posts: Vec<String> = ["p1", "p2"].map(String::from).to_vec();
+    assert_eq!(
+        h.counts(&posts).await.into_values().collect::<Vec<_>>(),
+        [0, 0]
+    );
+    for user in ["alice", "bob"] {
+        let mut dry = vec!["users", "erase", "--dry-run"];
+        dry.extend(key);
+        dry.push(user);
+        assert!(
+            stdout(&run(&dry)).contains("already erased 0\tmemberships deleted 0\t"),
+            "no membership of {user} left"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_backup_from_before_an_erasure_is_restored_reapply_erases_the_user_again_from_the_kept_tombstones(
 ) {
     const WAIT: Duration = Duration::from_secs(30);

@@ -49,8 +49,13 @@ pub struct MilestoneReport {
     /// Expected keys not processed.
     pub missing: Vec<String>,
     /// Processed keys the truth's final counts do not reach (a post that
-    /// reached a milestone and then fell below it: allowed, reported).
+    /// reached a milestone and then fell below it, by unlikes or an
+    /// erasure: allowed, reported).
     pub above_final: usize,
+    /// Processed keys above every count the post could ever have had
+    /// (its distinct likers, erased ones included): never allowed. Set by
+    /// [`beyond_reach`]'s caller.
+    pub beyond_reach: Vec<String>,
     /// Requests that reached the sink, in all.
     pub requests: usize,
     /// Requests repeating a key the sink had processed (the receiver's
@@ -91,11 +96,7 @@ pub fn check(sink: &Sink, expected: &BTreeSet<String>, truth: &Truth) -> Milesto
         .count();
     let mut per_post: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for key in &processed {
-        let mut parts = key.rsplitn(2, ':');
-        let n = parts.next().and_then(|n| n.parse::<i64>().ok());
-        let rest = parts.next().unwrap_or_default();
-        let post = rest.split_once(':').map_or(rest, |(_, post)| post);
-        if let Some(n) = n {
+        if let Some((post, n)) = parse_key(key) {
             per_post.entry(post.to_string()).or_default().push(n);
         }
     }
@@ -130,10 +131,35 @@ pub fn check(sink: &Sink, expected: &BTreeSet<String>, truth: &Truth) -> Milesto
             .count(),
         differing_bodies,
         top,
+        beyond_reach: Vec::new(),
         records: 0,
         records_not_done: 0,
         first_not_done: None,
     }
+}
+
+/// The keys `sink` processed whose milestone is above `reach` (per post,
+/// the highest count it could ever have had): a milestone sent for a count
+/// that never was.
+pub fn beyond_reach(sink: &Sink, reach: &BTreeMap<String, i64>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, _) in sink.processed() {
+        let above =
+            parse_key(&key).is_none_or(|(post, n)| n > reach.get(post).copied().unwrap_or(0));
+        if above {
+            out.push(key);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `{consumer}:{post}:{n}` as (post, n).
+fn parse_key(key: &str) -> Option<(&str, i64)> {
+    let (rest, n) = key.rsplit_once(':')?;
+    let n = n.parse::<i64>().ok()?;
+    let post = rest.split_once(':').map_or(rest, |(_, post)| post);
+    Some((post, n))
 }
 
 /// Waits (bounded by `timeout`) until `sink` has processed every key of

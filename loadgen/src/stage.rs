@@ -208,6 +208,27 @@ impl Stage {
         (run_args, config)
     }
 
+    /// Raises the data format of the store `target` names (reached as the
+    /// consumers reach it) to `format`, as `hotcount setup --data-format`
+    /// does after an upgrade; never lowers it.
+    pub async fn raise_data_format(
+        &self,
+        target: &hotcount::config::Target,
+        format: u32,
+    ) -> Result<(), RunError> {
+        let target = hotcount::config::Target {
+            store: self.consumer_store(),
+            ..target.clone()
+        };
+        let db = hotcount::connect::store_db(&self.endpoints, &target, 1)
+            .await
+            .map_err(|e| RunError::Start(format!("the data format: {e}")))?;
+        db.raise_data_format(format)
+            .await
+            .map_err(|e| RunError::Start(format!("the data format: {e}")))?;
+        Ok(())
+    }
+
     /// The JWKS of the keys the emulator signs push tokens with.
     pub fn push_jwks_url(&self) -> String {
         self.emulators.push_jwks_url()

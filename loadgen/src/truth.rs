@@ -2,9 +2,11 @@
 //!
 //! Invariant: a post's expected count is the number of its (post, user)
 //! pairs whose newest event (highest `seq`) is a `like.added`; duplicates
-//! and poison never change it. No code of the service is used to compute it.
+//! and poison never change it, and neither does any event of an erased
+//! user ([`Truth::compute_without`]). No code of the service is used to
+//! compute it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -30,6 +32,10 @@ pub struct Truth {
     /// Poison messages covered (each should leave one quarantine record).
     #[serde(default)]
     pub poison: u64,
+    /// Users erased: none of their events counts, and none of their
+    /// memberships is expected (an erasure with a tombstone deletes them).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub erased_users: BTreeSet<String>,
 }
 
 /// The truth file could not be read or written.
@@ -56,47 +62,70 @@ pub enum TruthError {
 impl Truth {
     /// Computes the expected counts of `messages` (all of them).
     pub fn compute(config: WorkloadConfig, messages: &[OutMessage]) -> Self {
-        // (post, user) -> (newest seq, liked at that seq)
-        let mut newest: HashMap<(&str, &str), (i64, bool)> = HashMap::new();
-        let mut poison = 0;
-        for message in messages {
-            poison += u64::from(matches!(message.origin, Origin::Poison { .. }));
-            let origin = match &message.origin {
-                Origin::Duplicate { of } => match messages.get(*of) {
-                    Some(original) => &original.origin,
-                    None => continue,
-                },
-                other => other,
-            };
-            let Origin::Event {
-                post_id,
-                user_id,
-                seq,
-                liked,
-            } = origin
-            else {
-                continue;
-            };
-            let entry = newest
-                .entry((post_id.as_str(), user_id.as_str()))
-                .or_insert((*seq, *liked));
-            if *seq > entry.0 {
-                *entry = (*seq, *liked);
-            }
-        }
+        Self::compute_without(config, messages, &BTreeSet::new())
+    }
+
+    /// Computes the expected counts of `messages` as if every event of
+    /// the users in `erased` had never been published: what the store must
+    /// hold at rest once they are erased, whenever their events arrive.
+    pub fn compute_without(
+        config: WorkloadConfig,
+        messages: &[OutMessage],
+        erased: &BTreeSet<String>,
+    ) -> Self {
+        let newest = newest_states(messages);
         let mut counts: BTreeMap<String, i64> = BTreeMap::new();
-        for ((post, _), (_, liked)) in &newest {
+        let mut memberships = 0;
+        for ((post, user), (_, liked)) in &newest {
+            if erased.contains(*user) {
+                continue;
+            }
+            memberships += 1;
             *counts.entry((*post).to_string()).or_default() += i64::from(*liked);
         }
         let total = counts.values().sum();
+        let poison = messages
+            .iter()
+            .filter(|m| matches!(m.origin, Origin::Poison { .. }))
+            .count() as u64;
         Self {
             config,
             messages: messages.len() as u64,
             counts,
             total,
-            memberships: newest.len() as u64,
+            memberships,
             poison,
+            erased_users: erased.clone(),
         }
+    }
+
+    /// The (post, user) pairs of `users` whose newest event in `messages`
+    /// is a like: the likes an erasure of them must remove, by post.
+    pub fn final_likes_of(
+        messages: &[OutMessage],
+        users: &BTreeSet<String>,
+    ) -> BTreeSet<(String, String)> {
+        newest_states(messages)
+            .into_iter()
+            .filter(|((_, user), (_, liked))| *liked && users.contains(*user))
+            .map(|((post, user), _)| (post.to_string(), user.to_string()))
+            .collect()
+    }
+
+    /// Per post, the distinct users with at least one like event on it
+    /// (erased or not): no count of the post can ever have been higher.
+    pub fn reach(messages: &[OutMessage]) -> BTreeMap<String, i64> {
+        let mut likers: BTreeSet<(&str, &str)> = BTreeSet::new();
+        for message in messages {
+            if let Some((post, user, _, true)) = event_of(messages, message) {
+                likers.insert((post, user));
+            }
+        }
+        let mut reach: BTreeMap<String, i64> = BTreeMap::new();
+        for (post, _) in likers {
+            *reach.entry(post.to_string()).or_default() += 1;
+        }
+        reach
     }
 
     /// The expected count of `post_id` (0 for a post never touched).
@@ -127,6 +156,42 @@ impl Truth {
             source,
         })
     }
+}
+
+/// The event a message carries (a duplicate: its original's), as
+/// (post, user, seq, liked); `None` for poison.
+fn event_of<'a>(
+    messages: &'a [OutMessage],
+    message: &'a OutMessage,
+) -> Option<(&'a str, &'a str, i64, bool)> {
+    let origin = match &message.origin {
+        Origin::Duplicate { of } => &messages.get(*of)?.origin,
+        other => other,
+    };
+    match origin {
+        Origin::Event {
+            post_id,
+            user_id,
+            seq,
+            liked,
+        } => Some((post_id, user_id, *seq, *liked)),
+        _ => None,
+    }
+}
+
+/// Per (post, user): the newest `seq` and whether it is a like.
+fn newest_states(messages: &[OutMessage]) -> HashMap<(&str, &str), (i64, bool)> {
+    let mut newest: HashMap<(&str, &str), (i64, bool)> = HashMap::new();
+    for message in messages {
+        let Some((post, user, seq, liked)) = event_of(messages, message) else {
+            continue;
+        };
+        let entry = newest.entry((post, user)).or_insert((seq, liked));
+        if seq > entry.0 {
+            *entry = (seq, liked);
+        }
+    }
+    newest
 }
 
 #[cfg(test)]
@@ -184,6 +249,29 @@ mod tests {
         assert!(t.counts.contains_key("q"), "touched posts are checked too");
         assert_eq!(t.total, 2);
         assert_eq!(t.memberships, 3);
+    }
+
+    #[test]
+    fn an_erased_users_every_event_counts_nothing_and_leaves_no_membership() {
+        let messages = [
+            event("p", "a", 1, true),
+            event("p", "erased", 1, true),
+            event("q", "erased", 1, true),
+            event("q", "erased", 2, false),
+            duplicate(1),
+            event("r", "erased", 1, true),
+        ];
+        let erased = BTreeSet::from(["erased".to_string()]);
+        let t = Truth::compute_without(WorkloadConfig::default(), &messages, &erased);
+        assert_eq!(t.counts, BTreeMap::from([("p".to_string(), 1)]));
+        assert_eq!((t.total, t.memberships), (1, 1));
+        assert_eq!(t.erased_users, erased);
+        let likes = Truth::final_likes_of(&messages, &erased);
+        let posts: Vec<&str> = likes.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(posts, ["p", "r"], "q was unliked at the end");
+        let reach = Truth::reach(&messages);
+        assert_eq!(reach.get("p"), Some(&2));
+        assert_eq!(reach.get("q"), Some(&1), "liked once, then unliked");
     }
 
     #[test]

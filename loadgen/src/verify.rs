@@ -68,6 +68,10 @@ pub struct VerifyReport {
     pub memberships_read: usize,
     /// Membership documents the truth expects (one per (post, user) touched).
     pub memberships_expected: u64,
+    /// Membership documents of a user the truth says was erased (should be
+    /// none: an erasure with a tombstone deletes them, and a later event of
+    /// the user writes none).
+    pub erased_memberships: usize,
     /// Quarantine records found under the prefix (informational: not part of
     /// [`VerifyReport::is_exact`]).
     pub quarantined: usize,
@@ -187,6 +191,10 @@ pub fn compare(
         actual_total: counts.values().sum(),
         memberships_read: memberships.len(),
         memberships_expected: truth.memberships,
+        erased_memberships: memberships
+            .iter()
+            .filter(|m| truth.erased_users.contains(&m.user_id))
+            .count(),
         poison_expected: truth.poison,
         ..Default::default()
     };
@@ -230,6 +238,7 @@ mod tests {
             poison: 0,
             total: counts.values().sum(),
             counts,
+            erased_users: BTreeSet::new(),
         }
     }
 
@@ -288,6 +297,17 @@ mod tests {
             .map(|m| (m.post_id.as_str(), m.expected, m.rollup))
             .collect();
         assert_eq!(wrong, [("b", 1, None), ("z", 0, Some(4))]);
+    }
+
+    #[test]
+    fn a_membership_of_an_erased_user_is_counted_even_when_unliked() {
+        let mut t = truth(&[("a", 1)]);
+        t.erased_users.insert("gone".into());
+        let counts = BTreeMap::from([("a".to_string(), 1)]);
+        let rows = [row("a", "1", true), row("a", "gone", false)];
+        let r = compare(&t, &counts, &rows);
+        assert!(r.is_exact(), "the counts are right: {r:?}");
+        assert_eq!(r.erased_memberships, 1);
     }
 
     #[test]

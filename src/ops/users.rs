@@ -272,17 +272,22 @@ async fn delete_erased(
     let erased: Vec<&UserMembership> = found.iter().filter(|m| is_erased(&m.membership)).collect();
     let mut deleted = 0;
     for part in erased.chunks(chunk) {
-        deleted += match db {
-            SelectedDb::Firestore(db) => {
-                let keys: Vec<MembershipKey> = part.iter().map(|m| m.key.clone()).collect();
-                db.delete_erased_memberships(&keys, is_erased).await?
+        // Each attempt reads again what is still in the erasure's state, so
+        // a retry after an unknown outcome deletes only what is left.
+        deleted += retried("membership delete", || async {
+            match db {
+                SelectedDb::Firestore(db) => {
+                    let keys: Vec<MembershipKey> = part.iter().map(|m| m.key.clone()).collect();
+                    db.delete_erased_memberships(&keys, is_erased).await
+                }
+                SelectedDb::Postgres(db) => {
+                    let posts: Vec<&str> = part.iter().map(|m| m.key.post_id.as_str()).collect();
+                    db.delete_erased_memberships(user_id, &posts, ERASED_SEQ, ERASURE_EVENT_ID)
+                        .await
+                }
             }
-            SelectedDb::Postgres(db) => {
-                let posts: Vec<&str> = part.iter().map(|m| m.key.post_id.as_str()).collect();
-                db.delete_erased_memberships(user_id, &posts, ERASED_SEQ, ERASURE_EVENT_ID)
-                    .await?
-            }
-        };
+        })
+        .await?;
     }
     Ok(deleted)
 }
@@ -395,7 +400,7 @@ pub async fn erase(
         // Before any membership is removed: from here every replica drops
         // the user's events within one refresh interval; after the wait,
         // none of them is let through any more.
-        write_tombstone(&db, &t.key, user_id).await?;
+        retried("tombstone write", || write_tombstone(&db, &t.key, user_id)).await?;
         tokio::time::sleep(t.settle).await;
     }
     let mut posts_changed: Vec<String> = Vec::new();
@@ -489,6 +494,30 @@ async fn commit(store: &SelectedStore, batch: &Batch) -> Result<CommitReport, St
     }
 }
 
+/// Runs `write` until it succeeds, a failure that proves nothing about
+/// the content retried with the consumer's backoff and attempts, as
+/// [`commit`] does; for writes that are the same whatever an earlier
+/// attempt did (a tombstone upsert, deletes conditioned on what is read).
+async fn retried<T, F, Fut>(what: &str, mut write: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let retry = FlushConfig::default();
+    let mut attempt = 1;
+    loop {
+        match write().await {
+            Ok(done) => return Ok(done),
+            Err(error) if error.is_retryable() && attempt < retry.commit_max_attempts => {
+                tracing::warn!(%error, attempt, what, "erasure write failed; retrying");
+                tokio::time::sleep(backoff(&retry, attempt)).await;
+                attempt += 1;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// Deletes (dry: counts) the quarantine records whose payload holds
 /// `user_id` as a JSON string or whose attributes have it as a value.
 async fn erase_quarantine(
@@ -506,7 +535,10 @@ async fn erase_quarantine(
             continue;
         }
         if !dry_run {
-            crate::ops::quarantine::delete(db, &stored).await?;
+            retried("quarantine delete", || {
+                crate::ops::quarantine::delete(db, &stored)
+            })
+            .await?;
         }
         deleted += 1;
     }

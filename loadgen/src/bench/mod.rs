@@ -335,25 +335,6 @@ impl RunResult {
     }
 }
 
-/// Raises the data format of `stage`'s store (`target`) to `format`.
-async fn raise_data_format(
-    stage: &Stage,
-    target: &hotcount::config::Target,
-    format: u32,
-) -> Result<(), RunError> {
-    let target = hotcount::config::Target {
-        store: stage.consumer_store(),
-        ..target.clone()
-    };
-    let db = hotcount::connect::store_db(stage.endpoints(), &target, 1)
-        .await
-        .map_err(|e| RunError::Start(format!("the data format: {e}")))?;
-    db.raise_data_format(format)
-        .await
-        .map_err(|e| RunError::Start(format!("the data format: {e}")))?;
-    Ok(())
-}
-
 /// The workload of `case`.
 pub fn workload_config(config: &BenchConfig, case: Case) -> WorkloadConfig {
     let spread = WorkloadConfig {
@@ -482,7 +463,7 @@ async fn run_one(
     );
     let stage = Stage::start(&spec).await?;
     if let Some(format) = config.data_format {
-        raise_data_format(&stage, &run_args.target, format).await?;
+        stage.raise_data_format(&run_args.target, format).await?;
     }
     let mut baseline = Baseline::take(&stage).await?;
     let ops_baseline = ops::OpsBaseline::take(&stage).await?;

@@ -3,8 +3,9 @@
 //! replay; then every post's count is verified exactly.
 //!
 //! Invariant: the verdict comes from [`crate::verify`] against the truth of
-//! the generated events alone, read only after every consumer process is
-//! gone and the subscription has nothing unacked with all faults cleared.
+//! the generated events alone (every event of an erased user left out,
+//! whenever published), read only after every consumer process is gone
+//! and the subscription has nothing unacked with all faults cleared.
 //!
 //! How each hazard is produced (see `docs/RELIABILITY.md`):
 //! - publisher duplicates, double likes, unlikes, poison: the workload;
@@ -25,12 +26,19 @@
 //!   (outcome unknown to the consumer), and a spike holds a SHARE lock on
 //!   the counter table for 1.5 s, so commits wait while the clock jumps;
 //! - replay: a snapshot taken before publishing, Seeked to once the traffic
-//!   has been processed, so all of it is delivered again.
+//!   has been processed, so all of it is delivered again;
+//! - erasures (`erase_users`): `hotcount users erase` processes for users
+//!   chosen by seed (one of them a heavy user added to the workload), while
+//!   their events are still being delivered, one SIGKILLed midway and run
+//!   again; the consumers check the tombstones, and the truth leaves every
+//!   event of an erased user out.
 //!
 //! Layout: this file holds the settings and the run as named steps;
 //! `hazards` makes the faults, the kills, the spikes and the shuffle;
+//! `erasures` the erased users and their `users erase` processes;
 //! `summary` holds what was measured, the PASS claims and the table.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -52,9 +60,11 @@ use crate::{generate, WorkloadConfig};
 use hotcount::store::milestone::{MilestoneStatus, MilestoneStore};
 use hotcount_emulators::webhook::{Sink, SinkFaults};
 
+mod erasures;
 mod hazards;
 mod summary;
 
+pub use erasures::{ErasureReport, HEAVY_USER, USER_HASH_KEY};
 pub use hazards::reorder;
 pub use summary::{
     render, ChaosSummary, FAULT_KINDS, POSTGRES_FAULT_KINDS, PULL_FAULT_KINDS, PUSH_FAULT_KINDS,
@@ -115,6 +125,10 @@ pub struct ChaosConfig {
     /// victim) are SIGKILLed and never restarted, as a scale-down does;
     /// the survivors must still bring every rollup to its count.
     pub scale_down: usize,
+    /// Users erased while the chaos runs (0 = no erasure): a heavy user
+    /// added to the workload, then users drawn by `seed`. The consumers
+    /// then check tombstones (the store raised to data format 2 first).
+    pub erase_users: usize,
 }
 
 /// The milestone side of a chaos run.
@@ -199,6 +213,7 @@ impl ChaosConfig {
             milestones: Some(ChaosMilestones::ci()),
             delivery: Delivery::Pull,
             scale_down: 1,
+            erase_users: 3,
         }
     }
 }
@@ -216,22 +231,38 @@ pub async fn run(
     let replay = Replay::prepare(&stage, config.replay).await?;
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut workload = generate(&config.workload);
+    let erased_users = choose_erased(config, &mut workload);
     reorder(&mut workload, config.reorder_window, &mut rng);
+    // What the store must hold at rest: no event of an erased user counts.
+    let erased: BTreeSet<String> = erased_users.iter().cloned().collect();
+    let truth = Truth::compute_without(workload.config.clone(), &workload.messages, &erased);
+    if !erased.is_empty() {
+        // Tombstones need every replica to check them: the store at data
+        // format 2 before any consumer starts.
+        let format = hotcount::store::format::DATA_FORMAT_TOMBSTONES;
+        stage
+            .raise_data_format(&target(&config.store), format)
+            .await?;
+    }
 
     let sink = match &config.milestones {
         Some(m) => Some(milestones::start_sink(m.faults.clone()).await?),
         None => None,
     };
-    let extra = match (&config.milestones, &sink) {
+    let mut extra = match (&config.milestones, &sink) {
         (Some(m), Some(sink)) => m.flags(&sink.url()),
         _ => Vec::new(),
     };
+    if !erased.is_empty() {
+        extra.extend(erasures::consumer_flags());
+    }
     // With push: the consumers behind one front, the subscription pushing
     // to it once they listen.
     let front = match config.delivery {
         Delivery::Push => Some(crate::front::PushFront::start().await),
         Delivery::Pull => None,
     };
+    let erase_log = log_dir.join("erasures.log");
     let chaos = Chaos::start(
         &stage,
         config,
@@ -253,9 +284,43 @@ pub async fn run(
             started,
         ))
     });
+    // The erasures start once a third of the messages are done with: the
+    // users' earlier events counted, their later ones (and the replay)
+    // still to come.
+    let eraser = (!erased_users.is_empty()).then(|| {
+        tokio::spawn(erasures::run(
+            erasures::EraseSpec {
+                bin: config.hotcount_bin.clone(),
+                endpoints: stage.endpoints().clone(),
+                store: stage.consumer_store(),
+                log: erase_log,
+            },
+            erased_users.clone(),
+            stage.emulators().clone(),
+            stage.subscription().to_string(),
+            erasures::Start {
+                after_done: workload.messages.len() as u64 / 3,
+                give_up: started + config.timeout.mul_f64(0.3),
+            },
+            started,
+        ))
+    });
     let published = publish_workload(&stage, config, &workload, &cancel).await?;
     let replayed = process_and_replay(&stage, &replay, config, started, &cancel).await?;
     wait_for_kills(&tally, config, started, &cancel).await;
+    // Every erasure ended (or failed) before the chaos calms.
+    let mut erasures = match eraser {
+        Some(handle) if is_cancelled(&cancel) => {
+            handle.abort();
+            None
+        }
+        Some(handle) => Some(
+            handle
+                .await
+                .map_err(|e| RunError::Start(format!("erasures: {e}")))?,
+        ),
+        None => None,
+    };
 
     // Calm: stop the chaos, clear the faults, bring every consumer back, drain.
     let mut consumers = chaos.calm(&stage, config.scale_down).await?;
@@ -269,7 +334,8 @@ pub async fn run(
     let milestones = match (&config.milestones, &sink) {
         (Some(m), Some(sink)) => {
             sink.set_faults(Default::default());
-            Some(settle_milestones(&stage, &target, sink, m, &workload.truth).await?)
+            let reach = Truth::reach(&workload.messages);
+            Some(settle_milestones(&stage, &target, sink, m, &truth, &reach).await?)
         }
         _ => None,
     };
@@ -278,16 +344,17 @@ pub async fn run(
     // kills and the scale-down left.
     let rollups_by = Instant::now() + ROLLUP_WAIT;
     while Instant::now() < rollups_by && !*cancel.borrow() {
-        let report =
-            verify::connect_and_verify(stage.endpoints(), &target, &workload.truth, true).await?;
+        let report = verify::connect_and_verify(stage.endpoints(), &target, &truth, true).await?;
         if report.rollup_mismatches.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     consumers.kill_all().await;
-    let verify =
-        verify::connect_and_verify(stage.endpoints(), &target, &workload.truth, true).await?;
+    let verify = verify::connect_and_verify(stage.endpoints(), &target, &truth, true).await?;
+    if let Some(report) = &mut erasures {
+        erasures::check_posts(report, &workload.messages, &erased, &verify);
+    }
     let outcome = Outcome {
         publish: published,
         replayed,
@@ -297,6 +364,7 @@ pub async fn run(
     };
     let mut summary = ChaosSummary::collect(outcome, &stage, &tally, config);
     summary.milestones = milestones;
+    summary.erasures = erasures;
     stage.shutdown().await;
     Ok(summary)
 }
@@ -310,13 +378,17 @@ const MILESTONE_WAIT: Duration = Duration::from_secs(30);
 
 /// Waits (bounded) until the sink has every milestone the truth crosses
 /// and every record is settled; what the sink received, with the records'
-/// state.
+/// state. `truth` is the final one (erased users left out): a milestone
+/// it crosses must have been sent; one sent before an erasure or unlikes
+/// lowered the count stays sent, but none may be above `reach` (per post,
+/// its distinct likers, erased ones included).
 async fn settle_milestones(
     stage: &Stage,
     target: &Target,
     sink: &Sink,
     config: &ChaosMilestones,
     truth: &Truth,
+    reach: &std::collections::BTreeMap<String, i64>,
 ) -> Result<MilestoneReport, RunError> {
     let expected = milestones::expected_keys(truth, &config.thresholds, CONSUMER);
     let started = Instant::now();
@@ -343,6 +415,7 @@ async fn settle_milestones(
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let mut report = milestones::check(sink, &expected, truth);
+    report.beyond_reach = milestones::beyond_reach(sink, reach);
     report.records = records.len();
     let not_done: Vec<_> = records
         .iter()
@@ -361,6 +434,20 @@ async fn settle_milestones(
     });
     Ok(report)
 }
+
+/// With erasures on: gives `workload` the heavy user and picks the users
+/// to erase (drawn from a seed of their own); none otherwise.
+fn choose_erased(config: &ChaosConfig, workload: &mut crate::workload::Workload) -> Vec<String> {
+    if config.erase_users == 0 {
+        return Vec::new();
+    }
+    erasures::add_heavy_user(workload);
+    let mut rng = StdRng::seed_from_u64(config.seed ^ ERASE_SEED);
+    erasures::choose(workload, config.erase_users, &mut rng)
+}
+
+/// Mixed into the run's seed to draw the users erased.
+const ERASE_SEED: u64 = 0x00E2_A5E0;
 
 /// Settings that cannot make a run.
 fn check(config: &ChaosConfig) -> Result<(), RunError> {

@@ -12,6 +12,7 @@ use hotcount::config::Delivery;
 use hotcount_emulators::pubsub::SubscriptionStats;
 use hotcount_emulators::FaultKind;
 
+use super::erasures::ErasureReport;
 use super::hazards::Tally;
 use super::ChaosConfig;
 use crate::milestones::MilestoneReport;
@@ -60,6 +61,9 @@ pub struct ChaosSummary {
     pub replay_expected: bool,
     /// With milestones on: what the webhook sink received, and the records.
     pub milestones: Option<MilestoneReport>,
+    /// With erasures on: what the `users erase` processes did, and the
+    /// erased users' posts at rest.
+    pub erasures: Option<ErasureReport>,
 }
 
 /// Every fault kind a run on PostgreSQL injects besides the Pub/Sub ones
@@ -93,9 +97,12 @@ impl ChaosSummary {
     /// counts and invariant; drained; nothing failed to publish; every
     /// poison or hostile message has a quarantine record or was
     /// dead-lettered, and no valid event was quarantined; every membership
-    /// read; redeliveries happened; no consumer exited unless killed; the
-    /// kills reached their minimum and at least one landed right after a
-    /// commit; the replay replayed; every fault kind fired.
+    /// read; every rollup at rest equal to the truth; redeliveries
+    /// happened; no consumer exited unless killed; the kills reached their
+    /// minimum and at least one landed right after a commit; the replay
+    /// replayed; every fault kind fired; with milestones, every one the
+    /// final counts cross delivered once and none above what a post could
+    /// ever count; with erasures, see [`erasure_failures`].
     pub fn failures(&self) -> Vec<String> {
         let v = &self.verify;
         let mut out = Vec::new();
@@ -135,6 +142,14 @@ impl ChaosSummary {
             format!(
                 "memberships {} of {}",
                 v.memberships_read, v.memberships_expected
+            ),
+        );
+        check(
+            !v.rollups_checked || v.rollup_mismatches.is_empty(),
+            format!(
+                "{} rollups differ from the truth at rest (e.g. {:?})",
+                v.rollup_mismatches.len(),
+                v.rollup_mismatches.first()
             ),
         );
         check(self.subscription.redeliveries > 0, "no redelivery".into());
@@ -188,6 +203,14 @@ impl ChaosSummary {
                 ),
             );
             check(m.faults > 0, "no milestone call met a sink fault".into());
+            check(
+                m.beyond_reach.is_empty(),
+                format!(
+                    "{} milestones sent above any count their post ever had (e.g. {:?})",
+                    m.beyond_reach.len(),
+                    m.beyond_reach.first()
+                ),
+            );
         }
         let store_kinds = if self.postgres {
             POSTGRES_FAULT_KINDS
@@ -204,6 +227,9 @@ impl ChaosSummary {
                 format!("fault {kind} never fired"),
             );
         }
+        if let Some(e) = &self.erasures {
+            out.extend(erasure_failures(e, v));
+        }
         out
     }
 
@@ -211,6 +237,56 @@ impl ChaosSummary {
     pub fn is_success(&self) -> bool {
         self.failures().is_empty()
     }
+}
+
+/// The claims of the erasures that do not hold: every erasure ended with
+/// exit 0 (the killed one after its rerun); at least one was killed midway
+/// and run again; the erased users held likes to remove; every post one of
+/// them liked is exact at rest (count and rollup) against the truth
+/// without them, i.e. their likes count 0; no membership of theirs remains.
+pub fn erasure_failures(e: &ErasureReport, v: &VerifyReport) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            out.push(what);
+        }
+    };
+    check(
+        e.failures.is_empty() && e.ended == e.users.len(),
+        format!(
+            "{} of {} erasures ended successfully: {}",
+            e.ended,
+            e.users.len(),
+            e.failures.first().map_or("-", String::as_str)
+        ),
+    );
+    check(
+        e.killed_midway > 0 && e.reruns >= e.killed_midway,
+        format!(
+            "erasures killed midway {}, run again {}: none was both",
+            e.killed_midway, e.reruns
+        ),
+    );
+    check(
+        e.likes_to_remove > 0,
+        "the erased users held no like: nothing to erase".into(),
+    );
+    check(
+        e.posts_exact == e.posts,
+        format!(
+            "{} of {} posts an erased user liked are not exact without them",
+            e.posts - e.posts_exact,
+            e.posts
+        ),
+    );
+    check(
+        v.erased_memberships == 0,
+        format!(
+            "{} memberships of erased users remain",
+            v.erased_memberships
+        ),
+    );
+    out
 }
 
 /// What the run itself produced, besides the emulators' and the chaos
@@ -269,6 +345,7 @@ impl ChaosSummary {
             min_kills: config.min_kills,
             replay_expected: config.replay,
             milestones: None,
+            erasures: None,
         }
     }
 }
@@ -341,12 +418,52 @@ pub fn render(s: &ChaosSummary) -> String {
         format!("{} / {}", v.quarantined, v.poison_expected),
     );
     row("valid events quarantined", v.quarantined_events.to_string());
+    if v.rollups_checked {
+        row(
+            "rollups exact at rest",
+            format!(
+                "{} of {}",
+                v.rollups_exact,
+                v.rollups_exact + v.rollup_mismatches.len()
+            ),
+        );
+    }
+    if let Some(e) = &s.erasures {
+        row(
+            "users erased (ended / chosen)",
+            format!(
+                "{} / {} (from {:.1} s, {:.1} s in all)",
+                e.ended,
+                e.users.len(),
+                e.started_at_secs,
+                e.elapsed.as_secs_f64()
+            ),
+        );
+        row(
+            "erasures run / killed midway / rerun",
+            format!("{} / {} / {}", e.runs, e.killed_midway, e.reruns),
+        );
+        row(
+            "erased likes: posts exact without them",
+            format!(
+                "{} of {} ({} likes)",
+                e.posts_exact, e.posts, e.likes_to_remove
+            ),
+        );
+        row(
+            "memberships of erased users",
+            v.erased_memberships.to_string(),
+        );
+    }
     if let Some(m) = &s.milestones {
         row(
             "milestones delivered / truth crosses",
             format!(
-                "{} / {} (+{} above the final count)",
-                m.delivered, m.expected, m.above_final
+                "{} / {} (+{} above the final count, {} above any)",
+                m.delivered,
+                m.expected,
+                m.above_final,
+                m.beyond_reach.len()
             ),
         );
         row(

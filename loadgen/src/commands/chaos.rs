@@ -88,6 +88,12 @@ pub struct ChaosArgs {
     /// milestones are still checked at rest.
     #[arg(long, default_value_t = 1)]
     pub scale_down: usize,
+    /// Users erased (`hotcount users erase`) while the chaos runs, the first
+    /// a heavy user added to the workload (a like on every post), the others
+    /// drawn by the seed; the first erasure is SIGKILLed midway and run
+    /// again. The consumers check tombstones. 0 = no erasure.
+    #[arg(long, default_value_t = 3)]
+    pub erase_users: usize,
 }
 
 impl ChaosArgs {
@@ -127,6 +133,7 @@ impl ChaosArgs {
             store: self.store.clone(),
             delivery: self.delivery,
             scale_down: self.scale_down,
+            erase_users: self.erase_users,
             milestones: (!self.no_milestones).then(hotcount_loadgen::chaos::ChaosMilestones::ci),
         }
     }

@@ -207,7 +207,7 @@ impl Origin {
     }
 
     /// The attributes a message of this origin carries: its label.
-    fn attributes(&self) -> BTreeMap<String, String> {
+    pub(crate) fn attributes(&self) -> BTreeMap<String, String> {
         BTreeMap::from([(ORIGIN_ATTRIBUTE.to_string(), self.label().to_string())])
     }
 }
