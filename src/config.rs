@@ -674,6 +674,15 @@ pub struct RunArgs {
         default_value_t = 1000
     )]
     pub milestone_retry_initial_ms: u64,
+    /// The longest wait between two tries of a failed milestone call, in
+    /// milliseconds (the doubling stops there); at least
+    /// `--milestone-retry-initial-ms`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_RETRY_MAX_MS",
+        default_value_t = 300_000
+    )]
+    pub milestone_retry_max_ms: u64,
     /// How messages arrive: `pull` (StreamingPull) or `push` (Pub/Sub
     /// POSTs each one to `POST /pubsub/push` on `--push-addr`, answered
     /// 204 once its batch committed).
@@ -826,6 +835,8 @@ pub struct MilestoneSettings {
     pub lease: Duration,
     /// The first retry's wait.
     pub retry_initial: Duration,
+    /// The longest wait between two tries.
+    pub retry_max: Duration,
 }
 
 impl MilestoneSettings {
@@ -835,6 +846,7 @@ impl MilestoneSettings {
         DispatchConfig {
             lease: self.lease,
             backoff_initial: self.retry_initial,
+            backoff_max: self.retry_max,
             poll_interval: defaults.poll_interval.min(self.retry_initial),
             ..defaults
         }
@@ -1319,6 +1331,12 @@ impl RunArgs {
                 reason: "is the secret being replaced: give the new one too (--milestone-webhook-secret or --milestone-webhook-secret-file)".to_string(),
             });
         }
+        let retry_initial_ms = range(
+            "milestone-retry-initial-ms",
+            self.milestone_retry_initial_ms,
+            10,
+            300_000,
+        )?;
         Ok(Some(MilestoneSettings {
             thresholds: match &self.milestones {
                 Some(list) => parse_milestones(list)?,
@@ -1329,11 +1347,12 @@ impl RunArgs {
             previous_secret,
             request_timeout: Duration::from_millis(timeout_ms),
             lease: Duration::from_secs(lease_secs),
-            retry_initial: Duration::from_millis(range(
-                "milestone-retry-initial-ms",
-                self.milestone_retry_initial_ms,
-                10,
-                300_000,
+            retry_initial: Duration::from_millis(retry_initial_ms),
+            retry_max: Duration::from_millis(range(
+                "milestone-retry-max-ms",
+                self.milestone_retry_max_ms,
+                retry_initial_ms,
+                3_600_000,
             )?),
         }))
     }

@@ -69,6 +69,7 @@ fn flags_reproduce_every_setting() {
     changed.user_hash_key = Some("k3y".into());
     changed.tombstone_refresh_ms = 700;
     changed.milestone_retry_initial_ms = 89;
+    changed.milestone_retry_max_ms = 97_000;
     changed.delivery = Delivery::Push;
     changed.push_addr = "127.0.0.1:8089".into();
     changed.push_auth = PushAuthMode::CloudRun;
@@ -647,6 +648,21 @@ fn milestones_are_off_without_a_webhook_and_checked_with_one() {
     .milestones
     .expect("on");
     assert_eq!(on.thresholds, vec![10, 20]);
+    assert_eq!(
+        on.dispatch().backoff_max,
+        Duration::from_secs(300),
+        "5 minutes by default"
+    );
+    let capped = parse(&[
+        "--milestone-webhook",
+        "http://127.0.0.1:9/h",
+        "--milestone-retry-max-ms",
+        "2000",
+    ])
+    .unwrap()
+    .milestones
+    .expect("on");
+    assert_eq!(capped.dispatch().backoff_max, Duration::from_secs(2));
     let hook = ["--milestone-webhook", "http://127.0.0.1:9/h"];
     for (bad, flag) in [
         (vec!["--milestones", "20,10"], "milestones"),
@@ -654,6 +670,15 @@ fn milestones_are_off_without_a_webhook_and_checked_with_one() {
         (vec!["--milestones", "x"], "milestones"),
         (vec!["--rollup-interval-ms", "0"], "milestone-webhook"),
         (vec!["--milestone-lease-secs", "5"], "milestone-lease-secs"),
+        (
+            vec![
+                "--milestone-retry-initial-ms",
+                "500",
+                "--milestone-retry-max-ms",
+                "400",
+            ],
+            "milestone-retry-max-ms",
+        ),
     ] {
         let mut args = hook.to_vec();
         args.extend(bad);

@@ -174,6 +174,11 @@ impl ChaosMilestones {
             "2",
             "--milestone-retry-initial-ms",
             "100",
+            // A record that failed through the whole chaos tries again
+            // within 2 s of the calm, not after a doubled wait that can
+            // pass the run's milestone wait (25.6 s after 9 failures).
+            "--milestone-retry-max-ms",
+            "2000",
         ]
         .iter()
         .map(|f| f.to_string())
