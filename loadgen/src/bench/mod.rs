@@ -219,6 +219,12 @@ pub struct RunResult {
     /// CPU time (user + system) of the consumer process in the window;
     /// `None` when the consumer shares this process.
     pub consumer_cpu: Option<Duration>,
+    /// The consumers' CPU time from the moment a fifth of the messages
+    /// were acked to the window's end, with the acks in that span: the
+    /// steady state, start-up (connecting, the first leases, the store's
+    /// first reads) left out. `None` in-process or when the fifth was not
+    /// reached.
+    pub consumer_cpu_steady: Option<(Duration, u64)>,
     /// The consumer's own commit duration (BatchGetDocuments + Commit, with
     /// retries) p50 and p99 at the end of the window, from its `Stats` or
     /// its `/metrics`: where the publish->commit time goes. `None` when it
@@ -303,6 +309,13 @@ impl RunResult {
     pub fn cpu_ms_per_1k(&self) -> Option<f64> {
         self.consumer_cpu
             .map(|cpu| cpu.as_secs_f64() * 1e6 / self.acked.max(1) as f64)
+    }
+
+    /// Consumer CPU per 1,000 messages acked after the first fifth, in
+    /// milliseconds (see [`Self::consumer_cpu_steady`]).
+    pub fn cpu_ms_per_1k_steady(&self) -> Option<f64> {
+        self.consumer_cpu_steady
+            .map(|(cpu, acked)| cpu.as_secs_f64() * 1e6 / acked.max(1) as f64)
     }
 
     /// PostgreSQL: writes per second to the counter rows of the most
@@ -766,6 +779,7 @@ struct Window {
     peak_rss_bytes: u64,
     rss_is_consumer_only: bool,
     consumer_cpu: Option<Duration>,
+    consumer_cpu_steady: Option<(Duration, u64)>,
     commit_duration: Option<(Duration, Duration)>,
     rollup_rpcs: Option<u64>,
     top_rollup_writes: Option<u64>,
@@ -785,6 +799,12 @@ impl Window {
         top_rollup: &str,
     ) -> Self {
         let deadline = started + Duration::from_secs(max_secs);
+        // The steady state starts once a fifth is acked.
+        let fifth = if stage.wait_for_acks(total / 5, deadline).await {
+            cpu_of(consumers).map(|cpu| (cpu, stage.acked()))
+        } else {
+            None
+        };
         let completed = stage.wait_for_acks(total, deadline).await;
         let elapsed = started.elapsed();
         let acked = stage.acked();
@@ -808,13 +828,15 @@ impl Window {
         // The replicas' largest peak RSS, their CPU together.
         let mut peak_rss_bytes = 0;
         let mut rss_is_consumer_only = true;
-        let mut consumer_cpu = Some(Duration::ZERO);
         for consumer in consumers {
             let (rss, only) = consumer.peak_rss_bytes();
             peak_rss_bytes = peak_rss_bytes.max(rss);
             rss_is_consumer_only &= only;
-            consumer_cpu = consumer_cpu.zip(consumer.cpu_time()).map(|(a, b)| a + b);
         }
+        let consumer_cpu = cpu_of(consumers);
+        let consumer_cpu_steady = consumer_cpu.zip(fifth).map(|(cpu, (early, acked_early))| {
+            (cpu.saturating_sub(early), acked.saturating_sub(acked_early))
+        });
         let commit_duration = match consumers.first() {
             Some(consumer) => consumer.commit_duration().await,
             None => None,
@@ -832,6 +854,7 @@ impl Window {
             peak_rss_bytes,
             rss_is_consumer_only,
             consumer_cpu,
+            consumer_cpu_steady,
             commit_duration,
             rollup_rpcs: (!postgres).then_some(rollup_rpcs),
             top_rollup_writes: (!postgres).then_some(top_rollup_writes),
@@ -882,6 +905,7 @@ impl Window {
             peak_rss_bytes: self.peak_rss_bytes,
             rss_is_consumer_only: self.rss_is_consumer_only,
             consumer_cpu: self.consumer_cpu,
+            consumer_cpu_steady: self.consumer_cpu_steady,
             commit_duration: self.commit_duration,
             rollup_rpcs: self.rollup_rpcs,
             top_rollup_writes: self.top_rollup_writes,
@@ -891,6 +915,14 @@ impl Window {
             verdict,
         }
     }
+}
+
+/// The consumers' CPU time together (user + system); `None` when one
+/// shares this process.
+fn cpu_of(consumers: &[Consumer]) -> Option<Duration> {
+    consumers
+        .iter()
+        .try_fold(Duration::ZERO, |sum, c| Some(sum + c.cpu_time()?))
 }
 
 /// The count check (exact only for a `completed` run) and the

@@ -311,6 +311,7 @@ mod tests {
             peak_rss_bytes: 0,
             rss_is_consumer_only: true,
             consumer_cpu: None,
+            consumer_cpu_steady: None,
             commit_duration: None,
             rollup_rpcs: None,
             top_rollup_writes: None,

@@ -357,11 +357,16 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
 /// A row of the medians table: its name and one run's figure.
 type FigureRow = (&'static str, fn(&RunResult) -> Option<f64>, usize);
 
-const MEDIAN_ROWS: [FigureRow; 11] = [
+const MEDIAN_ROWS: [FigureRow; 12] = [
     ("events/s", |r| Some(r.events_per_sec()), 0),
     (
         "consumer CPU per 1,000 messages (ms)",
         RunResult::cpu_ms_per_1k,
+        2,
+    ),
+    (
+        "consumer CPU per 1,000 messages after the first fifth acked (ms)",
+        RunResult::cpu_ms_per_1k_steady,
         2,
     ),
     (
@@ -441,11 +446,18 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
         // Push runs beside the push floor, the others beside the pull floor.
         out.push_str("| CPU per message, x the null consumer (push: its push floor) |");
         for &runner in runners {
-            let floor = match runner {
-                Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush => Runner::NullPush,
-                _ => Runner::Null,
-            };
-            let cell = median_cpu_ratio(runs, rounds, runner, floor);
+            let cell = median_cpu_ratio(runs, rounds, runner, floor_of(runner));
+            out.push_str(&format!(" {cell} |"));
+        }
+        out.push('\n');
+        out.push_str("| the same after the first fifth acked (start-up left out) |");
+        for &runner in runners {
+            let cell = median_ratio(
+                runs,
+                rounds,
+                (runner, floor_of(runner)),
+                RunResult::cpu_ms_per_1k_steady,
+            );
             out.push_str(&format!(" {cell} |"));
         }
         out.push('\n');
@@ -466,6 +478,15 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
         out.push('\n');
     }
     out
+}
+
+/// The floor `runner` is measured against: the push floor for push runs,
+/// the null consumer for the others.
+fn floor_of(runner: Runner) -> Runner {
+    match runner {
+        Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush => Runner::NullPush,
+        _ => Runner::Null,
+    }
 }
 
 /// The median over the rounds of `runner`'s CPU per message divided by
