@@ -95,19 +95,26 @@ pub struct Child {
     metrics: Option<SocketAddr>,
 }
 
+/// Points a child command at the emulators of `endpoints`
+/// (`PUBSUB_EMULATOR_HOST`, `FIRESTORE_EMULATOR_HOST`) and logs it at
+/// `RUST_LOG=warn`.
+pub fn toward_emulators(cmd: &mut tokio::process::Command, endpoints: &Endpoints) {
+    if let Some(h) = &endpoints.pubsub_emulator_host {
+        cmd.env("PUBSUB_EMULATOR_HOST", h);
+    }
+    if let Some(h) = &endpoints.firestore_emulator_host {
+        cmd.env("FIRESTORE_EMULATOR_HOST", h);
+    }
+    cmd.env("RUST_LOG", "warn");
+}
+
 impl Child {
     /// Spawns `spec` with `RUST_LOG=warn`, stdin and stdout closed.
     pub fn spawn(spec: &ChildSpec) -> Result<Self, RunError> {
         let mut cmd = tokio::process::Command::new(&spec.bin);
         cmd.args(&spec.args);
-        if let Some(h) = &spec.endpoints.pubsub_emulator_host {
-            cmd.env("PUBSUB_EMULATOR_HOST", h);
-        }
-        if let Some(h) = &spec.endpoints.firestore_emulator_host {
-            cmd.env("FIRESTORE_EMULATOR_HOST", h);
-        }
-        cmd.env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
+        toward_emulators(&mut cmd, &spec.endpoints);
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .kill_on_drop(true);
         if let Some(log) = &spec.log {

@@ -369,15 +369,8 @@ pub fn render(summary: &DemoSummary) -> String {
         "shard/membership invariant breaks",
         v.invariant_violations.len().to_string(),
     );
-    if v.rollups_checked {
-        row(
-            "rollups exact at rest",
-            format!(
-                "{} of {}",
-                v.rollups_exact,
-                v.rollups_exact + v.rollup_mismatches.len()
-            ),
-        );
+    if let Some(cell) = v.rollups_exact_cell() {
+        row("rollups exact at rest", cell);
     }
     if let Some(lag) = &summary.rollup_lag {
         row(

@@ -94,6 +94,18 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
+    /// "N of M" rollups exact at rest, for a summary table; `None` when
+    /// the rollups were not checked.
+    pub fn rollups_exact_cell(&self) -> Option<String> {
+        self.rollups_checked.then(|| {
+            format!(
+                "{} of {}",
+                self.rollups_exact,
+                self.rollups_exact + self.rollup_mismatches.len()
+            )
+        })
+    }
+
     /// Every post exact and the invariant kept everywhere (and, when
     /// checked, every rollup equal to the truth).
     pub fn is_exact(&self) -> bool {

@@ -279,14 +279,8 @@ async fn erase_once(spec: &EraseSpec, user: &str, chunk: usize, kill_midway: boo
         .args(["--user-hash-key", USER_HASH_KEY])
         .args(["--tombstone-refresh-ms", &TOMBSTONE_REFRESH_MS.to_string()])
         .args(["--chunk", &chunk.to_string(), user]);
-    if let Some(h) = &spec.endpoints.pubsub_emulator_host {
-        cmd.env("PUBSUB_EMULATOR_HOST", h);
-    }
-    if let Some(h) = &spec.endpoints.firestore_emulator_host {
-        cmd.env("FIRESTORE_EMULATOR_HOST", h);
-    }
-    cmd.env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
+    crate::consumer::toward_emulators(&mut cmd, &spec.endpoints);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);

@@ -418,15 +418,8 @@ pub fn render(s: &ChaosSummary) -> String {
         format!("{} / {}", v.quarantined, v.poison_expected),
     );
     row("valid events quarantined", v.quarantined_events.to_string());
-    if v.rollups_checked {
-        row(
-            "rollups exact at rest",
-            format!(
-                "{} of {}",
-                v.rollups_exact,
-                v.rollups_exact + v.rollup_mismatches.len()
-            ),
-        );
+    if let Some(cell) = v.rollups_exact_cell() {
+        row("rollups exact at rest", cell);
     }
     if let Some(e) = &s.erasures {
         row(
