@@ -210,11 +210,10 @@ impl<'a> Replayer<'a> {
                 Item::Poison(p) => poison.push(*p),
             }
         }
+        // Without the key the set is empty: a tombstone stopped the replay
+        // where it was read (at the start, or by a commit's recheck).
         let checked = self.tombstones.snapshot();
         if let Some(set) = &checked.hashes {
-            if !self.keyed {
-                return Err(ReplayError::Unkeyed);
-            }
             let before = events.len();
             events.retain(|e| !self.tombstones.holds(set, e.user_id()));
             self.report.erased += (before - events.len()) as u64;
@@ -308,16 +307,11 @@ impl<'a> Replayer<'a> {
                     if error.is_tombstones_changed() && attempt < retry.commit_max_attempts =>
                 {
                     tracing::info!(%error, attempt, "replay chunk: tombstones changed; checking it again");
-                    self.tombstones.replace(self.store.tombstones().await?);
-                    let checked = self.tombstones.snapshot();
-                    if let Some(set) = &checked.hashes {
-                        if !self.keyed {
-                            return Err(ReplayError::Unkeyed);
-                        }
-                        let n = batch.drop_events(|key| self.tombstones.holds(set, &key.user_id));
-                        dropped += n as u64;
+                    let state = self.store.tombstones().await?;
+                    if !self.keyed && !state.hashes.is_empty() {
+                        return Err(ReplayError::Unkeyed);
                     }
-                    batch.tombstone_generation = Some(checked.generation);
+                    dropped += self.tombstones.recheck(state, batch) as u64;
                     this = Attempt::after(&error);
                     attempt += 1;
                 }

@@ -195,13 +195,8 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         let Some(tombstones) = &self.tombstones else {
             return Ok(());
         };
-        tombstones.replace(self.store.tombstones().await?);
-        let checked = tombstones.snapshot();
-        if let Some(set) = &checked.hashes {
-            let dropped = batch.drop_events(|key| tombstones.holds(set, &key.user_id));
-            self.count_dropped(dropped as u64);
-        }
-        batch.tombstone_generation = Some(checked.generation);
+        let dropped = tombstones.recheck(self.store.tombstones().await?, batch);
+        self.count_dropped(dropped as u64);
         Ok(())
     }
 

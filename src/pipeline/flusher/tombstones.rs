@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
 use crate::event::user_hash;
+use crate::pipeline::batch::Batch;
 use crate::store::TombstoneState;
 
 /// The set of erased users' keyed hashes, its generation, and the key.
@@ -61,6 +62,20 @@ impl Tombstones {
         if let Ok(mut held) = self.held.write() {
             *held = checked;
         }
+    }
+
+    /// Checks `batch` again against `state` (a read made after its commit
+    /// found the store's generation moved): holds `state` from now on,
+    /// drops the events of the users it holds from `batch` and labels it
+    /// with its generation. Returns how many events were dropped.
+    pub fn recheck(&self, state: TombstoneState, batch: &mut Batch) -> usize {
+        self.replace(state);
+        let checked = self.snapshot();
+        let dropped = checked.hashes.as_ref().map_or(0, |set| {
+            batch.drop_events(|key| self.holds(set, &key.user_id))
+        });
+        batch.tombstone_generation = Some(checked.generation);
+        dropped
     }
 
     /// Whether no user is erased (the check then hashes nothing).
