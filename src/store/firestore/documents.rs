@@ -63,17 +63,15 @@ pub(super) const READ_FIELDS: [&str; 8] = [
 ];
 
 /// [`READ_FIELDS`] and the tombstones' generation: a checked batch's read.
-pub(super) const READ_FIELDS_CHECKED: [&str; 9] = [
-    membership::LIKED,
-    membership::SEQ,
-    membership::OCCURRED_AT,
-    membership::EVENT_ID,
-    marker::APPLIED,
-    marker::DUPLICATES,
-    marker::STALE,
-    marker::POISON,
-    tombstone_setting::GENERATION,
-];
+pub(super) const READ_FIELDS_CHECKED: [&str; READ_FIELDS.len() + 1] = {
+    let mut fields = [tombstone_setting::GENERATION; READ_FIELDS.len() + 1];
+    let mut i = 0;
+    while i < READ_FIELDS.len() {
+        fields[i] = READ_FIELDS[i];
+        i += 1;
+    }
+    fields
+};
 
 /// Every counter shard of the layout, summed per post.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
