@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use hotcount::event::{self, LikeEvent};
-use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
+use hotcount::model::item::Item;
+use hotcount::pipeline::aggregator::{Aggregator, Pending};
 
 /// The allocator of the `hotcount` binary, so that allocation costs what it
 /// costs in the service (every group, baselines included, uses it).

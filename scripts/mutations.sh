@@ -22,7 +22,7 @@ trap cleanup EXIT
 # Five fields per mutation: name, file, the exact text replaced (once), its
 # replacement, the `cargo test` arguments that should catch it.
 mutations=(
-  "skip the version check" src/pipeline/batch.rs
+  "skip the version check" src/model/batch.rs
   "if order.is_le() {" "if false {"
   "-p hotcount --lib batch::"
 

@@ -17,10 +17,12 @@
 //!     batch;
 //!   - beside them, [`rollup`](pipeline::rollup) (one live count per post)
 //!     and [`milestones`](pipeline::milestones) (the webhook dispatcher of
-//!     the milestones the rollup writes record);
-//!   - and the values that travel: [`batch`](pipeline::batch) (a flush's
-//!     events per (post, user) and the apply rules) and
-//!     [`poison`](pipeline::poison) (the bounded quarantine record).
+//!     the milestones the rollup writes record).
+//! - [`model`]: the values that travel, below both the pipeline and the
+//!   stores: [`item`](model::item) (a message parsed: event or poison),
+//!   [`batch`](model::batch) (a flush's events per (post, user) and the
+//!   apply rules) and [`poison`](model::poison) (the bounded quarantine
+//!   record).
 //! - [`store`]: the [`store::CounterStore`] trait; the Firestore, PostgreSQL
 //!   and in-memory stores; the data-format version kept with the data
 //!   ([`store::format`]).
@@ -42,7 +44,7 @@
 //!   message whose record the store refuses is nacked.
 //! - A (post, user) contributes at most +1 to its post, whatever is
 //!   delivered, replayed or retried; its contribution always equals its
-//!   latest `liked` ([`Batch::plan`](pipeline::batch::Batch::plan), read and written in one
+//!   latest `liked` ([`Batch::plan`](model::batch::Batch::plan), read and written in one
 //!   transaction by [`store::firestore`]).
 //! - sum(counter shards of p) == number of membership documents of p with
 //!   `liked == true`, at every commit boundary (deltas and memberships are
@@ -69,6 +71,7 @@ pub mod config;
 pub mod connect;
 pub mod event;
 pub mod http;
+pub mod model;
 pub mod ops;
 pub mod pipeline;
 pub mod service;

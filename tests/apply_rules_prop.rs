@@ -9,9 +9,10 @@ mod events;
 use std::collections::{BTreeMap, HashMap};
 
 use hotcount::event::{LikeEvent, LikeKind};
-use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
-use hotcount::pipeline::batch::{Batch, Membership, MembershipKey};
-use hotcount::pipeline::poison::PoisonRecord;
+use hotcount::model::batch::{Batch, Membership, MembershipKey};
+use hotcount::model::item::Item;
+use hotcount::model::poison::PoisonRecord;
+use hotcount::pipeline::aggregator::{Aggregator, Pending};
 use proptest::prelude::*;
 
 /// One distinct event: (post, user, added, seq, occurred); its id is its index.

@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use common::{Backend, Harness};
 use fates::{Fate, Fates, Handle};
+use hotcount::model::batch::Batch;
+use hotcount::model::item::Item;
 use hotcount::ops::users::{self, EraseSettings, TombstoneSettings};
 use hotcount::pipeline::acker::Acker;
-use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
-use hotcount::pipeline::batch::Batch;
+use hotcount::pipeline::aggregator::{Aggregator, Pending};
 use hotcount::pipeline::flusher::{FlushConfig, Flusher, Tombstones};
 use hotcount::store::selected::SelectedStore;
 use hotcount::store::{Attempt, CommitReport, CounterStore, StoreError, TombstoneState};

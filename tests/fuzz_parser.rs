@@ -18,7 +18,8 @@ use hotcount::event::{
     check_id, parse, parse_fast, parse_general, to_json, LikeEvent, MAX_EVENT_ID_BYTES,
     MAX_ID_BYTES,
 };
-use hotcount::pipeline::batch::MembershipKey;
+use hotcount::model::batch::MembershipKey;
+use hotcount::store::firestore::layout::membership_doc_id;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -38,7 +39,7 @@ fn check(data: &[u8]) {
             assert!(check_id(event.post_id(), MAX_ID_BYTES).is_ok());
             assert!(check_id(event.user_id(), MAX_ID_BYTES).is_ok());
             assert!(check_id(event.event_id(), MAX_EVENT_ID_BYTES).is_ok());
-            let doc_id = MembershipKey::of(&event).doc_id();
+            let doc_id = membership_doc_id(&MembershipKey::of(&event));
             assert!(check_id(&doc_id, 1500).is_ok(), "unsafe doc id {doc_id:?}");
             assert_eq!(parse(to_json(&event).as_bytes()).as_ref(), Ok(&event));
             let rebuilt = LikeEvent::new(

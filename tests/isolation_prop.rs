@@ -19,10 +19,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use hotcount::event::LikeKind;
+use hotcount::model::item::Item;
+use hotcount::model::poison::PoisonRecord;
 use hotcount::pipeline::acker::Acker;
-use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
+use hotcount::pipeline::aggregator::{Aggregator, Pending};
 use hotcount::pipeline::flusher::{FlushConfig, Flusher};
-use hotcount::pipeline::poison::PoisonRecord;
 use hotcount::store::memory::{InjectedFailure, MemoryStore};
 use hotcount::store::CounterStore;
 use hotcount::telemetry::Stats;

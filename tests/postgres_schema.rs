@@ -8,7 +8,7 @@ mod pg;
 use std::time::Duration;
 
 use hotcount::event::{LikeEvent, LikeKind, Version};
-use hotcount::pipeline::batch::{Batch, MembershipKey};
+use hotcount::model::batch::{Batch, MembershipKey};
 use hotcount::store::postgres::{
     migrate, schema, MigrateError, PgDb, PgDbConfig, PostgresStore, PostgresStoreConfig,
 };

@@ -17,11 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hotcount::event::LikeEvent;
+use hotcount::model::batch::{Batch, Effects, MembershipKey};
+use hotcount::model::item::Item;
+use hotcount::model::poison::PoisonRecord;
 use hotcount::pipeline::acker::Acker;
-use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
-use hotcount::pipeline::batch::{Batch, Effects, MembershipKey};
+use hotcount::pipeline::aggregator::{Aggregator, Pending};
 use hotcount::pipeline::flusher::{FlushConfig, Flusher};
-use hotcount::pipeline::poison::PoisonRecord;
 use hotcount::store::memory::MemoryStore;
 use hotcount::store::postgres::{PgDb, PgDbConfig, PostgresStore, PostgresStoreConfig};
 use hotcount::store::{Attempt, CommitOutcome, CommitReport, CounterStore, Deadline};
@@ -373,7 +374,7 @@ async fn poison_is_quarantined_in_the_batch_transaction_whatever_it_holds() {
     assert_eq!(records.len(), 2);
     let stored = records
         .iter()
-        .find(|r| r.record_id == hostile.doc_id())
+        .find(|r| r.record_id == hotcount::store::quarantine::record_id(&hostile))
         .expect("the hostile record");
     assert_eq!(
         stored.batch_id, batch.id,

@@ -129,7 +129,7 @@ async fn harness_with_lock_wait(lock_wait: Duration) -> Harness {
 /// leaves behind until the transaction expires. Returns its id.
 async fn abandon_a_transaction_on(h: &Harness, post: &str, user: &str) -> Vec<u8> {
     use hotcount::store::firestore::{Opened, Read};
-    let key = hotcount::pipeline::batch::MembershipKey {
+    let key = hotcount::model::batch::MembershipKey {
         post_id: post.into(),
         user_id: user.into(),
     };
@@ -228,15 +228,15 @@ fn store_with(h: &Harness, call_timeout: Duration) -> hotcount::store::firestore
     )
 }
 
-fn one_like(post: &str, id: &str) -> hotcount::pipeline::batch::Batch {
+fn one_like(post: &str, id: &str) -> hotcount::model::batch::Batch {
     let event = events::event_of(true, post, "u1", 1, 1_700_000_000_000_000, id);
-    hotcount::pipeline::batch::Batch::new(vec![event], vec![])
+    hotcount::model::batch::Batch::new(vec![event], vec![])
 }
 
 /// Commits `batch` until it commits (transient failures retried).
 async fn commit_until_done(
     store: &hotcount::store::firestore::FirestoreStore,
-    batch: &hotcount::pipeline::batch::Batch,
+    batch: &hotcount::model::batch::Batch,
 ) {
     use hotcount::store::{Attempt, CounterStore};
     let mut attempt = Attempt::first();

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 use hotcount::event::{LikeEvent, LikeKind, Version};
-use hotcount::pipeline::aggregator::{route_hash, Aggregator, Item, Pending, Taken};
+use hotcount::model::item::Item;
+use hotcount::pipeline::aggregator::{route_hash, Aggregator, Pending, Taken};
 use rand::{Rng, SeedableRng};
 use rustc_hash::FxBuildHasher;
 use tokio::sync::Notify;

@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use hotcount::event::{self, LikeEvent, LikeKind, Version};
-use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
-use hotcount::pipeline::batch::Batch;
+use hotcount::model::batch::Batch;
+use hotcount::model::item::Item;
+use hotcount::pipeline::aggregator::{Aggregator, Pending};
 use hotcount::store::firestore::codec::encode_writes;
 use hotcount::store::firestore::wire::EncodedCommit;
 use hotcount::store::firestore::{FirestoreStoreConfig, Layout};
@@ -72,7 +73,7 @@ pub fn parse_via_value_map(data: &[u8]) -> Option<LikeEvent> {
 pub fn to_item(data: &[u8]) -> Item {
     match event::parse(data) {
         Ok(e) => Item::Event(e),
-        Err(p) => Item::Poison(Box::new(hotcount::pipeline::poison::PoisonRecord::new(
+        Err(p) => Item::Poison(Box::new(hotcount::model::poison::PoisonRecord::new(
             String::new(),
             p.to_string(),
             data,

@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use hotcount::pipeline::poison::PoisonRecord;
+use hotcount::model::poison::PoisonRecord;
 use hotcount::store::postgres::errors::query_error;
 use hotcount::store::postgres::{PgDb, PgDbConfig};
 use hotcount::store::StoreError;

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use gcloud_sdk::tonic::Code;
 use hotcount::config::{Endpoints, StoreLocation, Target};
-use hotcount::pipeline::poison::PoisonRecord;
+use hotcount::model::poison::PoisonRecord;
 use hotcount::store::firestore::layout::collections;
 use hotcount::store::firestore::{FirestoreDb, Read, StoredMembership};
 use hotcount::store::postgres::PgDb;

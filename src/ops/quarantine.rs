@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::model::Message;
 
-use crate::pipeline::poison::PoisonRecord;
+use crate::model::poison::PoisonRecord;
 use crate::store::selected::SelectedDb;
 use crate::store::StoreError;
 
@@ -56,7 +56,7 @@ pub struct StoredRecord {
 }
 
 impl StoredRecord {
-    /// Its id, `{consumer}:{record id}` ([`PoisonRecord::doc_id`]), as
+    /// Its id, `{consumer}:{record id}` (`crate::store::quarantine::record_id`), as
     /// `list` prints it and `show` and `redrive` take it.
     pub fn id(&self) -> &str {
         &self.id

@@ -30,7 +30,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::event::{LikeEvent, LikeKind, Version};
-use crate::pipeline::batch::{Batch, Membership, MembershipKey};
+use crate::model::batch::{Batch, Membership, MembershipKey};
 use crate::pipeline::flusher::{backoff, FlushConfig};
 use crate::pipeline::rollup;
 use crate::store::firestore::Read;

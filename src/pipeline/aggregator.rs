@@ -11,7 +11,7 @@
 //! distinct counter shards: [`crate::store::counter_shards`]). Pure and
 //! synchronous: no I/O, no awaiting (a [`Notify`] only wakes the flusher).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::Hasher;
 
 use parking_lot::Mutex;
@@ -19,42 +19,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::event::LikeEvent;
-use crate::pipeline::batch::{MessageIndex, Tagged};
-use crate::pipeline::poison::PoisonRecord;
-
-/// What a received message turned out to be.
-#[derive(Clone, Debug)]
-pub enum Item {
-    /// A valid event.
-    Event(LikeEvent),
-    /// A message to quarantine (boxed: rare, and twice an event's size, so
-    /// events move through the buffers at their own size).
-    Poison(Box<PoisonRecord>),
-}
-
-impl Item {
-    /// Parses a message's payload: the event, or its poison record (with
-    /// the reason, and the attributes `attributes` gives, read only then).
-    /// Every source (pull, push, replay) turns a message into an item here.
-    pub fn parse(
-        message_id: &str,
-        data: &[u8],
-        attributes: impl FnOnce() -> BTreeMap<String, String>,
-    ) -> Self {
-        match crate::event::parse(data) {
-            Ok(event) => Item::Event(event),
-            Err(poison) => Item::Poison(Box::new(
-                PoisonRecord::new(
-                    message_id.to_string(),
-                    poison.to_string(),
-                    data,
-                    attributes(),
-                )
-                .of_kind(poison.kind()),
-            )),
-        }
-    }
-}
+use crate::model::batch::{MessageIndex, Tagged};
+use crate::model::item::Item;
+use crate::model::poison::PoisonRecord;
 
 /// One received message waiting for its batch.
 #[derive(Debug)]

@@ -26,8 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
+use crate::model::item::Item;
 use crate::pipeline::acker::{AckHandle, Confirmation};
-use crate::pipeline::aggregator::{Aggregator, Item, Pending};
+use crate::pipeline::aggregator::{Aggregator, Pending};
 use crate::telemetry::Stats;
 
 /// Source settings.

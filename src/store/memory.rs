@@ -20,8 +20,8 @@ use super::{
     Attempt, ChangedCounter, Code, CommitOutcome, CommitReport, CounterStore, ErrorClass,
     StoreError, TombstoneState,
 };
-use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
-use crate::pipeline::poison::PoisonRecord;
+use crate::model::batch::{Batch, Effects, Membership, MembershipKey};
+use crate::model::poison::PoisonRecord;
 
 /// A failure the next commits will meet.
 #[derive(Clone, Debug, PartialEq, Eq)]

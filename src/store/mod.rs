@@ -16,12 +16,13 @@ pub mod format;
 pub mod memory;
 pub mod milestone;
 pub mod postgres;
+pub mod quarantine;
 pub mod rollup;
 pub mod selected;
 
 use std::future::Future;
 
-use crate::pipeline::batch::{Batch, Effects};
+use crate::model::batch::{Batch, Effects};
 
 /// A store's settings, the same for Firestore and PostgreSQL (where the
 /// data lives is the database handle's business).

@@ -22,7 +22,7 @@ use super::rollup::{
 };
 pub use super::StoreSettings;
 use super::{Attempt, CommitReport, CounterStore, StoreError, TombstoneState};
-use crate::pipeline::batch::{Batch, Membership, MembershipKey};
+use crate::model::batch::{Batch, Membership, MembershipKey};
 
 /// Firestore or PostgreSQL.
 #[derive(Clone)]

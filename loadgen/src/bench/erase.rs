@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hotcount::event::{LikeEvent, LikeKind, Version};
+use hotcount::model::item::Item;
 use hotcount::ops::users::{self, EraseError, EraseSettings, TombstoneSettings, ERASE_CHUNK};
 use hotcount::pipeline::acker::{AckHandle, Acker, Confirmation};
-use hotcount::pipeline::aggregator::{Aggregator, Item, Pending};
+use hotcount::pipeline::aggregator::{Aggregator, Pending};
 use hotcount::pipeline::flusher::{FlushConfig, Flusher, Tombstones};
 use hotcount::store::selected::{SelectedDb, SelectedStore};
 use hotcount::store::StoreError;

@@ -24,7 +24,7 @@ use google_cloud_pubsub::model::{ExpirationPolicy, Subscription};
 
 use crate::config::{check_pubsub_id, Endpoints, Target};
 use crate::connect;
-use crate::pipeline::batch::Effects;
+use crate::model::batch::Effects;
 use crate::pipeline::rollup;
 use crate::store::selected::{SelectedStore, StoreSettings};
 use crate::store::StoreError;

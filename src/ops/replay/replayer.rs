@@ -18,8 +18,8 @@ use google_cloud_pubsub::subscriber::ShutdownBehavior;
 use tokio::time::Instant;
 
 use super::{divergence, pubsub_error, Ending, ReplayArgs, ReplayError, ReplayReport, Window};
-use crate::pipeline::aggregator::Item;
-use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey};
+use crate::model::batch::{Batch, Effects, Membership, MembershipKey};
+use crate::model::item::Item;
 use crate::pipeline::flusher::{backoff, FlushConfig, Tombstones};
 use crate::pipeline::source::to_item;
 use crate::store::selected::SelectedStore;

@@ -14,9 +14,9 @@ use tokio::time::Instant;
 
 use super::{FlushConfig, Flusher};
 use crate::event::to_json;
+use crate::model::batch::{Batch, Effects, MessageIndex, Tagged};
+use crate::model::poison::PoisonRecord;
 use crate::pipeline::acker::AckHandle;
-use crate::pipeline::batch::{Batch, Effects, MessageIndex, Tagged};
-use crate::pipeline::poison::PoisonRecord;
 use crate::store::{Attempt, CommitOutcome, CounterStore, StoreError};
 use crate::telemetry::LogThrottle;
 

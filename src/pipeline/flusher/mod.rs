@@ -40,9 +40,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::event::LikeEvent;
+use crate::model::batch::{Batch, Effects, Tagged};
 use crate::pipeline::acker::{AckHandle, Acker};
 use crate::pipeline::aggregator::{Aggregator, Taken};
-use crate::pipeline::batch::{Batch, Tagged};
 use crate::pipeline::rollup::Marks;
 use crate::store::{CounterStore, Deadline, StoreError};
 use crate::telemetry::Stats;
@@ -324,7 +324,7 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
         };
         self.stats.commit_progress.end();
         self.stats.commit_duration.record(started.elapsed());
-        self.stats.record_effects(settled.effects.into());
+        self.stats.record_effects(event_counts(settled.effects));
         if let Some(error) = &settled.gave_up {
             self.stats.batches_failed.add(1);
             tracing::warn!(%error, messages = settled.nack.len(), "giving up on batch; nacking for redelivery");
@@ -360,3 +360,20 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
 
 #[cfg(test)]
 mod tests;
+
+/// The metrics' counts of a batch's effects.
+fn event_counts(effects: Effects) -> crate::telemetry::EventCounts {
+    // Exhaustive: a new kind of effect does not compile until counted.
+    let Effects {
+        applied,
+        duplicates,
+        stale,
+        poison,
+    } = effects;
+    crate::telemetry::EventCounts {
+        applied,
+        duplicates,
+        stale,
+        poison,
+    }
+}

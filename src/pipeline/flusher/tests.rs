@@ -3,9 +3,10 @@
 
 use super::*;
 use crate::event::{LikeEvent, LikeKind, Version};
+use crate::model::item::Item;
+use crate::model::poison::PoisonRecord;
 use crate::pipeline::acker::Confirmation;
-use crate::pipeline::aggregator::{FreeView, Item, Pending};
-use crate::pipeline::poison::PoisonRecord;
+use crate::pipeline::aggregator::{FreeView, Pending};
 use crate::store::memory::{InjectedFailure, MemoryStore};
 use crate::store::{ErrorClass, StoreError};
 use parking_lot::Mutex;

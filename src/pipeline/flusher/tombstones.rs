@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
 use crate::event::user_hash;
-use crate::pipeline::batch::Batch;
+use crate::model::batch::Batch;
 use crate::store::TombstoneState;
 
 /// The set of erased users' keyed hashes, its generation, and the key.

@@ -20,8 +20,8 @@ use base64::Engine as _;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::pipeline::aggregator::Item;
-use crate::pipeline::poison::{hex, PoisonRecord};
+use crate::model::item::Item;
+use crate::model::poison::{hex, PoisonRecord};
 
 /// The largest body held whole (1 MiB). Anything larger cannot carry a
 /// valid event: a payload is at most [`crate::event::MAX_PAYLOAD_BYTES`]

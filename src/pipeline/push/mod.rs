@@ -42,8 +42,9 @@ use parking_lot::RwLock;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::model::item::Item;
 use crate::pipeline::acker::{AckHandle, Confirmation};
-use crate::pipeline::aggregator::{Aggregator, Item, Pending};
+use crate::pipeline::aggregator::{Aggregator, Pending};
 use crate::telemetry::{PushOutcome, Stats};
 
 pub mod auth;

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::event::{LikeEvent, LikeKind, Version};
-use crate::pipeline::batch::Batch;
+use crate::model::batch::Batch;
 use crate::store::memory::{MemoryStore, RollupFailure};
 use crate::store::rollup::StoredRollup;
 use crate::store::{Attempt, CounterStore};

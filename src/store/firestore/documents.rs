@@ -23,7 +23,7 @@ use super::errors::internal;
 use super::layout::collections;
 use super::layout::fields::{erased_user, marker, membership, quarantine, tombstone_setting};
 use super::wire;
-use crate::pipeline::batch::{Effects, Membership, MembershipKey};
+use crate::model::batch::{Effects, Membership, MembershipKey};
 use crate::store::StoreError;
 
 /// What [`FirestoreDb::read_memberships`] found.

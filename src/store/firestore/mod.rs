@@ -46,7 +46,7 @@ use super::counter_shards::{CounterShardPlanner, ShardRegistry};
 use super::{
     Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
 };
-use crate::pipeline::batch::Batch;
+use crate::model::batch::Batch;
 
 /// Store settings (where the documents live is the [`FirestoreDb`]'s layout).
 pub type FirestoreStoreConfig = super::StoreSettings;

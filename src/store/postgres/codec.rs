@@ -15,8 +15,8 @@ use tokio_postgres::Row;
 
 use super::errors::query_error;
 use crate::event::Version;
-use crate::pipeline::batch::{Effects, Membership, MembershipKey, Planned};
-use crate::pipeline::poison::PoisonRecord;
+use crate::model::batch::{Effects, Membership, MembershipKey, Planned};
+use crate::model::poison::PoisonRecord;
 use crate::store::StoreError;
 
 /// A membership row ([`super::schema::LOCK_MEMBERSHIPS`]'s columns).
@@ -92,7 +92,7 @@ impl<'a> MembershipColumns<'a> {
 /// `$2..=$11`), NULs replaced (see the module invariants).
 #[derive(Debug)]
 pub struct QuarantineColumns<'a> {
-    /// The record id ([`PoisonRecord::doc_id`]).
+    /// The record id (`crate::store::quarantine::record_id`).
     pub record_id: String,
     /// The message id, bounded.
     pub message_id: Cow<'a, str>,
@@ -126,7 +126,7 @@ impl<'a> QuarantineColumns<'a> {
         }
         let mut ignored = false;
         Self {
-            record_id: record.doc_id(),
+            record_id: crate::store::quarantine::record_id(record),
             message_id: storable(record.stored_message_id(), &mut ignored),
             reason: storable(&record.reason, &mut ignored),
             data: &record.data,
@@ -156,7 +156,7 @@ fn storable<'a>(text: &'a str, replaced: &mut bool) -> Cow<'a, str> {
 pub struct StoredRecord {
     /// The consumer that wrote it.
     pub consumer: String,
-    /// Its id within the consumer ([`PoisonRecord::doc_id`]).
+    /// Its id within the consumer (`crate::store::quarantine::record_id`).
     pub record_id: String,
     /// The batch that wrote it last.
     pub batch_id: String,

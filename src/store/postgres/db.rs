@@ -31,7 +31,7 @@ use super::errors::{pool_error, query_error, session_error, timed_out, unavailab
 use super::schema::{self, MigrateError, MigrationReport, SchemaError};
 use super::session::{ServerRefusal, ServerReport, SessionError, SessionSettings, Sessions};
 use super::tls::{self, TlsError};
-use crate::pipeline::batch::{Membership, MembershipKey};
+use crate::model::batch::{Membership, MembershipKey};
 use crate::store::StoreError;
 
 /// Attempts of one post's repair before giving up (each fails only when a

@@ -119,7 +119,7 @@ use super::counter_shards::CounterShardPlanner;
 use super::{
     Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
 };
-use crate::pipeline::batch::{Batch, Membership, MembershipKey};
+use crate::model::batch::{Batch, Membership, MembershipKey};
 
 /// The name failed commits are reported under.
 const OP: &str = "Commit";

@@ -22,7 +22,7 @@ use super::layout::fields::{counter_shard, marker, membership, tombstone_setting
 use super::wire::{self, Field};
 use super::{FirestoreStoreConfig, Layout};
 use crate::event::Version;
-use crate::pipeline::batch::{Batch, Effects, Membership, MembershipKey, Plan, Planned};
+use crate::model::batch::{Batch, Effects, Membership, MembershipKey, Plan, Planned};
 
 mod format;
 mod milestones;

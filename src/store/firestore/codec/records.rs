@@ -18,7 +18,7 @@ use super::super::layout::fields::{guard, quarantine};
 use super::super::wire;
 use super::super::Layout;
 use super::{boolean, counter_increment, field, get, int, server_time, string, text, value};
-use crate::pipeline::poison::PoisonRecord;
+use crate::model::poison::PoisonRecord;
 
 /// The quarantine record of `poison` written by `consumer`. Attribute keys
 /// are stored as values (`attributes` is an array of `{key, value}` maps),
@@ -58,7 +58,7 @@ pub fn quarantine_write(layout: &Layout, consumer: &str, poison: &PoisonRecord) 
     ];
     wire::Write {
         update: Some(wire::Document {
-            name: layout.quarantine(consumer, &poison.doc_id()),
+            name: layout.quarantine(consumer, &crate::store::quarantine::record_id(poison)),
             fields,
             update_time: None,
         }),

@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 
-use crate::event::{fnv1a64, push_decimal, LikeEvent, LikeKind, Version};
-use crate::pipeline::poison::PoisonRecord;
+use crate::event::{LikeEvent, LikeKind, Version};
+use crate::model::poison::PoisonRecord;
 
 /// Identifies one membership document: one (post, user) pair.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -30,40 +30,6 @@ impl MembershipKey {
             post_id: event.post_id().to_owned(),
             user_id: event.user_id().to_owned(),
         }
-    }
-
-    /// The membership document id: a stable 8-hex-digit hash prefix (so one
-    /// post's likes spread over the key space instead of forming a hotspot),
-    /// then the post id's length, the post id and the user id. The length
-    /// prefix makes the id unambiguous whatever the ids contain.
-    pub fn doc_id(&self) -> String {
-        let mut id = String::with_capacity(self.doc_id_len());
-        self.push_doc_id(&mut id);
-        id
-    }
-
-    /// At least the length of [`MembershipKey::doc_id`] in bytes (what to reserve).
-    pub fn doc_id_len(&self) -> usize {
-        // 8 hex digits, 3 dots, at most 20 decimal digits of the length.
-        8 + 3 + 20 + self.post_id.len() + self.user_id.len()
-    }
-
-    /// Appends [`MembershipKey::doc_id`] to `out` without an intermediate
-    /// string (document names are built once per membership per batch).
-    pub fn push_doc_id(&self, out: &mut String) {
-        // Hand-written digits: `write!` here made batch building ~40 %
-        // slower in `cargo bench --bench pipeline -- batch_build`.
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let hash = (fnv1a64(self.post_id.as_bytes(), self.user_id.as_bytes()) >> 32) as u32;
-        for shift in (0..8).rev() {
-            out.push(char::from(HEX[((hash >> (shift * 4)) & 0xf) as usize]));
-        }
-        out.push('.');
-        push_decimal(out, self.post_id.len());
-        out.push('.');
-        out.push_str(&self.post_id);
-        out.push('.');
-        out.push_str(&self.user_id);
     }
 }
 
@@ -109,24 +75,6 @@ impl Effects {
         self.duplicates += other.duplicates;
         self.stale += other.stale;
         self.poison += other.poison;
-    }
-}
-
-impl From<Effects> for crate::telemetry::EventCounts {
-    fn from(e: Effects) -> Self {
-        // Exhaustive: a new kind of effect does not compile until counted.
-        let Effects {
-            applied,
-            duplicates,
-            stale,
-            poison,
-        } = e;
-        Self {
-            applied,
-            duplicates,
-            stale,
-            poison,
-        }
     }
 }
 
@@ -516,54 +464,6 @@ mod tests {
         assert!(plan.deltas.is_empty());
         assert_eq!(plan.memberships.len(), 1);
         assert!(!plan.memberships[0].liked);
-    }
-
-    #[test]
-    fn doc_ids_are_unambiguous_and_spread() {
-        let a = MembershipKey {
-            post_id: "a.b".into(),
-            user_id: "c".into(),
-        };
-        let b = MembershipKey {
-            post_id: "a".into(),
-            user_id: "b.c".into(),
-        };
-        assert_ne!(a.doc_id(), b.doc_id());
-        let k1 = MembershipKey {
-            post_id: "p".into(),
-            user_id: "u1".into(),
-        }
-        .doc_id();
-        let k2 = MembershipKey {
-            post_id: "p".into(),
-            user_id: "u2".into(),
-        }
-        .doc_id();
-        assert_ne!(k1[..8], k2[..8]);
-    }
-
-    #[test]
-    fn doc_ids_keep_their_stored_format() {
-        // Stored membership documents are found by this id: it must never
-        // change. The hand-written builder must equal the original format.
-        let ids = ["", "p", "post-000042", "a.b", &"x".repeat(1500), "é/ü"];
-        for post in ids {
-            for user in ids {
-                let key = MembershipKey {
-                    post_id: post.into(),
-                    user_id: user.into(),
-                };
-                let hash = fnv1a64(post.as_bytes(), user.as_bytes());
-                let expected = format!("{:08x}.{}.{post}.{user}", hash >> 32, post.len());
-                assert_eq!(key.doc_id(), expected);
-                assert!(key.doc_id().len() <= key.doc_id_len());
-            }
-        }
-        let key = MembershipKey {
-            post_id: "post-1".into(),
-            user_id: "user-2".into(),
-        };
-        assert_eq!(key.doc_id(), "9368d4ee.6.post-1.user-2");
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! truncated to [`PoisonRecord::MAX_STORED_BYTES`] with its full length and
 //! SHA-256 kept; the reason and message id bounded. The largest record is
 //! about [`PoisonRecord::MAX_RECORD_BYTES`], far under the 1 MiB document
-//! limit, and its document id is safe ([`PoisonRecord::doc_id`]).
+//! limit, and the stores key it by a safe id
+//! (`crate::store::quarantine::record_id`).
 
 use std::collections::BTreeMap;
 
@@ -20,7 +21,7 @@ use sha2::{Digest, Sha256};
 pub struct PoisonRecord {
     /// Pub/Sub message id, whole (the store keeps at most
     /// [`PoisonRecord::MAX_ID_BYTES`] of it in the record's fields;
-    /// [`PoisonRecord::doc_id`] hashes a long one).
+    /// the stores hash a long one for the record's key).
     pub message_id: String,
     /// Why it is quarantined (at most [`PoisonRecord::MAX_REASON_BYTES`]).
     pub reason: String,
@@ -154,32 +155,6 @@ impl PoisonRecord {
     pub fn stored_message_id(&self) -> &str {
         prefix(&self.message_id, Self::MAX_ID_BYTES)
     }
-
-    /// The record's document id: the message id when it is a safe
-    /// Firestore id, else `sha256-{hex of the message id}`. Stable, so a
-    /// record written twice (a redelivery) lands on the same document.
-    pub fn doc_id(&self) -> String {
-        if is_safe_doc_id(&self.message_id) {
-            self.message_id.clone()
-        } else {
-            format!(
-                "sha256-{}",
-                hex(&Sha256::digest(self.message_id.as_bytes()))
-            )
-        }
-    }
-}
-
-/// Whether `id` can be used as (part of) a document id as it is: 1..=256
-/// printable ASCII bytes without `/`, not `.` or `..`, not of the reserved
-/// `__.*__` form.
-fn is_safe_doc_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= PoisonRecord::MAX_ID_BYTES
-        && id.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
-        && id != "."
-        && id != ".."
-        && !(id.starts_with("__") && id.ends_with("__"))
 }
 
 /// `s` cut to at most `max` bytes on a character boundary; sets `cut` when
@@ -245,19 +220,6 @@ mod tests {
         assert_eq!(record.data_sha256.len(), 64);
         assert_eq!(record.reason.len(), PoisonRecord::MAX_REASON_BYTES);
         assert_eq!(record.stored_message_id().len(), PoisonRecord::MAX_ID_BYTES);
-        assert!(record.doc_id().starts_with("sha256-"));
-    }
-
-    #[test]
-    fn doc_id_is_the_message_id_when_safe_and_a_digest_otherwise() {
-        let record = |id: &str| PoisonRecord::new(id.into(), "r".into(), b"", BTreeMap::new());
-        assert_eq!(record("1234567890").doc_id(), "1234567890");
-        assert_eq!(record("event-abc").doc_id(), "event-abc");
-        for unsafe_id in ["", "a/b", "__x__", ".", "..", "sp ace", "é"] {
-            let id = record(unsafe_id).doc_id();
-            assert!(id.starts_with("sha256-") && id.len() == 71, "{unsafe_id:?}");
-        }
-        assert_ne!(record("a/b").doc_id(), record("a/c").doc_id());
     }
 
     #[test]
