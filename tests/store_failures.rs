@@ -268,7 +268,11 @@ async fn a_firestore_rpc_that_gets_no_answer_ends_at_its_deadline_and_says_what_
         .await
         .expect("the read ends at its deadline")
         .expect_err("no answer");
-    assert_eq!(error.code, Code::DeadlineExceeded, "{error}");
+    assert_eq!(
+        error.code,
+        hotcount::store::Code::DeadlineExceeded,
+        "{error}"
+    );
     assert!(error.is_retryable() && !error.proves_content(), "{error}");
     assert!(error.message.contains("nothing was written"), "{error}");
     assert!(
@@ -287,7 +291,11 @@ async fn a_firestore_rpc_that_gets_no_answer_ends_at_its_deadline_and_says_what_
         .await
         .expect("the commit ends at its deadline")
         .expect_err("no answer");
-    assert_eq!(error.code, Code::DeadlineExceeded, "{error}");
+    assert_eq!(
+        error.code,
+        hotcount::store::Code::DeadlineExceeded,
+        "{error}"
+    );
     assert!(error.message.contains("outcome is unknown"), "{error}");
     faults.clear();
     commit_until_done(&store, &batch).await;

@@ -10,12 +10,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gcloud_sdk::tonic::Code;
 use hotcount::config::{Endpoints, StoreLocation, Target};
 use hotcount::model::poison::PoisonRecord;
 use hotcount::store::firestore::layout::collections;
 use hotcount::store::firestore::{FirestoreDb, Read, StoredMembership};
 use hotcount::store::postgres::PgDb;
+use hotcount::store::Code;
 use hotcount::store::StoreError;
 
 /// The store read back: Firestore or PostgreSQL.

@@ -39,7 +39,6 @@ use futures::future::BoxFuture;
 
 use crate::pipeline::rollup;
 use crate::store::firestore::codec::Correction;
-use crate::store::firestore::errors::internal;
 use crate::store::firestore::{FirestoreDb, Read};
 use crate::store::postgres::{PgDb, PostTally};
 use crate::store::selected::SelectedDb;
@@ -222,7 +221,8 @@ pub async fn reconcile_post_with(
             Ok(Outcome::Done(report)) => return Ok(report),
             Ok(Outcome::AlreadyApplied) => {
                 // Only reachable after a failed Commit, which left its report.
-                return unanswered.ok_or_else(|| internal("Commit", "a repair without a report"));
+                return unanswered
+                    .ok_or_else(|| StoreError::internal("Commit", "a repair without a report"));
             }
             Err((error, sent)) => {
                 if sent.is_some() {

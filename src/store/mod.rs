@@ -149,9 +149,96 @@ pub enum ErrorClass {
     Content,
 }
 
-/// The canonical code of a store failure: gRPC's (Google's error model),
-/// which a store that is not Firestore maps its failures to.
-pub use gcloud_sdk::tonic::Code;
+/// The canonical code of a store failure, in Google's error model (the
+/// codes of `google.rpc.Code`), which every backend maps its failures to:
+/// Firestore's are these, PostgreSQL's SQLSTATEs are mapped
+/// (`postgres/errors.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// Not an error.
+    Ok,
+    /// The call was cancelled (by the caller, or its deadline on the client).
+    Cancelled,
+    /// An error with no more specific code.
+    Unknown,
+    /// The request's content is refused.
+    InvalidArgument,
+    /// The deadline passed before the call ended.
+    DeadlineExceeded,
+    /// What was asked for does not exist.
+    NotFound,
+    /// What was to be created exists.
+    AlreadyExists,
+    /// The caller may not do this.
+    PermissionDenied,
+    /// A quota or rate limit was reached.
+    ResourceExhausted,
+    /// A precondition on the stored state failed.
+    FailedPrecondition,
+    /// Another transaction won: contention.
+    Aborted,
+    /// A value out of its range.
+    OutOfRange,
+    /// Not implemented by the store.
+    Unimplemented,
+    /// The store failed internally.
+    Internal,
+    /// The store cannot be reached now.
+    Unavailable,
+    /// Data was lost or corrupted.
+    DataLoss,
+    /// No valid credentials.
+    Unauthenticated,
+}
+
+impl Code {
+    /// The code numbered `n` in `google.rpc.Code` (gRPC's status codes);
+    /// an unknown number is [`Code::Unknown`].
+    pub fn from_number(n: i32) -> Self {
+        const BY_NUMBER: [Code; 17] = [
+            Code::Ok,
+            Code::Cancelled,
+            Code::Unknown,
+            Code::InvalidArgument,
+            Code::DeadlineExceeded,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+            Code::FailedPrecondition,
+            Code::Aborted,
+            Code::OutOfRange,
+            Code::Unimplemented,
+            Code::Internal,
+            Code::Unavailable,
+            Code::DataLoss,
+            Code::Unauthenticated,
+        ];
+        usize::try_from(n)
+            .ok()
+            .and_then(|i| BY_NUMBER.get(i))
+            .copied()
+            .unwrap_or(Code::Unknown)
+    }
+}
+
+/// The transaction a failed attempt had opened, as its backend names it:
+/// opaque above the backend, handed back to it by the next attempt of the
+/// same batch ([`Attempt::retry_transaction`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenedTransaction(Vec<u8>);
+
+impl OpenedTransaction {
+    /// The transaction the backend names `id`.
+    pub fn new(id: Vec<u8>) -> Self {
+        Self(id)
+    }
+
+    /// The backend's name of it.
+    pub fn id(&self) -> &[u8] {
+        &self.0
+    }
+}
 
 /// A failed store call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -168,7 +255,7 @@ pub struct StoreError {
     /// The read-write transaction the failed attempt had opened, if any:
     /// the next attempt of the same batch names it as the transaction it
     /// retries ([`Attempt::retry_transaction`]).
-    pub transaction: Option<Vec<u8>>,
+    pub transaction: Option<OpenedTransaction>,
 }
 
 impl StoreError {
@@ -210,6 +297,20 @@ impl StoreError {
     /// checked against fresh tombstones before its next attempt.
     pub fn is_tombstones_changed(&self) -> bool {
         self.op == TOMBSTONE_CHECK
+    }
+}
+
+impl StoreError {
+    /// An INTERNAL failure of `op`: the store answered something this
+    /// client cannot use (classed like any INTERNAL: transient).
+    pub fn internal(op: &'static str, message: &str) -> Self {
+        Self {
+            op,
+            code: Code::Internal,
+            message: message.to_string(),
+            class: ErrorClass::Transient,
+            transaction: None,
+        }
     }
 }
 
@@ -274,7 +375,7 @@ pub struct Attempt {
     /// gives a transaction that names the one it retries that one's age,
     /// and the older transaction wins a lock conflict, so a batch that
     /// keeps losing to younger ones is not starved.
-    pub retry_transaction: Option<Vec<u8>>,
+    pub retry_transaction: Option<OpenedTransaction>,
     /// When the attempt must have ended (the shutdown deadline, possibly
     /// set while it runs): then the store abandons the attempt, rolls back
     /// the transaction it opened and answers a transient DEADLINE_EXCEEDED.

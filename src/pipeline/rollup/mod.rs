@@ -310,7 +310,7 @@ fn written(
 
 /// A store answer the refresher cannot use.
 fn internal(message: &str) -> StoreError {
-    crate::store::firestore::errors::internal("Rollups", message)
+    StoreError::internal("Rollups", message)
 }
 
 /// What one cycle did (for tests and the drain).

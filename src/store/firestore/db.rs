@@ -19,15 +19,15 @@ use std::time::Duration;
 
 use gcloud_sdk::google::firestore::v1 as fs;
 use gcloud_sdk::prost_types::Timestamp;
-use gcloud_sdk::tonic::{Code, Status};
+use gcloud_sdk::tonic::{Code as GrpcCode, Status};
 
 use fs::structured_aggregation_query::aggregation::{Count, Operator};
 use fs::value::ValueType;
 
-use super::errors::{internal, status_error};
+use super::errors::status_error;
 use super::frame::{BatchGetFrame, FoundDocument};
 use super::{wire, Layout};
-use crate::store::StoreError;
+use crate::store::{Code, OpenedTransaction, StoreError};
 
 /// Longest wait for a best-effort rollback.
 const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -171,7 +171,7 @@ impl FirestoreDb {
         let call = client.get_document(Self::within(request, limit));
         match answer_within(limit, "nothing was written", call).await {
             Ok(doc) => Ok(Some(doc)),
-            Err(status) if status.code() == Code::NotFound => Ok(None),
+            Err(status) if status.code() == GrpcCode::NotFound => Ok(None),
             Err(status) => Err(status_error("GetDocument", &status)),
         }
     }
@@ -243,7 +243,9 @@ impl FirestoreDb {
             },
         )
         .await?;
-        read_time.ok_or_else(|| internal(op, "no read time in the BatchGetDocuments responses"))
+        read_time.ok_or_else(|| {
+            StoreError::internal(op, "no read time in the BatchGetDocuments responses")
+        })
     }
 
     /// Applies `writes` with BatchWrite: each on its own (not atomically),
@@ -269,7 +271,7 @@ impl FirestoreDb {
             .await
             .map_err(|s| status_error(op, &s))?;
         if response.status.len() != count {
-            return Err(internal(
+            return Err(StoreError::internal(
                 op,
                 "not one status per write in the BatchWrite response",
             ));
@@ -277,8 +279,8 @@ impl FirestoreDb {
         Ok(response
             .status
             .into_iter()
-            .map(|status| match Code::from(status.code) {
-                Code::Ok => Ok(()),
+            .map(|status| match GrpcCode::from(status.code) {
+                GrpcCode::Ok => Ok(()),
                 code => Err(status_error(op, &Status::new(code, status.message))),
             })
             .collect())
@@ -408,7 +410,7 @@ impl FirestoreDb {
         match count {
             Some(n) => Ok(n),
             None => {
-                let error = internal(op, "no count in the aggregation response");
+                let error = StoreError::internal(op, "no count in the aggregation response");
                 Err(self.abandon(transaction, error).await)
             }
         }
@@ -483,7 +485,7 @@ impl FirestoreDb {
             }
         }
         if matches!(read, Read::ReadWrite { .. }) && transaction.is_empty() {
-            return Err(internal(
+            return Err(StoreError::internal(
                 op,
                 &format!("no transaction id in the {op} response"),
             ));
@@ -496,7 +498,7 @@ impl FirestoreDb {
     async fn abandon(&self, transaction: Vec<u8>, mut error: StoreError) -> StoreError {
         if !transaction.is_empty() {
             self.rollback(transaction.clone()).await;
-            error.transaction = Some(transaction);
+            error.transaction = Some(OpenedTransaction::new(transaction));
         }
         error
     }
@@ -558,10 +560,10 @@ impl FirestoreDb {
         };
         let mut error = status_error("Commit", &status);
         if let Some(transaction) = transaction {
-            if status.code() != Code::Aborted {
+            if status.code() != GrpcCode::Aborted {
                 self.rollback(transaction.clone()).await;
             }
-            error.transaction = Some(transaction);
+            error.transaction = Some(OpenedTransaction::new(transaction));
         }
         Err(error)
     }
@@ -596,7 +598,7 @@ const TIMEOUT_EXPIRED: &str = "Timeout expired";
 /// Whether `status` is the client library's own deadline passing (the
 /// same deadline as ours, which may fire a moment later).
 fn expired(status: &Status) -> bool {
-    status.code() == Code::Cancelled && status.message() == TIMEOUT_EXPIRED
+    status.code() == GrpcCode::Cancelled && status.message() == TIMEOUT_EXPIRED
 }
 
 /// An RPC of `op` that got no answer within `limit`: a transient

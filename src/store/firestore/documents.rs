@@ -19,7 +19,6 @@ use fs::structured_query::{
 
 use super::codec::{self, Correction, RepairGuard, StoredMembership, StoredRecord};
 use super::db::{FirestoreDb, Read};
-use super::errors::internal;
 use super::layout::collections;
 use super::layout::fields::{erased_user, marker, membership, quarantine, tombstone_setting};
 use super::wire;
@@ -437,7 +436,7 @@ impl FirestoreDb {
         let name = self.layout().reconcile_guard(post_id);
         self.batch_get(vec![name], read, |doc| {
             guard = codec::guard_from_document(&doc)
-                .ok_or_else(|| internal(op, "a document without an update time"));
+                .ok_or_else(|| StoreError::internal(op, "a document without an update time"));
         })
         .await?;
         guard

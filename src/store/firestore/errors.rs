@@ -7,13 +7,13 @@
 
 use gcloud_sdk::tonic::{Code, Status};
 
-use crate::store::{ErrorClass, StoreError};
+use crate::store::{self, ErrorClass, StoreError};
 
 /// A gRPC failure of `op` as a [`StoreError`], classed by [`classify`].
 pub fn status_error(op: &'static str, status: &Status) -> StoreError {
     StoreError {
         op,
-        code: status.code(),
+        code: store_code(status.code()),
         message: status.message().to_string(),
         class: classify(status.code(), status.message()),
         transaction: None,
@@ -45,10 +45,9 @@ pub fn classify(code: Code, message: &str) -> ErrorClass {
     }
 }
 
-/// An INTERNAL failure of `op`: the server answered something this client
-/// cannot use (classed like any INTERNAL: transient).
-pub fn internal(op: &'static str, message: &str) -> StoreError {
-    status_error(op, &Status::new(Code::Internal, message))
+/// gRPC's code as the store's (the same numbering: `google.rpc.Code`).
+pub fn store_code(code: Code) -> store::Code {
+    store::Code::from_number(code as i32)
 }
 
 /// Whether `message` is Firestore's "transaction expired" INVALID_ARGUMENT.
@@ -101,6 +100,15 @@ mod tests {
             assert_eq!(error.class, expected, "{code:?}");
             assert_eq!(error.is_retryable(), expected == ErrorClass::Transient);
         }
+    }
+
+    #[test]
+    fn every_grpc_code_keeps_its_name_as_a_store_code() {
+        for n in 0..=16 {
+            let grpc = Code::from_i32(n);
+            assert_eq!(format!("{:?}", store_code(grpc)), format!("{grpc:?}"));
+        }
+        assert_eq!(store::Code::from_number(99), store::Code::Unknown);
     }
 
     #[test]

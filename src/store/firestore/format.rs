@@ -5,9 +5,8 @@
 //! the record it read (absent, or at its update time), and only a format
 //! above the one read; a raise that lost a race reads again.
 
-use gcloud_sdk::tonic::Code;
+use crate::store::Code;
 
-use super::errors::internal;
 use super::{codec, FirestoreDb};
 use crate::store::StoreError;
 
@@ -23,7 +22,7 @@ impl FirestoreDb {
         };
         codec::data_format_from_document(&doc)
             .map(Some)
-            .ok_or_else(|| internal("GetDocument", "an unreadable data-format record"))
+            .ok_or_else(|| StoreError::internal("GetDocument", "an unreadable data-format record"))
     }
 
     /// Stores format `to` unless the stored one is as high; returns the
@@ -34,8 +33,9 @@ impl FirestoreDb {
         for _ in 0..RAISE_ATTEMPTS {
             let doc = self.get(&name).await?;
             let stored = match &doc {
-                Some(doc) => codec::data_format_from_document(doc)
-                    .ok_or_else(|| internal("GetDocument", "an unreadable data-format record"))?,
+                Some(doc) => codec::data_format_from_document(doc).ok_or_else(|| {
+                    StoreError::internal("GetDocument", "an unreadable data-format record")
+                })?,
                 None => crate::store::format::DATA_FORMAT_UNRECORDED,
             };
             if doc.is_some() && stored >= to {
@@ -52,6 +52,8 @@ impl FirestoreDb {
                 Err(e) => return Err(e),
             }
         }
-        Err(lost.unwrap_or_else(|| internal("Commit", "the data-format record kept changing")))
+        Err(lost.unwrap_or_else(|| {
+            StoreError::internal("Commit", "the data-format record kept changing")
+        }))
     }
 }

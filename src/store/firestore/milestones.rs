@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use super::codec::{self, timestamp_to_micros};
 use super::db::{answer_within, FirestoreDb, Opened, Read};
 use super::documents::{ascending, compare};
-use super::errors::{internal, status_error};
+use super::errors::status_error;
 use super::layout::collections;
 use super::layout::fields::milestone as f;
 use crate::store::milestone::{
@@ -107,7 +107,9 @@ impl FirestoreDb {
             .read_time
             .as_ref()
             .map(timestamp_to_micros)
-            .ok_or_else(|| internal("RunQuery", "no read time for the due milestones"))?;
+            .ok_or_else(|| {
+                StoreError::internal("RunQuery", "no read time for the due milestones")
+            })?;
         Ok((queried.documents, read_time))
     }
 
@@ -155,7 +157,10 @@ impl FirestoreDb {
         let times = self.commit_writes(vec![write], transaction).await?;
         let update_time = times.into_iter().next().flatten();
         if update_time.is_none() {
-            return Err(internal("Commit", "no update time for the claim"));
+            return Err(StoreError::internal(
+                "Commit",
+                "no update time for the claim",
+            ));
         }
         // The lease runs from `now`, before the commit: its end as stored
         // is what every other dispatcher sees.
@@ -348,7 +353,7 @@ impl FirestoreDb {
         };
         codec::milestone_setting_from_document(&doc)
             .map(Some)
-            .ok_or_else(|| internal("GetDocument", "an unreadable milestone setting"))
+            .ok_or_else(|| StoreError::internal("GetDocument", "an unreadable milestone setting"))
     }
 
     /// Stores `setting` (see [`MilestoneStore::store_milestone_setting`]).
@@ -360,10 +365,11 @@ impl FirestoreDb {
         let write = codec::milestone_setting_write(self.layout(), setting, only_if_unset);
         match self.commit_writes(vec![write], Vec::new()).await {
             Ok(_) => Ok(setting.clone()),
-            Err(e) if only_if_unset && e.code == Code::AlreadyExists => self
-                .read_milestone_setting()
-                .await?
-                .ok_or_else(|| internal("GetDocument", "the milestone setting vanished")),
+            Err(e) if only_if_unset && e.code == Code::AlreadyExists => {
+                self.read_milestone_setting().await?.ok_or_else(|| {
+                    StoreError::internal("GetDocument", "the milestone setting vanished")
+                })
+            }
             Err(e) => Err(e),
         }
     }

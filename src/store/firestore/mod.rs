@@ -22,7 +22,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use gcloud_sdk::tonic::Code;
+use crate::store::{Code, OpenedTransaction};
 
 pub mod codec;
 mod db;
@@ -107,7 +107,7 @@ impl CounterStore for FirestoreStore {
                     code: Code::DeadlineExceeded,
                     message: format!("the shutdown deadline passed; {outcome}"),
                     class: ErrorClass::Transient,
-                    transaction,
+                    transaction: transaction.map(OpenedTransaction::new),
                 })
             }
         }
@@ -137,7 +137,10 @@ impl FirestoreStore {
         let layout = self.db.layout();
         let marker = layout.marker(&self.config.consumer, &batch.id);
         let read = Read::ReadWrite {
-            retry: attempt.retry_transaction.as_deref(),
+            retry: attempt
+                .retry_transaction
+                .as_ref()
+                .map(OpenedTransaction::id),
             opened,
         };
         // A checked batch reads the tombstones' generation in the same

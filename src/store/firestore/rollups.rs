@@ -377,7 +377,7 @@ impl FirestoreDb {
                         // The target is gone (a token the server rejects
                         // among the causes): listen again from scratch.
                         resume.reset();
-                        let code = Code::from(cause.code);
+                        let code = gcloud_sdk::tonic::Code::from(cause.code);
                         let status = gcloud_sdk::tonic::Status::new(code, cause.message);
                         return Err(status_error(op, &status));
                     }

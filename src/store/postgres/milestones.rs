@@ -15,7 +15,6 @@ use tokio_postgres::Row;
 
 use super::errors::query_error;
 use super::{schema, PgDb};
-use crate::store::firestore::errors::internal;
 use crate::store::milestone::{
     Claim, MilestoneRecord, MilestoneSetting, MilestoneStatus, MilestoneStore, RetrySelection,
     Settle,
@@ -32,7 +31,7 @@ fn record(op: &'static str, row: &Row) -> Result<MilestoneRecord, StoreError> {
         likes: row.try_get(2).map_err(err)?,
         reached_at: row.try_get(3).map_err(err)?,
         status: MilestoneStatus::parse(&status)
-            .ok_or_else(|| internal(op, "an unknown milestone status"))?,
+            .ok_or_else(|| StoreError::internal(op, "an unknown milestone status"))?,
         attempts: u32::try_from(attempts).unwrap_or(0),
         due_at: row.try_get(6).map_err(err)?,
         last_error: row.try_get(7).map_err(err)?,
@@ -173,7 +172,7 @@ impl MilestoneStore for PgDb {
             None => self
                 .milestone_setting()
                 .await?
-                .ok_or_else(|| internal(op, "the milestone setting vanished")),
+                .ok_or_else(|| StoreError::internal(op, "the milestone setting vanished")),
         }
     }
 }
