@@ -25,7 +25,6 @@ use crate::pipeline::push::{Push, PushConfig, PushHandle, PATH as PUSH_PATH};
 use crate::pipeline::rollup::Refresher;
 use crate::pipeline::source::{DeadLetterPolicy, PubSubHandle, Source};
 use crate::store::milestone::{list_text, MilestoneSetting, MilestoneStore, Thresholds};
-use crate::store::postgres::PgDb;
 use crate::store::selected::{SelectedDb, SelectedStore};
 use crate::store::StoreError;
 use crate::telemetry::{CommitProgress, Stall, Stats};
@@ -195,7 +194,7 @@ pub async fn open_store(
 /// rows each, so one cleanup is bounded. A failure is logged and the
 /// cleanup tried again at the next interval; it never stops the service.
 struct MarkerCleanup {
-    db: PgDb,
+    db: SelectedDb,
     interval: Duration,
     batch_rows: i64,
     stats: Arc<Stats>,
@@ -577,11 +576,12 @@ async fn run_pipeline(
     tracing::info!(milestones = %milestones.describe(), "the fleet's milestone setting");
     // Beside the pipeline: ends when the source stops.
     let mut cleanup = tokio::task::JoinSet::new();
-    if let (SelectedStore::Postgres(pg), Some(interval)) =
-        (store.as_ref(), config.marker_cleanup_interval)
-    {
+    if let (true, Some(interval)) = (
+        store.db().sweeps_expired_markers(),
+        config.marker_cleanup_interval,
+    ) {
         let task = MarkerCleanup {
-            db: pg.db().clone(),
+            db: store.db(),
             interval,
             batch_rows: config.marker_cleanup_batch_rows,
             stats: stats.clone(),

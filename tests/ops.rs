@@ -141,10 +141,9 @@ impl HeldRepair {
             go: tokio::sync::Semaphore::new(0),
         });
         let (db, post, hook) = (h.db.clone(), post.to_string(), pause.clone());
-        let task =
-            tokio::spawn(
-                async move { reconcile::reconcile_post_with(&db, &post, true, &*hook).await },
-            );
+        let task = tokio::spawn(async move {
+            hotcount::store::firestore::repair::reconcile_post_with(&db, &post, true, &*hook).await
+        });
         Self {
             pause,
             reached,

@@ -11,16 +11,16 @@
 //! where an event already counted is a duplicate and a no-op.
 //!
 //! The commands have one code path for both stores: records come back as
-//! one [`StoredRecord`] whichever store holds them (Firestore documents
-//! `quarantine/{consumer}:{id}`, PostgreSQL rows keyed by (consumer, id));
-//! only reading and deleting dispatch on the [`SelectedDb`].
+//! one [`StoredRecord`] whichever store holds them, through the selected
+//! store's [`QuarantineStore`].
 
 use std::collections::BTreeMap;
 
 use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::model::Message;
 
-use crate::model::poison::PoisonRecord;
+use crate::store::quarantine::QuarantineStore;
+pub use crate::store::quarantine::StoredRecord;
 use crate::store::selected::SelectedDb;
 use crate::store::StoreError;
 
@@ -43,70 +43,9 @@ pub enum QuarantineError {
     },
 }
 
-/// One quarantine record as the commands show it, whichever store holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredRecord {
-    id: String,
-    /// The consumer that wrote it.
-    pub consumer: String,
-    /// The record's content.
-    pub record: PoisonRecord,
-    /// When it was written, if known.
-    pub quarantined_at: Option<String>,
-}
-
-impl StoredRecord {
-    /// Its id, `{consumer}:{record id}` (`crate::store::quarantine::record_id`), as
-    /// `list` prints it and `show` and `redrive` take it.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-}
-
-impl From<crate::store::firestore::StoredRecord> for StoredRecord {
-    fn from(stored: crate::store::firestore::StoredRecord) -> Self {
-        Self {
-            id: stored.id().to_string(),
-            consumer: stored.consumer,
-            record: stored.record,
-            quarantined_at: stored.quarantined_at,
-        }
-    }
-}
-
-impl From<crate::store::postgres::StoredRecord> for StoredRecord {
-    fn from(stored: crate::store::postgres::StoredRecord) -> Self {
-        Self {
-            id: format!("{}:{}", stored.consumer, stored.record_id),
-            consumer: stored.consumer,
-            record: stored.record,
-            quarantined_at: Some(stored.quarantined_at),
-        }
-    }
-}
-
-/// A store's records as the commands show them.
-fn shown<T: Into<StoredRecord>>(records: Vec<T>) -> Vec<StoredRecord> {
-    records.into_iter().map(Into::into).collect()
-}
-
-/// A record id's consumer and its record id within it (a consumer name
-/// never holds `:`); `None` for an id no record can have.
-fn split_id(id: &str) -> Option<(&str, &str)> {
-    id.split_once(':')
-}
-
 /// Deletes `record` from the store that holds it.
 pub async fn delete(db: &SelectedDb, record: &StoredRecord) -> Result<(), StoreError> {
-    match db {
-        SelectedDb::Firestore(db) => db.delete_quarantine_record(record.id()).await,
-        SelectedDb::Postgres(db) => {
-            if let Some((consumer, record_id)) = split_id(record.id()) {
-                db.delete_quarantine_record(consumer, record_id).await?;
-            }
-            Ok(())
-        }
-    }
+    db.delete_quarantined(record.id()).await
 }
 
 /// What became of one record asked to be re-driven.
@@ -130,25 +69,12 @@ pub async fn list(
     consumer: Option<&str>,
     limit: usize,
 ) -> Result<Vec<StoredRecord>, StoreError> {
-    Ok(match db {
-        SelectedDb::Firestore(db) => shown(db.quarantine_records(consumer, Some(limit)).await?),
-        SelectedDb::Postgres(db) => shown(db.quarantine_records(consumer, Some(limit)).await?),
-    })
+    db.list_quarantined(consumer, limit).await
 }
 
 /// The record `id` (`{consumer}:{record id}` as `list` prints it), if any.
 pub async fn show(db: &SelectedDb, id: &str) -> Result<Option<StoredRecord>, StoreError> {
-    let stored = match db {
-        SelectedDb::Firestore(db) => db.quarantine_record(id).await?.map(Into::into),
-        SelectedDb::Postgres(db) => match split_id(id) {
-            Some((consumer, record_id)) => db
-                .quarantine_record(consumer, record_id)
-                .await?
-                .map(Into::into),
-            None => None,
-        },
-    };
-    Ok(stored)
+    db.quarantined(id).await
 }
 
 /// Re-drives each record of `ids` to the main topic through `publisher`,

@@ -30,24 +30,14 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::event::{LikeEvent, LikeKind, Version};
-use crate::model::batch::{Batch, Membership, MembershipKey};
+use crate::model::batch::{Batch, MembershipKey};
 use crate::pipeline::flusher::{backoff, FlushConfig};
 use crate::pipeline::rollup;
-use crate::store::firestore::Read;
+use crate::store::erasure::ErasureStore;
+pub use crate::store::erasure::{is_erased, UserMembership, ERASED_SEQ, ERASURE_EVENT_ID};
 use crate::store::format::{self, FormatError, DATA_FORMAT_TOMBSTONES};
 use crate::store::selected::{SelectedDb, SelectedStore, StoreSettings};
 use crate::store::{Attempt, CommitReport, CounterStore, StoreError};
-
-/// One membership of the user, whichever store holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UserMembership {
-    /// Its (post, user).
-    pub key: MembershipKey,
-    /// Its state and the version of the event that set it.
-    pub membership: Membership,
-    /// When the store last wrote it (microseconds since the epoch), if known.
-    pub updated_at_micros: Option<i64>,
-}
 
 /// Every membership of `user_id` (liked or not), by post, read without
 /// locking anything.
@@ -55,29 +45,7 @@ pub async fn memberships(
     db: &SelectedDb,
     user_id: &str,
 ) -> Result<Vec<UserMembership>, StoreError> {
-    let found = match db {
-        SelectedDb::Firestore(db) => db
-            .user_memberships(user_id, Read::Latest)
-            .await?
-            .into_iter()
-            .map(|m| UserMembership {
-                key: m.key,
-                membership: m.membership,
-                updated_at_micros: m.updated_at_micros,
-            })
-            .collect(),
-        SelectedDb::Postgres(db) => db
-            .user_memberships(user_id)
-            .await?
-            .into_iter()
-            .map(|(key, membership, updated)| UserMembership {
-                key,
-                membership,
-                updated_at_micros: Some(updated),
-            })
-            .collect(),
-    };
-    Ok(found)
+    db.memberships_of_user(user_id).await
 }
 
 /// One line of `users export`: a post the user likes now.
@@ -124,13 +92,6 @@ fn rfc3339(micros: i64) -> String {
         |t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
     )
 }
-
-/// The `seq` of an erasure event: the highest there is, so no event of the
-/// user, earlier or later, is newer than the erasure on an erased membership.
-pub const ERASED_SEQ: i64 = i64::MAX;
-
-/// The event id an erasure event carries (no user id in it).
-pub const ERASURE_EVENT_ID: &str = "hotcount-erasure";
 
 /// Memberships erased per transaction: each writes its membership and at
 /// most one counter increment, plus the marker, well inside Firestore's 500
@@ -182,18 +143,12 @@ pub async fn require_tombstone_format(db: &SelectedDb) -> Result<(), FormatError
 /// Writes the tombstone of `user_id` (its keyed hash).
 pub async fn write_tombstone(db: &SelectedDb, key: &[u8], user_id: &str) -> Result<(), StoreError> {
     let hash = crate::event::user_hash(key, user_id);
-    match db {
-        SelectedDb::Firestore(db) => db.write_tombstone(&hash).await,
-        SelectedDb::Postgres(db) => db.write_tombstone(&hash).await,
-    }
+    db.put_tombstone(&hash).await
 }
 
 /// Every tombstone: the keyed hashes of the erased users (no id).
 pub async fn tombstones(db: &SelectedDb) -> Result<Vec<String>, StoreError> {
-    let mut hashes = match db {
-        SelectedDb::Firestore(db) => db.tombstones().await?,
-        SelectedDb::Postgres(db) => db.tombstones().await?,
-    };
+    let mut hashes = db.tombstone_hashes().await?;
     hashes.sort();
     Ok(hashes)
 }
@@ -215,23 +170,11 @@ pub async fn reapply(
     let wanted: std::collections::HashSet<&str> = hashes.iter().map(String::as_str).collect();
     if !settings.dry_run {
         for hash in hashes {
-            match &db {
-                SelectedDb::Firestore(db) => db.write_tombstone(hash).await?,
-                SelectedDb::Postgres(db) => db.write_tombstone(hash).await?,
-            }
+            db.put_tombstone(hash).await?;
         }
         tokio::time::sleep(tombstone.settle).await;
     }
-    let ids: Vec<String> = match &db {
-        SelectedDb::Firestore(db) => {
-            let (all, _) = db.memberships(None, Read::Latest).await?;
-            let mut ids: Vec<String> = all.into_iter().map(|m| m.key.user_id).collect();
-            ids.sort();
-            ids.dedup();
-            ids
-        }
-        SelectedDb::Postgres(db) => db.user_ids().await?,
-    };
+    let ids = db.membership_user_ids().await?;
     // The tombstones are in place and held: no second wait per user.
     let mut each = settings.clone();
     each.tombstone = Some(TombstoneSettings {
@@ -254,10 +197,7 @@ pub async fn reapply(
 /// events count again from then on (within a refresh interval).
 pub async fn restore(db: &SelectedDb, key: &[u8], user_id: &str) -> Result<bool, StoreError> {
     let hash = crate::event::user_hash(key, user_id);
-    match db {
-        SelectedDb::Firestore(db) => db.delete_tombstone(&hash).await,
-        SelectedDb::Postgres(db) => db.delete_tombstone(&hash).await,
-    }
+    db.lift_tombstone(&hash).await
 }
 
 /// Deletes the memberships among `found` that are in an erasure's state,
@@ -274,20 +214,8 @@ async fn delete_erased(
     for part in erased.chunks(chunk) {
         // Each attempt reads again what is still in the erasure's state, so
         // a retry after an unknown outcome deletes only what is left.
-        deleted += retried("membership delete", || async {
-            match db {
-                SelectedDb::Firestore(db) => {
-                    let keys: Vec<MembershipKey> = part.iter().map(|m| m.key.clone()).collect();
-                    db.delete_erased_memberships(&keys, is_erased).await
-                }
-                SelectedDb::Postgres(db) => {
-                    let posts: Vec<&str> = part.iter().map(|m| m.key.post_id.as_str()).collect();
-                    db.delete_erased_memberships(user_id, &posts, ERASED_SEQ, ERASURE_EVENT_ID)
-                        .await
-                }
-            }
-        })
-        .await?;
+        let keys: Vec<MembershipKey> = part.iter().map(|m| m.key.clone()).collect();
+        deleted += retried("membership delete", || db.delete_erased(user_id, &keys)).await?;
     }
     Ok(deleted)
 }
@@ -338,11 +266,6 @@ impl EraseError {
 /// Passes over the user's memberships at most: a pass finds the likes the
 /// previous one could not see (events of the user committed meanwhile).
 const MAX_PASSES: u32 = 5;
-
-/// Whether `m` is an erasure's state (left by an earlier `erase`).
-pub fn is_erased(m: &Membership) -> bool {
-    !m.liked && m.version.seq == ERASED_SEQ && m.version.event_id == ERASURE_EVENT_ID
-}
 
 /// The store `erase` commits through ([`erase_store`]).
 pub type EraseStore = SelectedStore;
@@ -568,21 +491,5 @@ mod tests {
         let longer = br#"{"userId":"alicex","postId":"p"}"#;
         assert!(!contains(longer, quoted.as_bytes()));
         assert!(!contains(b"", quoted.as_bytes()));
-    }
-
-    #[test]
-    fn only_an_erasures_own_state_counts_as_erased() {
-        let state = |liked, seq, id: &str| Membership {
-            liked,
-            version: Version {
-                seq,
-                occurred_at_micros: 1,
-                event_id: id.into(),
-            },
-        };
-        assert!(is_erased(&state(false, ERASED_SEQ, ERASURE_EVENT_ID)));
-        assert!(!is_erased(&state(true, ERASED_SEQ, ERASURE_EVENT_ID)));
-        assert!(!is_erased(&state(false, 3, ERASURE_EVENT_ID)));
-        assert!(!is_erased(&state(false, ERASED_SEQ, "e1")));
     }
 }

@@ -11,12 +11,14 @@
 //! unknown commit outcome can always be resolved by committing again.
 
 pub mod counter_shards;
+pub mod erasure;
 pub mod firestore;
 pub mod format;
 pub mod memory;
 pub mod milestone;
 pub mod postgres;
 pub mod quarantine;
+pub mod reconcile;
 pub mod rollup;
 pub mod selected;
 

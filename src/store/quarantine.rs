@@ -1,14 +1,19 @@
-//! The key a quarantine record is stored under, the same in every store:
-//! a Firestore document id, and PostgreSQL's `record_id`.
+//! Quarantine records as the stores keep them: the key a record is stored
+//! under, the same in every store (a Firestore document id, PostgreSQL's
+//! `record_id`), and what the quarantine commands ask of a store
+//! ([`QuarantineStore`], implemented by each backend in its folder).
 //!
 //! Invariant: the id is stable (a record written twice, by a redelivery,
 //! lands on the same key) and always a safe Firestore document id, so one
 //! message is one record in either store and records move between stores
 //! unchanged.
 
+use std::future::Future;
+
 use sha2::{Digest, Sha256};
 
 use crate::model::poison::{hex, PoisonRecord};
+use crate::store::StoreError;
 
 /// The record's id: the message id when it is a safe Firestore document
 /// id, else `sha256-{hex of the message id}`.
@@ -33,6 +38,67 @@ fn is_safe_doc_id(id: &str) -> bool {
         && id != "."
         && id != ".."
         && !(id.starts_with("__") && id.ends_with("__"))
+}
+
+/// One quarantine record as the operator commands show it, whichever
+/// store holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRecord {
+    id: String,
+    /// The consumer that wrote it.
+    pub consumer: String,
+    /// The record's content.
+    pub record: PoisonRecord,
+    /// When it was written, if known.
+    pub quarantined_at: Option<String>,
+}
+
+impl StoredRecord {
+    /// The record `id` (`{consumer}:{record id}`) of `consumer`, as read.
+    pub fn new(
+        id: String,
+        consumer: String,
+        record: PoisonRecord,
+        quarantined_at: Option<String>,
+    ) -> Self {
+        Self {
+            id,
+            consumer,
+            record,
+            quarantined_at,
+        }
+    }
+
+    /// Its id, `{consumer}:{record id}` (`crate::store::quarantine::record_id`), as
+    /// `list` prints it and `show` and `redrive` take it.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// What the quarantine commands (`list`, `show`, `redrive`) ask of a store.
+pub trait QuarantineStore: Sync {
+    /// Up to `limit` records, by id, of `consumer` only when given.
+    fn list_quarantined(
+        &self,
+        consumer: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StoredRecord>, StoreError>> + Send;
+
+    /// The record `id` (`{consumer}:{record id}`), if any.
+    fn quarantined(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<StoredRecord>, StoreError>> + Send;
+
+    /// Deletes the record `id`; deleting a missing one is no error.
+    fn delete_quarantined(&self, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// A record id's consumer and its record id within it (a consumer name
+/// never holds `:`); `None` for an id no record can have.
+pub fn split_id(id: &str) -> Option<(&str, &str)> {
+    id.split_once(':')
 }
 
 #[cfg(test)]

@@ -10,12 +10,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
 use super::counter_shards::ShardRegistry;
+use super::erasure::{ErasureStore, UserMembership};
 pub use super::firestore::ListenResume;
 use super::firestore::{FirestoreDb, FirestoreStore, Read};
 use super::milestone::{
     Claim, MilestoneRecord, MilestoneSetting, MilestoneStore, RetrySelection, Settle,
 };
 use super::postgres::{PgDb, PostgresStore};
+use super::quarantine::{QuarantineStore, StoredRecord};
+use super::reconcile::{PostReport, Reconcilable};
 use super::rollup::{
     ChangedPost, DueRecord, Micros, RollupChange, RollupKey, RollupSnapshot, RollupStore,
     RollupWrite, TakenRecord, WriteOutcome,
@@ -23,6 +26,19 @@ use super::rollup::{
 pub use super::StoreSettings;
 use super::{Attempt, CommitReport, CounterStore, StoreError, TombstoneState};
 use crate::model::batch::{Batch, Membership, MembershipKey};
+
+/// `$call` on whichever backend `$selected` holds (a [`SelectedStore`] or
+/// a [`SelectedDb`], bound as `$backend`; used inside their `impl`s): the one place a call is
+/// dispatched to Firestore or PostgreSQL, so each call is written once and
+/// both backends answer it through the same trait or method.
+macro_rules! each_backend {
+    ($selected:expr, $backend:ident => $call:expr) => {
+        match $selected {
+            Self::Firestore($backend) => $call,
+            Self::Postgres($backend) => $call,
+        }
+    };
+}
 
 /// Firestore or PostgreSQL.
 #[derive(Clone)]
@@ -84,17 +100,11 @@ impl SelectedStore {
 
 impl CounterStore for SelectedStore {
     async fn commit(&self, batch: &Batch, attempt: &Attempt) -> Result<CommitReport, StoreError> {
-        match self {
-            Self::Firestore(store) => store.commit(batch, attempt).await,
-            Self::Postgres(store) => store.commit(batch, attempt).await,
-        }
+        each_backend!(self, store => store.commit(batch, attempt).await)
     }
 
     async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
-        match self {
-            Self::Firestore(store) => store.count(post_id).await,
-            Self::Postgres(store) => store.count(post_id).await,
-        }
+        each_backend!(self, store => store.count(post_id).await)
     }
 
     async fn tombstones(&self) -> Result<TombstoneState, StoreError> {
@@ -116,35 +126,39 @@ impl SelectedDb {
     /// The stored data format; `None` when no record exists (format 1:
     /// see [`super::format`]).
     pub async fn data_format(&self) -> Result<Option<u32>, StoreError> {
-        match self {
-            Self::Firestore(db) => db.data_format().await,
-            Self::Postgres(db) => db.data_format().await,
-        }
+        each_backend!(self, db => db.data_format().await)
     }
 
     /// Stores data format `to` unless the stored one is as high (never
     /// lowers it); returns the stored format after.
     pub async fn raise_data_format(&self, to: u32) -> Result<u32, StoreError> {
-        match self {
-            Self::Firestore(db) => db.raise_data_format(to).await,
-            Self::Postgres(db) => db.raise_data_format(to).await,
-        }
+        each_backend!(self, db => db.raise_data_format(to).await)
     }
 
     /// The erased users' tombstones and their generation (read first).
     pub async fn tombstone_state(&self) -> Result<TombstoneState, StoreError> {
+        each_backend!(self, db => db.tombstone_state().await)
+    }
+
+    /// Whether the service deletes expired batch markers itself
+    /// ([`Self::delete_expired_markers`]: PostgreSQL) rather than the store
+    /// (Firestore's TTL policy on `expireAt`).
+    pub fn sweeps_expired_markers(&self) -> bool {
+        matches!(self, Self::Postgres(_))
+    }
+
+    /// Deletes up to `rows` expired batch markers; how many (Firestore:
+    /// none, its TTL policy deletes them).
+    pub async fn delete_expired_markers(&self, rows: i64) -> Result<u64, StoreError> {
         match self {
-            Self::Firestore(db) => db.tombstone_state().await,
-            Self::Postgres(db) => db.tombstone_state().await,
+            Self::Firestore(_) => Ok(0),
+            Self::Postgres(db) => db.delete_expired_markers(rows).await,
         }
     }
 
     /// The like count of `post_id`: the sum of its counter shards.
     pub async fn count(&self, post_id: &str) -> Result<i64, StoreError> {
-        match self {
-            Self::Firestore(db) => db.count(post_id).await,
-            Self::Postgres(db) => db.count(post_id).await,
-        }
+        each_backend!(self, db => db.count(post_id).await)
     }
 
     /// Listens to the rollups of `posts`: each one's current state, then
@@ -175,34 +189,22 @@ impl SelectedDb {
 
 impl RollupStore for SelectedDb {
     fn numbers_shards(&self) -> bool {
-        match self {
-            Self::Firestore(db) => db.numbers_shards(),
-            Self::Postgres(db) => db.numbers_shards(),
-        }
+        each_backend!(self, db => db.numbers_shards())
     }
 
     async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
-        match self {
-            Self::Firestore(db) => db.read_rollups(keys).await,
-            Self::Postgres(db) => db.read_rollups(keys).await,
-        }
+        each_backend!(self, db => db.read_rollups(keys).await)
     }
 
     async fn write_rollups(
         &self,
         writes: &[RollupWrite<'_>],
     ) -> Result<Vec<WriteOutcome>, StoreError> {
-        match self {
-            Self::Firestore(db) => db.write_rollups(writes).await,
-            Self::Postgres(db) => db.write_rollups(writes).await,
-        }
+        each_backend!(self, db => db.write_rollups(writes).await)
     }
 
     async fn changed_since(&self, since: SystemTime) -> Result<Vec<ChangedPost>, StoreError> {
-        match self {
-            Self::Firestore(db) => db.changed_since(since).await,
-            Self::Postgres(db) => db.changed_since(since).await,
-        }
+        each_backend!(self, db => db.changed_since(since).await)
     }
 
     async fn take_over_due(
@@ -211,17 +213,11 @@ impl RollupStore for SelectedDb {
         store_now: Micros,
         limit: usize,
     ) -> Result<Vec<TakenRecord>, StoreError> {
-        match self {
-            Self::Firestore(db) => db.take_over_due(older_than, store_now, limit).await,
-            Self::Postgres(db) => db.take_over_due(older_than, store_now, limit).await,
-        }
+        each_backend!(self, db => db.take_over_due(older_than, store_now, limit).await)
     }
 
     async fn clear_due(&self, records: &[DueRecord]) -> Result<(), StoreError> {
-        match self {
-            Self::Firestore(db) => db.clear_due(records).await,
-            Self::Postgres(db) => db.clear_due(records).await,
-        }
+        each_backend!(self, db => db.clear_due(records).await)
     }
 }
 
@@ -231,38 +227,23 @@ impl MilestoneStore for SelectedDb {
         lease: std::time::Duration,
         limit: usize,
     ) -> Result<Vec<Claim>, StoreError> {
-        match self {
-            Self::Firestore(db) => db.claim(lease, limit).await,
-            Self::Postgres(db) => db.claim(lease, limit).await,
-        }
+        each_backend!(self, db => db.claim(lease, limit).await)
     }
 
     async fn settle(&self, claim: &Claim, settle: &Settle) -> Result<bool, StoreError> {
-        match self {
-            Self::Firestore(db) => db.settle(claim, settle).await,
-            Self::Postgres(db) => db.settle(claim, settle).await,
-        }
+        each_backend!(self, db => db.settle(claim, settle).await)
     }
 
     async fn milestones(&self) -> Result<Vec<MilestoneRecord>, StoreError> {
-        match self {
-            Self::Firestore(db) => db.milestones().await,
-            Self::Postgres(db) => db.milestones().await,
-        }
+        each_backend!(self, db => db.milestones().await)
     }
 
     async fn retry(&self, selection: &RetrySelection) -> Result<u64, StoreError> {
-        match self {
-            Self::Firestore(db) => db.retry(selection).await,
-            Self::Postgres(db) => db.retry(selection).await,
-        }
+        each_backend!(self, db => db.retry(selection).await)
     }
 
     async fn milestone_setting(&self) -> Result<Option<MilestoneSetting>, StoreError> {
-        match self {
-            Self::Firestore(db) => db.milestone_setting().await,
-            Self::Postgres(db) => db.milestone_setting().await,
-        }
+        each_backend!(self, db => db.milestone_setting().await)
     }
 
     async fn store_milestone_setting(
@@ -270,9 +251,64 @@ impl MilestoneStore for SelectedDb {
         setting: &MilestoneSetting,
         only_if_unset: bool,
     ) -> Result<MilestoneSetting, StoreError> {
-        match self {
-            Self::Firestore(db) => db.store_milestone_setting(setting, only_if_unset).await,
-            Self::Postgres(db) => db.store_milestone_setting(setting, only_if_unset).await,
-        }
+        each_backend!(self, db => db.store_milestone_setting(setting, only_if_unset).await)
+    }
+}
+
+impl Reconcilable for SelectedDb {
+    async fn compare_all(&self) -> Result<Vec<PostReport>, StoreError> {
+        each_backend!(self, db => db.compare_all().await)
+    }
+
+    async fn compare_post(&self, post_id: &str, repair: bool) -> Result<PostReport, StoreError> {
+        each_backend!(self, db => db.compare_post(post_id, repair).await)
+    }
+}
+
+impl QuarantineStore for SelectedDb {
+    async fn list_quarantined(
+        &self,
+        consumer: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StoredRecord>, StoreError> {
+        each_backend!(self, db => db.list_quarantined(consumer, limit).await)
+    }
+
+    async fn quarantined(&self, id: &str) -> Result<Option<StoredRecord>, StoreError> {
+        each_backend!(self, db => db.quarantined(id).await)
+    }
+
+    async fn delete_quarantined(&self, id: &str) -> Result<(), StoreError> {
+        each_backend!(self, db => db.delete_quarantined(id).await)
+    }
+}
+
+impl ErasureStore for SelectedDb {
+    async fn memberships_of_user(&self, user_id: &str) -> Result<Vec<UserMembership>, StoreError> {
+        each_backend!(self, db => db.memberships_of_user(user_id).await)
+    }
+
+    async fn put_tombstone(&self, user_hash: &str) -> Result<(), StoreError> {
+        each_backend!(self, db => db.put_tombstone(user_hash).await)
+    }
+
+    async fn tombstone_hashes(&self) -> Result<Vec<String>, StoreError> {
+        each_backend!(self, db => db.tombstone_hashes().await)
+    }
+
+    async fn lift_tombstone(&self, user_hash: &str) -> Result<bool, StoreError> {
+        each_backend!(self, db => db.lift_tombstone(user_hash).await)
+    }
+
+    async fn membership_user_ids(&self) -> Result<Vec<String>, StoreError> {
+        each_backend!(self, db => db.membership_user_ids().await)
+    }
+
+    async fn delete_erased(
+        &self,
+        user_id: &str,
+        keys: &[MembershipKey],
+    ) -> Result<u64, StoreError> {
+        each_backend!(self, db => db.delete_erased(user_id, keys).await)
     }
 }

@@ -27,11 +27,14 @@ use crate::store::{Code, OpenedTransaction};
 pub mod codec;
 mod db;
 mod documents;
+mod erasure;
 pub mod errors;
 mod format;
 pub mod frame;
 pub mod layout;
 mod milestones;
+mod quarantine;
+pub mod repair;
 mod rollups;
 pub mod wire;
 
