@@ -103,7 +103,7 @@ impl std::fmt::Debug for PgDbConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum PgConfigError {
     /// The connection string does not parse.
-    #[error("invalid PostgreSQL connection string: {}", super::errors::with_causes(.0))]
+    #[error("invalid PostgreSQL connection string: {}", super::causes::with_causes(.0))]
     Url(tokio_postgres::Error),
     /// The connection string parses, but not as its writer meant.
     #[error("invalid PostgreSQL connection string: {0}")]
@@ -234,7 +234,7 @@ impl PgDb {
         }
         // Sent in the startup packet: no round trip per session (the
         // connection check, which servers before 14 do not know, is set
-        // once the server said which it is: `session.rs`).
+        // once the server said which it is: `session/pool.rs`).
         let session = format!(
             "-c lock_timeout={} -c idle_in_transaction_session_timeout={}",
             config.lock_timeout.as_millis().max(1),

@@ -95,6 +95,7 @@ use rustc_hash::FxHashMap;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::CancelToken;
 
+pub mod causes;
 pub mod codec;
 pub mod conninfo;
 pub mod db;
