@@ -28,7 +28,8 @@ use tokio_postgres::{CancelToken, Statement};
 use super::codec::{membership_from_row, quarantine_from_row, StoredRecord};
 use super::conninfo;
 use super::errors::{pool_error, query_error, session_error, timed_out, unavailable_because};
-use super::schema::{self, MigrateError, MigrationReport, SchemaError};
+use super::migrations::{self, MigrateError, MigrationReport, SchemaError};
+use super::schema;
 use super::session::{ServerRefusal, ServerReport, SessionError, SessionSettings, Sessions};
 use super::tls::{self, TlsError};
 use crate::model::batch::{Membership, MembershipKey};
@@ -390,7 +391,7 @@ impl PgDb {
         })
     }
 
-    /// Applies the missing schema migrations ([`schema::migrate`]), on a
+    /// Applies the missing schema migrations ([`migrations::migrate`]), on a
     /// server and database hotcount runs on ([`Self::check_server`]).
     pub async fn migrate(&self) -> Result<MigrationReport, MigrateError> {
         self.check_server().await.map_err(|e| match e {
@@ -400,7 +401,7 @@ impl PgDb {
         let op = "Migrate";
         let migrated = tokio::time::timeout(self.scan_timeout, async {
             let conn = self.checkout(op).await?;
-            let report = schema::migrate(conn.client()?).await?;
+            let report = migrations::migrate(conn.client()?).await?;
             conn.release();
             Ok(report)
         })
@@ -419,7 +420,7 @@ impl PgDb {
         let op = "SchemaVersion";
         self.bounded(op, self.call_timeout, async {
             let conn = self.checkout(op).await?;
-            let version = schema::schema_version(conn.client()?).await?;
+            let version = migrations::schema_version(conn.client()?).await?;
             conn.release();
             Ok(version)
         })
@@ -428,7 +429,7 @@ impl PgDb {
 
     /// Checks that the server and database are ones hotcount runs on
     /// ([`Self::check_server`]) and that the database has this build's
-    /// schema ([`schema::check_version`]); returns its version. Never
+    /// schema ([`migrations::check_version`]); returns its version. Never
     /// migrates: only `setup` does.
     pub async fn check_schema(&self) -> Result<i32, SchemaError> {
         let report = self.check_server().await.map_err(|e| match e {
@@ -437,11 +438,11 @@ impl PgDb {
         })?;
         tracing::debug!(version = %report.version, encoding = %report.encoding, "PostgreSQL server checked");
         let found = self.schema_version().await?;
-        let version = schema::check_version(found)?;
-        if version > schema::latest_version() {
+        let version = migrations::check_version(found)?;
+        if version > migrations::latest_version() {
             tracing::warn!(
                 version,
-                known = schema::latest_version(),
+                known = migrations::latest_version(),
                 "the database schema is newer than this build (a newer hotcount ran setup)"
             );
         }

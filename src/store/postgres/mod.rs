@@ -78,8 +78,8 @@
 //! and create timeouts and [`deadpool::managed::Object::take`] to close a
 //! connection instead of reusing it ([`db::Conn`]).
 //!
-//! [`schema`] names every table, column and statement and holds the
-//! migrations; [`codec`] converts rows and parameters; [`errors`] classes
+//! [`schema`] holds every statement; [`migrations`] creates the tables
+//! and checks a database's schema; [`codec`] converts rows and parameters; [`errors`] classes
 //! failures; [`db`] is the pool and the operator reads; [`session`] opens
 //! and checks sessions; [`tls`] applies `sslmode` and `sslrootcert` over
 //! rustls; [`conninfo`] hides a connection string's passwords.
@@ -101,6 +101,7 @@ pub mod conninfo;
 pub mod db;
 pub mod errors;
 pub mod format;
+pub mod migrations;
 pub mod milestones;
 pub mod rollups;
 pub mod schema;
@@ -110,7 +111,7 @@ pub mod tls;
 pub use codec::StoredRecord;
 pub use db::{Listening, PgConfigError, PgDb, PgDbConfig, PostTally};
 pub use errors::classify;
-pub use schema::{migrate, MigrateError, MigrationReport, SchemaError};
+pub use migrations::{migrate, MigrateError, MigrationReport, SchemaError};
 
 use codec::{effects_from_row, membership_from_row, MembershipColumns, QuarantineColumns};
 use db::Conn;
