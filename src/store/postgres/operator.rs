@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 
+use tokio_postgres::Row;
+
 use super::codec::{membership_from_row, quarantine_from_row, StoredRecord};
 use super::db::PgDb;
 use super::errors::query_error;
@@ -75,22 +77,14 @@ impl PgDb {
         let rows = self
             .query_rows_within(op, self.scan_timeout(), schema::READ_USER_IDS, &[])
             .await?;
-        let mut ids = Vec::with_capacity(rows.len());
-        for row in &rows {
-            ids.push(row.try_get(0).map_err(|e| query_error(op, &e))?);
-        }
-        Ok(ids)
+        first_column(op, &rows)
     }
 
     /// Every erased user's keyed hash.
     pub async fn tombstones(&self) -> Result<Vec<String>, StoreError> {
         let op = "ReadTombstones";
         let rows = self.query_rows(op, schema::READ_TOMBSTONES, &[]).await?;
-        let mut hashes = Vec::with_capacity(rows.len());
-        for row in &rows {
-            hashes.push(row.try_get(0).map_err(|e| query_error(op, &e))?);
-        }
-        Ok(hashes)
+        first_column(op, &rows)
     }
 
     /// The tombstones' generation and every tombstone, in one snapshot.
@@ -220,4 +214,11 @@ impl PgDb {
             .await?;
         Ok(deleted.len() as u64)
     }
+}
+
+/// The first column of each of `rows`, in order.
+fn first_column(op: &'static str, rows: &[Row]) -> Result<Vec<String>, StoreError> {
+    rows.iter()
+        .map(|row| row.try_get(0).map_err(|e| query_error(op, &e)))
+        .collect()
 }
