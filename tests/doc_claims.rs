@@ -7,7 +7,7 @@
 //!   said to be PromQL are exactly the ones with a PromQL condition;
 //! - the Firestore and PostgreSQL layouts in `ARCHITECTURE.md` name every
 //!   collection and field of `src/store/firestore/layout.rs` and every
-//!   table and column the migrations create (`src/store/postgres/schema.rs`
+//!   table and column the migrations create (`src/store/postgres/migrations.rs`
 //!   and the files it includes), and nothing else;
 //! - every `hotcount …` command the docs give parses against `--help` of
 //!   the command it names: the subcommand exists, each flag exists, and in
@@ -424,13 +424,13 @@ fn the_architecture_firestore_layout_names_every_collection_and_field_of_layout_
 }
 
 /// The tables the PostgreSQL schema creates, with their columns: the
-/// `CREATE TABLE` statements of schema.rs and of the migration files it
-/// includes, plus `ALTER TABLE ... ADD COLUMN`.
+/// `CREATE TABLE` statements of migrations.rs and of the migration files
+/// it includes, plus `ALTER TABLE ... ADD COLUMN`.
 fn postgres_tables() -> BTreeMap<String, BTreeSet<String>> {
     let dir = root().join("src/store/postgres");
-    let schema = read(&dir.join("schema.rs"));
-    let mut sql = vec![schema.clone()];
-    for part in schema.split("include_str!(\"").skip(1) {
+    let migrations = read(&dir.join("migrations.rs"));
+    let mut sql = vec![migrations.clone()];
+    for part in migrations.split("include_str!(\"").skip(1) {
         let file = part.split('"').next().unwrap_or("");
         sql.push(read(&dir.join(file)));
     }
@@ -576,7 +576,7 @@ fn the_architecture_postgres_layout_names_every_table_and_column_of_the_migratio
     }
     assert!(
         problems.is_empty(),
-        "ARCHITECTURE.md, \"{}\", disagrees with the PostgreSQL migrations (src/store/postgres/schema.rs):\n  {}",
+        "ARCHITECTURE.md, \"{}\", disagrees with the PostgreSQL migrations (src/store/postgres/migrations.rs):\n  {}",
         POSTGRES_HEADING.trim_start_matches("# "),
         problems.join("\n  ")
     );

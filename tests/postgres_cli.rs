@@ -10,7 +10,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use common::{pg, Backend, Ev, Harness};
-use hotcount::store::postgres::{schema, PgDb, PgDbConfig};
+use hotcount::store::postgres::{migrations, PgDb, PgDbConfig};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -49,8 +49,8 @@ async fn setup_applies_the_migrations_once_and_reports_them_present_after() {
     let (_cluster, url) = common::unmigrated_postgres().await;
     let migration = format!(
         "postgres schema migration {} ({})",
-        schema::MIGRATIONS[0].version,
-        schema::MIGRATIONS[0].name
+        migrations::MIGRATIONS[0].version,
+        migrations::MIGRATIONS[0].name
     );
     let args = ["setup", "--topic", "other", "--subscription", "other-sub"];
     let first = hotcount(&h, &url, &args);
@@ -65,7 +65,10 @@ async fn setup_applies_the_migrations_once_and_reports_them_present_after() {
         "Pub/Sub is set up as before: {}",
         stdout(&first)
     );
-    assert_eq!(schema_version(&url).await, Some(schema::latest_version()));
+    assert_eq!(
+        schema_version(&url).await,
+        Some(migrations::latest_version())
+    );
 
     let again = hotcount(&h, &url, &args);
     assert!(again.status.success(), "{}", stderr(&again));

@@ -10,14 +10,14 @@ use std::time::Duration;
 use hotcount::event::{LikeEvent, LikeKind, Version};
 use hotcount::model::batch::{Batch, MembershipKey};
 use hotcount::store::postgres::{
-    migrate, schema, MigrateError, PgDb, PgDbConfig, PostgresStore, PostgresStoreConfig,
+    migrate, migrations, MigrateError, PgDb, PgDbConfig, PostgresStore, PostgresStoreConfig,
 };
 use hotcount::store::{Attempt, CounterStore};
 use pg::PgCluster;
 
 /// Every migration this build knows, in order.
 fn all_versions() -> Vec<i32> {
-    schema::MIGRATIONS.iter().map(|m| m.version).collect()
+    migrations::MIGRATIONS.iter().map(|m| m.version).collect()
 }
 
 async fn cluster() -> PgCluster {

@@ -31,7 +31,7 @@ use crate::config::{
 };
 use crate::connect;
 use crate::store::milestone::{MilestoneSetting, MilestoneStore};
-use crate::store::postgres::{schema, MigrateError, PgConfigError, PgDb, PgDbConfig};
+use crate::store::postgres::{migrations, MigrateError, PgConfigError, PgDb, PgDbConfig};
 use crate::store::selected::SelectedDb;
 
 /// The store `setup` prepares besides Pub/Sub.
@@ -677,7 +677,7 @@ pub async fn migrate_store(store: &StoreLocation) -> Result<Vec<(String, Change)
         error,
     })?;
     let mut done = Vec::new();
-    for migration in schema::MIGRATIONS {
+    for migration in migrations::MIGRATIONS {
         let created = if report.applied.contains(&migration.version) {
             Change::Created
         } else {

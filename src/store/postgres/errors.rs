@@ -7,6 +7,7 @@
 //! connection, a missing table, credentials, an unknown commit outcome) is
 //! transient, so nothing else can lead to a quarantine.
 
+use super::causes::with_causes;
 use super::session::SessionError;
 use crate::store::{Code, ErrorClass, StoreError};
 
@@ -87,21 +88,6 @@ pub fn unavailable(op: &'static str, error: impl std::error::Error) -> StoreErro
         class: ErrorClass::Transient,
         transaction: None,
     }
-}
-
-/// `error` and each of its sources, joined by `: `.
-pub fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let text = e.to_string();
-        if !message.ends_with(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        cause = e.source();
-    }
-    message
 }
 
 /// A failure without an error value: `message` as a transient `Unavailable`.

@@ -78,9 +78,11 @@
 //! and create timeouts and [`deadpool::managed::Object::take`] to close a
 //! connection instead of reusing it ([`db::Conn`]).
 //!
-//! [`schema`] names every table, column and statement and holds the
-//! migrations; [`codec`] converts rows and parameters; [`errors`] classes
-//! failures; [`db`] is the pool and the operator reads; [`session`] opens
+//! [`schema`] holds every statement; [`migrations`] creates the tables
+//! and checks a database's schema; [`codec`] converts rows and parameters; [`errors`] classes
+//! failures; [`db`] is the pool and its bounds; [`repair`] reconcile's
+//! snapshot tallies and repair; [`operator`] the operator tools' other
+//! statements; [`session`] opens
 //! and checks sessions; [`tls`] applies `sslmode` and `sslrootcert` over
 //! rustls; [`conninfo`] hides a connection string's passwords.
 
@@ -95,24 +97,28 @@ use rustc_hash::FxHashMap;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::CancelToken;
 
+pub mod causes;
 pub mod codec;
 pub mod conninfo;
 pub mod db;
 mod erasure;
 pub mod errors;
 pub mod format;
+pub mod migrations;
 pub mod milestones;
+pub mod operator;
 mod quarantine;
-mod reconcile;
+pub mod repair;
 pub mod rollups;
 pub mod schema;
 pub mod session;
 pub mod tls;
 
 pub use codec::StoredRecord;
-pub use db::{Listening, PgConfigError, PgDb, PgDbConfig, PostTally};
+pub use db::{Listening, PgConfigError, PgDb, PgDbConfig};
 pub use errors::classify;
-pub use schema::{migrate, MigrateError, MigrationReport, SchemaError};
+pub use migrations::{migrate, MigrateError, MigrationReport, SchemaError};
+pub use repair::PostTally;
 
 use codec::{effects_from_row, membership_from_row, MembershipColumns, QuarantineColumns};
 use db::Conn;

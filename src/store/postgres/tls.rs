@@ -17,7 +17,7 @@
 //! connection is made. A cleartext password is refused where the server is
 //! not authenticated ([`SslMode::protects_cleartext`]): a machine in the
 //! middle can decline TLS or present any certificate and then ask for it
-//! (`session.rs` enforces it).
+//! (`session/guard.rs` enforces it).
 //!
 //! Invariant: with `verify-ca` or `verify-full` no connection is made to a
 //! server that does not prove the identity asked for; the driver only ever
