@@ -4,8 +4,8 @@
 //! # Layout
 //! What a run is made of:
 //! - [`workload`]: deterministic Zipf workloads with duplicates and poison
-//!   (`generate`, `poison`, `zipf` inside).
-//! - [`truth`]: the exact expected count per post, and its JSON file.
+//!   (`generate`, `poison`, `zipf` inside), and their [`workload::truth`]:
+//!   the exact expected count per post, and its JSON file.
 //! - [`publish`]: paced, bounded, cancellable publishing with a report.
 //! - [`readback`]: reads counter shards and memberships back, at one read time.
 //! - [`verify`]: compares the store with the truth and checks the shard invariant.
@@ -87,9 +87,7 @@ pub mod rollup_lag;
 pub mod run_error;
 pub mod simulate;
 pub mod stage;
-pub mod truth;
 pub mod verify;
 pub mod workload;
 
-pub use truth::Truth;
-pub use workload::{generate, Workload, WorkloadConfig};
+pub use workload::{generate, Truth, Workload, WorkloadConfig};

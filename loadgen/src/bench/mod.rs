@@ -28,7 +28,8 @@ use crate::publish::{self, PublishOptions};
 use crate::report::{self, Percentiles};
 use crate::run_error::RunError;
 use crate::stage::{push_run_args, Stage, StageSpec};
-use crate::{generate, verify, workload, Workload, WorkloadConfig};
+use crate::verify;
+use crate::workload::{self, generate, Workload, WorkloadConfig};
 
 pub mod erase;
 mod ops;

@@ -370,7 +370,7 @@ pub(super) fn check_posts(
     users: &BTreeSet<String>,
     verify: &VerifyReport,
 ) {
-    let likes = crate::truth::Truth::final_likes_of(messages, users);
+    let likes = crate::workload::Truth::final_likes_of(messages, users);
     let posts: BTreeSet<&str> = likes.iter().map(|(post, _)| post.as_str()).collect();
     let mut wrong: BTreeSet<&str> = BTreeSet::new();
     wrong.extend(verify.mismatches.iter().map(|m| m.post_id.as_str()));
@@ -383,7 +383,7 @@ pub(super) fn check_posts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{generate, WorkloadConfig};
+    use crate::workload::{generate, WorkloadConfig};
     use rand::rngs::StdRng;
     use rand::SeedableRng as _;
 
@@ -420,7 +420,7 @@ mod tests {
                 assert_eq!(w.messages[of].data, m.data);
             }
         }
-        let with_heavy = crate::Truth::compute(w.config.clone(), &w.messages);
+        let with_heavy = crate::workload::Truth::compute(w.config.clone(), &w.messages);
         let liked: i64 = with_heavy.total - plain.truth.total;
         assert_eq!(liked, 50 - 17 + 9, "liked, unliked on every third, relikes");
     }

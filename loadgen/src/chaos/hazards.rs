@@ -30,8 +30,7 @@ use crate::front::PushFront;
 use crate::run_error::RunError;
 use crate::stage::Stage;
 use crate::stage::{push_service_account, PUSH_AUDIENCE};
-use crate::workload::{Origin, Workload};
-use crate::Truth;
+use crate::workload::{Origin, Truth, Workload};
 
 /// Shuffles `workload`'s messages within windows of `window`, keeping each
 /// duplicate pointing at its original, and recomputes the truth (which does
@@ -632,7 +631,7 @@ async fn sleep_or_stop(d: Duration, stop: &watch::Receiver<bool>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{generate, WorkloadConfig};
+    use crate::workload::{generate, WorkloadConfig};
 
     #[test]
     fn reorder_keeps_duplicates_on_their_originals_and_the_truth() {

@@ -53,10 +53,8 @@ use crate::milestones::{self, MilestoneReport};
 use crate::publish::{self, PublishOptions, PublishReport};
 use crate::run_error::RunError;
 use crate::stage::{Stage, StageSpec};
-use crate::truth::Truth;
 use crate::verify;
-use crate::workload::Workload;
-use crate::{generate, WorkloadConfig};
+use crate::workload::{generate, Truth, Workload, WorkloadConfig};
 use hotcount::store::milestone::{MilestoneStatus, MilestoneStore};
 use hotcount_emulators::webhook::{Sink, SinkFaults};
 
