@@ -7,10 +7,12 @@
 //!   (`generate`, `poison`, `zipf` inside), and their [`workload::truth`]:
 //!   the exact expected count per post, and its JSON file.
 //! - [`publish`]: paced, bounded, cancellable publishing with a report.
-//! - [`readback`]: reads counter shards and memberships back, at one read time.
+//! - [`readback`]: reads counter shards and memberships back, at one read
+//!   time, from Firestore or PostgreSQL (one half each inside).
 //! - [`verify`]: compares the store with the truth and checks the shard invariant.
-//! - [`postgres`]: a PostgreSQL store's side of a run: migrations and a
-//!   clean state, reading back at one snapshot, the server's own figures.
+//! - [`postgres`]: a PostgreSQL database made ready for a run (migrations,
+//!   a clean state), reached through the run's proxy, and the server's own
+//!   figures.
 //! - [`report`]: end-to-end latency and throughput into Markdown and PNGs
 //!   (measurements in `report`, charts and text in `report::render`).
 //! - [`chart`]: the dependency-light PNG line chart.
