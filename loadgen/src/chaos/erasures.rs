@@ -23,7 +23,7 @@ use rand::seq::SliceRandom as _;
 use rand::Rng;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 
-use super::{CONSUMER, PREFIX, PROJECT};
+use super::config::{CONSUMER, PREFIX, PROJECT};
 use crate::verify::VerifyReport;
 use crate::workload::{post_id, Origin, OutMessage, Workload, PRODUCER};
 
