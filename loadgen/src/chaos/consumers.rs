@@ -15,12 +15,14 @@ use crate::consumer::{self, Child, ChildSpec};
 use crate::run_error::RunError;
 use crate::stage::{push_service_account, PUSH_AUDIENCE};
 
-/// Consumer `index`: `hotcount run` on the one subscription, its stderr
-/// appended to `consumer-{index}.log`, its metrics endpoint on only for
-/// the victim (consumer 0), so a kill can wait for its commit counter.
+/// Consumer `index`: `hotcount run` on the one subscription, counting in
+/// `store` (a PostgreSQL consumer reaches the database through the stage's
+/// proxy), its stderr appended to `consumer-{index}.log`, its metrics
+/// endpoint on only for the victim (consumer 0), so a kill can wait for
+/// its commit counter.
 pub(super) fn child_spec(
     config: &ChaosConfig,
-    endpoints: &Endpoints,
+    (endpoints, store): (&Endpoints, &StoreLocation),
     log_dir: &std::path::Path,
     index: usize,
     victim_metrics: std::net::SocketAddr,
@@ -42,7 +44,9 @@ pub(super) fn child_spec(
     ];
     ChildSpec {
         bin: config.hotcount_bin.clone(),
-        args: args.iter().map(|f| f.to_string()).collect(),
+        args: (args.iter().map(|f| f.to_string()))
+            .chain(consumer::store_flag(store))
+            .collect(),
         endpoints: endpoints.clone(),
         log: Some(log_dir.join(format!("consumer-{index}.log"))),
         metrics,
@@ -62,16 +66,6 @@ pub(super) fn push_flags(addr: std::net::SocketAddr, jwks_url: &str) -> Vec<Stri
     .into_iter()
     .flat_map(|(flag, value)| [flag.to_string(), value])
     .collect()
-}
-
-/// `spec` with `--store` for `store` (a PostgreSQL consumer reaches the
-/// database through the stage's proxy; Firestore is the default).
-pub(super) fn with_store(mut spec: ChildSpec, store: &StoreLocation) -> ChildSpec {
-    if let StoreLocation::Postgres { url } = store {
-        spec.args.push("--store".into());
-        spec.args.push(url.clone());
-    }
-    spec
 }
 
 /// One consumer process slot.

@@ -270,11 +270,9 @@ enum End {
 /// (but before the end) of a pass.
 async fn erase_once(spec: &EraseSpec, user: &str, chunk: usize, kill_midway: bool) -> End {
     let mut cmd = tokio::process::Command::new(&spec.bin);
-    let store = match &spec.store {
-        StoreLocation::Firestore => "firestore".to_string(),
-        StoreLocation::Postgres { url } => url.clone(),
-    };
-    cmd.args(["users", "erase", "--store", &store, "--project", PROJECT])
+    cmd.args(["users", "erase"])
+        .args(crate::consumer::store_flag(&spec.store))
+        .args(["--project", PROJECT])
         .args(["--collection-prefix", PREFIX, "--consumer", CONSUMER])
         .args(["--user-hash-key", USER_HASH_KEY])
         .args(["--tombstone-refresh-ms", &TOMBSTONE_REFRESH_MS.to_string()])

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tonic::Code;
 
 use super::config::{ChaosConfig, LEASE_JUMP};
-use super::consumers::{child_spec, push_flags, with_store, Consumers};
+use super::consumers::{child_spec, push_flags, Consumers};
 use super::tally::Tally;
 use crate::consumer;
 use crate::front::PushFront;
@@ -95,8 +95,13 @@ impl Chaos {
         let mut specs = Vec::new();
         let mut push_addrs = Vec::new();
         for index in 0..config.consumers {
-            let spec = child_spec(config, stage.endpoints(), &log_dir, index, victim_metrics);
-            let mut spec = with_store(spec, &store);
+            let mut spec = child_spec(
+                config,
+                (stage.endpoints(), &store),
+                &log_dir,
+                index,
+                victim_metrics,
+            );
             spec.args.extend_from_slice(extra);
             if let Some(front) = front {
                 let addr = consumer::free_loopback_port("a push endpoint")?;
