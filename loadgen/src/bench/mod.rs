@@ -20,8 +20,9 @@
 //! - `run`: carries a bench out, run by run, each in a fresh stage.
 //! - `window`: the measured window (the baseline, every figure at the last ack).
 //! - `result`: what a run measured, its verdict, the exit code's reading.
-//! - `ops`: the store's and Pub/Sub's own operation counts ([`render_ops`]'s table).
-//! - `render`: the progress lines, the settings line and the tables.
+//! - `ops`: the store's and Pub/Sub's own operation counts; `ops_table`
+//!   their table ([`render_ops`]).
+//! - `render`: the progress lines, the settings line and the results tables.
 //! - [`erase`]: `erase-rate`'s measurement.
 
 use hotcount::config::{Delivery, RunArgs, Strategy};
