@@ -15,7 +15,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotcount::config::{Config, Endpoints, RunArgs};
+use hotcount::config::{Config, Endpoints, RunArgs, StoreLocation};
 use hotcount::service::ServiceError;
 use hotcount::telemetry::Stats;
 use tokio::sync::watch;
@@ -93,6 +93,17 @@ pub struct ChildSpec {
 pub struct Child {
     child: tokio::process::Child,
     metrics: Option<SocketAddr>,
+}
+
+/// The `--store` flag and its value naming `store` for a child `hotcount`
+/// command (`firestore`, or the PostgreSQL URL whole: unlike `Display`,
+/// not redacted), so the child counts where the run reads back.
+pub fn store_flag(store: &StoreLocation) -> [String; 2] {
+    let value = match store {
+        StoreLocation::Firestore => "firestore".to_string(),
+        StoreLocation::Postgres { url } => url.clone(),
+    };
+    ["--store".to_string(), value]
 }
 
 /// Points a child command at the emulators of `endpoints`
@@ -477,6 +488,19 @@ fn summary_quantile(text: &str, name: &str, q: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_store_flag_names_firestore_or_the_whole_postgres_url() {
+        assert_eq!(
+            store_flag(&StoreLocation::Firestore),
+            ["--store", "firestore"]
+        );
+        let url = "postgres://me:secret@db:5432/hc".to_string();
+        assert_eq!(
+            store_flag(&StoreLocation::Postgres { url: url.clone() }),
+            ["--store".to_string(), url]
+        );
+    }
 
     #[test]
     fn an_older_build_gets_only_the_run_flags_its_help_lists() {

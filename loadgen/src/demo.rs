@@ -29,7 +29,7 @@ const MILESTONE_WAIT: Duration = Duration::from_secs(30);
 use crate::run_error::RunError;
 use crate::stage::{push_run_args, Stage, StageSpec};
 use crate::verify::{self, VerifyReport};
-use crate::{generate, WorkloadConfig};
+use crate::workload::{generate, WorkloadConfig};
 
 /// What the demo runs.
 #[derive(Clone, Debug)]

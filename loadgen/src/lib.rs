@@ -4,13 +4,15 @@
 //! # Layout
 //! What a run is made of:
 //! - [`workload`]: deterministic Zipf workloads with duplicates and poison
-//!   (`generate`, `poison`, `zipf` inside).
-//! - [`truth`]: the exact expected count per post, and its JSON file.
+//!   (`generate`, `poison`, `zipf` inside), and their [`workload::truth`]:
+//!   the exact expected count per post, and its JSON file.
 //! - [`publish`]: paced, bounded, cancellable publishing with a report.
-//! - [`readback`]: reads counter shards and memberships back, at one read time.
+//! - [`readback`]: reads counter shards and memberships back, at one read
+//!   time, from Firestore or PostgreSQL (one half each inside).
 //! - [`verify`]: compares the store with the truth and checks the shard invariant.
-//! - [`postgres`]: a PostgreSQL store's side of a run: migrations and a
-//!   clean state, reading back at one snapshot, the server's own figures.
+//! - [`postgres`]: a PostgreSQL database made ready for a run (migrations,
+//!   a clean state), reached through the run's proxy, and the server's own
+//!   figures.
 //! - [`report`]: end-to-end latency and throughput into Markdown and PNGs
 //!   (measurements in `report`, charts and text in `report::render`).
 //! - [`chart`]: the dependency-light PNG line chart.
@@ -87,9 +89,7 @@ pub mod rollup_lag;
 pub mod run_error;
 pub mod simulate;
 pub mod stage;
-pub mod truth;
 pub mod verify;
 pub mod workload;
 
-pub use truth::Truth;
-pub use workload::{generate, Workload, WorkloadConfig};
+pub use workload::{generate, Truth, Workload, WorkloadConfig};

@@ -11,7 +11,7 @@ use hotcount::config::Endpoints;
 
 mod commands;
 
-use commands::{bench, chaos, demo, erase_rate, publish, report, verify};
+use commands::{bench, chaos, demo, erase_rate, publish, report, simulate, verify};
 
 /// mimalloc instead of the system allocator: the pipeline allocates many
 /// small, short-lived objects on several threads, where glibc's malloc
@@ -41,7 +41,7 @@ enum Command {
     /// Consumer processes under kill -9, injected faults and a replay; counts verified.
     Chaos(chaos::ChaosArgs),
     /// Replicas following a viral spike under the HPA, by model: PNG and tables.
-    Simulate(hotcount_loadgen::simulate::SimulateArgs),
+    Simulate(simulate::SimulateArgs),
     /// Likes erased per second for one heavy user, beside the pipeline's rate, on both stores.
     EraseRate(erase_rate::EraseRateArgs),
     /// Compare every post's count and membership documents with a truth file.
@@ -119,7 +119,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::Publish(args) => publish::run(&cli.endpoints, args).await,
-        Command::Simulate(args) => Ok(hotcount_loadgen::simulate::run_command(&args)?),
+        Command::Simulate(args) => simulate::run(&args),
         Command::EraseRate(args) => erase_rate::run(args).await,
         Command::Verify(args) => verify::run(&cli.endpoints, args).await,
         Command::Report(args) => report::run(&cli.endpoints, args).await,

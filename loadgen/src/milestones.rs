@@ -12,7 +12,7 @@ use std::time::Duration;
 use hotcount_emulators::webhook::{Fate, Sink, SinkConfig, SinkFaults};
 
 use crate::run_error::RunError;
-use crate::truth::Truth;
+use crate::workload::Truth;
 
 /// The secret the load generator's consumers sign with.
 pub const SECRET: &str = "hotcount-loadgen-milestones";

@@ -320,7 +320,7 @@ mod tests {
 
     #[test]
     fn duplicates_reuse_the_stamped_payload_of_their_original() {
-        let w = crate::workload::generate(&crate::WorkloadConfig {
+        let w = crate::workload::generate(&crate::workload::WorkloadConfig {
             events: 300,
             duplicate_fraction: 0.2,
             ..Default::default()
@@ -378,7 +378,7 @@ mod tests {
     }
 
     fn small_workload(events: u64) -> Workload {
-        crate::workload::generate(&crate::WorkloadConfig {
+        crate::workload::generate(&crate::workload::WorkloadConfig {
             events,
             ..Default::default()
         })

@@ -15,7 +15,7 @@ use hotcount::store::selected::SelectedDb;
 use tokio::sync::watch;
 
 use crate::report::{self, Percentiles};
-use crate::truth::Truth;
+use crate::workload::Truth;
 
 /// How often the rollups are read.
 pub const EVERY: Duration = Duration::from_millis(100);

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use hotcount::config::{Endpoints, Target};
 
 use crate::readback::{self, MembershipRow, ReadError, Reader};
-use crate::truth::Truth;
+use crate::workload::Truth;
 
 /// A post whose stored count differs from the truth.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,21 +5,14 @@
 
 use clap::Parser;
 use hotcount_loadgen::simulate::model::{self, Autoscaler};
-use hotcount_loadgen::simulate::{self, Candidate, Profile, SimulateArgs};
+use hotcount_loadgen::simulate::{self, Candidate, Profile, SimulateConfig};
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: SimulateArgs,
+/// The settings `hotcount-loadgen simulate` runs with by default.
+fn defaults() -> SimulateConfig {
+    SimulateConfig::DEFAULT
 }
 
-fn args(extra: &[&str]) -> SimulateArgs {
-    let mut argv = vec!["simulate"];
-    argv.extend_from_slice(extra);
-    Cli::parse_from(argv).args
-}
-
-fn shipped_run(a: &SimulateArgs, profile: Profile, seed: u64) -> model::Trace {
+fn shipped_run(a: &SimulateConfig, profile: Profile, seed: u64) -> model::Trace {
     let scenario = a.scenario(
         "shipped".into(),
         a.autoscaler(Candidate::SHIPPED, a.max_replicas),
@@ -32,7 +25,10 @@ fn shipped_run(a: &SimulateArgs, profile: Profile, seed: u64) -> model::Trace {
 #[test]
 fn a_spike_below_one_replicas_capacity_never_scales() {
     // One replica takes 40,000 events/s; the spike peaks at 36,000.
-    let a = args(&["--peak-events-per-sec", "36000"]);
+    let a = SimulateConfig {
+        peak_events_per_sec: 36_000.0,
+        ..defaults()
+    };
     for seed in 0..5 {
         let trace = shipped_run(&a, Profile::Spike, seed);
         for step in &trace.steps {
@@ -49,7 +45,7 @@ fn a_spike_below_one_replicas_capacity_never_scales() {
 
 #[test]
 fn a_spike_above_one_replicas_capacity_scales_then_drains_and_scales_back() {
-    let a = args(&[]);
+    let a = defaults();
     let trace = shipped_run(&a, Profile::Spike, a.seed);
     let s = &trace.summary;
     let needed = (a.peak_events_per_sec / a.replica_events_per_sec).ceil() as u32;
@@ -66,7 +62,7 @@ fn a_spike_above_one_replicas_capacity_scales_then_drains_and_scales_back() {
 
 #[test]
 fn backlog_age_stays_under_the_target_after_the_stated_time() {
-    let a = args(&[]);
+    let a = defaults();
     for profile in Profile::ALL {
         for seed in a.seed..a.seed + u64::from(a.seeds) {
             let trace = shipped_run(&a, profile, seed);
@@ -89,7 +85,7 @@ fn backlog_age_stays_under_the_target_after_the_stated_time() {
 
 #[test]
 fn without_an_autoscaler_the_backlog_of_a_big_spike_never_drains() {
-    let a = args(&[]);
+    let a = defaults();
     let scenario = a.scenario(
         "fixed".into(),
         a.autoscaler(Candidate::Fixed, a.max_replicas),
@@ -105,17 +101,14 @@ fn without_an_autoscaler_the_backlog_of_a_big_spike_never_drains() {
 #[test]
 fn the_same_seed_gives_the_same_files_and_another_seed_other_noise() {
     let dir = std::env::temp_dir().join(format!("hotcount-simulate-{}", std::process::id()));
-    let run = |seed: &str, sub: &str| {
+    let run = |seed: u64, sub: &str| {
         let out = dir.join(sub);
-        let a = args(&[
-            "--seed",
+        let a = SimulateConfig {
             seed,
-            "--seeds",
-            "2",
-            "--out",
-            out.to_str().unwrap(),
-        ]);
-        simulate::run_command(&a).unwrap();
+            seeds: 2,
+            ..defaults()
+        };
+        simulate::write_report(&a, &out).unwrap();
         let read = |name: &str| std::fs::read(out.join(name)).unwrap();
         (
             read("simulation.md"),
@@ -123,9 +116,9 @@ fn the_same_seed_gives_the_same_files_and_another_seed_other_noise() {
             read("scaling-10x.png"),
         )
     };
-    let first = run("7", "a");
-    let again = run("7", "b");
-    let other = run("8", "c");
+    let first = run(7, "a");
+    let again = run(7, "b");
+    let other = run(8, "c");
     assert!(first == again, "same seed, different files");
     assert_ne!(first.0, other.0);
     assert_ne!(first.1, other.1);
@@ -134,7 +127,7 @@ fn the_same_seed_gives_the_same_files_and_another_seed_other_noise() {
 
 #[test]
 fn the_simulation_picks_the_shipped_hpa() {
-    let a = args(&[]);
+    let a = defaults();
     let outcome = simulate::evaluate(&a).unwrap();
     let picked = outcome.picked.expect("a candidate meets the target");
     assert_eq!(outcome.candidates[picked].candidate, Candidate::SHIPPED);
@@ -161,7 +154,7 @@ fn deploy_file(path: &str) -> String {
 
 #[test]
 fn the_manifests_ship_the_picked_settings() {
-    let a = args(&[]);
+    let a = defaults();
     let backlog = a.replica_events_per_sec * f64::from(simulate::shipped::BACKLOG_SECS);
     let rate = a.replica_events_per_sec * simulate::shipped::PUBLISH_RATE_UTILIZATION;
     let hpa = deploy_file("deploy/gke/hpa.yaml");
@@ -203,7 +196,7 @@ fn the_replica_defaults_are_hotcount_runs() {
         run: hotcount::config::RunArgs,
     }
     let run = RunCli::parse_from(["run"]).run;
-    let a = args(&[]);
+    let a = defaults();
     assert_eq!(a.streams as usize, run.streams);
     assert_eq!(a.counter_shards, run.counter_shards);
     assert_eq!(

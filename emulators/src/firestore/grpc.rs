@@ -16,6 +16,7 @@ use rand::Rng;
 use tonic::{Code, Status};
 
 use super::engine::{Consistency, Engine, Snapshot};
+use super::limits::check_request_size;
 use super::listen::Listeners;
 use super::names::{
     compare_names, parse_database, parse_field_path, relative, validate_id, DocName, Parent,
@@ -54,19 +55,12 @@ impl Service {
     }
 }
 
-/// Largest request Firestore accepts: 10 MiB of encoded request message
-/// (<https://firebase.google.com/docs/firestore/quotas>).
-pub(super) const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
-
-/// The request message, if it is within [`MAX_REQUEST_BYTES`]; a larger one
-/// is refused as Google's front end refuses it.
+/// The request message, if it is within
+/// [`MAX_REQUEST_BYTES`](super::limits::MAX_REQUEST_BYTES); a larger one is
+/// refused as Google's front end refuses it.
 fn accept<M: prost::Message>(request: tonic::Request<M>) -> Result<M, Status> {
     let message = request.into_inner();
-    if message.encoded_len() > MAX_REQUEST_BYTES {
-        return Err(Status::invalid_argument(format!(
-            "Request payload size exceeds the limit: {MAX_REQUEST_BYTES} bytes."
-        )));
-    }
+    check_request_size(message.encoded_len())?;
     Ok(message)
 }
 

@@ -44,7 +44,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::{Status, Streaming};
 
 use super::engine::{Consistency, Engine};
-use super::grpc::MAX_REQUEST_BYTES;
+use super::limits::check_request_size;
 use super::names::{parse_database, DocName, Parent};
 use super::query::Plan;
 use super::store::{Micros, ReadAt, Store};
@@ -385,11 +385,7 @@ impl ListenStream {
     /// malformed request fails the whole stream; a target that cannot be
     /// served is removed with a cause.
     fn request(&mut self, request: ListenRequest) -> Result<(), Status> {
-        if request.encoded_len() > MAX_REQUEST_BYTES {
-            return Err(Status::invalid_argument(format!(
-                "Request payload size exceeds the limit: {MAX_REQUEST_BYTES} bytes."
-            )));
-        }
+        check_request_size(request.encoded_len())?;
         let database = parse_database(&request.database)?;
         match &self.database {
             None => self.database = Some(database),

@@ -30,6 +30,7 @@
 //! - [`transforms`]: increment, maximum, minimum, server time, arrays.
 //! - [`query`]: structured queries and aggregations.
 //! - [`engine`]: the state and the wound-wait locking rule.
+//! - [`limits`]: the request size limit every RPC is held to.
 //! - [`listen`]: the Listen RPC (targets, changes, resume tokens).
 //! - [`grpc`]: the gRPC service.
 //! - [`usage`]: what Google would bill, by collection group.
@@ -38,6 +39,7 @@
 pub mod admin;
 pub mod engine;
 pub mod grpc;
+pub mod limits;
 pub mod listen;
 pub mod locks;
 pub mod names;

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use hotcount::config::Strategy;
 
 use super::ops::{FirestoreOps, PgOps};
-use super::render::{median_run, runner_name};
+use super::render::{median_runs, runners_in_order, table_head};
 use super::{Case, RunResult, Runner};
 
 /// The counts table of `case` (Markdown); empty when no run of it counted
@@ -22,16 +22,7 @@ pub fn render_ops(results: &[RunResult], case: Case) -> String {
         .iter()
         .filter(|r| r.case == case && counts_store(r.runner))
         .collect();
-    let mut runners: Vec<Runner> = Vec::new();
-    for r in &runs {
-        if !runners.contains(&r.runner) {
-            runners.push(r.runner);
-        }
-    }
-    let shown: Vec<&RunResult> = runners
-        .iter()
-        .filter_map(|&runner| median_run(&runs, runner))
-        .collect();
+    let shown = median_runs(&runs, &runners_in_order(&runs));
     if shown.is_empty() {
         return String::new();
     }
@@ -40,16 +31,9 @@ pub fn render_ops(results: &[RunResult], case: Case) -> String {
          Counted by the emulators (PostgreSQL: by the server's statistics views) from \
          before publishing to the consumers' stop (the drain's rollup writes included). \
          Index entries are an estimate: every field of each written document indexed \
-         ascending and descending, no exemptions.\n\n| count |"
+         ascending and descending, no exemptions.\n\n"
     );
-    for r in &shown {
-        out.push_str(&format!(" {} |", runner_name(r.runner)));
-    }
-    out.push_str("\n|---|");
-    for _ in &shown {
-        out.push_str("---:|");
-    }
-    out.push('\n');
+    out.push_str(&table_head("count", &shown));
     let mut row = |name: String, cell: &dyn Fn(&RunResult) -> Option<String>| {
         out.push_str(&format!("| {name} |"));
         for r in &shown {

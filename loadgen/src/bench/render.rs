@@ -228,25 +228,14 @@ pub fn render(results: &[RunResult], case: Case) -> String {
     let runners = runners_in_order(&runs);
     let postgres = runs.iter().any(|r| r.postgres);
     let rounds = runs.iter().map(|r| r.round + 1).max().unwrap_or(1);
-    let shown: Vec<&RunResult> = runners
-        .iter()
-        .filter_map(|&runner| median_run(&runs, runner))
-        .collect();
+    let shown = median_runs(&runs, &runners);
     let mut out = format!("\n### {case:?}\n\n");
     if rounds > 1 {
         out.push_str(&format!(
             "Each column: the round with the median events/s of {rounds}.\n\n"
         ));
     }
-    out.push_str("| metric |");
-    for r in &shown {
-        out.push_str(&format!(" {} |", runner_name(r.runner)));
-    }
-    out.push_str("\n|---|");
-    for _ in &shown {
-        out.push_str("---:|");
-    }
-    out.push('\n');
+    out.push_str(&table_head("metric", &shown));
     for (name, cell) in ROWS {
         out.push_str(&format!("| {} |", label(name, postgres)));
         for r in &shown {
@@ -320,7 +309,7 @@ fn render_push_beside_pull(runs: &[&RunResult], rounds: u32) -> String {
 }
 
 /// The runners of `runs` in the order they first ran.
-fn runners_in_order(runs: &[&RunResult]) -> Vec<Runner> {
+pub(super) fn runners_in_order(runs: &[&RunResult]) -> Vec<Runner> {
     let mut runners = Vec::new();
     for r in runs {
         if !runners.contains(&r.runner) {
@@ -328,6 +317,30 @@ fn runners_in_order(runs: &[&RunResult]) -> Vec<Runner> {
         }
     }
     runners
+}
+
+/// Each of `runners`' median run ([`median_run`]), in their order: the
+/// columns of a table.
+pub(super) fn median_runs<'a>(runs: &[&'a RunResult], runners: &[Runner]) -> Vec<&'a RunResult> {
+    (runners.iter())
+        .filter_map(|&runner| median_run(runs, runner))
+        .collect()
+}
+
+/// A Markdown table's head over the runners of `shown`, one column each,
+/// after a first column named `first`: the names line and the alignment
+/// line (numbers right-aligned).
+pub(super) fn table_head(first: &str, shown: &[&RunResult]) -> String {
+    let mut out = format!("| {first} |");
+    for r in shown {
+        out.push_str(&format!(" {} |", runner_name(r.runner)));
+    }
+    out.push_str("\n|---|");
+    for _ in shown {
+        out.push_str("---:|");
+    }
+    out.push('\n');
+    out
 }
 
 /// The run of `runner` with the median events/s (the lower middle one of

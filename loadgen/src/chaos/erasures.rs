@@ -23,7 +23,7 @@ use rand::seq::SliceRandom as _;
 use rand::Rng;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 
-use super::{CONSUMER, PREFIX, PROJECT};
+use super::config::{CONSUMER, PREFIX, PROJECT};
 use crate::verify::VerifyReport;
 use crate::workload::{post_id, Origin, OutMessage, Workload, PRODUCER};
 
@@ -270,11 +270,9 @@ enum End {
 /// (but before the end) of a pass.
 async fn erase_once(spec: &EraseSpec, user: &str, chunk: usize, kill_midway: bool) -> End {
     let mut cmd = tokio::process::Command::new(&spec.bin);
-    let store = match &spec.store {
-        StoreLocation::Firestore => "firestore".to_string(),
-        StoreLocation::Postgres { url } => url.clone(),
-    };
-    cmd.args(["users", "erase", "--store", &store, "--project", PROJECT])
+    cmd.args(["users", "erase"])
+        .args(crate::consumer::store_flag(&spec.store))
+        .args(["--project", PROJECT])
         .args(["--collection-prefix", PREFIX, "--consumer", CONSUMER])
         .args(["--user-hash-key", USER_HASH_KEY])
         .args(["--tombstone-refresh-ms", &TOMBSTONE_REFRESH_MS.to_string()])
@@ -370,7 +368,7 @@ pub(super) fn check_posts(
     users: &BTreeSet<String>,
     verify: &VerifyReport,
 ) {
-    let likes = crate::truth::Truth::final_likes_of(messages, users);
+    let likes = crate::workload::Truth::final_likes_of(messages, users);
     let posts: BTreeSet<&str> = likes.iter().map(|(post, _)| post.as_str()).collect();
     let mut wrong: BTreeSet<&str> = BTreeSet::new();
     wrong.extend(verify.mismatches.iter().map(|m| m.post_id.as_str()));
@@ -383,7 +381,7 @@ pub(super) fn check_posts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{generate, WorkloadConfig};
+    use crate::workload::{generate, WorkloadConfig};
     use rand::rngs::StdRng;
     use rand::SeedableRng as _;
 
@@ -420,7 +418,7 @@ mod tests {
                 assert_eq!(w.messages[of].data, m.data);
             }
         }
-        let with_heavy = crate::Truth::compute(w.config.clone(), &w.messages);
+        let with_heavy = crate::workload::Truth::compute(w.config.clone(), &w.messages);
         let liked: i64 = with_heavy.total - plain.truth.total;
         assert_eq!(liked, 50 - 17 + 9, "liked, unliked on every third, relikes");
     }

@@ -1,21 +1,22 @@
 //! The hazards of the chaos run, each made here: the shuffle before
-//! publishing, the steady Pub/Sub and Firestore faults, the consumer
-//! processes with the victim killed (SIGKILL) and restarted again and
-//! again, and the latency spikes with a clock jump past every lease. With a
-//! PostgreSQL store, the commit faults are connections cut at COMMIT by the
-//! stage's proxy and the spikes a lock held on the counter table.
+//! publishing, the steady Pub/Sub and Firestore faults, the victim
+//! consumer killed (SIGKILL) and restarted again and again (the processes
+//! themselves are `consumers`'), and the latency spikes with a clock jump
+//! past every lease. With a PostgreSQL store, the commit faults are
+//! connections cut at COMMIT by the stage's proxy and the spikes a lock
+//! held on the counter table.
 //!
-//! Invariant: every consumer process is started from one [`ChildSpec`]
-//! per slot and is running again when [`Chaos::calm`] returns; a consumer
+//! Invariant: every consumer process is running again when [`Chaos::calm`]
+//! returns (but the retired ones) and every fault is cleared; a consumer
 //! that exits without being killed here is counted and reported with the
 //! tail of its log, never silently restarted.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hotcount::config::{Delivery, Endpoints, StoreLocation};
+use hotcount::config::Delivery;
 use hotcount_emulators::{Emulators, FaultKind, FaultSpec};
 use hotcount_pgtemp::{Cut, Proxy};
 use rand::rngs::StdRng;
@@ -24,14 +25,14 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 use tonic::Code;
 
-use super::{ChaosConfig, CONSUMER, LEASE_JUMP, PREFIX, PROJECT, SUBSCRIPTION};
-use crate::consumer::{self, Child, ChildSpec};
+use super::config::{ChaosConfig, LEASE_JUMP};
+use super::consumers::{child_spec, push_flags, Consumers};
+use super::tally::Tally;
+use crate::consumer;
 use crate::front::PushFront;
 use crate::run_error::RunError;
 use crate::stage::Stage;
-use crate::stage::{push_service_account, PUSH_AUDIENCE};
-use crate::workload::{Origin, Workload};
-use crate::Truth;
+use crate::workload::{Origin, Truth, Workload};
 
 /// Shuffles `workload`'s messages within windows of `window`, keeping each
 /// duplicate pointing at its original, and recomputes the truth (which does
@@ -56,59 +57,6 @@ pub fn reorder(workload: &mut Workload, window: usize, rng: &mut impl Rng) {
     }
     workload.messages = messages;
     workload.truth = Truth::compute(workload.config.clone(), &workload.messages);
-}
-
-/// Counters shared by the chaos tasks.
-#[derive(Default)]
-pub(super) struct Tally {
-    kills: AtomicU64,
-    kills_after_commit: AtomicU64,
-    unexpected_exits: AtomicU64,
-    spikes: AtomicU64,
-    /// PostgreSQL: connections cut before their COMMIT reached the server.
-    cuts_before_commit: AtomicU64,
-    /// PostgreSQL: connections cut after the server committed.
-    cuts_after_commit: AtomicU64,
-    /// How each unexpected exit ended, with the tail of its log.
-    exit_reports: Mutex<Vec<String>>,
-}
-
-impl Tally {
-    /// `kill -9` of the victim.
-    pub(super) fn kills(&self) -> u64 {
-        self.kills.load(Ordering::Relaxed)
-    }
-
-    /// Of those, kills right after one of the victim's commits.
-    pub(super) fn kills_after_commit(&self) -> u64 {
-        self.kills_after_commit.load(Ordering::Relaxed)
-    }
-
-    /// Consumer exits that were not kills.
-    pub(super) fn unexpected_exits(&self) -> u64 {
-        self.unexpected_exits.load(Ordering::Relaxed)
-    }
-
-    /// Latency spikes with a clock jump.
-    pub(super) fn spikes(&self) -> u64 {
-        self.spikes.load(Ordering::Relaxed)
-    }
-
-    /// PostgreSQL: connections cut (before COMMIT, after COMMIT).
-    pub(super) fn cuts(&self) -> (u64, u64) {
-        (
-            self.cuts_before_commit.load(Ordering::Relaxed),
-            self.cuts_after_commit.load(Ordering::Relaxed),
-        )
-    }
-
-    /// The reports of the unexpected exits, taken out.
-    pub(super) fn take_exit_reports(&self) -> Vec<String> {
-        self.exit_reports
-            .lock()
-            .map(|mut r| std::mem::take(&mut *r))
-            .unwrap_or_default()
-    }
 }
 
 /// The chaos while it runs: the consumers (held by the kill loop), the
@@ -147,8 +95,13 @@ impl Chaos {
         let mut specs = Vec::new();
         let mut push_addrs = Vec::new();
         for index in 0..config.consumers {
-            let spec = child_spec(config, stage.endpoints(), &log_dir, index, victim_metrics);
-            let mut spec = with_store(spec, &store);
+            let mut spec = child_spec(
+                config,
+                (stage.endpoints(), &store),
+                &log_dir,
+                index,
+                victim_metrics,
+            );
             spec.args.extend_from_slice(extra);
             if let Some(front) = front {
                 let addr = consumer::free_loopback_port("a push endpoint")?;
@@ -244,173 +197,6 @@ impl Chaos {
         consumers.retire(scale_down).await;
         consumers.restart_missing()?;
         Ok(consumers)
-    }
-}
-
-/// Consumer `index`: `hotcount run` on the one subscription, its stderr
-/// appended to `consumer-{index}.log`, its metrics endpoint on only for
-/// the victim (consumer 0), so a kill can wait for its commit counter.
-fn child_spec(
-    config: &ChaosConfig,
-    endpoints: &Endpoints,
-    log_dir: &std::path::Path,
-    index: usize,
-    victim_metrics: std::net::SocketAddr,
-) -> ChildSpec {
-    let metrics = (index == 0).then_some(victim_metrics);
-    let metrics_flag = metrics.map_or("off".to_string(), |m| m.to_string());
-    let args = [
-        "run",
-        "--project",
-        PROJECT,
-        "--collection-prefix",
-        PREFIX,
-        "--subscription",
-        SUBSCRIPTION,
-        "--consumer",
-        CONSUMER,
-        "--metrics-addr",
-        &metrics_flag,
-    ];
-    ChildSpec {
-        bin: config.hotcount_bin.clone(),
-        args: args.iter().map(|f| f.to_string()).collect(),
-        endpoints: endpoints.clone(),
-        log: Some(log_dir.join(format!("consumer-{index}.log"))),
-        metrics,
-    }
-}
-
-/// The flags of a push consumer on `addr` checking the stage's tokens
-/// against the keys at `jwks_url`.
-fn push_flags(addr: std::net::SocketAddr, jwks_url: &str) -> Vec<String> {
-    [
-        ("--delivery", "push".to_string()),
-        ("--push-addr", addr.to_string()),
-        ("--push-audience", PUSH_AUDIENCE.to_string()),
-        ("--push-service-account", push_service_account(PROJECT)),
-        ("--push-jwks-url", jwks_url.to_string()),
-    ]
-    .into_iter()
-    .flat_map(|(flag, value)| [flag.to_string(), value])
-    .collect()
-}
-
-/// `spec` with `--store` for `store` (a PostgreSQL consumer reaches the
-/// database through the stage's proxy; Firestore is the default).
-fn with_store(mut spec: ChildSpec, store: &StoreLocation) -> ChildSpec {
-    if let StoreLocation::Postgres { url } = store {
-        spec.args.push("--store".into());
-        spec.args.push(url.clone());
-    }
-    spec
-}
-
-/// One consumer process slot.
-struct Slot {
-    index: usize,
-    spec: ChildSpec,
-    child: Option<Child>,
-}
-
-/// The consumer processes on the subscription; slot 0 is the victim.
-pub(super) struct Consumers {
-    slots: Vec<Slot>,
-    victim_metrics: std::net::SocketAddr,
-}
-
-impl Consumers {
-    /// Spawns one process per spec.
-    fn start(
-        specs: Vec<ChildSpec>,
-        victim_metrics: std::net::SocketAddr,
-    ) -> Result<Self, RunError> {
-        let mut slots = Vec::new();
-        for (index, spec) in specs.into_iter().enumerate() {
-            let child = Some(Child::spawn(&spec)?);
-            slots.push(Slot { index, spec, child });
-        }
-        Ok(Self {
-            slots,
-            victim_metrics,
-        })
-    }
-
-    /// Restarts every consumer that is not running; one that exited by
-    /// itself (not killed here) is counted and reported with the tail of
-    /// its log.
-    fn restart_exited(&mut self, tally: &Tally) {
-        for slot in &mut self.slots {
-            let status = match &mut slot.child {
-                Some(child) => match child.exit_status() {
-                    Some(status) => Some(status),
-                    None => continue,
-                },
-                None => None,
-            };
-            if let Some(status) = status {
-                tally.unexpected_exits.fetch_add(1, Ordering::Relaxed);
-                let log = slot.spec.log.as_deref().unwrap_or(std::path::Path::new(""));
-                let report = format!(
-                    "consumer {} exited by itself ({status}); its log ends:\n{}",
-                    slot.index,
-                    consumer::log_tail(log, 20)
-                );
-                tracing::error!("{report}");
-                if let Ok(mut reports) = tally.exit_reports.lock() {
-                    reports.push(report);
-                }
-            }
-            slot.child = Child::spawn(&slot.spec).ok();
-        }
-    }
-
-    /// Kills the victim with SIGKILL; true if it was running and is killed.
-    async fn kill_victim(&mut self) -> bool {
-        match self.slots[0].child.take() {
-            Some(child) => child.kill().await.is_ok(),
-            None => false,
-        }
-    }
-
-    /// Starts the victim again (a failure is logged; the next round retries).
-    fn restart_victim(&mut self) {
-        let victim = &mut self.slots[0];
-        match Child::spawn(&victim.spec) {
-            Ok(child) => victim.child = Some(child),
-            Err(e) => tracing::warn!(error = %e, "restarting the victim failed; retrying"),
-        }
-    }
-
-    /// Starts every consumer that has no process.
-    fn restart_missing(&mut self) -> Result<(), RunError> {
-        for slot in &mut self.slots {
-            if slot.child.is_none() {
-                slot.child = Some(Child::spawn(&slot.spec)?);
-            }
-        }
-        Ok(())
-    }
-
-    /// SIGKILLs the last `n` consumers (never the victim) and forgets them:
-    /// they are not started again.
-    async fn retire(&mut self, n: usize) {
-        let keep = self.slots.len().saturating_sub(n).max(1);
-        for mut slot in self.slots.split_off(keep) {
-            if let Some(child) = slot.child.take() {
-                let _ = child.kill().await;
-            }
-            tracing::info!(consumer = slot.index, "scaled down: killed, not restarted");
-        }
-    }
-
-    /// Kills every consumer (SIGKILL).
-    pub(super) async fn kill_all(&mut self) {
-        for slot in &mut self.slots {
-            if let Some(child) = slot.child.take() {
-                let _ = child.kill().await;
-            }
-        }
     }
 }
 
@@ -632,7 +418,7 @@ async fn sleep_or_stop(d: Duration, stop: &watch::Receiver<bool>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{generate, WorkloadConfig};
+    use crate::workload::{generate, WorkloadConfig};
 
     #[test]
     fn reorder_keeps_duplicates_on_their_originals_and_the_truth() {

@@ -33,8 +33,11 @@
 //!   again; the consumers check the tombstones, and the truth leaves every
 //!   event of an erased user out.
 //!
-//! Layout: this file holds the settings and the run as named steps;
-//! `hazards` makes the faults, the kills, the spikes and the shuffle;
+//! Layout: this file holds the run as named steps; `config` its settings
+//! and the names of its world; `traffic` publishing, the replay and the
+//! drain; `hazards` makes the faults, the kills, the spikes and the
+//! shuffle; `consumers` the consumer processes; `tally` what the chaos
+//! counts while it runs;
 //! `erasures` the erased users and their `users erase` processes;
 //! `summary` holds what was measured, the PASS claims and the table.
 
@@ -42,186 +45,38 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use google_cloud_pubsub::client::SubscriptionAdmin;
-use hotcount::config::{Delivery, StoreLocation, Target};
-use hotcount::ops::setup::SetupArgs;
+use hotcount::config::{Delivery, Target};
+use hotcount::store::milestone::{MilestoneStatus, MilestoneStore};
+use hotcount_emulators::webhook::Sink;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
 use crate::milestones::{self, MilestoneReport};
-use crate::publish::{self, PublishOptions, PublishReport};
 use crate::run_error::RunError;
-use crate::stage::{Stage, StageSpec};
-use crate::truth::Truth;
+use crate::stage::Stage;
 use crate::verify;
-use crate::workload::Workload;
-use crate::{generate, WorkloadConfig};
-use hotcount::store::milestone::{MilestoneStatus, MilestoneStore};
-use hotcount_emulators::webhook::{Sink, SinkFaults};
+use crate::workload::{generate, Truth};
 
+mod config;
+mod consumers;
 mod erasures;
 mod hazards;
 mod summary;
+mod tally;
+mod traffic;
 
+pub use config::{ChaosConfig, ChaosMilestones};
 pub use erasures::{ErasureReport, HEAVY_USER, USER_HASH_KEY};
 pub use hazards::reorder;
 pub use summary::{
     render, ChaosSummary, FAULT_KINDS, POSTGRES_FAULT_KINDS, PULL_FAULT_KINDS, PUSH_FAULT_KINDS,
 };
 
-use hazards::{Chaos, Tally};
+use config::{check, stage_spec, target, CONSUMER};
+use hazards::Chaos;
 use summary::Outcome;
-
-const PROJECT: &str = "hotcount-chaos";
-const TOPIC: &str = "likes";
-const SUBSCRIPTION: &str = "likes-hotcount";
-const SNAPSHOT: &str = "chaos-start";
-const CONSUMER: &str = "hotcount";
-const PREFIX: &str = "chaos_";
-/// Emulated time the clock jumps to expire every lease (past the 60 s stream deadline).
-const LEASE_JUMP: Duration = Duration::from_secs(120);
-
-/// What the chaos run does.
-#[derive(Clone, Debug)]
-pub struct ChaosConfig {
-    /// The generated workload (publisher duplicates, double likes, unlikes, poison).
-    pub workload: WorkloadConfig,
-    /// The `hotcount` binary run as consumer processes.
-    pub hotcount_bin: PathBuf,
-    /// Consumer processes on the one subscription (the first is the victim).
-    pub consumers: usize,
-    /// Shortest and longest pause between two kills of the victim.
-    pub kill_every: (Duration, Duration),
-    /// Keep killing until at least this many kills happened (bounded by `timeout`).
-    pub min_kills: u64,
-    /// Messages are shuffled within windows of this many before publishing (1 = no shuffle).
-    pub reorder_window: usize,
-    /// Seek back over the processed traffic once (replay).
-    pub replay: bool,
-    /// Time between two latency spikes.
-    pub spike_every: Duration,
-    /// Publish rate, messages per second (0 = as fast as possible).
-    pub rate_per_sec: u64,
-    /// Bound on the whole run.
-    pub timeout: Duration,
-    /// Where consumer logs go (`consumer-N.log`); None = discarded.
-    pub log_dir: Option<PathBuf>,
-    /// Seed of the kill schedule and the shuffle.
-    pub seed: u64,
-    /// Print a status line to stderr every 10 s.
-    pub progress: bool,
-    /// Where the consumers count: the Firestore emulator, or a PostgreSQL
-    /// database (emptied first; the store faults then act on the server).
-    pub store: StoreLocation,
-    /// Milestone notifications to a faulty webhook sink; `None` = off.
-    pub milestones: Option<ChaosMilestones>,
-    /// How the consumers get their messages: pulled, or pushed through a
-    /// round-robin front (`crate::front`) with OIDC tokens; with push the
-    /// Pub/Sub faults act on the pushes (answers ignored, acks lost,
-    /// spurious redeliveries) instead of the streams.
-    pub delivery: Delivery,
-    /// When the chaos calms, this many consumers (the last ones, never the
-    /// victim) are SIGKILLed and never restarted, as a scale-down does;
-    /// the survivors must still bring every rollup to its count.
-    pub scale_down: usize,
-    /// Users erased while the chaos runs (0 = no erasure): a heavy user
-    /// added to the workload, then users drawn by `seed`. The consumers
-    /// then check tombstones (the store raised to data format 2 first).
-    pub erase_users: usize,
-}
-
-/// The milestone side of a chaos run.
-#[derive(Clone, Debug)]
-pub struct ChaosMilestones {
-    /// `--milestones` of the consumers.
-    pub thresholds: Vec<i64>,
-    /// The sink's faults (500s, hangs past the consumers' timeout, closes).
-    pub faults: SinkFaults,
-}
-
-impl ChaosMilestones {
-    /// Milestones 10, 50, 200 (the CI workload's posts cross many), and a
-    /// sink that fails 1 call in 5, hangs 1 in 10 past the 500 ms timeout
-    /// (processed, answer lost) and closes 1 in 10.
-    pub fn ci() -> Self {
-        Self {
-            thresholds: vec![10, 50, 200],
-            faults: SinkFaults {
-                error_rate: 0.2,
-                hang_rate: 0.1,
-                hang: Duration::from_millis(1500),
-                close_rate: 0.1,
-                ..SinkFaults::default()
-            },
-        }
-    }
-
-    /// The consumers' flags: the sink, its secret, short timeout, lease
-    /// and retries.
-    fn flags(&self, url: &str) -> Vec<String> {
-        let list: Vec<String> = self.thresholds.iter().map(i64::to_string).collect();
-        [
-            "--milestone-webhook",
-            url,
-            "--milestone-webhook-secret",
-            milestones::SECRET,
-            "--milestones",
-            &list.join(","),
-            "--milestone-webhook-timeout-ms",
-            "500",
-            "--milestone-lease-secs",
-            "2",
-            "--milestone-retry-initial-ms",
-            "100",
-            // A record that failed through the whole chaos tries again
-            // within 2 s of the calm, not after a doubled wait that can
-            // pass the run's milestone wait (25.6 s after 9 failures).
-            "--milestone-retry-max-ms",
-            "2000",
-        ]
-        .iter()
-        .map(|f| f.to_string())
-        .collect()
-    }
-}
-
-impl ChaosConfig {
-    /// A CI-sized run: `events` messages, 3 consumers, a kill every 0.3-0.9 s.
-    pub fn ci(events: u64, hotcount_bin: PathBuf) -> Self {
-        Self {
-            workload: WorkloadConfig {
-                events,
-                posts: 200,
-                users: 3_000,
-                zipf_exponent: 1.2,
-                unlike_fraction: 0.3,
-                duplicate_fraction: 0.05,
-                poison_fraction: 0.01,
-                hostile_fraction: 0.01,
-                shuffle: false,
-                seed: 6,
-            },
-            hotcount_bin,
-            consumers: 3,
-            kill_every: (Duration::from_millis(300), Duration::from_millis(900)),
-            min_kills: 6,
-            reorder_window: 64,
-            replay: true,
-            spike_every: Duration::from_secs(5),
-            rate_per_sec: 0,
-            timeout: Duration::from_secs(150),
-            log_dir: None,
-            seed: 6,
-            progress: false,
-            store: StoreLocation::Firestore,
-            milestones: Some(ChaosMilestones::ci()),
-            delivery: Delivery::Pull,
-            scale_down: 1,
-            erase_users: 3,
-        }
-    }
-}
+use traffic::{drain, is_cancelled, process_and_replay, publish_workload, wait_for_kills, Replay};
 
 /// Runs the whole chaos scenario; `cancel` ends it early (then it still cleans up).
 /// A mismatch is not an error: see [`ChaosSummary::is_success`].
@@ -454,31 +309,6 @@ fn choose_erased(config: &ChaosConfig, workload: &mut crate::workload::Workload)
 /// Mixed into the run's seed to draw the users erased.
 const ERASE_SEED: u64 = 0x00E2_A5E0;
 
-/// Settings that cannot make a run.
-fn check(config: &ChaosConfig) -> Result<(), RunError> {
-    config
-        .workload
-        .validate()
-        .map_err(|e| RunError::Invalid(e.to_string()))?;
-    if config.scale_down >= config.consumers {
-        return Err(RunError::Invalid(
-            "--scale-down must leave at least one consumer running".into(),
-        ));
-    }
-    if config.consumers == 0 || config.kill_every.0 > config.kill_every.1 {
-        return Err(RunError::Invalid(
-            "need at least one consumer and kill_every min <= max".into(),
-        ));
-    }
-    if !config.hotcount_bin.is_file() {
-        return Err(RunError::Invalid(format!(
-            "no hotcount binary at {} (build it, or pass --hotcount-bin)",
-            config.hotcount_bin.display()
-        )));
-    }
-    Ok(())
-}
-
 /// The directory of the consumer logs, created. Logs are always kept: an
 /// unexpected exit is reported with the tail of its log.
 fn log_dir(config: &ChaosConfig) -> Result<PathBuf, RunError> {
@@ -487,180 +317,4 @@ fn log_dir(config: &ChaosConfig) -> Result<PathBuf, RunError> {
     });
     std::fs::create_dir_all(&log_dir).map_err(|e| RunError::Start(format!("log dir: {e}")))?;
     Ok(log_dir)
-}
-
-/// Short deadlines and backoffs, so that redeliveries come quickly, and
-/// room for many deliveries before a message is dead-lettered.
-fn stage_spec(store: &StoreLocation) -> StageSpec {
-    StageSpec {
-        setup: SetupArgs {
-            project: PROJECT.into(),
-            topic: TOPIC.into(),
-            subscription: SUBSCRIPTION.into(),
-            dead_letter_topic: "likes-dead-letter".into(),
-            dead_letter_subscription: "likes-dead-letter-inspect".into(),
-            ack_deadline_secs: 10,
-            min_retry_backoff_secs: 0,
-            max_retry_backoff_secs: 1,
-            max_delivery_attempts: 100,
-            exactly_once: false,
-            topic_retention_days: 7,
-            iam: Default::default(),
-            push: Default::default(),
-        },
-        subscription: format!("projects/{PROJECT}/subscriptions/{SUBSCRIPTION}"),
-        store_rtt_ms: 0,
-        store: store.clone(),
-    }
-}
-
-/// Where the consumers write (read back directly, not through the proxy).
-fn target(store: &StoreLocation) -> Target {
-    Target {
-        store: store.clone(),
-        project: PROJECT.into(),
-        database: "(default)".into(),
-        collection_prefix: PREFIX.into(),
-    }
-}
-
-/// Publishes the (shuffled) workload as generated, `occurredAt` untouched.
-async fn publish_workload(
-    stage: &Stage,
-    config: &ChaosConfig,
-    workload: &Workload,
-    cancel: &watch::Receiver<bool>,
-) -> Result<PublishReport, RunError> {
-    let options = PublishOptions {
-        rate_per_sec: config.rate_per_sec,
-        stamp_at_publish: false,
-        progress: false,
-        ..PublishOptions::default()
-    };
-    let (endpoints, topic) = (stage.endpoints(), stage.topic());
-    let published =
-        publish::connect_and_publish(endpoints, topic, workload, &options, cancel.clone()).await?;
-    Ok(published)
-}
-
-/// The Seek replay: a snapshot taken before publishing, Seeked to later.
-struct Replay {
-    admin: SubscriptionAdmin,
-    snapshot: String,
-}
-
-impl Replay {
-    /// Connects the admin client and, when `replay`, takes the snapshot.
-    async fn prepare(stage: &Stage, replay: bool) -> Result<Self, RunError> {
-        let admin = hotcount::connect::subscription_admin(stage.endpoints())
-            .await
-            .map_err(|e| RunError::Start(e.to_string()))?;
-        let snapshot = format!("projects/{PROJECT}/snapshots/{SNAPSHOT}");
-        if replay {
-            admin
-                .create_snapshot()
-                .set_name(snapshot.clone())
-                .set_subscription(stage.subscription().to_string())
-                .send()
-                .await
-                .map_err(|e| RunError::Start(format!("snapshot: {e}")))?;
-        }
-        Ok(Self { admin, snapshot })
-    }
-
-    /// Seeks the subscription to the snapshot; the messages it made
-    /// deliverable again.
-    async fn seek(&self, stage: &Stage) -> Result<u64, RunError> {
-        let before = stage.subscription_stats().unacked;
-        self.admin
-            .seek()
-            .set_subscription(stage.subscription().to_string())
-            .set_snapshot(self.snapshot.clone())
-            .send()
-            .await
-            .map_err(|e| RunError::Start(format!("seek: {e}")))?;
-        Ok(stage.subscription_stats().unacked.saturating_sub(before))
-    }
-}
-
-/// Waits until the traffic is processed (by 35 % of the timeout), then,
-/// with a replay, Seeks and waits again (by 70 %); the messages replayed.
-async fn process_and_replay(
-    stage: &Stage,
-    replay: &Replay,
-    config: &ChaosConfig,
-    started: Instant,
-    cancel: &watch::Receiver<bool>,
-) -> Result<u64, RunError> {
-    // "Processed" while faults keep firing: at most a small remainder unacked.
-    let remainder = config.workload.events / 50 + 20;
-    let processed = || stage.subscription_stats().unacked <= remainder;
-    wait_until(started + config.timeout.mul_f64(0.35), cancel, processed).await;
-    if !config.replay || is_cancelled(cancel) {
-        return Ok(0);
-    }
-    let replayed = replay.seek(stage).await?;
-    wait_until(started + config.timeout.mul_f64(0.7), cancel, processed).await;
-    Ok(replayed)
-}
-
-/// Keeps the chaos going (by 80 % of the timeout) until the minimum of
-/// kills is reached and at least one kill provably followed one of the
-/// victim's commits.
-async fn wait_for_kills(
-    tally: &Tally,
-    config: &ChaosConfig,
-    started: Instant,
-    cancel: &watch::Receiver<bool>,
-) {
-    wait_until(started + config.timeout.mul_f64(0.8), cancel, || {
-        tally.kills() >= config.min_kills && tally.kills_after_commit() > 0
-    })
-    .await;
-}
-
-fn is_cancelled(cancel: &watch::Receiver<bool>) -> bool {
-    *cancel.borrow()
-}
-
-/// Polls `done` every 50 ms until it holds, `deadline` passes or `cancel` fires.
-async fn wait_until(
-    deadline: Instant,
-    cancel: &watch::Receiver<bool>,
-    mut done: impl FnMut() -> bool,
-) {
-    while !done() && Instant::now() < deadline && !is_cancelled(cancel) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until nothing is unacked for a full second; when the backlog stops
-/// moving for 2 s (lost acks and killed consumers' leases wait for their
-/// deadline), jumps the emulated clock past every lease.
-async fn drain(stage: &Stage, deadline: Instant, cancel: &watch::Receiver<bool>) -> bool {
-    let mut last = u64::MAX;
-    let mut moved = Instant::now();
-    let mut empty_since: Option<Instant> = None;
-    loop {
-        let unacked = stage.unacked();
-        if unacked == 0 {
-            let since = *empty_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= Duration::from_secs(1) {
-                return true;
-            }
-        } else {
-            empty_since = None;
-        }
-        if unacked != last {
-            last = unacked;
-            moved = Instant::now();
-        } else if unacked > 0 && moved.elapsed() > Duration::from_secs(2) {
-            stage.emulators().clock().advance(LEASE_JUMP);
-            moved = Instant::now();
-        }
-        if Instant::now() > deadline || is_cancelled(cancel) {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

@@ -12,9 +12,9 @@ use hotcount::config::Delivery;
 use hotcount_emulators::pubsub::SubscriptionStats;
 use hotcount_emulators::FaultKind;
 
+use super::config::ChaosConfig;
 use super::erasures::ErasureReport;
-use super::hazards::Tally;
-use super::ChaosConfig;
+use super::tally::Tally;
 use crate::milestones::MilestoneReport;
 use crate::publish::PublishReport;
 use crate::stage::Stage;

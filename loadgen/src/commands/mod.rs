@@ -13,6 +13,7 @@ pub mod demo;
 pub mod erase_rate;
 pub mod publish;
 pub mod report;
+pub mod simulate;
 pub mod verify;
 
 use std::path::PathBuf;

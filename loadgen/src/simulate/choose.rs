@@ -2,11 +2,11 @@
 //! [`Profile`] and seed, the worst outcome of each kept, and the cheapest
 //! that meets the age target everywhere chosen.
 //!
-//! Invariant: the choice depends only on the arguments and the seeds (the
-//! model is deterministic), so the same arguments pick the same HPA.
+//! Invariant: the choice depends only on the settings and the seeds (the
+//! model is deterministic), so the same settings pick the same HPA.
 
 use super::model::{self, Trace};
-use super::{shipped, SimulateArgs, SimulateError};
+use super::{shipped, SimulateConfig, SimulateError};
 
 /// An autoscaler tried on the spike.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -100,23 +100,23 @@ pub fn candidates() -> Vec<Candidate> {
 /// meeting the target in every run, and runs it on the spike grown 1x,
 /// 10x and 100x (its `maxReplicas` grown alike, so the limits outside the
 /// HPA show).
-pub fn evaluate(args: &SimulateArgs) -> Result<Outcome, SimulateError> {
-    args.validate()?;
-    let seeds: Vec<u64> = (0..u64::from(args.seeds))
-        .map(|i| args.seed.wrapping_add(i))
+pub fn evaluate(config: &SimulateConfig) -> Result<Outcome, SimulateError> {
+    config.validate()?;
+    let seeds: Vec<u64> = (0..u64::from(config.seeds))
+        .map(|i| config.seed.wrapping_add(i))
         .collect();
     let mut results = Vec::new();
     for candidate in candidates() {
-        let name = args.candidate_name(candidate);
-        let autoscaler = args.autoscaler(candidate, args.max_replicas);
+        let name = config.candidate_name(candidate);
+        let autoscaler = config.autoscaler(candidate, config.max_replicas);
         let mut meets = true;
         let mut worst = Vec::new();
         for profile in Profile::ALL {
-            let scenario = args.scenario(name.clone(), autoscaler.clone(), 1, profile);
+            let scenario = config.scenario(name.clone(), autoscaler.clone(), 1, profile);
             let mut summaries = Vec::new();
             for seed in &seeds {
                 let trace = model::simulate(&scenario, *seed);
-                meets &= args.meets_target(&trace);
+                meets &= config.meets_target(&trace);
                 summaries.push(trace.summary);
             }
             worst.extend(worst_of(&summaries));
@@ -141,14 +141,14 @@ pub fn evaluate(args: &SimulateArgs) -> Result<Outcome, SimulateError> {
     if let Some(i) = picked {
         let candidate = results[i].candidate;
         for factor in [1, 10, 100] {
-            let max = args.max_replicas.saturating_mul(factor);
-            let scenario = args.scenario(
+            let max = config.max_replicas.saturating_mul(factor);
+            let scenario = config.scenario(
                 format!("{factor}x"),
-                args.autoscaler(candidate, max),
+                config.autoscaler(candidate, max),
                 factor,
                 Profile::Spike,
             );
-            growth.push((factor, model::simulate(&scenario, args.seed)));
+            growth.push((factor, model::simulate(&scenario, config.seed)));
         }
     }
     Ok(Outcome {

@@ -3,8 +3,10 @@
 //! as the spike grows; deterministic for a seed, so the HPA settings
 //! `deploy/gke/hpa.yaml` ships with are the ones it picks.
 //!
-//! Invariants: no I/O but writing the report files at the end; the same
-//! arguments and seed give byte-identical files. The per-replica figures
+//! Invariants: no I/O but writing the report files at the end (nothing is
+//! printed: the command, `commands/simulate.rs` of the binary, prints what
+//! [`write_report`] returns); the same settings and seed give
+//! byte-identical files. The per-replica figures
 //! default to measured ones (docs/BENCHMARKS.md, `bench --backlog
 //! --consumer-process`); Google's limits are in [`limits`].
 //!
@@ -21,9 +23,6 @@ pub mod model;
 pub mod render;
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-
-use clap::Args;
 
 pub use choose::{candidates, evaluate, Candidate, CandidateResult, Outcome, Profile};
 use hpa::{HpaSpec, Policy, Rules, Select};
@@ -44,115 +43,125 @@ pub mod shipped {
     pub const SCALE_DOWN_WINDOW_SECS: u32 = 300;
 }
 
-/// The arguments of `hotcount-loadgen simulate`; every default is the
-/// figure the shipped settings were chosen with.
-#[derive(Args, Clone, Debug)]
-pub struct SimulateArgs {
+/// The settings of a simulation; [`SimulateConfig::DEFAULT`] holds the
+/// figures the shipped settings were chosen with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimulateConfig {
     /// Seed of the noise (arrivals, replica start-up and capacity spread, metric delays).
-    #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Seeds each candidate is tried with (`--seed`, `--seed` + 1, ...); it must meet the target with all.
-    #[arg(long, default_value_t = 5)]
     pub seeds: u32,
-    /// Directory for simulation.md and the PNGs (created if needed).
-    #[arg(long, default_value = "reports/simulate")]
-    pub out: PathBuf,
     /// Arrivals before and after the spike, events per second.
-    #[arg(long, default_value_t = 2_000.0)]
     pub base_events_per_sec: f64,
     /// Arrivals at the top of the 1x spike, events per second.
-    #[arg(long, default_value_t = 200_000.0)]
     pub peak_events_per_sec: f64,
     /// When the spike starts, seconds into the run.
-    #[arg(long, default_value_t = 60)]
     pub spike_start_secs: u32,
     /// Ramp from base to peak, in seconds.
-    #[arg(long, default_value_t = 120)]
     pub ramp_secs: u32,
     /// Time at the peak, in seconds.
-    #[arg(long, default_value_t = 600)]
     pub hold_secs: u32,
     /// Decay back to base, in seconds.
-    #[arg(long, default_value_t = 600)]
     pub decay_secs: u32,
     /// Simulated time after the decay, in seconds.
-    #[arg(long, default_value_t = 900)]
     pub tail_secs: u32,
     /// Random variation of each second's arrivals (fraction).
-    #[arg(long, default_value_t = 0.05)]
     pub noise_fraction: f64,
     /// One replica's capacity under a backlog, events per second (measured: docs/BENCHMARKS.md).
-    #[arg(long, default_value_t = 40_000.0)]
     pub replica_events_per_sec: f64,
     /// Spread of capacity between replicas (fraction).
-    #[arg(long, default_value_t = 0.1)]
     pub replica_capacity_jitter_fraction: f64,
     /// Decision to pulling for a new replica, in seconds (scheduling, image pull, start, /readyz).
-    #[arg(long, default_value_t = 30)]
     pub replica_start_secs: u32,
     /// Extra start-up time per replica, up to this many seconds.
-    #[arg(long, default_value_t = 15)]
     pub replica_start_jitter_secs: u32,
     /// StreamingPull streams per replica (`hotcount run --streams`).
-    #[arg(long, default_value_t = 2)]
     pub streams: u32,
     /// Commits per 1,000 events while a replica keeps up (measured at half
     /// the peak: 4.1-5.0 store RPCs per 1,000 events, two per commit).
-    #[arg(long, default_value_t = 2.5)]
     pub commits_per_1k_events: f64,
     /// Commits per second one replica makes at most (measured: ~45/s
     /// under a backlog, 1,000-event batches; ~50/s at half the peak).
-    #[arg(long, default_value_t = 50.0)]
     pub max_commits_per_replica_per_sec: f64,
     /// Pub/Sub metric sampling period, in seconds.
-    #[arg(long, default_value_t = 60)]
     pub metric_sample_secs: u32,
     /// Shortest delay before a metric sample is visible, in seconds.
-    #[arg(long, default_value_t = 60)]
     pub metric_delay_min_secs: u32,
     /// Longest delay before a metric sample is visible, in seconds.
-    #[arg(long, default_value_t = 120)]
     pub metric_delay_max_secs: u32,
     /// Fraction of the events on the hottest post.
-    #[arg(long, default_value_t = 0.5)]
     pub hot_post_share: f64,
     /// Bytes per message on a stream (payload and attributes; the generated
     /// events are ~195 bytes of JSON and a ~20-byte origin attribute).
-    #[arg(long, default_value_t = 220.0)]
     pub message_bytes: f64,
     /// `hotcount run --counter-shards`.
-    #[arg(long, default_value_t = 16)]
     pub counter_shards: u32,
     /// `hotcount run --counter-shard-target-writes-per-sec`.
-    #[arg(long, default_value_t = 1)]
     pub counter_shard_target_writes_per_sec: u32,
     /// HPA `minReplicas`.
-    #[arg(long, default_value_t = shipped::MIN_REPLICAS)]
     pub min_replicas: u32,
     /// HPA `maxReplicas` for the 1x spike (scaled with the spike for 10x and 100x).
-    #[arg(long, default_value_t = shipped::MAX_REPLICAS)]
     pub max_replicas: u32,
     /// HPA scale-down stabilization window, in seconds.
-    #[arg(long, default_value_t = shipped::SCALE_DOWN_WINDOW_SECS)]
     pub scale_down_window_secs: u32,
     /// Publish-rate target per replica, as a fraction of its capacity.
-    #[arg(long, default_value_t = shipped::PUBLISH_RATE_UTILIZATION)]
     pub publish_rate_utilization: f64,
     /// Peak held this long in the long-hold profile, in seconds.
-    #[arg(long, default_value_t = 1800)]
     pub long_hold_secs: u32,
     /// How much slower replicas are than the HPA assumes, in the slow-replica profile (fraction).
-    #[arg(long, default_value_t = 0.5)]
     pub slow_replica_fraction: f64,
     /// The backlog-age alert's threshold (dashboards/alerts/backlog-age.json), in seconds.
-    #[arg(long, default_value_t = 300)]
     pub alert_age_secs: u32,
     /// The oldest unacked message's age to stay under, in seconds.
-    #[arg(long, default_value_t = 120)]
     pub age_target_secs: u32,
     /// How soon after the spike starts the age must be under the target for good, in seconds.
-    #[arg(long, default_value_t = 600)]
     pub settle_within_secs: u32,
+}
+
+impl SimulateConfig {
+    /// The figures the shipped settings were chosen with (the flags'
+    /// defaults).
+    pub const DEFAULT: SimulateConfig = SimulateConfig {
+        seed: 42,
+        seeds: 5,
+        base_events_per_sec: 2_000.0,
+        peak_events_per_sec: 200_000.0,
+        spike_start_secs: 60,
+        ramp_secs: 120,
+        hold_secs: 600,
+        decay_secs: 600,
+        tail_secs: 900,
+        noise_fraction: 0.05,
+        replica_events_per_sec: 40_000.0,
+        replica_capacity_jitter_fraction: 0.1,
+        replica_start_secs: 30,
+        replica_start_jitter_secs: 15,
+        streams: 2,
+        commits_per_1k_events: 2.5,
+        max_commits_per_replica_per_sec: 50.0,
+        metric_sample_secs: 60,
+        metric_delay_min_secs: 60,
+        metric_delay_max_secs: 120,
+        hot_post_share: 0.5,
+        message_bytes: 220.0,
+        counter_shards: 16,
+        counter_shard_target_writes_per_sec: 1,
+        min_replicas: shipped::MIN_REPLICAS,
+        max_replicas: shipped::MAX_REPLICAS,
+        scale_down_window_secs: shipped::SCALE_DOWN_WINDOW_SECS,
+        publish_rate_utilization: shipped::PUBLISH_RATE_UTILIZATION,
+        long_hold_secs: 1800,
+        slow_replica_fraction: 0.5,
+        alert_age_secs: 300,
+        age_target_secs: 120,
+        settle_within_secs: 600,
+    };
+}
+
+impl Default for SimulateConfig {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 /// A simulation that could not be run or written.
@@ -174,7 +183,7 @@ pub enum SimulateError {
     },
 }
 
-impl SimulateArgs {
+impl SimulateConfig {
     fn validate(&self) -> Result<(), SimulateError> {
         let bad = |what: &str| Err(SimulateError::Invalid(what.to_string()));
         if self.seeds == 0 {
@@ -333,32 +342,32 @@ impl SimulateArgs {
 }
 
 /// The report: settings, candidates, spike growth, timeline.
-pub fn markdown(args: &SimulateArgs, outcome: &Outcome) -> String {
+pub fn markdown(config: &SimulateConfig, outcome: &Outcome) -> String {
     let mut md = String::from("# Scaling simulation\n\n");
     md.push_str(&format!(
         "`hotcount-loadgen simulate --seed {}` (defaults otherwise). Spike: {:.0} -> {:.0} events/s over {} s from t = {} s, held {} s ({} s in the long-hold profile), back to base over {} s. One replica: {:.0} events/s ({:.0} in the slow-replica profile), pulling {}-{} s after the decision. Metrics sampled every {} s, visible {}-{} s later; HPA sync 15 s, tolerance 0.1, scale-down window {} s. Target: oldest unacked age always under {} s (the backlog alert), under {} s for good within {} s of the spike's start, backlog drained by the end, under every profile.\n\n",
-        args.seed,
-        args.base_events_per_sec,
-        args.peak_events_per_sec,
-        args.ramp_secs,
-        args.spike_start_secs,
-        args.hold_secs,
-        args.long_hold_secs,
-        args.decay_secs,
-        args.replica_events_per_sec,
-        args.replica_events_per_sec * (1.0 - args.slow_replica_fraction),
-        args.replica_start_secs,
-        args.replica_start_secs + args.replica_start_jitter_secs,
-        args.metric_sample_secs,
-        args.metric_delay_min_secs,
-        args.metric_delay_max_secs,
-        args.scale_down_window_secs,
-        args.alert_age_secs,
-        args.age_target_secs,
-        args.settle_within_secs,
+        config.seed,
+        config.base_events_per_sec,
+        config.peak_events_per_sec,
+        config.ramp_secs,
+        config.spike_start_secs,
+        config.hold_secs,
+        config.long_hold_secs,
+        config.decay_secs,
+        config.replica_events_per_sec,
+        config.replica_events_per_sec * (1.0 - config.slow_replica_fraction),
+        config.replica_start_secs,
+        config.replica_start_secs + config.replica_start_jitter_secs,
+        config.metric_sample_secs,
+        config.metric_delay_min_secs,
+        config.metric_delay_max_secs,
+        config.scale_down_window_secs,
+        config.alert_age_secs,
+        config.age_target_secs,
+        config.settle_within_secs,
     ));
     md.push_str("## Autoscalers on the 1x spike\n\n");
-    md.push_str(&render::candidate_header(args));
+    md.push_str(&render::candidate_header(config));
     md.push('\n');
     for (i, result) in outcome.candidates.iter().enumerate() {
         md.push_str(&render::candidate_row(result, outcome.picked == Some(i)));
@@ -386,28 +395,37 @@ pub fn markdown(args: &SimulateArgs, outcome: &Outcome) -> String {
     md
 }
 
+/// A simulation run and written: what it found, and its report.
+pub struct Written {
+    /// The candidates, the one picked and its growth.
+    pub outcome: Outcome,
+    /// `simulation.md`'s text.
+    pub markdown: String,
+    /// Where `simulation.md` was written.
+    pub path: PathBuf,
+}
+
 /// Runs the simulation and writes `simulation.md`, `scaling.png` (the
-/// picked HPA, 1x) and `scaling-10x.png`, `scaling-100x.png`; prints the
-/// report. Exit code 1 when no candidate meets the target.
-pub fn run_command(args: &SimulateArgs) -> Result<ExitCode, SimulateError> {
-    let outcome = evaluate(args)?;
-    let md = markdown(args, &outcome);
-    create_dir(&args.out)?;
-    write(&args.out.join("simulation.md"), md.as_bytes())?;
+/// picked HPA, 1x) and `scaling-10x.png`, `scaling-100x.png` into `out`
+/// (created if needed).
+pub fn write_report(config: &SimulateConfig, out: &Path) -> Result<Written, SimulateError> {
+    let outcome = evaluate(config)?;
+    let markdown = markdown(config, &outcome);
+    create_dir(out)?;
+    let path = out.join("simulation.md");
+    write(&path, markdown.as_bytes())?;
     for (factor, trace) in &outcome.growth {
         let name = if *factor == 1 {
             "scaling.png".to_string()
         } else {
             format!("scaling-{factor}x.png")
         };
-        write(&args.out.join(name), &render::render_png(trace)?)?;
+        write(&out.join(name), &render::render_png(trace)?)?;
     }
-    println!("{md}");
-    println!("wrote {}", args.out.join("simulation.md").display());
-    Ok(if outcome.picked.is_some() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    Ok(Written {
+        outcome,
+        markdown,
+        path,
     })
 }
 

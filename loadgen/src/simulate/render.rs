@@ -13,7 +13,7 @@ use std::io::Cursor;
 use crate::chart::{ChartError, LineChart};
 
 use super::model::{Step, Trace};
-use super::{limits, CandidateResult, SimulateArgs};
+use super::{limits, CandidateResult, SimulateConfig};
 
 /// Width of the PNG, in pixels.
 pub const WIDTH: usize = 960;
@@ -136,11 +136,11 @@ pub fn candidate_row(result: &CandidateResult, picked: bool) -> String {
 }
 
 /// Header of the candidates table.
-pub fn candidate_header(args: &SimulateArgs) -> String {
+pub fn candidate_header(config: &SimulateConfig) -> String {
     format!(
         "| autoscaler | peak replicas (spike) | replica-minutes (spike, mean) | spike: max age / under {} s after (s) | long hold: same | replicas {:.0} % slower: same | meets target |\n|---|---:|---:|---:|---:|---:|---|",
-        args.age_target_secs,
-        args.slow_replica_fraction * 100.0
+        config.age_target_secs,
+        config.slow_replica_fraction * 100.0
     )
 }
 

@@ -15,10 +15,10 @@ use rand::seq::SliceRandom as _;
 use rand::{Rng, SeedableRng};
 
 use super::poison::generate_poison;
+use super::truth::Truth;
 use super::{
     post_id, user_id, Origin, OutMessage, Workload, WorkloadConfig, WorkloadCounts, Zipf, PRODUCER,
 };
-use crate::truth::Truth;
 
 /// Generates the workload of `config` (validate it first; an invalid config
 /// yields what it can, e.g. no duplicates when there is no valid event).

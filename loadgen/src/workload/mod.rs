@@ -2,7 +2,7 @@
 //! duplicates and poison, with the exact expected count of every post.
 //! This file holds what a workload is (settings, messages, counts, ids);
 //! [`generate`] makes one, `poison` the payloads that must never count,
-//! `zipf` the shape of post popularity.
+//! `zipf` the shape of post popularity, [`truth`] its exact answer.
 //!
 //! Invariant: for a given [`WorkloadConfig`] (seed included) [`generate`]
 //! yields the same messages, ids and [`Truth`] every time (only `occurredAt`
@@ -13,14 +13,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::truth::Truth;
-
 mod generate;
 mod poison;
+pub mod truth;
 mod zipf;
 
 pub use generate::generate;
 pub use poison::{hostile_attributes, poison_payload, PoisonKind, HUGE_PAYLOAD_EVERY};
+pub use truth::Truth;
 pub use zipf::{exponent_for_top_share, Zipf};
 
 /// The producer name written into every valid event.

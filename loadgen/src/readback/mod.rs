@@ -1,19 +1,22 @@
 //! Reads back what hotcount wrote: every counter shard and every membership,
 //! from the store the target names: under one collection prefix through
-//! hotcount's [`FirestoreDb`], or from a PostgreSQL database
-//! ([`crate::postgres`]), so "exact" means the same for both.
+//! hotcount's [`FirestoreDb`] (`firestore` inside), or from a PostgreSQL
+//! database (`postgres` inside), as the same rows, so "exact" means the same for
+//! both.
 //!
 //! Invariant: only documents of the given layout are returned (a collection
 //! group query on `shards` is filtered to `{prefix}counters/*/shards/*`);
 //! a [`Snapshot`] reads both at one read time when the server allows it, and
 //! says so (PostgreSQL always does); nothing is ever written.
 
+mod firestore;
+mod postgres;
+
 use std::collections::{BTreeMap, HashMap};
 
 use hotcount::config::{Endpoints, StoreLocation, Target};
 use hotcount::model::poison::PoisonRecord;
-use hotcount::store::firestore::layout::collections;
-use hotcount::store::firestore::{FirestoreDb, Read, StoredMembership};
+use hotcount::store::firestore::{FirestoreDb, StoredMembership};
 use hotcount::store::postgres::PgDb;
 use hotcount::store::Code;
 use hotcount::store::StoreError;
@@ -108,7 +111,7 @@ pub async fn connect(endpoints: &Endpoints, target: &Target) -> Result<Reader, R
             .await
             .map(Reader::Firestore)
             .map_err(|e| ReadError::Connect(e.to_string())),
-        StoreLocation::Postgres { url } => crate::postgres::open(url).map(Reader::Postgres),
+        StoreLocation::Postgres { url } => postgres::open(url).map(Reader::Postgres),
     }
 }
 
@@ -142,72 +145,9 @@ pub struct Snapshot {
 /// time (when the store allows it).
 pub async fn read_snapshot(reader: &Reader) -> Result<Snapshot, ReadError> {
     match reader {
-        Reader::Firestore(db) => read_firestore_snapshot(db).await,
-        Reader::Postgres(db) => crate::postgres::read_snapshot(db).await,
+        Reader::Firestore(db) => firestore::read_snapshot(db).await,
+        Reader::Postgres(db) => postgres::read_snapshot(db).await,
     }
-}
-
-/// Reads memberships, then counter shards at the memberships' read time.
-async fn read_firestore_snapshot(db: &FirestoreDb) -> Result<Snapshot, ReadError> {
-    let shards = ReadError::query(collections::SHARDS.to_string());
-    let (memberships, read_time) = db
-        .memberships(None, Read::Latest)
-        .await
-        .map_err(ReadError::query(db.layout().collection(collections::LIKES)))?;
-    let rollups_at = |read| async move {
-        let rollups = db.rollups(read).await?;
-        Ok::<_, StoreError>(
-            rollups
-                .into_iter()
-                .map(|(p, (likes, _))| (p, likes))
-                .collect(),
-        )
-    };
-    let (sums, rollups, consistent) = match read_time {
-        Some(t) => match db.counter_sums(Read::At(t)).await {
-            Ok(sums) => (sums, rollups_at(Read::At(t)).await.map_err(&shards)?, true),
-            Err(e)
-                if matches!(
-                    e.code,
-                    Code::InvalidArgument | Code::FailedPrecondition | Code::Unimplemented
-                ) =>
-            {
-                tracing::warn!(
-                    code = ?e.code,
-                    "reading at a fixed time was refused; reading the shards now"
-                );
-                let sums = db.counter_sums(Read::Latest).await.map_err(&shards)?;
-                let rollups = rollups_at(Read::Latest).await.map_err(&shards)?;
-                (sums, rollups, false)
-            }
-            Err(e) => return Err(shards(e)),
-        },
-        None => (
-            db.counter_sums(Read::Latest).await.map_err(&shards)?,
-            rollups_at(Read::Latest).await.map_err(&shards)?,
-            false,
-        ),
-    };
-    let records = db
-        .quarantine_records(None, None)
-        .await
-        .map_err(ReadError::query(
-            db.layout().collection(collections::QUARANTINE),
-        ))?;
-    let quarantined_events = records
-        .iter()
-        .filter(|r| r.record.message_id.starts_with("event-"))
-        .count();
-    Ok(Snapshot {
-        counts: sums.per_post,
-        shards_read: sums.shards,
-        memberships: memberships.into_iter().map(MembershipRow::from).collect(),
-        quarantined: records.len(),
-        quarantined_events,
-        quarantined_by_reason: by_reason(records.iter().map(|r| &r.record)),
-        consistent,
-        rollups,
-    })
 }
 
 /// How many of `records` have each reason kind.
@@ -223,28 +163,18 @@ pub fn by_reason<'a>(
 
 /// Sum of the counter shards per post, and how many shard documents were read.
 pub async fn read_counts(reader: &Reader) -> Result<(BTreeMap<String, i64>, usize), ReadError> {
-    let db = match reader {
-        Reader::Firestore(db) => db,
-        Reader::Postgres(db) => return crate::postgres::read_counts(db).await,
-    };
-    let sums = db
-        .counter_sums(Read::Latest)
-        .await
-        .map_err(ReadError::query(collections::SHARDS.to_string()))?;
-    Ok((sums.per_post, sums.shards))
+    match reader {
+        Reader::Firestore(db) => firestore::read_counts(db).await,
+        Reader::Postgres(db) => postgres::read_counts(db).await,
+    }
 }
 
 /// Every membership document of the database's layout.
 pub async fn read_memberships(reader: &Reader) -> Result<Vec<MembershipRow>, ReadError> {
-    let db = match reader {
-        Reader::Firestore(db) => db,
-        Reader::Postgres(db) => return crate::postgres::read_memberships(db).await,
-    };
-    let (memberships, _) = db
-        .memberships(None, Read::Latest)
-        .await
-        .map_err(ReadError::query(db.layout().collection(collections::LIKES)))?;
-    Ok(memberships.into_iter().map(MembershipRow::from).collect())
+    match reader {
+        Reader::Firestore(db) => firestore::read_memberships(db).await,
+        Reader::Postgres(db) => postgres::read_memberships(db).await,
+    }
 }
 
 /// Liked memberships per post.

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::workload::{Origin, OutMessage, WorkloadConfig};
+use super::{Origin, OutMessage, WorkloadConfig};
 
 /// Expected counts, serialisable as the `--truth` file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
