@@ -5,6 +5,11 @@
 //! diagram, every arrow of the diagram is such a reference, and the graph
 //! has no cycle (arrows run one way). Comments and doc links are not
 //! references; a module's tests count as the module.
+//!
+//! At the level of folders too: the top-level rooms of `src/` (each
+//! top-level file or folder) never import each other in a circle, nor do
+//! those of `loadgen/src/`, so e.g. `store/` never uses `pipeline/` while
+//! `pipeline/` uses `store/`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -200,10 +205,9 @@ fn the_architecture_diagram_draws_exactly_the_module_references_of_the_code() {
     );
 }
 
-#[test]
-fn module_references_run_one_way() {
-    let graph = code_graph();
-    // Depth-first search with colours; report the first cycle found.
+/// The first cycle of `graph` found by a depth-first search, as the path
+/// that closes it; `None` when every arrow runs one way.
+fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
     fn visit(
         node: &str,
         graph: &Graph,
@@ -232,10 +236,106 @@ fn module_references_run_one_way() {
         None
     }
     let mut state = BTreeMap::new();
-    for node in graph.keys() {
-        let cycle = visit(node, &graph, &mut state, &mut Vec::new());
-        assert!(cycle.is_none(), "module references form a cycle: {cycle:?}");
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut state, &mut Vec::new()))
+}
+
+#[test]
+fn module_references_run_one_way() {
+    let cycle = find_cycle(&code_graph());
+    assert!(cycle.is_none(), "module references form a cycle: {cycle:?}");
+}
+
+/// The room of a file under a crate's `src/`: its top-level file or
+/// folder (`store/firestore/db.rs` -> `store`); `None` for `lib.rs`,
+/// which only declares the rooms.
+fn room_of(relative: &Path) -> Option<String> {
+    let first = relative.components().next()?.as_os_str().to_string_lossy();
+    let room = first.trim_end_matches(".rs");
+    (room != "lib").then(|| room.to_string())
+}
+
+/// The rooms of the crate whose sources are `src` (its top-level files and
+/// folders) and the arrows between them: room A -> room B when a file of A
+/// names `crate::B` or `{lib_name}::B` (the binary's files name the
+/// library by its crate name), groups `crate::{B, C}` expanded. Comments
+/// are not references.
+fn room_graph(src: &Path, lib_name: &str) -> Graph {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let rooms: BTreeSet<String> = files
+        .iter()
+        .filter_map(|f| room_of(f.strip_prefix(src).expect("under src")))
+        .collect();
+    let mut graph = Graph::new();
+    for file in &files {
+        let Some(from) = room_of(file.strip_prefix(src).expect("under src")) else {
+            continue;
+        };
+        let text = code_only(&std::fs::read_to_string(file).expect("read source"));
+        let edges = graph.entry(from.clone()).or_default();
+        for prefix in ["crate::".to_string(), format!("{lib_name}::")] {
+            for (at, _) in text.match_indices(prefix.as_str()) {
+                let before = text[..at].chars().next_back();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let rest = &text[at + prefix.len()..];
+                let heads = match rest.strip_prefix('{') {
+                    Some(group) => group_items(group)
+                        .iter()
+                        .map(|item| ident_at(item).to_string())
+                        .collect(),
+                    None => vec![ident_at(rest).to_string()],
+                };
+                for to in heads {
+                    if to != from && rooms.contains(&to) {
+                        edges.insert(to);
+                    }
+                }
+            }
+        }
     }
+    graph
+}
+
+#[test]
+fn no_two_rooms_of_the_service_import_each_other() {
+    let graph = room_graph(&root().join("src"), "hotcount");
+    assert!(graph.contains_key("store") && graph.contains_key("pipeline"));
+    let cycle = find_cycle(&graph);
+    assert!(
+        cycle.is_none(),
+        "the top-level rooms of src/ import each other: {cycle:?}"
+    );
+}
+
+#[test]
+fn no_two_rooms_of_the_load_generator_import_each_other() {
+    let graph = room_graph(&root().join("loadgen/src"), "hotcount_loadgen");
+    assert!(graph.contains_key("bench") && graph.contains_key("workload"));
+    let cycle = find_cycle(&graph);
+    assert!(
+        cycle.is_none(),
+        "the top-level rooms of loadgen/src/ import each other: {cycle:?}"
+    );
+}
+
+#[test]
+fn a_back_arrow_planted_between_two_rooms_is_found() {
+    let mut graph = room_graph(&root().join("src"), "hotcount");
+    assert!(
+        graph["pipeline"].contains("store"),
+        "the arrow this test reverses"
+    );
+    assert_eq!(find_cycle(&graph), None);
+    graph
+        .entry("store".into())
+        .or_default()
+        .insert("pipeline".into());
+    let cycle = find_cycle(&graph).expect("a store -> pipeline arrow closes a cycle");
+    assert!(cycle.contains(&"store".to_string()) && cycle.contains(&"pipeline".to_string()));
 }
 
 #[test]
