@@ -34,7 +34,7 @@ pub async fn count(
         let db = connect::store_db(endpoints, target, 1).await?;
         for post in post_ids {
             let count = db
-                .count(&post)
+                .count(post)
                 .await
                 .with_context(|| format!("counting {post}"))?;
             println!("{post}\t{count}");
