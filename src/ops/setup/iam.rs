@@ -4,11 +4,17 @@
 //! Invariants: a grant only ever adds a member to a role (nothing else in
 //! the policy changes, so bindings made by others survive); the policy is
 //! written back with the etag it was read with, so a concurrent change is
-//! re-read rather than overwritten. Project-level roles (Firestore access,
+//! re-read rather than overwritten ([`grant_roles`]). Project-level roles (Firestore access,
 //! the operators' roles) are not Pub/Sub resources: `deploy/setup.sh`
 //! grants them (docs/OPERATIONS.md, "Roles").
 
+use google_cloud_gax::error::rpc::Code;
 use google_cloud_iam_v1::model::{Binding, Policy};
+use google_cloud_pubsub::client::SchemaService;
+
+use super::{code, pubsub_error, Change, SetupError, SetupIam};
+use crate::config::Endpoints;
+use crate::connect;
 
 /// What the consumer needs on its subscription: pull, ack and extend
 /// leases (`pubsub.subscriptions.consume`).
@@ -87,6 +93,99 @@ pub fn add_member(policy: &mut Policy, role: &str, member: &str) -> bool {
                 .bindings
                 .push(Binding::new().set_role(role).set_members([member]));
             true
+        }
+    }
+}
+
+/// Grants the roles `iam` asks for on the subscription and the
+/// dead-letter topic (skipped, with the reason, with `--skip-iam` or
+/// against the emulator); each resource with what happened to it.
+pub(super) async fn grant_roles(
+    endpoints: &Endpoints,
+    iam: &SetupIam,
+    subscription: &str,
+    dead_letter_topic: &str,
+) -> Result<Vec<(String, Change)>, SetupError> {
+    let agent = iam.project_number.map(pubsub_service_agent);
+    let grants = grants(
+        subscription,
+        dead_letter_topic,
+        agent.as_deref(),
+        iam.consumer_service_account.as_deref(),
+    );
+    let skip = if iam.skip_iam {
+        Some("--skip-iam: grant the roles in docs/OPERATIONS.md#roles yourself".to_string())
+    } else if endpoints.pubsub_emulator_host.is_some() {
+        Some("the Pub/Sub emulator has no IAM".to_string())
+    } else {
+        None
+    };
+    let mut resources: Vec<&str> = Vec::new();
+    for g in &grants {
+        if !resources.contains(&g.resource.as_str()) {
+            resources.push(&g.resource);
+        }
+    }
+    if let Some(why) = skip {
+        let what = if grants.is_empty() {
+            vec![(
+                "IAM".to_string(),
+                Change::Skipped(format!("{why} (no roles asked for)")),
+            )]
+        } else {
+            resources
+                .iter()
+                .map(|r| (r.to_string(), Change::Skipped(why.clone())))
+                .collect()
+        };
+        return Ok(what);
+    }
+    let client = connect::iam_policy(endpoints).await?;
+    let mut report = Vec::new();
+    for resource in resources {
+        let mine: Vec<&Grant> = grants.iter().filter(|g| g.resource == resource).collect();
+        report.push((
+            resource.to_string(),
+            grant_on(&client, resource, &mine).await?,
+        ));
+    }
+    Ok(report)
+}
+
+/// Adds `grants` to `resource`'s policy, read-modify-write with its etag;
+/// a concurrent change (ABORTED) is re-read, at most 5 times.
+async fn grant_on(
+    client: &SchemaService,
+    resource: &str,
+    grants: &[&Grant],
+) -> Result<Change, SetupError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut policy = client
+            .get_iam_policy()
+            .set_resource(resource)
+            .send()
+            .await
+            .map_err(|e| pubsub_error(resource, e))?;
+        let added: Vec<String> = grants
+            .iter()
+            .filter(|g| add_member(&mut policy, g.role, &g.member))
+            .map(|g| format!("{} to {}", g.role, g.member))
+            .collect();
+        if added.is_empty() {
+            return Ok(Change::Existed);
+        }
+        match client
+            .set_iam_policy()
+            .set_resource(resource)
+            .set_policy(policy)
+            .send()
+            .await
+        {
+            Ok(_) => return Ok(Change::Granted(added)),
+            Err(e) if code(&e) == Some(Code::Aborted) && attempt < 5 => continue,
+            Err(e) => return Err(pubsub_error(resource, e)),
         }
     }
 }

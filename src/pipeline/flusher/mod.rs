@@ -51,55 +51,12 @@ mod decide;
 mod isolate;
 mod tombstones;
 
+pub use crate::config::FlushConfig;
 pub use decide::{decide, split, Decision};
 pub use isolate::backoff;
 use isolate::Settlement;
 pub use tombstones::Tombstones;
 
-/// Flush and retry settings.
-#[derive(Clone, Debug)]
-pub struct FlushConfig {
-    /// Flush once the oldest buffered message is this old, whatever else.
-    pub flush_interval: Duration,
-    /// With no commit in flight, flush once the oldest message is this old.
-    pub flush_min_wait: Duration,
-    /// Batches being committed at once, at most.
-    pub max_commits_in_flight: usize,
-    /// A flush splits what it takes over the free commit slots, but into
-    /// batches of at least this many messages ([`split`]).
-    pub split_min_events: usize,
-    /// Commit attempts per batch before giving up (nack).
-    pub commit_max_attempts: u32,
-    /// First retry backoff; doubles per attempt, with jitter.
-    pub backoff_initial: Duration,
-    /// Largest retry backoff.
-    pub backoff_max: Duration,
-    /// A batch that met this many ABORTED attempts in a row (and nothing
-    /// else) is split, so the events that can commit do and only the part
-    /// on the contended documents keeps backing off (e.g. documents a
-    /// killed replica's open transaction holds until it expires).
-    pub split_after_aborts: u32,
-    /// After the stop signal, commits may take this long: then no attempt
-    /// is started or retried, open transactions are rolled back and what
-    /// did not commit is nacked.
-    pub shutdown_deadline: Duration,
-}
-
-impl Default for FlushConfig {
-    fn default() -> Self {
-        Self {
-            flush_interval: Duration::from_millis(100),
-            flush_min_wait: Duration::from_millis(5),
-            max_commits_in_flight: 4,
-            split_min_events: 250,
-            commit_max_attempts: 8,
-            backoff_initial: Duration::from_millis(20),
-            backoff_max: Duration::from_secs(2),
-            split_after_aborts: 3,
-            shutdown_deadline: Duration::from_secs(8),
-        }
-    }
-}
 /// The flush loop over every shard of one aggregator.
 pub struct Flusher<S, H> {
     aggregator: Arc<Aggregator<H>>,

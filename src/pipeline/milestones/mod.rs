@@ -38,6 +38,8 @@ use crate::store::rollup::micros_of;
 use crate::store::StoreError;
 use crate::telemetry::Stats;
 
+pub use crate::config::DispatchConfig;
+
 pub use webhook::{Answer, Webhook};
 
 /// At shutdown, how long the calls under way may take to finish (inside
@@ -59,33 +61,6 @@ const SETTLE_ROOM: Duration = Duration::from_millis(200);
 
 /// The first wait before a failed settle is tried again (doubling).
 const SETTLE_RETRY_INITIAL: Duration = Duration::from_millis(50);
-
-/// The dispatcher's settings.
-#[derive(Clone, Debug)]
-pub struct DispatchConfig {
-    /// How long a claim holds a record; longer than `request_timeout`.
-    pub lease: Duration,
-    /// How often due records are looked for.
-    pub poll_interval: Duration,
-    /// Records claimed (and called concurrently) per round, at most.
-    pub claim_limit: usize,
-    /// The first retry's delay (doubling per attempt, with jitter).
-    pub backoff_initial: Duration,
-    /// The longest delay between attempts.
-    pub backoff_max: Duration,
-}
-
-impl Default for DispatchConfig {
-    fn default() -> Self {
-        Self {
-            lease: Duration::from_secs(60),
-            poll_interval: Duration::from_secs(1),
-            claim_limit: 32,
-            backoff_initial: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(300),
-        }
-    }
-}
 
 /// What one round did (for tests).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -37,6 +37,7 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 
 use super::jwks::{Jwks, JwksConfig, KeyError};
+use super::{AuthConfig, GoogleAuth};
 use crate::telemetry::{AuthFailure, Stats};
 
 /// The issuers of Google's ID tokens, in both spellings Google uses.
@@ -47,28 +48,6 @@ pub const CLOCK_SKEW_SECS: u64 = 30;
 
 /// Verified tokens remembered at most (Pub/Sub uses a few at a time).
 const VERIFIED_TOKENS_MAX: usize = 4096;
-
-/// How push requests are authenticated (validated from the flags).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AuthConfig {
-    /// Verify the Google-signed OIDC token.
-    Google(GoogleAuth),
-    /// Cloud Run's IAM front end verified it.
-    CloudRun,
-    /// Nothing (a loopback address only).
-    None,
-}
-
-/// What a Google-signed push token must say.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GoogleAuth {
-    /// The required `aud`.
-    pub audience: String,
-    /// The required `email` (verified).
-    pub service_account: String,
-    /// Where the signing keys are (a JWKS).
-    pub jwks_url: String,
-}
 
 /// Why a request was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]

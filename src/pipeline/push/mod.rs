@@ -51,47 +51,11 @@ pub mod auth;
 pub mod body;
 pub mod jwks;
 
-pub use auth::{AuthConfig, Authenticator, GoogleAuth, Refusal};
+pub use crate::config::{AuthConfig, GoogleAuth, PushConfig, MIN_ACK_DEADLINE};
+pub use auth::{Authenticator, Refusal};
 
 /// The path Pub/Sub pushes to.
 pub const PATH: &str = "/pubsub/push";
-
-/// Pub/Sub's smallest ack deadline, assumed when the subscription's cannot be read.
-pub const MIN_ACK_DEADLINE: Duration = Duration::from_secs(10);
-
-/// Push endpoint settings.
-#[derive(Clone, Debug)]
-pub struct PushConfig {
-    /// Where the endpoint listens.
-    pub addr: std::net::SocketAddr,
-    /// How requests are authenticated.
-    pub auth: AuthConfig,
-    /// Requests admitted and not yet settled, at most (429 beyond).
-    pub max_in_flight: usize,
-    /// Connections open at once on the endpoint's own listener, at most
-    /// (not applied when it shares the metrics endpoint's).
-    pub max_connections: usize,
-    /// The longest a connection of its own listener may take to send a
-    /// request's headers, from its opening or its last answer.
-    pub header_read_timeout: Duration,
-    /// The longest a request is held before it is answered 503.
-    pub hold_max: Duration,
-    /// Full name of the subscription expected to push (a request naming
-    /// another is counted all the same, with a warning).
-    pub subscription: String,
-}
-
-impl PushConfig {
-    /// The hold cap for a subscription whose ack deadline is `ack_deadline`
-    /// (Pub/Sub's minimum, 10 s, when unknown): below it by a tenth, and by
-    /// at least 2 s, for the answer's way back (8 s for 10 s, 54 s for 60 s).
-    pub fn hold_max_for(ack_deadline: Option<Duration>) -> Duration {
-        let deadline = ack_deadline
-            .unwrap_or(MIN_ACK_DEADLINE)
-            .max(MIN_ACK_DEADLINE);
-        deadline - (deadline / 10).max(Duration::from_secs(2))
-    }
-}
 
 /// A pushed message's handle: its ack or nack is the request's answer,
 /// and it holds one of the endpoint's slots until then.
