@@ -36,7 +36,7 @@ mutations=(
 
   "ignore busy shards" src/pipeline/aggregator.rs
   ".filter(|(i, _)| !busy.get(*i).copied().unwrap_or(false))" ".filter(|_| true)"
-  "-p hotcount --lib flusher::tests::a_membership_is_never"
+  "-p hotcount --lib flusher::tests::in_flight::a_membership_is_never"
 
   "skip a poison record" src/store/firestore/codec/mod.rs
   "commit.push(&quarantine_write(layout, &config.consumer, &poison.item));" "let _ = quarantine_write(layout, &config.consumer, &poison.item);"
