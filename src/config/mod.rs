@@ -13,12 +13,11 @@
 
 use std::time::Duration;
 
-use crate::pipeline::rollup::RollupConfig;
-
 mod flush;
 mod milestones;
 mod pubsub_names;
 mod push;
+mod rollup;
 mod run_args;
 mod secret;
 mod source;
@@ -32,6 +31,7 @@ pub use push::{
     AuthConfig, Delivery, GoogleAuth, PushAuthMode, PushConfig, CLOUD_RUN_SERVICE_ENV,
     DEFAULT_PUSH_JWKS_URL, MIN_ACK_DEADLINE,
 };
+pub use rollup::{RollupConfig, TAKEOVER_MARGIN};
 pub use run_args::RunArgs;
 pub use secret::{read_secret_file, FileParser, FromFile, Secret};
 pub use source::SourceConfig;

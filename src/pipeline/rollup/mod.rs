@@ -25,13 +25,12 @@
 //!   in the same atomic write ([`crate::store::milestone::crossed`]): a
 //!   refresh that changes no total (a replay) decides nothing.
 //!
-//! The parts: `config.rs` (the settings), `marks.rs` (the posts waiting),
+//! The settings are `config/rollup.rs`'s. The parts: `marks.rs` (the posts waiting),
 //! `decide.rs` (one post's decision, pure), `refresher.rs` (one process's
 //! refresher), `run.rs` (its life: sweep, cycles, drain), `round.rs` (one
 //! cycle's reads and writes), `records.rs` (due records taken over and
 //! cleared), `on_demand.rs` (the operator tools' refreshes).
 
-mod config;
 mod decide;
 mod marks;
 mod on_demand;
@@ -40,7 +39,7 @@ mod refresher;
 mod round;
 mod run;
 
-pub use config::{RollupConfig, TAKEOVER_MARGIN};
+pub use crate::config::{RollupConfig, TAKEOVER_MARGIN};
 pub use decide::{decide, Decision, PlannedWrite};
 pub use marks::{Due, Marks, Settled};
 pub use on_demand::{refresh_all, refresh_existing};

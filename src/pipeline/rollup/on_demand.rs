@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::config::RollupConfig;
 use super::refresher::Refresher;
+use crate::config::RollupConfig;
 use crate::store::milestone::Thresholds;
 use crate::store::rollup::RollupStore;
 use crate::telemetry::Stats;

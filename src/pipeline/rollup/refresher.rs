@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::config::RollupConfig;
 use super::marks::{Due, Marks, Settled};
+use crate::config::RollupConfig;
 use crate::store::counter_shards::ShardRegistry;
 use crate::store::rollup::{Micros, RollupStore};
 use crate::store::StoreError;
