@@ -70,29 +70,10 @@ mod tests {
 
     #[test]
     fn only_a_refused_content_is_isolated_every_other_code_is_retried() {
-        use Code::*;
-        let every_code = [
-            Ok,
-            Cancelled,
-            Unknown,
-            InvalidArgument,
-            DeadlineExceeded,
-            NotFound,
-            AlreadyExists,
-            PermissionDenied,
-            ResourceExhausted,
-            FailedPrecondition,
-            Aborted,
-            OutOfRange,
-            Unimplemented,
-            Internal,
-            Unavailable,
-            DataLoss,
-            Unauthenticated,
-        ];
+        let every_code = (0..=16).map(Code::from_i32);
         for code in every_code {
             let error = status_error("Commit", &Status::new(code, "x"));
-            let expected = if code == InvalidArgument {
+            let expected = if code == Code::InvalidArgument {
                 ErrorClass::Content
             } else {
                 ErrorClass::Transient
