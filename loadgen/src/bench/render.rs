@@ -7,7 +7,7 @@ use hotcount::config::{StoreLocation, Strategy};
 
 use super::{
     BenchConfig, Case, LeaseCalls, RunResult, Runner, Verdict, CONCENTRATED_POSTS,
-    CONCENTRATED_USERS,
+    CONCENTRATED_UNLIKE_FRACTION, CONCENTRATED_USERS,
 };
 
 /// How a runner is named in the tables, the progress lines and the log.
@@ -96,9 +96,11 @@ pub fn render_settings(config: &BenchConfig) -> String {
         config.events,
         config.posts,
         config.users,
-        if config.cases.contains(&Case::Concentrated) {
+        if config.cases.contains(&Case::Concentrated)
+            || config.cases.contains(&Case::ConcentratedTagged)
+        {
             format!(
-                " (concentrated: {CONCENTRATED_POSTS} posts, {CONCENTRATED_USERS} users, shuffled)"
+                " (concentrated: {CONCENTRATED_POSTS} posts, {CONCENTRATED_USERS} users, shuffled, unlike on a liked pair {CONCENTRATED_UNLIKE_FRACTION}; published as Google's Python client publishes json.dumps, no attributes; concentrated-tagged: compact JSON with a loadgenOrigin attribute)"
             )
         } else {
             String::new()

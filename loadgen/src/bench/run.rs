@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use super::result::{RunResult, Verdict};
 use super::window::{Baseline, Window};
-use super::{ops, render, runners, workload_config, BenchConfig, Case, Runner};
+use super::{case_workload, ops, render, runners, workload_config, BenchConfig, Case, Runner};
 use crate::consumer::{free_loopback_port, Consumer};
 use crate::front::PushFront;
 use crate::publish::{self, PublishOptions};
@@ -22,7 +22,7 @@ use crate::report::{self, Percentiles};
 use crate::run_error::RunError;
 use crate::stage::{push_run_args, Stage, StageSpec};
 use crate::verify;
-use crate::workload::{generate, Workload};
+use crate::workload::Workload;
 
 /// Runs every case with every strategy; `on_result` sees each run as it ends.
 /// A wrong count is a [`Verdict`], not an error.
@@ -36,11 +36,10 @@ pub async fn run(
         .map_err(|e| RunError::Invalid(e.to_string()))?;
     let mut results = Vec::new();
     for &case in &config.cases {
-        let workload_config = workload_config(config, case);
-        workload_config
+        workload_config(config, case)
             .validate()
             .map_err(|e| RunError::Invalid(e.to_string()))?;
-        let workload = Arc::new(generate(&workload_config));
+        let workload = Arc::new(case_workload(config, case));
         for round in 0..config.rounds.max(1) {
             for runner in runners(config) {
                 let result = run_one(config, case, runner, round, workload.clone()).await?;

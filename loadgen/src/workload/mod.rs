@@ -15,11 +15,13 @@ use serde::{Deserialize, Serialize};
 
 mod generate;
 mod poison;
+mod shape;
 pub mod truth;
 mod zipf;
 
 pub use generate::generate;
 pub use poison::{hostile_attributes, poison_payload, PoisonKind, HUGE_PAYLOAD_EVERY};
+pub use shape::as_python_client_publishes;
 pub use truth::Truth;
 pub use zipf::{exponent_for_top_share, Zipf};
 
