@@ -50,13 +50,15 @@ pub struct Observability {
 
 impl ObservabilityFlags {
     /// Checks the endpoint's address and the stuck-commit threshold, which
-    /// must be at least `store_call_timeout_ms` (rounded up to seconds).
-    pub fn validate(&self, store_call_timeout_ms: u64) -> Result<Observability, ConfigError> {
+    /// must be at least `store_call_timeout` (the validated
+    /// `--store-call-timeout-ms`, rounded up to seconds).
+    pub fn validate(&self, store_call_timeout: Duration) -> Result<Observability, ConfigError> {
         let metrics_addr = metrics_addr(&self.metrics_addr, self.metrics_allow_remote)?;
+        let call_secs = store_call_timeout.as_millis().div_ceil(1000).clamp(1, 600);
         let stuck_commit_threshold = Duration::from_secs(range(
             "stuck-commit-threshold-secs",
             self.stuck_commit_threshold_secs,
-            store_call_timeout_ms.div_ceil(1000).clamp(1, 600),
+            u64::try_from(call_secs).unwrap_or(600),
             3600,
         )?);
         Ok(Observability {

@@ -1,6 +1,7 @@
 //! Validation of `hotcount run`'s flags into a [`Config`]: each group
-//! checks its own flags; this composes them, in pipeline order, passing
-//! on what one group needs of another.
+//! checks its own flags; this composes them, passing on what one group
+//! needs of another (the project, the subscription, whether rollups are
+//! on, the store's call timeout), each validated before it is used.
 //!
 //! Invariant: the first problem found is reported with its flag and what
 //! is allowed; nothing else builds a [`Config`].
@@ -24,14 +25,14 @@ impl RunArgs {
             subscription,
             consumer,
         } = self.identity.validate(&target.project)?;
-        let store_call_timeout_ms = self.store_writes.store_call_timeout_ms;
-        let observability = self.observability.validate(store_call_timeout_ms)?;
         let push = self.push.validate(&subscription, on_cloud_run)?;
         let flush = self.flush.validate()?;
         let source = self.source.validate(&subscription)?;
         let rollups = self.rollups.validate()?;
         let rollups_on = rollups.interval.is_some();
         let store = self.store_writes.validate(&consumer, rollups_on)?;
+        // After the store's: the stall threshold is bounded by its call timeout.
+        let observability = self.observability.validate(store.call_timeout)?;
         let milestones = self.milestones.validate(rollups_on)?;
         let erasure = self.erasure.validate()?;
         Ok(Config {

@@ -203,6 +203,18 @@ fn backoff_and_store_timeouts_are_bounded_and_consistent() {
 }
 
 #[test]
+fn a_bad_call_timeout_is_named_not_the_threshold_it_bounds() {
+    // The threshold's floor is the validated timeout: a timeout out of
+    // range is reported as such, not as a default threshold below it.
+    assert_eq!(
+        parse(&["--store-call-timeout-ms", "700000"])
+            .unwrap_err()
+            .flag,
+        "store-call-timeout-ms"
+    );
+}
+
+#[test]
 fn metrics_endpoint_is_loopback_unless_remote_is_allowed() {
     assert_eq!(
         parse(&[]).unwrap().observability.metrics_addr,
