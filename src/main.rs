@@ -15,7 +15,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    let json = matches!(&cli.command, cli::Command::Run(args) if args.log_json);
+    let json = matches!(&cli.command, cli::Command::Run(args) if args.observability.log_json);
     telemetry::init_tracing(json);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -345,7 +345,7 @@ impl Consumer {
 /// `metrics_addr` (`off` for none).
 pub fn consumer_flags(args: &RunArgs, metrics_addr: &str) -> Vec<String> {
     let mut args = args.clone();
-    args.metrics_addr = metrics_addr.to_string();
+    args.observability.metrics_addr = metrics_addr.to_string();
     args.to_flags()
 }
 
@@ -381,19 +381,19 @@ fn known_flags(bin: &Path, flags: Vec<String>) -> Vec<String> {
 pub fn null_consumer_flags(args: &RunArgs) -> Vec<String> {
     [
         ("--project", args.target.project.clone()),
-        ("--subscription", args.subscription.clone()),
-        ("--streams", args.streams.to_string()),
+        ("--subscription", args.identity.subscription.clone()),
+        ("--streams", args.source.streams.to_string()),
         (
             "--max-outstanding-messages",
-            args.max_outstanding_messages.to_string(),
+            args.source.max_outstanding_messages.to_string(),
         ),
         (
             "--max-outstanding-bytes",
-            args.max_outstanding_bytes.to_string(),
+            args.source.max_outstanding_bytes.to_string(),
         ),
         (
             "--lease-extension-secs",
-            args.lease_extension_secs.to_string(),
+            args.source.lease_extension_secs.to_string(),
         ),
     ]
     .into_iter()
@@ -554,9 +554,9 @@ mod tests {
             <Run as clap::Parser>::parse_from(std::iter::once("run".to_string()).chain(flags)).run
         };
         let mut args = parse(vec!["--shards=3".into(), "--commit-max-attempts=9".into()]);
-        args.metrics_addr = "off".into();
+        args.observability.metrics_addr = "off".into();
         let mut expected = args.clone();
-        expected.metrics_addr = "127.0.0.1:9999".into();
+        expected.observability.metrics_addr = "127.0.0.1:9999".into();
         assert_eq!(parse(consumer_flags(&args, "127.0.0.1:9999")), expected);
     }
 

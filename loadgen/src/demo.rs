@@ -121,20 +121,22 @@ pub async fn run(
         .validate()
         .map_err(|e| RunError::Invalid(e.to_string()))?;
     let mut run = config.run.clone();
-    let sink =
-        match config.milestones && run.milestone_webhook.is_none() && run.rollup_interval_ms > 0 {
-            true => {
-                let sink = milestones::start_sink(SinkFaults::default()).await?;
-                run.milestone_webhook = Some(sink.url());
-                run.milestone_webhook_secret = Some(milestones::SECRET.into());
-                Some(sink)
-            }
-            false => None,
-        };
+    let sink = match config.milestones
+        && run.milestones.milestone_webhook.is_none()
+        && run.rollups.rollup_interval_ms > 0
+    {
+        true => {
+            let sink = milestones::start_sink(SinkFaults::default()).await?;
+            run.milestones.milestone_webhook = Some(sink.url());
+            run.milestones.milestone_webhook_secret = Some(milestones::SECRET.into());
+            Some(sink)
+        }
+        false => None,
+    };
     // With push: the endpoint on a port picked now, the subscription
     // switched to push once the consumer is up, its tokens checked against
     // the emulator's keys (known once the emulators run).
-    let push_addr = match run.delivery {
+    let push_addr = match run.push.delivery {
         Delivery::Push => Some(free_loopback_port("the push endpoint")?),
         Delivery::Pull => None,
     };
@@ -168,7 +170,7 @@ pub async fn run(
     };
     let started = Instant::now();
     let endpoints = stage.endpoints();
-    let rollups = config.run.rollup_interval_ms > 0;
+    let rollups = config.run.rollups.rollup_interval_ms > 0;
     let (stop_sampling, sampling) = watch::channel(false);
     let sampler = if rollups {
         let db = hotcount::connect::store_db(endpoints, target, 1)
@@ -193,7 +195,7 @@ pub async fn run(
         None => None,
     };
     // The milestones the truth crosses, delivered (bounded) before the stop.
-    let expected = match (&sink, &service_config.milestones) {
+    let expected = match (&sink, &service_config.milestones.notify) {
         (Some(sink), Some(m)) => {
             let keys =
                 milestones::expected_keys(&workload.truth, &m.thresholds, &service_config.consumer);
@@ -224,7 +226,7 @@ pub async fn run(
         .hottest_documents(1)
         .first()
         .map_or(0, |d| d.writes);
-    let rollups = config.run.rollup_interval_ms > 0;
+    let rollups = config.run.rollups.rollup_interval_ms > 0;
     let verify = verify::connect_and_verify(endpoints, target, &workload.truth, rollups).await?;
     let measurements = report::connect_and_measure(endpoints, target)
         .await
@@ -258,35 +260,40 @@ pub async fn run(
 fn settings(config: &DemoConfig) -> Vec<(String, String)> {
     let r = &config.run;
     vec![
-        ("shards".into(), r.shards.to_string()),
+        ("shards".into(), r.flush.shards.to_string()),
         (
             "counter shards, at most".into(),
-            r.counter_shards.to_string(),
+            r.store_writes.counter_shards.to_string(),
         ),
         (
             "counter shard target (writes/s)".into(),
-            r.counter_shard_target_writes_per_sec.to_string(),
+            r.store_writes
+                .counter_shard_target_writes_per_sec
+                .to_string(),
         ),
         (
             "flush interval (ms)".into(),
-            r.flush_interval_ms.to_string(),
+            r.flush.flush_interval_ms.to_string(),
         ),
         (
             "flush min wait (ms)".into(),
-            r.flush_min_wait_ms.to_string(),
+            r.flush.flush_min_wait_ms.to_string(),
         ),
         (
             "commits in flight, at most".into(),
-            r.max_commits_in_flight.to_string(),
+            r.flush.max_commits_in_flight.to_string(),
         ),
-        ("max batch events".into(), r.max_batch_events.to_string()),
-        ("streams".into(), r.streams.to_string()),
+        (
+            "max batch events".into(),
+            r.flush.max_batch_events.to_string(),
+        ),
+        ("streams".into(), r.source.streams.to_string()),
         (
             "max outstanding messages".into(),
-            r.max_outstanding_messages.to_string(),
+            r.source.max_outstanding_messages.to_string(),
         ),
-        ("strategy".into(), format!("{:?}", r.strategy)),
-        ("delivery".into(), format!("{:?}", r.delivery)),
+        ("strategy".into(), format!("{:?}", r.flush.strategy)),
+        ("delivery".into(), format!("{:?}", r.push.delivery)),
         (
             "publish rate (/s, 0 = max)".into(),
             config.rate_per_sec.to_string(),
@@ -298,7 +305,7 @@ fn settings(config: &DemoConfig) -> Vec<(String, String)> {
         ("store".into(), r.target.store.to_string()),
         (
             "rollup interval (ms, 0 = off)".into(),
-            r.rollup_interval_ms.to_string(),
+            r.rollups.rollup_interval_ms.to_string(),
         ),
         ("emulators".into(), "in-process, loopback".into()),
     ]

@@ -44,12 +44,12 @@ pub fn push_service_account(project: &str) -> String {
 /// emulator's: [`Stage::push_jwks_url`]).
 pub fn push_run_args(run_args: &RunArgs, addr: SocketAddr, jwks_url: &str) -> RunArgs {
     let mut run_args = run_args.clone();
-    run_args.delivery = Delivery::Push;
-    run_args.push_addr = addr.to_string();
-    run_args.push_auth = PushAuthMode::Google;
-    run_args.push_audience = PUSH_AUDIENCE.into();
-    run_args.push_service_account = push_service_account(&run_args.target.project);
-    run_args.push_jwks_url = jwks_url.into();
+    run_args.push.delivery = Delivery::Push;
+    run_args.push.push_addr = addr.to_string();
+    run_args.push.push_auth = PushAuthMode::Google;
+    run_args.push.push_audience = PUSH_AUDIENCE.into();
+    run_args.push.push_service_account = push_service_account(&run_args.target.project);
+    run_args.push.push_jwks_url = jwks_url.into();
     run_args
 }
 
@@ -98,7 +98,7 @@ impl StageSpec {
             setup,
             subscription: config.subscription.clone(),
             store_rtt_ms,
-            store: config.store_location.clone(),
+            store: config.target.store.clone(),
         }
     }
 }
@@ -204,7 +204,7 @@ impl Stage {
     pub fn consumer_settings(&self, run_args: &RunArgs, config: &Config) -> (RunArgs, Config) {
         let (mut run_args, mut config) = (run_args.clone(), config.clone());
         run_args.target.store = self.consumer_store();
-        config.store_location = self.consumer_store();
+        config.target.store = self.consumer_store();
         (run_args, config)
     }
 

@@ -197,11 +197,11 @@ fn the_replica_defaults_are_hotcount_runs() {
     }
     let run = RunCli::parse_from(["run"]).run;
     let a = defaults();
-    assert_eq!(a.streams as usize, run.streams);
-    assert_eq!(a.counter_shards, run.counter_shards);
+    assert_eq!(a.streams as usize, run.source.streams);
+    assert_eq!(a.counter_shards, run.store_writes.counter_shards);
     assert_eq!(
         a.counter_shard_target_writes_per_sec,
-        run.counter_shard_target_writes_per_sec
+        run.store_writes.counter_shard_target_writes_per_sec
     );
     // The largest --counter-shards hotcount accepts is the model's.
     let max = simulate::limits::HOTCOUNT_MAX_COUNTER_SHARDS.to_string();

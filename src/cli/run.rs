@@ -23,7 +23,7 @@ pub async fn run(endpoints: &Endpoints, args: &RunArgs) -> anyhow::Result<()> {
     // The drain ends by the deadline (commits stop, transactions
     // are rolled back, the rest is nacked); this is the backstop if
     // an RPC hangs past it: whatever is unacked is redelivered.
-    let backstop = config.shutdown_deadline + std::time::Duration::from_secs(2);
+    let backstop = config.flush.flusher.shutdown_deadline + std::time::Duration::from_secs(2);
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("signal received; draining (a second signal exits at once)");

@@ -1,5 +1,6 @@
-//! The milestone flags (`--milestones`, `--milestone-*`) and the
-//! notification settings they validate into ([`MilestoneSettings`]).
+//! The milestone flags (`--milestones`, `--milestone-*`: [`MilestoneFlags`])
+//! and what they validate into ([`MilestoneConfig`]: the list given, and
+//! the notification settings, [`MilestoneSettings`]).
 //!
 //! Invariants: a milestone list is ascending, distinct and positive; a
 //! webhook needs rollups (they decide the milestones) and a lease longer
@@ -7,7 +8,103 @@
 
 use std::time::Duration;
 
-use super::{range, ConfigError, RunArgs, Secret};
+use super::secret::{FileParser, FromFile};
+use super::{range, ConfigError, Secret};
+
+/// `hotcount run`'s milestone flags.
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize)]
+#[command(next_help_heading = "Milestones")]
+pub struct MilestoneFlags {
+    /// Like counts that are milestones (comma-separated, ascending): the
+    /// rollup write that first shows a post at or above one records it,
+    /// and a replica with `--milestone-webhook` tells the webhook once.
+    /// The list is the fleet's, stored (`setup --milestones`): a list that
+    /// differs from the stored one refuses to start; none stored, this one
+    /// (or, with a webhook, 100,1000,10000,100000) is stored.
+    #[arg(long, env = "HOTCOUNT_MILESTONES")]
+    pub milestones: Option<String>,
+    /// POST each milestone reached to this http(s) URL (`{postId,
+    /// milestone, likes, reachedAt}`, `Idempotency-Key:
+    /// {consumer}:{post}:{n}`); unset = milestones off (none recorded).
+    #[arg(long, env = "HOTCOUNT_MILESTONE_WEBHOOK")]
+    pub milestone_webhook: Option<String>,
+    /// Sign each milestone call with this secret: header
+    /// `Hotcount-Signature: t={unix seconds},v1={hex HMAC-SHA256 of "{t}.{body}"}`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_SECRET",
+        hide_env_values = true
+    )]
+    pub milestone_webhook_secret: Option<Secret>,
+    /// A file holding `--milestone-webhook-secret` (e.g. a mounted
+    /// secret); trailing line breaks are ignored.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_SECRET_FILE",
+        value_name = "PATH",
+        value_parser = FileParser::<Secret>::new(),
+        conflicts_with = "milestone_webhook_secret"
+    )]
+    pub milestone_webhook_secret_file: Option<FromFile<Secret>>,
+    /// While rotating the webhook secret, the one being replaced: each call
+    /// then carries a `v1=` per secret, the new one first, so a receiver
+    /// knowing either verifies it. Needs `--milestone-webhook-secret`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_PREVIOUS_SECRET",
+        hide_env_values = true
+    )]
+    pub milestone_webhook_previous_secret: Option<Secret>,
+    /// A file holding `--milestone-webhook-previous-secret`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_PREVIOUS_SECRET_FILE",
+        value_name = "PATH",
+        value_parser = FileParser::<Secret>::new(),
+        conflicts_with = "milestone_webhook_previous_secret"
+    )]
+    pub milestone_webhook_previous_secret_file: Option<FromFile<Secret>>,
+    /// Longest wait for the webhook's answer to one call, in milliseconds.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_WEBHOOK_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub milestone_webhook_timeout_ms: u64,
+    /// How long a replica holds a milestone it calls for before another
+    /// may take it over (a replica that died mid-call), in seconds; more
+    /// than the webhook timeout.
+    #[arg(long, env = "HOTCOUNT_MILESTONE_LEASE_SECS", default_value_t = 60)]
+    pub milestone_lease_secs: u64,
+    /// The first wait before a failed milestone call is tried again, in
+    /// milliseconds (doubling per attempt with jitter, up to 5 minutes);
+    /// due milestones are looked for at least this often (and every second).
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_RETRY_INITIAL_MS",
+        default_value_t = 1000
+    )]
+    pub milestone_retry_initial_ms: u64,
+    /// The longest wait between two tries of a failed milestone call, in
+    /// milliseconds (the doubling stops there); at least
+    /// `--milestone-retry-initial-ms`.
+    #[arg(
+        long,
+        env = "HOTCOUNT_MILESTONE_RETRY_MAX_MS",
+        default_value_t = 300_000
+    )]
+    pub milestone_retry_max_ms: u64,
+}
+
+/// What the milestone flags validate into.
+#[derive(Clone, Debug)]
+pub struct MilestoneConfig {
+    /// The `--milestones` list given, if any: it must match the stored one.
+    pub given: Option<Vec<i64>>,
+    /// Milestone notifications; `None` = no webhook (this replica records
+    /// milestones by the stored setting, and sends none).
+    pub notify: Option<MilestoneSettings>,
+}
 
 /// The dispatcher's settings.
 #[derive(Clone, Debug)]
@@ -102,10 +199,23 @@ pub fn parse_milestones(list: &str) -> Result<Vec<i64>, ConfigError> {
     Ok(out)
 }
 
-impl RunArgs {
-    /// The milestone settings: `None` without a webhook; refused without
-    /// rollups (they decide them).
-    pub(super) fn milestone_settings(&self) -> Result<Option<MilestoneSettings>, ConfigError> {
+impl MilestoneFlags {
+    /// Checks the milestone flags: the list is checked with or without a
+    /// webhook; a webhook is refused when `rollups_on` is false (rollup
+    /// writes decide the milestones).
+    pub fn validate(&self, rollups_on: bool) -> Result<MilestoneConfig, ConfigError> {
+        Ok(MilestoneConfig {
+            notify: self.notify(rollups_on)?,
+            given: self
+                .milestones
+                .as_deref()
+                .map(parse_milestones)
+                .transpose()?,
+        })
+    }
+
+    /// The notification settings: `None` without a webhook.
+    fn notify(&self, rollups_on: bool) -> Result<Option<MilestoneSettings>, ConfigError> {
         let Some(url) = &self.milestone_webhook else {
             return Ok(None);
         };
@@ -116,7 +226,7 @@ impl RunArgs {
                 flag: "milestone-webhook",
                 reason: format!("{url:?} is not an http(s) URL"),
             })?;
-        if self.rollup_interval_ms == 0 {
+        if !rollups_on {
             return Err(ConfigError {
                 flag: "milestone-webhook",
                 reason:

@@ -1,5 +1,5 @@
-//! Push delivery's flags (`--delivery`, `--push-*`) and the push
-//! endpoint's settings they validate into ([`PushConfig`]).
+//! Push delivery's flags (`--delivery`, `--push-*`: [`PushFlags`]) and the
+//! push endpoint's settings they validate into ([`PushConfig`]).
 //!
 //! Invariant: a [`PushConfig`] exists only for `--delivery push`, and only
 //! with an authentication its address allows (`cloud-run` on Cloud Run or a
@@ -7,10 +7,65 @@
 
 use std::time::Duration;
 
-use super::{range, ConfigError, RunArgs};
+use super::{range, ConfigError};
 
 /// Pub/Sub's smallest ack deadline, assumed when the subscription's cannot be read.
 pub const MIN_ACK_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `hotcount run`'s delivery flags: pull, or push and the push endpoint's settings.
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize)]
+#[command(next_help_heading = "Push endpoint")]
+pub struct PushFlags {
+    /// How messages arrive: `pull` (StreamingPull) or `push` (Pub/Sub
+    /// POSTs each one to `POST /pubsub/push` on `--push-addr`, answered
+    /// 204 once its batch committed).
+    #[arg(long, env = "HOTCOUNT_DELIVERY", value_enum, default_value_t = Delivery::Pull)]
+    pub delivery: Delivery,
+    /// With `--delivery push`: where the push endpoint listens (`host:port`,
+    /// port 0 picks one); the same address as `--metrics-addr` serves both
+    /// on one listener (Cloud Run routes one port).
+    #[arg(long, env = "HOTCOUNT_PUSH_ADDR", default_value = "127.0.0.1:8080")]
+    pub push_addr: String,
+    /// With `--delivery push`: `google` (verify each request's OIDC token),
+    /// `cloud-run` (Cloud Run's IAM front end verified it; on Cloud Run,
+    /// where `K_SERVICE` is set, or a loopback `--push-addr` only) or
+    /// `none` (loopback `--push-addr` only).
+    #[arg(long, env = "HOTCOUNT_PUSH_AUTH", value_enum, default_value_t = PushAuthMode::Google)]
+    pub push_auth: PushAuthMode,
+    /// With `--push-auth google`: the audience the token must carry (the
+    /// subscription's `oidcToken.audience`, or its push endpoint URL when
+    /// it sets none).
+    #[arg(long, env = "HOTCOUNT_PUSH_AUDIENCE", default_value = "")]
+    pub push_audience: String,
+    /// With `--push-auth google`: the service account Pub/Sub signs the
+    /// tokens as (the token's `email`, which must be verified).
+    #[arg(long, env = "HOTCOUNT_PUSH_SERVICE_ACCOUNT", default_value = "")]
+    pub push_service_account: String,
+    /// With `--push-auth google`: the signing keys' JWKS URL (fetched,
+    /// cached as long as it says, refreshed on an unknown key id).
+    #[arg(long, env = "HOTCOUNT_PUSH_JWKS_URL", default_value = DEFAULT_PUSH_JWKS_URL)]
+    pub push_jwks_url: String,
+    /// With `--delivery push`: requests held at once (admitted, not yet
+    /// settled); beyond it 429 (1..=100000). Bounds memory: each holds at
+    /// most a 1 MiB body while it is read, then its parsed message.
+    #[arg(long, env = "HOTCOUNT_PUSH_MAX_IN_FLIGHT", default_value_t = 1000)]
+    pub push_max_in_flight: usize,
+    /// With `--delivery push` on its own address: connections open at
+    /// once, at most (at least `--push-max-in-flight`). A new one beyond it
+    /// closes the connection idle longest (or still sending its request's
+    /// headers), or, when every one is in a request, is closed itself.
+    #[arg(long, env = "HOTCOUNT_PUSH_MAX_CONNECTIONS", default_value_t = 2000)]
+    pub push_max_connections: usize,
+    /// With `--delivery push` on its own address: a connection that has
+    /// not sent a request's whole headers this long after it opened, or
+    /// after its last answer (idle), is closed, in milliseconds (100..=600000).
+    #[arg(
+        long,
+        env = "HOTCOUNT_PUSH_HEADER_READ_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub push_header_read_timeout_ms: u64,
+}
 
 /// Push endpoint settings.
 #[derive(Clone, Debug)]
@@ -106,94 +161,98 @@ pub enum PushAuthMode {
     None,
 }
 
-/// Validates the push flags of `args` (only read with `--delivery push`);
-/// `on_cloud_run`: whether this runs in a Cloud Run container.
-pub(super) fn push_config(
-    args: &RunArgs,
-    subscription: &str,
-    on_cloud_run: bool,
-) -> Result<Option<PushConfig>, ConfigError> {
-    if args.delivery == Delivery::Pull {
-        return Ok(None);
-    }
-    let addr: std::net::SocketAddr = args.push_addr.parse().map_err(|_| ConfigError {
-        flag: "push-addr",
-        reason: format!(
-            "{:?} is not host:port (an IP address and a port)",
-            args.push_addr
-        ),
-    })?;
-    let required = |flag: &'static str, value: &str| {
-        if value.trim().is_empty() {
-            return Err(ConfigError {
-                flag,
-                reason: "required with --push-auth google (without it, any Google-signed token would do)".into(),
-            });
+impl PushFlags {
+    /// The push endpoint's settings for a subscription named
+    /// `subscription` (in full): `None` with `--delivery pull`, which reads
+    /// no other push flag; `on_cloud_run`: whether this runs in a Cloud
+    /// Run container.
+    pub fn validate(
+        &self,
+        subscription: &str,
+        on_cloud_run: bool,
+    ) -> Result<Option<PushConfig>, ConfigError> {
+        if self.delivery == Delivery::Pull {
+            return Ok(None);
         }
-        Ok(value.to_string())
-    };
-    let auth = match args.push_auth {
-        PushAuthMode::Google => {
-            let jwks_url = args.push_jwks_url.clone();
-            if !(jwks_url.starts_with("https://") || jwks_url.starts_with("http://")) {
+        let addr: std::net::SocketAddr = self.push_addr.parse().map_err(|_| ConfigError {
+            flag: "push-addr",
+            reason: format!(
+                "{:?} is not host:port (an IP address and a port)",
+                self.push_addr
+            ),
+        })?;
+        let required = |flag: &'static str, value: &str| {
+            if value.trim().is_empty() {
                 return Err(ConfigError {
-                    flag: "push-jwks-url",
-                    reason: format!("{jwks_url:?} is not an http(s) URL"),
+                    flag,
+                    reason: "required with --push-auth google (without it, any Google-signed token would do)".into(),
                 });
             }
-            AuthConfig::Google(GoogleAuth {
-                audience: required("push-audience", &args.push_audience)?,
-                service_account: required("push-service-account", &args.push_service_account)?,
-                jwks_url,
-            })
-        }
-        PushAuthMode::CloudRun if on_cloud_run || addr.ip().is_loopback() => AuthConfig::CloudRun,
-        PushAuthMode::CloudRun => {
+            Ok(value.to_string())
+        };
+        let auth = match self.push_auth {
+            PushAuthMode::Google => {
+                let jwks_url = self.push_jwks_url.clone();
+                if !(jwks_url.starts_with("https://") || jwks_url.starts_with("http://")) {
+                    return Err(ConfigError {
+                        flag: "push-jwks-url",
+                        reason: format!("{jwks_url:?} is not an http(s) URL"),
+                    });
+                }
+                AuthConfig::Google(GoogleAuth {
+                    audience: required("push-audience", &self.push_audience)?,
+                    service_account: required("push-service-account", &self.push_service_account)?,
+                    jwks_url,
+                })
+            }
+            PushAuthMode::CloudRun if on_cloud_run || addr.ip().is_loopback() => AuthConfig::CloudRun,
+            PushAuthMode::CloudRun => {
+                return Err(ConfigError {
+                    flag: "push-auth",
+                    reason: format!(
+                        "cloud-run trusts every request (Cloud Run's IAM front end checks them before they reach the container), so it is allowed only on Cloud Run ({CLOUD_RUN_SERVICE_ENV} set) or on a loopback --push-addr; {CLOUD_RUN_SERVICE_ENV} is not set and {addr} is not loopback: use google (verify the tokens)"
+                    ),
+                })
+            }
+            PushAuthMode::None if addr.ip().is_loopback() => AuthConfig::None,
+            PushAuthMode::None => {
+                return Err(ConfigError {
+                    flag: "push-auth",
+                    reason: format!(
+                        "none is allowed only on a loopback --push-addr, not {addr}: use google (verify the tokens) or cloud-run (behind Cloud Run's IAM)"
+                    ),
+                })
+            }
+        };
+        let max_in_flight = range("push-max-in-flight", self.push_max_in_flight, 1, 100_000)?;
+        let max_connections = range(
+            "push-max-connections",
+            self.push_max_connections,
+            1,
+            1_000_000,
+        )?;
+        if max_connections < max_in_flight {
             return Err(ConfigError {
-                flag: "push-auth",
+                flag: "push-max-connections",
                 reason: format!(
-                    "cloud-run trusts every request (Cloud Run's IAM front end checks them before they reach the container), so it is allowed only on Cloud Run ({CLOUD_RUN_SERVICE_ENV} set) or on a loopback --push-addr; {CLOUD_RUN_SERVICE_ENV} is not set and {addr} is not loopback: use google (verify the tokens)"
+                    "{max_connections} is below --push-max-in-flight {max_in_flight}: each request held needs a connection of its own"
                 ),
-            })
+            });
         }
-        PushAuthMode::None if addr.ip().is_loopback() => AuthConfig::None,
-        PushAuthMode::None => {
-            return Err(ConfigError {
-                flag: "push-auth",
-                reason: format!(
-                    "none is allowed only on a loopback --push-addr, not {addr}: use google (verify the tokens) or cloud-run (behind Cloud Run's IAM)"
-                ),
-            })
-        }
-    };
-    let max_in_flight = range("push-max-in-flight", args.push_max_in_flight, 1, 100_000)?;
-    let max_connections = range(
-        "push-max-connections",
-        args.push_max_connections,
-        1,
-        1_000_000,
-    )?;
-    if max_connections < max_in_flight {
-        return Err(ConfigError {
-            flag: "push-max-connections",
-            reason: format!(
-                "{max_connections} is below --push-max-in-flight {max_in_flight}: each request held needs a connection of its own"
-            ),
-        });
+        let header_read_timeout_ms = range(
+            "push-header-read-timeout-ms",
+            self.push_header_read_timeout_ms,
+            100,
+            600_000,
+        )?;
+        Ok(Some(PushConfig {
+            addr,
+            auth,
+            max_in_flight,
+            max_connections,
+            header_read_timeout: Duration::from_millis(header_read_timeout_ms),
+            hold_max: PushConfig::hold_max_for(None),
+            subscription: subscription.to_string(),
+        }))
     }
-    let header_read_timeout_ms = range(
-        "push-header-read-timeout-ms",
-        args.push_header_read_timeout_ms,
-        100,
-        600_000,
-    )?;
-    Ok(Some(PushConfig {
-        addr,
-        auth,
-        max_in_flight,
-        max_connections,
-        header_read_timeout: Duration::from_millis(header_read_timeout_ms),
-        hold_max: PushConfig::hold_max_for(None),
-        subscription: subscription.to_string(),
-    }))
 }

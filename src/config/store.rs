@@ -6,8 +6,6 @@
 //! (`Debug`, `Display`, parse errors), only `Serialize` keeps the URL whole.
 
 use super::secret::{FileParser, FromFile};
-use super::Config;
-use crate::store::selected::StoreSettings;
 
 /// Increments per second a counter shard document should take, by default
 /// (Firestore's guidance for one document is about one sustained write per
@@ -245,29 +243,6 @@ impl serde::Serialize for StoreLocation {
         match self {
             Self::Firestore => serializer.serialize_str("firestore"),
             Self::Postgres { url } => serializer.serialize_str(url),
-        }
-    }
-}
-
-impl Config {
-    /// The store's settings (the same for Firestore and PostgreSQL).
-    pub fn store(&self) -> StoreSettings {
-        StoreSettings {
-            consumer: self.consumer.clone(),
-            counter_shards: self.counter_shards,
-            counter_shard_target_writes_per_sec: self.counter_shard_target_writes_per_sec,
-            marker_ttl: self.marker_ttl,
-            due_records: self.rollup_interval.is_some(),
-        }
-    }
-
-    /// The [`Target`] these settings name.
-    pub fn target(&self) -> Target {
-        Target {
-            store: self.store_location.clone(),
-            project: self.project.clone(),
-            database: self.database.clone(),
-            collection_prefix: self.collection_prefix.clone(),
         }
     }
 }

@@ -59,8 +59,13 @@ pub(super) async fn milestone_setting_once(
     let stored = match stored {
         Some(stored) => stored,
         None => {
-            let named = (config.milestones_given.clone())
-                .or_else(|| config.milestones.as_ref().map(|m| m.thresholds.clone()));
+            let named = (config.milestones.given.clone()).or_else(|| {
+                config
+                    .milestones
+                    .notify
+                    .as_ref()
+                    .map(|m| m.thresholds.clone())
+            });
             let Some(list) = named else {
                 return Ok(MilestoneSetting::Off);
             };
@@ -72,7 +77,7 @@ pub(super) async fn milestone_setting_once(
             stored
         }
     };
-    if let Some(given) = &config.milestones_given {
+    if let Some(given) = &config.milestones.given {
         if stored != MilestoneSetting::On(given.clone()) {
             return Err(ServiceError::MilestonesDisagree {
                 given: list_text(given),

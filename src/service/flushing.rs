@@ -62,7 +62,7 @@ impl<H: AckHandle> Flushing<H> {
             store.clone(),
             acker,
             stats.clone(),
-            config.flush(),
+            config.flush.flusher.clone(),
         );
         // Beside the pipeline, after the flusher: stops once the flusher
         // has drained, so the last commits' posts are refreshed too.
@@ -94,7 +94,7 @@ impl<H: AckHandle> Flushing<H> {
         }
         // Beside the pipeline: delivers the milestones the rollup writes
         // record; stops with the refresher (a round under way finishes).
-        if let Some(notify) = &config.milestones {
+        if let Some(notify) = &config.milestones.notify {
             let webhook = Webhook::new(
                 notify.webhook.clone(),
                 notify.secret.as_ref().map(crate::config::Secret::expose),
@@ -123,11 +123,11 @@ impl<H: AckHandle> Flushing<H> {
         }
         let (stop, flush_stop) = watch::channel(false);
         let mut task = tokio::task::JoinSet::new();
-        if let Some(key) = &config.user_hash_key {
+        if let Some(key) = &config.erasure.user_hash_key {
             let tombstones = Arc::new(Tombstones::new(key.expose().as_bytes()));
             flusher = flusher.with_tombstones(tombstones.clone());
             let db = store.db();
-            let every = config.tombstone_refresh;
+            let every = config.erasure.tombstone_refresh;
             let mut stopped = flush_stop.clone();
             // Read once before the flusher starts, then every interval.
             refresh_tombstones(&db, &tombstones).await;

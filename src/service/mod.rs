@@ -64,7 +64,7 @@ pub enum ServiceError {
     MilestoneSetting(StoreError),
 }
 
-/// Opens the store `config.store_location` names: Firestore (at
+/// Opens the store `config.target` names: Firestore (at
 /// `endpoints`) or PostgreSQL, with a connection for each commit in flight;
 /// refuses a PostgreSQL schema older than this build's ([`connect::store_db`])
 /// and a data format newer than this build knows
@@ -74,19 +74,15 @@ pub async fn open_store(
     endpoints: &Endpoints,
     config: &Config,
 ) -> Result<SelectedStore, ServiceError> {
-    let in_flight = match config.strategy {
-        Strategy::Batched => config.max_commits_in_flight,
-        Strategy::PerEvent => config.per_event_concurrency,
-    };
+    let in_flight = config.flush.flusher.max_commits_in_flight;
     // One more for the marker cleanup, one for the rollup refresher, one spare.
-    let target = config.target();
-    let db = connect::store_db_within(endpoints, &target, in_flight + 3, config.store_call_timeout)
-        .await?;
+    let (target, call_timeout) = (&config.target, config.store.call_timeout);
+    let db = connect::store_db_within(endpoints, target, in_flight + 3, call_timeout).await?;
     let format = crate::store::format::check_known(&db)
         .await
         .map_err(connect::OpenError::from)?;
     tracing::debug!(data_format = format, "data format checked");
-    Ok(SelectedStore::new(db, config.store()))
+    Ok(SelectedStore::new(db, config.store.settings.clone()))
 }
 
 /// How long the HTTP endpoints may take, after the drain, to finish the
@@ -95,7 +91,7 @@ const HTTP_CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs the service until `stop` turns true, then drains. Returns the stats.
 ///
-/// With `config.metrics_addr` set, the metrics endpoint serves from start
+/// With `config.observability.metrics_addr` set, the metrics endpoint serves from start
 /// (liveness at once; readiness once the source runs) until the drain ends;
 /// its bound address is in `stats.metrics_addr`. With push delivery the
 /// push endpoint serves from start too (503 until the pipeline is up), on
@@ -117,10 +113,10 @@ pub async fn run(
     });
     let shared = push
         .as_ref()
-        .is_some_and(|((addr, _), _)| Some(*addr) == config.metrics_addr);
+        .is_some_and(|((addr, _), _)| Some(*addr) == config.observability.metrics_addr);
     // In a JoinSet: dropping this future (a crash in tests) ends them too.
     let mut servers = tokio::task::JoinSet::new();
-    if let Some(addr) = config.metrics_addr {
+    if let Some(addr) = config.observability.metrics_addr {
         let mut app = crate::http::router(stats.clone());
         if let (Some((_, push)), true) = (&push, shared) {
             app = app.merge(push.router());
@@ -159,12 +155,13 @@ pub async fn run(
 }
 
 /// The aggregator `config` asks for: one message per batch with
-/// `per-event`, round robin over `per_event_concurrency` shards (its flush
+/// `per-event`, round robin over `--per-event-concurrency` shards (its flush
 /// config flushes at once): one transaction per event, that many in flight.
 fn aggregator<H: Send + 'static>(config: &Config, stats: &Stats) -> Arc<Aggregator<H>> {
-    let aggregator = match config.strategy {
-        Strategy::Batched => Aggregator::new(config.shards, config.max_batch_events),
-        Strategy::PerEvent => Aggregator::per_message(config.per_event_concurrency),
+    let flush = &config.flush;
+    let aggregator = match flush.strategy {
+        Strategy::Batched => Aggregator::new(flush.shards, flush.max_batch_events),
+        Strategy::PerEvent => Aggregator::per_message(flush.flusher.max_commits_in_flight),
     };
     let aggregator = Arc::new(aggregator);
     let probe = Arc::downgrade(&aggregator);
@@ -191,12 +188,12 @@ async fn run_pipeline(
     let mut cleanup = tokio::task::JoinSet::new();
     if let (true, Some(interval)) = (
         store.db().sweeps_expired_markers(),
-        config.marker_cleanup_interval,
+        config.store.marker_cleanup_interval,
     ) {
         let task = MarkerCleanup {
             db: store.db(),
             interval,
-            batch_rows: config.marker_cleanup_batch_rows,
+            batch_rows: config.store.marker_cleanup_batch_rows,
             stats: stats.clone(),
         };
         cleanup.spawn(task.run(stop.clone()));
@@ -204,7 +201,7 @@ async fn run_pipeline(
     cleanup.spawn(report_suppressed_warnings(stats.clone(), stop.clone()));
     cleanup.spawn(watch_commits(
         stats.clone(),
-        config.stuck_commit_threshold,
+        config.observability.stuck_commit_threshold,
         stop.clone(),
     ));
     let stages: [(&'static str, ProgressOf); 2] = [
@@ -212,7 +209,7 @@ async fn run_pipeline(
         ("milestones", |s| &s.milestone_progress),
     ];
     for (stage, progress) in stages {
-        let threshold = config.stuck_commit_threshold;
+        let threshold = config.observability.stuck_commit_threshold;
         cleanup.spawn(watch_stage(
             stats.clone(),
             stage,
@@ -269,8 +266,8 @@ async fn run_pull(
     let subscriber = connect::subscriber(endpoints).await?;
     let aggregator: Arc<Aggregator<PubSubHandle>> = aggregator(config, stats);
     let flushing = Flushing::start(aggregator.clone(), store, stats, config, milestones).await?;
-    let source = Source::new(subscriber, config.source(), aggregator, stats.clone());
-    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, streams = config.streams, strategy = ?config.strategy, "hotcount running (pull)");
+    let source = Source::new(subscriber, config.source.clone(), aggregator, stats.clone());
+    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.flush.shards, streams = config.source.streams, strategy = ?config.flush.strategy, "hotcount running (pull)");
     // The flusher stops only after the source has stopped, so nothing new
     // arrives while the shards drain.
     stats.set_ready(true);
@@ -297,7 +294,7 @@ async fn run_push(
     let aggregator: Arc<Aggregator<PushHandle>> = aggregator(config, stats);
     let flushing = Flushing::start(aggregator.clone(), store, stats, config, milestones).await?;
     push.open(aggregator, hold_max).await;
-    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.shards, addr = ?stats.push_addr.get(), ?ack_deadline, ?hold_max, strategy = ?config.strategy, "hotcount running (push)");
+    tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.flush.shards, addr = ?stats.push_addr.get(), ?ack_deadline, ?hold_max, strategy = ?config.flush.strategy, "hotcount running (push)");
     stats.set_ready(true);
     let _ = stop.wait_for(|stopped| *stopped).await;
     push.close();

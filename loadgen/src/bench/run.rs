@@ -227,10 +227,10 @@ fn consumer_settings(
     no_rollups: bool,
 ) -> Result<(RunArgs, Config), RunError> {
     let mut run_args = config.run.clone();
-    run_args.strategy = strategy;
-    run_args.metrics_addr = "off".into();
+    run_args.flush.strategy = strategy;
+    run_args.observability.metrics_addr = "off".into();
     if no_rollups {
-        run_args.rollup_interval_ms = 0;
+        run_args.rollups.rollup_interval_ms = 0;
     }
     let service_config = run_args
         .validate()
@@ -327,7 +327,7 @@ async fn check(
 ) -> Result<(Verdict, Percentiles), RunError> {
     let (endpoints, target) = (stage.endpoints(), &run_args.target);
     // The consumers drained at their stop: rollups are exact at rest.
-    let rollups = completed && run_args.rollup_interval_ms > 0;
+    let rollups = completed && run_args.rollups.rollup_interval_ms > 0;
     let report = verify::connect_and_verify(endpoints, target, &workload.truth, rollups).await?;
     let verdict = if !completed {
         Verdict::Partial {

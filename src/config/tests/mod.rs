@@ -3,6 +3,7 @@
 
 use super::*;
 use clap::Parser;
+use std::time::Duration;
 
 #[derive(Parser)]
 struct Cli {
@@ -31,54 +32,54 @@ fn flags_reproduce_every_setting() {
     changed.target.project = "p2".into();
     changed.target.database = "db2".into();
     changed.target.collection_prefix = "x_".into();
-    changed.subscription = "s2".into();
-    changed.consumer = "c2".into();
-    changed.shards = 3;
-    changed.counter_shards = 5;
-    changed.counter_shard_target_writes_per_sec = 7;
-    changed.flush_interval_ms = 11;
-    changed.flush_min_wait_ms = 2;
-    changed.max_commits_in_flight = 13;
-    changed.max_batch_events = 17;
-    changed.max_outstanding_messages = 19;
-    changed.max_outstanding_bytes = 23_000;
-    changed.streams = 29;
-    changed.lease_extension_secs = 31;
-    changed.commit_max_attempts = 37;
-    changed.commit_backoff_initial_ms = 41;
-    changed.commit_backoff_max_ms = 43;
-    changed.marker_ttl_days = 47;
-    changed.marker_cleanup_interval_secs = 61;
-    changed.marker_cleanup_batch_rows = 67;
-    changed.shutdown_deadline_secs = 53;
-    changed.log_json = true;
-    changed.strategy = Strategy::PerEvent;
-    changed.per_event_concurrency = 59;
-    changed.metrics_addr = "127.0.0.1:0".into();
-    changed.metrics_allow_remote = true;
-    changed.rollup_interval_ms = 71;
-    changed.rollup_sweep_lookback_secs = 73;
-    changed.store_call_timeout_ms = 2_500;
-    changed.stuck_commit_threshold_secs = 71;
-    changed.milestones = Some("5,50".into());
-    changed.milestone_webhook = Some("http://127.0.0.1:9/hook".into());
-    changed.milestone_webhook_secret = Some("s3cret".into());
-    changed.milestone_webhook_previous_secret = Some("0ld-s3cret".into());
-    changed.milestone_webhook_timeout_ms = 79;
-    changed.milestone_lease_secs = 83;
-    changed.user_hash_key = Some("k3y".into());
-    changed.tombstone_refresh_ms = 700;
-    changed.milestone_retry_initial_ms = 89;
-    changed.milestone_retry_max_ms = 97_000;
-    changed.delivery = Delivery::Push;
-    changed.push_addr = "127.0.0.1:8089".into();
-    changed.push_auth = PushAuthMode::CloudRun;
-    changed.push_audience = "https://hotcount.example/pubsub/push".into();
-    changed.push_service_account = "push@p.iam.gserviceaccount.com".into();
-    changed.push_jwks_url = "http://127.0.0.1:1/certs".into();
-    changed.push_max_in_flight = 71;
-    changed.push_max_connections = 97;
-    changed.push_header_read_timeout_ms = 1_234;
+    changed.identity.subscription = "s2".into();
+    changed.identity.consumer = "c2".into();
+    changed.flush.shards = 3;
+    changed.store_writes.counter_shards = 5;
+    changed.store_writes.counter_shard_target_writes_per_sec = 7;
+    changed.flush.flush_interval_ms = 11;
+    changed.flush.flush_min_wait_ms = 2;
+    changed.flush.max_commits_in_flight = 13;
+    changed.flush.max_batch_events = 17;
+    changed.source.max_outstanding_messages = 19;
+    changed.source.max_outstanding_bytes = 23_000;
+    changed.source.streams = 29;
+    changed.source.lease_extension_secs = 31;
+    changed.flush.commit_max_attempts = 37;
+    changed.flush.commit_backoff_initial_ms = 41;
+    changed.flush.commit_backoff_max_ms = 43;
+    changed.store_writes.marker_ttl_days = 47;
+    changed.store_writes.marker_cleanup_interval_secs = 61;
+    changed.store_writes.marker_cleanup_batch_rows = 67;
+    changed.flush.shutdown_deadline_secs = 53;
+    changed.observability.log_json = true;
+    changed.flush.strategy = Strategy::PerEvent;
+    changed.flush.per_event_concurrency = 59;
+    changed.observability.metrics_addr = "127.0.0.1:0".into();
+    changed.observability.metrics_allow_remote = true;
+    changed.rollups.rollup_interval_ms = 71;
+    changed.rollups.rollup_sweep_lookback_secs = 73;
+    changed.store_writes.store_call_timeout_ms = 2_500;
+    changed.observability.stuck_commit_threshold_secs = 71;
+    changed.milestones.milestones = Some("5,50".into());
+    changed.milestones.milestone_webhook = Some("http://127.0.0.1:9/hook".into());
+    changed.milestones.milestone_webhook_secret = Some("s3cret".into());
+    changed.milestones.milestone_webhook_previous_secret = Some("0ld-s3cret".into());
+    changed.milestones.milestone_webhook_timeout_ms = 79;
+    changed.milestones.milestone_lease_secs = 83;
+    changed.erasure.user_hash_key = Some("k3y".into());
+    changed.erasure.tombstone_refresh_ms = 700;
+    changed.milestones.milestone_retry_initial_ms = 89;
+    changed.milestones.milestone_retry_max_ms = 97_000;
+    changed.push.delivery = Delivery::Push;
+    changed.push.push_addr = "127.0.0.1:8089".into();
+    changed.push.push_auth = PushAuthMode::CloudRun;
+    changed.push.push_audience = "https://hotcount.example/pubsub/push".into();
+    changed.push.push_service_account = "push@p.iam.gserviceaccount.com".into();
+    changed.push.push_jwks_url = "http://127.0.0.1:1/certs".into();
+    changed.push.push_max_in_flight = 71;
+    changed.push.push_max_connections = 97;
+    changed.push.push_header_read_timeout_ms = 1_234;
     // The file forms, which conflict with the values above.
     let (webhook, previous, key) = (
         secret_file("webhook\n"),
@@ -134,7 +135,7 @@ fn defaults_are_valid() {
         c.subscription,
         "projects/hotcount-local/subscriptions/likes-hotcount"
     );
-    assert_eq!(c.flush_interval, Duration::from_millis(100));
+    assert_eq!(c.flush.flusher.flush_interval, Duration::from_millis(100));
 }
 
 #[test]
@@ -154,8 +155,11 @@ fn out_of_range_settings_name_their_flag() {
 #[test]
 fn backoff_and_store_timeouts_are_bounded_and_consistent() {
     let c = parse(&[]).unwrap();
-    assert_eq!(c.store_call_timeout, Duration::from_secs(10));
-    assert_eq!(c.stuck_commit_threshold, Duration::from_secs(30));
+    assert_eq!(c.store.call_timeout, Duration::from_secs(10));
+    assert_eq!(
+        c.observability.stuck_commit_threshold,
+        Duration::from_secs(30)
+    );
     // A backoff of minutes would outlast the lease and the shutdown deadline.
     let refused = parse(&["--commit-backoff-max-ms", "600000"]).unwrap_err();
     assert_eq!(refused.flag, "commit-backoff-max-ms");
@@ -192,17 +196,35 @@ fn backoff_and_store_timeouts_are_bounded_and_consistent() {
         "1",
     ])
     .unwrap();
-    assert_eq!(c.stuck_commit_threshold, Duration::from_secs(1));
+    assert_eq!(
+        c.observability.stuck_commit_threshold,
+        Duration::from_secs(1)
+    );
+}
+
+#[test]
+fn a_bad_call_timeout_is_named_not_the_threshold_it_bounds() {
+    // The threshold's floor is the validated timeout: a timeout out of
+    // range is reported as such, not as a default threshold below it.
+    assert_eq!(
+        parse(&["--store-call-timeout-ms", "700000"])
+            .unwrap_err()
+            .flag,
+        "store-call-timeout-ms"
+    );
 }
 
 #[test]
 fn metrics_endpoint_is_loopback_unless_remote_is_allowed() {
     assert_eq!(
-        parse(&[]).unwrap().metrics_addr,
+        parse(&[]).unwrap().observability.metrics_addr,
         Some("127.0.0.1:9464".parse().unwrap())
     );
     assert_eq!(
-        parse(&["--metrics-addr", "off"]).unwrap().metrics_addr,
+        parse(&["--metrics-addr", "off"])
+            .unwrap()
+            .observability
+            .metrics_addr,
         None
     );
     assert_eq!(
@@ -222,16 +244,16 @@ fn full_subscription_names_are_kept() {
 #[test]
 fn each_stage_gets_its_own_settings_and_per_event_flushes_each_message_at_once() {
     let c = parse(&["--streams", "3", "--max-outstanding-messages", "7"]).unwrap();
-    let source = c.source();
+    let source = &c.source;
     assert_eq!((source.streams, source.held_max_messages), (3, 21));
     // `FlushConfig::default()` (what tests build on) is the flags' defaults.
     assert_eq!(
-        format!("{:?}", c.flush()),
+        format!("{:?}", c.flush.flusher),
         format!("{:?}", FlushConfig::default())
     );
-    assert_eq!(c.store().consumer, "hotcount");
+    assert_eq!(c.store.settings.consumer, "hotcount");
     let per_event = parse(&["--strategy", "per-event", "--per-event-concurrency", "9"]).unwrap();
-    let flush = per_event.flush();
+    let flush = &per_event.flush.flusher;
     assert_eq!(flush.flush_interval, Duration::ZERO);
     assert_eq!(flush.max_commits_in_flight, 9);
 }

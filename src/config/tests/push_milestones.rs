@@ -133,13 +133,13 @@ fn rollups_refresh_once_a_second_by_default_and_zero_turns_them_off() {
 
 #[test]
 fn milestones_are_off_without_a_webhook_and_checked_with_one() {
-    assert!(parse(&[]).unwrap().milestones.is_none());
+    assert!(parse(&[]).unwrap().milestones.notify.is_none());
     assert!(
         parse(&["--milestones", "junk"]).is_err(),
         "checked without a webhook too"
     );
     assert_eq!(
-        parse(&["--milestones", "5,50"]).unwrap().milestones_given,
+        parse(&["--milestones", "5,50"]).unwrap().milestones.given,
         Some(vec![5, 50])
     );
     let on = parse(&[
@@ -150,6 +150,7 @@ fn milestones_are_off_without_a_webhook_and_checked_with_one() {
     ])
     .unwrap()
     .milestones
+    .notify
     .expect("on");
     assert_eq!(on.thresholds, vec![10, 20]);
     assert_eq!(
@@ -165,6 +166,7 @@ fn milestones_are_off_without_a_webhook_and_checked_with_one() {
     ])
     .unwrap()
     .milestones
+    .notify
     .expect("on");
     assert_eq!(capped.dispatch().backoff_max, Duration::from_secs(2));
     let hook = ["--milestone-webhook", "http://127.0.0.1:9/h"];
@@ -206,7 +208,11 @@ fn the_webhook_secret_never_shows_in_debug_output() {
     ])
     .unwrap();
     assert!(!format!("{config:?}").contains("hunter2"));
-    let secret = config.milestones.and_then(|m| m.secret).expect("a secret");
+    let secret = config
+        .milestones
+        .notify
+        .and_then(|m| m.secret)
+        .expect("a secret");
     assert_eq!(secret.expose(), "hunter2-s3cret");
 }
 

@@ -26,19 +26,19 @@ fn secrets_are_read_from_their_files_without_the_trailing_line_break() {
     .run;
     let config = run.validate().expect("valid");
     assert_eq!(
-        config.store_location,
+        config.target.store,
         StoreLocation::Postgres {
             url: "postgres://hc:s3cret@127.0.0.1:5432/hc".into()
         }
     );
-    let milestones = config.milestones.as_ref().expect("a webhook");
+    let milestones = config.milestones.notify.as_ref().expect("a webhook");
     let shown = |s: &Option<Secret>| s.as_ref().map(|s| s.expose().to_string());
     assert_eq!(shown(&milestones.secret).as_deref(), Some("whsec-new"));
     assert_eq!(
         shown(&milestones.previous_secret).as_deref(),
         Some("whsec-old")
     );
-    assert_eq!(shown(&config.user_hash_key).as_deref(), Some("k3y"));
+    assert_eq!(shown(&config.erasure.user_hash_key).as_deref(), Some("k3y"));
     let debug = format!("{run:?} {config:?}");
     for secret in ["s3cret", "whsec", "k3y"] {
         assert!(!debug.contains(secret), "{secret} in {debug}");
