@@ -6,7 +6,7 @@
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use hotcount::config::{Endpoints, FileParser, FromFile, Secret, Target, DEFAULT_COUNTER_SHARDS};
+use hotcount::config::{Endpoints, Target, UserHashKeyFlags, DEFAULT_COUNTER_SHARDS};
 use hotcount::connect;
 use hotcount::ops::users;
 
@@ -128,21 +128,14 @@ fn erased_line(dry_run: bool, who: &str, e: &users::Erased) -> String {
 
 /// The tombstones' keyed hash, as the service's flags give it.
 #[derive(clap::Args, Debug)]
+#[command(mut_arg("user_hash_key", |a| a.help(
+    "The service's `--user-hash-key`: with it, `erase` writes the user's tombstone first (every replica then drops the user's events) and deletes the erased memberships at the end"
+)))]
 pub struct UserHash {
-    /// The service's `--user-hash-key`: with it, `erase` writes the user's
-    /// tombstone first (every replica then drops the user's events) and
-    /// deletes the erased memberships at the end.
-    #[arg(long, env = "HOTCOUNT_USER_HASH_KEY", hide_env_values = true)]
-    user_hash_key: Option<Secret>,
-    /// A file holding `--user-hash-key`; trailing line breaks are ignored.
-    #[arg(
-        long,
-        env = "HOTCOUNT_USER_HASH_KEY_FILE",
-        value_name = "PATH",
-        value_parser = FileParser::<Secret>::new(),
-        conflicts_with = "user_hash_key"
-    )]
-    user_hash_key_file: Option<FromFile<Secret>>,
+    /// `--user-hash-key` or its file (the one declaration is
+    /// [`UserHashKeyFlags`]).
+    #[command(flatten)]
+    key: UserHashKeyFlags,
     /// The service's `--tombstone-refresh-ms`: `erase` waits twice this
     /// after writing a tombstone.
     #[arg(long, env = "HOTCOUNT_TOMBSTONE_REFRESH_MS", default_value_t = 5_000)]
@@ -151,11 +144,7 @@ pub struct UserHash {
 
 impl UserHash {
     fn key(&self) -> Option<Vec<u8>> {
-        let key = Secret::given(
-            self.user_hash_key.as_ref(),
-            self.user_hash_key_file.as_ref(),
-        )?;
-        Some(key.expose().as_bytes().to_vec())
+        Some(self.key.key()?.expose().as_bytes().to_vec())
     }
 }
 

@@ -10,10 +10,11 @@ use std::time::Duration;
 use super::secret::{FileParser, FromFile};
 use super::{range, ConfigError, Secret};
 
-/// `hotcount run`'s flags of the erased users' tombstone check.
+/// `--user-hash-key` or `--user-hash-key-file`: the key of the keyed hash
+/// erased users' tombstones hold, declared once for `run`, `users` and
+/// `replay` (each words its help for what it does with it, `mut_arg`).
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize)]
-#[command(next_help_heading = "Erased users")]
-pub struct ErasureFlags {
+pub struct UserHashKeyFlags {
     /// Key of the keyed hash (HMAC-SHA256) that erased users' tombstones
     /// hold instead of their ids (`hotcount users erase`): the same key on
     /// every replica and in the `users` commands. Unset: no event is checked
@@ -29,6 +30,26 @@ pub struct ErasureFlags {
         conflicts_with = "user_hash_key"
     )]
     pub user_hash_key_file: Option<FromFile<Secret>>,
+}
+
+impl UserHashKeyFlags {
+    /// The key given, by value or by file; `None` when neither (or empty).
+    pub fn key(&self) -> Option<Secret> {
+        Secret::given(
+            self.user_hash_key.as_ref(),
+            self.user_hash_key_file.as_ref(),
+        )
+    }
+}
+
+/// `hotcount run`'s flags of the erased users' tombstone check.
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize)]
+#[command(next_help_heading = "Erased users")]
+pub struct ErasureFlags {
+    /// The tombstones' hash key.
+    #[serde(flatten)]
+    #[command(flatten)]
+    pub key: UserHashKeyFlags,
     /// How often each replica re-reads the erased users' tombstones, in
     /// milliseconds: an erasure waits twice this before it removes
     /// memberships.
@@ -49,10 +70,7 @@ impl ErasureFlags {
     /// The key given (by value or file) and the refresh interval, checked.
     pub fn validate(&self) -> Result<ErasureConfig, ConfigError> {
         Ok(ErasureConfig {
-            user_hash_key: Secret::given(
-                self.user_hash_key.as_ref(),
-                self.user_hash_key_file.as_ref(),
-            ),
+            user_hash_key: self.key.key(),
             tombstone_refresh: Duration::from_millis(range(
                 "tombstone-refresh-ms",
                 self.tombstone_refresh_ms,

@@ -28,7 +28,7 @@ mod store;
 mod store_writes;
 mod validate;
 
-pub use erasure::{ErasureConfig, ErasureFlags};
+pub use erasure::{ErasureConfig, ErasureFlags, UserHashKeyFlags};
 pub use flush::{FlushConfig, FlushFlags, FlushSettings, Strategy};
 pub use identity::{Identity, IdentityFlags};
 pub use milestones::{

@@ -67,7 +67,7 @@ fn flags_reproduce_every_setting() {
     changed.milestones.milestone_webhook_previous_secret = Some("0ld-s3cret".into());
     changed.milestones.milestone_webhook_timeout_ms = 79;
     changed.milestones.milestone_lease_secs = 83;
-    changed.erasure.user_hash_key = Some("k3y".into());
+    changed.erasure.key.user_hash_key = Some("k3y".into());
     changed.erasure.tombstone_refresh_ms = 700;
     changed.milestones.milestone_retry_initial_ms = 89;
     changed.milestones.milestone_retry_max_ms = 97_000;

@@ -35,6 +35,9 @@ use replayer::Replayer;
 
 /// What to replay, as given on the command line.
 #[derive(clap::Args, Clone, Debug)]
+#[command(mut_arg("user_hash_key", |a| a.help(
+    "The service's `--user-hash-key`: events of erased users (a tombstone holds their keyed hash) are dropped, as the service drops them. Unset: no event is checked"
+)))]
 pub struct ReplayArgs {
     /// Target project, database and collections.
     #[command(flatten)]
@@ -90,20 +93,10 @@ pub struct ReplayArgs {
     /// Keep the replay subscription afterwards.
     #[arg(long)]
     pub keep_subscription: bool,
-    /// The service's `--user-hash-key`: events of erased users (a
-    /// tombstone holds their keyed hash) are dropped, as the service drops
-    /// them. Unset: no event is checked.
-    #[arg(long, env = "HOTCOUNT_USER_HASH_KEY", hide_env_values = true)]
-    pub user_hash_key: Option<crate::config::Secret>,
-    /// A file holding `--user-hash-key`; trailing line breaks are ignored.
-    #[arg(
-        long,
-        env = "HOTCOUNT_USER_HASH_KEY_FILE",
-        value_name = "PATH",
-        value_parser = crate::config::FileParser::<crate::config::Secret>::new(),
-        conflicts_with = "user_hash_key"
-    )]
-    pub user_hash_key_file: Option<crate::config::FromFile<crate::config::Secret>>,
+    /// `--user-hash-key` or its file (the one declaration is
+    /// [`crate::config::UserHashKeyFlags`]).
+    #[command(flatten)]
+    pub user_hash_key: crate::config::UserHashKeyFlags,
 }
 
 /// A replay failure.
@@ -288,10 +281,7 @@ pub async fn run(endpoints: &Endpoints, args: &ReplayArgs) -> Result<ReplayRepor
         Ok(_) => {
             let store = open_store(endpoints, args).await?;
             let subscriber = connect::subscriber(endpoints).await?;
-            let key = crate::config::Secret::given(
-                args.user_hash_key.as_ref(),
-                args.user_hash_key_file.as_ref(),
-            );
+            let key = args.user_hash_key.key();
             let keyed = key.is_some();
             let replayer = Replayer::new(store.clone(), args, window, &subscription)
                 .with_tombstones(
