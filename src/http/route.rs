@@ -304,6 +304,24 @@ mod tests {
         header_read_timeout: Duration::from_secs(10),
     };
 
+    /// `handle` served at `/pubsub/push` on a loopback port under
+    /// `limits`; the bound address.
+    async fn serve_push<H, F>(
+        handle: H,
+        limits: (ConnectionLimits, Arc<Stats>),
+        stop: watch::Receiver<bool>,
+        tasks: &mut JoinSet<()>,
+    ) -> SocketAddr
+    where
+        H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = StatusCode> + Send + 'static,
+    {
+        let addr = "127.0.0.1:0".parse().expect("address");
+        serve_route("push", addr, ("/pubsub/push", handle), limits, stop, tasks)
+            .await
+            .expect("bound")
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serve_route_answers_its_route_only_and_finishes_the_request_in_progress_at_stop() {
         let (stop_tx, stop) = watch::channel(false);
@@ -321,16 +339,13 @@ mod tests {
             }
         };
         let mut tasks = JoinSet::new();
-        let addr = serve_route(
-            "push",
-            "127.0.0.1:0".parse().expect("address"),
-            ("/pubsub/push", handle),
+        let addr = serve_push(
+            handle,
             (LIMITS, Arc::new(Stats::default())),
             stop,
             &mut tasks,
         )
-        .await
-        .expect("bound");
+        .await;
         let client = reqwest::Client::new();
         let url = |path: &str| format!("http://{addr}{path}");
         let status = |r: reqwest::Response| r.status().as_u16();
@@ -418,16 +433,7 @@ mod tests {
             max_connections: 8,
             header_read_timeout: Duration::from_millis(500),
         };
-        let addr = serve_route(
-            "push",
-            "127.0.0.1:0".parse().expect("address"),
-            ("/pubsub/push", handle),
-            (limits, stats.clone()),
-            stop,
-            &mut tasks,
-        )
-        .await
-        .expect("bound");
+        let addr = serve_push(handle, (limits, stats.clone()), stop, &mut tasks).await;
         // Many more than the endpoint holds: half trickle their headers a
         // byte at a time, half send nothing.
         let mut hogs = JoinSet::new();
@@ -493,16 +499,7 @@ mod tests {
             max_connections: 2,
             header_read_timeout: Duration::from_secs(10),
         };
-        let addr = serve_route(
-            "push",
-            "127.0.0.1:0".parse().expect("address"),
-            ("/pubsub/push", handle),
-            (limits, stats.clone()),
-            stop,
-            &mut tasks,
-        )
-        .await
-        .expect("bound");
+        let addr = serve_push(handle, (limits, stats.clone()), stop, &mut tasks).await;
         let post = || {
             reqwest::Client::new()
                 .post(format!("http://{addr}/pubsub/push"))
