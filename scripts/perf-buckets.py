@@ -21,7 +21,7 @@ BUCKETS = [
     ("the official Pub/Sub client", ("google_cloud_pubsub::", "google_cloud_gax", "google_cloud_wkt")),
     ("prost's generated encode and decode", ("prost::", "gcloud_sdk::")),
     ("hotcount: store codec", ("hotcount::store::",)),
-    ("hotcount: batch grouping and plan", ("hotcount::pipeline::batch",)),
+    ("hotcount: batch grouping and plan", ("hotcount::model::",)),
     ("hotcount: event parser", ("hotcount::event",)),
     ("hotcount: source and aggregator", ("hotcount::pipeline::source", "hotcount::pipeline::aggregator")),
     ("hotcount: flusher and acker", ("hotcount::pipeline::flusher", "hotcount::pipeline::acker")),
