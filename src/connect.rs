@@ -6,8 +6,9 @@
 //! its password hidden); an emulator address is only ever used with
 //! anonymous credentials over plain HTTP/2; a PostgreSQL database is
 //! handed out only once its schema is this build's ([`store_db`]), and
-//! nothing here migrates it; a store is handed out to write only once its
-//! data format is one this build knows ([`store_db_to_write`]).
+//! only [`migrate_schema`] (`setup`'s) migrates it; a store is handed out
+//! to write only once its data format is one this build knows
+//! ([`store_db_to_write`]).
 
 use firestore::{FirestoreDb, FirestoreDbOptions};
 use google_cloud_pubsub::client::{
@@ -16,7 +17,9 @@ use google_cloud_pubsub::client::{
 
 use crate::config::{Endpoints, StoreLocation, Target};
 use crate::store::format::{self, FormatError};
-use crate::store::postgres::{PgConfigError, PgDb, PgDbConfig, SchemaError};
+use crate::store::postgres::{
+    migrations, MigrateError, PgConfigError, PgDb, PgDbConfig, SchemaError,
+};
 use crate::store::selected::SelectedDb;
 
 /// A client could not be built.
@@ -239,4 +242,81 @@ pub async fn store_db_within(
             Ok(SelectedDb::Postgres(db))
         }
     }
+}
+
+/// One schema migration of the store and whether [`migrate_schema`]
+/// applied it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationStep {
+    /// Its version (migrations apply in increasing order).
+    pub version: i32,
+    /// Its short name.
+    pub name: &'static str,
+    /// `true`: this run applied it; `false`: the store had it already.
+    pub applied: bool,
+}
+
+/// The store's schema could not be brought to this build's.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateSchemaError {
+    /// The PostgreSQL URL or pool settings cannot be used.
+    #[error("{store}: {error}")]
+    Postgres {
+        /// The store, its password hidden.
+        store: String,
+        /// What is wrong (not a `source`: the message holds it).
+        error: PgConfigError,
+    },
+    /// Applying the PostgreSQL schema migrations failed (none is half-applied).
+    #[error("migrating the PostgreSQL schema of {store}: {error}")]
+    Migrate {
+        /// The store, its password hidden.
+        store: String,
+        /// What failed (not a `source`: the message holds it).
+        error: MigrateError,
+    },
+}
+
+impl MigrateSchemaError {
+    /// Whether migrating again may succeed without an operator's change.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            MigrateSchemaError::Migrate { error, .. } => error.is_retryable(),
+            MigrateSchemaError::Postgres { .. } => false,
+        }
+    }
+}
+
+/// Brings the schema of the store `store` names to this build's (only
+/// `setup` calls it): for PostgreSQL, applies the missing migrations
+/// ([`PgDb::migrate`], each in its own transaction) and returns every
+/// migration in order with whether this run applied it; Firestore has no
+/// schema, so nothing.
+pub async fn migrate_schema(
+    store: &StoreLocation,
+) -> Result<Vec<MigrationStep>, MigrateSchemaError> {
+    let StoreLocation::Postgres { url } = store else {
+        return Ok(Vec::new());
+    };
+    let shown = store.to_string();
+    let db =
+        PgDb::new(&PgDbConfig::new(url.clone())).map_err(|error| MigrateSchemaError::Postgres {
+            store: shown.clone(),
+            error,
+        })?;
+    let report = db
+        .migrate()
+        .await
+        .map_err(|error| MigrateSchemaError::Migrate {
+            store: shown,
+            error,
+        })?;
+    Ok(migrations::MIGRATIONS
+        .iter()
+        .map(|migration| MigrationStep {
+            version: migration.version,
+            name: migration.name,
+            applied: report.applied.contains(&migration.version),
+        })
+        .collect())
 }

@@ -10,8 +10,8 @@
 //! cannot change it; only one already as wanted is reported `exists`.
 //! Running it twice changes nothing the second time. Roles are only ever
 //! added ([`iam`]). Migrations are applied only here (never by `run`), each
-//! once, by [`PgDb::migrate`]; the data format is raised only here, never
-//! lowered ([`mod@format`]).
+//! once, by [`connect::migrate_schema`]; the data format is raised only
+//! here, never lowered ([`mod@format`]).
 
 mod args;
 pub mod format;
@@ -33,7 +33,6 @@ use google_cloud_wkt::FieldMask;
 use crate::config::{Endpoints, StoreLocation};
 use crate::connect;
 use crate::store::milestone::{MilestoneSetting, MilestoneStore};
-use crate::store::postgres::{migrations, MigrateError, PgConfigError, PgDb, PgDbConfig};
 use crate::store::selected::SelectedDb;
 
 /// Stores `setting` for the whole fleet in `db`, replacing any; what
@@ -121,22 +120,9 @@ pub enum SetupError {
     /// No client.
     #[error(transparent)]
     Connect(#[from] connect::ConnectError),
-    /// The PostgreSQL URL or pool settings cannot be used.
-    #[error("{store}: {error}")]
-    Postgres {
-        /// The store, its password hidden.
-        store: String,
-        /// What is wrong (not a `source`: the message holds it).
-        error: PgConfigError,
-    },
-    /// Applying the PostgreSQL schema migrations failed (none is half-applied).
-    #[error("migrating the PostgreSQL schema of {store}: {error}")]
-    Migrate {
-        /// The store, its password hidden.
-        store: String,
-        /// What failed (not a `source`: the message holds it).
-        error: MigrateError,
-    },
+    /// The store's schema could not be brought to this build's.
+    #[error(transparent)]
+    Schema(#[from] connect::MigrateSchemaError),
 }
 
 impl SetupError {
@@ -144,7 +130,7 @@ impl SetupError {
     pub fn is_retryable(&self) -> bool {
         match self {
             SetupError::PubSub { retryable, .. } => *retryable,
-            SetupError::Migrate { error, .. } => error.is_retryable(),
+            SetupError::Schema(error) => error.is_retryable(),
             _ => false,
         }
     }
@@ -311,34 +297,21 @@ async fn ensure_subscription(
     .await
 }
 
-/// Brings the store's schema to this build's: for PostgreSQL, applies the
-/// missing migrations ([`PgDb::migrate`]) and returns each migration with
-/// whether this run applied it; Firestore needs nothing.
+/// Brings the store's schema to this build's ([`connect::migrate_schema`])
+/// and returns each PostgreSQL migration with whether this run applied it;
+/// Firestore needs nothing.
 pub async fn migrate_store(store: &StoreLocation) -> Result<Vec<(String, Change)>, SetupError> {
-    let StoreLocation::Postgres { url } = store else {
-        return Ok(Vec::new());
-    };
-    let shown = store.to_string();
-    let db = PgDb::new(&PgDbConfig::new(url.clone())).map_err(|error| SetupError::Postgres {
-        store: shown.clone(),
-        error,
-    })?;
-    let report = db.migrate().await.map_err(|error| SetupError::Migrate {
-        store: shown,
-        error,
-    })?;
-    let mut done = Vec::new();
-    for migration in migrations::MIGRATIONS {
-        let created = if report.applied.contains(&migration.version) {
-            Change::Created
-        } else {
-            Change::Existed
-        };
-        let name = format!(
-            "postgres schema migration {} ({})",
-            migration.version, migration.name
-        );
-        done.push((name, created));
-    }
-    Ok(done)
+    let steps = connect::migrate_schema(store).await?;
+    Ok(steps
+        .into_iter()
+        .map(|step| {
+            let change = if step.applied {
+                Change::Created
+            } else {
+                Change::Existed
+            };
+            let name = format!("postgres schema migration {} ({})", step.version, step.name);
+            (name, change)
+        })
+        .collect())
 }
