@@ -225,12 +225,12 @@ async fn the_consumers_roles_cover_every_call_run_makes() {
     rpcs.remove("Publish");
     // The emulator counts gRPC calls; the admin client reads the
     // subscription over Pub/Sub's REST API, which it does not count. `run`
-    // makes that call once at start (service.rs; its answer gives
+    // makes that call once at start (service/mod.rs; its answer gives
     // DeadLetterPolicy::of and, for push, the ack deadline).
     let service = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/service.rs"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/service/mod.rs"),
     )
-    .expect("src/service.rs");
+    .expect("src/service/mod.rs");
     assert!(service.contains("DeadLetterPolicy::of("));
     rpcs.insert("GetSubscription".into());
     assert!(
