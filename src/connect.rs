@@ -144,7 +144,8 @@ pub async fn firestore_db(
     Ok(crate::store::firestore::FirestoreDb::new(client, layout))
 }
 
-/// The selected database could not be opened.
+/// The selected database could not be opened (or, by `setup`'s
+/// [`migrate_schema`], migrated).
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     /// No Firestore client.
@@ -166,6 +167,15 @@ pub enum OpenError {
         /// What is wrong (not a `source`: the message holds it).
         error: SchemaError,
     },
+    /// Applying the PostgreSQL schema migrations failed (none is
+    /// half-applied; only [`migrate_schema`]).
+    #[error("migrating the PostgreSQL schema of {store}: {error}")]
+    Migrate {
+        /// The store, its password hidden.
+        store: String,
+        /// What failed (not a `source`: the message holds it).
+        error: MigrateError,
+    },
     /// The store's data format is newer than this build knows, or could
     /// not be read.
     #[error(transparent)]
@@ -177,6 +187,7 @@ impl OpenError {
     pub fn is_retryable(&self) -> bool {
         match self {
             OpenError::Schema { error, .. } => error.is_retryable(),
+            OpenError::Migrate { error, .. } => error.is_retryable(),
             OpenError::Format(error) => error.is_retryable(),
             OpenError::Connect(_) | OpenError::Postgres { .. } => false,
         }
@@ -230,10 +241,7 @@ pub async fn store_db_within(
             config.max_connections = config.max_connections.max(max_connections);
             config.call_timeout = call_timeout;
             let store = target.store.to_string();
-            let db = PgDb::new(&config).map_err(|error| OpenError::Postgres {
-                store: store.clone(),
-                error,
-            })?;
+            let db = pg_db(&config, &store)?;
             let version = db
                 .check_schema()
                 .await
@@ -242,6 +250,15 @@ pub async fn store_db_within(
             Ok(SelectedDb::Postgres(db))
         }
     }
+}
+
+/// A PostgreSQL handle for `config` (no connection made yet); `store` is
+/// the URL as shown, its password hidden.
+fn pg_db(config: &PgDbConfig, store: &str) -> Result<PgDb, OpenError> {
+    PgDb::new(config).map_err(|error| OpenError::Postgres {
+        store: store.to_string(),
+        error,
+    })
 }
 
 /// One schema migration of the store and whether [`migrate_schema`]
@@ -256,61 +273,21 @@ pub struct MigrationStep {
     pub applied: bool,
 }
 
-/// The store's schema could not be brought to this build's.
-#[derive(Debug, thiserror::Error)]
-pub enum MigrateSchemaError {
-    /// The PostgreSQL URL or pool settings cannot be used.
-    #[error("{store}: {error}")]
-    Postgres {
-        /// The store, its password hidden.
-        store: String,
-        /// What is wrong (not a `source`: the message holds it).
-        error: PgConfigError,
-    },
-    /// Applying the PostgreSQL schema migrations failed (none is half-applied).
-    #[error("migrating the PostgreSQL schema of {store}: {error}")]
-    Migrate {
-        /// The store, its password hidden.
-        store: String,
-        /// What failed (not a `source`: the message holds it).
-        error: MigrateError,
-    },
-}
-
-impl MigrateSchemaError {
-    /// Whether migrating again may succeed without an operator's change.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            MigrateSchemaError::Migrate { error, .. } => error.is_retryable(),
-            MigrateSchemaError::Postgres { .. } => false,
-        }
-    }
-}
-
 /// Brings the schema of the store `store` names to this build's (only
 /// `setup` calls it): for PostgreSQL, applies the missing migrations
 /// ([`PgDb::migrate`], each in its own transaction) and returns every
 /// migration in order with whether this run applied it; Firestore has no
 /// schema, so nothing.
-pub async fn migrate_schema(
-    store: &StoreLocation,
-) -> Result<Vec<MigrationStep>, MigrateSchemaError> {
+pub async fn migrate_schema(store: &StoreLocation) -> Result<Vec<MigrationStep>, OpenError> {
     let StoreLocation::Postgres { url } = store else {
         return Ok(Vec::new());
     };
     let shown = store.to_string();
-    let db =
-        PgDb::new(&PgDbConfig::new(url.clone())).map_err(|error| MigrateSchemaError::Postgres {
-            store: shown.clone(),
-            error,
-        })?;
-    let report = db
-        .migrate()
-        .await
-        .map_err(|error| MigrateSchemaError::Migrate {
-            store: shown,
-            error,
-        })?;
+    let db = pg_db(&PgDbConfig::new(url.clone()), &shown)?;
+    let report = db.migrate().await.map_err(|error| OpenError::Migrate {
+        store: shown,
+        error,
+    })?;
     Ok(migrations::MIGRATIONS
         .iter()
         .map(|migration| MigrationStep {

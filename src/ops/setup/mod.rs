@@ -120,9 +120,10 @@ pub enum SetupError {
     /// No client.
     #[error(transparent)]
     Connect(#[from] connect::ConnectError),
-    /// The store's schema could not be brought to this build's.
+    /// The store could not be opened, or its schema not brought to this
+    /// build's.
     #[error(transparent)]
-    Schema(#[from] connect::MigrateSchemaError),
+    Store(#[from] connect::OpenError),
 }
 
 impl SetupError {
@@ -130,7 +131,7 @@ impl SetupError {
     pub fn is_retryable(&self) -> bool {
         match self {
             SetupError::PubSub { retryable, .. } => *retryable,
-            SetupError::Schema(error) => error.is_retryable(),
+            SetupError::Store(error) => error.is_retryable(),
             _ => false,
         }
     }
