@@ -9,8 +9,8 @@
 //! the same bytes gives (`google.firestore.v1.BatchGetDocumentsResponse`:
 //! tests compare the two on the same bytes), fields read by name with
 //! protobuf's rule for a map key sent twice (the last one wins); anything
-//! this does not read (`missing`, `read_time`, `create_time`, values that
-//! are not scalars) is skipped.
+//! this does not read (`missing`, `create_time`, values that are not
+//! scalars) is skipped.
 
 use gcloud_sdk::prost::bytes::{Buf, Bytes};
 use gcloud_sdk::prost::encoding::{decode_varint, WireType};
@@ -58,6 +58,7 @@ mod tag {
     // BatchGetDocumentsResponse
     pub const FOUND: u32 = 1;
     pub const TRANSACTION: u32 = 3;
+    pub const READ_TIME: u32 = 4;
     // Document
     pub const NAME: u32 = 1;
     pub const FIELDS: u32 = 2;
@@ -277,7 +278,9 @@ impl BatchGetFrame {
                 (tag::FOUND, Item::Bytes(b)) => {
                     FoundDocument::read(b)?;
                 }
-                (tag::TRANSACTION, Item::Bytes(_)) => {}
+                (tag::READ_TIME, Item::Bytes(b)) => {
+                    timestamp(b)?;
+                }
                 _ => {}
             }
         }
@@ -295,6 +298,17 @@ impl BatchGetFrame {
             }
         }
         found
+    }
+
+    /// The time this response's read was made at, if it says.
+    pub fn read_time(&self) -> Option<Timestamp> {
+        let mut read_time = None;
+        for field in Fields(&self.bytes) {
+            if let Ok((tag::READ_TIME, Item::Bytes(b))) = field {
+                read_time = timestamp(b).ok();
+            }
+        }
+        read_time
     }
 
     /// The transaction the read opened (empty when this response has none).
@@ -334,7 +348,10 @@ mod tests {
     use gcloud_sdk::prost::Message;
 
     use super::*;
-    use crate::store::firestore::codec::{effects_from_fields, membership_from_fields};
+    use crate::store::firestore::codec::{
+        counter_shard_likes, effects_from_fields, membership_from_fields, rollup_from_fields,
+        shard_likes_from_fields, stored_rollup,
+    };
     use fs::batch_get_documents_response::Result as Found;
     use fs::value::ValueType;
 
@@ -430,7 +447,18 @@ mod tests {
             ValueType::BytesValue(vec![1, 2]),
             ValueType::MapValue(fs::MapValue::default()),
         ];
-        let names = ["liked", "seq", "occurredAt", "eventId", "applied", "other"];
+        let names = [
+            "liked",
+            "seq",
+            "occurredAt",
+            "eventId",
+            "applied",
+            "other",
+            "likes",
+            "asOf",
+            "shards",
+            "milestone",
+        ];
         for (i, kind) in kinds.iter().enumerate() {
             for shift in 0..names.len() {
                 let fields: Vec<(&str, ValueType)> = names
@@ -446,6 +474,7 @@ mod tests {
                 };
                 let frame = frame(&response);
                 assert_eq!(frame.transaction(), [4, 2]);
+                assert_eq!(frame.read_time(), response.read_time);
                 let doc = frame.found().expect("found");
                 assert_eq!(doc.name, sdk.name);
                 assert_eq!(doc.update_time, sdk.update_time);
@@ -455,6 +484,16 @@ mod tests {
                     "{kind:?} {shift}"
                 );
                 assert_eq!(effects_from_fields(&doc), effects_from_fields(&sdk.fields));
+                assert_eq!(
+                    rollup_from_fields(&doc, doc.update_time),
+                    stored_rollup(&sdk),
+                    "{kind:?} {shift}"
+                );
+                assert_eq!(
+                    shard_likes_from_fields(&doc),
+                    counter_shard_likes(&sdk),
+                    "{kind:?} {shift}"
+                );
                 assert_eq!(doc.value("absent"), None);
             }
         }
@@ -509,6 +548,7 @@ mod tests {
                 // as what the SDK reads of it.
                 let sdk = fs::BatchGetDocumentsResponse::decode(cut).expect("the SDK agrees");
                 assert_eq!(frame.transaction(), sdk.transaction.as_slice());
+                assert_eq!(frame.read_time(), sdk.read_time);
             }
         }
         let not_utf8 = [0x0a, 0x03, 0x0a, 0x01, 0xff];

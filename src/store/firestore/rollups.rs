@@ -4,7 +4,8 @@
 //! Invariants: one refresh reads every post's counter shards `0..shards`
 //! and its rollup in one BatchGetDocuments at one read time (the latest of
 //! the responses' read times, at which every document returned is still
-//! valid); writes go in one BatchWrite, each with the precondition that the
+//! valid), asking only for the fields a rollup and a shard are read by and
+//! reading the answers in place; writes go in one BatchWrite, each with the precondition that the
 //! rollup is the one read (its update time, or absent), so a refresh that
 //! lost a race is not applied (a write that records milestones is a
 //! Commit of its own with its records, see `milestones.rs`); every
@@ -89,19 +90,30 @@ impl RollupStore for FirestoreDb {
         if keys.is_empty() {
             return Ok(snapshot);
         }
-        let position: FxHashMap<String, Part> = names.iter().cloned().zip(parts).collect();
+        let position: FxHashMap<&str, Part> = names.iter().map(String::as_str).zip(parts).collect();
         let posts = &mut snapshot.posts;
+        // A rollup's fields, and a shard's `likes` (the same name).
+        let mut fields = codec::ROLLUP_READ_FIELDS.to_vec();
+        if !fields.contains(&counter_shard::LIKES) {
+            fields.push(counter_shard::LIKES);
+        }
         let read_time = self
-            .batch_get_latest(names, |doc| match position.get(&doc.name) {
-                Some(Part::Rollup(i)) => posts[*i].stored = codec::stored_rollup(&doc),
-                Some(Part::Shard(i, k)) => {
-                    let likes = codec::counter_shard_likes(&doc);
-                    let post = &mut posts[*i];
-                    post.likes = post.likes.saturating_add(likes);
-                    post.found_shards = post.found_shards.max(k.saturating_add(1));
-                }
-                None => {}
-            })
+            .batch_get_latest(
+                names.iter().map(String::as_str),
+                &fields,
+                |doc| match position.get(doc.name) {
+                    Some(Part::Rollup(i)) => {
+                        posts[*i].stored = codec::rollup_from_fields(&doc, doc.update_time);
+                    }
+                    Some(Part::Shard(i, k)) => {
+                        let likes = codec::shard_likes_from_fields(&doc);
+                        let post = &mut posts[*i];
+                        post.likes = post.likes.saturating_add(likes);
+                        post.found_shards = post.found_shards.max(k.saturating_add(1));
+                    }
+                    None => {}
+                },
+            )
             .await?;
         snapshot.read_time = timestamp_to_micros(&read_time);
         Ok(snapshot)

@@ -12,12 +12,12 @@ use gcloud_sdk::google::firestore::v1 as fs;
 
 use fs::document_transform::field_transform::{ServerValue, TransformType};
 use fs::document_transform::FieldTransform;
-use fs::value::ValueType;
 
+use super::super::frame::Scalar as FieldValue;
 use super::super::layout::fields::counter_shard;
 use super::super::wire;
 use super::super::Layout;
-use super::{field, get, int, server_time, string, Scalar};
+use super::{field, int, server_time, string, Scalar, ScalarFields};
 
 /// Adds `delta` to counter shard `k` of `post_id` (creating it), keeping
 /// its other fields, and sets its `updatedAt` to the commit's time (what the
@@ -97,10 +97,15 @@ pub(super) fn put_counter_increment(
 
 /// A counter shard's `likes`: 0 when absent.
 pub fn counter_shard_likes(doc: &fs::Document) -> i64 {
-    match get(&doc.fields, counter_shard::LIKES) {
-        Some(ValueType::IntegerValue(n)) => *n,
+    shard_likes_from_fields(&doc.fields)
+}
+
+/// [`counter_shard_likes`] of a shard's fields (decoded, or read in place).
+pub fn shard_likes_from_fields(fields: &(impl ScalarFields + ?Sized)) -> i64 {
+    match fields.scalar(counter_shard::LIKES) {
+        Some(FieldValue::Integer(n)) => n,
         // An increment that overflowed saturates; a double never comes from us.
-        Some(ValueType::DoubleValue(d)) => *d as i64,
+        Some(FieldValue::Double(d)) => d as i64,
         _ => 0,
     }
 }

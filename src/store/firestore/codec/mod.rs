@@ -34,7 +34,7 @@ mod rollups;
 mod tombstones;
 
 pub use commit::{effects_from_fields, encode_writes};
-pub use counters::{counter_increment, counter_shard_likes};
+pub use counters::{counter_increment, counter_shard_likes, shard_likes_from_fields};
 pub use format::{data_format_from_document, data_format_write};
 pub use memberships::{
     membership_from_fields, membership_post, stored_membership, StoredMembership,
@@ -47,7 +47,10 @@ pub use records::{
     correction_writes, guard_from_document, quarantine_from_document, quarantine_write, Correction,
     RepairGuard, StoredRecord,
 };
-pub use rollups::{due_claim, due_clear, rollup_write, stored_rollup, taken_record, DUE_FIELDS};
+pub use rollups::{
+    due_claim, due_clear, rollup_from_fields, rollup_write, stored_rollup, taken_record,
+    DUE_FIELDS, READ_FIELDS as ROLLUP_READ_FIELDS,
+};
 pub use tombstones::{generation_bump, generation_from_fields};
 
 /// A field's value, as the hot path's writes encode it straight to bytes

@@ -9,13 +9,17 @@
 use std::collections::HashMap;
 
 use gcloud_sdk::google::firestore::v1 as fs;
+use gcloud_sdk::prost_types::Timestamp;
 
 use fs::precondition::ConditionType;
 use fs::value::ValueType;
 
+use super::super::frame::Scalar as FieldValue;
 use super::super::layout::fields::{marker, rollup};
 use super::super::Layout;
-use super::{get, int, micros_to_timestamp, server_time, string, timestamp_to_micros, value};
+use super::{
+    get, int, micros_to_timestamp, server_time, string, timestamp_to_micros, value, ScalarFields,
+};
 use crate::store::rollup::{DueRecord, RollupWrite, StoredRollup, TakenRecord};
 use crate::store::ChangedCounter;
 
@@ -159,30 +163,49 @@ pub fn rollup_write(layout: &Layout, write: &RollupWrite<'_>) -> fs::Write {
 /// The rollup `doc` holds; `None` without `likes` and `asOf` (not a rollup
 /// hotcount wrote).
 pub fn stored_rollup(doc: &fs::Document) -> Option<StoredRollup> {
-    let likes = match get(&doc.fields, rollup::LIKES)? {
-        ValueType::IntegerValue(n) => *n,
+    rollup_from_fields(&doc.fields, doc.update_time)
+}
+
+/// The rollup whose fields are `fields` (decoded, or read in place) and
+/// whose update time is `update_time`; `None` without `likes` and `asOf`.
+pub fn rollup_from_fields(
+    fields: &(impl ScalarFields + ?Sized),
+    update_time: Option<Timestamp>,
+) -> Option<StoredRollup> {
+    let [likes, as_of, shards, milestone] = fields.scalars(READ_FIELDS);
+    let likes = match likes? {
+        FieldValue::Integer(n) => n,
         _ => return None,
     };
-    let as_of = match get(&doc.fields, rollup::AS_OF)? {
-        ValueType::TimestampValue(t) => timestamp_to_micros(t),
+    let as_of = match as_of? {
+        FieldValue::Timestamp(t) => timestamp_to_micros(&t),
         _ => return None,
     };
-    let shards = match get(&doc.fields, rollup::SHARDS) {
-        Some(ValueType::IntegerValue(n)) => Some(u32::try_from(*n).unwrap_or(u32::MAX)),
+    let shards = match shards {
+        Some(FieldValue::Integer(n)) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
         _ => Some(0),
     };
-    let milestone = match get(&doc.fields, rollup::MILESTONE) {
-        Some(ValueType::IntegerValue(n)) => Some(*n),
+    let milestone = match milestone {
+        Some(FieldValue::Integer(n)) => Some(n),
         _ => None,
     };
     Some(StoredRollup {
         likes,
         as_of,
         shards,
-        update_time: doc.update_time,
+        update_time,
         milestone,
     })
 }
+
+/// The fields of a rollup that [`rollup_from_fields`] reads (a read of
+/// rollups can ask for these alone).
+pub const READ_FIELDS: [&str; 4] = [
+    rollup::LIKES,
+    rollup::AS_OF,
+    rollup::SHARDS,
+    rollup::MILESTONE,
+];
 
 #[cfg(test)]
 mod tests {

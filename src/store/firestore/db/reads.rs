@@ -94,45 +94,38 @@ impl FirestoreDb {
     }
 
     /// Reads `documents` at the latest state (BatchGetDocuments, no
-    /// transaction), handing each one found to `found`, in any order.
-    /// Returns the read time every document handed over is valid at: the
-    /// latest of the responses' read times (a later response's read time
-    /// guarantees the documents before it unchanged up to it).
-    pub async fn batch_get_latest(
+    /// transaction), each with only the fields named in `fields` (all when
+    /// empty), handing each one found to `found` read in place, in any
+    /// order. Returns the read time every document handed over is valid
+    /// at: the latest of the responses' read times (a later response's
+    /// read time guarantees the documents before it unchanged up to it).
+    pub async fn batch_get_latest<'a>(
         &self,
-        documents: Vec<String>,
-        mut found: impl FnMut(fs::Document),
+        documents: impl Iterator<Item = &'a str>,
+        fields: &[&str],
+        mut found: impl FnMut(FoundDocument<'_>),
     ) -> Result<Timestamp, StoreError> {
         let op = "BatchGetDocuments";
-        let request = fs::BatchGetDocumentsRequest {
-            database: self.layout.database.clone(),
-            documents,
-            ..Default::default()
-        };
+        let options = batch_get_options(Read::Latest, fields);
+        // A name is about 100 bytes.
+        let capacity = 64 + self.layout.database.len() + 128 * documents.size_hint().0;
+        let request = wire::encode_batch_get(&self.layout.database, documents, &options, capacity);
         let mut read_time: Option<Timestamp> = None;
-        let mut client = self.client();
         let limit = self.call_timeout;
-        let call = client.batch_get_documents(Self::within(request, limit));
-        self.stream(
-            op,
-            Read::Latest,
-            limit,
-            call,
-            |response: fs::BatchGetDocumentsResponse| {
-                if let Some(t) = response.read_time {
-                    let later =
-                        read_time.is_none_or(|r| (t.seconds, t.nanos) > (r.seconds, r.nanos));
-                    if later {
-                        read_time = Some(t);
-                    }
+        let mut channel = self.channel();
+        let call = wire::batch_get(&mut channel, request, limit);
+        self.stream(op, Read::Latest, limit, call, |response| {
+            if let Some(t) = response.read_time() {
+                let later = read_time.is_none_or(|r| (t.seconds, t.nanos) > (r.seconds, r.nanos));
+                if later {
+                    read_time = Some(t);
                 }
-                if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result
-                {
-                    found(doc);
-                }
-                true
-            },
-        )
+            }
+            if let Some(doc) = response.found() {
+                found(doc);
+            }
+            true
+        })
         .await?;
         read_time.ok_or_else(|| {
             StoreError::internal(op, "no read time in the BatchGetDocuments responses")
