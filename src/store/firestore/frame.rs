@@ -18,10 +18,30 @@ use gcloud_sdk::prost_types::Timestamp;
 use gcloud_sdk::tonic::codec::{DecodeBuf, Decoder};
 use gcloud_sdk::tonic::Status;
 
-/// One BatchGetDocuments response, as its bytes (checked).
+/// One BatchGetDocuments response, as its bytes (checked), with where its
+/// parts are in them (found by the check, so nothing is walked twice).
 #[derive(Clone, Debug)]
 pub struct BatchGetFrame {
     bytes: Bytes,
+    /// The document found (the last `found`), if any.
+    found: Option<Located>,
+    /// The transaction opened (the last one; empty when none).
+    transaction: Span,
+    /// The read time (the last one), if any.
+    read_time: Option<Timestamp>,
+}
+
+/// A range of a frame's bytes.
+type Span = std::ops::Range<usize>;
+
+/// Where a found document is in its frame, and what the check read of it.
+#[derive(Clone, Debug)]
+struct Located {
+    /// The whole `Document` message.
+    document: Span,
+    /// Its name (checked UTF-8).
+    name: Span,
+    update_time: Option<Timestamp>,
 }
 
 /// A scalar field value of a found document, borrowed from its frame.
@@ -227,25 +247,6 @@ impl<'a> FoundDocument<'a> {
         Ok(doc)
     }
 
-    /// Finds a checked `Document` message's name and update time, leaving
-    /// its fields for [`Self::value`] (a frame that is not checked reads as
-    /// far as it is well formed).
-    fn locate(bytes: &'a [u8]) -> Self {
-        let mut doc = FoundDocument {
-            name: "",
-            update_time: None,
-            document: bytes,
-        };
-        for field in Fields(bytes).map_while(Result::ok) {
-            match field {
-                (tag::NAME, Item::Bytes(b)) => doc.name = text(b).unwrap_or_default(),
-                (tag::UPDATE_TIME, Item::Bytes(b)) => doc.update_time = timestamp(b).ok(),
-                _ => {}
-            }
-        }
-        doc
-    }
-
     /// The value of the field `name` (the last entry of that name), if
     /// the document has it ([`Scalar::Other`] when it is not a scalar).
     pub fn value(&self, name: &str) -> Option<Scalar<'a>> {
@@ -271,55 +272,65 @@ impl<'a> FoundDocument<'a> {
 }
 
 impl BatchGetFrame {
-    /// Checks `bytes` as a `BatchGetDocumentsResponse`.
+    /// Checks `bytes` as a `BatchGetDocumentsResponse`, noting where its
+    /// found document, transaction and read time are.
     pub fn new(bytes: Bytes) -> Result<Self, Malformed> {
+        let base = bytes.as_ptr() as usize;
+        // `part` is a slice of `bytes`.
+        let span = |part: &[u8]| {
+            let start = (part.as_ptr() as usize).saturating_sub(base);
+            start..start + part.len()
+        };
+        let (mut found, mut transaction, mut read_time) = (None, 0..0, None);
         for field in Fields(&bytes) {
             match field? {
                 (tag::FOUND, Item::Bytes(b)) => {
-                    FoundDocument::read(b)?;
+                    let doc = FoundDocument::read(b)?;
+                    found = Some(Located {
+                        document: span(b),
+                        // A document without a name reads as "" (not in `bytes`).
+                        name: if doc.name.is_empty() {
+                            0..0
+                        } else {
+                            span(doc.name.as_bytes())
+                        },
+                        update_time: doc.update_time,
+                    });
                 }
-                (tag::READ_TIME, Item::Bytes(b)) => {
-                    timestamp(b)?;
-                }
+                (tag::TRANSACTION, Item::Bytes(b)) => transaction = span(b),
+                (tag::READ_TIME, Item::Bytes(b)) => read_time = Some(timestamp(b)?),
                 _ => {}
             }
         }
-        Ok(Self { bytes })
+        Ok(Self {
+            bytes,
+            found,
+            transaction,
+            read_time,
+        })
     }
 
     /// The document found (`result.found`), if this response has one.
     /// Its fields are not decoded here ([`Self::new`] checked them): a
     /// batch reads hundreds of these, each for a few fields.
     pub fn found(&self) -> Option<FoundDocument<'_>> {
-        let mut found = None;
-        for field in Fields(&self.bytes) {
-            if let Ok((tag::FOUND, Item::Bytes(b))) = field {
-                found = Some(FoundDocument::locate(b));
-            }
-        }
-        found
+        let located = self.found.as_ref()?;
+        let name = self.bytes.get(located.name.clone()).unwrap_or_default();
+        Some(FoundDocument {
+            name: std::str::from_utf8(name).unwrap_or_default(),
+            update_time: located.update_time,
+            document: self.bytes.get(located.document.clone()).unwrap_or_default(),
+        })
     }
 
     /// The time this response's read was made at, if it says.
     pub fn read_time(&self) -> Option<Timestamp> {
-        let mut read_time = None;
-        for field in Fields(&self.bytes) {
-            if let Ok((tag::READ_TIME, Item::Bytes(b))) = field {
-                read_time = timestamp(b).ok();
-            }
-        }
-        read_time
+        self.read_time
     }
 
     /// The transaction the read opened (empty when this response has none).
     pub fn transaction(&self) -> &[u8] {
-        let mut transaction: &[u8] = &[];
-        for field in Fields(&self.bytes) {
-            if let Ok((tag::TRANSACTION, Item::Bytes(b))) = field {
-                transaction = b;
-            }
-        }
-        transaction
+        self.bytes.get(self.transaction.clone()).unwrap_or_default()
     }
 }
 
