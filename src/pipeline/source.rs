@@ -200,6 +200,12 @@ impl Source {
 
     async fn run_stream(&self, index: usize, mut stop: watch::Receiver<bool>) {
         let mut backoff = RECONNECT_BACKOFF_MIN;
+        // One wait for the stop for the stream's whole life, polled beside
+        // each read (made anew per message, it would register with the
+        // watch and leave it again for every message); once it is ready
+        // this returns, so it is never polled again.
+        let stopped = stop.wait_for(|s| *s);
+        let mut stopped = std::pin::pin!(stopped);
         loop {
             let mut stream = self
                 .subscriber
@@ -215,7 +221,7 @@ impl Source {
                 let full = self.held.is_full();
                 tokio::select! {
                     biased;
-                    _ = stop.wait_for(|s| *s) => {
+                    _ = &mut stopped => {
                         self.closing.lock().spawn(async move { token.shutdown().await });
                         return;
                     }
@@ -236,7 +242,7 @@ impl Source {
                 .lock()
                 .spawn(async move { token.shutdown().await });
             tokio::select! {
-                _ = stop.wait_for(|s| *s) => return,
+                _ = &mut stopped => return,
                 _ = tokio::time::sleep(backoff) => {}
             }
             backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
