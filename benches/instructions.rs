@@ -1,4 +1,5 @@
-//! Instructions per event of the decode stages, counted by cachegrind: exact
+//! Instructions per event of the decode stages (and of reading a stored
+//! membership back from the store's answer), counted by cachegrind: exact
 //! and repeatable where wall time on a shared, noisy machine is not (CPU
 //! steal and frequency changes do not enter the count). It complements
 //! `pipeline`'s `decode_validate_aggregate` and `aggregator_vs_dashmap`
@@ -28,7 +29,7 @@ mod support;
 const ROUNDS: usize = 10;
 
 /// The workloads, in print order; `setup` builds the payloads and stops.
-const WORKLOADS: [&str; 8] = [
+const WORKLOADS: [&str; 10] = [
     "setup",
     "parse_only",
     "hotcount_sharded",
@@ -37,6 +38,8 @@ const WORKLOADS: [&str; 8] = [
     "batch_build_1000",
     "buffer_aggregator",
     "buffer_dashmap",
+    "read_stored_memberships",
+    "read_stored_memberships_sdk",
 ];
 
 fn main() -> ExitCode {
@@ -86,6 +89,7 @@ fn run(name: &str) -> bool {
     let mut messages: Vec<_> = (0..ROUNDS).map(|_| buffers::pending(&items, 1)).collect();
     let buffer = Aggregator::new(buffers::SHARDS, buffers::BATCH);
     let dash = buffers::DashBuffer::new();
+    let responses = support::stored_membership_responses();
     for _ in 0..ROUNDS {
         match name {
             "setup" => {}
@@ -107,6 +111,14 @@ fn run(name: &str) -> bool {
             }
             "buffer_dashmap" => {
                 buffers::run(&dash, messages.pop().unwrap_or_default());
+            }
+            // One stored membership read back per event, from the bytes the
+            // store answers with (built with the setup).
+            "read_stored_memberships" => {
+                support::read_stored_memberships(&responses);
+            }
+            "read_stored_memberships_sdk" => {
+                support::read_stored_memberships_sdk(&responses);
             }
             _ => return false,
         }
@@ -166,5 +178,9 @@ fn print_table(counts: &[(&str, u64)]) {
     println!(
         "buffer_dashmap / buffer_aggregator: {:.2}x",
         of("buffer_dashmap") / of("buffer_aggregator")
+    );
+    println!(
+        "read_stored_memberships_sdk / read_stored_memberships: {:.2}x",
+        of("read_stored_memberships_sdk") / of("read_stored_memberships")
     );
 }

@@ -5,7 +5,9 @@
 //! - batch building (group, apply rules, Firestore writes) for 1..=2000 events;
 //! - contention: every thread adding likes of one hot post;
 //! - the aggregator's buffers vs a `DashMap` buffer, one and two producer
-//!   threads, on a Zipf + viral + duplicates workload (`buffers`).
+//!   threads, on a Zipf + viral + duplicates workload (`buffers`);
+//! - reading stored memberships back from BatchGetDocuments responses in
+//!   place, vs gcloud-sdk decoding each into a `Document`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -166,9 +168,22 @@ fn aggregator_vs_dashmap(c: &mut Criterion) {
     group.finish();
 }
 
+fn stored_membership_reads(c: &mut Criterion) {
+    let responses = support::stored_membership_responses();
+    let mut group = c.benchmark_group("read_stored_memberships");
+    group.throughput(Throughput::Elements(responses.len() as u64));
+    group.bench_function("in_place", |b| {
+        b.iter(|| support::read_stored_memberships(&responses))
+    });
+    group.bench_function("sdk_decode_baseline", |b| {
+        b.iter(|| support::read_stored_memberships_sdk(&responses))
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = decode_validate_aggregate, batch_building, hot_post_contention, aggregator_vs_dashmap
+    targets = decode_validate_aggregate, batch_building, hot_post_contention, aggregator_vs_dashmap, stored_membership_reads
 }
 criterion_main!(benches);

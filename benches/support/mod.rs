@@ -188,3 +188,89 @@ pub fn build_batch(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
     );
     std::hint::black_box(commit.writes())
 }
+
+/// BatchGetDocuments responses as the store sends back a batch's stored
+/// memberships (one found document each, the four fields the read asks
+/// for, its times), encoded as gcloud-sdk encodes them: one per payload.
+pub fn stored_membership_responses() -> Vec<gcloud_sdk::prost::bytes::Bytes> {
+    use fs::value::ValueType;
+    use gcloud_sdk::google::firestore::v1 as fs;
+    use gcloud_sdk::prost::Message;
+    use gcloud_sdk::prost_types::Timestamp;
+    let layout = store_config().layout;
+    let value = |v| fs::Value {
+        value_type: Some(v),
+    };
+    let time = |seconds| Timestamp { seconds, nanos: 0 };
+    events()
+        .iter()
+        .map(|e| {
+            let name = layout.membership(&hotcount::model::batch::MembershipKey::of(e));
+            let fields = HashMap::from([
+                ("liked".to_string(), value(ValueType::BooleanValue(true))),
+                ("seq".to_string(), value(ValueType::IntegerValue(e.seq))),
+                (
+                    "occurredAt".to_string(),
+                    value(ValueType::TimestampValue(time(1_700_000_000))),
+                ),
+                (
+                    "eventId".to_string(),
+                    value(ValueType::StringValue(e.event_id().to_string())),
+                ),
+            ]);
+            let response = fs::BatchGetDocumentsResponse {
+                result: Some(fs::batch_get_documents_response::Result::Found(
+                    fs::Document {
+                        name,
+                        fields,
+                        create_time: Some(time(1_700_000_000)),
+                        update_time: Some(time(1_700_000_001)),
+                    },
+                )),
+                transaction: Vec::new(),
+                read_time: Some(time(1_700_000_002)),
+            };
+            gcloud_sdk::prost::bytes::Bytes::from(response.encode_to_vec())
+        })
+        .collect()
+}
+
+/// The store's read of stored memberships, for `responses`: each response
+/// checked as it arrives, its document found, the membership's fields
+/// read (what `read_memberships` does per document). Returns how many
+/// memberships were read.
+pub fn read_stored_memberships(responses: &[gcloud_sdk::prost::bytes::Bytes]) -> usize {
+    use hotcount::store::firestore::codec::membership_from_fields;
+    use hotcount::store::firestore::frame::BatchGetFrame;
+    let mut read = 0;
+    for bytes in responses {
+        let Ok(frame) = BatchGetFrame::new(bytes.clone()) else {
+            continue;
+        };
+        if let Some(doc) = frame.found() {
+            let membership = membership_from_fields(&doc);
+            read += usize::from(std::hint::black_box(membership).is_some());
+        }
+    }
+    read
+}
+
+/// The baseline of [`read_stored_memberships`]: each response decoded by
+/// gcloud-sdk (a `Document` with its map of fields built), then the same
+/// fields read from the map.
+pub fn read_stored_memberships_sdk(responses: &[gcloud_sdk::prost::bytes::Bytes]) -> usize {
+    use gcloud_sdk::google::firestore::v1 as fs;
+    use gcloud_sdk::prost::Message;
+    use hotcount::store::firestore::codec::membership_from_fields;
+    let mut read = 0;
+    for bytes in responses {
+        let Ok(response) = fs::BatchGetDocumentsResponse::decode(bytes.clone()) else {
+            continue;
+        };
+        if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result {
+            let membership = membership_from_fields(&doc.fields);
+            read += usize::from(std::hint::black_box(membership).is_some());
+        }
+    }
+    read
+}
