@@ -5,7 +5,10 @@
 //!
 //! Invariants: a response is checked whole when it arrives (every field
 //! framed within its message, the name and string values UTF-8), so reading
-//! it afterwards cannot fail; what is read is what gcloud-sdk's decoding of
+//! it afterwards cannot fail; the check is the only walk over it: it notes
+//! where the found document, its name, the transaction, the read time and
+//! each field's key and value are (a document of more than
+//! [`NOTED_ENTRIES`] fields is walked again when read); what is read is what gcloud-sdk's decoding of
 //! the same bytes gives (`google.firestore.v1.BatchGetDocumentsResponse`:
 //! tests compare the two on the same bytes), fields read by name with
 //! protobuf's rule for a map key sent twice (the last one wins); anything
@@ -42,6 +45,61 @@ struct Located {
     /// Its name (checked UTF-8).
     name: Span,
     update_time: Option<Timestamp>,
+    /// Its fields as the check read them.
+    noted: Noted,
+}
+
+/// Field entries a found document's check notes (key and scalar value,
+/// by where they are in the frame), so that reading fields afterwards
+/// walks nothing; a document with more entries is walked again instead.
+const NOTED_ENTRIES: usize = 8;
+
+/// Where a part of a frame is: its start and end.
+type At = (usize, usize);
+
+/// A field's scalar value as noted, its string by where it is.
+#[derive(Clone, Copy, Debug)]
+enum NotedValue {
+    Boolean(bool),
+    Integer(i64),
+    Double(f64),
+    Timestamp(Timestamp),
+    /// A string checked UTF-8.
+    String(At),
+    Other,
+}
+
+/// The entries of a found document, in order, as its check read them.
+#[derive(Clone, Debug)]
+struct Noted {
+    /// Each entry's key (checked UTF-8) and value.
+    entries: [(At, NotedValue); NOTED_ENTRIES],
+    len: usize,
+    /// More entries than [`NOTED_ENTRIES`]: none is to be read from here.
+    overflow: bool,
+}
+
+impl Default for Noted {
+    fn default() -> Self {
+        Self {
+            entries: [((0, 0), NotedValue::Other); NOTED_ENTRIES],
+            len: 0,
+            overflow: false,
+        }
+    }
+}
+
+impl Noted {
+    /// Notes one entry (key and value at `at` of the frame).
+    fn push(&mut self, key: At, value: NotedValue) {
+        match self.entries.get_mut(self.len) {
+            Some(slot) => {
+                *slot = (key, value);
+                self.len += 1;
+            }
+            None => self.overflow = true,
+        }
+    }
 }
 
 /// A scalar field value of a found document, borrowed from its frame.
@@ -71,6 +129,9 @@ pub struct FoundDocument<'a> {
     pub update_time: Option<Timestamp>,
     /// The whole `Document` message (its fields are read from it by name).
     document: &'a [u8],
+    /// Its fields as its frame's check noted them, and the frame's bytes
+    /// their places index (none: read from `document`).
+    noted: Option<(&'a Noted, &'a [u8])>,
 }
 
 /// Field numbers of the messages read here.
@@ -114,6 +175,7 @@ struct Fields<'a>(&'a [u8]);
 impl<'a> Iterator for Fields<'a> {
     type Item = Result<(u32, Item<'a>), Malformed>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.0.is_empty() {
             return None;
@@ -127,10 +189,20 @@ impl<'a> Iterator for Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    /// A varint: one byte read here (keys, lengths and most values of our
+    /// documents are under 128), longer ones by prost.
+    #[inline]
     fn varint(&mut self) -> Result<u64, Malformed> {
-        decode_varint(&mut self.0).map_err(|_| "a malformed varint")
+        match self.0 {
+            [byte, rest @ ..] if *byte < 0x80 => {
+                self.0 = rest;
+                Ok(u64::from(*byte))
+            }
+            _ => decode_varint(&mut self.0).map_err(|_| "a malformed varint"),
+        }
     }
 
+    #[inline]
     fn read(&mut self) -> Result<(u32, Item<'a>), Malformed> {
         let key = self.varint()?;
         let number = u32::try_from(key >> 3).map_err(|_| "a field number out of range")?;
@@ -227,24 +299,42 @@ fn entry_raw(bytes: &[u8]) -> (&[u8], &[u8]) {
 
 impl<'a> FoundDocument<'a> {
     /// Reads a `Document` message: its name and update time, and checks
-    /// its fields.
-    fn read(bytes: &'a [u8]) -> Result<Self, Malformed> {
+    /// its fields, noting each (`at` gives where a part of it is in its
+    /// frame).
+    fn read(bytes: &'a [u8], at: impl Fn(&[u8]) -> At) -> Result<(Self, Noted), Malformed> {
         let mut doc = FoundDocument {
             name: "",
             update_time: None,
             document: bytes,
+            noted: None,
         };
+        let mut noted = Noted::default();
         for field in Fields(bytes) {
             match field? {
                 (tag::NAME, Item::Bytes(b)) => doc.name = text(b)?,
                 (tag::UPDATE_TIME, Item::Bytes(b)) => doc.update_time = Some(timestamp(b)?),
                 (tag::FIELDS, Item::Bytes(b)) => {
-                    entry(b)?;
+                    let (key, value) = entry(b)?;
+                    let value = match value {
+                        Scalar::Boolean(b) => NotedValue::Boolean(b),
+                        Scalar::Integer(n) => NotedValue::Integer(n),
+                        Scalar::Double(d) => NotedValue::Double(d),
+                        Scalar::Timestamp(t) => NotedValue::Timestamp(t),
+                        Scalar::String(s) => NotedValue::String(at(s.as_bytes())),
+                        Scalar::Other => NotedValue::Other,
+                    };
+                    // A key of "" is not in the frame: note it as empty.
+                    let key = if key.is_empty() {
+                        (0, 0)
+                    } else {
+                        at(key.as_bytes())
+                    };
+                    noted.push(key, value);
                 }
                 _ => {}
             }
         }
-        Ok(doc)
+        Ok((doc, noted))
     }
 
     /// The value of the field `name` (the last entry of that name), if
@@ -258,6 +348,9 @@ impl<'a> FoundDocument<'a> {
     /// only the keys are compared on the way (as bytes), and only the
     /// values found are decoded.
     pub fn values<const N: usize>(&self, names: [&str; N]) -> [Option<Scalar<'a>>; N] {
+        if let Some((noted, frame)) = self.noted.filter(|(noted, _)| !noted.overflow) {
+            return Self::noted_values(noted, frame, names);
+        }
         let mut found: [Option<&'a [u8]>; N] = [None; N];
         for field in Fields(self.document).map_while(Result::ok) {
             if let (tag::FIELDS, Item::Bytes(b)) = field {
@@ -269,6 +362,35 @@ impl<'a> FoundDocument<'a> {
         }
         found.map(|value| value.map(|v| scalar(v).unwrap_or(Scalar::Other)))
     }
+
+    /// [`Self::values`] from what the check noted: the same answer, no walk.
+    fn noted_values<const N: usize>(
+        noted: &'a Noted,
+        frame: &'a [u8],
+        names: [&str; N],
+    ) -> [Option<Scalar<'a>>; N] {
+        let part = |(start, end): At| frame.get(start..end).unwrap_or_default();
+        let mut found: [Option<NotedValue>; N] = [None; N];
+        for (key, value) in noted.entries.iter().take(noted.len) {
+            let key = part(*key);
+            if let Some(i) = names.iter().position(|name| name.as_bytes() == key) {
+                found[i] = Some(*value);
+            }
+        }
+        found.map(|value| {
+            value.map(|v| match v {
+                NotedValue::Boolean(b) => Scalar::Boolean(b),
+                NotedValue::Integer(n) => Scalar::Integer(n),
+                NotedValue::Double(d) => Scalar::Double(d),
+                NotedValue::Timestamp(t) => Scalar::Timestamp(t),
+                // Checked UTF-8 when noted.
+                NotedValue::String(at) => {
+                    std::str::from_utf8(part(at)).map_or(Scalar::Other, Scalar::String)
+                }
+                NotedValue::Other => Scalar::Other,
+            })
+        })
+    }
 }
 
 impl BatchGetFrame {
@@ -277,16 +399,21 @@ impl BatchGetFrame {
     pub fn new(bytes: Bytes) -> Result<Self, Malformed> {
         let base = bytes.as_ptr() as usize;
         // `part` is a slice of `bytes`.
-        let span = |part: &[u8]| {
+        let at = |part: &[u8]| {
             let start = (part.as_ptr() as usize).saturating_sub(base);
-            start..start + part.len()
+            (start, start + part.len())
+        };
+        let span = |part: &[u8]| {
+            let (start, end) = at(part);
+            start..end
         };
         let (mut found, mut transaction, mut read_time) = (None, 0..0, None);
         for field in Fields(&bytes) {
             match field? {
                 (tag::FOUND, Item::Bytes(b)) => {
-                    let doc = FoundDocument::read(b)?;
+                    let (doc, noted) = FoundDocument::read(b, at)?;
                     found = Some(Located {
+                        noted,
                         document: span(b),
                         // A document without a name reads as "" (not in `bytes`).
                         name: if doc.name.is_empty() {
@@ -320,6 +447,7 @@ impl BatchGetFrame {
             name: std::str::from_utf8(name).unwrap_or_default(),
             update_time: located.update_time,
             document: self.bytes.get(located.document.clone()).unwrap_or_default(),
+            noted: Some((&located.noted, &self.bytes)),
         })
     }
 
@@ -507,6 +635,41 @@ mod tests {
                 );
                 assert_eq!(doc.value("absent"), None);
             }
+        }
+    }
+
+    #[test]
+    fn a_document_with_more_fields_than_are_noted_reads_as_the_sdk_decodes_it() {
+        for extra in [NOTED_ENTRIES - 4, NOTED_ENTRIES - 3, NOTED_ENTRIES + 5] {
+            let mut fields: Vec<(String, ValueType)> = (0..extra)
+                .map(|i| (format!("f{i}"), ValueType::IntegerValue(i as i64)))
+                .collect();
+            fields.push(("liked".into(), ValueType::BooleanValue(true)));
+            fields.push(("seq".into(), ValueType::IntegerValue(9)));
+            fields.push(("eventId".into(), ValueType::StringValue("e-9".into())));
+            let response = found(
+                "projects/p/databases/d/documents/likes/9",
+                fields
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.clone()))
+                    .collect(),
+            );
+            let Some(Found::Found(sdk)) = &response.result else {
+                unreachable!("built found");
+            };
+            let frame = frame(&response);
+            let doc = frame.found().expect("found");
+            assert_eq!(
+                membership_from_fields(&doc),
+                membership_from_fields(&sdk.fields),
+                "{extra} extra fields"
+            );
+            let last = format!("f{}", extra - 1);
+            assert_eq!(
+                doc.value(&last),
+                Some(Scalar::Integer(extra as i64 - 1)),
+                "{extra} extra fields"
+            );
         }
     }
 
