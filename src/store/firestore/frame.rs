@@ -26,8 +26,9 @@ use gcloud_sdk::tonic::Status;
 #[derive(Clone, Debug)]
 pub struct BatchGetFrame {
     bytes: Bytes,
-    /// The document found (the last `found`), if any.
-    found: Option<Located>,
+    /// The document found (the last `found`), if any (boxed: a frame is
+    /// moved through the transport's layers, and this is most of its size).
+    found: Option<Box<Located>>,
     /// The transaction opened (the last one; empty when none).
     transaction: Span,
     /// The read time (the last one), if any.
@@ -412,7 +413,7 @@ impl BatchGetFrame {
             match field? {
                 (tag::FOUND, Item::Bytes(b)) => {
                     let (doc, noted) = FoundDocument::read(b, at)?;
-                    found = Some(Located {
+                    found = Some(Box::new(Located {
                         noted,
                         document: span(b),
                         // A document without a name reads as "" (not in `bytes`).
@@ -422,7 +423,7 @@ impl BatchGetFrame {
                             span(doc.name.as_bytes())
                         },
                         update_time: doc.update_time,
-                    });
+                    }));
                 }
                 (tag::TRANSACTION, Item::Bytes(b)) => transaction = span(b),
                 (tag::READ_TIME, Item::Bytes(b)) => read_time = Some(timestamp(b)?),
