@@ -80,6 +80,9 @@ pub enum RollupFailure {
     Write,
     /// The next write call applies, then fails (its answer lost).
     WriteAfterApply,
+    /// The next look for due records to take over never answers (as a
+    /// statement waiting on a lock another session holds).
+    TakeOverHangs,
 }
 
 /// What the store saw of concurrent commits (for flusher tests).
@@ -464,6 +467,12 @@ impl RollupStore for MemoryStore {
         _store_now: Micros,
         limit: usize,
     ) -> Result<Vec<TakenRecord>, StoreError> {
+        if self
+            .rollup_failure(&[RollupFailure::TakeOverHangs])
+            .is_some()
+        {
+            std::future::pending::<()>().await;
+        }
         let mut state = self.state.lock();
         let now = state.tick();
         let before = now - i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);

@@ -3,7 +3,9 @@
 //! the drain at stop.
 //!
 //! Invariants: the sweep never holds a cycle up, and is given up (at
-//! ERROR) after [`SWEEP_ATTEMPTS`] tries; replicas started together do not
+//! ERROR) after [`SWEEP_ATTEMPTS`] tries; a look for due records to take
+//! over never holds the stop up (it is abandoned, its records left in the
+//! store); replicas started together do not
 //! tick together (a random phase); the drain is bounded by the drain
 //! timeout, and what it leaves is taken over by another replica.
 
@@ -45,7 +47,14 @@ impl<S: RollupStore> Refresher<S> {
                 _ = stop.wait_for(|stopped| *stopped) => break,
             }
             if Instant::now() >= next_takeover {
-                self.take_over().await;
+                // Not waited for at stop (a statement may wait on a lock
+                // for as long as the store lets it): what it would have
+                // taken stays in the store, for the next look of any
+                // replica.
+                tokio::select! {
+                    _ = self.take_over() => {}
+                    _ = stop.wait_for(|stopped| *stopped) => break,
+                }
                 next_takeover = Instant::now() + self.config.takeover_every;
             }
             self.cycle(false).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::super::{Refresher, RollupConfig, TAKEOVER_MARGIN};
 use super::{commit, count, refresher, INTERVAL};
-use crate::store::memory::MemoryStore;
+use crate::store::memory::{MemoryStore, RollupFailure};
 use crate::telemetry::Stats;
 
 #[tokio::test(start_paused = true)]
@@ -62,4 +62,22 @@ async fn a_due_record_is_cleared_once_its_post_is_refreshed_and_taken_over_when_
     other.clear_ready().await;
     assert!(store.due_records().is_empty());
     assert_eq!(store.rollup("p").map(|r| r.likes), Some(count(&store, "p")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_look_for_due_records_that_never_answers_does_not_hold_up_the_stop() {
+    let store = Arc::new(MemoryStore::default());
+    store.inject_rollup(RollupFailure::TakeOverHangs);
+    let r = refresher(&store);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(r.run(stop));
+    // The first look for due records comes within an interval (a random
+    // phase), and hangs.
+    tokio::time::sleep(INTERVAL * 2).await;
+    stop_tx.send(true).expect("the refresher listens");
+    let stopped = tokio::time::timeout(Duration::from_secs(60), run).await;
+    assert!(
+        stopped.is_ok(),
+        "the refresher's stop waited for a look that never answers"
+    );
 }
