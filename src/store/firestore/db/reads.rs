@@ -18,12 +18,15 @@ use fs::structured_aggregation_query::aggregation::{Count, Operator};
 use fs::value::ValueType;
 
 use super::super::errors::status_error;
-use super::super::frame::FoundDocument;
+use super::super::frame::{BatchGetFrame, FoundDocument};
 use super::super::wire;
 use super::deadline::answer_within;
 use super::transactions::read_write;
 use super::{FirestoreDb, Queried, Read, SCAN_TIMEOUT};
 use crate::store::StoreError;
+
+/// The BatchGetDocuments RPC's name, as the reads report it in errors.
+const BATCH_GET: &str = "BatchGetDocuments";
 
 /// The consistency selector of a `$request` for `$read`.
 macro_rules! selector {
@@ -84,7 +87,7 @@ impl FirestoreDb {
         let limit = self.call_timeout;
         let mut client = self.client();
         let call = client.batch_get_documents(Self::within(request, limit));
-        self.stream("BatchGetDocuments", read, limit, call, |response| {
+        self.stream(BATCH_GET, read, limit, call, |response| {
             if let Some(fs::batch_get_documents_response::Result::Found(doc)) = response.result {
                 found(doc);
             }
@@ -105,16 +108,8 @@ impl FirestoreDb {
         fields: &[&str],
         mut found: impl FnMut(FoundDocument<'_>),
     ) -> Result<Timestamp, StoreError> {
-        let op = "BatchGetDocuments";
-        let options = batch_get_options(Read::Latest, fields);
-        // A name is about 100 bytes.
-        let capacity = 64 + self.layout.database.len() + 128 * documents.size_hint().0;
-        let request = wire::encode_batch_get(&self.layout.database, documents, &options, capacity);
         let mut read_time: Option<Timestamp> = None;
-        let limit = self.call_timeout;
-        let mut channel = self.channel();
-        let call = wire::batch_get(&mut channel, request, limit);
-        self.stream(op, Read::Latest, limit, call, |response| {
+        self.batch_get_frames(documents, fields, Read::Latest, |response| {
             if let Some(t) = response.read_time() {
                 let later = read_time.is_none_or(|r| (t.seconds, t.nanos) > (r.seconds, r.nanos));
                 if later {
@@ -124,11 +119,10 @@ impl FirestoreDb {
             if let Some(doc) = response.found() {
                 found(doc);
             }
-            true
         })
         .await?;
         read_time.ok_or_else(|| {
-            StoreError::internal(op, "no read time in the BatchGetDocuments responses")
+            StoreError::internal(BATCH_GET, "no read time in the BatchGetDocuments responses")
         })
     }
 
@@ -143,6 +137,26 @@ impl FirestoreDb {
         read: Read<'_>,
         mut found: impl FnMut(FoundDocument<'_>),
     ) -> Result<Vec<u8>, StoreError> {
+        self.batch_get_frames(documents, fields, read, |response| {
+            if let Some(doc) = response.found() {
+                found(doc);
+            }
+        })
+        .await
+    }
+
+    /// BatchGetDocuments of `documents` under `read`, each with only the
+    /// fields named in `fields` (all when empty), the request encoded from
+    /// the borrowed names and each response handed to `each` as its
+    /// checked bytes ([`BatchGetFrame`]). Returns the transaction the read
+    /// opened, as [`Self::batch_get`].
+    async fn batch_get_frames<'a>(
+        &self,
+        documents: impl Iterator<Item = &'a str>,
+        fields: &[&str],
+        read: Read<'_>,
+        mut each: impl FnMut(&BatchGetFrame),
+    ) -> Result<Vec<u8>, StoreError> {
         let options = batch_get_options(read, fields);
         // A name is about 100 bytes.
         let capacity = 64 + self.layout.database.len() + 128 * documents.size_hint().0;
@@ -150,10 +164,8 @@ impl FirestoreDb {
         let limit = self.call_timeout;
         let mut channel = self.channel();
         let call = wire::batch_get(&mut channel, request, limit);
-        self.stream("BatchGetDocuments", read, limit, call, |response| {
-            if let Some(doc) = response.found() {
-                found(doc);
-            }
+        self.stream(BATCH_GET, read, limit, call, |response| {
+            each(&response);
             true
         })
         .await
