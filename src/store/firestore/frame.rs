@@ -8,12 +8,12 @@
 //! it afterwards cannot fail; the check is the only walk over it: it notes
 //! where the found document, its name, the transaction, the read time and
 //! each field's key and value are (a document of more than
-//! [`NOTED_ENTRIES`] fields is walked again when read); what is read is what gcloud-sdk's decoding of
-//! the same bytes gives (`google.firestore.v1.BatchGetDocumentsResponse`:
-//! tests compare the two on the same bytes), fields read by name with
-//! protobuf's rule for a map key sent twice (the last one wins); anything
-//! this does not read (`missing`, `create_time`, values that are not
-//! scalars) is skipped.
+//! [`NOTED_ENTRIES`] fields is walked again when read); what is read is
+//! what gcloud-sdk's decoding of the same bytes gives
+//! (`google.firestore.v1.BatchGetDocumentsResponse`: tests compare the two
+//! on the same bytes), fields read by name with protobuf's rule for a map
+//! key sent twice (the last one wins); anything this does not read
+//! (`missing`, `create_time`, values that are not scalars) is skipped.
 
 use gcloud_sdk::prost::bytes::{Buf, Bytes};
 use gcloud_sdk::prost::encoding::{decode_varint, WireType};
@@ -30,21 +30,18 @@ pub struct BatchGetFrame {
     /// moved through the transport's layers, and this is most of its size).
     found: Option<Box<Located>>,
     /// The transaction opened (the last one; empty when none).
-    transaction: Span,
+    transaction: At,
     /// The read time (the last one), if any.
     read_time: Option<Timestamp>,
 }
-
-/// A range of a frame's bytes.
-type Span = std::ops::Range<usize>;
 
 /// Where a found document is in its frame, and what the check read of it.
 #[derive(Clone, Debug)]
 struct Located {
     /// The whole `Document` message.
-    document: Span,
+    document: At,
     /// Its name (checked UTF-8).
-    name: Span,
+    name: At,
     update_time: Option<Timestamp>,
     /// Its fields as the check read them.
     noted: Noted,
@@ -57,6 +54,12 @@ const NOTED_ENTRIES: usize = 8;
 
 /// Where a part of a frame is: its start and end.
 type At = (usize, usize);
+
+/// The part of `frame` at `at` (empty if it is not there).
+#[inline]
+fn part(frame: &[u8], (start, end): At) -> &[u8] {
+    frame.get(start..end).unwrap_or_default()
+}
 
 /// A field's scalar value as noted, its string by where it is.
 #[derive(Clone, Copy, Debug)]
@@ -324,13 +327,7 @@ impl<'a> FoundDocument<'a> {
                         Scalar::String(s) => NotedValue::String(at(s.as_bytes())),
                         Scalar::Other => NotedValue::Other,
                     };
-                    // A key of "" is not in the frame: note it as empty.
-                    let key = if key.is_empty() {
-                        (0, 0)
-                    } else {
-                        at(key.as_bytes())
-                    };
-                    noted.push(key, value);
+                    noted.push(at(key.as_bytes()), value);
                 }
                 _ => {}
             }
@@ -370,10 +367,9 @@ impl<'a> FoundDocument<'a> {
         frame: &'a [u8],
         names: [&str; N],
     ) -> [Option<Scalar<'a>>; N] {
-        let part = |(start, end): At| frame.get(start..end).unwrap_or_default();
         let mut found: [Option<NotedValue>; N] = [None; N];
         for (key, value) in noted.entries.iter().take(noted.len) {
-            let key = part(*key);
+            let key = part(frame, *key);
             if let Some(i) = names.iter().position(|name| name.as_bytes() == key) {
                 found[i] = Some(*value);
             }
@@ -386,7 +382,7 @@ impl<'a> FoundDocument<'a> {
                 NotedValue::Timestamp(t) => Scalar::Timestamp(t),
                 // Checked UTF-8 when noted.
                 NotedValue::String(at) => {
-                    std::str::from_utf8(part(at)).map_or(Scalar::Other, Scalar::String)
+                    std::str::from_utf8(part(frame, at)).map_or(Scalar::Other, Scalar::String)
                 }
                 NotedValue::Other => Scalar::Other,
             })
@@ -399,33 +395,28 @@ impl BatchGetFrame {
     /// found document, transaction and read time are.
     pub fn new(bytes: Bytes) -> Result<Self, Malformed> {
         let base = bytes.as_ptr() as usize;
-        // `part` is a slice of `bytes`.
+        // Where `part`, a slice of `bytes`, is; an empty part (a name or a
+        // key of "", which is not in `bytes`) as empty.
         let at = |part: &[u8]| {
+            if part.is_empty() {
+                return (0, 0);
+            }
             let start = (part.as_ptr() as usize).saturating_sub(base);
             (start, start + part.len())
         };
-        let span = |part: &[u8]| {
-            let (start, end) = at(part);
-            start..end
-        };
-        let (mut found, mut transaction, mut read_time) = (None, 0..0, None);
+        let (mut found, mut transaction, mut read_time) = (None, (0, 0), None);
         for field in Fields(&bytes) {
             match field? {
                 (tag::FOUND, Item::Bytes(b)) => {
                     let (doc, noted) = FoundDocument::read(b, at)?;
                     found = Some(Box::new(Located {
                         noted,
-                        document: span(b),
-                        // A document without a name reads as "" (not in `bytes`).
-                        name: if doc.name.is_empty() {
-                            0..0
-                        } else {
-                            span(doc.name.as_bytes())
-                        },
+                        document: at(b),
+                        name: at(doc.name.as_bytes()),
                         update_time: doc.update_time,
                     }));
                 }
-                (tag::TRANSACTION, Item::Bytes(b)) => transaction = span(b),
+                (tag::TRANSACTION, Item::Bytes(b)) => transaction = at(b),
                 (tag::READ_TIME, Item::Bytes(b)) => read_time = Some(timestamp(b)?),
                 _ => {}
             }
@@ -443,11 +434,10 @@ impl BatchGetFrame {
     /// batch reads hundreds of these, each for a few fields.
     pub fn found(&self) -> Option<FoundDocument<'_>> {
         let located = self.found.as_ref()?;
-        let name = self.bytes.get(located.name.clone()).unwrap_or_default();
         Some(FoundDocument {
-            name: std::str::from_utf8(name).unwrap_or_default(),
+            name: std::str::from_utf8(part(&self.bytes, located.name)).unwrap_or_default(),
             update_time: located.update_time,
-            document: self.bytes.get(located.document.clone()).unwrap_or_default(),
+            document: part(&self.bytes, located.document),
             noted: Some((&located.noted, &self.bytes)),
         })
     }
@@ -459,7 +449,7 @@ impl BatchGetFrame {
 
     /// The transaction the read opened (empty when this response has none).
     pub fn transaction(&self) -> &[u8] {
-        self.bytes.get(self.transaction.clone()).unwrap_or_default()
+        part(&self.bytes, self.transaction)
     }
 }
 
