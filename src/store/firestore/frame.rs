@@ -194,8 +194,11 @@ impl<'a> Iterator for Fields<'a> {
 
 impl<'a> Fields<'a> {
     /// A varint: one byte read here (keys, lengths and most values of our
-    /// documents are under 128), longer ones by prost.
-    #[inline]
+    /// documents are under 128), longer ones by prost. Always inlined: a
+    /// call per key and length is what made the walk slow, and a plain
+    /// hint was dropped when unrelated code moved the crate's codegen
+    /// units (the count per membership rose from 4,666 to 5,317).
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64, Malformed> {
         match self.0 {
             [byte, rest @ ..] if *byte < 0x80 => {
