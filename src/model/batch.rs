@@ -46,6 +46,11 @@ pub struct Membership {
 /// so a batch part can be acked or nacked alone.
 pub type MessageIndex = u32;
 
+/// The events of one membership in a batch, in version order: inline when
+/// there is one (most memberships in a batch have one), so grouping a
+/// batch allocates per membership only where events repeat.
+pub type KeyEvents = smallvec::SmallVec<[Tagged<LikeEvent>; 1]>;
+
 /// An item of a batch with the message it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tagged<T> {
@@ -141,7 +146,7 @@ pub struct Batch {
     /// Unique id; the batch marker's dedupe key is `{consumer}:{id}`.
     pub id: String,
     /// Events per (post, user), each list sorted by version.
-    pub events: BTreeMap<MembershipKey, Vec<Tagged<LikeEvent>>>,
+    pub events: BTreeMap<MembershipKey, KeyEvents>,
     /// Poison messages.
     pub poison: Vec<Tagged<PoisonRecord>>,
     /// Pub/Sub messages this batch covers (events + poison).
@@ -179,11 +184,12 @@ impl Batch {
                 .cmp(&(b.item.post_id(), b.item.user_id()))
                 .then_with(|| a.item.cmp_versions(&b.item))
         });
-        let mut runs: Vec<(MembershipKey, Vec<Tagged<LikeEvent>>)> = Vec::new();
+        let mut runs: Vec<(MembershipKey, KeyEvents)> = Vec::with_capacity(events.len());
         let mut sorted = events.into_iter().peekable();
         while let Some(first) = sorted.next() {
             let key = MembershipKey::of(&first.item);
-            let mut list = vec![first];
+            let mut list = KeyEvents::new();
+            list.push(first);
             let same = |e: &Tagged<LikeEvent>| {
                 e.item.post_id() == key.post_id && e.item.user_id() == key.user_id
             };
@@ -209,7 +215,7 @@ impl Batch {
 
     /// Number of events (not counting poison).
     pub fn event_count(&self) -> usize {
-        self.events.values().map(Vec::len).sum()
+        self.events.values().map(|list| list.len()).sum()
     }
 
     /// The membership keys to read.
@@ -306,9 +312,9 @@ impl Batch {
     /// then one key's events; then the poison records.
     pub fn split(self) -> Result<(Batch, Batch), Batch> {
         let tombstone_generation = self.tombstone_generation;
-        let part = |events: BTreeMap<MembershipKey, Vec<Tagged<LikeEvent>>>,
+        let part = |events: BTreeMap<MembershipKey, KeyEvents>,
                     poison: Vec<Tagged<PoisonRecord>>| {
-            let events_len: usize = events.values().map(Vec::len).sum();
+            let events_len: usize = events.values().map(|list| list.len()).sum();
             Batch {
                 id: new_batch_id(),
                 message_count: events_len + poison.len(),
@@ -317,7 +323,7 @@ impl Batch {
                 tombstone_generation,
             }
         };
-        let one_key_events = self.events.values().next().map_or(0, Vec::len);
+        let one_key_events = self.events.values().next().map_or(0, |list| list.len());
         let Batch {
             mut events,
             mut poison,
@@ -336,7 +342,7 @@ impl Batch {
         if events.len() == 1 && one_key_events > 1 {
             if let Some((key, mut list)) = events.pop_first() {
                 // In version order: the older half commits first.
-                let newer = list.split_off(list.len() / 2);
+                let newer: KeyEvents = list.drain(list.len() / 2..).collect();
                 return Ok((
                     part(BTreeMap::from([(key.clone(), list)]), Vec::new()),
                     part(BTreeMap::from([(key, newer)]), Vec::new()),

@@ -411,7 +411,17 @@ mod tests {
 
     #[test]
     fn keys_and_varints_are_the_bytes_prost_writes() {
-        let mut values = vec![0, 1, 127, 128, 255, 16_383, 16_384, u64::from(u32::MAX), u64::MAX];
+        let mut values = vec![
+            0,
+            1,
+            127,
+            128,
+            255,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ];
         values.extend((0..64).map(|bit| 1u64 << bit));
         values.extend((1..64).map(|bit| (1u64 << bit) - 1));
         values.push(-1i64 as u64);
