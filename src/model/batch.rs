@@ -175,14 +175,19 @@ impl Batch {
         poison: Vec<Tagged<PoisonRecord>>,
     ) -> Self {
         let message_count = events.len() + poison.len();
-        // By (post, user), then version; stable, so equal versions keep
-        // their arrival order. Sorting compares the ids where they are:
-        // one key is allocated per membership, not per event, and the map
-        // is built from sorted runs instead of one search per event.
-        events.sort_by(|a, b| {
+        // By (post, user), then version, then arrival: the events come in
+        // message order, so equal versions keep their arrival order as a
+        // stable sort would keep it, and the unstable sort, which moves
+        // these large items less, gives the same order. Sorting compares
+        // the ids where they are: one key is allocated per membership, not
+        // per event, and the map is built from sorted runs instead of one
+        // search per event.
+        debug_assert!(events.is_sorted_by_key(|e| e.message));
+        events.sort_unstable_by(|a, b| {
             (a.item.post_id(), a.item.user_id())
                 .cmp(&(b.item.post_id(), b.item.user_id()))
                 .then_with(|| a.item.cmp_versions(&b.item))
+                .then(a.message.cmp(&b.message))
         });
         let mut runs: Vec<(MembershipKey, KeyEvents)> = Vec::with_capacity(events.len());
         let mut sorted = events.into_iter().peekable();
