@@ -299,18 +299,33 @@ impl Consumer {
         }
     }
 
+    /// The consumer's own metrics text (its `Stats` in-process, its
+    /// `/metrics` as a child); `None` for the null consumer or when it
+    /// cannot be read.
+    async fn own_metrics(&self) -> Option<String> {
+        match self {
+            Consumer::InProcess(consumer) => Some(consumer.stats().render_prometheus()),
+            Consumer::Child(child) => metrics_text(child.metrics?).await,
+            Consumer::Null(..) => None,
+        }
+    }
+
     /// The consumer's commit duration p50 and p99 so far, as it measures it.
     pub async fn commit_duration(&self) -> Option<(Duration, Duration)> {
-        let text = match self {
-            Consumer::InProcess(consumer) => consumer.stats().render_prometheus(),
-            Consumer::Child(child) => metrics_text(child.metrics?).await?,
-            Consumer::Null(..) => return None,
-        };
+        let text = self.own_metrics().await?;
         let name = hotcount::telemetry::names::COMMIT_DURATION.name;
         Some((
             summary_quantile(&text, name, "0.5")?,
             summary_quantile(&text, name, "0.99")?,
         ))
+    }
+
+    /// The consumer's push hold (a pushed request's arrival to its answer)
+    /// mean and p99 so far, as it measures it; `None` when it answered no
+    /// push request (a pull consumer) or its metrics cannot be read.
+    pub async fn push_hold(&self) -> Option<(Duration, Duration)> {
+        let text = self.own_metrics().await?;
+        histogram_mean_and_p99(&text, hotcount::telemetry::names::PUSH_HOLD.name)
     }
 
     /// Stops the consumer once the window is over: in-process it drains; a
@@ -485,6 +500,23 @@ fn summary_quantile(text: &str, name: &str, q: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(seconds).ok()
 }
 
+/// The mean (its `_sum` over its `_count`: exact, where the buckets are
+/// coarse) and the estimated p99 of histogram `name`; `None` when it
+/// observed nothing.
+fn histogram_mean_and_p99(text: &str, name: &str) -> Option<(Duration, Duration)> {
+    let exposition = hotcount_scrape::Exposition::parse(text);
+    let count = exposition.value(&format!("{name}_count"))?;
+    if count < 1.0 {
+        return None;
+    }
+    let sum = exposition.value(&format!("{name}_sum"))?;
+    let p99 = exposition.histogram_quantile(name, 0.99)?;
+    Some((
+        Duration::try_from_secs_f64(sum / count).ok()?,
+        Duration::try_from_secs_f64(p99).ok()?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,6 +555,27 @@ mod tests {
         let known = known_flags(&bin, flags);
         std::fs::remove_file(&bin).unwrap();
         assert_eq!(known, ["--store=firestore", "--shards=4", "--log-json"]);
+    }
+
+    #[test]
+    fn the_push_holds_mean_and_p99_are_read_from_the_metrics_text() {
+        let stats = Stats::default();
+        let name = hotcount::telemetry::names::PUSH_HOLD.name;
+        assert_eq!(
+            histogram_mean_and_p99(&stats.render_prometheus(), name),
+            None,
+            "no push request answered: no figure"
+        );
+        for ms in [10, 20, 30, 940] {
+            stats.push_hold.record(Duration::from_millis(ms));
+        }
+        let (mean, p99) =
+            histogram_mean_and_p99(&stats.render_prometheus(), name).expect("exported");
+        assert!(
+            mean >= Duration::from_millis(249) && mean <= Duration::from_millis(251),
+            "{mean:?}"
+        );
+        assert!(p99 >= Duration::from_millis(750), "{p99:?}");
     }
 
     #[test]

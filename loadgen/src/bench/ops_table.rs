@@ -297,6 +297,7 @@ mod tests {
             consumer_cpu: None,
             consumer_cpu_steady: None,
             commit_duration: None,
+            push_hold: None,
             rollup_rpcs: None,
             top_rollup_writes: None,
             lease_calls: LeaseCalls::default(),

@@ -146,7 +146,7 @@ fn lease_cell(r: &RunResult, pick: fn(&LeaseCalls) -> (u64, u64)) -> String {
 type Row = (&'static str, fn(&RunResult) -> String);
 
 /// The rows of the side-by-side table, in order.
-const ROWS: [Row; 17] = [
+const ROWS: [Row; 18] = [
     ("messages acked / published", |r| {
         format!("{} / {}", r.acked, r.published)
     }),
@@ -184,6 +184,15 @@ const ROWS: [Row; 17] = [
             format!("{:.0} / {:.0}", ms(p50), ms(p99))
         })
     }),
+    (
+        "push hold mean / p99 (ms, consumer's view: arrival to answer)",
+        |r| {
+            r.push_hold.map_or("n/a".to_string(), |(mean, p99)| {
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                format!("{:.0} / {:.0}", ms(mean), ms(p99))
+            })
+        },
+    ),
     ("peak RSS (MiB)", |r| {
         let whose = if r.rss_is_consumer_only {
             "consumer process"

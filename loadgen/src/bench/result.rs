@@ -93,6 +93,10 @@ pub struct RunResult {
     /// its `/metrics`: where the publish->commit time goes. `None` when it
     /// could not be read.
     pub commit_duration: Option<(Duration, Duration)>,
+    /// Push: the consumer's hold (a request's arrival to its answer) mean
+    /// and p99 at the end of the window, from its `/metrics`: the commit
+    /// duration plus the wait for a batch. `None` for pull.
+    pub push_hold: Option<(Duration, Duration)>,
     /// Firestore: the rollup refreshers' RPCs in the window (BatchWrite,
     /// RunQuery, and the BatchGetDocuments beyond one per batch committed
     /// or rolled back); `None` on PostgreSQL (compare the round trips of a

@@ -85,6 +85,7 @@ pub(super) struct Window {
     consumer_cpu: Option<Duration>,
     consumer_cpu_steady: Option<(Duration, u64)>,
     commit_duration: Option<(Duration, Duration)>,
+    push_hold: Option<(Duration, Duration)>,
     rollup_rpcs: Option<u64>,
     top_rollup_writes: Option<u64>,
     lease_calls: LeaseCalls,
@@ -141,9 +142,9 @@ impl Window {
         let consumer_cpu_steady = consumer_cpu.zip(fifth).map(|(cpu, (early, acked_early))| {
             (cpu.saturating_sub(early), acked.saturating_sub(acked_early))
         });
-        let commit_duration = match consumers.first() {
-            Some(consumer) => consumer.commit_duration().await,
-            None => None,
+        let (commit_duration, push_hold) = match consumers.first() {
+            Some(consumer) => (consumer.commit_duration().await, consumer.push_hold().await),
+            None => (None, None),
         };
         Self {
             postgres: stage.postgres().is_some(),
@@ -160,6 +161,7 @@ impl Window {
             consumer_cpu,
             consumer_cpu_steady,
             commit_duration,
+            push_hold,
             rollup_rpcs: (!postgres).then_some(rollup_rpcs),
             top_rollup_writes: (!postgres).then_some(top_rollup_writes),
             lease_calls,
@@ -211,6 +213,7 @@ impl Window {
             consumer_cpu: self.consumer_cpu,
             consumer_cpu_steady: self.consumer_cpu_steady,
             commit_duration: self.commit_duration,
+            push_hold: self.push_hold,
             rollup_rpcs: self.rollup_rpcs,
             top_rollup_writes: self.top_rollup_writes,
             lease_calls: self.lease_calls,
