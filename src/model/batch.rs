@@ -170,6 +170,9 @@ impl Batch {
     }
 
     /// Groups tagged `events` and `poison` into a batch with a fresh random id.
+    /// `events` come in message order (as a take and [`Batch::new`] give
+    /// them): among equal versions of one membership the earlier message
+    /// is applied first.
     pub fn of_messages(
         mut events: Vec<Tagged<LikeEvent>>,
         poison: Vec<Tagged<PoisonRecord>>,
