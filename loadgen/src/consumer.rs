@@ -310,22 +310,22 @@ impl Consumer {
         }
     }
 
-    /// The consumer's commit duration p50 and p99 so far, as it measures it.
-    pub async fn commit_duration(&self) -> Option<(Duration, Duration)> {
-        let text = self.own_metrics().await?;
-        let name = hotcount::telemetry::names::COMMIT_DURATION.name;
-        Some((
-            summary_quantile(&text, name, "0.5")?,
-            summary_quantile(&text, name, "0.99")?,
-        ))
-    }
-
-    /// The consumer's push hold (a pushed request's arrival to its answer)
-    /// mean and p99 so far, as it measures it; `None` when it answered no
-    /// push request (a pull consumer) or its metrics cannot be read.
-    pub async fn push_hold(&self) -> Option<(Duration, Duration)> {
-        let text = self.own_metrics().await?;
-        histogram_mean_and_p99(&text, hotcount::telemetry::names::PUSH_HOLD.name)
+    /// What the consumer measures of its own timing so far, from one read
+    /// of its metrics (one scrape of a child, at one moment).
+    pub async fn own_timings(&self) -> OwnTimings {
+        let Some(text) = self.own_metrics().await else {
+            return OwnTimings::default();
+        };
+        let exposition = hotcount_scrape::Exposition::parse(&text);
+        let commit = hotcount::telemetry::names::COMMIT_DURATION.name;
+        OwnTimings {
+            commit_duration: quantile(&exposition, commit, 0.5).zip(quantile(
+                &exposition,
+                commit,
+                0.99,
+            )),
+            push_hold: mean_and_p99(&exposition, hotcount::telemetry::names::PUSH_HOLD.name),
+        }
     }
 
     /// Stops the consumer once the window is over: in-process it drains; a
@@ -492,28 +492,38 @@ pub async fn victim_committed(metrics: std::net::SocketAddr, give_up: Duration) 
     false
 }
 
+/// What a consumer measures of its own timing ([`Consumer::own_timings`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OwnTimings {
+    /// Its commit duration p50 and p99; `None` when it could not be read.
+    pub commit_duration: Option<(Duration, Duration)>,
+    /// Its push hold (a pushed request's arrival to its answer) mean and
+    /// p99; `None` when it answered no push request (a pull consumer) or
+    /// could not be read.
+    pub push_hold: Option<(Duration, Duration)>,
+}
+
 /// The `q` quantile of histogram `name` (in seconds) in a Prometheus text
 /// exposition, estimated from its buckets, as a duration.
-fn summary_quantile(text: &str, name: &str, q: &str) -> Option<Duration> {
-    let exposition = hotcount_scrape::Exposition::parse(text);
-    let seconds = exposition.histogram_quantile(name, q.parse().ok()?)?;
-    Duration::try_from_secs_f64(seconds).ok()
+fn quantile(exposition: &hotcount_scrape::Exposition, name: &str, q: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(exposition.histogram_quantile(name, q)?).ok()
 }
 
 /// The mean (its `_sum` over its `_count`: exact, where the buckets are
 /// coarse) and the estimated p99 of histogram `name`; `None` when it
 /// observed nothing.
-fn histogram_mean_and_p99(text: &str, name: &str) -> Option<(Duration, Duration)> {
-    let exposition = hotcount_scrape::Exposition::parse(text);
+fn mean_and_p99(
+    exposition: &hotcount_scrape::Exposition,
+    name: &str,
+) -> Option<(Duration, Duration)> {
     let count = exposition.value(&format!("{name}_count"))?;
     if count < 1.0 {
         return None;
     }
     let sum = exposition.value(&format!("{name}_sum"))?;
-    let p99 = exposition.histogram_quantile(name, 0.99)?;
     Some((
         Duration::try_from_secs_f64(sum / count).ok()?,
-        Duration::try_from_secs_f64(p99).ok()?,
+        quantile(exposition, name, 0.99)?,
     ))
 }
 
@@ -561,16 +571,16 @@ mod tests {
     fn the_push_holds_mean_and_p99_are_read_from_the_metrics_text() {
         let stats = Stats::default();
         let name = hotcount::telemetry::names::PUSH_HOLD.name;
+        let parse = |text: String| hotcount_scrape::Exposition::parse(&text);
         assert_eq!(
-            histogram_mean_and_p99(&stats.render_prometheus(), name),
+            mean_and_p99(&parse(stats.render_prometheus()), name),
             None,
             "no push request answered: no figure"
         );
         for ms in [10, 20, 30, 940] {
             stats.push_hold.record(Duration::from_millis(ms));
         }
-        let (mean, p99) =
-            histogram_mean_and_p99(&stats.render_prometheus(), name).expect("exported");
+        let (mean, p99) = mean_and_p99(&parse(stats.render_prometheus()), name).expect("exported");
         assert!(
             mean >= Duration::from_millis(249) && mean <= Duration::from_millis(251),
             "{mean:?}"
@@ -584,16 +594,16 @@ mod tests {
         for ms in [10, 20, 30, 400] {
             stats.commit_duration.record(Duration::from_millis(ms));
         }
-        let text = stats.render_prometheus();
+        let exposition = hotcount_scrape::Exposition::parse(&stats.render_prometheus());
         let name = hotcount::telemetry::names::COMMIT_DURATION.name;
-        let p50 = summary_quantile(&text, name, "0.5").expect("p50 exported");
-        let p99 = summary_quantile(&text, name, "0.99").expect("p99 exported");
+        let p50 = quantile(&exposition, name, 0.5).expect("p50 exported");
+        let p99 = quantile(&exposition, name, 0.99).expect("p99 exported");
         assert!(
             p50 >= Duration::from_millis(19) && p50 <= Duration::from_millis(21),
             "{p50:?}"
         );
         assert!(p99 >= Duration::from_millis(390), "{p99:?}");
-        assert_eq!(summary_quantile(&text, "hotcount_absent", "0.5"), None);
+        assert_eq!(quantile(&exposition, "hotcount_absent", 0.5), None);
     }
 
     #[test]

@@ -143,6 +143,15 @@ fn lease_cell(r: &RunResult, pick: fn(&LeaseCalls) -> (u64, u64)) -> String {
 }
 
 /// A row of the table: its name and one run's cell.
+/// Two durations the consumer measured, in whole milliseconds (`a / b`),
+/// or `n/a`.
+fn duration_pair_cell(pair: Option<(Duration, Duration)>) -> String {
+    pair.map_or("n/a".to_string(), |(a, b)| {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        format!("{:.0} / {:.0}", ms(a), ms(b))
+    })
+}
+
 type Row = (&'static str, fn(&RunResult) -> String);
 
 /// The rows of the side-by-side table, in order.
@@ -179,19 +188,11 @@ const ROWS: [Row; 18] = [
         format!("{:.0} / {:.0}", r.latency.p50_ms, r.latency.p99_ms)
     }),
     ("commit duration p50 / p99 (ms, consumer's view)", |r| {
-        r.commit_duration.map_or("n/a".to_string(), |(p50, p99)| {
-            let ms = |d: Duration| d.as_secs_f64() * 1e3;
-            format!("{:.0} / {:.0}", ms(p50), ms(p99))
-        })
+        duration_pair_cell(r.commit_duration)
     }),
     (
         "push hold mean / p99 (ms, consumer's view: arrival to answer)",
-        |r| {
-            r.push_hold.map_or("n/a".to_string(), |(mean, p99)| {
-                let ms = |d: Duration| d.as_secs_f64() * 1e3;
-                format!("{:.0} / {:.0}", ms(mean), ms(p99))
-            })
-        },
+        |r| duration_pair_cell(r.push_hold),
     ),
     ("peak RSS (MiB)", |r| {
         let whose = if r.rss_is_consumer_only {

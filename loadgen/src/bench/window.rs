@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::ops::StoreOps;
 use super::result::{LeaseCalls, RunResult, Verdict};
 use super::{Case, Runner};
-use crate::consumer::Consumer;
+use crate::consumer::{Consumer, OwnTimings};
 use crate::procfs;
 use crate::report::Percentiles;
 use crate::run_error::RunError;
@@ -142,9 +142,12 @@ impl Window {
         let consumer_cpu_steady = consumer_cpu.zip(fifth).map(|(cpu, (early, acked_early))| {
             (cpu.saturating_sub(early), acked.saturating_sub(acked_early))
         });
-        let (commit_duration, push_hold) = match consumers.first() {
-            Some(consumer) => (consumer.commit_duration().await, consumer.push_hold().await),
-            None => (None, None),
+        let OwnTimings {
+            commit_duration,
+            push_hold,
+        } = match consumers.first() {
+            Some(consumer) => consumer.own_timings().await,
+            None => OwnTimings::default(),
         };
         Self {
             postgres: stage.postgres().is_some(),
