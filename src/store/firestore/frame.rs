@@ -76,11 +76,12 @@ enum NotedValue {
 /// The entries of a found document, in order, as its check read them.
 #[derive(Clone, Debug)]
 struct Noted {
-    /// Each entry's key (checked UTF-8) and value.
+    /// Each entry's key (checked UTF-8) and value, the first
+    /// [`NOTED_ENTRIES`] of them.
     entries: [(At, NotedValue); NOTED_ENTRIES],
+    /// Entries the document has; more than [`NOTED_ENTRIES`]: none is to
+    /// be read from here ([`Noted::overflowed`]).
     len: usize,
-    /// More entries than [`NOTED_ENTRIES`]: none is to be read from here.
-    overflow: bool,
 }
 
 impl Default for Noted {
@@ -88,7 +89,6 @@ impl Default for Noted {
         Self {
             entries: [((0, 0), NotedValue::Other); NOTED_ENTRIES],
             len: 0,
-            overflow: false,
         }
     }
 }
@@ -96,13 +96,15 @@ impl Default for Noted {
 impl Noted {
     /// Notes one entry (key and value at `at` of the frame).
     fn push(&mut self, key: At, value: NotedValue) {
-        match self.entries.get_mut(self.len) {
-            Some(slot) => {
-                *slot = (key, value);
-                self.len += 1;
-            }
-            None => self.overflow = true,
+        if let Some(slot) = self.entries.get_mut(self.len) {
+            *slot = (key, value);
         }
+        self.len += 1;
+    }
+
+    /// More entries than were kept: the document is walked again instead.
+    fn overflowed(&self) -> bool {
+        self.len > NOTED_ENTRIES
     }
 }
 
@@ -349,7 +351,7 @@ impl<'a> FoundDocument<'a> {
     /// only the keys are compared on the way (as bytes), and only the
     /// values found are decoded.
     pub fn values<const N: usize>(&self, names: [&str; N]) -> [Option<Scalar<'a>>; N] {
-        if let Some((noted, frame)) = self.noted.filter(|(noted, _)| !noted.overflow) {
+        if let Some((noted, frame)) = self.noted.filter(|(noted, _)| !noted.overflowed()) {
             return Self::noted_values(noted, frame, names);
         }
         let mut found: [Option<&'a [u8]>; N] = [None; N];
