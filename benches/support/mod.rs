@@ -192,11 +192,15 @@ pub fn build_batch(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
 /// BatchGetDocuments responses as the store sends back a batch's stored
 /// memberships (one found document each, the four fields the read asks
 /// for, its times), encoded as gcloud-sdk encodes them: one per payload.
+/// The fields go in one fixed order: gcloud-sdk's map would write them in
+/// its hash order, random per process, and the read's count depends on
+/// the order (by ~100 instructions per membership between runs).
 pub fn stored_membership_responses() -> Vec<gcloud_sdk::prost::bytes::Bytes> {
     use fs::value::ValueType;
     use gcloud_sdk::google::firestore::v1 as fs;
     use gcloud_sdk::prost::Message;
     use gcloud_sdk::prost_types::Timestamp;
+    use hotcount::store::firestore::wire::put_header;
     let layout = store_config().layout;
     let value = |v| fs::Value {
         value_type: Some(v),
@@ -206,31 +210,46 @@ pub fn stored_membership_responses() -> Vec<gcloud_sdk::prost::bytes::Bytes> {
         .iter()
         .map(|e| {
             let name = layout.membership(&hotcount::model::batch::MembershipKey::of(e));
-            let fields = HashMap::from([
-                ("liked".to_string(), value(ValueType::BooleanValue(true))),
-                ("seq".to_string(), value(ValueType::IntegerValue(e.seq))),
+            let fields = [
+                ("liked", value(ValueType::BooleanValue(true))),
+                ("seq", value(ValueType::IntegerValue(e.seq))),
                 (
-                    "occurredAt".to_string(),
+                    "occurredAt",
                     value(ValueType::TimestampValue(time(1_700_000_000))),
                 ),
                 (
-                    "eventId".to_string(),
+                    "eventId",
                     value(ValueType::StringValue(e.event_id().to_string())),
                 ),
-            ]);
-            let response = fs::BatchGetDocumentsResponse {
-                result: Some(fs::batch_get_documents_response::Result::Found(
-                    fs::Document {
-                        name,
-                        fields,
-                        create_time: Some(time(1_700_000_000)),
-                        update_time: Some(time(1_700_000_001)),
-                    },
-                )),
+            ];
+            let mut document = fs::Document {
+                name,
+                fields: HashMap::new(),
+                create_time: Some(time(1_700_000_000)),
+                update_time: Some(time(1_700_000_001)),
+            }
+            .encode_to_vec();
+            // One map entry at a time: a document's fields are its map
+            // entries in any order, here this one.
+            for (key, value) in fields {
+                let entry = fs::Document {
+                    fields: HashMap::from([(key.to_string(), value)]),
+                    ..fs::Document::default()
+                };
+                document.extend(entry.encode_to_vec());
+            }
+            // `found` (field 1), then the rest as gcloud-sdk encodes it.
+            let mut response = Vec::new();
+            put_header(&mut response, 1, document.len());
+            response.extend(document);
+            fs::BatchGetDocumentsResponse {
+                result: None,
                 transaction: Vec::new(),
                 read_time: Some(time(1_700_000_002)),
-            };
-            gcloud_sdk::prost::bytes::Bytes::from(response.encode_to_vec())
+            }
+            .encode(&mut response)
+            .expect("a vector grows");
+            gcloud_sdk::prost::bytes::Bytes::from(response)
         })
         .collect()
 }
