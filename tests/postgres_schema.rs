@@ -138,6 +138,7 @@ fn config(marker_ttl: Duration) -> PostgresStoreConfig {
         counter_shard_target_writes_per_sec: 0,
         marker_ttl,
         due_records: false,
+        known_memberships: 0,
     }
 }
 

@@ -53,6 +53,7 @@ fn store_config() -> PostgresStoreConfig {
         counter_shard_target_writes_per_sec: 1,
         marker_ttl: Duration::from_secs(86_400),
         due_records: false,
+        known_memberships: 0,
     }
 }
 

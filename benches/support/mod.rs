@@ -159,6 +159,7 @@ pub fn store_config() -> StoreSettings {
             counter_shard_target_writes_per_sec: 1,
             marker_ttl: std::time::Duration::from_secs(86_400),
             due_records: false,
+            known_memberships: 0,
         },
     }
 }

@@ -56,7 +56,22 @@ pub struct StoreWriteFlags {
     /// resolved by its batch marker).
     #[arg(long, env = "HOTCOUNT_STORE_CALL_TIMEOUT_MS", default_value_t = 10_000)]
     pub store_call_timeout_ms: u64,
+    /// Firestore: memberships this replica keeps known, in entries (~250
+    /// bytes each, and 4 seen keys per entry at ~10 bytes each): a batch
+    /// whose memberships are all known, or never seen here, commits in one
+    /// round trip with no read, each write on the precondition of the state
+    /// assumed (refused: read in a transaction). 0 = every batch is read in
+    /// its transaction.
+    #[arg(
+        long,
+        env = "HOTCOUNT_KNOWN_MEMBERSHIPS_ENTRIES",
+        default_value_t = DEFAULT_KNOWN_MEMBERSHIPS_ENTRIES
+    )]
+    pub known_memberships_entries: usize,
 }
+
+/// `--known-memberships-entries` by default: ~60 MiB at most.
+pub const DEFAULT_KNOWN_MEMBERSHIPS_ENTRIES: usize = 200_000;
 
 /// What the store flags validate into.
 #[derive(Clone, Debug)]
@@ -105,6 +120,12 @@ impl StoreWriteFlags {
             100,
             600_000,
         )?);
+        let known_memberships = range(
+            "known-memberships-entries",
+            self.known_memberships_entries,
+            0,
+            50_000_000,
+        )?;
         Ok(StoreConfig {
             settings: StoreSettings {
                 consumer: consumer.to_string(),
@@ -112,6 +133,7 @@ impl StoreWriteFlags {
                 counter_shard_target_writes_per_sec,
                 marker_ttl,
                 due_records,
+                known_memberships,
             },
             call_timeout,
             marker_cleanup_interval,

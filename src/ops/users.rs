@@ -288,6 +288,8 @@ pub fn erase_store(
                 crate::config::DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC,
             marker_ttl,
             due_records: true,
+            // Reads every membership it erases: none is assumed.
+            known_memberships: 0,
         },
     );
     // Only the counter shards each post's rollup registers (Firestore), as

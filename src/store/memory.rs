@@ -17,6 +17,7 @@ use super::rollup::{
     StoredRollup, TakenRecord, WriteOutcome,
 };
 use super::{
+    KnownUse,
     Attempt, ChangedCounter, Code, CommitOutcome, CommitReport, CounterStore, ErrorClass,
     StoreError, TombstoneState,
 };
@@ -279,6 +280,7 @@ impl MemoryStore {
                 effects,
                 increments: 0,
                 rpcs: 1,
+                known: KnownUse::Unused,
                 changed: ChangedCounter::every_post_of(batch),
                 committed_at: None,
                 due_record: Some(DueRecord {
@@ -335,6 +337,7 @@ impl MemoryStore {
             effects: plan.effects,
             increments: plan.deltas.len(),
             rpcs: 2,
+            known: KnownUse::Unused,
             changed,
             committed_at: Some(now),
             due_record,

@@ -45,6 +45,11 @@ pub struct StoreSettings {
     /// its commit (its marker lists the posts; [`rollup::DueRecord`]): on
     /// whenever rollups are.
     pub due_records: bool,
+    /// Memberships the Firestore store keeps known (state and update
+    /// time), so a batch of known ones commits in one round trip with no
+    /// read (`store::firestore::known`); 0 = none: every batch is read in
+    /// its transaction. The PostgreSQL store ignores it.
+    pub known_memberships: usize,
 }
 
 impl StoreSettings {
@@ -79,6 +84,9 @@ pub struct CommitReport {
     pub increments: usize,
     /// Store round trips this attempt used.
     pub rpcs: u32,
+    /// Whether it was committed from known memberships, or tried that and
+    /// was refused (Firestore's `known`; other stores never try).
+    pub known: KnownUse,
     /// The posts whose count the batch changed, whose rollups need a
     /// refresh: for [`CommitOutcome::Committed`] each post incremented,
     /// with its counter shard; for [`CommitOutcome::AlreadyCommitted`]
@@ -91,6 +99,18 @@ pub struct CommitReport {
     /// The rollup due record the batch's commit wrote (or, already
     /// committed, may have written): cleared once `changed` is refreshed.
     pub due_record: Option<rollup::DueRecord>,
+}
+
+/// How a commit used what the store knew of its memberships.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KnownUse {
+    /// Not tried: its memberships were read in its transaction.
+    #[default]
+    Unused,
+    /// Committed from known memberships, in one round trip.
+    Committed,
+    /// Tried, refused on a precondition, then read in its transaction.
+    Refused,
 }
 
 /// The erased users' tombstones as the store holds them: their keyed

@@ -87,6 +87,10 @@ pub struct Stats {
     pub ack_failures: Counter,
     /// See [`names::STORE_RPCS`].
     pub store_rpcs: Counter,
+    /// See [`names::KNOWN_COMMITS`].
+    pub known_commits: Counter,
+    /// See [`names::KNOWN_REFUSALS`].
+    pub known_refusals: Counter,
     /// See [`names::COUNTER_INCREMENTS`].
     pub increments: Counter,
     /// See [`names::STREAM_RECONNECTS`].
@@ -192,6 +196,8 @@ impl Default for Stats {
             nacks: Counter::default(),
             ack_failures: Counter::default(),
             store_rpcs: Counter::default(),
+            known_commits: Counter::default(),
+            known_refusals: Counter::default(),
             increments: Counter::default(),
             reconnects: Counter::default(),
             markers_deleted: Counter::default(),
@@ -264,6 +270,8 @@ impl Stats {
             (NACKS, &self.nacks),
             (ACK_FAILURES, &self.ack_failures),
             (STORE_RPCS, &self.store_rpcs),
+            (KNOWN_COMMITS, &self.known_commits),
+            (KNOWN_REFUSALS, &self.known_refusals),
             (COUNTER_INCREMENTS, &self.increments),
             (STREAM_RECONNECTS, &self.reconnects),
             (MARKERS_DELETED, &self.markers_deleted),

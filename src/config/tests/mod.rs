@@ -60,6 +60,7 @@ fn flags_reproduce_every_setting() {
     changed.rollups.rollup_interval_ms = 71;
     changed.rollups.rollup_sweep_lookback_secs = 73;
     changed.store_writes.store_call_timeout_ms = 2_500;
+    changed.store_writes.known_memberships_entries = 4_321;
     changed.observability.stuck_commit_threshold_secs = 71;
     changed.milestones.milestones = Some("5,50".into());
     changed.milestones.milestone_webhook = Some("http://127.0.0.1:9/hook".into());

@@ -375,6 +375,8 @@ async fn open_store(
                 crate::config::DEFAULT_COUNTER_SHARD_TARGET_WRITES_PER_SEC,
             marker_ttl: Duration::from_secs(86_400 * args.marker_ttl_days.clamp(1, 3650)),
             due_records: false,
+            // Replays meet memberships already written: read them all.
+            known_memberships: 0,
         },
     );
     // Only the counter shards each post's rollup registers (Firestore): a

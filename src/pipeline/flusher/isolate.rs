@@ -17,7 +17,7 @@ use crate::event::to_json;
 use crate::model::batch::{Batch, Effects, MessageIndex, Tagged};
 use crate::model::poison::PoisonRecord;
 use crate::pipeline::acker::AckHandle;
-use crate::store::{Attempt, CommitOutcome, CounterStore, StoreError};
+use crate::store::{Attempt, CommitOutcome, CounterStore, KnownUse, StoreError};
 use crate::telemetry::LogThrottle;
 
 /// What the rate-limited quarantine warnings are called in their summary line.
@@ -168,6 +168,11 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                     }
                     self.stats.commit_progress.committed();
                     self.stats.store_rpcs.add(u64::from(report.rpcs));
+                    match report.known {
+                        KnownUse::Committed => self.stats.known_commits.add(1),
+                        KnownUse::Refused => self.stats.known_refusals.add(1),
+                        KnownUse::Unused => {}
+                    }
                     self.stats.batches.add(1);
                     if report.outcome == CommitOutcome::AlreadyCommitted {
                         self.stats.already_committed.add(1);

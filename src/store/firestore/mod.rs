@@ -31,6 +31,7 @@ mod erasure;
 pub mod errors;
 mod format;
 pub mod frame;
+mod known;
 pub mod layout;
 mod milestones;
 mod quarantine;
@@ -47,9 +48,12 @@ pub use rollups::ListenResume;
 
 use super::counter_shards::{CounterShardPlanner, ShardRegistry};
 use super::{
-    Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
+    Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, KnownUse,
+    StoreError,
 };
-use crate::model::batch::Batch;
+use crate::model::batch::{Batch, Plan};
+use gcloud_sdk::prost_types::Timestamp;
+use known::{KnownMemberships, Recalled};
 
 /// Store settings (where the documents live is the [`FirestoreDb`]'s layout).
 pub type FirestoreStoreConfig = super::StoreSettings;
@@ -60,6 +64,7 @@ pub struct FirestoreStore {
     db: FirestoreDb,
     config: FirestoreStoreConfig,
     shards: std::sync::Arc<CounterShardPlanner>,
+    known: std::sync::Arc<KnownMemberships>,
 }
 
 impl FirestoreStore {
@@ -69,7 +74,13 @@ impl FirestoreStore {
             config.counter_shards,
             config.counter_shard_target_writes_per_sec,
         ));
-        Self { db, config, shards }
+        let known = std::sync::Arc::new(KnownMemberships::new(config.known_memberships));
+        Self {
+            db,
+            config,
+            shards,
+            known,
+        }
     }
 
     /// The database it commits to.
@@ -126,10 +137,14 @@ impl CounterStore for FirestoreStore {
 }
 
 impl FirestoreStore {
-    /// One commit attempt of `batch`: reads its memberships and marker,
-    /// opening a read-write transaction (that retries
-    /// `attempt.retry_transaction`, if any, and is left in `opened` as soon
-    /// as it is known), then commits the plan's writes in it.
+    /// One commit attempt of `batch`: in one round trip when its
+    /// memberships are known ([`known`]; not for a batch checked against
+    /// tombstones, whose generation only a transaction can hold, nor for a
+    /// retry of a transaction); else, or when that Commit is refused on a
+    /// precondition, reads its memberships and marker, opening a read-write
+    /// transaction (that retries `attempt.retry_transaction`, if any, and
+    /// is left in `opened` as soon as it is known), then commits the plan's
+    /// writes in it.
     async fn attempt(
         &self,
         batch: &Batch,
@@ -139,6 +154,21 @@ impl FirestoreStore {
     ) -> Result<CommitReport, StoreError> {
         let layout = self.db.layout();
         let marker = layout.marker(&self.config.consumer, &batch.id);
+        let mut refused_rpcs = 0;
+        if batch.tombstone_generation.is_none() && attempt.retry_transaction.is_none() {
+            if let Some(recalled) = self.known.recall(batch.keys()) {
+                match self.commit_known(batch, &marker, recalled, committing).await {
+                    Ok(report) => return Ok(report),
+                    // Nothing applied: the transaction reads what changed
+                    // (or finds the marker of an earlier attempt).
+                    Err(error) if known::refused_on_precondition(&error) => {
+                        committing.store(false, Ordering::SeqCst);
+                        refused_rpcs = 1;
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        }
         let read = Read::ReadWrite {
             retry: attempt
                 .retry_transaction
@@ -163,7 +193,12 @@ impl FirestoreStore {
                 outcome: CommitOutcome::AlreadyCommitted,
                 effects,
                 increments: 0,
-                rpcs: 2,
+                rpcs: 2 + refused_rpcs,
+                known: if refused_rpcs > 0 {
+                    KnownUse::Refused
+                } else {
+                    KnownUse::Unused
+                },
                 changed: ChangedCounter::every_post_of(batch),
                 committed_at: None,
                 due_record: self.config.due_record(batch, true),
@@ -178,6 +213,100 @@ impl FirestoreStore {
             }
         }
         let plan = batch.plan(snapshot.found.as_slice());
+        self.known.see(batch.keys());
+        let committed = self
+            .commit_plan(
+                batch,
+                &plan,
+                &snapshot.names,
+                &snapshot.update_times,
+                &marker,
+                Some(snapshot.transaction),
+                committing,
+            )
+            .await;
+        let (mut report, commit_time) = match committed {
+            Ok(committed) => committed,
+            Err(error) => {
+                self.known.forget(batch.keys());
+                return Err(error);
+            }
+        };
+        match commit_time {
+            Some(time) => {
+                let (found, times) = (&snapshot.found, &snapshot.update_times);
+                self.known.learn(batch.keys(), found, times, &plan, time);
+            }
+            None => self.known.forget(batch.keys()),
+        }
+        if refused_rpcs > 0 {
+            report.rpcs += refused_rpcs;
+            report.known = KnownUse::Refused;
+        }
+        Ok(report)
+    }
+
+    /// Commits `batch` planned against the `recalled` states, with no read
+    /// and no transaction: every membership write on the precondition of
+    /// the state recalled, the marker only if absent.
+    async fn commit_known(
+        &self,
+        batch: &Batch,
+        marker: &str,
+        recalled: Recalled,
+        committing: &AtomicBool,
+    ) -> Result<CommitReport, StoreError> {
+        let plan = batch.plan(recalled.found.as_slice());
+        self.known.see(batch.keys());
+        let committed = self
+            .commit_plan(batch, &plan, &[], &recalled.update_times, marker, None, committing)
+            .await;
+        match committed {
+            Ok((mut report, commit_time)) => {
+                report.known = KnownUse::Committed;
+                self.known.confirmed();
+                match commit_time {
+                    Some(time) => {
+                        let (found, times) = (&recalled.found, &recalled.update_times);
+                        self.known.learn(batch.keys(), found, times, &plan, time);
+                    }
+                    None => self.known.forget(batch.keys()),
+                }
+                Ok(report)
+            }
+            Err(error) => {
+                self.known.forget(batch.keys());
+                if known::refused_on_precondition(&error) {
+                    self.known.refused();
+                    tracing::debug!(
+                        batch = %batch.id,
+                        assumed_absent = recalled.assumed_absent,
+                        error = %error,
+                        "a commit from known memberships was refused on a precondition; reading them in a transaction"
+                    );
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Commits `plan`'s writes (in `transaction`, or alone when `None`):
+    /// memberships named by `names` (built from the layout where short) on
+    /// the preconditions `update_times`, one increment per post on a
+    /// counter shard leased for the commit, the marker, the quarantine
+    /// records. Gives the report and the Commit's time.
+    #[allow(clippy::too_many_arguments)]
+    async fn commit_plan(
+        &self,
+        batch: &Batch,
+        plan: &Plan<'_>,
+        names: &[String],
+        update_times: &[Option<Timestamp>],
+        marker: &str,
+        transaction: Option<Vec<u8>>,
+        committing: &AtomicBool,
+    ) -> Result<(CommitReport, Option<Timestamp>), StoreError> {
+        let layout = self.db.layout();
         // Held until the commit has ended: another batch in flight on one of
         // these posts increments a different counter shard.
         let counters = self.shards.lease(
@@ -192,33 +321,33 @@ impl FirestoreStore {
             layout,
             &self.config,
             batch,
-            &plan,
-            &snapshot.names,
-            &snapshot.update_times,
-            &marker,
+            plan,
+            names,
+            update_times,
+            marker,
             |i| counters.shard(i),
         );
         committing.store(true, Ordering::SeqCst);
-        let committed_at = self
-            .db
-            .commit_encoded(commit, Some(snapshot.transaction))
-            .await?;
+        let rpcs = if transaction.is_some() { 2 } else { 1 };
+        let committed_at = self.db.commit_encoded(commit, transaction).await?;
         let increments = plan.deltas.len();
         let due_record = self.config.due_record(batch, increments > 0);
-        let changed = (plan.deltas.into_keys().enumerate())
+        let changed = (plan.deltas.keys().enumerate())
             .map(|(i, post_id)| ChangedCounter {
-                post_id,
+                post_id: post_id.clone(),
                 shard: Some(counters.shard(i)),
             })
             .collect();
-        Ok(CommitReport {
+        let report = CommitReport {
             outcome: CommitOutcome::Committed,
             effects: plan.effects,
             increments,
-            rpcs: 2,
+            rpcs,
+            known: KnownUse::Unused,
             changed,
             committed_at: committed_at.as_ref().map(codec::timestamp_to_micros),
             due_record,
-        })
+        };
+        Ok((report, committed_at))
     }
 }

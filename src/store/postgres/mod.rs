@@ -126,6 +126,7 @@ use errors::query_error;
 
 use super::counter_shards::CounterShardPlanner;
 use super::{
+    KnownUse,
     Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
 };
 use crate::model::batch::{Batch, Membership, MembershipKey};
@@ -271,6 +272,7 @@ impl PostgresStore {
                 effects,
                 increments: 0,
                 rpcs: rpcs + 1,
+                known: KnownUse::Unused,
                 changed: ChangedCounter::every_post_of(batch),
                 committed_at: None,
                 due_record: self.config.due_record(batch, true),
@@ -408,6 +410,7 @@ impl PostgresStore {
                     effects: plan.effects,
                     increments: plan.deltas.len(),
                     rpcs,
+                    known: KnownUse::Unused,
                     changed,
                     committed_at: None,
                     due_record: self.config.due_record(batch, !deltas.is_empty()),

@@ -141,6 +141,7 @@ mod tests {
             counter_shard_target_writes_per_sec: 0,
             marker_ttl: Duration::ZERO,
             due_records: false,
+            known_memberships: 0,
         };
         let batch = Batch::new(Vec::new(), Vec::new());
         let mut plan = batch.plan(&HashMap::<MembershipKey, Membership>::new());

@@ -1,0 +1,382 @@
+//! What this replica knows of the memberships it read or committed: each
+//! one's state and update time, so a batch whose every membership is known
+//! commits in ONE round trip, a Commit with no read and no transaction,
+//! whose every membership write carries a precondition on the state
+//! assumed (`update_time` as known, or `exists = false`).
+//!
+//! Invariants:
+//! - An entry is a state the store held at the entry's update time (read
+//!   then, or written by a Commit that applied). A membership's version only
+//!   grows (the apply rules write only strictly newer events; only `users
+//!   erase` deletes, and it runs with tombstones, whose checked batches never
+//!   take this path). So an event not newer than an entry is not newer than
+//!   the stored state either: a no-op both ways, with no write. An event
+//!   that is newer writes on the precondition `update_time` = the entry's,
+//!   which fails, failing the whole Commit, if the document changed since.
+//! - A key this replica never saw is assumed absent (`exists = false`: the
+//!   Commit fails if another replica or an earlier run wrote it), unless
+//!   its shard's record of seen keys is full. A key is recorded as seen
+//!   before any Commit that may write it is sent, and stays seen when its
+//!   entry is forgotten or evicted: a key once seen is known or read, never
+//!   assumed absent again.
+//! - A Commit refused on a precondition applied nothing (Commit is atomic);
+//!   its keys are forgotten and the batch goes the transactional way. After
+//!   `n` refusals in a row the next `2^n` batches (at most 64) go that way
+//!   directly, so a replica whose guesses fail (others write the same
+//!   memberships; a restart over old data) pays ~1 wasted round trip in 64.
+
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use gcloud_sdk::prost_types::Timestamp;
+use parking_lot::Mutex;
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+
+use crate::model::batch::{Membership, MembershipKey, Plan};
+
+/// Shards of the map (locks taken per key, one commit's keys at a time).
+const SHARDS: usize = 64;
+
+/// Seen keys recorded per entry of capacity (8 bytes and a control byte
+/// each, against ~250 bytes an entry).
+const SEEN_PER_ENTRY: usize = 4;
+
+/// The most batches sent the transactional way after refusals in a row.
+const MAX_SKIP: u32 = 64;
+
+/// The stored state of one membership as this replica last knew it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    /// Its state (`None`: the document did not exist).
+    state: Option<Membership>,
+    /// Its document's update time (`None` when it did not exist).
+    update_time: Option<Timestamp>,
+}
+
+#[derive(Default)]
+struct Shard {
+    entries: FxHashMap<MembershipKey, Entry>,
+    seen: FxHashSet<u64>,
+    /// `seen` reached its capacity: a key not in it may have been seen.
+    seen_full: bool,
+}
+
+/// The states a batch is planned against, recalled instead of read:
+/// aligned with the batch's keys, as a read returns them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recalled {
+    /// Per key: its state, when its document exists (or is assumed absent).
+    pub found: Vec<Option<Membership>>,
+    /// Per key: its update time (the precondition of its write); `None`:
+    /// written only if absent.
+    pub update_times: Vec<Option<Timestamp>>,
+    /// Keys assumed absent because this replica never saw them.
+    pub assumed_absent: usize,
+}
+
+/// What this replica knows of memberships (see the module's invariants).
+pub struct KnownMemberships {
+    shards: Box<[Mutex<Shard>]>,
+    entries_per_shard: usize,
+    seen_per_shard: usize,
+    /// Refusals in a row (capped).
+    refusals: AtomicU32,
+    /// Batches still to send the transactional way before trying again.
+    skip: AtomicU32,
+}
+
+impl KnownMemberships {
+    /// Knows at most ~`entries` memberships (0: knows none, and every
+    /// batch is read in its transaction).
+    pub fn new(entries: usize) -> Self {
+        let entries_per_shard = entries.div_ceil(SHARDS);
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            entries_per_shard,
+            seen_per_shard: entries_per_shard * SEEN_PER_ENTRY,
+            refusals: AtomicU32::new(0),
+            skip: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether it may know anything.
+    pub fn enabled(&self) -> bool {
+        self.entries_per_shard > 0
+    }
+
+    fn hash(key: &MembershipKey) -> u64 {
+        let mut hasher = FxBuildHasher.build_hasher();
+        key.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+        // The high bits: FxHash's low bits are the weaker.
+        &self.shards[(hash >> 58) as usize % SHARDS]
+    }
+
+    /// The states of `keys` (a batch's, in order), when every one is known
+    /// or may be assumed absent, and refusals do not say to read instead;
+    /// `None`: read them in a transaction.
+    pub fn recall<'k>(&self, keys: impl Iterator<Item = &'k MembershipKey>) -> Option<Recalled> {
+        if !self.enabled() {
+            return None;
+        }
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip > 0 {
+            // Racing commits may both take one off: a few more tries sooner.
+            self.skip.store(skip - 1, Ordering::Relaxed);
+            return None;
+        }
+        let (count, _) = keys.size_hint();
+        let mut recalled = Recalled {
+            found: Vec::with_capacity(count),
+            update_times: Vec::with_capacity(count),
+            assumed_absent: 0,
+        };
+        for key in keys {
+            let hash = Self::hash(key);
+            let shard = self.shard(hash).lock();
+            match shard.entries.get(key) {
+                Some(entry) => {
+                    recalled.found.push(entry.state.clone());
+                    recalled.update_times.push(entry.update_time);
+                }
+                None if shard.seen_full || shard.seen.contains(&hash) => return None,
+                None => {
+                    recalled.found.push(None);
+                    recalled.update_times.push(None);
+                    recalled.assumed_absent += 1;
+                }
+            }
+        }
+        Some(recalled)
+    }
+
+    /// Records `keys` as seen: called before a Commit that may write them
+    /// is sent, so none of them is assumed absent after it.
+    pub fn see<'k>(&self, keys: impl Iterator<Item = &'k MembershipKey>) {
+        if !self.enabled() {
+            return;
+        }
+        for key in keys {
+            let hash = Self::hash(key);
+            let mut shard = self.shard(hash).lock();
+            if shard.seen.len() >= self.seen_per_shard && !shard.seen.contains(&hash) {
+                if !shard.seen_full {
+                    tracing::info!(
+                        seen = shard.seen.len(),
+                        "a shard of the known memberships has recorded as many keys as it may; its keys not known are read from now on, never assumed absent"
+                    );
+                }
+                shard.seen_full = true;
+            } else {
+                shard.seen.insert(hash);
+            }
+        }
+    }
+
+    /// Forgets what is known of `keys` (their Commit failed or its outcome
+    /// is unknown); they stay seen.
+    pub fn forget<'k>(&self, keys: impl Iterator<Item = &'k MembershipKey>) {
+        if !self.enabled() {
+            return;
+        }
+        for key in keys {
+            self.shard(Self::hash(key)).lock().entries.remove(key);
+        }
+    }
+
+    /// Learns what a committed batch left: for each of `keys` (the batch's,
+    /// in order) the planned state written at `commit_time`, or, unchanged,
+    /// the state it was planned against (`found`, `update_times`).
+    ///
+    /// Sound only for a Commit that applied with a precondition on each
+    /// planned write (a changed document takes the Commit's time as its
+    /// update time: every planned write changes the version it stores).
+    pub fn learn<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k MembershipKey>,
+        found: &[Option<Membership>],
+        update_times: &[Option<Timestamp>],
+        plan: &Plan,
+        commit_time: Timestamp,
+    ) {
+        if !self.enabled() {
+            return;
+        }
+        let mut planned = plan.memberships.iter().peekable();
+        for (index, key) in keys.enumerate() {
+            let entry = match planned.next_if(|p| p.index == index) {
+                Some(p) => Entry {
+                    state: Some(p.membership()),
+                    update_time: Some(commit_time),
+                },
+                None => Entry {
+                    state: found.get(index).cloned().flatten(),
+                    update_time: update_times.get(index).copied().flatten(),
+                },
+            };
+            let hash = Self::hash(key);
+            let mut shard = self.shard(hash).lock();
+            if shard.entries.len() >= self.entries_per_shard && !shard.entries.contains_key(key) {
+                // Evicted all at once: their keys stay seen ([`Self::see`]
+                // recorded each before its Commit was sent).
+                shard.entries.clear();
+            }
+            shard.entries.insert(key.clone(), entry);
+        }
+    }
+
+    /// A batch committed from what was known: guesses are good again.
+    pub fn confirmed(&self) {
+        self.refusals.store(0, Ordering::Relaxed);
+    }
+
+    /// A batch's Commit from what was known was refused on a precondition:
+    /// send the next batches the transactional way, twice as many as after
+    /// the last refusal in a row.
+    pub fn refused(&self) {
+        let refusals = (self.refusals.load(Ordering::Relaxed) + 1).min(MAX_SKIP.trailing_zeros());
+        self.refusals.store(refusals, Ordering::Relaxed);
+        self.skip.store(1 << refusals, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for KnownMemberships {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KnownMemberships")
+            .field("entries_per_shard", &self.entries_per_shard)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a Commit from known memberships failed on a precondition (a
+/// membership changed, or one assumed absent exists, or the batch's marker
+/// exists): it applied nothing, and the batch's transaction will tell why.
+pub fn refused_on_precondition(error: &crate::store::StoreError) -> bool {
+    use crate::store::Code;
+    error.op == "Commit" && matches!(error.code, Code::FailedPrecondition | Code::AlreadyExists)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{LikeEvent, LikeKind, Version};
+    use crate::model::batch::Batch;
+
+    fn key(user: &str) -> MembershipKey {
+        MembershipKey {
+            post_id: "p".into(),
+            user_id: user.into(),
+        }
+    }
+
+    fn like(user: &str, seq: i64) -> LikeEvent {
+        let version = Version {
+            seq,
+            occurred_at_micros: seq,
+            event_id: format!("{user}-{seq}"),
+        };
+        LikeEvent::new(LikeKind::Added, "p", user, &version, None).expect("valid")
+    }
+
+    fn time(seconds: i64) -> Timestamp {
+        Timestamp { seconds, nanos: 0 }
+    }
+
+    #[test]
+    fn keys_never_seen_are_assumed_absent_and_seen_ones_not_known_are_read() {
+        let known = KnownMemberships::new(1_000);
+        let keys = [key("a"), key("b")];
+        let recalled = known.recall(keys.iter()).expect("none seen");
+        assert_eq!(recalled.assumed_absent, 2);
+        assert_eq!(recalled.found, [None, None]);
+        assert_eq!(recalled.update_times, [None, None]);
+        known.see(keys[..1].iter());
+        assert_eq!(known.recall(keys.iter()), None, "a was seen, is not known");
+        assert!(known.recall(keys[1..].iter()).is_some());
+    }
+
+    #[test]
+    fn a_committed_batch_leaves_its_written_states_at_the_commit_time_and_the_rest_as_read() {
+        let known = KnownMemberships::new(1_000);
+        let batch = Batch::new(vec![like("a", 2)], Vec::new());
+        let keys: Vec<MembershipKey> = batch.keys().cloned().chain([key("b")]).collect();
+        let stored_b = Membership {
+            liked: true,
+            version: like("b", 7).version(),
+        };
+        let found = [None, Some(stored_b.clone())];
+        let read_times = [None, Some(time(5))];
+        let plan = batch.plan(&found[..1]);
+        known.see(keys.iter());
+        known.learn(keys.iter(), &found, &read_times, &plan, time(9));
+        let recalled = known.recall(keys.iter()).expect("both known");
+        assert_eq!(recalled.assumed_absent, 0);
+        assert_eq!(recalled.found[0], Some(plan.memberships[0].membership()));
+        assert_eq!(recalled.found[1], Some(stored_b));
+        assert_eq!(recalled.update_times, [Some(time(9)), Some(time(5))]);
+        known.forget(keys[..1].iter());
+        assert_eq!(known.recall(keys.iter()), None, "forgotten, still seen");
+    }
+
+    #[test]
+    fn refusals_in_a_row_send_twice_as_many_batches_to_the_transaction_up_to_64() {
+        let known = KnownMemberships::new(1_000);
+        let keys = [key("a")];
+        let tries = |n: usize| {
+            (0..n)
+                .map(|_| known.recall(keys.iter()).is_some())
+                .collect::<Vec<_>>()
+        };
+        known.refused();
+        assert_eq!(tries(3), [false, false, true]);
+        known.refused();
+        assert_eq!(tries(5), [false, false, false, false, true]);
+        for _ in 0..10 {
+            known.refused();
+        }
+        assert_eq!(tries(65).iter().filter(|t| !**t).count(), 64);
+        known.confirmed();
+        known.refused();
+        assert_eq!(tries(3), [false, false, true], "a success starts over");
+    }
+
+    #[test]
+    fn a_full_shard_forgets_its_entries_but_not_that_it_saw_them() {
+        // One entry per shard: a second key of a shard evicts the first.
+        let known = KnownMemberships::new(SHARDS);
+        let keys: Vec<MembershipKey> = (0..4 * SHARDS).map(|i| key(&format!("u{i}"))).collect();
+        let batch = Batch::new(Vec::new(), Vec::new());
+        let plan = batch.plan(&[][..]);
+        let found = vec![None; keys.len()];
+        let times = vec![Some(time(1)); keys.len()];
+        known.see(keys.iter());
+        known.learn(keys.iter(), &found, &times, &plan, time(1));
+        let entries: usize = known.shards.iter().map(|s| s.lock().entries.len()).sum();
+        assert!(entries <= SHARDS, "{entries}");
+        let forgotten = keys
+            .iter()
+            .filter(|k| known.recall(std::iter::once(*k)).is_none())
+            .count();
+        assert_eq!(forgotten, keys.len() - entries, "each evicted key is read, not assumed absent");
+    }
+
+    #[test]
+    fn a_shard_whose_seen_keys_are_full_assumes_nothing_absent() {
+        let known = KnownMemberships::new(SHARDS);
+        // SEEN_PER_ENTRY seen keys per shard: enough keys fill every shard.
+        let keys: Vec<MembershipKey> = (0..64 * SHARDS).map(|i| key(&format!("u{i}"))).collect();
+        known.see(keys.iter());
+        assert!(known.shards.iter().all(|s| s.lock().seen_full));
+        assert_eq!(known.recall(std::iter::once(&key("never"))), None);
+    }
+
+    #[test]
+    fn knowing_nothing_recalls_nothing() {
+        let known = KnownMemberships::new(0);
+        assert!(!known.enabled());
+        assert_eq!(known.recall([key("a")].iter()), None);
+    }
+}
