@@ -56,10 +56,18 @@ fn reads(h: &Harness) -> u64 {
 async fn memberships_never_seen_or_known_commit_in_one_round_trip_with_no_read() {
     let h = Harness::start().await;
     let s = store(&h, "c1", 1_000);
-    let first = commit(&s, &batch_of(&[(true, "p", "u1", 1, "e1"), (true, "p", "u2", 1, "e2")])).await;
+    let first = commit(
+        &s,
+        &batch_of(&[(true, "p", "u1", 1, "e1"), (true, "p", "u2", 1, "e2")]),
+    )
+    .await;
     assert_eq!((first.rpcs, first.effects.applied), (1, 2), "{first:?}");
     // u1 known (liked at 1): unliked at 2; a duplicate of e2 is a no-op.
-    let second = commit(&s, &batch_of(&[(false, "p", "u1", 2, "e3"), (true, "p", "u2", 1, "e2")])).await;
+    let second = commit(
+        &s,
+        &batch_of(&[(false, "p", "u1", 2, "e3"), (true, "p", "u2", 1, "e2")]),
+    )
+    .await;
     assert_eq!(second.rpcs, 1, "{second:?}");
     assert_eq!((second.effects.applied, second.effects.duplicates), (1, 1));
     assert_eq!(reads(&h), 0, "nothing was read");
@@ -117,10 +125,18 @@ async fn after_a_refusal_the_next_batches_are_read_in_their_transaction() {
     // batches go to the transaction directly (2 each), then b guesses again.
     let mut rpcs = Vec::new();
     for (user, id) in [("u1", "b1"), ("u2", "b2"), ("u3", "b3"), ("u4", "b4")] {
-        rpcs.push(commit(&b, &batch_of(&[(false, "p", user, 2, id)])).await.rpcs);
+        rpcs.push(
+            commit(&b, &batch_of(&[(false, "p", user, 2, id)]))
+                .await
+                .rpcs,
+        );
     }
     assert_eq!(rpcs, [3, 2, 2, 1]);
-    assert_eq!(h.count("p").await, 0, "3 liked by a, all 3 unliked by b, u4 unliked from nothing");
+    assert_eq!(
+        h.count("p").await,
+        0,
+        "3 liked by a, all 3 unliked by b, u4 unliked from nothing"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,13 +178,19 @@ async fn a_known_commit_lost_before_or_after_it_applied_is_counted_once_by_its_r
         .add(FaultSpec::error("Commit", Code::Unavailable).times(1))
         .expect("fault");
     let (report, failed) = commit_retrying(&s, &batch_of(&[(true, "p", "u1", 1, "e1")])).await;
-    assert_eq!((failed, report.outcome, report.rpcs), (1, CommitOutcome::Committed, 2));
+    assert_eq!(
+        (failed, report.outcome, report.rpcs),
+        (1, CommitOutcome::Committed, 2)
+    );
     // Applied, its answer lost: the retry's transaction finds the marker.
     faults
         .add(FaultSpec::error_after_apply("Commit", Code::Unavailable).times(1))
         .expect("fault");
     let (report, failed) = commit_retrying(&s, &batch_of(&[(true, "p", "u2", 1, "e2")])).await;
-    assert_eq!((failed, report.outcome), (1, CommitOutcome::AlreadyCommitted));
+    assert_eq!(
+        (failed, report.outcome),
+        (1, CommitOutcome::AlreadyCommitted)
+    );
     assert_eq!(h.count("p").await, 2);
     // Learnt again from the transaction: the next change commits in one.
     let report = commit(&s, &batch_of(&[(false, "p", "u1", 2, "e3")])).await;

@@ -58,7 +58,7 @@ pub struct StoreWriteFlags {
     pub store_call_timeout_ms: u64,
     /// Firestore: memberships this replica keeps known, in entries (~250
     /// bytes each, and 4 seen keys per entry at ~10 bytes each): a batch
-    /// whose memberships are all known, or never seen here, commits in one
+    /// whose memberships are all known, or not seen here lately, commits in one
     /// round trip with no read, each write on the precondition of the state
     /// assumed (refused: read in a transaction). 0 = every batch is read in
     /// its transaction.

@@ -17,8 +17,7 @@ use super::rollup::{
     StoredRollup, TakenRecord, WriteOutcome,
 };
 use super::{
-    KnownUse,
-    Attempt, ChangedCounter, Code, CommitOutcome, CommitReport, CounterStore, ErrorClass,
+    Attempt, ChangedCounter, Code, CommitOutcome, CommitReport, CounterStore, ErrorClass, KnownUse,
     StoreError, TombstoneState,
 };
 use crate::model::batch::{Batch, Effects, Membership, MembershipKey};

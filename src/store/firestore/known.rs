@@ -13,19 +13,22 @@
 //!   the stored state either: a no-op both ways, with no write. An event
 //!   that is newer writes on the precondition `update_time` = the entry's,
 //!   which fails, failing the whole Commit, if the document changed since.
-//! - A key this replica never saw is assumed absent (`exists = false`: the
-//!   Commit fails if another replica or an earlier run wrote it), unless
-//!   its shard's record of seen keys is full. A key is recorded as seen
-//!   before any Commit that may write it is sent, and stays seen when its
-//!   entry is forgotten or evicted: a key once seen is known or read, never
-//!   assumed absent again.
+//! - A key this replica did not see lately is assumed absent (`exists =
+//!   false`: the Commit fails if another replica or an earlier run wrote
+//!   it). A key is recorded as seen before any Commit that may write it is
+//!   sent, and stays seen when its entry is forgotten or evicted, for at
+//!   least the last `SEEN_PER_ENTRY / 2 x` capacity keys recorded: the
+//!   record keeps two generations and drops the older when the newer is
+//!   full, so a long-running replica's guesses about keys seen long ago may
+//!   be wrong. Exactness never rests on the record, only the cost does: a
+//!   wrong guess is refused like any other.
 //! - A Commit refused on a precondition applied nothing (Commit is atomic);
 //!   its keys are forgotten and the batch goes the transactional way. After
 //!   `n` refusals in a row the next `2^n` batches (at most 64) go that way
 //!   directly, so a replica whose guesses fail (others write the same
 //!   memberships; a restart over old data) pays ~1 wasted round trip in 64.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use gcloud_sdk::prost_types::Timestamp;
@@ -53,13 +56,34 @@ struct Entry {
     update_time: Option<Timestamp>,
 }
 
+/// An entry under its key's hash, with the key: two keys of one hash
+/// share the slot, and the one not in it counts as seen, not known.
+struct Slot {
+    key: MembershipKey,
+    entry: Entry,
+}
+
 #[derive(Default)]
 struct Shard {
-    entries: FxHashMap<MembershipKey, Entry>,
+    entries: FxHashMap<u64, Slot>,
+    /// Keys seen lately: recorded here until it holds half the record's
+    /// capacity, then it becomes `seen_before` (dropping the one there).
     seen: FxHashSet<u64>,
-    /// `seen` reached its capacity: a key not in it may have been seen.
-    seen_full: bool,
+    /// The generation of seen keys before `seen`.
+    seen_before: FxHashSet<u64>,
 }
+
+impl Shard {
+    /// Whether the key of `hash` is recorded as seen.
+    fn saw(&self, hash: u64) -> bool {
+        self.seen.contains(&hash) || self.seen_before.contains(&hash)
+    }
+}
+
+/// A batch's keys hashed once, in its order: what [`KnownMemberships`]
+/// finds them by.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct KeyHashes(Vec<u64>);
 
 /// The states a batch is planned against, recalled instead of read:
 /// aligned with the batch's keys, as a read returns them.
@@ -72,6 +96,8 @@ pub struct Recalled {
     pub update_times: Vec<Option<Timestamp>>,
     /// Keys assumed absent because this replica never saw them.
     pub assumed_absent: usize,
+    /// The keys' hashes.
+    pub hashes: KeyHashes,
 }
 
 /// What this replica knows of memberships (see the module's invariants).
@@ -104,10 +130,12 @@ impl KnownMemberships {
         self.entries_per_shard > 0
     }
 
-    fn hash(key: &MembershipKey) -> u64 {
-        let mut hasher = FxBuildHasher.build_hasher();
-        key.hash(&mut hasher);
-        hasher.finish()
+    /// The hashes of `keys` (a batch's, in order).
+    pub fn hashes<'k>(&self, keys: impl Iterator<Item = &'k MembershipKey>) -> KeyHashes {
+        if !self.enabled() {
+            return KeyHashes::default();
+        }
+        KeyHashes(keys.map(hash).collect())
     }
 
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
@@ -133,63 +161,66 @@ impl KnownMemberships {
             found: Vec::with_capacity(count),
             update_times: Vec::with_capacity(count),
             assumed_absent: 0,
+            hashes: KeyHashes(Vec::with_capacity(count)),
         };
         for key in keys {
-            let hash = Self::hash(key);
+            let hash = hash(key);
             let shard = self.shard(hash).lock();
-            match shard.entries.get(key) {
-                Some(entry) => {
-                    recalled.found.push(entry.state.clone());
-                    recalled.update_times.push(entry.update_time);
+            match shard.entries.get(&hash) {
+                Some(slot) if slot.key == *key => {
+                    recalled.found.push(slot.entry.state.clone());
+                    recalled.update_times.push(slot.entry.update_time);
                 }
-                None if shard.seen_full || shard.seen.contains(&hash) => return None,
+                // Another key of this hash is known: this one may be seen.
+                Some(_) => return None,
+                None if shard.saw(hash) => return None,
                 None => {
                     recalled.found.push(None);
                     recalled.update_times.push(None);
                     recalled.assumed_absent += 1;
                 }
             }
+            recalled.hashes.0.push(hash);
         }
         Some(recalled)
     }
 
-    /// Records `keys` as seen: called before a Commit that may write them
-    /// is sent, so none of them is assumed absent after it.
-    pub fn see<'k>(&self, keys: impl Iterator<Item = &'k MembershipKey>) {
-        if !self.enabled() {
-            return;
-        }
-        for key in keys {
-            let hash = Self::hash(key);
+    /// Records the keys of `hashes` as seen: called before a Commit that
+    /// may write them is sent, so none of them is assumed absent after it.
+    pub fn see(&self, hashes: &KeyHashes) {
+        for &hash in &hashes.0 {
             let mut shard = self.shard(hash).lock();
-            if shard.seen.len() >= self.seen_per_shard && !shard.seen.contains(&hash) {
-                if !shard.seen_full {
-                    tracing::info!(
-                        seen = shard.seen.len(),
-                        "a shard of the known memberships has recorded as many keys as it may; its keys not known are read from now on, never assumed absent"
-                    );
-                }
-                shard.seen_full = true;
-            } else {
-                shard.seen.insert(hash);
+            if shard.saw(hash) {
+                continue;
             }
+            if shard.seen.len() >= self.seen_per_shard / 2 {
+                let newer = std::mem::take(&mut shard.seen);
+                shard.seen_before = newer;
+            }
+            shard.seen.insert(hash);
         }
     }
 
     /// Forgets what is known of `keys` (their Commit failed or its outcome
     /// is unknown); they stay seen.
-    pub fn forget<'k>(&self, keys: impl Iterator<Item = &'k MembershipKey>) {
-        if !self.enabled() {
-            return;
-        }
-        for key in keys {
-            self.shard(Self::hash(key)).lock().entries.remove(key);
+    pub fn forget<'k>(&self, keys: impl Iterator<Item = &'k MembershipKey>, hashes: &KeyHashes) {
+        for (key, &hash) in keys.zip(&hashes.0) {
+            let mut shard = self.shard(hash).lock();
+            if shard
+                .entries
+                .get(&hash)
+                .is_some_and(|slot| slot.key == *key)
+            {
+                shard.entries.remove(&hash);
+            }
         }
     }
 
     /// Learns what a committed batch left: for each of `keys` (the batch's,
-    /// in order) the planned state written at `commit_time`, or, unchanged,
-    /// the state it was planned against (`found`, `update_times`).
+    /// in order, seen with [`Self::see`] before its Commit was sent) the
+    /// planned state written at `commit_time`, or, unchanged, the state it
+    /// was planned against when that was read ([`Unchanged::Read`]; from
+    /// known memberships, each key it did not write was known and still is).
     ///
     /// Sound only for a Commit that applied with a precondition on each
     /// planned write (a changed document takes the Commit's time as its
@@ -197,34 +228,47 @@ impl KnownMemberships {
     pub fn learn<'k>(
         &self,
         keys: impl Iterator<Item = &'k MembershipKey>,
-        found: &[Option<Membership>],
-        update_times: &[Option<Timestamp>],
+        hashes: &KeyHashes,
         plan: &Plan,
         commit_time: Timestamp,
+        unchanged: Unchanged,
     ) {
-        if !self.enabled() {
-            return;
-        }
         let mut planned = plan.memberships.iter().peekable();
-        for (index, key) in keys.enumerate() {
+        for (index, (key, &hash)) in keys.zip(&hashes.0).enumerate() {
             let entry = match planned.next_if(|p| p.index == index) {
                 Some(p) => Entry {
                     state: Some(p.membership()),
                     update_time: Some(commit_time),
                 },
-                None => Entry {
-                    state: found.get(index).cloned().flatten(),
-                    update_time: update_times.get(index).copied().flatten(),
+                None => match unchanged {
+                    Unchanged::AlreadyKnown => continue,
+                    Unchanged::Read {
+                        found,
+                        update_times,
+                    } => Entry {
+                        state: found.get(index).cloned().flatten(),
+                        update_time: update_times.get(index).copied().flatten(),
+                    },
                 },
             };
-            let hash = Self::hash(key);
             let mut shard = self.shard(hash).lock();
-            if shard.entries.len() >= self.entries_per_shard && !shard.entries.contains_key(key) {
-                // Evicted all at once: their keys stay seen ([`Self::see`]
-                // recorded each before its Commit was sent).
-                shard.entries.clear();
+            match shard.entries.get_mut(&hash) {
+                Some(slot) if slot.key == *key => slot.entry = entry,
+                Some(slot) => {
+                    *slot = Slot {
+                        key: key.clone(),
+                        entry,
+                    }
+                }
+                None => {
+                    if shard.entries.len() >= self.entries_per_shard {
+                        // Evicted all at once: their keys stay seen.
+                        shard.entries.clear();
+                    }
+                    let key = key.clone();
+                    shard.entries.insert(hash, Slot { key, entry });
+                }
             }
-            shard.entries.insert(key.clone(), entry);
         }
     }
 
@@ -241,6 +285,25 @@ impl KnownMemberships {
         self.refusals.store(refusals, Ordering::Relaxed);
         self.skip.store(1 << refusals, Ordering::Relaxed);
     }
+}
+
+/// The states of the keys a commit did not write: where they came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unchanged<'a> {
+    /// Read in the commit's transaction, per key: learnt.
+    Read {
+        /// Its state, when its document exists.
+        found: &'a [Option<Membership>],
+        /// Its document's update time, when it exists.
+        update_times: &'a [Option<Timestamp>],
+    },
+    /// Recalled from what is known: nothing to learn.
+    AlreadyKnown,
+}
+
+/// A key's hash (FxHash of its post and user).
+fn hash(key: &MembershipKey) -> u64 {
+    FxBuildHasher.hash_one(key)
 }
 
 impl std::fmt::Debug for KnownMemberships {
@@ -293,7 +356,7 @@ mod tests {
         assert_eq!(recalled.assumed_absent, 2);
         assert_eq!(recalled.found, [None, None]);
         assert_eq!(recalled.update_times, [None, None]);
-        known.see(keys[..1].iter());
+        known.see(&known.hashes(keys[..1].iter()));
         assert_eq!(known.recall(keys.iter()), None, "a was seen, is not known");
         assert!(known.recall(keys[1..].iter()).is_some());
     }
@@ -310,14 +373,25 @@ mod tests {
         let found = [None, Some(stored_b.clone())];
         let read_times = [None, Some(time(5))];
         let plan = batch.plan(&found[..1]);
-        known.see(keys.iter());
-        known.learn(keys.iter(), &found, &read_times, &plan, time(9));
+        let hashes = known.hashes(keys.iter());
+        known.see(&hashes);
+        let unchanged = Unchanged::Read {
+            found: &found,
+            update_times: &read_times,
+        };
+        known.learn(keys.iter(), &hashes, &plan, time(9), unchanged);
         let recalled = known.recall(keys.iter()).expect("both known");
         assert_eq!(recalled.assumed_absent, 0);
         assert_eq!(recalled.found[0], Some(plan.memberships[0].membership()));
         assert_eq!(recalled.found[1], Some(stored_b));
         assert_eq!(recalled.update_times, [Some(time(9)), Some(time(5))]);
-        known.forget(keys[..1].iter());
+        // From known memberships, what it did not write is left as known.
+        let plan = batch.plan(&found[..0]);
+        let unchanged = Unchanged::AlreadyKnown;
+        known.learn(keys.iter(), &hashes, &plan, time(11), unchanged);
+        let recalled = known.recall(keys.iter()).expect("both known");
+        assert_eq!(recalled.update_times, [Some(time(11)), Some(time(5))]);
+        known.forget(keys[..1].iter(), &hashes);
         assert_eq!(known.recall(keys.iter()), None, "forgotten, still seen");
     }
 
@@ -345,32 +419,63 @@ mod tests {
 
     #[test]
     fn a_full_shard_forgets_its_entries_but_not_that_it_saw_them() {
-        // One entry per shard: a second key of a shard evicts the first.
-        let known = KnownMemberships::new(SHARDS);
+        // One entry per shard: a second key of a shard evicts the first;
+        // room to record every key seen.
+        let mut known = KnownMemberships::new(SHARDS);
+        known.seen_per_shard = 1_000;
         let keys: Vec<MembershipKey> = (0..4 * SHARDS).map(|i| key(&format!("u{i}"))).collect();
         let batch = Batch::new(Vec::new(), Vec::new());
         let plan = batch.plan(&[][..]);
         let found = vec![None; keys.len()];
         let times = vec![Some(time(1)); keys.len()];
-        known.see(keys.iter());
-        known.learn(keys.iter(), &found, &times, &plan, time(1));
+        let hashes = known.hashes(keys.iter());
+        known.see(&hashes);
+        let unchanged = Unchanged::Read {
+            found: &found,
+            update_times: &times,
+        };
+        known.learn(keys.iter(), &hashes, &plan, time(1), unchanged);
         let entries: usize = known.shards.iter().map(|s| s.lock().entries.len()).sum();
         assert!(entries <= SHARDS, "{entries}");
         let forgotten = keys
             .iter()
             .filter(|k| known.recall(std::iter::once(*k)).is_none())
             .count();
-        assert_eq!(forgotten, keys.len() - entries, "each evicted key is read, not assumed absent");
+        assert_eq!(
+            forgotten,
+            keys.len() - entries,
+            "each evicted key is read, not assumed absent"
+        );
     }
 
     #[test]
-    fn a_shard_whose_seen_keys_are_full_assumes_nothing_absent() {
+    fn the_record_of_seen_keys_drops_its_older_half_when_full_never_the_newest() {
+        // SHARDS entries: SEEN_PER_ENTRY seen keys per shard, two generations.
         let known = KnownMemberships::new(SHARDS);
-        // SEEN_PER_ENTRY seen keys per shard: enough keys fill every shard.
         let keys: Vec<MembershipKey> = (0..64 * SHARDS).map(|i| key(&format!("u{i}"))).collect();
-        known.see(keys.iter());
-        assert!(known.shards.iter().all(|s| s.lock().seen_full));
-        assert_eq!(known.recall(std::iter::once(&key("never"))), None);
+        for key in &keys {
+            known.see(&known.hashes(std::iter::once(key)));
+        }
+        let held: usize = known
+            .shards
+            .iter()
+            .map(|s| {
+                let s = s.lock();
+                s.seen.len() + s.seen_before.len()
+            })
+            .sum();
+        assert!(held <= SEEN_PER_ENTRY * SHARDS, "{held}");
+        // The newest keys of every shard are still seen (read, not guessed).
+        let newest = &keys[keys.len() - SHARDS / 4..];
+        assert!(newest
+            .iter()
+            .all(|k| known.recall(std::iter::once(k)).is_none()));
+        // The oldest may be guessed again: the Commit's precondition decides.
+        let guessed = keys
+            .iter()
+            .filter(|k| known.recall(std::iter::once(*k)).is_some())
+            .count();
+        assert!(guessed >= keys.len() - SEEN_PER_ENTRY * SHARDS, "{guessed}");
     }
 
     #[test]

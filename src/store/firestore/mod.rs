@@ -53,7 +53,7 @@ use super::{
 };
 use crate::model::batch::{Batch, Plan};
 use gcloud_sdk::prost_types::Timestamp;
-use known::{KnownMemberships, Recalled};
+use known::{KeyHashes, KnownMemberships, Recalled, Unchanged};
 
 /// Store settings (where the documents live is the [`FirestoreDb`]'s layout).
 pub type FirestoreStoreConfig = super::StoreSettings;
@@ -157,7 +157,10 @@ impl FirestoreStore {
         let mut refused_rpcs = 0;
         if batch.tombstone_generation.is_none() && attempt.retry_transaction.is_none() {
             if let Some(recalled) = self.known.recall(batch.keys()) {
-                match self.commit_known(batch, &marker, recalled, committing).await {
+                match self
+                    .commit_known(batch, &marker, recalled, committing)
+                    .await
+                {
                     Ok(report) => return Ok(report),
                     // Nothing applied: the transaction reads what changed
                     // (or finds the marker of an earlier attempt).
@@ -213,7 +216,14 @@ impl FirestoreStore {
             }
         }
         let plan = batch.plan(snapshot.found.as_slice());
-        self.known.see(batch.keys());
+        // A checked batch never commits from known memberships, and every
+        // batch of a store with tombstones is checked: nothing to learn.
+        let learns = batch.tombstone_generation.is_none();
+        let hashes = match learns {
+            true => self.known.hashes(batch.keys()),
+            false => KeyHashes::default(),
+        };
+        self.known.see(&hashes);
         let committed = self
             .commit_plan(
                 batch,
@@ -228,16 +238,20 @@ impl FirestoreStore {
         let (mut report, commit_time) = match committed {
             Ok(committed) => committed,
             Err(error) => {
-                self.known.forget(batch.keys());
+                self.known.forget(batch.keys(), &hashes);
                 return Err(error);
             }
         };
         match commit_time {
             Some(time) => {
-                let (found, times) = (&snapshot.found, &snapshot.update_times);
-                self.known.learn(batch.keys(), found, times, &plan, time);
+                let unchanged = Unchanged::Read {
+                    found: &snapshot.found,
+                    update_times: &snapshot.update_times,
+                };
+                self.known
+                    .learn(batch.keys(), &hashes, &plan, time, unchanged);
             }
-            None => self.known.forget(batch.keys()),
+            None => self.known.forget(batch.keys(), &hashes),
         }
         if refused_rpcs > 0 {
             report.rpcs += refused_rpcs;
@@ -257,9 +271,17 @@ impl FirestoreStore {
         committing: &AtomicBool,
     ) -> Result<CommitReport, StoreError> {
         let plan = batch.plan(recalled.found.as_slice());
-        self.known.see(batch.keys());
+        self.known.see(&recalled.hashes);
         let committed = self
-            .commit_plan(batch, &plan, &[], &recalled.update_times, marker, None, committing)
+            .commit_plan(
+                batch,
+                &plan,
+                &[],
+                &recalled.update_times,
+                marker,
+                None,
+                committing,
+            )
             .await;
         match committed {
             Ok((mut report, commit_time)) => {
@@ -267,15 +289,16 @@ impl FirestoreStore {
                 self.known.confirmed();
                 match commit_time {
                     Some(time) => {
-                        let (found, times) = (&recalled.found, &recalled.update_times);
-                        self.known.learn(batch.keys(), found, times, &plan, time);
+                        let (hashes, unchanged) = (&recalled.hashes, Unchanged::AlreadyKnown);
+                        self.known
+                            .learn(batch.keys(), hashes, &plan, time, unchanged);
                     }
-                    None => self.known.forget(batch.keys()),
+                    None => self.known.forget(batch.keys(), &recalled.hashes),
                 }
                 Ok(report)
             }
             Err(error) => {
-                self.known.forget(batch.keys());
+                self.known.forget(batch.keys(), &recalled.hashes);
                 if known::refused_on_precondition(&error) {
                     self.known.refused();
                     tracing::debug!(

@@ -126,8 +126,8 @@ use errors::query_error;
 
 use super::counter_shards::CounterShardPlanner;
 use super::{
-    KnownUse,
-    Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, StoreError,
+    Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, KnownUse,
+    StoreError,
 };
 use crate::model::batch::{Batch, Membership, MembershipKey};
 
