@@ -94,7 +94,7 @@ pub struct Recalled {
     /// Per key: its update time (the precondition of its write); `None`:
     /// written only if absent.
     pub update_times: Vec<Option<Timestamp>>,
-    /// Keys assumed absent because this replica never saw them.
+    /// Keys assumed absent because this replica did not see them lately.
     pub assumed_absent: usize,
     /// The keys' hashes.
     pub hashes: KeyHashes,
