@@ -197,3 +197,30 @@ async fn a_known_commit_lost_before_or_after_it_applied_is_counted_once_by_its_r
     assert_eq!(report.rpcs, 1, "{report:?}");
     assert_eq!(h.count("p").await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_over_memberships_another_wrote_counts_its_refusals_and_stays_exact() {
+    use common::Ev;
+    const WAIT: Duration = Duration::from_secs(30);
+    let h = Harness::start().await;
+    let likes: Vec<Ev> = (0..40)
+        .map(|u| Ev::like(&format!("l{u}"), "p", &format!("u{u}"), 1))
+        .collect();
+    let first = h.spawn(h.run_args("c1", &[]));
+    h.publish(&likes).await;
+    assert!(first.wait_for_acks(40, WAIT).await);
+    let first = first.stop().await;
+    assert!(first.known_commits.get() > 0, "never seen: guessed absent");
+    assert_eq!(first.known_refusals.get(), 0);
+    // A new replica knows none of them: it guesses them absent, is
+    // refused, reads them, and unlikes each exactly once.
+    let unlikes: Vec<Ev> = (0..40)
+        .map(|u| Ev::unlike(&format!("x{u}"), "p", &format!("u{u}"), 2))
+        .collect();
+    let second = h.spawn(h.run_args("c1", &[]));
+    h.publish(&unlikes).await;
+    assert!(second.wait_for_acks(40, WAIT).await);
+    let second = second.stop().await;
+    assert!(second.known_refusals.get() > 0, "its guesses were refused");
+    assert_eq!(h.count("p").await, 0);
+}
