@@ -1,7 +1,11 @@
 //! The Firestore [`CounterStore`]: one read-write transaction per batch,
-//! in two round trips (BatchGetDocuments opening the transaction, Commit).
+//! in two round trips (BatchGetDocuments opening the transaction, Commit),
+//! or one Commit alone when the batch's memberships are known ([`known`]).
 //!
-//! Invariants: the memberships and the batch marker are read inside the
+//! Invariants: a Commit alone carries a precondition on every state its
+//! plan assumed (the memberships as known, the marker absent), so it
+//! applies only where the transaction would have planned the same; else
+//! the memberships and the batch marker are read inside the
 //! transaction before anything is written (so Firestore locks them); a batch
 //! whose marker exists is rolled back and reported already committed; a
 //! batch checked against tombstone generation `g` also reads
