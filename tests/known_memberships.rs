@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::Harness;
 use hotcount::model::batch::Batch;
 use hotcount::store::firestore::FirestoreStore;
-use hotcount::store::{Attempt, CommitOutcome, CommitReport, CounterStore};
+use hotcount::store::{Attempt, CommitOutcome, CommitReport, CounterStore, KnownUse};
 
 /// A Firestore store over the harness's database, knowing up to `known`
 /// memberships (0: every batch read in its transaction).
@@ -172,8 +172,8 @@ async fn a_known_commit_lost_before_or_after_it_applied_is_counted_once_by_its_r
     let h = Harness::start().await;
     let s = store(&h, "c1", 1_000);
     let faults = h.emulators.firestore_faults();
-    // Refused before it applied: the retry reads the keys (seen, so never
-    // assumed absent again) in its transaction and commits them.
+    // Refused before it applied: the retry reads the key (seen, so not
+    // assumed absent again), outside a transaction, and commits alone.
     faults
         .add(FaultSpec::error("Commit", Code::Unavailable).times(1))
         .expect("fault");
@@ -182,20 +182,32 @@ async fn a_known_commit_lost_before_or_after_it_applied_is_counted_once_by_its_r
         (failed, report.outcome, report.rpcs),
         (1, CommitOutcome::Committed, 2)
     );
-    // Applied, its answer lost: the retry's transaction finds the marker.
+    let read_then_alone = KnownUse::Committed;
+    assert_eq!(
+        report.known, read_then_alone,
+        "read (seen, forgotten), no transaction"
+    );
+    // Applied, its answer lost: the retry reads the membership (now
+    // liked), finds its event a duplicate, and its Commit is refused on the
+    // marker (it exists); its transaction finds the marker.
     faults
         .add(FaultSpec::error_after_apply("Commit", Code::Unavailable).times(1))
         .expect("fault");
     let (report, failed) = commit_retrying(&s, &batch_of(&[(true, "p", "u2", 1, "e2")])).await;
     assert_eq!(
-        (failed, report.outcome),
-        (1, CommitOutcome::AlreadyCommitted)
+        (failed, report.outcome, report.known),
+        (1, CommitOutcome::AlreadyCommitted, KnownUse::Refused)
     );
     assert_eq!(h.count("p").await, 2);
-    // Learnt again from the transaction: the next change commits in one.
+    // The refusal sends the next two batches to their transaction; then u1,
+    // learnt from what was read, changes in one round trip.
+    for user in ["u3", "u4"] {
+        let report = commit(&s, &batch_of(&[(true, "p", user, 1, user)])).await;
+        assert_eq!(report.rpcs, 2, "{report:?}");
+    }
     let report = commit(&s, &batch_of(&[(false, "p", "u1", 2, "e3")])).await;
     assert_eq!(report.rpcs, 1, "{report:?}");
-    assert_eq!(h.count("p").await, 1);
+    assert_eq!(h.count("p").await, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,5 +234,48 @@ async fn a_replica_started_over_memberships_another_wrote_counts_its_refusals_an
     assert!(second.wait_for_acks(40, WAIT).await);
     let second = second.stop().await;
     assert!(second.known_refusals.get() > 0, "its guesses were refused");
+    assert_eq!(h.count("p").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memberships_evicted_from_a_small_store_are_read_alone_without_a_transaction() {
+    let h = Harness::start().await;
+    // 640 entries (10 in each of 64 shards) for 960 memberships (~15 a
+    // shard): each shard evicts, and its record of seen keys (20-40 a
+    // shard) still holds every key, so none is guessed absent.
+    let s = store(&h, "c1", 640);
+    let users: Vec<String> = (0..960).map(|u| format!("u{u}")).collect();
+    let likes: Vec<_> = users
+        .iter()
+        .map(|u| (true, "p", u.as_str(), 1, "l"))
+        .collect();
+    let ids: Vec<String> = users.iter().map(|u| format!("like-{u}")).collect();
+    let likes: Vec<_> = likes
+        .iter()
+        .zip(&ids)
+        .map(|(&(a, p, u, seq, _), id)| (a, p, u, seq, id.as_str()))
+        .collect();
+    let first = commit(&s, &batch_of(&likes)).await;
+    assert_eq!((first.rpcs, first.known), (1, KnownUse::Committed));
+    let ids: Vec<String> = users.iter().map(|u| format!("unlike-{u}")).collect();
+    let unlikes: Vec<_> = users
+        .iter()
+        .zip(&ids)
+        .map(|(u, id)| (false, "p", u.as_str(), 2, id.as_str()))
+        .collect();
+    let second = commit(&s, &batch_of(&unlikes)).await;
+    assert_eq!(
+        (second.rpcs, second.known),
+        (2, KnownUse::Committed),
+        "{second:?}"
+    );
+    assert_eq!(second.effects.applied, 960);
+    assert_eq!(reads(&h), 1, "one read, of the forgotten ones");
+    let stats = h.emulators.firestore().stats();
+    assert_eq!(stats.transactions_begun, 0, "{stats:?}");
+    assert!(
+        (1..960).contains(&stats.documents_read),
+        "the forgotten ones only: {stats:?}"
+    );
     assert_eq!(h.count("p").await, 0);
 }

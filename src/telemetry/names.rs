@@ -77,7 +77,7 @@ metrics! {
     STORE_RPCS = "hotcount_store_rpcs_total",
         "Store round trips.";
     KNOWN_COMMITS = "hotcount_known_commits_total",
-        "Batches committed in one round trip from known memberships (Firestore: no read, no transaction).";
+        "Batches committed without a transaction from known memberships (Firestore: one round trip; two when memberships seen but forgotten were read first).";
     KNOWN_REFUSALS = "hotcount_known_refusals_total",
         "Commits from known memberships refused on a precondition (a membership changed elsewhere, or one assumed absent exists); the batch was then read in its transaction.";
     COUNTER_INCREMENTS = "hotcount_counter_increments_total",

@@ -2,7 +2,10 @@
 //! one's state and update time, so a batch whose every membership is known
 //! commits in ONE round trip, a Commit with no read and no transaction,
 //! whose every membership write carries a precondition on the state
-//! assumed (`update_time` as known, or `exists = false`).
+//! assumed (`update_time` as known, or `exists = false`). Memberships seen
+//! but no longer known (evicted, or their Commit failed) are read first,
+//! outside a transaction, and the Commit's preconditions hold what was
+//! read: two round trips, reading only those.
 //!
 //! Invariants:
 //! - An entry is a state the store held at the entry's update time (read
@@ -13,6 +16,8 @@
 //!   the stored state either: a no-op both ways, with no write. An event
 //!   that is newer writes on the precondition `update_time` = the entry's,
 //!   which fails, failing the whole Commit, if the document changed since.
+//!   A state read outside a transaction is such an entry too (the store
+//!   held it at its update time).
 //! - A key this replica did not see lately is assumed absent (`exists =
 //!   false`: the Commit fails if another replica or an earlier run wrote
 //!   it). A key is recorded as seen before any Commit that may write it is
@@ -96,6 +101,11 @@ pub struct Recalled {
     pub update_times: Vec<Option<Timestamp>>,
     /// Keys assumed absent because this replica did not see them lately.
     pub assumed_absent: usize,
+    /// Positions of the keys seen but not known (evicted, or their last
+    /// Commit failed): read, outside a transaction, before the Commit,
+    /// whose preconditions then hold what was read. Their `found` and
+    /// `update_times` are `None` until then.
+    pub forgotten: Vec<usize>,
     /// The keys' hashes.
     pub hashes: KeyHashes,
 }
@@ -143,9 +153,9 @@ impl KnownMemberships {
         &self.shards[(hash >> 58) as usize % SHARDS]
     }
 
-    /// The states of `keys` (a batch's, in order), when every one is known
-    /// or may be assumed absent, and refusals do not say to read instead;
-    /// `None`: read them in a transaction.
+    /// The states of `keys` (a batch's, in order), each known, assumed
+    /// absent or to be read ([`Recalled::forgotten`]: seen, not known), when
+    /// refusals do not say to read them all in a transaction (`None`).
     pub fn recall<'k>(&self, keys: impl Iterator<Item = &'k MembershipKey>) -> Option<Recalled> {
         if !self.enabled() {
             return None;
@@ -161,9 +171,10 @@ impl KnownMemberships {
             found: Vec::with_capacity(count),
             update_times: Vec::with_capacity(count),
             assumed_absent: 0,
+            forgotten: Vec::new(),
             hashes: KeyHashes(Vec::with_capacity(count)),
         };
-        for key in keys {
+        for (index, key) in keys.enumerate() {
             let hash = hash(key);
             let shard = self.shard(hash).lock();
             match shard.entries.get(&hash) {
@@ -171,9 +182,17 @@ impl KnownMemberships {
                     recalled.found.push(slot.entry.state.clone());
                     recalled.update_times.push(slot.entry.update_time);
                 }
-                // Another key of this hash is known: this one may be seen.
-                Some(_) => return None,
-                None if shard.saw(hash) => return None,
+                // Seen and not known (another key of this hash may be).
+                Some(_) => {
+                    recalled.found.push(None);
+                    recalled.update_times.push(None);
+                    recalled.forgotten.push(index);
+                }
+                None if shard.saw(hash) => {
+                    recalled.found.push(None);
+                    recalled.update_times.push(None);
+                    recalled.forgotten.push(index);
+                }
                 None => {
                     recalled.found.push(None);
                     recalled.update_times.push(None);
@@ -344,6 +363,12 @@ mod tests {
         LikeEvent::new(LikeKind::Added, "p", user, &version, None).expect("valid")
     }
 
+    /// Whether `key` alone would be read before its Commit.
+    fn forgotten(known: &KnownMemberships, key: &MembershipKey) -> bool {
+        let recalled = known.recall(std::iter::once(key)).expect("no refusal");
+        !recalled.forgotten.is_empty()
+    }
+
     fn time(seconds: i64) -> Timestamp {
         Timestamp { seconds, nanos: 0 }
     }
@@ -357,8 +382,9 @@ mod tests {
         assert_eq!(recalled.found, [None, None]);
         assert_eq!(recalled.update_times, [None, None]);
         known.see(&known.hashes(keys[..1].iter()));
-        assert_eq!(known.recall(keys.iter()), None, "a was seen, is not known");
-        assert!(known.recall(keys[1..].iter()).is_some());
+        let recalled = known.recall(keys.iter()).expect("no refusal");
+        assert_eq!(recalled.forgotten, [0], "a was seen, is not known: read");
+        assert_eq!(recalled.assumed_absent, 1);
     }
 
     #[test]
@@ -392,7 +418,8 @@ mod tests {
         let recalled = known.recall(keys.iter()).expect("both known");
         assert_eq!(recalled.update_times, [Some(time(11)), Some(time(5))]);
         known.forget(keys[..1].iter(), &hashes);
-        assert_eq!(known.recall(keys.iter()), None, "forgotten, still seen");
+        let recalled = known.recall(keys.iter()).expect("no refusal");
+        assert_eq!(recalled.forgotten, [0], "forgotten, still seen");
     }
 
     #[test]
@@ -437,10 +464,7 @@ mod tests {
         known.learn(keys.iter(), &hashes, &plan, time(1), unchanged);
         let entries: usize = known.shards.iter().map(|s| s.lock().entries.len()).sum();
         assert!(entries <= SHARDS, "{entries}");
-        let forgotten = keys
-            .iter()
-            .filter(|k| known.recall(std::iter::once(*k)).is_none())
-            .count();
+        let forgotten = keys.iter().filter(|k| forgotten(&known, k)).count();
         assert_eq!(
             forgotten,
             keys.len() - entries,
@@ -467,14 +491,9 @@ mod tests {
         assert!(held <= SEEN_PER_ENTRY * SHARDS, "{held}");
         // The newest keys of every shard are still seen (read, not guessed).
         let newest = &keys[keys.len() - SHARDS / 4..];
-        assert!(newest
-            .iter()
-            .all(|k| known.recall(std::iter::once(k)).is_none()));
+        assert!(newest.iter().all(|k| forgotten(&known, k)));
         // The oldest may be guessed again: the Commit's precondition decides.
-        let guessed = keys
-            .iter()
-            .filter(|k| known.recall(std::iter::once(*k)).is_some())
-            .count();
+        let guessed = keys.iter().filter(|k| !forgotten(&known, k)).count();
         assert!(guessed >= keys.len() - SEEN_PER_ENTRY * SHARDS, "{guessed}");
     }
 

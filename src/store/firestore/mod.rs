@@ -55,7 +55,7 @@ use super::{
     Attempt, ChangedCounter, CommitOutcome, CommitReport, CounterStore, ErrorClass, KnownUse,
     StoreError,
 };
-use crate::model::batch::{Batch, Plan};
+use crate::model::batch::{Batch, MembershipKey, Plan};
 use gcloud_sdk::prost_types::Timestamp;
 use known::{KeyHashes, KnownMemberships, Recalled, Unchanged};
 
@@ -161,8 +161,9 @@ impl FirestoreStore {
         let mut refused_rpcs = 0;
         if batch.tombstone_generation.is_none() && attempt.retry_transaction.is_none() {
             if let Some(recalled) = self.known.recall(batch.keys()) {
+                let mut used = 0;
                 match self
-                    .commit_known(batch, &marker, recalled, committing)
+                    .commit_known(batch, &marker, recalled, committing, &mut used)
                     .await
                 {
                     Ok(report) => return Ok(report),
@@ -170,7 +171,7 @@ impl FirestoreStore {
                     // (or finds the marker of an earlier attempt).
                     Err(error) if known::refused_on_precondition(&error) => {
                         committing.store(false, Ordering::SeqCst);
-                        refused_rpcs = 1;
+                        refused_rpcs = used;
                     }
                     Err(error) => return Err(error),
                 }
@@ -264,16 +265,32 @@ impl FirestoreStore {
         Ok(report)
     }
 
-    /// Commits `batch` planned against the `recalled` states, with no read
-    /// and no transaction: every membership write on the precondition of
-    /// the state recalled, the marker only if absent.
+    /// Commits `batch` planned against the `recalled` states, with no
+    /// transaction (the forgotten ones read first, locking nothing): every
+    /// membership write on the precondition of the state recalled or read,
+    /// the marker only if absent. Counts its round trips in `used`.
     async fn commit_known(
         &self,
         batch: &Batch,
         marker: &str,
-        recalled: Recalled,
+        mut recalled: Recalled,
         committing: &AtomicBool,
+        used: &mut u32,
     ) -> Result<CommitReport, StoreError> {
+        let read_some = !recalled.forgotten.is_empty();
+        if read_some {
+            let keys: Vec<&MembershipKey> = batch.keys().collect();
+            let forgotten = recalled.forgotten.iter().map(|&i| keys[i]);
+            let mut read = (self.db)
+                .read_memberships(forgotten, None, None, Read::Latest)
+                .await?;
+            *used += 1;
+            for (j, &i) in recalled.forgotten.iter().enumerate() {
+                recalled.found[i] = read.found.get_mut(j).and_then(Option::take);
+                recalled.update_times[i] = read.update_times.get(j).copied().flatten();
+            }
+        }
+        *used += 1;
         let plan = batch.plan(recalled.found.as_slice());
         self.known.see(&recalled.hashes);
         let committed = self
@@ -290,10 +307,18 @@ impl FirestoreStore {
         match committed {
             Ok((mut report, commit_time)) => {
                 report.known = KnownUse::Committed;
+                report.rpcs = *used;
                 self.known.confirmed();
                 match commit_time {
                     Some(time) => {
-                        let (hashes, unchanged) = (&recalled.hashes, Unchanged::AlreadyKnown);
+                        let unchanged = match read_some {
+                            true => Unchanged::Read {
+                                found: &recalled.found,
+                                update_times: &recalled.update_times,
+                            },
+                            false => Unchanged::AlreadyKnown,
+                        };
+                        let hashes = &recalled.hashes;
                         self.known
                             .learn(batch.keys(), hashes, &plan, time, unchanged);
                     }
@@ -308,6 +333,7 @@ impl FirestoreStore {
                     tracing::debug!(
                         batch = %batch.id,
                         assumed_absent = recalled.assumed_absent,
+                        read = recalled.forgotten.len(),
                         error = %error,
                         "a commit from known memberships was refused on a precondition; reading them in a transaction"
                     );
