@@ -177,26 +177,21 @@ impl KnownMemberships {
         for (index, key) in keys.enumerate() {
             let hash = hash(key);
             let shard = self.shard(hash).lock();
-            match shard.entries.get(&hash) {
-                Some(slot) if slot.key == *key => {
+            let slot = shard.entries.get(&hash);
+            match slot.filter(|slot| slot.key == *key) {
+                Some(slot) => {
                     recalled.found.push(slot.entry.state.clone());
                     recalled.update_times.push(slot.entry.update_time);
-                }
-                // Seen and not known (another key of this hash may be).
-                Some(_) => {
-                    recalled.found.push(None);
-                    recalled.update_times.push(None);
-                    recalled.forgotten.push(index);
-                }
-                None if shard.saw(hash) => {
-                    recalled.found.push(None);
-                    recalled.update_times.push(None);
-                    recalled.forgotten.push(index);
                 }
                 None => {
                     recalled.found.push(None);
                     recalled.update_times.push(None);
-                    recalled.assumed_absent += 1;
+                    // Seen and not known (another key of its hash may be).
+                    if slot.is_some() || shard.saw(hash) {
+                        recalled.forgotten.push(index);
+                    } else {
+                        recalled.assumed_absent += 1;
+                    }
                 }
             }
             recalled.hashes.0.push(hash);
@@ -244,14 +239,19 @@ impl KnownMemberships {
     /// Sound only for a Commit that applied with a precondition on each
     /// planned write (a changed document takes the Commit's time as its
     /// update time: every planned write changes the version it stores).
+    /// Without the Commit's time (`None`: the store did not say), nothing
+    /// written can be known: `keys` are forgotten instead.
     pub fn learn<'k>(
         &self,
         keys: impl Iterator<Item = &'k MembershipKey>,
         hashes: &KeyHashes,
         plan: &Plan,
-        commit_time: Timestamp,
+        commit_time: Option<Timestamp>,
         unchanged: Unchanged,
     ) {
+        let Some(commit_time) = commit_time else {
+            return self.forget(keys, hashes);
+        };
         let mut planned = plan.memberships.iter().peekable();
         for (index, (key, &hash)) in keys.zip(&hashes.0).enumerate() {
             let entry = match planned.next_if(|p| p.index == index) {
@@ -405,7 +405,7 @@ mod tests {
             found: &found,
             update_times: &read_times,
         };
-        known.learn(keys.iter(), &hashes, &plan, time(9), unchanged);
+        known.learn(keys.iter(), &hashes, &plan, Some(time(9)), unchanged);
         let recalled = known.recall(keys.iter()).expect("both known");
         assert_eq!(recalled.assumed_absent, 0);
         assert_eq!(recalled.found[0], Some(plan.memberships[0].membership()));
@@ -414,7 +414,7 @@ mod tests {
         // From known memberships, what it did not write is left as known.
         let plan = batch.plan(&found[..0]);
         let unchanged = Unchanged::AlreadyKnown;
-        known.learn(keys.iter(), &hashes, &plan, time(11), unchanged);
+        known.learn(keys.iter(), &hashes, &plan, Some(time(11)), unchanged);
         let recalled = known.recall(keys.iter()).expect("both known");
         assert_eq!(recalled.update_times, [Some(time(11)), Some(time(5))]);
         known.forget(keys[..1].iter(), &hashes);
@@ -461,7 +461,7 @@ mod tests {
             found: &found,
             update_times: &times,
         };
-        known.learn(keys.iter(), &hashes, &plan, time(1), unchanged);
+        known.learn(keys.iter(), &hashes, &plan, Some(time(1)), unchanged);
         let entries: usize = known.shards.iter().map(|s| s.lock().entries.len()).sum();
         assert!(entries <= SHARDS, "{entries}");
         let forgotten = keys.iter().filter(|k| forgotten(&known, k)).count();

@@ -145,10 +145,8 @@ impl FirestoreStore {
     /// memberships are known ([`known`]; not for a batch checked against
     /// tombstones, whose generation only a transaction can hold, nor for a
     /// retry of a transaction); else, or when that Commit is refused on a
-    /// precondition, reads its memberships and marker, opening a read-write
-    /// transaction (that retries `attempt.retry_transaction`, if any, and
-    /// is left in `opened` as soon as it is known), then commits the plan's
-    /// writes in it.
+    /// precondition (its round trips then counted in the report), in a
+    /// transaction ([`Self::commit_in_transaction`]).
     async fn attempt(
         &self,
         batch: &Batch,
@@ -156,8 +154,7 @@ impl FirestoreStore {
         opened: &Opened,
         committing: &AtomicBool,
     ) -> Result<CommitReport, StoreError> {
-        let layout = self.db.layout();
-        let marker = layout.marker(&self.config.consumer, &batch.id);
+        let marker = self.db.layout().marker(&self.config.consumer, &batch.id);
         let mut refused_rpcs = 0;
         if batch.tombstone_generation.is_none() && attempt.retry_transaction.is_none() {
             if let Some(recalled) = self.known.recall(batch.keys()) {
@@ -177,6 +174,28 @@ impl FirestoreStore {
                 }
             }
         }
+        let mut report =
+            (self.commit_in_transaction(batch, attempt, opened, committing, &marker)).await?;
+        if refused_rpcs > 0 {
+            report.rpcs += refused_rpcs;
+            report.known = KnownUse::Refused;
+        }
+        Ok(report)
+    }
+
+    /// Reads `batch`'s memberships and `marker`, opening a read-write
+    /// transaction (that retries `attempt.retry_transaction`, if any, and
+    /// is left in `opened` as soon as it is known), then commits the plan's
+    /// writes in it.
+    async fn commit_in_transaction(
+        &self,
+        batch: &Batch,
+        attempt: &Attempt,
+        opened: &Opened,
+        committing: &AtomicBool,
+        marker: &str,
+    ) -> Result<CommitReport, StoreError> {
+        let layout = self.db.layout();
         let read = Read::ReadWrite {
             retry: attempt
                 .retry_transaction
@@ -193,7 +212,7 @@ impl FirestoreStore {
             .map(|_| layout.tombstone_generation());
         let snapshot = self
             .db
-            .read_memberships(batch.keys(), Some(&marker), generation.as_deref(), read)
+            .read_memberships(batch.keys(), Some(marker), generation.as_deref(), read)
             .await?;
         if let Some(effects) = snapshot.marker {
             self.db.rollback(snapshot.transaction).await;
@@ -201,12 +220,8 @@ impl FirestoreStore {
                 outcome: CommitOutcome::AlreadyCommitted,
                 effects,
                 increments: 0,
-                rpcs: 2 + refused_rpcs,
-                known: if refused_rpcs > 0 {
-                    KnownUse::Refused
-                } else {
-                    KnownUse::Unused
-                },
+                rpcs: 2,
+                known: KnownUse::Unused,
                 changed: ChangedCounter::every_post_of(batch),
                 committed_at: None,
                 due_record: self.config.due_record(batch, true),
@@ -235,33 +250,23 @@ impl FirestoreStore {
                 &plan,
                 &snapshot.names,
                 &snapshot.update_times,
-                &marker,
+                marker,
                 Some(snapshot.transaction),
                 committing,
             )
             .await;
-        let (mut report, commit_time) = match committed {
+        let (report, commit_time) = match committed {
             Ok(committed) => committed,
             Err(error) => {
                 self.known.forget(batch.keys(), &hashes);
                 return Err(error);
             }
         };
-        match commit_time {
-            Some(time) => {
-                let unchanged = Unchanged::Read {
-                    found: &snapshot.found,
-                    update_times: &snapshot.update_times,
-                };
-                self.known
-                    .learn(batch.keys(), &hashes, &plan, time, unchanged);
-            }
-            None => self.known.forget(batch.keys(), &hashes),
-        }
-        if refused_rpcs > 0 {
-            report.rpcs += refused_rpcs;
-            report.known = KnownUse::Refused;
-        }
+        let unchanged = Unchanged::Read {
+            found: &snapshot.found,
+            update_times: &snapshot.update_times,
+        };
+        (self.known).learn(batch.keys(), &hashes, &plan, commit_time, unchanged);
         Ok(report)
     }
 
@@ -309,21 +314,15 @@ impl FirestoreStore {
                 report.known = KnownUse::Committed;
                 report.rpcs = *used;
                 self.known.confirmed();
-                match commit_time {
-                    Some(time) => {
-                        let unchanged = match read_some {
-                            true => Unchanged::Read {
-                                found: &recalled.found,
-                                update_times: &recalled.update_times,
-                            },
-                            false => Unchanged::AlreadyKnown,
-                        };
-                        let hashes = &recalled.hashes;
-                        self.known
-                            .learn(batch.keys(), hashes, &plan, time, unchanged);
-                    }
-                    None => self.known.forget(batch.keys(), &recalled.hashes),
-                }
+                let unchanged = match read_some {
+                    true => Unchanged::Read {
+                        found: &recalled.found,
+                        update_times: &recalled.update_times,
+                    },
+                    false => Unchanged::AlreadyKnown,
+                };
+                let hashes = &recalled.hashes;
+                (self.known).learn(batch.keys(), hashes, &plan, commit_time, unchanged);
                 Ok(report)
             }
             Err(error) => {
