@@ -244,26 +244,26 @@ async fn memberships_evicted_from_a_small_store_are_read_alone_without_a_transac
     // shard): each shard evicts, and its record of seen keys (20-40 a
     // shard) still holds every key, so none is guessed absent.
     let s = store(&h, "c1", 640);
-    let users: Vec<String> = (0..960).map(|u| format!("u{u}")).collect();
-    let likes: Vec<_> = users
-        .iter()
-        .map(|u| (true, "p", u.as_str(), 1, "l"))
-        .collect();
-    let ids: Vec<String> = users.iter().map(|u| format!("like-{u}")).collect();
-    let likes: Vec<_> = likes
-        .iter()
-        .zip(&ids)
-        .map(|(&(a, p, u, seq, _), id)| (a, p, u, seq, id.as_str()))
-        .collect();
-    let first = commit(&s, &batch_of(&likes)).await;
+    // Every user likes (at 1) or unlikes (at 2) the post, in one batch.
+    let every_user = |added: bool, seq: i64| {
+        let events = (0..960)
+            .map(|u| {
+                let id = format!("{added}-{u}");
+                events::event_of(
+                    added,
+                    "p",
+                    &format!("u{u}"),
+                    seq,
+                    1_700_000_000_000_000,
+                    &id,
+                )
+            })
+            .collect();
+        Batch::new(events, Vec::new())
+    };
+    let first = commit(&s, &every_user(true, 1)).await;
     assert_eq!((first.rpcs, first.known), (1, KnownUse::Committed));
-    let ids: Vec<String> = users.iter().map(|u| format!("unlike-{u}")).collect();
-    let unlikes: Vec<_> = users
-        .iter()
-        .zip(&ids)
-        .map(|(u, id)| (false, "p", u.as_str(), 2, id.as_str()))
-        .collect();
-    let second = commit(&s, &batch_of(&unlikes)).await;
+    let second = commit(&s, &every_user(false, 2)).await;
     assert_eq!(
         (second.rpcs, second.known),
         (2, KnownUse::Committed),
