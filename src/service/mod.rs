@@ -132,7 +132,9 @@ pub async fn run(
         let push = push.clone();
         let route = (PUSH_PATH, move |request| {
             let push = push.clone();
-            async move { push.handle(request).await }
+            // Boxed: a held request's future is ~1.5 KiB, moved several
+            // times on its way into the connection's dispatcher otherwise.
+            Box::pin(async move { push.handle(request).await })
         });
         let bound = crate::http::serve_route(
             "push",
