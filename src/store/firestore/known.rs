@@ -40,32 +40,91 @@ use gcloud_sdk::prost_types::Timestamp;
 use parking_lot::Mutex;
 use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
+use crate::event::Version;
 use crate::model::batch::{Membership, MembershipKey, Plan};
 
 /// Shards of the map (locks taken per key, one commit's keys at a time).
 const SHARDS: usize = 64;
 
 /// Seen keys recorded per entry of capacity (8 bytes and a control byte
-/// each, against ~250 bytes an entry).
+/// each, against ~160 bytes an entry).
 const SEEN_PER_ENTRY: usize = 4;
 
 /// The most batches sent the transactional way after refusals in a row.
 const MAX_SKIP: u32 = 64;
 
-/// The stored state of one membership as this replica last knew it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Entry {
-    /// Its state (`None`: the document did not exist).
-    state: Option<Membership>,
+/// One membership as this replica last knew it, under its key's hash:
+/// the key (to tell two keys of one hash apart: the one not in the slot
+/// counts as seen, not known), its state and its document's update time.
+/// The post id, user id and the state's event id share one allocation,
+/// so learning a key allocates once, not three times.
+struct Slot {
+    /// The post id, the user id, then (when the document exists) the
+    /// event id of its state's version.
+    text: Box<str>,
+    post_len: u32,
+    user_len: u32,
+    /// Its state (`None`: the document did not exist); the event id is
+    /// the rest of `text`.
+    state: Option<Known>,
     /// Its document's update time (`None` when it did not exist).
     update_time: Option<Timestamp>,
 }
 
-/// An entry under its key's hash, with the key: two keys of one hash
-/// share the slot, and the one not in it counts as seen, not known.
-struct Slot {
-    key: MembershipKey,
-    entry: Entry,
+/// A state's fields besides its event id.
+#[derive(Clone, Copy)]
+struct Known {
+    liked: bool,
+    seq: i64,
+    occurred_at_micros: i64,
+}
+
+impl Slot {
+    /// A slot for `key` in `state` at `update_time` (`state` gives whether
+    /// the user likes the post and the version's event id, seq and time).
+    fn new(
+        key: &MembershipKey,
+        state: Option<(bool, &str, i64, i64)>,
+        update_time: Option<Timestamp>,
+    ) -> Self {
+        let event_id = state.map_or("", |(_, id, _, _)| id);
+        let mut text =
+            String::with_capacity(key.post_id.len() + key.user_id.len() + event_id.len());
+        text.push_str(&key.post_id);
+        text.push_str(&key.user_id);
+        text.push_str(event_id);
+        Self {
+            text: text.into_boxed_str(),
+            // Ids are far below 4 GiB (a payload is at most 64 KiB).
+            post_len: key.post_id.len() as u32,
+            user_len: key.user_id.len() as u32,
+            state: state.map(|(liked, _, seq, occurred_at_micros)| Known {
+                liked,
+                seq,
+                occurred_at_micros,
+            }),
+            update_time,
+        }
+    }
+
+    /// Whether this is `key`'s slot.
+    fn is(&self, key: &MembershipKey) -> bool {
+        let (post, rest) = self.text.split_at(self.post_len as usize);
+        post == key.post_id && rest.get(..self.user_len as usize) == Some(key.user_id.as_str())
+    }
+
+    /// Its state, owned.
+    fn membership(&self) -> Option<Membership> {
+        let event_id = &self.text[(self.post_len + self.user_len) as usize..];
+        self.state.map(|known| Membership {
+            liked: known.liked,
+            version: Version {
+                seq: known.seq,
+                occurred_at_micros: known.occurred_at_micros,
+                event_id: event_id.to_owned(),
+            },
+        })
+    }
 }
 
 #[derive(Default)]
@@ -178,10 +237,10 @@ impl KnownMemberships {
             let hash = hash(key);
             let shard = self.shard(hash).lock();
             let slot = shard.entries.get(&hash);
-            match slot.filter(|slot| slot.key == *key) {
+            match slot.filter(|slot| slot.is(key)) {
                 Some(slot) => {
-                    recalled.found.push(slot.entry.state.clone());
-                    recalled.update_times.push(slot.entry.update_time);
+                    recalled.found.push(slot.membership());
+                    recalled.update_times.push(slot.update_time);
                 }
                 None => {
                     recalled.found.push(None);
@@ -220,11 +279,7 @@ impl KnownMemberships {
     pub fn forget<'k>(&self, keys: impl Iterator<Item = &'k MembershipKey>, hashes: &KeyHashes) {
         for (key, &hash) in keys.zip(&hashes.0) {
             let mut shard = self.shard(hash).lock();
-            if shard
-                .entries
-                .get(&hash)
-                .is_some_and(|slot| slot.key == *key)
-            {
+            if shard.entries.get(&hash).is_some_and(|slot| slot.is(key)) {
                 shard.entries.remove(&hash);
             }
         }
@@ -254,40 +309,37 @@ impl KnownMemberships {
         };
         let mut planned = plan.memberships.iter().peekable();
         for (index, (key, &hash)) in keys.zip(&hashes.0).enumerate() {
-            let entry = match planned.next_if(|p| p.index == index) {
-                Some(p) => Entry {
-                    state: Some(p.membership()),
-                    update_time: Some(commit_time),
-                },
+            let slot = match planned.next_if(|p| p.index == index) {
+                Some(p) => {
+                    let event = p.event;
+                    let state = (
+                        p.liked,
+                        event.event_id(),
+                        event.seq,
+                        event.occurred_at_micros,
+                    );
+                    Slot::new(key, Some(state), Some(commit_time))
+                }
                 None => match unchanged {
                     Unchanged::AlreadyKnown => continue,
                     Unchanged::Read {
                         found,
                         update_times,
-                    } => Entry {
-                        state: found.get(index).cloned().flatten(),
-                        update_time: update_times.get(index).copied().flatten(),
-                    },
+                    } => {
+                        let state = found.get(index).and_then(Option::as_ref).map(|m| {
+                            let v = &m.version;
+                            (m.liked, v.event_id.as_str(), v.seq, v.occurred_at_micros)
+                        });
+                        Slot::new(key, state, update_times.get(index).copied().flatten())
+                    }
                 },
             };
             let mut shard = self.shard(hash).lock();
-            match shard.entries.get_mut(&hash) {
-                Some(slot) if slot.key == *key => slot.entry = entry,
-                Some(slot) => {
-                    *slot = Slot {
-                        key: key.clone(),
-                        entry,
-                    }
-                }
-                None => {
-                    if shard.entries.len() >= self.entries_per_shard {
-                        // Evicted all at once: their keys stay seen.
-                        shard.entries.clear();
-                    }
-                    let key = key.clone();
-                    shard.entries.insert(hash, Slot { key, entry });
-                }
+            if !shard.entries.contains_key(&hash) && shard.entries.len() >= self.entries_per_shard {
+                // Evicted all at once: their keys stay seen.
+                shard.entries.clear();
             }
+            shard.entries.insert(hash, slot);
         }
     }
 
