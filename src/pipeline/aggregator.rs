@@ -136,6 +136,9 @@ pub struct Aggregator<H> {
     shards: Box<[Shard<H>]>,
     wake: Notify,
     buffered: std::sync::atomic::AtomicUsize,
+    /// Wake the flusher once this many messages are buffered (`usize::MAX`:
+    /// not waiting for a count); see [`Aggregator::wake_when_buffered`].
+    wake_at: std::sync::atomic::AtomicUsize,
     max_batch_events: usize,
     routing: Routing,
     next: std::sync::atomic::AtomicUsize,
@@ -157,6 +160,7 @@ impl<H> Aggregator<H> {
             shards,
             wake: Notify::new(),
             buffered: std::sync::atomic::AtomicUsize::new(0),
+            wake_at: std::sync::atomic::AtomicUsize::new(usize::MAX),
             max_batch_events: max_batch_events.max(1),
             routing: Routing::ByMembership,
             next: std::sync::atomic::AtomicUsize::new(0),
@@ -219,7 +223,14 @@ impl<H> Aggregator<H> {
             .buffered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
-        if wake || total.is_multiple_of(self.max_batch_events) {
+        // The count the flusher waits for: woken once (whoever crosses it
+        // first takes it back).
+        let counted = total >= self.wake_at.load(std::sync::atomic::Ordering::Relaxed)
+            && self
+                .wake_at
+                .swap(usize::MAX, std::sync::atomic::Ordering::Relaxed)
+                != usize::MAX;
+        if wake || counted || total.is_multiple_of(self.max_batch_events) {
             self.wake.notify_one();
         }
         index
@@ -335,6 +346,23 @@ impl<H> Aggregator<H> {
         self.shards
             .get(shard)
             .map_or(0, |s| s.buffer.lock().items.len())
+    }
+
+    /// Messages buffered in all shards, as counted on the way in and out
+    /// (one atomic read, not a lock per shard).
+    pub fn buffered(&self) -> usize {
+        self.buffered.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Wakes the flusher once [`Aggregator::buffered`] reaches `count`
+    /// (`None`: forget any count asked for before). A shard turning
+    /// non-empty wakes it anyway; this is for a flush rule that waits for
+    /// a number of messages arriving into shards that already hold some.
+    pub fn wake_when_buffered(&self, count: Option<usize>) {
+        self.wake_at.store(
+            count.unwrap_or(usize::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Messages buffered in all shards.

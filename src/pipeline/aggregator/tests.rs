@@ -185,3 +185,32 @@ async fn oldest_tracks_the_first_message_of_the_buffer() {
     let _ = agg.take(0);
     assert!(agg.free_view(&[]).oldest.unwrap() > t0);
 }
+
+#[tokio::test]
+async fn a_count_asked_for_wakes_the_flusher_once_though_no_shard_turns_non_empty() {
+    let agg: Aggregator<u32> = Aggregator::new(1, 1000);
+    let add = |handle: u32| {
+        agg.add(Pending {
+            handle,
+            item: event("p", &format!("u{handle}")),
+            bytes: 1,
+            published: None,
+        });
+    };
+    add(0);
+    agg.woken().await; // the shard turned non-empty
+    agg.wake_when_buffered(Some(5));
+    let woken = || futures::FutureExt::now_or_never(agg.woken()).is_some();
+    for handle in 1..4 {
+        add(handle);
+    }
+    assert!(!woken(), "4 buffered, 5 asked for");
+    add(4);
+    assert!(woken(), "the fifth wakes it");
+    add(5);
+    assert!(!woken(), "once: the count was taken back");
+    agg.wake_when_buffered(Some(7));
+    agg.wake_when_buffered(None);
+    add(6);
+    assert!(!woken(), "a count forgotten wakes nothing");
+}

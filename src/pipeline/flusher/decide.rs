@@ -35,17 +35,34 @@ pub fn decide(
     }
     let overdue = oldest + config.flush_interval;
     let eager = oldest + config.flush_min_wait.min(config.flush_interval);
-    // (b): the busier the slots, the larger the batch worth a slot. Squared:
-    // side by side at 22,000 events/s, k/n gave p99 119-127 ms and (k/n)²
-    // 94-110 ms, with the same backlog throughput (docs/benchmarks-history.md).
-    let slots = config.max_commits_in_flight.max(1);
-    let filled = in_flight > 0
-        && free.messages.saturating_mul(slots * slots)
-            >= free.batch_events.saturating_mul(in_flight * in_flight);
+    let filled = share_of_batch(config, free.batch_events, in_flight)
+        .is_some_and(|share| free.messages >= share);
     if stopping || free.full || filled || overdue <= now || (in_flight == 0 && eager <= now) {
         return Decision::Flush;
     }
     Decision::WaitUntil(Some(if in_flight == 0 { eager } else { overdue }))
+}
+
+/// Rule (b)'s threshold: with `in_flight` of the commit slots busy, the
+/// free messages that make a batch worth a slot, `(k/n)²` of a full one
+/// (`None` with no commit in flight or every slot busy: (b) does not
+/// apply). Squared: side by side at 22,000 events/s, k/n gave p99 119-127
+/// ms and (k/n)² 94-110 ms, with the same backlog throughput
+/// (docs/benchmarks-history.md).
+pub fn share_of_batch(
+    config: &FlushConfig,
+    batch_events: usize,
+    in_flight: usize,
+) -> Option<usize> {
+    let slots = config.max_commits_in_flight.max(1);
+    if in_flight == 0 || in_flight >= slots {
+        return None;
+    }
+    Some(
+        batch_events
+            .saturating_mul(in_flight * in_flight)
+            .div_ceil(slots * slots),
+    )
 }
 
 /// How many batches a flush takes at once, and how many messages each aims

@@ -7,17 +7,18 @@
 //! a commit slot is free and (a) the store is idle and the oldest message
 //! has waited `flush_min_wait`, or (b) with `k` of the `n` commit slots
 //! busy, `(k/n)²` of a full batch is buffered (a sixteenth with 1 of 4
-//! busy, over half with 3 of 4), or (c) the oldest message has waited
-//! `flush_interval`, or (d) the service stops. While commits are in flight
-//! messages accumulate, so batches grow when commits are slow or queued and
-//! stay small (low latency) when they are fast and slots are free; under a
-//! backlog every batch is full. The rate of commits, and so of writes to
-//! any one counter, is at most `max_commits_in_flight / commit latency`
-//! whatever the event rate. A flush takes as many batches at once as there
-//! are free commit slots ([`split`], none below `split_min_events`), so
-//! what is buffered when arrivals wait on the commits (a push window, a
-//! pull stream at low load) is committed in overlapping transactions, not
-//! queued behind one.
+//! busy, over half with 3 of 4; the aggregator wakes the loop when that
+//! many have arrived, as it does when a shard turns non-empty), or (c) the
+//! oldest message has waited `flush_interval`, or (d) the service stops.
+//! While commits are in flight messages accumulate, so batches grow when
+//! commits are slow or queued and stay small (low latency) when they are
+//! fast and slots are free; under a backlog every batch is full. The rate
+//! of commits, and so of writes to any one counter, is at most
+//! `max_commits_in_flight / commit latency` whatever the event rate. A
+//! flush takes as many batches at once as there are free commit slots
+//! ([`split`], none below `split_min_events`), so what is buffered when
+//! arrivals wait on the commits (a push window, a pull stream at low load)
+//! is committed in overlapping transactions, not queued behind one.
 //!
 //! Invariants: a shard is in at most one batch in flight (shards are marked
 //! busy from take to commit), so batches in flight in one process touch
@@ -52,6 +53,7 @@ mod isolate;
 mod tombstones;
 
 pub use crate::config::FlushConfig;
+use decide::share_of_batch;
 pub use decide::{decide, split, Decision};
 pub use isolate::backoff;
 use isolate::Settlement;
@@ -193,6 +195,9 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                 self.set_deadline
                     .send_replace(Some(now + self.config.shutdown_deadline));
             }
+            // Counted before the view: what arrives between them only
+            // makes the wake-up below come sooner.
+            let buffered = self.aggregator.buffered();
             let free = self.aggregator.free_view(&busy);
             let deadline = match decide(&self.config, free, in_flight.len(), stopping, now) {
                 Decision::Flush => {
@@ -217,7 +222,18 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                     }
                     None
                 }
-                Decision::WaitUntil(deadline) => deadline,
+                Decision::WaitUntil(deadline) => {
+                    // Rule (b) may come true with no shard turning
+                    // non-empty (nothing else would wake this loop before
+                    // a commit ends or the interval runs out): ask to be
+                    // woken when enough more have arrived.
+                    let share = share_of_batch(&self.config, free.batch_events, in_flight.len());
+                    let wake_at = share.map(|share| {
+                        buffered.saturating_add(share.saturating_sub(free.messages).max(1))
+                    });
+                    self.aggregator.wake_when_buffered(wake_at);
+                    deadline
+                }
             };
             if stopping && in_flight.is_empty() && free.messages == 0 {
                 break;

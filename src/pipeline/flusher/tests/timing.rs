@@ -141,3 +141,45 @@ async fn batches_grow_while_commits_are_in_flight() {
     }
     assert_eq!(total, 1000);
 }
+
+/// Rule (b) becomes true as messages trickle into shards that already hold
+/// some (no shard turns non-empty, so nothing else wakes the flusher): the
+/// batch it calls for is taken then, not when the commit in flight ends or
+/// the interval runs out, so a slot does not sit idle while its share of
+/// a batch waits (a push window arriving while one commit is in flight).
+#[tokio::test(start_paused = true)]
+async fn a_batch_is_taken_once_busy_slots_have_their_share_not_when_a_commit_ends() {
+    let mut rig = Rig::with(
+        16,
+        1000,
+        FlushConfig {
+            flush_interval: Duration::from_secs(1),
+            ..FlushConfig::default()
+        },
+    );
+    rig.store.set_delay(Duration::from_secs(1));
+    let running = rig.start();
+    // A first batch of three: one commit in flight for a second, at most
+    // three shards busy.
+    for user in 0..3 {
+        rig.like("p", &format!("first{user}"), 1);
+    }
+    tokio::time::sleep(Duration::from_millis(6)).await;
+    assert_eq!(rig.store.concurrency().max_commits_in_flight, 1);
+    // One message a millisecond: the free shards all hold one within a
+    // few dozen, and a sixteenth of a batch (63) is there by ~80 ms.
+    let started = Instant::now();
+    let mut user = 0;
+    while started.elapsed() < Duration::from_millis(300) {
+        rig.like("p", &format!("u{user}"), 1);
+        user += 1;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        rig.store.concurrency().max_commits_in_flight,
+        2,
+        "a second commit began while the first was in flight"
+    );
+    running.stop().await;
+    assert_eq!(rig.store.count("p").await.unwrap(), 3 + user);
+}
