@@ -6,7 +6,9 @@
 //! of one (post, user) land in the same shard, so batches built from
 //! different shards touch disjoint membership documents; a merged take
 //! ([`Aggregator::take_merged`]) never takes from a shard the caller marks
-//! busy. One post's events spread over every shard, so a viral post can be
+//! busy, and [`Aggregator::take_merged_around`] takes from such a shard
+//! only the messages whose membership hash the caller does not hold in
+//! flight, in order, leaving the rest in order. One post's events spread over every shard, so a viral post can be
 //! in several batches in flight at once (their counter increments go to
 //! distinct counter shards: [`crate::store::counter_shards`]). Pure and
 //! synchronous: no I/O, no awaiting (a [`Notify`] only wakes the flusher).
@@ -49,6 +51,9 @@ pub struct Taken<H> {
     pub bytes: usize,
     /// Publish times of the messages taken, where known.
     pub published: Vec<std::time::SystemTime>,
+    /// The membership hash ([`route_hash`]) of each message taken: what
+    /// the flusher marks in flight.
+    pub routes: Vec<u64>,
 }
 
 impl<H> Taken<H> {
@@ -75,6 +80,7 @@ impl<H> Default for Taken<H> {
             handles: Vec::new(),
             bytes: 0,
             published: Vec::new(),
+            routes: Vec::new(),
         }
     }
 }
@@ -92,8 +98,9 @@ impl<H> Taken<H> {
 }
 
 struct Buffer<H> {
-    /// Oldest first; a take drains the front without moving what stays.
-    items: VecDeque<Pending<H>>,
+    /// Oldest first, each with its [`route_hash`]; a take drains the front
+    /// without moving what stays.
+    items: VecDeque<(u64, Pending<H>)>,
     bytes: usize,
     oldest: Option<Instant>,
 }
@@ -114,8 +121,39 @@ pub struct FreeView {
     /// Messages in a full batch (`max_batch_events`).
     pub batch_events: usize,
     /// Shards not marked busy that hold a message (the most batches a
-    /// flush can take at once: a shard is in one batch at a time).
+    /// flush can take at once from free shards: a take empties one whole).
     pub shards: usize,
+    /// Messages in shards marked busy: taken only by
+    /// [`Aggregator::take_merged_around`]'s second pass, where their
+    /// membership is in no batch in flight.
+    pub held: usize,
+    /// Arrival of the oldest of them.
+    pub held_oldest: Option<Instant>,
+    /// Shards marked busy that hold a message.
+    pub held_shards: usize,
+}
+
+impl FreeView {
+    /// The view with the messages of busy shards counted as free: what the
+    /// flush rule weighs when a take may also reach them
+    /// ([`Aggregator::take_merged_around`]; some may stay, held back by a
+    /// membership in flight).
+    pub fn around_busy(self) -> Self {
+        let messages = self.messages + self.held;
+        Self {
+            messages,
+            oldest: match (self.oldest, self.held_oldest) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            full: messages >= self.batch_events,
+            batch_events: self.batch_events,
+            shards: self.shards + self.held_shards,
+            held: 0,
+            held_oldest: None,
+            held_shards: 0,
+        }
+    }
 }
 
 /// How messages are spread over shards.
@@ -176,6 +214,12 @@ impl<H> Aggregator<H> {
         }
     }
 
+    /// Whether a take may reach into busy shards for the memberships in no
+    /// batch in flight (routing by membership: not the per-event baseline).
+    pub fn takes_around_busy(&self) -> bool {
+        self.routing == Routing::ByMembership
+    }
+
     /// Number of shards.
     pub fn shard_count(&self) -> usize {
         self.shards.len()
@@ -207,13 +251,17 @@ impl<H> Aggregator<H> {
     /// Adds `pending`; `now` is read only when the shard was empty (the
     /// arrival time of its oldest message), not once per message.
     fn add_with(&self, pending: Pending<H>, now: impl FnOnce() -> Instant) -> usize {
-        let index = self.shard_of(&pending.item);
+        let route = route_hash(&pending.item);
+        let index = match self.routing {
+            Routing::PerMessage => self.shard_of(&pending.item),
+            Routing::ByMembership => (route % self.shards.len() as u64) as usize,
+        };
         let shard = &self.shards[index];
         let wake = {
             let mut buffer = shard.buffer.lock();
             let was_empty = buffer.items.is_empty();
             buffer.bytes += pending.bytes;
-            buffer.items.push_back(pending);
+            buffer.items.push_back((route, pending));
             if was_empty {
                 buffer.oldest = Some(now());
             }
@@ -248,10 +296,16 @@ impl<H> Aggregator<H> {
     pub fn free_view(&self, busy: &[bool]) -> FreeView {
         let mut view = FreeView::default();
         for (i, shard) in self.shards.iter().enumerate() {
+            let buffer = shard.buffer.lock();
             if busy.get(i).copied().unwrap_or(false) {
+                view.held += buffer.items.len();
+                view.held_shards += usize::from(!buffer.items.is_empty());
+                view.held_oldest = match (view.held_oldest, buffer.oldest) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 continue;
             }
-            let buffer = shard.buffer.lock();
             view.messages += buffer.items.len();
             view.shards += usize::from(!buffer.items.is_empty());
             view.oldest = match (view.oldest, buffer.oldest) {
@@ -283,6 +337,30 @@ impl<H> Aggregator<H> {
         now: Instant,
         target: usize,
     ) -> (Taken<H>, Vec<usize>) {
+        self.take_merged_around(
+            busy,
+            None::<fn() -> rustc_hash::FxHashSet<u64>>,
+            now,
+            target,
+        )
+    }
+
+    /// As [`Self::take_merged_up_to`], then, short of `target`, from the
+    /// shards marked busy too: there only the messages whose membership
+    /// hash is not in the set `in_flight` gives (no batch in flight holds
+    /// their membership), in order, the rest staying where they were. The
+    /// set is asked for only then (not under a backlog, where free shards
+    /// fill every batch). So a
+    /// membership is still never in two batches in flight, but a shard is
+    /// not held back whole by the one batch that took from it. Off for
+    /// [`Routing::PerMessage`] (the baseline: by shard only).
+    pub fn take_merged_around(
+        &self,
+        busy: &[bool],
+        in_flight: Option<impl FnOnce() -> rustc_hash::FxHashSet<u64>>,
+        now: Instant,
+        target: usize,
+    ) -> (Taken<H>, Vec<usize>) {
         let mut candidates: Vec<(Instant, usize)> = self
             .shards
             .iter()
@@ -302,7 +380,73 @@ impl<H> Aggregator<H> {
                 used.push(shard);
             }
         }
+        let short = taken.len() < target.max(1) && taken.len() < self.max_batch_events;
+        let in_flight = in_flight.filter(|_| short && self.routing == Routing::ByMembership);
+        if let Some(in_flight) = in_flight {
+            let in_flight = in_flight();
+            for (i, shard) in self.shards.iter().enumerate() {
+                let room = self.max_batch_events - taken.len();
+                if room == 0 || taken.len() >= target.max(1) {
+                    break;
+                }
+                if !busy.get(i).copied().unwrap_or(false) {
+                    continue;
+                }
+                if self.take_free_of(shard, room, &in_flight, now, &mut taken) > 0 {
+                    used.push(i);
+                }
+            }
+        }
         (taken, used)
+    }
+
+    /// Moves up to `limit` messages of `shard` whose membership hash is
+    /// not in `in_flight` into `taken`, oldest first, keeping the order of
+    /// the rest; what stays has its age origin at `now` (as
+    /// [`Self::take_into`]). Returns how many.
+    fn take_free_of(
+        &self,
+        shard: &Shard<H>,
+        limit: usize,
+        in_flight: &rustc_hash::FxHashSet<u64>,
+        now: Instant,
+        taken: &mut Taken<H>,
+    ) -> usize {
+        let moved = {
+            let mut buffer = shard.buffer.lock();
+            if buffer
+                .items
+                .iter()
+                .all(|(route, _)| in_flight.contains(route))
+            {
+                return 0;
+            }
+            let mut moved = Vec::new();
+            let mut kept = VecDeque::with_capacity(buffer.items.len());
+            for (route, pending) in buffer.items.drain(..) {
+                if moved.len() < limit && !in_flight.contains(&route) {
+                    moved.push((route, pending));
+                } else {
+                    kept.push_back((route, pending));
+                }
+            }
+            buffer.items = kept;
+            buffer.bytes -= moved.iter().map(|(_, p)| p.bytes).sum::<usize>();
+            if buffer.items.is_empty() {
+                buffer.oldest = None;
+            } else if !moved.is_empty() {
+                buffer.oldest = Some(now);
+            }
+            moved
+        };
+        self.buffered
+            .fetch_sub(moved.len(), std::sync::atomic::Ordering::Relaxed);
+        let n = moved.len();
+        for (route, pending) in moved {
+            taken.routes.push(route);
+            taken.push(pending);
+        }
+        n
     }
 
     /// Moves up to `limit` messages of `shard` into `taken`, oldest first;
@@ -314,14 +458,14 @@ impl<H> Aggregator<H> {
         let items = {
             let mut buffer = shard.buffer.lock();
             let n = buffer.items.len().min(limit);
-            let taken: VecDeque<Pending<H>> = if n == buffer.items.len() {
+            let taken: VecDeque<(u64, Pending<H>)> = if n == buffer.items.len() {
                 // The next batch is likely as large: room for it up front
                 // instead of growing (and copying) the buffer step by step.
                 std::mem::replace(&mut buffer.items, VecDeque::with_capacity(n))
             } else {
                 buffer.items.drain(..n).collect()
             };
-            let taken_bytes: usize = taken.iter().map(|p| p.bytes).sum();
+            let taken_bytes: usize = taken.iter().map(|(_, p)| p.bytes).sum();
             buffer.bytes -= taken_bytes;
             buffer.oldest = if buffer.items.is_empty() {
                 None
@@ -335,7 +479,9 @@ impl<H> Aggregator<H> {
         let n = items.len();
         taken.handles.reserve(n);
         taken.events.reserve(n);
-        for pending in items {
+        taken.routes.reserve(n);
+        for (route, pending) in items {
+            taken.routes.push(route);
             taken.push(pending);
         }
         n

@@ -69,8 +69,8 @@ pub fn share_of_batch(
 /// at: as many as there are free commit slots, so a buffer smaller than
 /// that many full batches (a push window held until its commit, a pull
 /// stream at low load) still keeps every free slot busy instead of queueing
-/// behind one commit; but never more than the free shards holding messages
-/// (a shard is in one batch at a time) nor batches smaller than
+/// behind one commit; but never more than the shards holding messages (a
+/// take empties a free shard whole) nor batches smaller than
 /// `split_min_events`. With enough buffered, every batch is full, as
 /// without the split. Pure, like [`decide`].
 pub fn split(config: &FlushConfig, free: FreeView, in_flight: usize) -> (usize, usize) {

@@ -20,8 +20,10 @@
 //! arrivals wait on the commits (a push window, a pull stream at low load)
 //! is committed in overlapping transactions, not queued behind one.
 //!
-//! Invariants: a shard is in at most one batch in flight (shards are marked
-//! busy from take to commit), so batches in flight in one process touch
+//! Invariants: a membership is in at most one batch in flight (each
+//! batch's memberships, by route hash, and the shards it took from are
+//! marked from take to commit; a take reaches into a marked shard only for
+//! the memberships in no batch), so batches in flight in one process touch
 //! disjoint memberships (one post may be in several: each increments its
 //! own counter shard, [`crate::store::counter_shards`]); handles go to
 //! [`Acker::ack`] only after the store reports the batch committed, and to
@@ -34,6 +36,8 @@
 //! and the hand-off of the handles.
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -184,9 +188,11 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
     /// Flushes by [`decide`] until `stop` turns true, then drains every
     /// shard and waits for every commit.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        // Per shard: whether a batch in flight took from it, and how many.
         let mut busy = vec![false; self.aggregator.shard_count()];
+        let mut batches_of = vec![0u32; self.aggregator.shard_count()];
         let mut in_flight = tokio::task::JoinSet::new();
-        let mut held: HashMap<tokio::task::Id, Vec<usize>> = HashMap::new();
+        let mut held: HashMap<tokio::task::Id, (Vec<usize>, Vec<u64>)> = HashMap::new();
         let mut stopping = false;
         loop {
             stopping |= *stop.borrow();
@@ -199,22 +205,38 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
             // makes the wake-up below come sooner.
             let buffered = self.aggregator.buffered();
             let free = self.aggregator.free_view(&busy);
+            let free = match self.aggregator.takes_around_busy() {
+                true => free.around_busy(),
+                false => free,
+            };
             let deadline = match decide(&self.config, free, in_flight.len(), stopping, now) {
                 Decision::Flush => {
                     let (batches, each) = split(&self.config, free, in_flight.len());
                     let mut spawned = false;
                     for _ in 0..batches {
-                        let (taken, shards) = self.aggregator.take_merged_up_to(&busy, now, each);
+                        // The memberships (route hashes) of the batches in
+                        // flight, gathered only if the take reaches into a
+                        // busy shard.
+                        let memberships = || {
+                            held.values()
+                                .flat_map(|(_, routes)| routes.iter().copied())
+                                .collect::<FxHashSet<u64>>()
+                        };
+                        let (mut taken, shards) =
+                            self.aggregator
+                                .take_merged_around(&busy, Some(memberships), now, each);
                         if taken.is_empty() {
                             break;
                         }
                         for &shard in &shards {
                             busy[shard] = true;
+                            batches_of[shard] += 1;
                         }
+                        let routes = std::mem::take(&mut taken.routes);
                         let flusher = self.clone();
                         let task =
                             in_flight.spawn(async move { flusher.commit_taken(taken).await });
-                        held.insert(task.id(), shards);
+                        held.insert(task.id(), (shards, routes));
                         spawned = true;
                     }
                     if spawned {
@@ -249,8 +271,10 @@ impl<S: CounterStore, H: AckHandle> Flusher<S, H> {
                             error.id()
                         }
                     };
-                    for shard in held.remove(&id).unwrap_or_default() {
-                        busy[shard] = false;
+                    let (shards, _routes) = held.remove(&id).unwrap_or_default();
+                    for shard in shards {
+                        batches_of[shard] = batches_of[shard].saturating_sub(1);
+                        busy[shard] = batches_of[shard] > 0;
                     }
                 }
                 _ = tokio::time::sleep_until(sleep_until) => {}

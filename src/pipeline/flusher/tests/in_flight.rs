@@ -93,3 +93,55 @@ fn a_flush_splits_over_the_free_slots_but_never_below_the_minimum_or_a_shard() {
     };
     assert_eq!(split(&config, two, 0), (2, 500));
 }
+
+/// A batch in flight holds its memberships, not its shards: with one shard
+/// (so every message lands in a shard with a batch in flight), new
+/// memberships still commit beside it, while a new event of a membership
+/// in that batch waits for it (and still counts once, in order).
+#[tokio::test(start_paused = true)]
+async fn a_shard_with_a_batch_in_flight_still_gives_up_the_memberships_in_no_batch() {
+    let mut rig = Rig::with(1, 1000, FlushConfig::default());
+    rig.store.set_delay(Duration::from_secs(1));
+    let running = rig.start();
+    for user in 0..3 {
+        rig.like("p", &format!("first{user}"), 1);
+    }
+    tokio::time::sleep(Duration::from_millis(6)).await;
+    assert_eq!(rig.store.concurrency().max_commits_in_flight, 1);
+    // A later event of a membership in flight, then 100 new memberships.
+    let unlike = rig.agg.add(super::Pending {
+        handle: super::TestHandle(10_000, rig.fates.clone()),
+        item: crate::model::item::Item::Event(
+            crate::event::LikeEvent::new(
+                crate::event::LikeKind::Removed,
+                "p",
+                "first0",
+                &crate::event::Version {
+                    seq: 2,
+                    occurred_at_micros: 0,
+                    event_id: "first0-2".into(),
+                },
+                None,
+            )
+            .expect("valid test event"),
+        ),
+        bytes: 10,
+        published: None,
+    });
+    assert_eq!(unlike, 0);
+    for user in 0..100 {
+        rig.like("p", &format!("u{user}"), 1);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let seen = rig.store.concurrency();
+    assert_eq!(seen.max_commits_in_flight, 2, "{seen:?}");
+    assert_eq!(seen.membership_overlaps, 0, "{seen:?}");
+    assert_eq!(
+        rig.agg.total_len(),
+        1,
+        "the unlike waits for its membership's batch"
+    );
+    running.stop().await;
+    assert_eq!(rig.store.count("p").await.unwrap(), 3 - 1 + 100);
+    assert_eq!(rig.fates.lock().len(), 104);
+}

@@ -175,5 +175,6 @@ fn view(messages: usize, oldest: Instant) -> FreeView {
         full: messages >= 1000,
         batch_events: 1000,
         shards: 16,
+        ..FreeView::default()
     }
 }
