@@ -101,34 +101,9 @@ fn a_flush_splits_over_the_free_slots_but_never_below_the_minimum_or_a_shard() {
 #[tokio::test(start_paused = true)]
 async fn a_shard_with_a_batch_in_flight_still_gives_up_the_memberships_in_no_batch() {
     let mut rig = Rig::with(1, 1000, FlushConfig::default());
-    rig.store.set_delay(Duration::from_secs(1));
-    let running = rig.start();
-    for user in 0..3 {
-        rig.like("p", &format!("first{user}"), 1);
-    }
-    tokio::time::sleep(Duration::from_millis(6)).await;
-    assert_eq!(rig.store.concurrency().max_commits_in_flight, 1);
+    let running = rig.start_with_one_commit_in_flight().await;
     // A later event of a membership in flight, then 100 new memberships.
-    let unlike = rig.agg.add(super::Pending {
-        handle: super::TestHandle(10_000, rig.fates.clone()),
-        item: crate::model::item::Item::Event(
-            crate::event::LikeEvent::new(
-                crate::event::LikeKind::Removed,
-                "p",
-                "first0",
-                &crate::event::Version {
-                    seq: 2,
-                    occurred_at_micros: 0,
-                    event_id: "first0-2".into(),
-                },
-                None,
-            )
-            .expect("valid test event"),
-        ),
-        bytes: 10,
-        published: None,
-    });
-    assert_eq!(unlike, 0);
+    rig.unlike("p", "first0", 2);
     for user in 0..100 {
         rig.like("p", &format!("u{user}"), 1);
     }

@@ -93,8 +93,17 @@ impl Rig {
     }
 
     fn like(&mut self, post: &str, user: &str, seq: i64) -> u32 {
+        self.event(LikeKind::Added, post, user, seq)
+    }
+
+    /// Buffers an unlike; returns its handle id.
+    fn unlike(&mut self, post: &str, user: &str, seq: i64) -> u32 {
+        self.event(LikeKind::Removed, post, user, seq)
+    }
+
+    fn event(&mut self, kind: LikeKind, post: &str, user: &str, seq: i64) -> u32 {
         let event = LikeEvent::new(
-            LikeKind::Added,
+            kind,
             post,
             user,
             &Version {
@@ -149,6 +158,19 @@ impl Rig {
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(self.flusher.clone().run(stopped));
         Running { stop, task }
+    }
+
+    /// Runs the flusher over a store that takes a second a commit, with
+    /// one batch of three likes of `p` (users `first0..3`) in flight.
+    async fn start_with_one_commit_in_flight(&mut self) -> Running {
+        self.store.set_delay(Duration::from_secs(1));
+        let running = self.start();
+        for user in 0..3 {
+            self.like("p", &format!("first{user}"), 1);
+        }
+        tokio::time::sleep(Duration::from_millis(6)).await;
+        assert_eq!(self.store.concurrency().max_commits_in_flight, 1);
+        running
     }
 }
 

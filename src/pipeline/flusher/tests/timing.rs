@@ -157,15 +157,8 @@ async fn a_batch_is_taken_once_busy_slots_have_their_share_not_when_a_commit_end
             ..FlushConfig::default()
         },
     );
-    rig.store.set_delay(Duration::from_secs(1));
-    let running = rig.start();
-    // A first batch of three: one commit in flight for a second, at most
-    // three shards busy.
-    for user in 0..3 {
-        rig.like("p", &format!("first{user}"), 1);
-    }
-    tokio::time::sleep(Duration::from_millis(6)).await;
-    assert_eq!(rig.store.concurrency().max_commits_in_flight, 1);
+    // One commit in flight for a second, at most three shards busy.
+    let running = rig.start_with_one_commit_in_flight().await;
     // One message a millisecond: the free shards all hold one within a
     // few dozen, and a sixteenth of a batch (63) is there by ~80 ms.
     let started = Instant::now();
