@@ -45,6 +45,11 @@ pub struct SinkFaults {
     /// Answer 500 to the first call of every n-th key the sink sees (the
     /// 1st, the n+1-th, ...), before the shares above; 0: never.
     pub fail_first_of_every: u32,
+    /// At most this many faults drawn from the shares above for one key,
+    /// then none (0: no limit), so a test's every key is delivered within
+    /// a bounded number of calls instead of losing a run to the tail of
+    /// the draws.
+    pub max_faults_per_key: u32,
 }
 
 /// The sink's settings.
@@ -96,8 +101,8 @@ struct State {
     /// Key -> the body processed (the effect happened once).
     processed: FxHashMap<String, Bytes>,
     order: Vec<String>,
-    /// Key -> (its rank among the keys seen, calls so far).
-    calls: FxHashMap<String, (u32, u32)>,
+    /// Key -> (its rank among the keys seen, calls so far, faults drawn).
+    calls: FxHashMap<String, (u32, u32, u32)>,
 }
 
 /// A running sink.
@@ -221,7 +226,7 @@ async fn handle(
         .as_ref()
         .map(|secret| verify(secret, &signature, &body, now_secs()));
     let faults = shared.faults.lock().clone();
-    let draw = rand::random_range(0.0..1.0);
+    let mut draw = rand::random_range(0.0..1.0);
     let received_at = SystemTime::now();
     let record = |fate| {
         shared.state.lock().requests.push(Received {
@@ -235,9 +240,16 @@ async fn handle(
     let (rank, call) = {
         let mut state = shared.state.lock();
         let seen = u32::try_from(state.calls.len()).unwrap_or(u32::MAX);
-        let entry = state.calls.entry(key.clone()).or_insert((seen, 0));
+        let entry = state.calls.entry(key.clone()).or_insert((seen, 0, 0));
         entry.1 += 1;
-        *entry
+        let max = faults.max_faults_per_key;
+        if max > 0 && entry.2 >= max {
+            draw = 1.0;
+        }
+        if draw < faults.error_rate + faults.hang_rate + faults.close_rate {
+            entry.2 += 1;
+        }
+        (entry.0, entry.1)
     };
     if key.is_empty() || body.is_empty() {
         record(Fate::Refused);
@@ -437,5 +449,34 @@ mod tests {
         assert!(sent.is_err(), "{sent:?}");
         assert!(sink.processed().is_empty());
         assert_eq!(sink.requests()[0].fate, Fate::Closed);
+    }
+
+    #[tokio::test]
+    async fn a_key_meets_at_most_its_fault_limit_then_is_processed() {
+        let faults = SinkFaults {
+            error_rate: 1.0,
+            max_faults_per_key: 3,
+            ..SinkFaults::default()
+        };
+        let sink = Sink::start(SinkConfig {
+            secret: None,
+            faults,
+        })
+        .await
+        .expect("sink");
+        let client = reqwest::Client::new();
+        let mut statuses = Vec::new();
+        for _ in 0..5 {
+            let response = client
+                .post(sink.url())
+                .header("Idempotency-Key", "c:p:100")
+                .body("{}")
+                .send()
+                .await
+                .expect("answer");
+            statuses.push(response.status().as_u16());
+        }
+        assert_eq!(statuses, [500, 500, 500, 200, 200]);
+        assert_eq!(sink.processed().len(), 1);
     }
 }
