@@ -152,11 +152,11 @@ impl Buffer for DashBuffer {
     /// Empties memberships, in the map's order, until the batch is full.
     fn take(&self) -> Taken<u32> {
         let mut taken = Taken::default();
-        self.map.retain(|_, messages| {
+        self.map.retain(|&route, messages| {
             let room = BATCH - taken.len();
             let n = messages.len().min(room);
             for pending in messages.drain(..n) {
-                taken.push(pending);
+                taken.push(route, pending);
             }
             !messages.is_empty()
         });

@@ -8,10 +8,11 @@
 //! ([`Aggregator::take_merged`]) never takes from a shard the caller marks
 //! busy, and [`Aggregator::take_merged_around`] takes from such a shard
 //! only the messages whose membership hash the caller does not hold in
-//! flight, in order, leaving the rest in order. One post's events spread over every shard, so a viral post can be
-//! in several batches in flight at once (their counter increments go to
-//! distinct counter shards: [`crate::store::counter_shards`]). Pure and
-//! synchronous: no I/O, no awaiting (a [`Notify`] only wakes the flusher).
+//! flight, in order, leaving the rest in order. One post's events spread
+//! over every shard, so a viral post can be in several batches in flight
+//! at once (their counter increments go to distinct counter shards:
+//! [`crate::store::counter_shards`]). Pure and synchronous: no I/O, no
+//! awaiting (a [`Notify`] only wakes the flusher).
 
 use std::collections::VecDeque;
 use std::hash::Hasher;
@@ -57,9 +58,10 @@ pub struct Taken<H> {
 }
 
 impl<H> Taken<H> {
-    /// Adds one message: its handle gets the next index, and its event or
-    /// poison record is tagged with that index.
-    pub fn push(&mut self, pending: Pending<H>) {
+    /// Adds one message and its [`route_hash`]: its handle gets the next
+    /// index, and its event or poison record is tagged with that index.
+    pub fn push(&mut self, route: u64, pending: Pending<H>) {
+        self.routes.push(route);
         self.bytes += pending.bytes;
         self.published.extend(pending.published);
         // At most max_batch_events handles: far below 2^32.
@@ -105,6 +107,22 @@ struct Buffer<H> {
     oldest: Option<Instant>,
 }
 
+impl<H> Buffer<H> {
+    /// Accounts for `items` just taken out: their bytes leave the total,
+    /// and what stays ages from `now` (nothing stays: no age).
+    fn gave<'a>(&mut self, items: impl IntoIterator<Item = &'a (u64, Pending<H>)>, now: Instant)
+    where
+        H: 'a,
+    {
+        self.bytes -= items.into_iter().map(|(_, p)| p.bytes).sum::<usize>();
+        self.oldest = if self.items.is_empty() {
+            None
+        } else {
+            Some(now)
+        };
+    }
+}
+
 struct Shard<H> {
     buffer: Mutex<Buffer<H>>,
 }
@@ -142,10 +160,7 @@ impl FreeView {
         let messages = self.messages + self.held;
         Self {
             messages,
-            oldest: match (self.oldest, self.held_oldest) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            },
+            oldest: earliest(self.oldest, self.held_oldest),
             full: messages >= self.batch_events,
             batch_events: self.batch_events,
             shards: self.shards + self.held_shards,
@@ -153,6 +168,14 @@ impl FreeView {
             held_oldest: None,
             held_shards: 0,
         }
+    }
+}
+
+/// The earlier of two arrival times, either possibly unknown.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -232,8 +255,12 @@ impl<H> Aggregator<H> {
             let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return n % self.shards.len();
         }
-        let hash = route_hash(item);
-        (hash % self.shards.len() as u64) as usize
+        self.shard_for(route_hash(item))
+    }
+
+    /// The shard of a message routed by membership, from its [`route_hash`].
+    fn shard_for(&self, route: u64) -> usize {
+        (route % self.shards.len() as u64) as usize
     }
 
     /// Buffers one message; wakes the flusher when the shard's buffer was
@@ -254,7 +281,7 @@ impl<H> Aggregator<H> {
         let route = route_hash(&pending.item);
         let index = match self.routing {
             Routing::PerMessage => self.shard_of(&pending.item),
-            Routing::ByMembership => (route % self.shards.len() as u64) as usize,
+            Routing::ByMembership => self.shard_for(route),
         };
         let shard = &self.shards[index];
         let wake = {
@@ -300,18 +327,12 @@ impl<H> Aggregator<H> {
             if busy.get(i).copied().unwrap_or(false) {
                 view.held += buffer.items.len();
                 view.held_shards += usize::from(!buffer.items.is_empty());
-                view.held_oldest = match (view.held_oldest, buffer.oldest) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                view.held_oldest = earliest(view.held_oldest, buffer.oldest);
                 continue;
             }
             view.messages += buffer.items.len();
             view.shards += usize::from(!buffer.items.is_empty());
-            view.oldest = match (view.oldest, buffer.oldest) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            view.oldest = earliest(view.oldest, buffer.oldest);
         }
         view.full = view.messages >= self.max_batch_events;
         view.batch_events = self.max_batch_events;
@@ -350,10 +371,10 @@ impl<H> Aggregator<H> {
     /// hash is not in the set `in_flight` gives (no batch in flight holds
     /// their membership), in order, the rest staying where they were. The
     /// set is asked for only then (not under a backlog, where free shards
-    /// fill every batch). So a
-    /// membership is still never in two batches in flight, but a shard is
-    /// not held back whole by the one batch that took from it. Off for
-    /// [`Routing::PerMessage`] (the baseline: by shard only).
+    /// fill every batch). So a membership is still never in two batches in
+    /// flight, but a shard is not held back whole by the one batch that
+    /// took from it. Off for [`Routing::PerMessage`] (the baseline: by
+    /// shard only).
     pub fn take_merged_around(
         &self,
         busy: &[bool],
@@ -431,22 +452,10 @@ impl<H> Aggregator<H> {
                 }
             }
             buffer.items = kept;
-            buffer.bytes -= moved.iter().map(|(_, p)| p.bytes).sum::<usize>();
-            if buffer.items.is_empty() {
-                buffer.oldest = None;
-            } else if !moved.is_empty() {
-                buffer.oldest = Some(now);
-            }
+            buffer.gave(&moved, now);
             moved
         };
-        self.buffered
-            .fetch_sub(moved.len(), std::sync::atomic::Ordering::Relaxed);
-        let n = moved.len();
-        for (route, pending) in moved {
-            taken.routes.push(route);
-            taken.push(pending);
-        }
-        n
+        self.hand_over(moved, taken)
     }
 
     /// Moves up to `limit` messages of `shard` into `taken`, oldest first;
@@ -465,24 +474,28 @@ impl<H> Aggregator<H> {
             } else {
                 buffer.items.drain(..n).collect()
             };
-            let taken_bytes: usize = taken.iter().map(|(_, p)| p.bytes).sum();
-            buffer.bytes -= taken_bytes;
-            buffer.oldest = if buffer.items.is_empty() {
-                None
-            } else {
-                Some(now)
-            };
+            buffer.gave(&taken, now);
             taken
         };
-        self.buffered
-            .fetch_sub(items.len(), std::sync::atomic::Ordering::Relaxed);
+        self.hand_over(items, taken)
+    }
+
+    /// Adds `items`, just taken out of a shard, to `taken` and to the
+    /// count of messages no longer buffered. Returns how many.
+    fn hand_over(
+        &self,
+        items: impl IntoIterator<Item = (u64, Pending<H>), IntoIter: ExactSizeIterator>,
+        taken: &mut Taken<H>,
+    ) -> usize {
+        let items = items.into_iter();
         let n = items.len();
+        self.buffered
+            .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
         taken.handles.reserve(n);
         taken.events.reserve(n);
         taken.routes.reserve(n);
         for (route, pending) in items {
-            taken.routes.push(route);
-            taken.push(pending);
+            taken.push(route, pending);
         }
         n
     }

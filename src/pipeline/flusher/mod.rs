@@ -36,11 +36,10 @@
 //! and the hand-off of the handles.
 
 use std::collections::HashMap;
-
-use rustc_hash::FxHashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustc_hash::FxHashSet;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
