@@ -409,18 +409,30 @@ mod tests {
         assert!(verify(b"Jefe", &garbled, body, 1_700_000_000));
     }
 
+    /// A sink without a secret, injecting `faults`.
+    async fn sink_with(faults: SinkFaults) -> Sink {
+        let config = SinkConfig {
+            secret: None,
+            faults,
+        };
+        Sink::start(config).await.expect("sink")
+    }
+
+    /// One call for the key `c:p:100`, as the dispatcher makes it.
+    async fn call(sink: &Sink) -> reqwest::Result<reqwest::Response> {
+        reqwest::Client::new()
+            .post(sink.url())
+            .header("Idempotency-Key", "c:p:100")
+            .body("{}")
+            .send()
+            .await
+    }
+
     #[tokio::test]
     async fn a_key_is_processed_once_and_its_first_answer_replayed() {
-        let sink = Sink::start(SinkConfig::default()).await.expect("sink");
-        let client = reqwest::Client::new();
+        let sink = sink_with(SinkFaults::default()).await;
         for _ in 0..2 {
-            let response = client
-                .post(sink.url())
-                .header("Idempotency-Key", "c:p:100")
-                .body("{}")
-                .send()
-                .await
-                .expect("answer");
+            let response = call(&sink).await.expect("answer");
             assert_eq!(response.status(), 200);
         }
         assert_eq!(sink.processed().len(), 1);
@@ -430,22 +442,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_close_fault_answers_nothing_and_processes_nothing() {
-        let faults = SinkFaults {
+        let sink = sink_with(SinkFaults {
             close_rate: 1.0,
             ..SinkFaults::default()
-        };
-        let sink = Sink::start(SinkConfig {
-            secret: None,
-            faults,
         })
-        .await
-        .expect("sink");
-        let sent = reqwest::Client::new()
-            .post(sink.url())
-            .header("Idempotency-Key", "c:p:100")
-            .body("{}")
-            .send()
-            .await;
+        .await;
+        let sent = call(&sink).await;
         assert!(sent.is_err(), "{sent:?}");
         assert!(sink.processed().is_empty());
         assert_eq!(sink.requests()[0].fate, Fate::Closed);
@@ -453,27 +455,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_meets_at_most_its_fault_limit_then_is_processed() {
-        let faults = SinkFaults {
+        let sink = sink_with(SinkFaults {
             error_rate: 1.0,
             max_faults_per_key: 3,
             ..SinkFaults::default()
-        };
-        let sink = Sink::start(SinkConfig {
-            secret: None,
-            faults,
         })
-        .await
-        .expect("sink");
-        let client = reqwest::Client::new();
+        .await;
         let mut statuses = Vec::new();
         for _ in 0..5 {
-            let response = client
-                .post(sink.url())
-                .header("Idempotency-Key", "c:p:100")
-                .body("{}")
-                .send()
-                .await
-                .expect("answer");
+            let response = call(&sink).await.expect("answer");
             statuses.push(response.status().as_u16());
         }
         assert_eq!(statuses, [500, 500, 500, 200, 200]);
