@@ -79,6 +79,18 @@ struct Known {
     occurred_at_micros: i64,
 }
 
+impl Known {
+    /// The fields of `state` (whether the user likes the post, the
+    /// version's event id, seq and time) besides its event id.
+    fn of(state: Option<(bool, &str, i64, i64)>) -> Option<Self> {
+        state.map(|(liked, _, seq, occurred_at_micros)| Self {
+            liked,
+            seq,
+            occurred_at_micros,
+        })
+    }
+}
+
 impl Slot {
     /// A slot for `key` in `state` at `update_time` (`state` gives whether
     /// the user likes the post and the version's event id, seq and time).
@@ -98,13 +110,22 @@ impl Slot {
             // Ids are far below 4 GiB (a payload is at most 64 KiB).
             post_len: key.post_id.len() as u32,
             user_len: key.user_id.len() as u32,
-            state: state.map(|(liked, _, seq, occurred_at_micros)| Known {
-                liked,
-                seq,
-                occurred_at_micros,
-            }),
+            state: Known::of(state),
             update_time,
         }
+    }
+
+    /// Puts `state` at `update_time` in this slot (its key unchanged),
+    /// in the allocation it has when the event ids are of one length (as
+    /// a producer's usually are).
+    fn set(&mut self, state: Option<(bool, &str, i64, i64)>, update_time: Option<Timestamp>) {
+        let event_id = state.map_or("", |(_, id, _, _)| id);
+        let mut text = String::from(std::mem::take(&mut self.text));
+        text.truncate((self.post_len + self.user_len) as usize);
+        text.push_str(event_id);
+        self.text = text.into_boxed_str();
+        self.state = Known::of(state);
+        self.update_time = update_time;
     }
 
     /// Whether this is `key`'s slot.
@@ -309,7 +330,7 @@ impl KnownMemberships {
         };
         let mut planned = plan.memberships.iter().peekable();
         for (index, (key, &hash)) in keys.zip(&hashes.0).enumerate() {
-            let slot = match planned.next_if(|p| p.index == index) {
+            let (state, update_time) = match planned.next_if(|p| p.index == index) {
                 Some(p) => {
                     let event = p.event;
                     let state = (
@@ -318,7 +339,7 @@ impl KnownMemberships {
                         event.seq,
                         event.occurred_at_micros,
                     );
-                    Slot::new(key, Some(state), Some(commit_time))
+                    (Some(state), Some(commit_time))
                 }
                 None => match unchanged {
                     Unchanged::AlreadyKnown => continue,
@@ -330,16 +351,24 @@ impl KnownMemberships {
                             let v = &m.version;
                             (m.liked, v.event_id.as_str(), v.seq, v.occurred_at_micros)
                         });
-                        Slot::new(key, state, update_times.get(index).copied().flatten())
+                        (state, update_times.get(index).copied().flatten())
                     }
                 },
             };
             let mut shard = self.shard(hash).lock();
-            if !shard.entries.contains_key(&hash) && shard.entries.len() >= self.entries_per_shard {
+            // A key known already (most of them, where the same users act
+            // again) is updated where it is: one probe, no allocation.
+            if let Some(slot) = shard.entries.get_mut(&hash).filter(|slot| slot.is(key)) {
+                slot.set(state, update_time);
+                continue;
+            }
+            if shard.entries.len() >= self.entries_per_shard && !shard.entries.contains_key(&hash) {
                 // Evicted all at once: their keys stay seen.
                 shard.entries.clear();
             }
-            shard.entries.insert(hash, slot);
+            shard
+                .entries
+                .insert(hash, Slot::new(key, state, update_time));
         }
     }
 
@@ -472,6 +501,55 @@ mod tests {
         known.forget(keys[..1].iter(), &hashes);
         let recalled = known.recall(keys.iter()).expect("no refusal");
         assert_eq!(recalled.forgotten, [0], "forgotten, still seen");
+    }
+
+    #[test]
+    fn a_known_key_learnt_again_holds_its_newest_state_whatever_its_event_ids_length() {
+        let known = KnownMemberships::new(1_000);
+        let learn_one = |event: LikeEvent, at: i64| {
+            let batch = Batch::new(vec![event], Vec::new());
+            let plan = batch.plan(&[None][..]);
+            let hashes = known.hashes(batch.keys());
+            known.see(&hashes);
+            let unchanged = Unchanged::AlreadyKnown;
+            known.learn(batch.keys(), &hashes, &plan, Some(time(at)), unchanged);
+            plan.memberships[0].membership()
+        };
+        let recall = || {
+            let recalled = known.recall(std::iter::once(&key("a"))).expect("known");
+            (recalled.found[0].clone(), recalled.update_times[0])
+        };
+        // The same length of event id, then longer (twice), then shorter.
+        let long = "é".repeat(64);
+        for (seq, id) in [
+            (2, "a-2"),
+            (3, "a-3"),
+            (4, "a-the-fourth"),
+            (5, &long),
+            (6, "6"),
+        ] {
+            let version = Version {
+                seq,
+                occurred_at_micros: seq,
+                event_id: id.into(),
+            };
+            let event = LikeEvent::new(LikeKind::Added, "p", "a", &version, None).expect("valid");
+            let learnt = learn_one(event, 10 + seq);
+            assert_eq!(recall(), (Some(learnt), Some(time(10 + seq))), "after {id}");
+        }
+        // Then read as absent (its document gone): known as absent.
+        let batch = Batch::new(Vec::new(), Vec::new());
+        let plan = batch.plan(&[][..]);
+        let keys = [key("a")];
+        let hashes = known.hashes(keys.iter());
+        let unchanged = Unchanged::Read {
+            found: &[None],
+            update_times: &[None],
+        };
+        known.learn(keys.iter(), &hashes, &plan, Some(time(30)), unchanged);
+        assert_eq!(recall(), (None, None));
+        let recalled = known.recall(keys.iter()).expect("known");
+        assert!(recalled.forgotten.is_empty(), "known absent, not read");
     }
 
     #[test]
