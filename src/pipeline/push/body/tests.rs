@@ -86,6 +86,24 @@ fn a_wrapped_poison_payload_keeps_its_message_id_and_attributes() {
 }
 
 #[test]
+fn a_wrapped_poison_payload_keeps_attributes_unescaped_and_a_repeated_key_last() {
+    // Escapes in keys and values, and one key twice (JSON allows it; a
+    // map keeps the last), written by hand: `json!` could not repeat it.
+    let body = format!(
+        r#"{{"message": {{"data": "{}", "messageId": "9", "attributes": {{"a\"b": "x\u00e9", "k": "1", "k": "2"}}}}}}"#,
+        b64(b"not json")
+    );
+    let delivery = parse(&HeaderMap::new(), Read::Whole(Bytes::from(body)));
+    let record = poison(&delivery);
+    assert_eq!(record.message_id, "9");
+    let expected = [("a\"b", "x\u{e9}"), ("k", "2")];
+    let expected: Vec<(String, String)> = (expected.iter())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(record.attributes, expected);
+}
+
+#[test]
 fn bodies_that_are_not_push_requests_are_poison_that_says_so() {
     let cases: Vec<(&str, Read, &str)> = vec![
         (
@@ -104,6 +122,16 @@ fn bodies_that_are_not_push_requests_are_poison_that_says_so() {
             "no message id",
             wrapped(serde_json::json!({"data": b64(EVENT.as_bytes())})),
             "no messageId",
+        ),
+        (
+            "attributes that are not a map",
+            wrapped(serde_json::json!({"data": "", "messageId": "7", "attributes": ["a"]})),
+            "invalid type: sequence, expected a map",
+        ),
+        (
+            "an attribute that is not a string",
+            wrapped(serde_json::json!({"data": "", "messageId": "7", "attributes": {"a": 5}})),
+            "invalid type: integer `5`, expected a string",
         ),
     ];
     for (what, body, reason) in cases {
