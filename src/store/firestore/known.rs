@@ -33,6 +33,7 @@
 //!   directly, so a replica whose guesses fail (others write the same
 //!   memberships; a restart over old data) pays ~1 wasted round trip in 64.
 
+use std::collections::hash_map::Entry;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -356,19 +357,23 @@ impl KnownMemberships {
                 },
             };
             let mut shard = self.shard(hash).lock();
-            // A key known already (most of them, where the same users act
-            // again) is updated where it is: one probe, no allocation.
-            if let Some(slot) = shard.entries.get_mut(&hash).filter(|slot| slot.is(key)) {
-                slot.set(state, update_time);
-                continue;
-            }
+            // The size first: a full shard is rare (it empties when full),
+            // so a key is usually found or placed with one probe.
             if shard.entries.len() >= self.entries_per_shard && !shard.entries.contains_key(&hash) {
                 // Evicted all at once: their keys stay seen.
                 shard.entries.clear();
             }
-            shard
-                .entries
-                .insert(hash, Slot::new(key, state, update_time));
+            match shard.entries.entry(hash) {
+                // Known already (most keys, where the same users act
+                // again): updated where it is, with no allocation.
+                Entry::Occupied(mut slot) if slot.get().is(key) => {
+                    slot.get_mut().set(state, update_time);
+                }
+                Entry::Occupied(mut slot) => *slot.get_mut() = Slot::new(key, state, update_time),
+                Entry::Vacant(slot) => {
+                    slot.insert(Slot::new(key, state, update_time));
+                }
+            }
         }
     }
 
