@@ -402,7 +402,7 @@ impl<H> Aggregator<H> {
             }
         }
         let short = taken.len() < target.max(1) && taken.len() < self.max_batch_events;
-        let in_flight = in_flight.filter(|_| short && self.routing == Routing::ByMembership);
+        let in_flight = in_flight.filter(|_| short && self.takes_around_busy());
         if let Some(in_flight) = in_flight {
             let in_flight = in_flight();
             for (i, shard) in self.shards.iter().enumerate() {
