@@ -253,6 +253,27 @@ impl Consumer {
         Ok(Consumer::Null(Child::spawn(&spec)?, push_addr))
     }
 
+    /// Starts `hotcount-null-consumer --commit-writes` (the binary `bin`),
+    /// the write floor, on the stream settings of `run_args` and the
+    /// Firestore emulator of `endpoints`, its stderr appended to `log`.
+    pub fn start_write_floor(
+        bin: &Path,
+        endpoints: &Endpoints,
+        run_args: &RunArgs,
+        log: Option<&Path>,
+    ) -> Result<Self, RunError> {
+        let mut args = null_consumer_flags(run_args);
+        args.push("--commit-writes".into());
+        let spec = ChildSpec {
+            bin: bin.to_path_buf(),
+            args,
+            endpoints: endpoints.clone(),
+            log: log.map(Path::to_path_buf),
+            metrics: None,
+        };
+        Ok(Consumer::Null(Child::spawn(&spec)?, None))
+    }
+
     /// Peak RSS so far, and whether it is the consumer's alone (in-process
     /// it is this whole process's).
     pub fn peak_rss_bytes(&self) -> (u64, bool) {

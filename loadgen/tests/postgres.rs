@@ -106,6 +106,7 @@ async fn bench_on_postgres_measures_round_trips_and_the_hottest_counter_row() {
         backlog: false,
         consumer_bin: None,
         null_consumer_bin: None,
+        write_floor: false,
         compare_bin: None,
         rounds: 1,
         replicas: 1,

@@ -11,6 +11,13 @@
 //! acks only after a commit, so the client's lease bookkeeping for held
 //! messages is in the floor too.
 //!
+//! With `--commit-writes` it is the write floor (`write_floor`): it parses
+//! each event and commits the documents an exactly-once consumer of
+//! hotcount's design must write (the memberships that change, a counter
+//! increment per post, a marker per group of up to 1,000 messages) before
+//! acking: the least store work, beside which hotcount's CPU per message
+//! is what reading, checking and recovering cost.
+//!
 //! With `--delivery push` it is the push floor instead: it serves `POST
 //! /pubsub/push` on `--push-addr` with hyper's HTTP/1.1 server alone (no
 //! router, no authentication), reads each body whole and answers 204 (after
@@ -18,12 +25,14 @@
 //! itself, beside `hotcount run --delivery push`. Any other method or path
 //! is answered 404.
 //!
-//! Invariant: every message received is acked (at once, or after the delay)
-//! and nothing else is done with it; it runs until SIGTERM/SIGINT (or until
-//! killed). It is its own package so that it links only the subscriber, its
-//! credentials, the runtime, the flags, the service's allocator (the
-//! leanest of the two measured) and (for push) hyper's server: none of the
-//! service crate's clients or start-up work is in the floor.
+//! Invariant: every message received is acked (at once, after the delay,
+//! or after its group's Commit) and nothing else is done with it; it runs
+//! until SIGTERM/SIGINT (or until killed). It is its own package so that
+//! it links only the subscriber, its credentials, the runtime, the flags,
+//! the service's allocator (the leanest of the two measured), (for push)
+//! hyper's server and (for the write floor) gcloud-sdk's Firestore client
+//! and serde_json: none of the service crate's code or start-up work is in
+//! the floor.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -37,6 +46,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::task::JoinSet;
+
+mod write_floor;
 
 /// Receive and ack, nothing else.
 #[derive(Parser, Debug)]
@@ -67,6 +78,15 @@ struct Args {
     /// Hold each message this long before acking it (0 = ack on receipt).
     #[arg(long, env = "HOTCOUNT_NULL_ACK_DELAY_MS", default_value_t = 0)]
     ack_delay_ms: u64,
+    /// The write floor: commit, per group of messages, one membership
+    /// write per (post, user), one counter increment per post and a marker
+    /// to Firestore (`--firestore-emulator-host`), then ack the group
+    /// (`write_floor`). Pull only.
+    #[arg(long, env = "HOTCOUNT_NULL_COMMIT_WRITES", value_parser = clap::builder::BoolishValueParser::new())]
+    commit_writes: bool,
+    /// Firestore emulator address (`host:port`), for `--commit-writes`.
+    #[arg(long, env = "FIRESTORE_EMULATOR_HOST")]
+    firestore_emulator_host: Option<String>,
     /// How messages arrive: pulled (the official subscriber) or pushed to
     /// `POST /pubsub/push` on `--push-addr` (answered 204).
     #[arg(long, value_enum, default_value_t = Delivery::Pull)]
@@ -200,6 +220,20 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let floor = match (args.commit_writes, args.firestore_emulator_host.as_deref()) {
+        (false, _) => None,
+        (true, Some(host)) => match write_floor::WriteFloor::connect(host, &args.project).await {
+            Ok(floor) => Some(floor),
+            Err(error) => {
+                eprintln!("hotcount-null-consumer: {error}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        (true, None) => {
+            eprintln!("hotcount-null-consumer: --commit-writes needs --firestore-emulator-host");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let subscription = args.subscription_name();
     let mut streams = JoinSet::new();
     for index in 0..args.streams.max(1) {
@@ -210,6 +244,10 @@ async fn main() -> std::process::ExitCode {
             .set_max_lease_extension(Duration::from_secs(args.lease_extension_secs))
             .set_shutdown_behavior(ShutdownBehavior::WaitForProcessing)
             .build();
+        if let Some(floor) = floor.clone() {
+            streams.spawn(write_floor::run(stream, floor, index));
+            continue;
+        }
         streams.spawn(async move {
             let mut held = VecDeque::new();
             let mut tick = tokio::time::interval(Duration::from_millis(10));

@@ -96,6 +96,14 @@ pub enum Runner {
     /// settings, nothing else; the delivery floor hotcount's CPU per event
     /// is compared with (the ceiling row).
     Null,
+    /// `hotcount-null-consumer --commit-writes`: the write floor, right
+    /// after [`Runner::Null`] (`--write-floor`): it parses each event and
+    /// commits, per group of up to 1,000 messages, the memberships it
+    /// changes, a counter increment per post and a marker, in one blind
+    /// Commit, then acks the group. What writing the design's documents
+    /// costs with no reads, checks or recovery: hotcount's CPU per message
+    /// beside it is what all the rest costs.
+    WriteFloor,
     /// `hotcount-null-consumer --delivery push`: an HTTP/1.1 endpoint that
     /// reads each pushed body and answers 204 at once, nothing else; the
     /// push floor (what one request per message costs by itself), with
@@ -140,6 +148,10 @@ pub struct BenchConfig {
     /// Also run `hotcount-null-consumer` (this binary, as a child process)
     /// on each case, first in each round: the ceiling row.
     pub null_consumer_bin: Option<std::path::PathBuf>,
+    /// With `null_consumer_bin` and pull among the deliveries: also run
+    /// the write floor ([`Runner::WriteFloor`]) right after the null
+    /// consumer in each round.
+    pub write_floor: bool,
     /// Another `hotcount` binary (with `consumer_bin`), run after it on
     /// each strategy of each round and reported beside it: two builds
     /// measured side by side, round by round.
@@ -209,8 +221,8 @@ pub fn case_workload(config: &BenchConfig, case: Case) -> Workload {
 }
 
 /// The runners of one round, in order: the null consumer (when asked for:
-/// pulling, when pull is among the deliveries, then as the push floor,
-/// when push is) then each strategy with each delivery of `deliveries`
+/// pulling, when pull is among the deliveries, followed by the write floor
+/// when asked for, then as the push floor, when push is) then each strategy with each delivery of `deliveries`
 /// (pull is [`Runner::Hotcount`], push [`Runner::Push`]), each run
 /// followed by the compared build's run of it (when one is given), then
 /// batched with rollups off (when asked for).
@@ -228,7 +240,10 @@ pub fn runners(config: &BenchConfig) -> Vec<Runner> {
     ]
     .into_iter()
     .filter(|(delivery, _)| config.null_consumer_bin.is_some() && deliveries.contains(delivery))
-    .map(|(_, runner)| runner);
+    .flat_map(|(_, runner)| {
+        let floor = (runner == Runner::Null && config.write_floor).then_some(Runner::WriteFloor);
+        [Some(runner), floor].into_iter().flatten()
+    });
     let hotcount = config.strategies.iter().flat_map(|&s| {
         deliveries.iter().flat_map(move |&delivery| match delivery {
             Delivery::Pull => vec![Runner::Hotcount(s)]
@@ -270,6 +285,7 @@ mod tests {
             backlog: true,
             consumer_bin: None,
             null_consumer_bin: None,
+            write_floor: false,
             compare_bin: None,
             rounds: 1,
             replicas: 1,
@@ -367,6 +383,41 @@ mod tests {
                 Runner::ComparePush(Batched)
             ],
             "push alone: only the push floor"
+        );
+    }
+
+    #[test]
+    fn the_write_floor_runs_right_after_the_null_consumer_and_only_pulling() {
+        use Strategy::Batched;
+        let mut config = BenchConfig {
+            consumer_bin: Some("hotcount".into()),
+            null_consumer_bin: Some("hotcount-null-consumer".into()),
+            write_floor: true,
+            deliveries: vec![Delivery::Push, Delivery::Pull],
+            ..config(1)
+        };
+        assert_eq!(
+            runners(&config),
+            [
+                Runner::Null,
+                Runner::WriteFloor,
+                Runner::NullPush,
+                Runner::Push(Batched),
+                Runner::Hotcount(Batched),
+            ]
+        );
+        config.deliveries = vec![Delivery::Push];
+        assert_eq!(
+            runners(&config),
+            [Runner::NullPush, Runner::Push(Batched)],
+            "the write floor pulls: not beside push alone"
+        );
+        config.deliveries = vec![Delivery::Pull];
+        config.null_consumer_bin = None;
+        assert_eq!(
+            runners(&config),
+            [Runner::Hotcount(Batched)],
+            "no floors without the null consumer's binary"
         );
     }
 

@@ -22,6 +22,7 @@ pub(super) fn runner_name(r: Runner) -> String {
         Runner::Compare(s) => format!("{} (compared build)", strategy(s)),
         Runner::ComparePush(s) => format!("{}, push (compared build)", strategy(s)),
         Runner::Null => "null consumer (receive + ack)".into(),
+        Runner::WriteFloor => "write floor (parse + write + ack)".into(),
         Runner::NullPush => "null consumer, push (read + 204)".into(),
         Runner::NoRollups => "batched, rollups off".into(),
     }
@@ -483,6 +484,19 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
                 (runner, floor_of(runner)),
                 RunResult::cpu_ms_per_1k_steady,
             );
+            out.push_str(&format!(" {cell} |"));
+        }
+        out.push('\n');
+    }
+    if runners.contains(&Runner::WriteFloor) {
+        out.push_str("| CPU per message, x the write floor |");
+        for &runner in runners {
+            let cell = match runner {
+                Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups => {
+                    median_cpu_ratio(runs, rounds, runner, Runner::WriteFloor)
+                }
+                _ => String::new(),
+            };
             out.push_str(&format!(" {cell} |"));
         }
         out.push('\n');

@@ -66,7 +66,9 @@ async fn run_one(
         | Runner::Compare(strategy)
         | Runner::Push(strategy)
         | Runner::ComparePush(strategy) => strategy,
-        Runner::Null | Runner::NullPush | Runner::NoRollups => Strategy::Batched,
+        Runner::Null | Runner::WriteFloor | Runner::NullPush | Runner::NoRollups => {
+            Strategy::Batched
+        }
     };
     let (run_args, service_config) =
         consumer_settings(config, strategy, runner == Runner::NoRollups)?;
@@ -125,13 +127,16 @@ async fn run_one(
             (Runner::Null, Some(bin)) => {
                 Consumer::start_null(bin, stage.endpoints(), &run_args, (None, log))?
             }
+            (Runner::WriteFloor, Some(bin)) => {
+                Consumer::start_write_floor(bin, stage.endpoints(), &run_args, log)?
+            }
             (Runner::NullPush, Some(bin)) => Consumer::start_null(
                 bin,
                 stage.endpoints(),
                 &run_args,
                 (push_addrs.get(replica).copied(), log),
             )?,
-            (Runner::Null | Runner::NullPush, None) => {
+            (Runner::Null | Runner::WriteFloor | Runner::NullPush, None) => {
                 return Err(RunError::Invalid("no null consumer binary".into()));
             }
             (
@@ -184,7 +189,9 @@ async fn run_one(
         | Runner::NoRollups
         | Runner::Push(_)
         | Runner::ComparePush(_) => check(&stage, &run_args, &workload, completed).await?,
-        Runner::Null | Runner::NullPush => (Verdict::NotCounted, Percentiles::default()),
+        Runner::Null | Runner::WriteFloor | Runner::NullPush => {
+            (Verdict::NotCounted, Percentiles::default())
+        }
     };
     stage.shutdown().await;
     let mut result = window.into_result(

@@ -82,6 +82,13 @@ pub struct BenchArgs {
     /// compared with.
     #[arg(long)]
     pub ceiling: bool,
+    /// With `--ceiling`: also run the write floor right after the null
+    /// consumer in each round (`hotcount-null-consumer --commit-writes`:
+    /// parse each event, commit the memberships it changes, a counter
+    /// increment per post and a marker per group of up to 1,000 messages,
+    /// then ack), and print CPU per message as a multiple of it too.
+    #[arg(long, requires = "ceiling")]
+    pub write_floor: bool,
     /// The `hotcount-null-consumer` binary for `--ceiling` (default: next to this one).
     #[arg(long)]
     pub null_consumer_bin: Option<std::path::PathBuf>,
@@ -211,6 +218,7 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
             true => Some(null_consumer_bin(args.null_consumer_bin.clone())?),
             false => None,
         },
+        write_floor: args.write_floor,
         rounds: args.rounds.max(1),
         replicas: args.replicas.max(1),
         compare_rollups: args.compare_rollups,
