@@ -241,7 +241,14 @@ impl Batch {
             },
             ..Plan::default()
         };
+        // The keys come in (post, user) order, so one post's memberships
+        // are consecutive: its delta is summed here and put in the map
+        // once, when the next post begins (not looked up per event).
+        let mut post_delta: Option<(&String, i64)> = None;
         for (index, (key, events)) in self.events.iter().enumerate() {
+            if post_delta.is_some_and(|(post, _)| *post != key.post_id) {
+                put_delta(&mut plan.deltas, post_delta.take());
+            }
             let stored = stored.state(index, key);
             let mut liked = stored.is_some_and(|s| s.liked);
             // The newest event applied so far; before any, the stored state.
@@ -265,12 +272,7 @@ impl Batch {
                 let now_liked = event.kind == LikeKind::Added;
                 let delta = i64::from(now_liked) - i64::from(liked);
                 if delta != 0 {
-                    match plan.deltas.get_mut(&key.post_id) {
-                        Some(d) => *d += delta,
-                        None => {
-                            plan.deltas.insert(key.post_id.clone(), delta);
-                        }
-                    }
+                    post_delta.get_or_insert((&key.post_id, 0)).1 += delta;
                 }
                 liked = now_liked;
                 newest = Some(event);
@@ -285,6 +287,7 @@ impl Batch {
                 });
             }
         }
+        put_delta(&mut plan.deltas, post_delta);
         plan.deltas.retain(|_, d| *d != 0);
         plan
     }
@@ -362,6 +365,13 @@ impl Batch {
             return Ok((part(BTreeMap::new(), poison), part(BTreeMap::new(), second)));
         }
         Err(part(events, poison))
+    }
+}
+
+/// Adds one post's summed delta (if any) to `deltas`.
+fn put_delta(deltas: &mut BTreeMap<String, i64>, post_delta: Option<(&String, i64)>) {
+    if let Some((post, delta)) = post_delta {
+        *deltas.entry(post.clone()).or_default() += delta;
     }
 }
 
