@@ -229,20 +229,29 @@ impl Consumer {
     }
 
     /// Starts `hotcount-null-consumer` (the binary `bin`) on the stream
-    /// settings of `run_args`, its stderr appended to `log` (ours when
-    /// `None`); with `push_addr`, as the push floor serving `POST
-    /// /pubsub/push` there instead.
+    /// settings of `run_args` as `mode` says (receiving and acking, the
+    /// write floor on the Firestore emulator of `endpoints`, or the push
+    /// floor serving `POST /pubsub/push`), its stderr appended to `log`
+    /// (ours when `None`).
     pub fn start_null(
         bin: &Path,
         endpoints: &Endpoints,
         run_args: &RunArgs,
-        (push_addr, log): (Option<SocketAddr>, Option<&Path>),
+        (mode, log): (NullMode, Option<&Path>),
     ) -> Result<Self, RunError> {
         let mut args = null_consumer_flags(run_args);
-        if let Some(addr) = push_addr {
-            args.extend(["--delivery".into(), "push".into()]);
-            args.extend(["--push-addr".into(), addr.to_string()]);
-        }
+        let push_addr = match mode {
+            NullMode::Pull => None,
+            NullMode::WriteFloor => {
+                args.push("--commit-writes".into());
+                None
+            }
+            NullMode::Push(addr) => {
+                args.extend(["--delivery".into(), "push".into()]);
+                args.extend(["--push-addr".into(), addr.to_string()]);
+                Some(addr)
+            }
+        };
         let spec = ChildSpec {
             bin: bin.to_path_buf(),
             args,
@@ -251,27 +260,6 @@ impl Consumer {
             metrics: None,
         };
         Ok(Consumer::Null(Child::spawn(&spec)?, push_addr))
-    }
-
-    /// Starts `hotcount-null-consumer --commit-writes` (the binary `bin`),
-    /// the write floor, on the stream settings of `run_args` and the
-    /// Firestore emulator of `endpoints`, its stderr appended to `log`.
-    pub fn start_write_floor(
-        bin: &Path,
-        endpoints: &Endpoints,
-        run_args: &RunArgs,
-        log: Option<&Path>,
-    ) -> Result<Self, RunError> {
-        let mut args = null_consumer_flags(run_args);
-        args.push("--commit-writes".into());
-        let spec = ChildSpec {
-            bin: bin.to_path_buf(),
-            args,
-            endpoints: endpoints.clone(),
-            log: log.map(Path::to_path_buf),
-            metrics: None,
-        };
-        Ok(Consumer::Null(Child::spawn(&spec)?, None))
     }
 
     /// Peak RSS so far, and whether it is the consumer's alone (in-process
@@ -410,6 +398,17 @@ fn known_flags(bin: &Path, flags: Vec<String>) -> Vec<String> {
         tracing::warn!(bin = %bin.display(), ?dropped, "this build does not know these run flags; it runs without them");
     }
     known
+}
+
+/// What `hotcount-null-consumer` runs as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NullMode {
+    /// Receive and ack, nothing else (the null consumer).
+    Pull,
+    /// The write floor (`--commit-writes`).
+    WriteFloor,
+    /// The push floor, serving `POST /pubsub/push` at this address.
+    Push(SocketAddr),
 }
 
 /// The `hotcount-null-consumer` flags with the subscription and stream

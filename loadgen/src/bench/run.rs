@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use super::result::{RunResult, Verdict};
 use super::window::{Baseline, Window};
 use super::{case_workload, ops, render, runners, workload_config, BenchConfig, Case, Runner};
-use crate::consumer::{free_loopback_port, Consumer};
+use crate::consumer::{free_loopback_port, Consumer, NullMode};
 use crate::front::PushFront;
 use crate::publish::{self, PublishOptions};
 use crate::report::{self, Percentiles};
@@ -125,17 +125,26 @@ async fn run_one(
         };
         consumers.push(match (runner, &config.null_consumer_bin) {
             (Runner::Null, Some(bin)) => {
-                Consumer::start_null(bin, stage.endpoints(), &run_args, (None, log))?
+                Consumer::start_null(bin, stage.endpoints(), &run_args, (NullMode::Pull, log))?
             }
-            (Runner::WriteFloor, Some(bin)) => {
-                Consumer::start_write_floor(bin, stage.endpoints(), &run_args, log)?
-            }
-            (Runner::NullPush, Some(bin)) => Consumer::start_null(
+            (Runner::WriteFloor, Some(bin)) => Consumer::start_null(
                 bin,
                 stage.endpoints(),
                 &run_args,
-                (push_addrs.get(replica).copied(), log),
+                (NullMode::WriteFloor, log),
             )?,
+            (Runner::NullPush, Some(bin)) => {
+                let addr = push_addrs
+                    .get(replica)
+                    .copied()
+                    .ok_or_else(|| RunError::Invalid("no push address".into()))?;
+                Consumer::start_null(
+                    bin,
+                    stage.endpoints(),
+                    &run_args,
+                    (NullMode::Push(addr), log),
+                )?
+            }
             (Runner::Null | Runner::WriteFloor | Runner::NullPush, None) => {
                 return Err(RunError::Invalid("no null consumer binary".into()));
             }
