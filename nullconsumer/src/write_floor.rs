@@ -21,7 +21,8 @@
 //! trip, as hotcount's known-membership path), poison, retries,
 //! quarantine, counter shards, rollups, telemetry. So it is a floor, not a
 //! consumer: a message it cannot parse is acked unwritten, and a Commit
-//! that fails is reported on stderr and its messages acked anyway, so a
+//! that fails is reported on stderr (the first one, then a count in the
+//! totals line every 100 Commits) and its messages acked anyway, so a
 //! bench run always ends.
 //!
 //! Invariant: every message received is acked exactly once, after the
@@ -77,7 +78,8 @@ struct Writes {
     database: String,
     /// `{database}/documents`.
     documents: String,
-    /// The newest version (seq) and state written per `post\nuser`.
+    /// The newest version (seq) and state written per `post\nuser`: it
+    /// grows with the memberships seen (a bench's few hundred thousand).
     versions: Mutex<HashMap<String, (i64, bool)>>,
     /// Markers written so far (each marker's name ends with its number).
     markers: AtomicU64,
@@ -152,8 +154,9 @@ impl WriteFloor {
         totals.2 += request.writes.len() as u64;
         if totals.0.is_multiple_of(100) {
             eprintln!(
-                "hotcount-null-consumer: write floor: {} commits, {} messages, {} writes ({:.1} per 1,000 messages)",
+                "hotcount-null-consumer: write floor: {} commits ({} failed), {} messages, {} writes ({:.1} per 1,000 messages)",
                 totals.0,
+                self.failed.load(Ordering::Relaxed),
                 totals.1,
                 totals.2,
                 1000.0 * totals.2 as f64 / totals.1.max(1) as f64
