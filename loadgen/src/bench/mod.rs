@@ -222,8 +222,9 @@ pub fn case_workload(config: &BenchConfig, case: Case) -> Workload {
 
 /// The runners of one round, in order: the null consumer (when asked for:
 /// pulling, when pull is among the deliveries, followed by the write floor
-/// when asked for, then as the push floor, when push is) then each strategy with each delivery of `deliveries`
-/// (pull is [`Runner::Hotcount`], push [`Runner::Push`]), each run
+/// when asked for, then as the push floor, when push is) then each
+/// strategy with each delivery of `deliveries` (pull is
+/// [`Runner::Hotcount`], push [`Runner::Push`]), each run
 /// followed by the compared build's run of it (when one is given), then
 /// batched with rollups off (when asked for).
 pub fn runners(config: &BenchConfig) -> Vec<Runner> {

@@ -470,53 +470,60 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
     }
     if runners.contains(&Runner::Null) || runners.contains(&Runner::NullPush) {
         // Push runs beside the push floor, the others beside the pull floor.
-        out.push_str("| CPU per message, x the null consumer (push: its push floor) |");
-        for &runner in runners {
-            let cell = median_cpu_ratio(runs, rounds, runner, floor_of(runner));
-            out.push_str(&format!(" {cell} |"));
-        }
-        out.push('\n');
-        out.push_str("| the same after the first fifth acked (start-up left out) |");
-        for &runner in runners {
-            let cell = median_ratio(
-                runs,
-                rounds,
-                (runner, floor_of(runner)),
-                RunResult::cpu_ms_per_1k_steady,
-            );
-            out.push_str(&format!(" {cell} |"));
-        }
-        out.push('\n');
+        push_row(
+            &mut out,
+            "CPU per message, x the null consumer (push: its push floor)",
+            runners,
+            |runner| median_cpu_ratio(runs, rounds, runner, floor_of(runner)),
+        );
+        push_row(
+            &mut out,
+            "the same after the first fifth acked (start-up left out)",
+            runners,
+            |runner| {
+                let pair = (runner, floor_of(runner));
+                median_ratio(runs, rounds, pair, RunResult::cpu_ms_per_1k_steady)
+            },
+        );
     }
     if runners.contains(&Runner::WriteFloor) {
-        out.push_str("| CPU per message, x the write floor |");
-        for &runner in runners {
-            let cell = match runner {
+        push_row(
+            &mut out,
+            "CPU per message, x the write floor",
+            runners,
+            |runner| match runner {
                 Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups => {
                     median_cpu_ratio(runs, rounds, runner, Runner::WriteFloor)
                 }
                 _ => String::new(),
-            };
-            out.push_str(&format!(" {cell} |"));
-        }
-        out.push('\n');
+            },
+        );
     }
     if runners
         .iter()
         .any(|r| matches!(r, Runner::Compare(_) | Runner::ComparePush(_)))
     {
-        out.push_str("| CPU per message, x the first build's of the round |");
-        for &runner in runners {
-            let cell = match runner {
+        push_row(
+            &mut out,
+            "CPU per message, x the first build's of the round",
+            runners,
+            |runner| match runner {
                 Runner::Compare(s) => median_cpu_ratio(runs, rounds, runner, Runner::Hotcount(s)),
                 Runner::ComparePush(s) => median_cpu_ratio(runs, rounds, runner, Runner::Push(s)),
                 _ => String::new(),
-            };
-            out.push_str(&format!(" {cell} |"));
-        }
-        out.push('\n');
+            },
+        );
     }
     out
+}
+
+/// Appends the table row `title` with `cell(runner)` in each runner's column.
+fn push_row(out: &mut String, title: &str, runners: &[Runner], cell: impl Fn(Runner) -> String) {
+    out.push_str(&format!("| {title} |"));
+    for &runner in runners {
+        out.push_str(&format!(" {} |", cell(runner)));
+    }
+    out.push('\n');
 }
 
 /// The floor `runner` is measured against: the push floor for push runs,
