@@ -243,7 +243,8 @@ impl Batch {
         };
         // The keys come in (post, user) order, so one post's memberships
         // are consecutive: its delta is summed here and put in the map
-        // once, when the next post begins (not looked up per event).
+        // once, when the next post begins (not looked up per event), and
+        // only when it is not zero.
         let mut post_delta: Option<(&String, i64)> = None;
         for (index, (key, events)) in self.events.iter().enumerate() {
             if post_delta.is_some_and(|(post, _)| *post != key.post_id) {
@@ -288,7 +289,6 @@ impl Batch {
             }
         }
         put_delta(&mut plan.deltas, post_delta);
-        plan.deltas.retain(|_, d| *d != 0);
         plan
     }
 
@@ -368,10 +368,13 @@ impl Batch {
     }
 }
 
-/// Adds one post's summed delta (if any) to `deltas`.
+/// Puts one post's summed delta in `deltas`, unless there is none or it
+/// sums to zero (zero deltas are omitted). Each post comes once: its
+/// memberships are consecutive in key order.
 fn put_delta(deltas: &mut BTreeMap<String, i64>, post_delta: Option<(&String, i64)>) {
-    if let Some((post, delta)) = post_delta {
-        *deltas.entry(post.clone()).or_default() += delta;
+    if let Some((post, delta)) = post_delta.filter(|&(_, delta)| delta != 0) {
+        let earlier = deltas.insert(post.clone(), delta);
+        debug_assert!(earlier.is_none(), "a post's memberships are consecutive");
     }
 }
 
@@ -415,6 +418,35 @@ mod tests {
         assert_eq!(plan.deltas["p"], 1);
         assert_eq!(plan.effects.applied, 2);
         assert_eq!(plan.memberships.len(), 1);
+    }
+
+    #[test]
+    fn a_post_whose_changes_cancel_out_has_no_delta_beside_posts_that_change() {
+        let stored = HashMap::from([(
+            MembershipKey::of(&ev(Added, "p", "v", 1, "s")),
+            Membership {
+                liked: true,
+                version: ev(Added, "p", "v", 1, "s").version(),
+            },
+        )]);
+        let batch = Batch::new(
+            vec![
+                ev(Added, "a", "u", 1, "a1"),
+                ev(Added, "p", "u", 1, "p1"),
+                ev(Removed, "p", "u", 2, "p2"),
+                ev(Added, "p", "w", 1, "p3"),
+                ev(Removed, "p", "v", 2, "p4"),
+                ev(Added, "z", "u", 1, "z1"),
+            ],
+            vec![],
+        );
+        let plan = batch.plan(&stored);
+        assert_eq!(plan.effects.applied, 6);
+        assert_eq!(
+            plan.deltas,
+            BTreeMap::from([("a".into(), 1), ("z".into(), 1)]),
+            "p: +1 -1 (u), +1 (w), -1 (v): no entry"
+        );
     }
 
     #[test]
