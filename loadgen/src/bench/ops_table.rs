@@ -260,13 +260,11 @@ fn read_write_per_1k(r: &RunResult) -> (f64, f64) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use hotcount_emulators::firestore::CollectionUsage;
 
     use super::*;
-    use crate::bench::{LeaseCalls, StoreOps, Verdict};
-    use crate::report::Percentiles;
+    use crate::bench::result::sample_run;
+    use crate::bench::StoreOps;
 
     fn run(
         runner: Runner,
@@ -278,35 +276,11 @@ mod tests {
         firestore.by_collection.insert("likes".into(), likes);
         firestore.by_collection.insert("counts".into(), counts);
         RunResult {
-            case: Case::Viral,
-            runner,
-            round,
-            published: 2_000,
-            acked: 2_000,
-            elapsed: Duration::from_secs(1),
-            completed: true,
-            postgres: false,
-            store_rpcs: 0,
-            commits: 0,
-            hottest_document: String::new(),
-            hottest_writes: 0,
-            hottest_post_writes: None,
-            latency: Percentiles::default(),
-            peak_rss_bytes: 0,
-            rss_is_consumer_only: true,
-            consumer_cpu: None,
-            consumer_cpu_steady: None,
-            commit_duration: None,
-            push_hold: None,
-            rollup_rpcs: None,
-            top_rollup_writes: None,
-            lease_calls: LeaseCalls::default(),
-            replicas: 1,
             ops: StoreOps {
                 firestore: Some(firestore),
                 ..StoreOps::default()
             },
-            verdict: Verdict::Exact,
+            ..sample_run(Case::Viral, runner, round)
         }
     }
 

@@ -543,7 +543,8 @@ fn median_cpu_ratio(runs: &[&RunResult], rounds: u32, runner: Runner, base: Runn
 
 /// The median over the rounds of `runner`'s `figure` divided by `base`'s
 /// in the same round (each round's runs ran side by side): `x1.23`, or
-/// `n/a`.
+/// `n/a`. A round whose `base` measured zero (a window too short for the
+/// CPU clock's tick) has no ratio.
 fn median_ratio(
     runs: &[&RunResult],
     rounds: u32,
@@ -556,7 +557,53 @@ fn median_ratio(
             .and_then(|r| figure(r))
     };
     let ratios = (0..rounds)
-        .filter_map(|round| Some(of(runner, round)? / of(base, round)?.max(1e-9)))
+        .filter_map(|round| {
+            let base = of(base, round).filter(|b| *b > 0.0)?;
+            Some(of(runner, round)? / base)
+        })
         .collect();
     median(ratios).map_or("n/a".to_string(), |v| format!("x{v:.2}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::result::sample_run;
+
+    fn with_cpu(runner: Runner, round: u32, steady_ms: u64) -> RunResult {
+        RunResult {
+            consumer_cpu: Some(Duration::from_millis(10)),
+            consumer_cpu_steady: Some((Duration::from_millis(steady_ms), 1_600)),
+            ..sample_run(Case::Viral, runner, round)
+        }
+    }
+
+    #[test]
+    fn a_ratio_over_a_floor_that_measured_no_cpu_prints_not_available() {
+        let hotcount = Runner::Hotcount(Strategy::Batched);
+        let results = [
+            with_cpu(Runner::Null, 0, 0),
+            with_cpu(hotcount, 0, 8),
+            with_cpu(Runner::Null, 1, 0),
+            with_cpu(hotcount, 1, 8),
+        ];
+        let runs: Vec<&RunResult> = results.iter().collect();
+        let table = render_medians(&runs, &[Runner::Null, hotcount], 2);
+        let row = |title: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(&format!("| {title} |")))
+                .unwrap_or_else(|| panic!("no row {title} in\n{table}"))
+                .to_string()
+        };
+        // The whole window measured CPU for both: a ratio.
+        assert!(
+            row("CPU per message, x the null consumer (push: its push floor)")
+                .ends_with("| x1.00 | x1.00 |")
+        );
+        // The null consumer's steady window measured none: no ratio, not
+        // a division by almost zero.
+        let steady = row("the same after the first fifth acked (start-up left out)");
+        assert!(steady.ends_with("| n/a | n/a |"), "{steady}");
+    }
 }

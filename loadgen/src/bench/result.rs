@@ -224,3 +224,37 @@ pub fn any_failed(results: &[RunResult]) -> bool {
         Verdict::Partial { invariant_breaks } => invariant_breaks > 0,
     })
 }
+
+/// A run with every figure zero or empty (2,000 messages acked in 1 s,
+/// exact), for tests to set the figures they are about.
+#[cfg(test)]
+pub fn sample_run(case: Case, runner: Runner, round: u32) -> RunResult {
+    RunResult {
+        case,
+        runner,
+        round,
+        published: 2_000,
+        acked: 2_000,
+        elapsed: Duration::from_secs(1),
+        completed: true,
+        postgres: false,
+        store_rpcs: 0,
+        commits: 0,
+        hottest_document: String::new(),
+        hottest_writes: 0,
+        hottest_post_writes: None,
+        latency: Percentiles::default(),
+        peak_rss_bytes: 0,
+        rss_is_consumer_only: true,
+        consumer_cpu: None,
+        consumer_cpu_steady: None,
+        commit_duration: None,
+        push_hold: None,
+        rollup_rpcs: None,
+        top_rollup_writes: None,
+        lease_calls: LeaseCalls::default(),
+        replicas: 1,
+        ops: StoreOps::default(),
+        verdict: Verdict::Exact,
+    }
+}
