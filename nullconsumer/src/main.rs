@@ -81,7 +81,7 @@ struct Args {
     /// The write floor: commit, per group of messages, one membership
     /// write per (post, user), one counter increment per post and a marker
     /// to Firestore (`--firestore-emulator-host`), then ack the group
-    /// (`write_floor`). Pull only.
+    /// (`write_floor`). Pull only: refused with `--delivery push`.
     #[arg(long, env = "HOTCOUNT_NULL_COMMIT_WRITES", value_parser = clap::builder::BoolishValueParser::new())]
     commit_writes: bool,
     /// Firestore emulator address (`host:port`), for `--commit-writes`.
@@ -109,6 +109,19 @@ enum Delivery {
 const PUSH_PATH: &str = "/pubsub/push";
 
 impl Args {
+    /// Refuses flags that do not go together, naming why: the write floor
+    /// pulls, so with push it would be silently ignored.
+    fn check(&self) -> Result<(), String> {
+        if self.commit_writes && self.delivery == Delivery::Push {
+            return Err(
+                "--commit-writes (HOTCOUNT_NULL_COMMIT_WRITES) is the pull write floor; \
+                 the push floor (--delivery push) writes nothing: drop one of them"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// The subscription's full name.
     fn subscription_name(&self) -> String {
         if self.subscription.starts_with("projects/") {
@@ -210,6 +223,10 @@ async fn serve_push(addr: SocketAddr, delay: Duration) -> std::process::ExitCode
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let delay = Duration::from_millis(args.ack_delay_ms);
+    if let Err(error) = args.check() {
+        eprintln!("hotcount-null-consumer: {error}");
+        return std::process::ExitCode::FAILURE;
+    }
     if args.delivery == Delivery::Push {
         return serve_push(args.push_addr, delay).await;
     }
@@ -283,4 +300,30 @@ async fn main() -> std::process::ExitCode {
         _ = async { while streams.join_next().await.is_some() {} } => {}
     }
     std::process::ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("hotcount-null-consumer").chain(args.iter().copied()))
+            .expect("parses")
+    }
+
+    #[test]
+    fn the_write_floor_with_push_delivery_is_refused_naming_both_flags() {
+        let error = parse(&["--commit-writes", "--delivery", "push"])
+            .check()
+            .expect_err("refused");
+        assert!(
+            error.contains("--commit-writes") && error.contains("--delivery push"),
+            "{error}"
+        );
+        assert!(parse(&["--commit-writes"]).check().is_ok());
+        assert!(parse(&["--commit-writes", "--delivery", "pull"])
+            .check()
+            .is_ok());
+        assert!(parse(&["--delivery", "push"]).check().is_ok());
+    }
 }
