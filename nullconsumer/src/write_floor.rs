@@ -21,10 +21,11 @@
 //! transactions and preconditions (a Commit of blind writes is one round
 //! trip, as hotcount's known-membership path), poison, retries,
 //! quarantine, counter shards, rollups, telemetry. So it is a floor, not a
-//! consumer: a message it cannot parse is acked unwritten, and a Commit
-//! that fails is reported on stderr (the first one, then a count in the
-//! totals line every 100 Commits) and its messages acked anyway, so a
-//! bench run always ends.
+//! consumer: a message it cannot parse or write (an id Firestore refuses
+//! in a document name, an unknown type or version) is acked unwritten, and
+//! a Commit that fails is reported on stderr (the first one, then a count
+//! in the totals line every 100 Commits) and its messages acked anyway, so
+//! a bench run always ends.
 //!
 //! Invariant: every message received is acked exactly once, after the
 //! Commit of its group has answered; a membership is written only with a
@@ -105,6 +106,7 @@ impl tonic::codec::Decoder for RawCommit {
 /// A like event's fields the write needs, borrowed where unescaped.
 #[derive(serde::Deserialize)]
 struct Like<'a> {
+    version: u64,
     #[serde(rename = "postId", borrow)]
     post_id: Cow<'a, str>,
     #[serde(rename = "userId", borrow)]
@@ -117,11 +119,41 @@ struct Like<'a> {
     seq: i64,
 }
 
+/// The longest post or user id written, in bytes (as hotcount's).
+const MAX_ID_BYTES: usize = 512;
+
+/// The longest event id written, in bytes (as hotcount's).
+const MAX_EVENT_ID_BYTES: usize = 256;
+
 impl Like<'_> {
     /// Whether the event leaves the post liked by the user.
     fn liked(&self) -> bool {
         self.kind == "like.added"
     }
+
+    /// Whether the event can be written at all: a like event of version 1
+    /// whose ids Firestore takes in a document's name. One it cannot is
+    /// left out (hotcount quarantines it), not sent to fail the whole
+    /// Commit.
+    fn writable(&self) -> bool {
+        self.version == 1
+            && matches!(&*self.kind, "like.added" | "like.removed")
+            && document_id(&self.post_id, MAX_ID_BYTES)
+            && document_id(&self.user_id, MAX_ID_BYTES)
+            && !self.event_id.is_empty()
+            && self.event_id.len() <= MAX_EVENT_ID_BYTES
+    }
+}
+
+/// Whether `id` is a valid Firestore document id of at most `max_bytes`:
+/// not empty, no `/`, not `.` or `..`, not `__.*__`, no control character.
+fn document_id(id: &str, max_bytes: usize) -> bool {
+    !id.is_empty()
+        && id.len() <= max_bytes
+        && id != "."
+        && id != ".."
+        && !(id.len() >= 4 && id.starts_with("__") && id.ends_with("__"))
+        && !id.chars().any(|c| c == '/' || c.is_control())
 }
 
 /// What the floor writes and what it remembers to write it: where its
@@ -254,7 +286,7 @@ impl Writes {
             .into_iter()
             .filter_map(|data| {
                 messages += 1;
-                serde_json::from_slice(data).ok()
+                serde_json::from_slice(data).ok().filter(Like::writable)
             })
             .collect();
         // The newest change per membership in the group (an index into
@@ -461,6 +493,35 @@ mod tests {
             [6],
             "the marker counts every message, unparsed too"
         );
+    }
+
+    #[test]
+    fn an_event_firestore_would_refuse_is_left_out_and_the_rest_of_its_group_written() {
+        let writes = Writes::new("p");
+        let mut group = vec![
+            event("like.added", "..", "u1", 1),
+            event("like.added", ".", "u1", 1),
+            event("like.added", "p1", "__x__", 1),
+            event("like.added", "p1/../x", "u1", 1),
+            event("like.added", "p1", "u1\u{7}\n", 1),
+            event("like.added", "p1", "u\u{85}", 1),
+            event("like.added", "p1", &"u".repeat(2048), 1),
+            event("like.added", "", "u1", 1),
+            event("like.toggled", "p1", "u1", 1),
+            event("like.added", "p1", "u1", 1),
+        ];
+        let mut wrong_version: serde_json::Value =
+            serde_json::from_slice(&event("like.added", "p2", "u2", 1)).expect("json");
+        wrong_version["version"] = 2.into();
+        group.push(wrong_version.to_string().into_bytes());
+        let (memberships, increments, markers) =
+            read(&decode(writes.request(group.iter().map(Vec::as_slice))));
+        assert_eq!(
+            memberships,
+            BTreeMap::from([("nullfloor-posts/p1/likes/u1".into(), (true, 1))])
+        );
+        assert_eq!(increments, BTreeMap::from([("p1".into(), 1)]));
+        assert_eq!(markers, [11]);
     }
 
     #[test]
