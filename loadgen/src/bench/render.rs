@@ -487,6 +487,9 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
         );
     }
     if runners.contains(&Runner::WriteFloor) {
+        for warning in floor_that_did_not_write(runs, rounds) {
+            out.push_str(&format!("| **{warning}** |\n"));
+        }
         push_row(
             &mut out,
             "CPU per message, x the write floor",
@@ -515,6 +518,31 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
         );
     }
     out
+}
+
+/// A line per round whose write floor wrote fewer than half the
+/// documents per message hotcount wrote in it: its Commits failed (the
+/// consumer log says why), so it measured no floor there.
+fn floor_that_did_not_write(runs: &[&RunResult], rounds: u32) -> Vec<String> {
+    let writes_per_1k = |who: fn(Runner) -> bool, round: u32| {
+        let run = runs.iter().find(|r| who(r.runner) && r.round == round)?;
+        let writes = run.ops.firestore.as_ref()?.total().writes;
+        Some(run.per_1k(writes))
+    };
+    (0..rounds)
+        .filter_map(|round| {
+            let floor = writes_per_1k(|r| r == Runner::WriteFloor, round)?;
+            let hotcount = writes_per_1k(|r| matches!(r, Runner::Hotcount(_)), round)?;
+            (floor < hotcount / 2.0).then(|| {
+                format!(
+                    "round {}: the write floor wrote {floor:.0} documents per 1,000 messages \
+                     against hotcount's {hotcount:.0}: its Commits failed (see the consumer \
+                     log), so it is no floor in this round",
+                    round + 1
+                )
+            })
+        })
+        .collect()
 }
 
 /// Appends the table row `title` with `cell(runner)` in each runner's column.
@@ -576,6 +604,47 @@ mod tests {
             consumer_cpu_steady: Some((Duration::from_millis(steady_ms), 1_600)),
             ..sample_run(Case::Viral, runner, round)
         }
+    }
+
+    fn writing(runner: Runner, round: u32, writes: u64) -> RunResult {
+        let mut firestore = crate::bench::ops::FirestoreOps::default();
+        let usage = hotcount_emulators::firestore::CollectionUsage {
+            writes,
+            ..Default::default()
+        };
+        firestore.by_collection.insert("likes".into(), usage);
+        RunResult {
+            ops: crate::bench::StoreOps {
+                firestore: Some(firestore),
+                ..Default::default()
+            },
+            ..sample_run(Case::Viral, runner, round)
+        }
+    }
+
+    #[test]
+    fn a_write_floor_that_wrote_far_fewer_documents_than_hotcount_is_called_no_floor() {
+        let hotcount = Runner::Hotcount(Strategy::Batched);
+        let runners = [Runner::Null, Runner::WriteFloor, hotcount];
+        // 2,000 messages each: the floor wrote 1,950 documents in round 0
+        // (its Commits applied) and 60 in round 1 (nearly all failed).
+        let results = [
+            writing(Runner::WriteFloor, 0, 1_950),
+            writing(hotcount, 0, 2_036),
+            writing(Runner::WriteFloor, 1, 60),
+            writing(hotcount, 1, 2_036),
+        ];
+        let runs: Vec<&RunResult> = results.iter().collect();
+        let table = render_medians(&runs, &runners, 2);
+        let warnings: Vec<&str> = table.lines().filter(|l| l.contains("no floor")).collect();
+        assert_eq!(warnings.len(), 1, "{table}");
+        assert!(
+            warnings[0].contains("round 2") && warnings[0].contains("30 documents per 1,000"),
+            "{}",
+            warnings[0]
+        );
+        let fine = render_medians(&runs[..2], &runners, 1);
+        assert!(!fine.contains("no floor"), "{fine}");
     }
 
     #[test]
