@@ -3,9 +3,8 @@
 //! post's counter shards, refreshing the posts this process changed
 //! ([`Marks`], filled by the flusher once per committed batch) at most once
 //! per `interval` per post fleet-wide, in a few shared round trips per
-//! cycle: reads of the due posts' shards and rollups (each read at one
-//! read time), then write calls of the rollups to write, each on its own
-//! condition (calls kept small: `RollupConfig::posts_per_read`).
+//! cycle: one read of every due post's shards and rollup at one read time,
+//! one write call of every rollup to write, each on its own condition.
 //!
 //! Invariants (how each is kept is in `ARCHITECTURE.md`, "The rollups"):
 //! - nothing here runs inside a batch's transaction, and a commit gains no
