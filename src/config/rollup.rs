@@ -92,25 +92,10 @@ pub struct RollupConfig {
     pub sweep_lookback: Option<Duration>,
     /// Counter shards a post may have when its own are unknown.
     pub max_shards: u32,
-    /// Posts read in one round trip, at most. Kept small (a few hundred,
-    /// not thousands): a cycle's calls go one after another, and one large
-    /// read or write call is a long piece of work for the store that the
-    /// batches' commits queue behind (measured: commit p99 at half the
-    /// peak, Zipf, 119 ms with 2,000 posts per read and 500 writes per
-    /// call, 56 ms with 500 and 100; the same documents read and written,
-    /// 2.5x the calls).
+    /// Posts read in one round trip, at most.
     pub posts_per_read: usize,
-    /// Rollups written in one round trip, at most (small, as
-    /// `posts_per_read`).
+    /// Rollups written in one round trip, at most.
     pub writes_per_call: usize,
-    /// At shutdown, posts read in one round trip, at most: the last
-    /// refresh of every marked post runs after the flusher has drained (no
-    /// commit left to wait behind it) and must fit in `drain_timeout`, so
-    /// it reads in larger calls (a Zipf backlog leaves ~20,000 posts
-    /// marked: 10 reads of 2,000, not 40 of 500).
-    pub drain_posts_per_read: usize,
-    /// At shutdown, rollups written in one round trip, at most.
-    pub drain_writes_per_call: usize,
     /// At shutdown, how long the last refresh of every marked post may take.
     pub drain_timeout: Duration,
     /// Longest wait before a post whose refresh failed is tried again.
@@ -142,10 +127,8 @@ impl RollupConfig {
             interval,
             sweep_lookback: Some(Duration::from_secs(900)),
             max_shards,
-            posts_per_read: 500,
-            writes_per_call: 100,
-            drain_posts_per_read: 2000,
-            drain_writes_per_call: 500,
+            posts_per_read: 2000,
+            writes_per_call: 500,
             drain_timeout: Duration::from_secs(2),
             max_backoff: Duration::from_secs(10).max(interval),
             milestones: Thresholds::default(),

@@ -76,16 +76,8 @@ impl<S: RollupStore> Refresher<S> {
     pub async fn cycle(&self, all: bool) -> CycleReport {
         let due = self.take_due(all);
         let mut report = CycleReport::default();
-        let (posts_per_read, writes_per_call) = match all {
-            true => (
-                self.config.drain_posts_per_read,
-                self.config.drain_writes_per_call,
-            ),
-            false => (self.config.posts_per_read, self.config.writes_per_call),
-        };
-        for chunk in due.chunks(posts_per_read.max(1)) {
-            self.refresh(chunk, (!all, writes_per_call), &mut report)
-                .await;
+        for chunk in due.chunks(self.config.posts_per_read.max(1)) {
+            self.refresh(chunk, !all, &mut report).await;
         }
         self.stats.rollup_pending.set(self.marks.len() as u64);
         report
@@ -103,14 +95,8 @@ impl<S: RollupStore> Refresher<S> {
         self.marks.take_due(now, all, usize::MAX)
     }
 
-    /// One read of `due`, then the writes it calls for, at most
-    /// `writes_per_call` in one.
-    async fn refresh(
-        &self,
-        due: &[Due],
-        (rate_limited, writes_per_call): (bool, usize),
-        report: &mut CycleReport,
-    ) {
+    /// One read of `due`, then the writes it calls for.
+    async fn refresh(&self, due: &[Due], rate_limited: bool, report: &mut CycleReport) {
         let peeked;
         let due = if rate_limited && self.store.numbers_shards() {
             peeked = self.peek(due, report).await;
@@ -147,7 +133,7 @@ impl<S: RollupStore> Refresher<S> {
             progress.end();
             return;
         };
-        for chunk in planned.chunks(writes_per_call.max(1)) {
+        for chunk in planned.chunks(self.config.writes_per_call.max(1)) {
             let writes: Vec<RollupWrite<'_>> = chunk.iter().map(PlannedWrite::write).collect();
             report.rpcs += 1;
             self.stats.rollup_rpcs.add(1);

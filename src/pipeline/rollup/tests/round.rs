@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::super::{CycleReport, Refresher};
+use super::super::CycleReport;
 use super::{commit, count, plan, refresher, write, INTERVAL};
 use crate::store::memory::{MemoryStore, RollupFailure};
 use crate::store::rollup::WriteOutcome;
@@ -170,35 +170,4 @@ async fn a_change_marked_while_its_post_is_refreshed_is_not_cleared_by_that_refr
     );
     r.drain().await;
     assert_eq!(store.rollup("p").map(|r| r.likes), Some(2));
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_cycle_reads_and_writes_in_small_calls_and_the_last_refresh_in_large_ones() {
-    async fn marked(store: &Arc<MemoryStore>) -> Refresher<MemoryStore> {
-        let r = refresher(store);
-        for i in 0..1_200 {
-            let post = format!("p{i}");
-            commit(store, &[r.marks()], &post, 1, &format!("{post}-a")).await;
-        }
-        r
-    }
-    // A cycle while the pipeline runs: 500 posts a read, 100 rollups a
-    // write, so no commit waits behind one long call.
-    let store = Arc::new(MemoryStore::default());
-    let r = marked(&store).await;
-    let report = r.cycle(false).await;
-    assert_eq!((report.posts, report.written), (1_200, 1_200));
-    assert_eq!(
-        report.rpcs,
-        3 + 12,
-        "reads of 500, 500, 200; 12 writes of 100"
-    );
-    // The last refresh, at shutdown (nothing left to wait behind it):
-    // 2,000 posts a read, 500 rollups a write, to fit its deadline.
-    let store = Arc::new(MemoryStore::default());
-    let r = marked(&store).await;
-    let report = r.cycle(true).await;
-    assert_eq!((report.posts, report.written), (1_200, 1_200));
-    assert_eq!(report.rpcs, 1 + 3, "one read; writes of 500, 500, 200");
-    assert!(r.marks().is_empty());
 }
