@@ -92,10 +92,20 @@ pub struct RollupConfig {
     pub sweep_lookback: Option<Duration>,
     /// Counter shards a post may have when its own are unknown.
     pub max_shards: u32,
-    /// Posts read in one round trip, at most.
+    /// Posts read in one round trip, at most, when many are due (a
+    /// backlog, the last refresh at shutdown).
     pub posts_per_read: usize,
-    /// Rollups written in one round trip, at most.
+    /// Rollups written in one round trip, at most, when many are due.
     pub writes_per_call: usize,
+    /// Posts read in one small call, at most. A cycle reads and writes in
+    /// small calls (`small_posts_per_read`, `small_writes_per_call`), one
+    /// after another, until it has run half its interval, so a batch's
+    /// commit does not queue in the store behind one long call; then (a
+    /// backlog) in large ones, so the refresher keeps up. The last refresh
+    /// at shutdown uses large calls, to fit its deadline.
+    pub small_posts_per_read: usize,
+    /// Rollups written in one small call, at most.
+    pub small_writes_per_call: usize,
     /// At shutdown, how long the last refresh of every marked post may take.
     pub drain_timeout: Duration,
     /// Longest wait before a post whose refresh failed is tried again.
@@ -129,6 +139,8 @@ impl RollupConfig {
             max_shards,
             posts_per_read: 2000,
             writes_per_call: 500,
+            small_posts_per_read: 500,
+            small_writes_per_call: 100,
             drain_timeout: Duration::from_secs(2),
             max_backoff: Duration::from_secs(10).max(interval),
             milestones: Thresholds::default(),

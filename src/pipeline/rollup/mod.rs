@@ -3,8 +3,10 @@
 //! post's counter shards, refreshing the posts this process changed
 //! ([`Marks`], filled by the flusher once per committed batch) at most once
 //! per `interval` per post fleet-wide, in a few shared round trips per
-//! cycle: one read of every due post's shards and rollup at one read time,
-//! one write call of every rollup to write, each on its own condition.
+//! cycle: reads of the due posts' shards and rollups (each at one read
+//! time), then write calls of the rollups to write, each on its own
+//! condition (small calls while a cycle is young, large ones once it has
+//! run half its interval: `RollupConfig::small_posts_per_read`).
 //!
 //! Invariants (how each is kept is in `ARCHITECTURE.md`, "The rollups"):
 //! - nothing here runs inside a batch's transaction, and a commit gains no

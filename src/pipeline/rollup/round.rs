@@ -76,8 +76,22 @@ impl<S: RollupStore> Refresher<S> {
     pub async fn cycle(&self, all: bool) -> CycleReport {
         let due = self.take_due(all);
         let mut report = CycleReport::default();
-        for chunk in due.chunks(self.config.posts_per_read.max(1)) {
-            self.refresh(chunk, !all, &mut report).await;
+        let config = &self.config;
+        // Small calls while the cycle is young; once it has taken half
+        // its interval (a backlog), large ones, so it keeps up; the last
+        // refresh at shutdown, large ones, to fit its deadline.
+        let started = Instant::now();
+        let mut rest = &due[..];
+        while !rest.is_empty() {
+            let small = !all && started.elapsed() < config.interval / 2;
+            let (posts_per_read, writes_per_call) = match small {
+                true => (config.small_posts_per_read, config.small_writes_per_call),
+                false => (config.posts_per_read, config.writes_per_call),
+            };
+            let (chunk, after) = rest.split_at(posts_per_read.clamp(1, rest.len()));
+            self.refresh(chunk, (!all, writes_per_call), &mut report)
+                .await;
+            rest = after;
         }
         self.stats.rollup_pending.set(self.marks.len() as u64);
         report
@@ -95,8 +109,14 @@ impl<S: RollupStore> Refresher<S> {
         self.marks.take_due(now, all, usize::MAX)
     }
 
-    /// One read of `due`, then the writes it calls for.
-    async fn refresh(&self, due: &[Due], rate_limited: bool, report: &mut CycleReport) {
+    /// One read of `due`, then the writes it calls for, at most
+    /// `writes_per_call` in one.
+    async fn refresh(
+        &self,
+        due: &[Due],
+        (rate_limited, writes_per_call): (bool, usize),
+        report: &mut CycleReport,
+    ) {
         let peeked;
         let due = if rate_limited && self.store.numbers_shards() {
             peeked = self.peek(due, report).await;
@@ -133,7 +153,7 @@ impl<S: RollupStore> Refresher<S> {
             progress.end();
             return;
         };
-        for chunk in planned.chunks(self.config.writes_per_call.max(1)) {
+        for chunk in planned.chunks(writes_per_call.max(1)) {
             let writes: Vec<RollupWrite<'_>> = chunk.iter().map(PlannedWrite::write).collect();
             report.rpcs += 1;
             self.stats.rollup_rpcs.add(1);

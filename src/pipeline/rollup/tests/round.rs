@@ -171,3 +171,33 @@ async fn a_change_marked_while_its_post_is_refreshed_is_not_cleared_by_that_refr
     r.drain().await;
     assert_eq!(store.rollup("p").map(|r| r.likes), Some(2));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cycle_uses_small_calls_and_the_last_refresh_large_ones() {
+    let cycle = |all: bool| async move {
+        let store = Arc::new(MemoryStore::default());
+        let r = refresher(&store);
+        for i in 0..1_200 {
+            let post = format!("p{i}");
+            commit(&store, &[r.marks()], &post, 1, &format!("{post}-a")).await;
+        }
+        let report = r.cycle(all).await;
+        assert_eq!((report.posts, report.written), (1_200, 1_200));
+        assert!(r.marks().is_empty());
+        report.rpcs
+    };
+    // A cycle (the store answers at once: it never runs half its
+    // interval): 500 posts a read, 100 rollups a write, so no commit
+    // queues behind one long call.
+    assert_eq!(
+        cycle(false).await,
+        3 + 12,
+        "reads of 500, 500, 200; 12 writes of 100"
+    );
+    // The last refresh at shutdown: large calls, to fit its deadline.
+    assert_eq!(
+        cycle(true).await,
+        1 + 3,
+        "one read; writes of 500, 500, 200"
+    );
+}
