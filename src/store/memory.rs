@@ -55,6 +55,8 @@ struct State {
     rollups: HashMap<String, StoredRollup>,
     rollup_failures: Vec<RollupFailure>,
     rollup_writes: u64,
+    /// How long each rollup read takes (on the tokio clock).
+    rollup_read_delay: std::time::Duration,
     /// The milestones recorded: (post, milestone) -> likes, in order.
     milestones: Vec<(String, i64, i64)>,
     /// The erased users' tombstones and their generation.
@@ -132,6 +134,12 @@ impl MemoryStore {
     /// Every commit takes this long (on the tokio clock) before it applies.
     pub fn set_delay(&self, delay: std::time::Duration) {
         self.state.lock().delay = delay;
+    }
+
+    /// Every rollup read takes this long (on the tokio clock) before it
+    /// reads.
+    pub fn set_rollup_read_delay(&self, delay: std::time::Duration) {
+        self.state.lock().rollup_read_delay = delay;
     }
 
     /// What was seen of concurrent commits so far.
@@ -382,6 +390,10 @@ impl RollupStore for MemoryStore {
     async fn read_rollups(&self, keys: &[RollupKey<'_>]) -> Result<RollupSnapshot, StoreError> {
         if self.rollup_failure(&[RollupFailure::Read]).is_some() {
             return Err(unavailable("BatchGetDocuments"));
+        }
+        let delay = self.state.lock().rollup_read_delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
         }
         let mut state = self.state.lock();
         let read_time = state.tick();

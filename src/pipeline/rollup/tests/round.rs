@@ -201,3 +201,25 @@ async fn a_cycle_uses_small_calls_and_the_last_refresh_large_ones() {
         "one read; writes of 500, 500, 200"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cycle_that_has_run_half_its_interval_goes_on_in_large_calls() {
+    let store = Arc::new(MemoryStore::default());
+    let r = refresher(&store);
+    for i in 0..5_000 {
+        let post = format!("p{i}");
+        commit(&store, &[r.marks()], &post, 1, &format!("{post}-a")).await;
+    }
+    // Each read takes 200 ms: reads of 500 begin at 0, 200 and 400 ms,
+    // then half the interval (500 ms) has passed and the rest is read in
+    // calls of 2,000 (at 600 and 800 ms), so a backlog is kept up with.
+    store.set_rollup_read_delay(INTERVAL / 5);
+    let report = r.cycle(false).await;
+    assert_eq!((report.posts, report.written), (5_000, 5_000));
+    assert_eq!(
+        report.rpcs,
+        3 * (1 + 5) + (1 + 4) + (1 + 3),
+        "3 small reads with 5 writes of 100 each; reads of 2,000 and 1,500 with writes of 500"
+    );
+    assert!(r.marks().is_empty());
+}
