@@ -80,12 +80,7 @@ impl Commit {
                 .iter()
                 .map(|field| delimited_len(DOCUMENT_FIELDS, entry_len(field)))
                 .sum::<usize>();
-        put_header(
-            &mut self.buf,
-            COMMIT_WRITES,
-            delimited_len(WRITE_UPDATE, document),
-        );
-        put_header(&mut self.buf, WRITE_UPDATE, document);
+        self.open_write(WRITE_UPDATE, document);
         put_str(&mut self.buf, DOCUMENT_NAME, name);
         for field in fields {
             put_header(&mut self.buf, DOCUMENT_FIELDS, entry_len(field));
@@ -93,7 +88,6 @@ impl Commit {
             put_header(&mut self.buf, ENTRY_VALUE, value_len(field.1));
             put_value(&mut self.buf, field.1);
         }
-        self.writes += 1;
     }
 
     /// Puts an increment by `delta` of the field `field` of the document
@@ -103,17 +97,20 @@ impl Commit {
         let transform = str_len(FIELD_PATH, &[field]) + delimited_len(FIELD_INCREMENT, value);
         let document =
             str_len(TRANSFORM_DOCUMENT, name) + delimited_len(TRANSFORM_FIELDS, transform);
-        put_header(
-            &mut self.buf,
-            COMMIT_WRITES,
-            delimited_len(WRITE_TRANSFORM, document),
-        );
-        put_header(&mut self.buf, WRITE_TRANSFORM, document);
+        self.open_write(WRITE_TRANSFORM, document);
         put_str(&mut self.buf, TRANSFORM_DOCUMENT, name);
         put_header(&mut self.buf, TRANSFORM_FIELDS, transform);
         put_str(&mut self.buf, FIELD_PATH, &[field]);
         put_header(&mut self.buf, FIELD_INCREMENT, value);
         put_value(&mut self.buf, Value::Int(delta));
+    }
+
+    /// Starts the next `CommitRequest.writes` entry: a `Write` whose one
+    /// field is its operation `operation` (tag), of `len` bytes, which the
+    /// caller puts next.
+    fn open_write(&mut self, operation: u32, len: usize) {
+        put_header(&mut self.buf, COMMIT_WRITES, delimited_len(operation, len));
+        put_header(&mut self.buf, operation, len);
         self.writes += 1;
     }
 
