@@ -89,7 +89,7 @@ impl<S: RollupStore> Refresher<S> {
                 false => (config.posts_per_read, config.writes_per_call),
             };
             let (chunk, after) = rest.split_at(posts_per_read.clamp(1, rest.len()));
-            self.refresh(chunk, (!all, writes_per_call), &mut report)
+            self.refresh(chunk, !all, writes_per_call, &mut report)
                 .await;
             rest = after;
         }
@@ -114,7 +114,8 @@ impl<S: RollupStore> Refresher<S> {
     async fn refresh(
         &self,
         due: &[Due],
-        (rate_limited, writes_per_call): (bool, usize),
+        rate_limited: bool,
+        writes_per_call: usize,
         report: &mut CycleReport,
     ) {
         let peeked;
