@@ -420,6 +420,11 @@ mod tests {
         fs::CommitRequest::decode(&commit.finish()[..]).expect("the hand-encoded Commit decodes")
     }
 
+    /// What `writes` commits for `group`, read back.
+    fn committed(writes: &Writes, group: &[Vec<u8>]) -> Read {
+        read(&decode(writes.request(group.iter().map(Vec::as_slice))))
+    }
+
     fn read(request: &fs::CommitRequest) -> Read {
         use fs::value::ValueType;
         let mut read = Read::default();
@@ -514,8 +519,7 @@ mod tests {
             serde_json::from_slice(&event("like.added", "p2", "u2", 1)).expect("json");
         wrong_version["version"] = 2.into();
         group.push(wrong_version.to_string().into_bytes());
-        let (memberships, increments, markers) =
-            read(&decode(writes.request(group.iter().map(Vec::as_slice))));
+        let (memberships, increments, markers) = committed(&writes, &group);
         assert_eq!(
             memberships,
             BTreeMap::from([("nullfloor-posts/p1/likes/u1".into(), (true, 1))])
@@ -534,8 +538,7 @@ mod tests {
             event("like.removed", "p1", "u1", 1),
             event("like.added", "p2", "u9", 1),
         ];
-        let (memberships, increments, markers) =
-            read(&decode(writes.request(second.iter().map(Vec::as_slice))));
+        let (memberships, increments, markers) = committed(&writes, &second);
         assert_eq!(
             memberships,
             BTreeMap::from([("nullfloor-posts/p2/likes/u9".into(), (true, 1))])
@@ -543,8 +546,7 @@ mod tests {
         assert_eq!(increments, BTreeMap::from([("p2".into(), 1)]));
         assert_eq!(markers, [3]);
         let third = [event("like.removed", "p1", "u1", 3)];
-        let (memberships, increments, _) =
-            read(&decode(writes.request(third.iter().map(Vec::as_slice))));
+        let (memberships, increments, _) = committed(&writes, &third);
         assert_eq!(
             memberships,
             BTreeMap::from([("nullfloor-posts/p1/likes/u1".into(), (false, 3))])
