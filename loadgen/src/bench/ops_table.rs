@@ -263,8 +263,7 @@ mod tests {
     use hotcount_emulators::firestore::CollectionUsage;
 
     use super::*;
-    use crate::bench::result::sample_run;
-    use crate::bench::StoreOps;
+    use crate::bench::result::sample_run_on_firestore;
 
     fn run(
         runner: Runner,
@@ -272,16 +271,7 @@ mod tests {
         likes: CollectionUsage,
         counts: CollectionUsage,
     ) -> RunResult {
-        let mut firestore = FirestoreOps::default();
-        firestore.by_collection.insert("likes".into(), likes);
-        firestore.by_collection.insert("counts".into(), counts);
-        RunResult {
-            ops: StoreOps {
-                firestore: Some(firestore),
-                ..StoreOps::default()
-            },
-            ..sample_run(Case::Viral, runner, round)
-        }
+        sample_run_on_firestore(runner, round, [("likes", likes), ("counts", counts)])
     }
 
     fn usage(reads: u64, writes: u64) -> CollectionUsage {

@@ -596,7 +596,7 @@ fn median_ratio(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::result::sample_run;
+    use crate::bench::result::{sample_run, sample_run_on_firestore};
 
     fn with_cpu(runner: Runner, round: u32, steady_ms: u64) -> RunResult {
         RunResult {
@@ -607,19 +607,11 @@ mod tests {
     }
 
     fn writing(runner: Runner, round: u32, writes: u64) -> RunResult {
-        let mut firestore = crate::bench::ops::FirestoreOps::default();
         let usage = hotcount_emulators::firestore::CollectionUsage {
             writes,
             ..Default::default()
         };
-        firestore.by_collection.insert("likes".into(), usage);
-        RunResult {
-            ops: crate::bench::StoreOps {
-                firestore: Some(firestore),
-                ..Default::default()
-            },
-            ..sample_run(Case::Viral, runner, round)
-        }
+        sample_run_on_firestore(runner, round, [("likes", usage)])
     }
 
     #[test]

@@ -258,3 +258,26 @@ pub fn sample_run(case: Case, runner: Runner, round: u32) -> RunResult {
         verdict: Verdict::Exact,
     }
 }
+
+/// [`sample_run`] whose Firestore operations are `collections` (name,
+/// usage), for tests of the tables read from them.
+#[cfg(test)]
+pub fn sample_run_on_firestore(
+    runner: Runner,
+    round: u32,
+    collections: impl IntoIterator<
+        Item = (&'static str, hotcount_emulators::firestore::CollectionUsage),
+    >,
+) -> RunResult {
+    let mut firestore = super::ops::FirestoreOps::default();
+    for (name, usage) in collections {
+        firestore.by_collection.insert(name.into(), usage);
+    }
+    RunResult {
+        ops: StoreOps {
+            firestore: Some(firestore),
+            ..StoreOps::default()
+        },
+        ..sample_run(Case::Viral, runner, round)
+    }
+}
