@@ -84,9 +84,10 @@ impl<S: RollupStore> Refresher<S> {
         let mut rest = &due[..];
         while !rest.is_empty() {
             let small = !all && started.elapsed() < config.interval / 2;
-            let (posts_per_read, writes_per_call) = match small {
-                true => (config.small_posts_per_read, config.small_writes_per_call),
-                false => (config.posts_per_read, config.writes_per_call),
+            let (posts_per_read, writes_per_call) = if small {
+                (config.small_posts_per_read, config.small_writes_per_call)
+            } else {
+                (config.posts_per_read, config.writes_per_call)
             };
             let (chunk, after) = rest.split_at(posts_per_read.clamp(1, rest.len()));
             self.refresh(chunk, !all, writes_per_call, &mut report)
