@@ -20,12 +20,12 @@
 //!   held it at its update time).
 //! - A key this replica did not see lately is assumed absent (`exists =
 //!   false`: the Commit fails if another replica or an earlier run wrote
-//!   it). A key is seen before any Commit that may write it is sent: by
-//!   its entry while it is known, else in a record of seen keys, which a
-//!   key joins when its entry is forgotten or evicted. The record keeps at
-//!   least the last `SEEN_PER_ENTRY / 2 x` capacity keys it took: two
-//!   generations, the older dropped when the newer is full, so a
-//!   long-running replica's guesses about keys seen long ago may be wrong. Exactness never rests on the record, only the cost does: a
+//!   it). A key is recorded as seen before any Commit that may write it is
+//!   sent, and stays seen when its entry is forgotten or evicted, for at
+//!   least the last `SEEN_PER_ENTRY / 2 x` capacity keys recorded: the
+//!   record keeps two generations and drops the older when the newer is
+//!   full, so a long-running replica's guesses about keys seen long ago may
+//!   be wrong. Exactness never rests on the record, only the cost does: a
 //!   wrong guess is refused like any other.
 //! - A Commit refused on a precondition applied nothing (Commit is atomic);
 //!   its keys are forgotten and the batch goes the transactional way. After
@@ -160,30 +160,9 @@ struct Shard {
 }
 
 impl Shard {
-    /// Whether the key of `hash` is recorded as seen (a known key is seen
-    /// by its entry, and may not be in the record).
+    /// Whether the key of `hash` is recorded as seen.
     fn saw(&self, hash: u64) -> bool {
         self.seen.contains(&hash) || self.seen_before.contains(&hash)
-    }
-
-    /// Records the key of `hash` as seen, the record holding at most
-    /// `seen_per_shard` keys in two generations.
-    fn record_seen(&mut self, hash: u64, seen_per_shard: usize) {
-        if self.saw(hash) {
-            return;
-        }
-        if self.seen.len() >= seen_per_shard / 2 {
-            self.seen_before = std::mem::take(&mut self.seen);
-        }
-        self.seen.insert(hash);
-    }
-
-    /// Forgets every entry; their keys go to the record of seen keys.
-    fn evict(&mut self, seen_per_shard: usize) {
-        let evicted: Vec<u64> = self.entries.drain().map(|(hash, _)| hash).collect();
-        for hash in evicted {
-            self.record_seen(hash, seen_per_shard);
-        }
     }
 }
 
@@ -303,15 +282,17 @@ impl KnownMemberships {
 
     /// Records the keys of `hashes` as seen: called before a Commit that
     /// may write them is sent, so none of them is assumed absent after it.
-    /// A key known (an entry under its hash) is seen already: it goes to
-    /// the record only when its entry goes, so a batch of known keys
-    /// touches only the entries its recall just found.
     pub fn see(&self, hashes: &KeyHashes) {
         for &hash in &hashes.0 {
             let mut shard = self.shard(hash).lock();
-            if !shard.entries.contains_key(&hash) {
-                shard.record_seen(hash, self.seen_per_shard);
+            if shard.saw(hash) {
+                continue;
             }
+            if shard.seen.len() >= self.seen_per_shard / 2 {
+                let newer = std::mem::take(&mut shard.seen);
+                shard.seen_before = newer;
+            }
+            shard.seen.insert(hash);
         }
     }
 
@@ -322,7 +303,6 @@ impl KnownMemberships {
             let mut shard = self.shard(hash).lock();
             if shard.entries.get(&hash).is_some_and(|slot| slot.is(key)) {
                 shard.entries.remove(&hash);
-                shard.record_seen(hash, self.seen_per_shard);
             }
         }
     }
@@ -381,7 +361,7 @@ impl KnownMemberships {
             // so a key is usually found or placed with one probe.
             if shard.entries.len() >= self.entries_per_shard && !shard.entries.contains_key(&hash) {
                 // Evicted all at once: their keys stay seen.
-                shard.evict(self.seen_per_shard);
+                shard.entries.clear();
             }
             match shard.entries.entry(hash) {
                 // Known already (most keys, where the same users act
@@ -650,74 +630,6 @@ mod tests {
         // The oldest may be guessed again: the Commit's precondition decides.
         let guessed = keys.iter().filter(|k| !forgotten(&known, k)).count();
         assert!(guessed >= keys.len() - SEEN_PER_ENTRY * SHARDS, "{guessed}");
-    }
-
-    /// `n` keys of the shard `of`'s key falls in, `of` not among them.
-    fn keys_of_its_shard(
-        known: &KnownMemberships,
-        of: &MembershipKey,
-        n: usize,
-    ) -> Vec<MembershipKey> {
-        let shard = |k: &MembershipKey| std::ptr::from_ref(known.shard(hash(k)));
-        (0..)
-            .map(|i| key(&format!("v{i}")))
-            .filter(|k| shard(k) == shard(of))
-            .take(n)
-            .collect()
-    }
-
-    /// Sees, then learns `keys` as committed absent-to-liked at `at`.
-    fn commit_all(known: &KnownMemberships, keys: &[MembershipKey], at: i64) {
-        let batch = Batch::new(Vec::new(), Vec::new());
-        let plan = batch.plan(&[][..]);
-        let hashes = known.hashes(keys.iter());
-        known.see(&hashes);
-        let found = vec![None; keys.len()];
-        let times = vec![Some(time(at)); keys.len()];
-        let unchanged = Unchanged::Read {
-            found: &found,
-            update_times: &times,
-        };
-        known.learn(keys.iter(), &hashes, &plan, Some(time(at)), unchanged);
-    }
-
-    #[test]
-    fn a_key_known_longer_than_the_record_of_seen_keys_lasts_is_still_seen_when_evicted() {
-        // Two entries per shard, a record of 8 seen keys per shard.
-        let known = KnownMemberships::new(2 * SHARDS);
-        let a = key("a");
-        commit_all(&known, std::slice::from_ref(&a), 1);
-        // Many keys of its shard seen (never committed): a's record of
-        // being seen is long dropped, a stays known.
-        for other in keys_of_its_shard(&known, &a, 40) {
-            known.see(&known.hashes(std::iter::once(&other)));
-        }
-        let recalled = known.recall(std::iter::once(&a)).expect("no refusal");
-        assert_eq!(recalled.update_times, [Some(time(1))], "a is known");
-        // Two other keys of its shard learnt: the full shard is evicted.
-        commit_all(&known, &keys_of_its_shard(&known, &a, 42)[40..], 2);
-        assert!(
-            forgotten(&known, &a),
-            "evicted a is read, not assumed absent"
-        );
-    }
-
-    #[test]
-    fn a_key_known_longer_than_the_record_of_seen_keys_lasts_is_still_seen_when_forgotten() {
-        let known = KnownMemberships::new(2 * SHARDS);
-        let a = key("a");
-        commit_all(&known, std::slice::from_ref(&a), 1);
-        for other in keys_of_its_shard(&known, &a, 40) {
-            known.see(&known.hashes(std::iter::once(&other)));
-        }
-        let hashes = known.hashes(std::iter::once(&a));
-        // Its next Commit sent (seen again while known), then failed.
-        known.see(&hashes);
-        known.forget(std::iter::once(&a), &hashes);
-        assert!(
-            forgotten(&known, &a),
-            "forgotten a is read, not assumed absent"
-        );
     }
 
     #[test]
