@@ -549,7 +549,9 @@ mod tests {
             ev(Added, "p", "u", 1, "u1"),
         ];
         let batch = Batch::new(events, vec![]);
-        let grouped: Vec<(String, String, Vec<(&str, MessageIndex)>)> = batch
+        // (post, user, [(event id, message)]) per membership, in order.
+        type Group<'a> = (String, String, Vec<(&'a str, MessageIndex)>);
+        let grouped: Vec<Group> = batch
             .events
             .iter()
             .map(|(k, list)| {
