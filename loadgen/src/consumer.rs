@@ -308,6 +308,27 @@ impl Consumer {
         }
     }
 
+    /// Waits (at most `timeout`) until no post this consumer changed waits
+    /// for its rollup's refresh (its pending-posts gauge reads 0); returns
+    /// how many still wait, `None` when none does or it cannot say (the
+    /// null consumer, rollups off, metrics unreadable). So a run's rollups
+    /// are checked after the refresher caught up, not cut short by the
+    /// drain's deadline at stop (whose leftovers another replica takes
+    /// over, and a lone consumer in a bench has none).
+    pub async fn wait_rollups_refreshed(&self, timeout: Duration) -> Option<u64> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = rollups_pending(&self.own_metrics().await?)?;
+            if left == 0 {
+                return None;
+            }
+            if Instant::now() >= deadline {
+                return Some(left);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The consumer's own metrics text (its `Stats` in-process, its
     /// `/metrics` as a child); `None` for the null consumer or when it
     /// cannot be read.
@@ -523,6 +544,15 @@ pub struct OwnTimings {
     pub push_hold: Option<(Duration, Duration)>,
 }
 
+/// How many posts wait for their rollup's refresh, by a consumer's metrics
+/// text; `None` when it has no such gauge.
+fn rollups_pending(metrics_text: &str) -> Option<u64> {
+    let name = hotcount::telemetry::names::ROLLUP_PENDING.name;
+    let left = hotcount_scrape::Exposition::parse(metrics_text).value(name)?;
+    // A gauge of posts: a whole number far below 2^53.
+    Some(left.max(0.0) as u64)
+}
+
 /// The `q` quantile of histogram `name` (in seconds) in a Prometheus text
 /// exposition, estimated from its buckets, as a duration.
 fn quantile(exposition: &hotcount_scrape::Exposition, name: &str, q: f64) -> Option<Duration> {
@@ -606,6 +636,19 @@ mod tests {
             "{mean:?}"
         );
         assert!(p99 >= Duration::from_millis(750), "{p99:?}");
+    }
+
+    #[test]
+    fn the_posts_waiting_for_a_rollup_refresh_are_read_from_the_metrics_text() {
+        let stats = Stats::default();
+        assert_eq!(rollups_pending(&stats.render_prometheus()), Some(0));
+        stats.rollup_pending.set(6279);
+        assert_eq!(rollups_pending(&stats.render_prometheus()), Some(6279));
+        assert_eq!(
+            rollups_pending("hotcount_events_total 3\n"),
+            None,
+            "no gauge"
+        );
     }
 
     #[test]

@@ -24,6 +24,11 @@ use crate::stage::{push_run_args, Stage, StageSpec};
 use crate::verify;
 use crate::workload::Workload;
 
+/// How long after a run the bench waits for a consumer's rollups to be
+/// refreshed before stopping it (a lone consumer's drain at stop has a
+/// deadline, and no other replica takes over what it leaves).
+const ROLLUP_WAIT: Duration = Duration::from_secs(30);
+
 /// Runs every case with every strategy; `on_result` sees each run as it ends.
 /// A wrong count is a [`Verdict`], not an error.
 pub async fn run(
@@ -184,6 +189,17 @@ async fn run_one(
     .await;
     let _ = cancel_tx.send(true);
     let published = publishing.finish().await?;
+    // After the window: the wait is in no figure.
+    if window.completed && run_args.rollups.rollup_interval_ms > 0 {
+        for consumer in &consumers {
+            if let Some(left) = consumer.wait_rollups_refreshed(ROLLUP_WAIT).await {
+                eprintln!(
+                    "  rollups of {left} posts still wait for a refresh {} s after the run; stopping the consumer anyway",
+                    ROLLUP_WAIT.as_secs()
+                );
+            }
+        }
+    }
     for consumer in consumers {
         consumer.stop().await?;
     }
@@ -342,7 +358,8 @@ async fn check(
     completed: bool,
 ) -> Result<(Verdict, Percentiles), RunError> {
     let (endpoints, target) = (stage.endpoints(), &run_args.target);
-    // The consumers drained at their stop: rollups are exact at rest.
+    // The consumers' refreshers caught up before their stop (or the run
+    // said how many posts still waited): rollups are exact at rest.
     let rollups = completed && run_args.rollups.rollup_interval_ms > 0;
     let report = verify::connect_and_verify(endpoints, target, &workload.truth, rollups).await?;
     let verdict = if !completed {
