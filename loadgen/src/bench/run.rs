@@ -189,8 +189,10 @@ async fn run_one(
     .await;
     let _ = cancel_tx.send(true);
     let published = publishing.finish().await?;
-    // After the window: the wait is in no figure.
-    if window.completed && run_args.rollups.rollup_interval_ms > 0 {
+    let completed = window.completed && published == total;
+    // After the window: the wait is in no figure. Only where `check` reads
+    // the rollups back.
+    if completed && run_args.rollups.rollup_interval_ms > 0 {
         for consumer in &consumers {
             if let Some(left) = consumer.wait_rollups_refreshed(ROLLUP_WAIT).await {
                 eprintln!(
@@ -207,7 +209,6 @@ async fn run_one(
     window.add_server_figures(baseline).await?;
     // Reading back is not part of the measured window: no RTT for it.
     stage.emulators().firestore_faults().clear();
-    let completed = window.completed && published == total;
     let (verdict, latency) = match runner {
         Runner::Hotcount(_)
         | Runner::Compare(_)
