@@ -243,6 +243,9 @@ pub struct Layout {
     /// `{database}/documents/{prefix}counters/`: built once, since every
     /// batch names the counter shard of each post it increments.
     counters_prefix: String,
+    /// `{database}/documents/{prefix}counts/`: built once, since every
+    /// rollup refresh names each post's rollup twice (read and write).
+    rollups_prefix: String,
 }
 
 impl Layout {
@@ -251,11 +254,13 @@ impl Layout {
         let database = format!("projects/{project}/databases/{database}");
         let likes_prefix = format!("{database}/documents/{prefix}{}/", collections::LIKES);
         let counters_prefix = format!("{database}/documents/{prefix}{}/", collections::COUNTERS);
+        let rollups_prefix = format!("{database}/documents/{prefix}{}/", collections::COUNTS);
         Self {
             database,
             collection_prefix: prefix.to_string(),
             likes_prefix,
             counters_prefix,
+            rollups_prefix,
         }
     }
 
@@ -327,11 +332,17 @@ impl Layout {
 
     /// The rollup of `post_id`: `{prefix}counts/{post}`.
     pub fn rollup(&self, post_id: &str) -> String {
-        format!(
-            "{}/{}/{post_id}",
-            self.root(),
-            self.collection(collections::COUNTS)
-        )
+        let [prefix, post] = self.rollup_parts(post_id);
+        let mut name = String::with_capacity(prefix.len() + post.len());
+        name.push_str(prefix);
+        name.push_str(post);
+        name
+    }
+
+    /// [`Self::rollup`]'s name in two parts (`{database}/documents/{prefix}counts/`
+    /// and the post), for writing it without building it.
+    pub fn rollup_parts<'a>(&'a self, post_id: &'a str) -> [&'a str; 2] {
+        [&self.rollups_prefix, post_id]
     }
 
     /// The milestone record `{post}:{n}`.
