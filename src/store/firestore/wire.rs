@@ -1,5 +1,6 @@
 //! Lean, wire-compatible copies of the Firestore messages on the store's
-//! hot path (a batch's BatchGetDocuments and Commit): a document's fields
+//! hot path (a batch's BatchGetDocuments and Commit, the rollup refresher's
+//! BatchWrite, whose request is a Commit's with no transaction): a document's fields
 //! as a `Vec` of entries instead of a `HashMap<String, Value>`, and
 //! responses that keep only what the store reads (the BatchGetDocuments
 //! responses are read in place, by [`super::frame`]).
@@ -83,13 +84,16 @@ pub struct CommitResponse {
 /// The gRPC service path of a Firestore method.
 const COMMIT: &str = "/google.firestore.v1.Firestore/Commit";
 const BATCH_GET: &str = "/google.firestore.v1.Firestore/BatchGetDocuments";
+const BATCH_WRITE: &str = "/google.firestore.v1.Firestore/BatchWrite";
 
 /// A gRPC client over the authenticated channel of a Firestore client.
 pub type Channel = Grpc<gcloud_sdk::GoogleAuthMiddleware>;
 
 /// A `google.firestore.v1.CommitRequest` encoded as it is built: the
 /// database first (field 1), then each write framed as field 2, the
-/// transaction last (field 3), the order prost encodes them in.
+/// transaction last (field 3), the order prost encodes them in. Finished
+/// with no transaction it is also a `BatchWriteRequest` (the same two
+/// fields, no labels).
 #[derive(Clone, Debug)]
 pub struct EncodedCommit {
     buf: Vec<u8>,
@@ -238,18 +242,39 @@ pub async fn commit(
     request: Vec<u8>,
     timeout: std::time::Duration,
 ) -> Result<Response<CommitResponse>, Status> {
+    unary(channel, request, timeout, "Commit", COMMIT).await
+}
+
+/// Calls BatchWrite with a request encoded by [`EncodedCommit`] and
+/// finished with no transaction (a `BatchWriteRequest`'s database and
+/// writes are a `CommitRequest`'s fields 1 and 2), as [`commit`] calls
+/// Commit; reads each write's status.
+pub async fn batch_write(
+    channel: &mut Channel,
+    request: Vec<u8>,
+    timeout: std::time::Duration,
+) -> Result<Response<fs::BatchWriteResponse>, Status> {
+    unary(channel, request, timeout, "BatchWrite", BATCH_WRITE).await
+}
+
+/// Calls the unary Firestore `method` at `path` with bytes already
+/// encoded, as the generated client calls it (same path, same method
+/// extension), its deadline `timeout` sent as `grpc-timeout`.
+async fn unary<R: Message + Default + Send + 'static>(
+    channel: &mut Channel,
+    request: Vec<u8>,
+    timeout: std::time::Duration,
+    method: &'static str,
+    path: &'static str,
+) -> Result<Response<R>, Status> {
     channel.ready().await.map_err(not_ready)?;
     let mut request = request.into_request();
     request.set_timeout(timeout);
     request
         .extensions_mut()
-        .insert(GrpcMethod::new("google.firestore.v1.Firestore", "Commit"));
+        .insert(GrpcMethod::new("google.firestore.v1.Firestore", method));
     channel
-        .unary(
-            request,
-            PathAndQuery::from_static(COMMIT),
-            Encoded::default(),
-        )
+        .unary(request, PathAndQuery::from_static(path), Encoded::default())
         .await
 }
 

@@ -10,7 +10,6 @@
 use gcloud_sdk::google::firestore::v1 as fs;
 use gcloud_sdk::prost_types::Timestamp;
 
-use fs::document_transform::field_transform::ServerValue;
 use fs::value::ValueType;
 
 use super::super::frame::Scalar as FieldValue;
@@ -79,48 +78,16 @@ pub(super) fn put_membership_write(
         (membership::EVENT_ID, Scalar::String(m.event_id)),
         (membership::BATCH_ID, Scalar::String(batch_id)),
     ];
-    // Field entry {key = 1, value = 2}, Document {name = 1, fields = 2}.
-    let entry_len =
-        |(k, v): &(&str, Scalar)| wire::len_field(1, k.len()) + wire::len_field(2, v.len());
-    let fields_len: usize = fields
-        .iter()
-        .map(|f| wire::len_field(2, entry_len(f)))
-        .sum();
-    let document_len = wire::len_field(1, name.len()) + fields_len;
-    // Precondition {exists = 1 | update_time = 2}.
-    let precondition_len = match read {
-        Some(t) => wire::len_field(2, wire::timestamp_len(t)),
-        None => wire::varint_field(1, 0),
-    };
-    // FieldTransform {field_path = 1, set_to_server_value = 2}.
-    let request_time = ServerValue::RequestTime as u64;
-    let transform_len =
-        wire::len_field(1, membership::UPDATED_AT.len()) + wire::varint_field(2, request_time);
-    // Write {update = 1, current_document = 4, update_transforms = 7}.
-    let write_len = wire::len_field(1, document_len)
-        + wire::len_field(4, precondition_len)
-        + wire::len_field(7, transform_len);
-    commit.push_encoded(write_len, |buf| {
-        wire::put_header(buf, 1, document_len);
-        wire::put_str(buf, 1, name);
-        for field in &fields {
-            wire::put_header(buf, 2, entry_len(field));
-            wire::put_str(buf, 1, field.0);
-            wire::put_header(buf, 2, field.1.len());
-            field.1.put(buf);
-        }
-        wire::put_header(buf, 4, precondition_len);
-        match read {
-            Some(t) => {
-                wire::put_header(buf, 2, wire::timestamp_len(t));
-                wire::put_timestamp(buf, t);
-            }
-            None => wire::put_varint(buf, 1, 0),
-        }
-        wire::put_header(buf, 7, transform_len);
-        wire::put_str(buf, 1, membership::UPDATED_AT);
-        wire::put_varint(buf, 2, request_time);
-    });
+    super::put_update(
+        commit,
+        &super::Update {
+            name: [name, ""],
+            fields: &fields,
+            mask: None,
+            read,
+            server_time: membership::UPDATED_AT,
+        },
+    );
 }
 
 /// Reads a membership document's state; `None` if it is not one of ours.

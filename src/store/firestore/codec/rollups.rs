@@ -1,9 +1,10 @@
 //! Firestore values <-> rollups (`counts/{post}`): the write of one refresh
-//! and the rollup read back.
+//! (encoded straight into its request) and the rollup read back.
 //!
 //! Invariant: a rollup write carries the condition that the document is
 //! still the one read (its update time, or absent), and sets `updatedAt` to
-//! the server's time; what is written here is read back unchanged
+//! the server's time; its bytes are the ones prost gives the message built
+//! field by field (test); what is written here is read back unchanged
 //! (round-trip test).
 
 use std::collections::HashMap;
@@ -16,9 +17,10 @@ use fs::value::ValueType;
 
 use super::super::frame::Scalar as FieldValue;
 use super::super::layout::fields::{marker, rollup};
-use super::super::Layout;
+use super::super::{wire, Layout};
 use super::{
-    get, int, micros_to_timestamp, server_time, string, timestamp_to_micros, value, ScalarFields,
+    get, int, micros_to_timestamp, put_update, server_time, string, timestamp_to_micros, value,
+    Scalar, ScalarFields, Update,
 };
 use crate::store::rollup::{DueRecord, RollupWrite, StoredRollup, TakenRecord};
 use crate::store::ChangedCounter;
@@ -115,9 +117,54 @@ pub fn taken_record(doc: &fs::Document) -> Option<TakenRecord> {
     })
 }
 
-/// The write of one refreshed rollup: `postId`, `likes`, `asOf` and
-/// `shards` (other fields of the document are kept), `updatedAt` set to the
-/// server time, on the condition that the document is the one read.
+/// Appends the write of one refreshed rollup to `request` (a Commit's or
+/// a BatchWrite's: their writes are the same field): `postId`, `likes`,
+/// `asOf` and `shards`, and `milestone` when it records milestones (other
+/// fields of the document are kept), `updatedAt` set to the server time,
+/// on the condition that the document is the one read. Encoded in place,
+/// as a batch's membership writes are: no field map, name or mask built.
+pub fn put_rollup_write(
+    request: &mut wire::EncodedCommit,
+    layout: &Layout,
+    write: &RollupWrite<'_>,
+) {
+    // The highest milestone it records, so a post that falls below it and
+    // climbs back reaches nothing again (kept by writes that record none).
+    let highest = write.milestones.iter().max().copied();
+    let fields = [
+        (rollup::POST_ID, Scalar::String(write.post_id)),
+        (rollup::LIKES, Scalar::Integer(write.likes)),
+        (
+            rollup::AS_OF,
+            Scalar::Timestamp(micros_to_timestamp(write.as_of)),
+        ),
+        (rollup::SHARDS, Scalar::Integer(i64::from(write.shards))),
+        (rollup::MILESTONE, Scalar::Integer(highest.unwrap_or(0))),
+    ];
+    let mask = [
+        rollup::POST_ID,
+        rollup::LIKES,
+        rollup::AS_OF,
+        rollup::SHARDS,
+        rollup::MILESTONE,
+    ];
+    let set = if highest.is_some() { 5 } else { 4 };
+    put_update(
+        request,
+        &Update {
+            name: layout.rollup_parts(write.post_id),
+            fields: &fields[..set],
+            mask: Some(&mask[..set]),
+            read: write.previous.and_then(|p| p.update_time.as_ref()),
+            server_time: rollup::UPDATED_AT,
+        },
+    );
+}
+
+/// [`put_rollup_write`]'s write built of gcloud-sdk's messages, field by
+/// field: for a Commit built of messages (a rollup that records
+/// milestones, with their records), and what the encoding in place is
+/// tested and measured against.
 pub fn rollup_write(layout: &Layout, write: &RollupWrite<'_>) -> fs::Write {
     let mut fields = HashMap::from([
         (rollup::POST_ID.to_string(), string(write.post_id)),
@@ -128,10 +175,6 @@ pub fn rollup_write(layout: &Layout, write: &RollupWrite<'_>) -> fs::Write {
         ),
         (rollup::SHARDS.to_string(), int(i64::from(write.shards))),
     ]);
-    let condition = match write.previous.and_then(|p| p.update_time) {
-        Some(read) => ConditionType::UpdateTime(read),
-        None => ConditionType::Exists(false),
-    };
     let mut mask: Vec<String> = [
         rollup::POST_ID,
         rollup::LIKES,
@@ -140,12 +183,14 @@ pub fn rollup_write(layout: &Layout, write: &RollupWrite<'_>) -> fs::Write {
     ]
     .map(String::from)
     .to_vec();
-    // The highest milestone it records, so a post that falls below it and
-    // climbs back reaches nothing again (kept by writes that record none).
     if let Some(&highest) = write.milestones.iter().max() {
         fields.insert(rollup::MILESTONE.to_string(), int(highest));
         mask.push(rollup::MILESTONE.to_string());
     }
+    let condition = match write.previous.and_then(|p| p.update_time) {
+        Some(read) => ConditionType::UpdateTime(read),
+        None => ConditionType::Exists(false),
+    };
     fs::Write {
         operation: Some(fs::write::Operation::Update(fs::Document {
             name: layout.rollup(write.post_id),
@@ -210,6 +255,7 @@ pub const READ_FIELDS: [&str; 4] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gcloud_sdk::prost::Message;
     use gcloud_sdk::prost_types::Timestamp;
 
     #[test]
@@ -258,5 +304,45 @@ mod tests {
             }
             assert_eq!(sdk.update_transforms, vec![server_time(rollup::UPDATED_AT)]);
         }
+    }
+
+    #[test]
+    fn a_rollup_write_encoded_in_place_is_the_message_built_field_by_field() {
+        let layout = Layout::new("p", "(default)", "hc_");
+        let read = StoredRollup {
+            likes: 3,
+            as_of: 1_700_000_000_123_456,
+            shards: Some(2),
+            update_time: Some(Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 999_999_999,
+            }),
+            milestone: Some(100),
+        };
+        let post = "p".repeat(300);
+        let mut request = wire::EncodedCommit::new(&layout.database, 0);
+        let mut expected = Vec::new();
+        for post_id in ["post-1", post.as_str()] {
+            for previous in [None, Some(&read)] {
+                for milestones in [&[][..], &[100, 1000, 10][..]] {
+                    for (likes, shards) in [(0, 1), (-5, 16), (i64::MAX, u32::MAX)] {
+                        let write = RollupWrite {
+                            post_id,
+                            likes,
+                            as_of: 1_700_000_001_000_001,
+                            shards,
+                            previous,
+                            milestones,
+                        };
+                        put_rollup_write(&mut request, &layout, &write);
+                        expected.push(rollup_write(&layout, &write));
+                    }
+                }
+            }
+        }
+        // A BatchWrite's request, as the refresher sends it.
+        let sent = fs::BatchWriteRequest::decode(request.finish(&[]).as_slice()).expect("decodes");
+        assert_eq!(sent.database, layout.database);
+        assert_eq!(sent.writes, expected);
     }
 }

@@ -8,6 +8,7 @@
 //! effort, and named in the error, so its locks do not outlive the attempt.
 
 use gcloud_sdk::google::firestore::v1 as fs;
+use gcloud_sdk::prost::Message;
 use gcloud_sdk::prost_types::Timestamp;
 use gcloud_sdk::tonic::{Code as GrpcCode, Status};
 
@@ -26,16 +27,25 @@ impl FirestoreDb {
         &self,
         writes: Vec<fs::Write>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let size: usize = writes.iter().map(|w| w.encoded_len() + 4).sum();
+        let mut request = wire::EncodedCommit::new(&self.layout.database, size + 64);
+        for write in &writes {
+            request.push_encoded(write.encoded_len(), |buf| write.encode_raw(buf));
+        }
+        self.batch_write_encoded(request).await
+    }
+
+    /// [`Self::batch_write`] of writes already encoded (a refresh's
+    /// rollups: see `codec::put_rollup_write`).
+    pub async fn batch_write_encoded(
+        &self,
+        request: wire::EncodedCommit,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let op = "BatchWrite";
-        let count = writes.len();
-        let request = fs::BatchWriteRequest {
-            database: self.layout.database.clone(),
-            writes,
-            ..Default::default()
-        };
+        let count = request.writes();
         let limit = self.call_timeout;
-        let mut client = self.client();
-        let call = client.batch_write(Self::within(request, limit));
+        let mut channel = self.channel();
+        let call = wire::batch_write(&mut channel, request.finish(&[]), limit);
         let unknown = "each write's outcome is unknown (a later refresh settles it)";
         let response = answer_within(limit, unknown, call)
             .await
