@@ -29,7 +29,7 @@ mod support;
 const ROUNDS: usize = 10;
 
 /// The workloads, in print order; `setup` builds the payloads and stops.
-const WORKLOADS: [&str; 10] = [
+const WORKLOADS: [&str; 12] = [
     "setup",
     "parse_only",
     "hotcount_sharded",
@@ -40,6 +40,8 @@ const WORKLOADS: [&str; 10] = [
     "buffer_dashmap",
     "read_stored_memberships",
     "read_stored_memberships_sdk",
+    "rollup_write_500",
+    "rollup_write_500_sdk",
 ];
 
 fn main() -> ExitCode {
@@ -116,6 +118,17 @@ fn run(name: &str) -> bool {
             // store answers with (built with the setup).
             "read_stored_memberships" => {
                 support::read_stored_memberships(&responses);
+            }
+            // One rollup write per event, in BatchWrite requests of 500.
+            "rollup_write_500" => {
+                for chunk in events.chunks(500) {
+                    support::rollup_writes(&config, chunk);
+                }
+            }
+            "rollup_write_500_sdk" => {
+                for chunk in events.chunks(500) {
+                    support::rollup_writes_sdk(&config, chunk);
+                }
             }
             "read_stored_memberships_sdk" => {
                 support::read_stored_memberships_sdk(&responses);

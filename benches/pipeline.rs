@@ -7,7 +7,9 @@
 //! - the aggregator's buffers vs a `DashMap` buffer, one and two producer
 //!   threads, on a Zipf + viral + duplicates workload (`buffers`);
 //! - reading stored memberships back from BatchGetDocuments responses in
-//!   place, vs gcloud-sdk decoding each into a `Document`.
+//!   place, vs gcloud-sdk decoding each into a `Document`;
+//! - the rollup refresher's BatchWrite of 500 rollups encoded in place, vs
+//!   each write built of gcloud-sdk's messages and encoded by prost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -181,9 +183,24 @@ fn stored_membership_reads(c: &mut Criterion) {
     group.finish();
 }
 
+fn rollup_writes(c: &mut Criterion) {
+    let events = support::events();
+    let config = support::store_config();
+    let call = &events[..500.min(events.len())];
+    let mut group = c.benchmark_group("rollup_write_500");
+    group.throughput(Throughput::Elements(call.len() as u64));
+    group.bench_function("in_place", |b| {
+        b.iter(|| support::rollup_writes(&config, call))
+    });
+    group.bench_function("sdk_message_baseline", |b| {
+        b.iter(|| support::rollup_writes_sdk(&config, call))
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = decode_validate_aggregate, batch_building, hot_post_contention, aggregator_vs_dashmap, stored_membership_reads
+    targets = decode_validate_aggregate, batch_building, hot_post_contention, aggregator_vs_dashmap, stored_membership_reads, rollup_writes
 }
 criterion_main!(benches);

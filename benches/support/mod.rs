@@ -190,6 +190,71 @@ pub fn build_batch(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
     std::hint::black_box(commit.writes())
 }
 
+/// Rollup writes in one BatchWrite request, as the rollup refresher's
+/// large call sends them (500 a call): one per event, its post's rollup
+/// written over the one read before, each encoded in place.
+pub fn rollup_writes(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
+    use hotcount::store::firestore::codec::put_rollup_write;
+    let layout = &settings.layout;
+    let previous = read_rollup();
+    // The store's estimate: ~200 bytes a rollup write, besides its post id.
+    let size = events.iter().map(|e| 200 + e.post_id().len()).sum();
+    let mut request = EncodedCommit::new(&layout.database, size);
+    for e in events {
+        put_rollup_write(&mut request, layout, &rollup_of(e, &previous));
+    }
+    std::hint::black_box(request.finish(&[]).len())
+}
+
+/// [`rollup_writes`] built of gcloud-sdk's messages, field by field, then
+/// encoded by prost: the baseline.
+pub fn rollup_writes_sdk(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
+    use gcloud_sdk::google::firestore::v1 as fs;
+    use gcloud_sdk::prost::Message;
+    use hotcount::store::firestore::codec::rollup_write;
+    let layout = &settings.layout;
+    let previous = read_rollup();
+    let writes = events
+        .iter()
+        .map(|e| rollup_write(layout, &rollup_of(e, &previous)))
+        .collect();
+    let request = fs::BatchWriteRequest {
+        database: layout.database.clone(),
+        writes,
+        ..Default::default()
+    };
+    std::hint::black_box(request.encode_to_vec().len())
+}
+
+/// The rollup a refresh read before writing one.
+fn read_rollup() -> hotcount::store::rollup::StoredRollup {
+    hotcount::store::rollup::StoredRollup {
+        likes: 41,
+        as_of: 1_700_000_000_000_000,
+        shards: Some(1),
+        update_time: Some(gcloud_sdk::prost_types::Timestamp {
+            seconds: 1_700_000_000,
+            nanos: 123_456_789,
+        }),
+        milestone: None,
+    }
+}
+
+/// The rollup write of `event`'s post over `previous`.
+fn rollup_of<'a>(
+    event: &'a LikeEvent,
+    previous: &'a hotcount::store::rollup::StoredRollup,
+) -> hotcount::store::rollup::RollupWrite<'a> {
+    hotcount::store::rollup::RollupWrite {
+        post_id: event.post_id(),
+        likes: event.seq,
+        as_of: event.occurred_at_micros,
+        shards: 1,
+        previous: Some(previous),
+        milestones: &[],
+    }
+}
+
 /// BatchGetDocuments responses as the store sends back a batch's stored
 /// memberships (one found document each, the four fields the read asks
 /// for, its times), encoded as gcloud-sdk encodes them: one per payload.
