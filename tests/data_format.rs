@@ -3,11 +3,13 @@
 //! against a format newer than it knows and names both; `setup
 //! --data-format 2` raises it once, refreshing a rollup an older build
 //! left stale, and never lowers it; an erasure tombstone is refused until
-//! the store is at format 2.
+//! the store is at format 2; a replica exports the format it started on.
 
 mod common;
 #[path = "support/corrupt.rs"]
 mod corrupt;
+#[path = "support/scrape.rs"]
+mod scrape;
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
@@ -300,4 +302,34 @@ async fn an_erasure_tombstone_is_refused_at_format_1_and_written_at_2_firestore(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_erasure_tombstone_is_refused_at_format_1_and_written_at_2_postgres() {
     an_erasure_tombstone_is_refused_at_format_1_and_written_at_2(Backend::Postgres).await;
+}
+
+/// `hotcount_data_format` of a replica started on `h`'s store, read while
+/// it runs.
+async fn exported_format(h: &Harness) -> Option<f64> {
+    let consumer = h.spawn(h.run_args("hotcount", &[]));
+    let addr = scrape::metrics_addr(&consumer.stats).await;
+    let events = common::likes("f", 1, "f");
+    h.publish(&events).await;
+    assert!(consumer.wait_for_acks(1, WAIT).await);
+    let (_, body) = scrape::get(addr, "/metrics").await;
+    consumer.stop().await;
+    scrape::value(&body, "hotcount_data_format")
+}
+
+async fn a_replica_exports_the_data_format_it_started_on(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    assert_eq!(exported_format(&h).await, Some(1.0), "no record: format 1");
+    store_format(&h, 2).await;
+    assert_eq!(exported_format(&h).await, Some(2.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_exports_the_data_format_it_started_on_firestore() {
+    a_replica_exports_the_data_format_it_started_on(Backend::Firestore).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_exports_the_data_format_it_started_on_postgres() {
+    a_replica_exports_the_data_format_it_started_on(Backend::Postgres).await;
 }

@@ -69,11 +69,11 @@ pub enum ServiceError {
 /// refuses a PostgreSQL schema older than this build's ([`connect::store_db`])
 /// and a data format newer than this build knows
 /// ([`crate::store::format::check_known`], retried while the store fails
-/// transiently, bounded).
+/// transiently, bounded). Returns the store and its data format.
 pub async fn open_store(
     endpoints: &Endpoints,
     config: &Config,
-) -> Result<SelectedStore, ServiceError> {
+) -> Result<(SelectedStore, u32), ServiceError> {
     let in_flight = config.flush.flusher.max_commits_in_flight;
     // One more for the marker cleanup, one for the rollup refresher, one spare.
     let (target, call_timeout) = (&config.target, config.store.call_timeout);
@@ -82,7 +82,10 @@ pub async fn open_store(
         .await
         .map_err(connect::OpenError::from)?;
     tracing::debug!(data_format = format, "data format checked");
-    Ok(SelectedStore::new(db, config.store.settings.clone()))
+    Ok((
+        SelectedStore::new(db, config.store.settings.clone()),
+        format,
+    ))
 }
 
 /// How long the HTTP endpoints may take, after the drain, to finish the
@@ -183,7 +186,20 @@ async fn run_pipeline(
     stats: Arc<Stats>,
     push: Option<Push>,
 ) -> Result<Arc<Stats>, ServiceError> {
-    let store = Arc::new(open_store(endpoints, config).await?);
+    let (store, format) = open_store(endpoints, config).await?;
+    let store = Arc::new(store);
+    stats.data_format.set(u64::from(format));
+    if format < crate::store::format::DATA_FORMAT_KNOWN {
+        tracing::info!(
+            data_format = format,
+            known = crate::store::format::DATA_FORMAT_KNOWN,
+            "the store's data format is below the newest this build knows: raise it \
+             (`hotcount setup --data-format {}`) once no replica of an older build runs; \
+             until then erasure tombstones are refused and, on Firestore with rollups on, \
+             each post's first refresh reads every counter shard a post may have",
+            crate::store::format::DATA_FORMAT_KNOWN
+        );
+    }
     let milestones = milestone_setting(&store, config).await?;
     tracing::info!(milestones = %milestones.describe(), "the fleet's milestone setting");
     // Beside the pipeline: ends when the source stops.

@@ -117,6 +117,8 @@ pub struct Stats {
     pub rollup_pending: Level,
     /// See [`names::ROLLUP_LAG`].
     pub rollup_lag: Latency,
+    /// See [`names::DATA_FORMAT`] (its high-water mark is not exported).
+    pub data_format: Level,
     /// See [`names::MILESTONES_RECORDED`].
     pub milestones_recorded: Counter,
     /// See [`names::MILESTONES_DELIVERED`].
@@ -210,6 +212,7 @@ impl Default for Stats {
             rollup_taken_over: Counter::default(),
             rollup_cleared: Counter::default(),
             rollup_pending: Level::default(),
+            data_format: Level::default(),
             rollup_lag: Latency::new(&names::ROLLUP_LAG_BUCKETS),
             milestones_recorded: Counter::default(),
             milestones_delivered: Counter::default(),
@@ -307,6 +310,7 @@ impl Stats {
         register(registry, BATCH_SIZE, self.batch_size.0.clone());
         register(registry, ROLLUP_PENDING, self.rollup_pending.now.clone());
         register(registry, ROLLUP_LAG, self.rollup_lag.0.clone());
+        register(registry, DATA_FORMAT, self.data_format.now.clone());
         register(registry, PUSH_HOLD, self.push_hold.0.clone());
         register(
             registry,

@@ -126,6 +126,8 @@ metrics! {
         "Posts this process changed whose rollup waits for a refresh.";
     ROLLUP_LAG = "hotcount_rollup_lag_seconds",
         "Time from a post's first change not in its rollup to the rollup showing it, in seconds.";
+    DATA_FORMAT = "hotcount_data_format",
+        "The store's data format as this replica read it at start (1: no format record, as builds before 0.2.0 leave the store; `hotcount setup --data-format N` raises it).";
     COMMITS_STALLED = "hotcount_commits_stalled",
         "1 while batches are being committed and none has committed for --stuck-commit-threshold-secs (the replica reports not ready).";
     STAGE_STALLED = "hotcount_stage_stalled",
