@@ -258,19 +258,21 @@ mod tests {
     use gcloud_sdk::prost::Message;
     use gcloud_sdk::prost_types::Timestamp;
 
-    #[test]
-    fn a_rollup_reads_back_as_written_with_its_condition() {
-        let layout = Layout::new("p", "(default)", "hc_");
-        let read = StoredRollup {
+    /// A rollup read before a write, updated at `seconds`.`nanos`.
+    fn stored(seconds: i64, nanos: i32, milestone: Option<i64>) -> StoredRollup {
+        StoredRollup {
             likes: 3,
             as_of: 1_700_000_000_123_456,
             shards: Some(2),
-            update_time: Some(Timestamp {
-                seconds: 9,
-                nanos: 7,
-            }),
-            milestone: None,
-        };
+            update_time: Some(Timestamp { seconds, nanos }),
+            milestone,
+        }
+    }
+
+    #[test]
+    fn a_rollup_reads_back_as_written_with_its_condition() {
+        let layout = Layout::new("p", "(default)", "hc_");
+        let read = stored(9, 7, None);
         for previous in [None, Some(&read)] {
             let write = RollupWrite {
                 post_id: "post-1",
@@ -309,16 +311,7 @@ mod tests {
     #[test]
     fn a_rollup_write_encoded_in_place_is_the_message_built_field_by_field() {
         let layout = Layout::new("p", "(default)", "hc_");
-        let read = StoredRollup {
-            likes: 3,
-            as_of: 1_700_000_000_123_456,
-            shards: Some(2),
-            update_time: Some(Timestamp {
-                seconds: 1_700_000_000,
-                nanos: 999_999_999,
-            }),
-            milestone: Some(100),
-        };
+        let read = stored(1_700_000_000, 999_999_999, Some(100));
         let post = "p".repeat(300);
         let mut request = wire::EncodedCommit::new(&layout.database, 0);
         let mut expected = Vec::new();
