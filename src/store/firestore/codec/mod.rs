@@ -109,6 +109,7 @@ struct Update<'a> {
 /// Appends `update` to `request` as a `google.firestore.v1.Write`: the
 /// same bytes prost would encode for the message built (tests decode them
 /// with gcloud-sdk's types).
+#[inline]
 fn put_update(request: &mut wire::EncodedCommit, update: &Update<'_>) {
     // Field entry {key = 1, value = 2}, Document {name = 1, fields = 2}.
     let entry_len =
