@@ -194,15 +194,10 @@ pub fn build_batch(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
 /// large call sends them (500 a call): one per event, its post's rollup
 /// written over the one read before, each encoded in place.
 pub fn rollup_writes(settings: &StoreSettings, events: &[LikeEvent]) -> usize {
-    use hotcount::store::firestore::codec::put_rollup_write;
-    let layout = &settings.layout;
+    use hotcount::store::firestore::codec::rollup_writes_request;
     let previous = read_rollup();
-    // The store's estimate: ~200 bytes a rollup write, besides its post id.
-    let size = events.iter().map(|e| 200 + e.post_id().len()).sum();
-    let mut request = EncodedCommit::new(&layout.database, size);
-    for e in events {
-        put_rollup_write(&mut request, layout, &rollup_of(e, &previous));
-    }
+    let writes: Vec<_> = events.iter().map(|e| rollup_of(e, &previous)).collect();
+    let request = rollup_writes_request(&settings.layout, writes.iter());
     std::hint::black_box(request.finish(&[]).len())
 }
 
@@ -214,13 +209,10 @@ pub fn rollup_writes_sdk(settings: &StoreSettings, events: &[LikeEvent]) -> usiz
     use hotcount::store::firestore::codec::rollup_write;
     let layout = &settings.layout;
     let previous = read_rollup();
-    let writes = events
-        .iter()
-        .map(|e| rollup_write(layout, &rollup_of(e, &previous)))
-        .collect();
+    let writes: Vec<_> = events.iter().map(|e| rollup_of(e, &previous)).collect();
     let request = fs::BatchWriteRequest {
         database: layout.database.clone(),
-        writes,
+        writes: writes.iter().map(|w| rollup_write(layout, w)).collect(),
         ..Default::default()
     };
     std::hint::black_box(request.encode_to_vec().len())

@@ -26,7 +26,6 @@ use super::documents::{ascending, compare, field};
 use super::errors::status_error;
 use super::layout::collections;
 use super::layout::fields::{counter_shard, marker, rollup};
-use super::wire;
 use crate::store::rollup::{
     micros_of, ChangedPost, DueRecord, Micros, PostRead, RollupChange, RollupKey, RollupSnapshot,
     RollupStore, RollupWrite, StoredRollup, TakenRecord, WriteOutcome,
@@ -139,12 +138,8 @@ impl RollupStore for FirestoreDb {
             outcomes[i] = Some(outcome);
         }
         if !plain.is_empty() {
-            // ~200 bytes a rollup write, besides its post id.
-            let size: usize = plain.iter().map(|&i| 200 + writes[i].post_id.len()).sum();
-            let mut request = wire::EncodedCommit::new(&self.layout().database, size);
-            for &i in &plain {
-                codec::put_rollup_write(&mut request, self.layout(), &writes[i]);
-            }
+            let request =
+                codec::rollup_writes_request(self.layout(), plain.iter().map(|&i| &writes[i]));
             let statuses = self.batch_write_encoded(request).await?;
             for (&i, status) in plain.iter().zip(statuses) {
                 outcomes[i] = Some(match status {

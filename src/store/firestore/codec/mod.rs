@@ -48,7 +48,7 @@ pub use records::{
     RepairGuard, StoredRecord,
 };
 pub use rollups::{
-    due_claim, due_clear, put_rollup_write, rollup_from_fields, rollup_write, stored_rollup,
+    due_claim, due_clear, rollup_from_fields, rollup_write, rollup_writes_request, stored_rollup,
     taken_record, DUE_FIELDS, READ_FIELDS as ROLLUP_READ_FIELDS,
 };
 pub use tombstones::{generation_bump, generation_from_fields};

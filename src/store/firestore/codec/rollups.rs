@@ -117,17 +117,28 @@ pub fn taken_record(doc: &fs::Document) -> Option<TakenRecord> {
     })
 }
 
+/// The BatchWrite request of refreshed rollups `writes` on `layout`'s
+/// database, each write encoded in place ([`put_rollup_write`]).
+pub fn rollup_writes_request<'w, 'a: 'w>(
+    layout: &Layout,
+    writes: impl Iterator<Item = &'w RollupWrite<'a>> + Clone,
+) -> wire::EncodedCommit {
+    // ~200 bytes a rollup write, besides its post id.
+    let size = writes.clone().map(|w| 200 + w.post_id.len()).sum();
+    let mut request = wire::EncodedCommit::new(&layout.database, size);
+    for write in writes {
+        put_rollup_write(&mut request, layout, write);
+    }
+    request
+}
+
 /// Appends the write of one refreshed rollup to `request` (a Commit's or
 /// a BatchWrite's: their writes are the same field): `postId`, `likes`,
 /// `asOf` and `shards`, and `milestone` when it records milestones (other
 /// fields of the document are kept), `updatedAt` set to the server time,
 /// on the condition that the document is the one read. Encoded in place,
 /// as a batch's membership writes are: no field map, name or mask built.
-pub fn put_rollup_write(
-    request: &mut wire::EncodedCommit,
-    layout: &Layout,
-    write: &RollupWrite<'_>,
-) {
+fn put_rollup_write(request: &mut wire::EncodedCommit, layout: &Layout, write: &RollupWrite<'_>) {
     // The highest milestone it records, so a post that falls below it and
     // climbs back reaches nothing again (kept by writes that record none).
     let highest = write.milestones.iter().max().copied();
@@ -313,26 +324,25 @@ mod tests {
         let layout = Layout::new("p", "(default)", "hc_");
         let read = stored(1_700_000_000, 999_999_999, Some(100));
         let post = "p".repeat(300);
-        let mut request = wire::EncodedCommit::new(&layout.database, 0);
-        let mut expected = Vec::new();
+        let mut writes = Vec::new();
         for post_id in ["post-1", post.as_str()] {
             for previous in [None, Some(&read)] {
                 for milestones in [&[][..], &[100, 1000, 10][..]] {
                     for (likes, shards) in [(0, 1), (-5, 16), (i64::MAX, u32::MAX)] {
-                        let write = RollupWrite {
+                        writes.push(RollupWrite {
                             post_id,
                             likes,
                             as_of: 1_700_000_001_000_001,
                             shards,
                             previous,
                             milestones,
-                        };
-                        put_rollup_write(&mut request, &layout, &write);
-                        expected.push(rollup_write(&layout, &write));
+                        });
                     }
                 }
             }
         }
+        let request = rollup_writes_request(&layout, writes.iter());
+        let expected: Vec<fs::Write> = writes.iter().map(|w| rollup_write(&layout, w)).collect();
         // A BatchWrite's request, as the refresher sends it.
         let sent = fs::BatchWriteRequest::decode(request.finish(&[]).as_slice()).expect("decodes");
         assert_eq!(sent.database, layout.database);

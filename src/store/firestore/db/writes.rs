@@ -27,8 +27,7 @@ impl FirestoreDb {
         &self,
         writes: Vec<fs::Write>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let size: usize = writes.iter().map(|w| w.encoded_len() + 4).sum();
-        let mut request = wire::EncodedCommit::new(&self.layout.database, size + 64);
+        let mut request = wire::EncodedCommit::new(&self.layout.database, 0);
         for write in &writes {
             request.push_encoded(write.encoded_len(), |buf| write.encode_raw(buf));
         }
@@ -36,7 +35,7 @@ impl FirestoreDb {
     }
 
     /// [`Self::batch_write`] of writes already encoded (a refresh's
-    /// rollups: see `codec::put_rollup_write`).
+    /// rollups: see `codec::rollup_writes_request`).
     pub async fn batch_write_encoded(
         &self,
         request: wire::EncodedCommit,
