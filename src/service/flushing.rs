@@ -15,12 +15,12 @@ use crate::pipeline::aggregator::Aggregator;
 use crate::pipeline::flusher::{Flusher, Tombstones};
 use crate::pipeline::milestones::{Dispatcher, Webhook};
 use crate::pipeline::rollup::Refresher;
-use crate::store::milestone::{MilestoneSetting, Thresholds};
+use crate::store::milestone::Thresholds;
 use crate::store::selected::SelectedStore;
 use crate::telemetry::Stats;
 
 use super::fleet_milestones::follow_milestones;
-use super::ServiceError;
+use super::{ReadAtStart, ServiceError};
 
 /// Re-reads the erased users' tombstones into `tombstones`; a failed read
 /// keeps the set held (logged).
@@ -54,7 +54,7 @@ impl<H: AckHandle> Flushing<H> {
         store: Arc<SelectedStore>,
         stats: &Arc<Stats>,
         config: &Config,
-        milestones: &MilestoneSetting,
+        read: &ReadAtStart,
     ) -> Result<Self, ServiceError> {
         let acker = Arc::new(Acker::new(stats.clone()));
         let mut flusher = Flusher::new(
@@ -69,15 +69,12 @@ impl<H: AckHandle> Flushing<H> {
         let (rollup_stop, rollup_stopped) = watch::channel(false);
         let mut rollups = tokio::task::JoinSet::new();
         if let Some(mut rollup) = config.rollup() {
-            // Read again here (the start-up check read it too); a failed
-            // read keeps the safe default: first refreshes read every
-            // shard a post may have. A raise is followed at the next start.
-            rollup.shards_registered = matches!(
-                store.db().data_format().await,
-                Ok(Some(format)) if format >= crate::store::format::DATA_FORMAT_REGISTERED_SHARDS
-            );
+            // As the store was at start: a raise is followed at the next
+            // start.
+            rollup.shards_registered =
+                read.data_format >= crate::store::format::DATA_FORMAT_REGISTERED_SHARDS;
             // The fleet's milestones, followed while running.
-            let thresholds = Thresholds::new(milestones.thresholds());
+            let thresholds = Thresholds::new(read.milestones.thresholds());
             rollup.milestones = thresholds.clone();
             let interval = rollup.interval;
             rollups.spawn(follow_milestones(

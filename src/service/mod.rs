@@ -179,6 +179,15 @@ fn aggregator<H: Send + 'static>(config: &Config, stats: &Stats) -> Arc<Aggregat
     aggregator
 }
 
+/// What the pipeline's parts are started with from the store, read once
+/// when it opens.
+struct ReadAtStart {
+    /// The fleet's milestone setting.
+    milestones: MilestoneSetting,
+    /// The store's data format ([`crate::store::format::check_known`]).
+    data_format: u32,
+}
+
 async fn run_pipeline(
     endpoints: &Endpoints,
     config: &Config,
@@ -202,6 +211,10 @@ async fn run_pipeline(
     }
     let milestones = milestone_setting(&store, config).await?;
     tracing::info!(milestones = %milestones.describe(), "the fleet's milestone setting");
+    let read = ReadAtStart {
+        milestones,
+        data_format: format,
+    };
     // Beside the pipeline: ends when the source stops.
     let mut cleanup = tokio::task::JoinSet::new();
     if let (true, Some(interval)) = (
@@ -252,10 +265,10 @@ async fn run_pipeline(
         std::sync::atomic::Ordering::Relaxed,
     );
     match push {
-        None => run_pull(endpoints, config, stop, &stats, store, &milestones).await?,
+        None => run_pull(endpoints, config, stop, &stats, store, &read).await?,
         Some(push) => {
             let ack_deadline = Push::ack_deadline_of(&subscription, &config.subscription);
-            run_push(config, stop, &stats, store, &milestones, ack_deadline, push).await?
+            run_push(config, stop, &stats, store, &read, ack_deadline, push).await?
         }
     }
     while cleanup.join_next().await.is_some() {}
@@ -279,11 +292,11 @@ async fn run_pull(
     stop: watch::Receiver<bool>,
     stats: &Arc<Stats>,
     store: Arc<SelectedStore>,
-    milestones: &MilestoneSetting,
+    read: &ReadAtStart,
 ) -> Result<(), ServiceError> {
     let subscriber = connect::subscriber(endpoints).await?;
     let aggregator: Arc<Aggregator<PubSubHandle>> = aggregator(config, stats);
-    let flushing = Flushing::start(aggregator.clone(), store, stats, config, milestones).await?;
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config, read).await?;
     let source = Source::new(subscriber, config.source.clone(), aggregator, stats.clone());
     tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.flush.shards, streams = config.source.streams, strategy = ?config.flush.strategy, "hotcount running (pull)");
     // The flusher stops only after the source has stopped, so nothing new
@@ -304,13 +317,13 @@ async fn run_push(
     mut stop: watch::Receiver<bool>,
     stats: &Arc<Stats>,
     store: Arc<SelectedStore>,
-    milestones: &MilestoneSetting,
+    read: &ReadAtStart,
     ack_deadline: Option<Duration>,
     push: Push,
 ) -> Result<(), ServiceError> {
     let hold_max = PushConfig::hold_max_for(ack_deadline);
     let aggregator: Arc<Aggregator<PushHandle>> = aggregator(config, stats);
-    let flushing = Flushing::start(aggregator.clone(), store, stats, config, milestones).await?;
+    let flushing = Flushing::start(aggregator.clone(), store, stats, config, read).await?;
     push.open(aggregator, hold_max).await;
     tracing::info!(subscription = %config.subscription, consumer = %config.consumer, shards = config.flush.shards, addr = ?stats.push_addr.get(), ?ack_deadline, ?hold_max, strategy = ?config.flush.strategy, "hotcount running (push)");
     stats.set_ready(true);
