@@ -20,7 +20,7 @@ import sys
 
 ROUND = re.compile(
     r"^\s+(\w+) round (\d+) (null consumer \(receive \+ ack\)|batched \(compared build\)|batched|per-event): "
-    r"([0-9.]+) events/s, ([0-9.]+) RPCs/1k, CPU ([0-9.]+) ms/1k, (\S+)"
+    r"([0-9.]+) events/s, ([0-9.]+) RPCs/1k, CPU ([0-9.]+) ms/1k(?:, .*)?, ([^,]+?)\s*$"
 )
 
 
