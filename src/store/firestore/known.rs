@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use gcloud_sdk::prost_types::Timestamp;
 use parking_lot::Mutex;
 use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+use smallvec::SmallVec;
 
 use crate::event::Version;
 use crate::model::batch::{Membership, MembershipKey, Plan};
@@ -54,15 +55,23 @@ const SEEN_PER_ENTRY: usize = 4;
 /// The most batches sent the transactional way after refusals in a row.
 const MAX_SKIP: u32 = 64;
 
+/// Bytes of a slot's ids held in the slot itself: a post id, user id and
+/// event id of usual lengths (a UUID event id is 36) fit, longer ones
+/// move to the heap.
+const INLINE_TEXT: usize = 64;
+
 /// One membership as this replica last knew it, under its key's hash:
 /// the key (to tell two keys of one hash apart: the one not in the slot
 /// counts as seen, not known), its state and its document's update time.
-/// The post id, user id and the state's event id share one allocation,
-/// so learning a key allocates once, not three times.
+/// The post id, user id and the state's event id are held back to back in
+/// the slot itself when they fit [`INLINE_TEXT`]: learning a key then
+/// allocates nothing, and telling whether a slot is a key's reads no
+/// memory beyond the slot (a second cache miss per lookup, in a table far
+/// larger than the caches, when the ids lived on the heap).
 struct Slot {
     /// The post id, the user id, then (when the document exists) the
-    /// event id of its state's version.
-    text: Box<str>,
+    /// event id of its state's version: whole `str`s, back to back.
+    text: SmallVec<[u8; INLINE_TEXT]>,
     post_len: u32,
     user_len: u32,
     /// Its state (`None`: the document did not exist); the event id is
@@ -102,12 +111,12 @@ impl Slot {
     ) -> Self {
         let event_id = state.map_or("", |(_, id, _, _)| id);
         let mut text =
-            String::with_capacity(key.post_id.len() + key.user_id.len() + event_id.len());
-        text.push_str(&key.post_id);
-        text.push_str(&key.user_id);
-        text.push_str(event_id);
+            SmallVec::with_capacity(key.post_id.len() + key.user_id.len() + event_id.len());
+        text.extend_from_slice(key.post_id.as_bytes());
+        text.extend_from_slice(key.user_id.as_bytes());
+        text.extend_from_slice(event_id.as_bytes());
         Self {
-            text: text.into_boxed_str(),
+            text,
             // Ids are far below 4 GiB (a payload is at most 64 KiB).
             post_len: key.post_id.len() as u32,
             user_len: key.user_id.len() as u32,
@@ -116,15 +125,12 @@ impl Slot {
         }
     }
 
-    /// Puts `state` at `update_time` in this slot (its key unchanged),
-    /// in the allocation it has when the event ids are of one length (as
-    /// a producer's usually are).
+    /// Puts `state` at `update_time` in this slot (its key unchanged), in
+    /// place.
     fn set(&mut self, state: Option<(bool, &str, i64, i64)>, update_time: Option<Timestamp>) {
         let event_id = state.map_or("", |(_, id, _, _)| id);
-        let mut text = String::from(std::mem::take(&mut self.text));
-        text.truncate((self.post_len + self.user_len) as usize);
-        text.push_str(event_id);
-        self.text = text.into_boxed_str();
+        self.text.truncate((self.post_len + self.user_len) as usize);
+        self.text.extend_from_slice(event_id.as_bytes());
         self.state = Known::of(state);
         self.update_time = update_time;
     }
@@ -132,20 +138,24 @@ impl Slot {
     /// Whether this is `key`'s slot.
     fn is(&self, key: &MembershipKey) -> bool {
         let (post, rest) = self.text.split_at(self.post_len as usize);
-        post == key.post_id && rest.get(..self.user_len as usize) == Some(key.user_id.as_str())
+        post == key.post_id.as_bytes()
+            && rest.get(..self.user_len as usize) == Some(key.user_id.as_bytes())
     }
 
-    /// Its state, owned.
-    fn membership(&self) -> Option<Membership> {
-        let event_id = &self.text[(self.post_len + self.user_len) as usize..];
-        self.state.map(|known| Membership {
+    /// Its state, owned: `Some(None)` when its document did not exist;
+    /// `None` if its event id were not text (it always is: the slot holds
+    /// whole `str`s), so the key would be read, never guessed.
+    fn membership(&self) -> Option<Option<Membership>> {
+        let event_id = self.text.get((self.post_len + self.user_len) as usize..)?;
+        let event_id = std::str::from_utf8(event_id).ok()?;
+        Some(self.state.map(|known| Membership {
             liked: known.liked,
             version: Version {
                 seq: known.seq,
                 occurred_at_micros: known.occurred_at_micros,
                 event_id: event_id.to_owned(),
             },
-        })
+        }))
     }
 }
 
@@ -259,10 +269,14 @@ impl KnownMemberships {
             let hash = hash(key);
             let shard = self.shard(hash).lock();
             let slot = shard.entries.get(&hash);
-            match slot.filter(|slot| slot.is(key)) {
-                Some(slot) => {
-                    recalled.found.push(slot.membership());
-                    recalled.update_times.push(slot.update_time);
+            let state = slot.filter(|slot| slot.is(key)).and_then(|slot| {
+                let update_time = slot.update_time;
+                slot.membership().map(|state| (state, update_time))
+            });
+            match state {
+                Some((state, update_time)) => {
+                    recalled.found.push(state);
+                    recalled.update_times.push(update_time);
                 }
                 None => {
                     recalled.found.push(None);
@@ -526,6 +540,7 @@ mod tests {
         };
         // The same length of event id, then longer (twice), then shorter.
         let long = "é".repeat(64);
+        let mut longest = 0;
         for (seq, id) in [
             (2, "a-2"),
             (3, "a-3"),
@@ -541,7 +556,15 @@ mod tests {
             let event = LikeEvent::new(LikeKind::Added, "p", "a", &version, None).expect("valid");
             let learnt = learn_one(event, 10 + seq);
             assert_eq!(recall(), (Some(learnt), Some(time(10 + seq))), "after {id}");
+            // Held in the slot itself until an event id too long for it
+            // (then in the heap room that one took).
+            longest = longest.max(id.len());
+            let hash = hash(&key("a"));
+            let spilled = known.shard(hash).lock().entries[&hash].text.spilled();
+            assert_eq!(spilled, "pa".len() + longest > INLINE_TEXT, "after {id}");
         }
+        // A UUID event id with a post and user id of usual lengths fits.
+        assert!("post-000123".len() + "user-0004567".len() + 36 <= INLINE_TEXT);
         // Then read as absent (its document gone): known as absent.
         let batch = Batch::new(Vec::new(), Vec::new());
         let plan = batch.plan(&[][..]);
