@@ -51,6 +51,54 @@ pub type MessageIndex = u32;
 /// batch allocates per membership only where events repeat.
 pub type KeyEvents = smallvec::SmallVec<[Tagged<LikeEvent>; 1]>;
 
+/// A batch's events per membership, in key order, each key once: a list
+/// the grouping builds already sorted (no tree is built over it; a key is
+/// found by binary search, which only the replay tool's dry run does).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Grouped(Vec<(MembershipKey, KeyEvents)>);
+
+impl Grouped {
+    /// The keys, in order.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &MembershipKey> {
+        self.0.iter().map(|(key, _)| key)
+    }
+
+    /// Each key's events, in key order.
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &KeyEvents> {
+        self.0.iter().map(|(_, events)| events)
+    }
+
+    /// Each key with its events, in key order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&MembershipKey, &KeyEvents)> {
+        self.0.iter().map(|(key, events)| (key, events))
+    }
+
+    /// How many keys.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Each key's events, owned, in key order.
+    pub fn into_values(self) -> impl Iterator<Item = KeyEvents> {
+        self.0.into_iter().map(|(_, events)| events)
+    }
+
+    /// Whether it holds `key`.
+    pub fn contains_key(&self, key: &MembershipKey) -> bool {
+        self.0.binary_search_by(|(k, _)| k.cmp(key)).is_ok()
+    }
+
+    /// One key's events.
+    fn one(key: MembershipKey, events: KeyEvents) -> Self {
+        Self(vec![(key, events)])
+    }
+}
+
 /// An item of a batch with the message it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tagged<T> {
@@ -171,7 +219,7 @@ pub struct Batch {
     /// Unique id; the batch marker's dedupe key is `{consumer}:{id}`.
     pub id: String,
     /// Events per (post, user), each list sorted by version.
-    pub events: BTreeMap<MembershipKey, KeyEvents>,
+    pub events: Grouped,
     /// Poison messages.
     pub poison: Vec<Tagged<PoisonRecord>>,
     /// Pub/Sub messages this batch covers (events + poison).
@@ -223,7 +271,7 @@ impl Batch {
         }
         Self {
             id: new_batch_id(),
-            events: runs.into_iter().collect(),
+            events: Grouped(runs),
             poison,
             message_count,
             tombstone_generation: None,
@@ -313,7 +361,7 @@ impl Batch {
     /// of the batch, so the flusher acks them with the take.
     pub fn drop_events(&mut self, mut drop: impl FnMut(&MembershipKey) -> bool) -> usize {
         let before = self.message_count;
-        self.events.retain(|key, events| {
+        self.events.0.retain(|(key, events)| {
             if drop(key) {
                 self.message_count -= events.len();
                 false
@@ -338,8 +386,7 @@ impl Batch {
     /// then one key's events; then the poison records.
     pub fn split(self) -> Result<(Batch, Batch), Batch> {
         let tombstone_generation = self.tombstone_generation;
-        let part = |events: BTreeMap<MembershipKey, KeyEvents>,
-                    poison: Vec<Tagged<PoisonRecord>>| {
+        let part = |events: Grouped, poison: Vec<Tagged<PoisonRecord>>| {
             let events_len: usize = events.values().map(|list| list.len()).sum();
             Batch {
                 id: new_batch_id(),
@@ -356,28 +403,28 @@ impl Batch {
             ..
         } = self;
         if !events.is_empty() && !poison.is_empty() {
-            return Ok((part(events, Vec::new()), part(BTreeMap::new(), poison)));
+            return Ok((part(events, Vec::new()), part(Grouped::default(), poison)));
         }
         if events.len() > 1 {
-            let middle = events.keys().nth(events.len() / 2).cloned();
-            if let Some(middle) = middle {
-                let second = events.split_off(&middle);
-                return Ok((part(events, Vec::new()), part(second, Vec::new())));
-            }
+            let second = Grouped(events.0.split_off(events.len() / 2));
+            return Ok((part(events, Vec::new()), part(second, Vec::new())));
         }
         if events.len() == 1 && one_key_events > 1 {
-            if let Some((key, mut list)) = events.pop_first() {
+            if let Some((key, mut list)) = events.0.pop() {
                 // In version order: the older half commits first.
                 let newer: KeyEvents = list.drain(list.len() / 2..).collect();
                 return Ok((
-                    part(BTreeMap::from([(key.clone(), list)]), Vec::new()),
-                    part(BTreeMap::from([(key, newer)]), Vec::new()),
+                    part(Grouped::one(key.clone(), list), Vec::new()),
+                    part(Grouped::one(key, newer), Vec::new()),
                 ));
             }
         }
         if poison.len() > 1 {
             let second = poison.split_off(poison.len() / 2);
-            return Ok((part(BTreeMap::new(), poison), part(BTreeMap::new(), second)));
+            return Ok((
+                part(Grouped::default(), poison),
+                part(Grouped::default(), second),
+            ));
         }
         Err(part(events, poison))
     }
@@ -421,6 +468,33 @@ mod tests {
     /// No membership stored yet.
     fn nothing_stored() -> HashMap<MembershipKey, Membership> {
         HashMap::new()
+    }
+
+    #[test]
+    fn a_batch_holds_each_membership_once_in_key_order_and_finds_it_by_key() {
+        let batch = Batch::new(
+            vec![
+                ev(Added, "p", "v", 1, "a"),
+                ev(Added, "b", "u", 1, "b"),
+                ev(Added, "p", "u", 1, "c"),
+                ev(Removed, "p", "v", 2, "d"),
+                ev(Added, "pp", "a", 1, "e"),
+            ],
+            vec![],
+        );
+        let keys: Vec<_> = batch.keys().cloned().collect();
+        let mut expected: Vec<_> = keys.clone();
+        expected.sort();
+        expected.dedup();
+        assert_eq!(keys, expected, "sorted, each once");
+        assert_eq!(batch.events.len(), 4);
+        for key in &keys {
+            assert!(batch.events.contains_key(key), "{key:?}");
+        }
+        let absent = MembershipKey::of(&ev(Added, "p", "w", 1, "f"));
+        assert!(!batch.events.contains_key(&absent));
+        let lists: Vec<usize> = batch.events.values().map(|list| list.len()).collect();
+        assert_eq!(lists, [1, 1, 2, 1], "b/u, p/u, p/v (twice), pp/a");
     }
 
     #[test]
