@@ -34,8 +34,14 @@ struct Mark {
     covered_at: Option<Micros>,
     /// Counter shard documents to read at least.
     shards: u32,
-    /// When the post was first marked since its last refresh.
+    /// When the post was first marked since its last refresh: the first
+    /// change no rollup shows yet (its wait is the rollup lag).
     since: Instant,
+    /// Whether a refresh took the mark and has not settled it yet.
+    in_flight: bool,
+    /// When the post was first marked after the refresh in flight took
+    /// it: `since` once that refresh's rollup shows what it took.
+    since_next: Option<Instant>,
     /// Not to be refreshed before.
     due: Instant,
     /// Bumped by every mark.
@@ -49,6 +55,16 @@ struct Mark {
     /// The due records waiting on this post: (the mark's generation when
     /// the record was attached, the record's id in [`State::records`]).
     records: Vec<(u64, u64)>,
+}
+
+impl Mark {
+    /// Marked again (a change, or shards to register) at `now`.
+    fn remark(&mut self, generation: u64, now: Instant) {
+        self.generation = generation;
+        if self.in_flight && self.since_next.is_none() {
+            self.since_next = Some(now);
+        }
+    }
 }
 
 /// A due record this process holds: cleared in the store once no post it
@@ -208,13 +224,15 @@ impl Marks {
         match state.marks.get_mut(post) {
             Some(mark) => {
                 mark.grow = mark.grow.max(shards);
-                mark.generation = generation;
+                mark.remark(generation, now);
             }
             None => {
                 let mark = Mark {
                     covered_at: None,
                     shards: 1,
                     since: now,
+                    in_flight: false,
+                    since_next: None,
                     due: now,
                     generation,
                     failures: 0,
@@ -240,7 +258,7 @@ impl Marks {
     /// The marks due at `now` (all of them with `all`), at most `limit`,
     /// the longest waiting first.
     pub fn take_due(&self, now: Instant, all: bool, limit: usize) -> Vec<Due> {
-        let state = self.state.lock();
+        let mut state = self.state.lock();
         let mut due: Vec<(&String, &Mark)> = state
             .marks
             .iter()
@@ -248,7 +266,8 @@ impl Marks {
             .collect();
         due.sort_unstable_by_key(|(_, m)| m.since);
         due.truncate(limit);
-        due.into_iter()
+        let due: Vec<Due> = due
+            .into_iter()
             .map(|(post, mark)| Due {
                 post_id: post.clone(),
                 covered_at: mark.covered_at,
@@ -257,7 +276,14 @@ impl Marks {
                 changed: mark.changed,
                 grow: mark.grow,
             })
-            .collect()
+            .collect();
+        for d in &due {
+            if let Some(mark) = state.marks.get_mut(&d.post_id) {
+                mark.in_flight = true;
+                mark.since_next = None;
+            }
+        }
+        due
     }
 
     /// The earliest time a mark is due, if any is marked.
@@ -267,7 +293,10 @@ impl Marks {
 
     /// Ends one refresh of `due`: `read_time` is the store time of the read
     /// it was decided on (a read that began after every change `due`
-    /// covers). Returns how long the post waited, when the mark is cleared.
+    /// covers). When the refresh's rollup shows what it took (done),
+    /// returns how long the first change it shows waited for it: for a
+    /// post marked again meanwhile too, whose next wait then counts from
+    /// its first change after the take.
     pub fn settle(
         &self,
         due: &Due,
@@ -284,6 +313,8 @@ impl Marks {
         let max_backoff = self.max_backoff;
         let mark = state.marks.get_mut(&due.post_id)?;
         let current = mark.generation == due.generation;
+        mark.in_flight = false;
+        let since_next = mark.since_next.take();
         if current && mark.covered_at.is_none() {
             mark.covered_at = read_time;
         }
@@ -303,6 +334,10 @@ impl Marks {
             }
             Settled::Done => {
                 mark.failures = 0;
+                // The rollup shows every change the refresh took: their
+                // wait ends; the first change after them waits on.
+                let waited = now.saturating_duration_since(mark.since);
+                mark.since = since_next.unwrap_or(now);
                 // The records attached by the generation refreshed are done.
                 let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut mark.records)
                     .into_iter()
@@ -311,6 +346,7 @@ impl Marks {
                 for (_, id) in done {
                     state.unwait(id);
                 }
+                return Some(waited);
             }
             Settled::Later { after } => {
                 mark.failures = 0;
@@ -373,7 +409,7 @@ impl State {
                     changed_at
                 };
                 mark.shards = mark.shards.max(shards);
-                mark.generation = generation;
+                mark.remark(generation, now);
                 mark.changed = true;
             }
             None => {
@@ -381,6 +417,8 @@ impl State {
                     covered_at: changed_at,
                     shards,
                     since: now,
+                    in_flight: false,
+                    since_next: None,
                     due: now,
                     generation,
                     failures: 0,

@@ -3,11 +3,13 @@
 //! flusher marks them, one round's read and write by hand); one file per
 //! behaviour: `round.rs` (what a cycle writes, when it defers, what a lost
 //! race, a lost answer and a failing store leave), `decide.rs` (the pure
-//! decision table), `milestones.rs` (milestones recorded by rollup
+//! decision table), `lag.rs` (the rollup lag a refresh records),
+//! `milestones.rs` (milestones recorded by rollup
 //! writes), `recovery.rs` (what a killed process leaves: the sweep, due
 //! records cleared and taken over).
 
 mod decide;
+mod lag;
 mod milestones;
 mod recovery;
 mod round;
