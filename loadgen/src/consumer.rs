@@ -349,12 +349,9 @@ impl Consumer {
         let exposition = hotcount_scrape::Exposition::parse(&text);
         let commit = hotcount::telemetry::names::COMMIT_DURATION.name;
         OwnTimings {
-            commit_duration: quantile(&exposition, commit, 0.5).zip(quantile(
-                &exposition,
-                commit,
-                0.99,
-            )),
+            commit_duration: p50_and_p99(&exposition, commit),
             push_hold: mean_and_p99(&exposition, hotcount::telemetry::names::PUSH_HOLD.name),
+            rollup_lag: p50_and_p99(&exposition, hotcount::telemetry::names::ROLLUP_LAG.name),
         }
     }
 
@@ -542,6 +539,10 @@ pub struct OwnTimings {
     /// p99; `None` when it answered no push request (a pull consumer) or
     /// could not be read.
     pub push_hold: Option<(Duration, Duration)>,
+    /// Its rollup lag (a post's first change not in its rollup to the
+    /// rollup showing it) p50 and p99; `None` when no rollup was written
+    /// (rollups off) or it could not be read.
+    pub rollup_lag: Option<(Duration, Duration)>,
 }
 
 /// How many posts wait for their rollup's refresh, by a consumer's metrics
@@ -551,6 +552,15 @@ fn rollups_pending(metrics_text: &str) -> Option<u64> {
     let left = hotcount_scrape::Exposition::parse(metrics_text).value(name)?;
     // A gauge of posts: a whole number far below 2^53.
     Some(left.max(0.0) as u64)
+}
+
+/// The p50 and p99 of histogram `name` (in seconds); `None` when it has
+/// no observation or is absent.
+fn p50_and_p99(
+    exposition: &hotcount_scrape::Exposition,
+    name: &str,
+) -> Option<(Duration, Duration)> {
+    quantile(exposition, name, 0.5).zip(quantile(exposition, name, 0.99))
 }
 
 /// The `q` quantile of histogram `name` (in seconds) in a Prometheus text
@@ -636,6 +646,27 @@ mod tests {
             "{mean:?}"
         );
         assert!(p99 >= Duration::from_millis(750), "{p99:?}");
+    }
+
+    #[test]
+    fn the_rollup_lags_p50_and_p99_are_read_from_the_metrics_text() {
+        let stats = Stats::default();
+        let name = hotcount::telemetry::names::ROLLUP_LAG.name;
+        let parse = |text: String| hotcount_scrape::Exposition::parse(&text);
+        assert_eq!(
+            p50_and_p99(&parse(stats.render_prometheus()), name),
+            None,
+            "no rollup written: no figure"
+        );
+        for ms in [600, 700, 800, 900, 2_200] {
+            stats.rollup_lag.record(Duration::from_millis(ms));
+        }
+        let (p50, p99) = p50_and_p99(&parse(stats.render_prometheus()), name).expect("exported");
+        assert!(
+            p50 > Duration::from_millis(500) && p50 <= Duration::from_millis(1_000),
+            "{p50:?}"
+        );
+        assert!(p99 > Duration::from_millis(2_000), "{p99:?}");
     }
 
     #[test]

@@ -156,7 +156,7 @@ fn duration_pair_cell(pair: Option<(Duration, Duration)>) -> String {
 type Row = (&'static str, fn(&RunResult) -> String);
 
 /// The rows of the side-by-side table, in order.
-const ROWS: [Row; 18] = [
+const ROWS: [Row; 19] = [
     ("messages acked / published", |r| {
         format!("{} / {}", r.acked, r.published)
     }),
@@ -194,6 +194,10 @@ const ROWS: [Row; 18] = [
     (
         "push hold mean / p99 (ms, consumer's view: arrival to answer)",
         |r| duration_pair_cell(r.push_hold),
+    ),
+    (
+        "rollup lag p50 / p99 (ms, consumer's view: a post's change to its rollup)",
+        |r| duration_pair_cell(r.rollup_lag),
     ),
     ("peak RSS (MiB)", |r| {
         let whose = if r.rss_is_consumer_only {
@@ -383,7 +387,7 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
 /// A row of the medians table: its name and one run's figure.
 type FigureRow = (&'static str, fn(&RunResult) -> Option<f64>, usize);
 
-const MEDIAN_ROWS: [FigureRow; 12] = [
+const MEDIAN_ROWS: [FigureRow; 13] = [
     ("events/s", |r| Some(r.events_per_sec()), 0),
     (
         "consumer CPU per 1,000 messages (ms)",
@@ -431,6 +435,7 @@ const MEDIAN_ROWS: [FigureRow; 12] = [
         RunResult::rollup_rpcs_per_1k,
         3,
     ),
+    ("rollup lag p99 (ms)", RunResult::rollup_lag_p99_ms, 0),
     (
         "most liked post's rollup writes/s",
         RunResult::top_rollup_writes_per_sec,

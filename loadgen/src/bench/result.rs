@@ -97,6 +97,11 @@ pub struct RunResult {
     /// and p99 at the end of the window, from its `/metrics`: the commit
     /// duration plus the wait for a batch. `None` for pull.
     pub push_hold: Option<(Duration, Duration)>,
+    /// The consumer's rollup lag (a post's first change not in its rollup
+    /// to the rollup showing it) p50 and p99 at the end of the window,
+    /// from its `Stats` or its `/metrics`: how fresh a reader's counts
+    /// are. `None` without rollups or when it could not be read.
+    pub rollup_lag: Option<(Duration, Duration)>,
     /// Firestore: the rollup refreshers' RPCs in the window (BatchWrite,
     /// RunQuery, and the BatchGetDocuments beyond one per batch committed
     /// or rolled back); `None` on PostgreSQL (compare the round trips of a
@@ -198,6 +203,11 @@ impl RunResult {
             .map(|n| n as f64 * 1000.0 / self.acked.max(1) as f64)
     }
 
+    /// The consumer's rollup lag p99 in milliseconds, when it has one.
+    pub fn rollup_lag_p99_ms(&self) -> Option<f64> {
+        self.rollup_lag.map(|(_, p99)| p99.as_secs_f64() * 1000.0)
+    }
+
     /// Writes per second to the most liked post's rollup (Firestore).
     pub fn top_rollup_writes_per_sec(&self) -> Option<f64> {
         self.top_rollup_writes
@@ -250,6 +260,7 @@ pub fn sample_run(case: Case, runner: Runner, round: u32) -> RunResult {
         consumer_cpu_steady: None,
         commit_duration: None,
         push_hold: None,
+        rollup_lag: None,
         rollup_rpcs: None,
         top_rollup_writes: None,
         lease_calls: LeaseCalls::default(),

@@ -86,6 +86,7 @@ pub(super) struct Window {
     consumer_cpu_steady: Option<(Duration, u64)>,
     commit_duration: Option<(Duration, Duration)>,
     push_hold: Option<(Duration, Duration)>,
+    rollup_lag: Option<(Duration, Duration)>,
     rollup_rpcs: Option<u64>,
     top_rollup_writes: Option<u64>,
     lease_calls: LeaseCalls,
@@ -145,6 +146,7 @@ impl Window {
         let OwnTimings {
             commit_duration,
             push_hold,
+            rollup_lag,
         } = match consumers.first() {
             Some(consumer) => consumer.own_timings().await,
             None => OwnTimings::default(),
@@ -165,6 +167,7 @@ impl Window {
             consumer_cpu_steady,
             commit_duration,
             push_hold,
+            rollup_lag,
             rollup_rpcs: (!postgres).then_some(rollup_rpcs),
             top_rollup_writes: (!postgres).then_some(top_rollup_writes),
             lease_calls,
@@ -217,6 +220,7 @@ impl Window {
             consumer_cpu_steady: self.consumer_cpu_steady,
             commit_duration: self.commit_duration,
             push_hold: self.push_hold,
+            rollup_lag: self.rollup_lag,
             rollup_rpcs: self.rollup_rpcs,
             top_rollup_writes: self.top_rollup_writes,
             lease_calls: self.lease_calls,
