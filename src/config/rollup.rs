@@ -98,11 +98,10 @@ pub struct RollupConfig {
     /// Rollups written in one round trip, at most, when many are due.
     pub writes_per_call: usize,
     /// Posts read in one small call, at most. A cycle reads and writes in
-    /// small calls (`small_posts_per_read`, `small_writes_per_call`),
-    /// spread evenly over the first half of its interval, so a batch's
-    /// commit does not queue in the store behind one long call or a burst
-    /// of them; once it has run half its interval (a backlog), in large
-    /// ones one after another, so the refresher keeps up. The last refresh
+    /// small calls (`small_posts_per_read`, `small_writes_per_call`), one
+    /// after another, until it has run half its interval, so a batch's
+    /// commit does not queue in the store behind one long call; then (a
+    /// backlog) in large ones, so the refresher keeps up. The last refresh
     /// at shutdown uses large calls, to fit its deadline.
     pub small_posts_per_read: usize,
     /// Rollups written in one small call, at most.

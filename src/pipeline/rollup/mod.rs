@@ -5,9 +5,8 @@
 //! per `interval` per post fleet-wide, in a few shared round trips per
 //! cycle: reads of the due posts' shards and rollups (each at one read
 //! time), then write calls of the rollups to write, each on its own
-//! condition (small calls spread over the first half of a cycle's
-//! interval, large ones once it has run half its interval:
-//! `RollupConfig::small_posts_per_read`).
+//! condition (small calls while a cycle is young, large ones once it has
+//! run half its interval: `RollupConfig::small_posts_per_read`).
 //!
 //! Invariants (how each is kept is in `ARCHITECTURE.md`, "The rollups"):
 //! - nothing here runs inside a batch's transaction, and a commit gains no

@@ -1,9 +1,7 @@
 //! One refresh cycle of the due posts, in rounds: one read of every due
 //! post's shards and rollup at one read time, then one write call of every
 //! rollup to write, each on its own condition; every mark is settled by
-//! what its read or its write found. A young cycle's small calls are
-//! spread evenly over the first half of its interval, the posts waiting
-//! longest first.
+//! what its read or its write found.
 //!
 //! Invariants: a mark is settled done only when a rollup as of a time that
 //! includes its changes is stored (written here, or found); a lost race, a
@@ -30,20 +28,6 @@ pub const PEEK_ABOVE: u32 = 4;
 
 /// The largest share of an interval added at random to a deferral.
 const JITTER_SHARE: f64 = 0.25;
-
-/// How long a young cycle waits before its next small call, with
-/// `calls_left` still to make and `elapsed` of its `half` interval gone:
-/// an even share of what is left of the half, so the calls end spread
-/// over it (`None` once the half has run out).
-pub(super) fn pause_before_next(
-    half: Duration,
-    elapsed: Duration,
-    calls_left: usize,
-) -> Option<Duration> {
-    let left = half.checked_sub(elapsed).filter(|d| !d.is_zero())?;
-    let shares = u32::try_from(calls_left.saturating_add(1)).unwrap_or(u32::MAX);
-    Some(left / shares)
-}
 
 /// What one cycle did (for tests and the drain).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,10 +77,9 @@ impl<S: RollupStore> Refresher<S> {
         let due = self.take_due(all);
         let mut report = CycleReport::default();
         let config = &self.config;
-        // Small calls, spread out, while the cycle is young; once it has
-        // taken half its interval (a backlog), large ones back to back, so
-        // it keeps up; the last refresh at shutdown, large ones, to fit
-        // its deadline.
+        // Small calls while the cycle is young; once it has taken half
+        // its interval (a backlog), large ones, so it keeps up; the last
+        // refresh at shutdown, large ones, to fit its deadline.
         let started = Instant::now();
         let mut rest = &due[..];
         while !rest.is_empty() {
@@ -110,17 +93,6 @@ impl<S: RollupStore> Refresher<S> {
             self.refresh(chunk, !all, writes_per_call, &mut report)
                 .await;
             rest = after;
-            if small && !rest.is_empty() {
-                // Spread the small calls evenly over the first half of the
-                // interval: the store serves the cycle's reads and writes
-                // beside the commits, not in one burst ahead of them.
-                let calls_left = rest.len().div_ceil(config.small_posts_per_read.max(1));
-                if let Some(pause) =
-                    pause_before_next(config.interval / 2, started.elapsed(), calls_left)
-                {
-                    tokio::time::sleep(pause).await;
-                }
-            }
         }
         self.stats.rollup_pending.set(self.marks.len() as u64);
         report

@@ -4,9 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use super::super::round::pause_before_next;
 use super::super::CycleReport;
 use super::{commit, count, plan, refresher, write, INTERVAL};
 use crate::store::memory::{MemoryStore, RollupFailure};
@@ -202,52 +199,6 @@ async fn a_cycle_uses_small_calls_and_the_last_refresh_large_ones() {
         cycle(true).await,
         1 + 3,
         "one read; writes of 500, 500, 200"
-    );
-}
-
-/// A young cycle's small calls come spread over the first half of its
-/// interval, not back to back: with the store answering at once, reads of
-/// 500, 500 and 200 posts begin at 0, 1/6 and 1/3 of the interval (each
-/// waits an even share of what is left of the half), and the cycle ends
-/// with its last call; the last refresh at shutdown does not wait.
-#[tokio::test(start_paused = true)]
-async fn a_young_cycle_spreads_its_small_calls_over_half_its_interval() {
-    let took = |all: bool| async move {
-        let store = Arc::new(MemoryStore::default());
-        let r = refresher(&store);
-        for i in 0..1_200 {
-            let post = format!("p{i}");
-            commit(&store, &[r.marks()], &post, 1, &format!("{post}-a")).await;
-        }
-        let started = Instant::now();
-        let report = r.cycle(all).await;
-        assert_eq!((report.posts, report.written), (1_200, 1_200));
-        started.elapsed()
-    };
-    let spread = took(false).await;
-    let third = INTERVAL / 3;
-    assert!(
-        spread >= third - Duration::from_millis(1) && spread <= third + Duration::from_millis(1),
-        "the third read began a third of the interval in: {spread:?}"
-    );
-    assert_eq!(took(true).await, Duration::ZERO, "the drain never waits");
-}
-
-#[test]
-fn a_pause_is_an_even_share_of_what_is_left_of_the_half() {
-    let half = Duration::from_millis(500);
-    let ms = Duration::from_millis;
-    assert_eq!(pause_before_next(half, ms(0), 3), Some(ms(125)));
-    assert_eq!(pause_before_next(half, ms(200), 2), Some(ms(100)));
-    assert_eq!(
-        pause_before_next(half, ms(500), 1),
-        None,
-        "the half is over"
-    );
-    assert_eq!(pause_before_next(half, ms(700), 1), None);
-    assert_eq!(
-        pause_before_next(half, ms(0), usize::MAX),
-        Some(Duration::ZERO)
     );
 }
 
