@@ -254,6 +254,41 @@ async fn raising_the_format_to_2_refreshes_a_stale_rollup_once_and_never_lowers_
         .await;
 }
 
+/// `setup --store-only --data-format 2`, a new deployment's step after
+/// `deploy/setup.sh`: the store is raised and nothing else is touched (no
+/// topic or subscription created, no role granted); Pub/Sub flags that
+/// only make sense with Pub/Sub are refused with it.
+async fn the_store_alone_is_raised_with_store_only(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let out = setup(&h, &["--store-only", "--data-format", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("updated\tdata format\t1 -> 2"), "{text}");
+    assert!(!text.contains("projects/"), "no Pub/Sub resource: {text}");
+    assert_eq!(h.store.data_format().await.expect("read"), Some(2));
+    // A full setup after it still creates the topic: the first made none.
+    let out = setup(&h, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("created\tprojects/hotcount-test/topics/other"),
+        "{}",
+        stdout(&out)
+    );
+    let out = setup(&h, &["--store-only", "--exactly-once"]);
+    assert!(!out.status.success(), "a Pub/Sub flag with --store-only");
+    assert!(stderr(&out).contains("--store-only"), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_alone_is_raised_with_store_only_firestore() {
+    the_store_alone_is_raised_with_store_only(Backend::Firestore).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_alone_is_raised_with_store_only_postgres() {
+    the_store_alone_is_raised_with_store_only(Backend::Postgres).await;
+}
+
 async fn an_erasure_tombstone_is_refused_at_format_1_and_written_at_2(backend: Backend) {
     let h = Harness::start_on(backend).await;
     processed(&h, &[Ev::like("a1", "p", "alice", 1)]).await;

@@ -52,7 +52,8 @@ pub enum Command {
     /// ack deadline, retry and dead-letter policy, exactly-once), grant the
     /// roles on them, and with `--store postgres://...` apply the schema
     /// migrations; with `--data-format N`, raise the store's data format
-    /// (never lowered). Idempotent; every change is reported.
+    /// (never lowered); with `--store-only`, the store alone. Idempotent;
+    /// every change is reported.
     Setup {
         #[command(flatten)]
         args: setup_ops::SetupArgs,

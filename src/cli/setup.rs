@@ -1,6 +1,6 @@
 //! `hotcount setup`: migrate the store, create or bring in line the
-//! Pub/Sub resources and roles, store the milestones and raise the data
-//! format; print one line per resource.
+//! Pub/Sub resources and roles (not with `--store-only`), store the
+//! milestones and raise the data format; print one line per resource.
 //!
 //! Invariant: a store whose data format is newer than this build knows is
 //! refused before anything changes.
@@ -34,7 +34,9 @@ pub async fn setup(
     } else {
         None
     };
-    done.extend(setup::setup(endpoints, args).await?);
+    if !store.store_only {
+        done.extend(setup::setup(endpoints, args).await?);
+    }
     if let (Some(setting), Some(db)) = (milestones, &db) {
         let change = setup::store_milestones(db, &setting).await?;
         done.push((format!("milestones {}", setting.describe()), change));

@@ -58,6 +58,15 @@ pub struct SetupStore {
     /// the rollups' refresh.
     #[arg(long, env = "HOTCOUNT_COUNTER_SHARDS", default_value_t = crate::config::DEFAULT_COUNTER_SHARDS)]
     pub counter_shards: u32,
+    /// Prepare the store alone (its schema migrations, `--milestones`,
+    /// `--data-format`): no Pub/Sub resource is created or changed and no
+    /// role granted, e.g. where `deploy/setup.sh` made them.
+    #[arg(
+        long,
+        default_value_t = false,
+        conflicts_with_all = ["exactly_once", "consumer_service_account", "project_number", "skip_iam", "push_endpoint"]
+    )]
+    pub store_only: bool,
 }
 
 impl SetupStore {
