@@ -37,10 +37,9 @@ struct Mark {
     /// When the post was first marked since its last refresh: the first
     /// change no rollup shows yet (its wait is the rollup lag).
     since: Instant,
-    /// Whether a refresh took the mark and has not settled it yet.
-    in_flight: bool,
-    /// When the post was first marked after the refresh in flight took
-    /// it: `since` once that refresh's rollup shows what it took.
+    /// When the post was first marked after a refresh last took it
+    /// (every settle follows a take): `since` once that refresh's rollup
+    /// shows what it took.
     since_next: Option<Instant>,
     /// Not to be refreshed before.
     due: Instant,
@@ -61,9 +60,7 @@ impl Mark {
     /// Marked again (a change, or shards to register) at `now`.
     fn remark(&mut self, generation: u64, now: Instant) {
         self.generation = generation;
-        if self.in_flight && self.since_next.is_none() {
-            self.since_next = Some(now);
-        }
+        self.since_next.get_or_insert(now);
     }
 }
 
@@ -231,7 +228,6 @@ impl Marks {
                     covered_at: None,
                     shards: 1,
                     since: now,
-                    in_flight: false,
                     since_next: None,
                     due: now,
                     generation,
@@ -279,7 +275,6 @@ impl Marks {
             .collect();
         for d in &due {
             if let Some(mark) = state.marks.get_mut(&d.post_id) {
-                mark.in_flight = true;
                 mark.since_next = None;
             }
         }
@@ -313,7 +308,6 @@ impl Marks {
         let max_backoff = self.max_backoff;
         let mark = state.marks.get_mut(&due.post_id)?;
         let current = mark.generation == due.generation;
-        mark.in_flight = false;
         let since_next = mark.since_next.take();
         if current && mark.covered_at.is_none() {
             mark.covered_at = read_time;
@@ -417,7 +411,6 @@ impl State {
                     covered_at: changed_at,
                     shards,
                     since: now,
-                    in_flight: false,
                     since_next: None,
                     due: now,
                     generation,
