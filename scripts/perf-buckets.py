@@ -26,12 +26,15 @@ BUCKETS = [
     ("hotcount: source and aggregator", ("hotcount::pipeline::source", "hotcount::pipeline::aggregator")),
     ("hotcount: flusher and acker", ("hotcount::pipeline::flusher", "hotcount::pipeline::acker")),
     ("hotcount: telemetry", ("hotcount::telemetry", "prometheus_client")),
+    ("the write floor's own code (hotcount-null-consumer --commit-writes)",
+     ("hotcount_null_consumer::",)),
     ("tokio", ("tokio::",)),
 ]
 TASKS = [
     ("the Pub/Sub client's lease loop", "lease_loop"),
     ("source (stream read, accept)", "Source::run"),
     ("flusher", "Flusher<S,H>::run"),
+    ("the write floor's stream task", "write_floor::run"),
     ("other Pub/Sub client tasks", "google_cloud_pubsub"),
     ("HTTP/2 connections", "hyper::proto::h2"),
     ("HTTP/2 connections", "h2::proto::connection"),
