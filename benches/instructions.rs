@@ -1,5 +1,6 @@
 //! Instructions per event of the decode stages (and of reading a stored
-//! membership back from the store's answer), counted by cachegrind: exact
+//! membership back from the store's answer, and of the known memberships'
+//! per-key work beside the write floor's map), counted by cachegrind: exact
 //! and repeatable where wall time on a shared, noisy machine is not (CPU
 //! steal and frequency changes do not enter the count). It complements
 //! `pipeline`'s `decode_validate_aggregate` and `aggregator_vs_dashmap`
@@ -15,9 +16,11 @@
 //! extra, not a gate. Instructions are not time (a cache miss costs more than
 //! an add), so read them next to the criterion figures, not instead.
 
+use std::collections::HashMap;
 use std::process::{Command, ExitCode};
 
 use hotcount::pipeline::aggregator::Aggregator;
+use hotcount::store::firestore::known::KnownMemberships;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -29,7 +32,7 @@ mod support;
 const ROUNDS: usize = 10;
 
 /// The workloads, in print order; `setup` builds the payloads and stops.
-const WORKLOADS: [&str; 12] = [
+const WORKLOADS: [&str; 14] = [
     "setup",
     "parse_only",
     "hotcount_sharded",
@@ -42,6 +45,8 @@ const WORKLOADS: [&str; 12] = [
     "read_stored_memberships_sdk",
     "rollup_write_500",
     "rollup_write_500_sdk",
+    "known_memberships",
+    "floor_map",
 ];
 
 fn main() -> ExitCode {
@@ -92,6 +97,12 @@ fn run(name: &str) -> bool {
     let buffer = Aggregator::new(buffers::SHARDS, buffers::BATCH);
     let dash = buffers::DashBuffer::new();
     let responses = support::stored_membership_responses();
+    let concentrated = support::concentrated_batches(support::PAYLOADS);
+    // A fresh table per round, built with the setup.
+    let mut tables: Vec<_> = (0..ROUNDS)
+        .map(|_| KnownMemberships::new(200_000))
+        .collect();
+    let mut maps: Vec<_> = (0..ROUNDS).map(|_| HashMap::new()).collect();
     for _ in 0..ROUNDS {
         match name {
             "setup" => {}
@@ -132,6 +143,20 @@ fn run(name: &str) -> bool {
             }
             "read_stored_memberships_sdk" => {
                 support::read_stored_memberships_sdk(&responses);
+            }
+            // The known memberships' per-key work on the concentrated
+            // shape, and the write floor's map beside it (the same events).
+            "known_memberships" => {
+                if let Some(known) = tables.pop() {
+                    support::known_memberships_pass(&known, &concentrated);
+                    tables.insert(0, known);
+                }
+            }
+            "floor_map" => {
+                if let Some(mut map) = maps.pop() {
+                    support::floor_map_pass(&mut map, &concentrated);
+                    maps.insert(0, map);
+                }
             }
             _ => return false,
         }
@@ -195,5 +220,9 @@ fn print_table(counts: &[(&str, u64)]) {
     println!(
         "read_stored_memberships_sdk / read_stored_memberships: {:.2}x",
         of("read_stored_memberships_sdk") / of("read_stored_memberships")
+    );
+    println!(
+        "known_memberships / floor_map: {:.2}x",
+        of("known_memberships") / of("floor_map")
     );
 }

@@ -9,7 +9,10 @@
 //! - reading stored memberships back from BatchGetDocuments responses in
 //!   place, vs gcloud-sdk decoding each into a `Document`;
 //! - the rollup refresher's BatchWrite of 500 rollups encoded in place, vs
-//!   each write built of gcloud-sdk's messages and encoded by prost.
+//!   each write built of gcloud-sdk's messages and encoded by prost;
+//! - the known memberships' per-key work (recall, plan, see, learn) on
+//!   the backlog bench's concentrated shape, vs the write floor's per-event
+//!   work on its trusted map of states.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +22,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 use hotcount::event::{self, LikeEvent};
 use hotcount::model::item::Item;
 use hotcount::pipeline::aggregator::{Aggregator, Pending};
+use hotcount::store::firestore::known::KnownMemberships;
 
 /// The allocator of the `hotcount` binary, so that allocation costs what it
 /// costs in the service (every group, baselines included, uses it).
@@ -198,9 +202,38 @@ fn rollup_writes(c: &mut Criterion) {
     group.finish();
 }
 
+/// The known memberships' per-key work, a fresh table per pass (as a
+/// replica that just started): 300,000 events of the concentrated shape in
+/// batches of 1,000, 297,002 keys over the batches, 141,092 distinct (post,
+/// user) pairs: the first time each is new, then known (the default table
+/// of 200,000 entries holds them all, as in the backlog bench's run).
+fn known_memberships(c: &mut Criterion) {
+    let batches = support::concentrated_batches(300_000);
+    let keys: usize = batches.iter().map(|b| b.keys().count()).sum();
+    let mut group = c.benchmark_group("known_memberships");
+    group.throughput(Throughput::Elements(keys as u64));
+    group.sample_size(10);
+    group.bench_function("recall_see_learn", |b| {
+        b.iter_batched(
+            || KnownMemberships::new(200_000),
+            // The table returned: dropped outside the timing.
+            |known| (support::known_memberships_pass(&known, &batches), known),
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("floor_map_baseline", |b| {
+        b.iter_batched(
+            HashMap::new,
+            |mut map| (support::floor_map_pass(&mut map, &batches), map),
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = decode_validate_aggregate, batch_building, hot_post_contention, aggregator_vs_dashmap, stored_membership_reads, rollup_writes
+    targets = decode_validate_aggregate, batch_building, hot_post_contention, aggregator_vs_dashmap, stored_membership_reads, rollup_writes, known_memberships
 }
 criterion_main!(benches);

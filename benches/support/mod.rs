@@ -5,11 +5,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use gcloud_sdk::prost_types::Timestamp;
 use hotcount::event::{self, LikeEvent, LikeKind, Version};
 use hotcount::model::batch::Batch;
 use hotcount::model::item::Item;
 use hotcount::pipeline::aggregator::{Aggregator, Pending};
 use hotcount::store::firestore::codec::encode_writes;
+use hotcount::store::firestore::known::{KnownMemberships, Unchanged};
 use hotcount::store::firestore::wire::EncodedCommit;
 use hotcount::store::firestore::{FirestoreStoreConfig, Layout};
 use tokio::time::Instant;
@@ -350,4 +352,94 @@ pub fn read_stored_memberships_sdk(responses: &[gcloud_sdk::prost::bytes::Bytes]
         }
     }
     read
+}
+
+/// Events of the bench's concentrated shape, in batches of [`BATCH`]:
+/// posts Zipf 1.1 over 300, users uniform over 3,000, each event a like
+/// with the next `seq` and a UUID-long event id.
+pub fn concentrated_batches(events: usize) -> Vec<Batch> {
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let weights: Vec<f64> = (1..=300).map(|k| (f64::from(k)).powf(-1.1)).collect();
+    let total: f64 = weights.iter().sum();
+    let cdf: Vec<f64> = weights
+        .iter()
+        .scan(0.0, |acc, w| {
+            *acc += w / total;
+            Some(*acc)
+        })
+        .collect();
+    let events: Vec<LikeEvent> = (0..events as i64)
+        .map(|i| {
+            let draw = (next() % 1_000_000) as f64 / 1e6;
+            let post = cdf.iter().position(|c| *c >= draw).unwrap_or(299);
+            let user = next() % 3_000;
+            let version = event::Version {
+                seq: i,
+                occurred_at_micros: 1_700_000_000_000_000 + i,
+                event_id: format!("{:08x}-0000-4000-8000-{i:012x}", next() as u32),
+            };
+            let (post, user) = (format!("post-{post:06}"), format!("user-{user:06}"));
+            LikeEvent::new(LikeKind::Added, &post, &user, &version, None).expect("a valid event")
+        })
+        .collect();
+    events
+        .chunks(BATCH)
+        .map(|chunk| Batch::new(chunk.to_vec(), Vec::new()))
+        .collect()
+}
+
+/// What a replica's known memberships do per batch committed from them,
+/// for every batch of `batches` in turn: recall the keys' states, plan the
+/// batch against them, record the keys as seen, learn what the commit
+/// (at a made-up time) left. Returns how many keys were read first.
+pub fn known_memberships_pass(known: &KnownMemberships, batches: &[Batch]) -> usize {
+    let mut forgotten = 0;
+    for (i, batch) in batches.iter().enumerate() {
+        let Some(recalled) = known.recall(batch.keys()) else {
+            continue;
+        };
+        forgotten += recalled.forgotten.len();
+        let plan = batch.plan(recalled.found.as_slice());
+        known.see(&recalled.hashes);
+        let time = Timestamp {
+            seconds: i as i64,
+            nanos: 0,
+        };
+        let unchanged = Unchanged::AlreadyKnown;
+        known.learn(batch.keys(), &recalled.hashes, &plan, Some(time), unchanged);
+    }
+    std::hint::black_box(forgotten)
+}
+
+/// The baseline of [`known_memberships_pass`]: the write floor's per-event
+/// work on its map of states (`hotcount-null-consumer --commit-writes`),
+/// trusted, one entry per (post, user) keyed by the two ids, holding the
+/// newest `seq` and whether it is a like; no update time, no record of
+/// seen keys, no plan. Returns how many events changed a state.
+pub fn floor_map_pass(map: &mut HashMap<String, (i64, bool)>, batches: &[Batch]) -> usize {
+    let mut changed = 0;
+    let mut key = String::new();
+    for event in batches.iter().flat_map(|b| b.events.values().flatten()) {
+        let like = &event.item;
+        key.clear();
+        key.push_str(like.post_id());
+        key.push('\n');
+        key.push_str(like.user_id());
+        let liked = like.kind == LikeKind::Added;
+        match map.get_mut(key.as_str()) {
+            Some(known) if known.0 >= like.seq => continue,
+            Some(known) => *known = (like.seq, liked),
+            None => {
+                map.insert(key.clone(), (like.seq, liked));
+            }
+        }
+        changed += 1;
+    }
+    std::hint::black_box(changed)
 }

@@ -35,7 +35,7 @@ mod erasure;
 pub mod errors;
 mod format;
 pub mod frame;
-mod known;
+pub mod known;
 pub mod layout;
 mod milestones;
 mod quarantine;
