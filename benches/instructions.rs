@@ -32,7 +32,7 @@ mod support;
 const ROUNDS: usize = 10;
 
 /// The workloads, in print order; `setup` builds the payloads and stops.
-const WORKLOADS: [&str; 14] = [
+const WORKLOADS: [&str; 16] = [
     "setup",
     "parse_only",
     "hotcount_sharded",
@@ -47,6 +47,8 @@ const WORKLOADS: [&str; 14] = [
     "rollup_write_500_sdk",
     "known_memberships",
     "floor_map",
+    "known_memberships_viral",
+    "floor_map_viral",
 ];
 
 fn main() -> ExitCode {
@@ -98,6 +100,7 @@ fn run(name: &str) -> bool {
     let dash = buffers::DashBuffer::new();
     let responses = support::stored_membership_responses();
     let concentrated = support::concentrated_batches(support::PAYLOADS);
+    let viral = support::viral_batches(support::PAYLOADS);
     // A fresh table per round, built with the setup.
     let mut tables: Vec<_> = (0..ROUNDS)
         .map(|_| KnownMemberships::new(200_000))
@@ -145,16 +148,27 @@ fn run(name: &str) -> bool {
                 support::read_stored_memberships_sdk(&responses);
             }
             // The known memberships' per-key work on the concentrated
-            // shape, and the write floor's map beside it (the same events).
-            "known_memberships" => {
+            // shape (then the viral one), and the write floor's map beside
+            // it (the same events).
+            "known_memberships" | "known_memberships_viral" => {
+                let batches = if name == "known_memberships" {
+                    &concentrated
+                } else {
+                    &viral
+                };
                 if let Some(known) = tables.pop() {
-                    support::known_memberships_pass(&known, &concentrated);
+                    support::known_memberships_pass(&known, batches);
                     tables.insert(0, known);
                 }
             }
-            "floor_map" => {
+            "floor_map" | "floor_map_viral" => {
+                let batches = if name == "floor_map" {
+                    &concentrated
+                } else {
+                    &viral
+                };
                 if let Some(mut map) = maps.pop() {
-                    support::floor_map_pass(&mut map, &concentrated);
+                    support::floor_map_pass(&mut map, batches);
                     maps.insert(0, map);
                 }
             }
@@ -222,7 +236,8 @@ fn print_table(counts: &[(&str, u64)]) {
         of("read_stored_memberships_sdk") / of("read_stored_memberships")
     );
     println!(
-        "known_memberships / floor_map: {:.2}x",
-        of("known_memberships") / of("floor_map")
+        "known_memberships / floor_map: {:.2}x (viral shape: {:.2}x)",
+        of("known_memberships") / of("floor_map"),
+        of("known_memberships_viral") / of("floor_map_viral")
     );
 }

@@ -11,8 +11,8 @@
 //! - the rollup refresher's BatchWrite of 500 rollups encoded in place, vs
 //!   each write built of gcloud-sdk's messages and encoded by prost;
 //! - the known memberships' per-key work (recall, plan, see, learn) on
-//!   the backlog bench's concentrated shape, vs the write floor's per-event
-//!   work on its trusted map of states.
+//!   the backlog bench's concentrated shape and on a viral one, vs the
+//!   write floor's per-event work on its trusted map of states.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -207,28 +207,35 @@ fn rollup_writes(c: &mut Criterion) {
 /// batches of 1,000, 297,002 keys over the batches, 141,092 distinct (post,
 /// user) pairs: the first time each is new, then known (the default table
 /// of 200,000 entries holds them all, as in the backlog bench's run).
+///
+/// Then the same on a viral shape ([`support::viral_batches`]): nearly
+/// every key new, so the table fills and forgets.
 fn known_memberships(c: &mut Criterion) {
-    let batches = support::concentrated_batches(300_000);
-    let keys: usize = batches.iter().map(|b| b.keys().count()).sum();
-    let mut group = c.benchmark_group("known_memberships");
-    group.throughput(Throughput::Elements(keys as u64));
-    group.sample_size(10);
-    group.bench_function("recall_see_learn", |b| {
-        b.iter_batched(
-            || KnownMemberships::new(200_000),
-            // The table returned: dropped outside the timing.
-            |known| (support::known_memberships_pass(&known, &batches), known),
-            BatchSize::PerIteration,
-        )
-    });
-    group.bench_function("floor_map_baseline", |b| {
-        b.iter_batched(
-            HashMap::new,
-            |mut map| (support::floor_map_pass(&mut map, &batches), map),
-            BatchSize::PerIteration,
-        )
-    });
-    group.finish();
+    for (shape, batches) in [
+        ("", support::concentrated_batches(300_000)),
+        ("_viral", support::viral_batches(300_000)),
+    ] {
+        let keys: usize = batches.iter().map(|b| b.keys().count()).sum();
+        let mut group = c.benchmark_group(format!("known_memberships{shape}"));
+        group.throughput(Throughput::Elements(keys as u64));
+        group.sample_size(10);
+        group.bench_function("recall_see_learn", |b| {
+            b.iter_batched(
+                || KnownMemberships::new(200_000),
+                // The table returned: dropped outside the timing.
+                |known| (support::known_memberships_pass(&known, &batches), known),
+                BatchSize::PerIteration,
+            )
+        });
+        group.bench_function("floor_map_baseline", |b| {
+            b.iter_batched(
+                HashMap::new,
+                |mut map| (support::floor_map_pass(&mut map, &batches), map),
+                BatchSize::PerIteration,
+            )
+        });
+        group.finish();
+    }
 }
 
 criterion_group! {

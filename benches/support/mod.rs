@@ -358,13 +358,6 @@ pub fn read_stored_memberships_sdk(responses: &[gcloud_sdk::prost::bytes::Bytes]
 /// posts Zipf 1.1 over 300, users uniform over 3,000, each event a like
 /// with the next `seq` and a UUID-long event id.
 pub fn concentrated_batches(events: usize) -> Vec<Batch> {
-    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
     let weights: Vec<f64> = (1..=300).map(|k| (f64::from(k)).powf(-1.1)).collect();
     let total: f64 = weights.iter().sum();
     let cdf: Vec<f64> = weights
@@ -374,11 +367,42 @@ pub fn concentrated_batches(events: usize) -> Vec<Batch> {
             Some(*acc)
         })
         .collect();
+    like_batches(events, |draw, _| {
+        let post = cdf.iter().position(|c| *c >= draw).unwrap_or(299);
+        (post as u64, 3_000)
+    })
+}
+
+/// Events of a viral shape, in batches of [`BATCH`]: half of them on one
+/// post, the rest uniform over 100,000 posts, users uniform over 100,000,
+/// so nearly every (post, user) is new and a table of 200,000 entries
+/// fills and forgets, as in the backlog bench's viral case.
+pub fn viral_batches(events: usize) -> Vec<Batch> {
+    like_batches(events, |draw, next| match draw < 0.5 {
+        true => (0, 100_000),
+        false => (next() % 100_000, 100_000),
+    })
+}
+
+/// `events` likes in batches of [`BATCH`], each on the post and among the
+/// users `pick(a uniform draw in [0, 1), the random source)` gives, with
+/// the next `seq` and a UUID-long event id; the same for a given `pick`.
+fn like_batches(
+    events: usize,
+    pick: impl Fn(f64, &mut dyn FnMut() -> u64) -> (u64, u64),
+) -> Vec<Batch> {
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
     let events: Vec<LikeEvent> = (0..events as i64)
         .map(|i| {
             let draw = (next() % 1_000_000) as f64 / 1e6;
-            let post = cdf.iter().position(|c| *c >= draw).unwrap_or(299);
-            let user = next() % 3_000;
+            let (post, users) = pick(draw, &mut next);
+            let user = next() % users;
             let version = event::Version {
                 seq: i,
                 occurred_at_micros: 1_700_000_000_000_000 + i,
