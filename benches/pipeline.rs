@@ -204,12 +204,12 @@ fn rollup_writes(c: &mut Criterion) {
 
 /// The known memberships' per-key work, a fresh table per pass (as a
 /// replica that just started): 300,000 events of the concentrated shape in
-/// batches of 1,000, 297,002 keys over the batches, 141,092 distinct (post,
+/// batches of 1,000, 297,041 keys over the batches, 140,792 distinct (post,
 /// user) pairs: the first time each is new, then known (the default table
 /// of 200,000 entries holds them all, as in the backlog bench's run).
 ///
-/// Then the same on a viral shape ([`support::viral_batches`]): 299,633
-/// keys over the batches, 227,564 distinct pairs, so the table fills and
+/// Then the same on a viral shape ([`support::viral_batches`]): 299,614
+/// keys over the batches, 227,461 distinct pairs, so the table fills and
 /// forgets.
 fn known_memberships(c: &mut Criterion) {
     for (shape, batches) in [

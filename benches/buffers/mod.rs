@@ -39,12 +39,8 @@ const ZIPF_EXPONENT: f64 = 1.1;
 /// over 10,000 posts (users out of 100,000); 5 % are redeliveries of an
 /// earlier message, 5 % of the others are unlikes.
 pub fn items() -> Vec<Item> {
-    let mut cumulative = Vec::with_capacity(POSTS);
-    let mut total = 0.0;
-    for rank in 1..=POSTS {
-        total += (rank as f64).powf(-ZIPF_EXPONENT);
-        cumulative.push(total);
-    }
+    let cumulative = super::support::zipf_cumulative(POSTS, ZIPF_EXPONENT);
+    let total = cumulative.last().copied().unwrap_or_default();
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
     let mut items: Vec<Item> = Vec::with_capacity(EVENTS);
     for i in 0..EVENTS {

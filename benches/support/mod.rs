@@ -14,6 +14,8 @@ use hotcount::store::firestore::codec::encode_writes;
 use hotcount::store::firestore::known::{KnownMemberships, Unchanged};
 use hotcount::store::firestore::wire::EncodedCommit;
 use hotcount::store::firestore::{FirestoreStoreConfig, Layout};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 /// Payloads in the workload (each pass decodes all of them).
@@ -354,21 +356,27 @@ pub fn read_stored_memberships_sdk(responses: &[gcloud_sdk::prost::bytes::Bytes]
     read
 }
 
+/// The running sums of `rank^-exponent` for ranks `1..=posts`: a post
+/// drawn by the Zipf law is the first whose sum exceeds a uniform draw
+/// below the last (`partition_point`).
+pub fn zipf_cumulative(posts: usize, exponent: f64) -> Vec<f64> {
+    (1..=posts)
+        .scan(0.0, |total, rank| {
+            *total += (rank as f64).powf(-exponent);
+            Some(*total)
+        })
+        .collect()
+}
+
 /// Events of the bench's concentrated shape, in batches of [`BATCH`]:
 /// posts Zipf 1.1 over 300, users uniform over 3,000, each event a like
 /// with the next `seq` and a UUID-long event id.
 pub fn concentrated_batches(events: usize) -> Vec<Batch> {
-    let weights: Vec<f64> = (1..=300).map(|k| (f64::from(k)).powf(-1.1)).collect();
-    let total: f64 = weights.iter().sum();
-    let cdf: Vec<f64> = weights
-        .iter()
-        .scan(0.0, |acc, w| {
-            *acc += w / total;
-            Some(*acc)
-        })
-        .collect();
-    like_batches(events, |draw, _| {
-        let post = cdf.iter().position(|c| *c >= draw).unwrap_or(299);
+    let cumulative = zipf_cumulative(300, 1.1);
+    let total = cumulative.last().copied().unwrap_or_default();
+    like_batches(events, |rng| {
+        let draw = rng.random_range(0.0..total);
+        let post = cumulative.partition_point(|c| *c <= draw);
         (post as u64, 3_000)
     })
 }
@@ -376,38 +384,28 @@ pub fn concentrated_batches(events: usize) -> Vec<Batch> {
 /// Events of a viral shape, in batches of [`BATCH`]: half of them on one
 /// post, the rest uniform over 100,000 posts, users uniform over 100,000
 /// (one post with half the events, as in the backlog bench's viral case):
-/// of 300,000 events, 227,564 distinct (post, user) pairs, so three keys
+/// of 300,000 events, 227,461 distinct (post, user) pairs, so three keys
 /// in four are new and a table of 200,000 entries fills and forgets.
 pub fn viral_batches(events: usize) -> Vec<Batch> {
-    like_batches(events, |draw, next| match draw < 0.5 {
+    like_batches(events, |rng| match rng.random_bool(0.5) {
         true => (0, 100_000),
-        false => (next() % 100_000, 100_000),
+        false => (rng.random_range(0..100_000), 100_000),
     })
 }
 
 /// `events` likes in batches of [`BATCH`], each on the post and among the
-/// users `pick(a uniform draw in [0, 1), the random source)` gives, with
-/// the next `seq` and a UUID-long event id; the same for a given `pick`.
-fn like_batches(
-    events: usize,
-    pick: impl Fn(f64, &mut dyn FnMut() -> u64) -> (u64, u64),
-) -> Vec<Batch> {
-    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+/// users `pick` draws (from a seeded generator: the same events every
+/// time), with the next `seq` and a UUID-long event id.
+fn like_batches(events: usize, pick: impl Fn(&mut StdRng) -> (u64, u64)) -> Vec<Batch> {
+    let mut rng = StdRng::seed_from_u64(42);
     let events: Vec<LikeEvent> = (0..events as i64)
         .map(|i| {
-            let draw = (next() % 1_000_000) as f64 / 1e6;
-            let (post, users) = pick(draw, &mut next);
-            let user = next() % users;
-            let version = event::Version {
+            let (post, users) = pick(&mut rng);
+            let user = rng.random_range(0..users);
+            let version = Version {
                 seq: i,
                 occurred_at_micros: 1_700_000_000_000_000 + i,
-                event_id: format!("{:08x}-0000-4000-8000-{i:012x}", next() as u32),
+                event_id: format!("{:08x}-0000-4000-8000-{i:012x}", rng.random::<u32>()),
             };
             let (post, user) = (format!("post-{post:06}"), format!("user-{user:06}"));
             LikeEvent::new(LikeKind::Added, &post, &user, &version, None).expect("a valid event")
