@@ -85,6 +85,9 @@ pub enum Fate {
 pub struct Received {
     /// Its `Idempotency-Key` (empty when missing).
     pub key: String,
+    /// Its path and query, as the caller wrote them (a test gives each
+    /// caller its own, to tell whose call this was).
+    pub target: String,
     /// Its body.
     pub body: Bytes,
     /// Whether its signature verified (`None`: no secret configured).
@@ -216,6 +219,11 @@ async fn handle(
     request: Request<hyper::body::Incoming>,
 ) -> Result<Response<Full<Bytes>>, std::io::Error> {
     let key = header(&request, "idempotency-key");
+    let target = request
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
     let signature = header(&request, "hotcount-signature");
     let body = match request.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -231,6 +239,7 @@ async fn handle(
     let record = |fate| {
         shared.state.lock().requests.push(Received {
             key: key.clone(),
+            target: target.clone(),
             body: body.clone(),
             signature_ok,
             fate,
