@@ -15,6 +15,7 @@ use google_cloud_pubsub::model::{Subscription, UpdateSubscriptionRequest};
 use google_cloud_wkt::FieldMask;
 use hotcount::ops::milestones as ops;
 use hotcount::pipeline::milestones::{DispatchConfig, Dispatcher, Webhook};
+use hotcount::store::firestore::{Opened, Read};
 use hotcount::store::milestone::{MilestoneRecord, MilestoneStatus, MilestoneStore};
 use hotcount::store::rollup::{micros_of, RollupStore, RollupWrite, WriteOutcome};
 use hotcount::telemetry::Stats;
@@ -593,6 +594,74 @@ async fn firestore_milestone_commits_without_an_answer_end_within_the_deadline()
     let outcomes = db.write_rollups(&[write]).await.expect("write");
     assert_eq!(outcomes, vec![WriteOutcome::Written]);
     assert_eq!(db.milestones().await.expect("list").len(), 1);
+}
+
+/// A replica killed between its claim's read and its commit (as an
+/// autoscaler kills, or as a Commit cut at its deadline leaves it) can
+/// leave a read-write transaction open on a record, its lock held until
+/// Firestore expires it (60 s idle): the other due records are delivered
+/// at once, the dispatcher leaves no transaction of its own open behind
+/// it, and the held record is delivered once the abandoned transaction
+/// has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_left_open_by_a_killed_replica_holds_up_no_other_milestone() {
+    let h = Harness::start().await;
+    let sink = fault_free_sink().await;
+    record_milestone(&h, "held").await;
+    record_milestone(&h, "free").await;
+    // What the killed replica left: a read in a read-write transaction,
+    // neither committed nor rolled back.
+    let opened = Opened::default();
+    let read = Read::ReadWrite {
+        retry: None,
+        opened: &opened,
+    };
+    let name = h.db.layout().milestone("held", 100);
+    let abandoned =
+        h.db.batch_get(vec![name], read, |_| {})
+            .await
+            .expect("read");
+    assert!(!abandoned.is_empty());
+    let firestore = h.emulators.firestore();
+    assert_eq!(firestore.stats().active_transactions, 1);
+
+    let d = dispatcher(&h, &sink.url(), SECRET);
+    let started = tokio::time::Instant::now();
+    let bound = Duration::from_secs(3);
+    let mut reports = Vec::new();
+    while !sink.processed().iter().any(|(k, _)| k == "c1:free:100") {
+        assert!(
+            started.elapsed() < bound,
+            "the free record not delivered within {bound:?}: {reports:?}"
+        );
+        reports.push(tokio::time::timeout(bound, d.round()).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let keys: Vec<String> = sink.processed().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["c1:free:100"]);
+    assert_eq!(
+        firestore.stats().active_transactions,
+        1,
+        "the dispatcher left transactions open"
+    );
+
+    // Firestore ends the abandoned transaction after 60 s idle; the held
+    // record is then claimed and delivered.
+    h.emulators.clock().advance(Duration::from_secs(61));
+    firestore.sweep();
+    assert_eq!(firestore.stats().active_transactions, 0);
+    let started = tokio::time::Instant::now();
+    while !sink.processed().iter().any(|(k, _)| k == "c1:held:100") {
+        assert!(started.elapsed() < bound, "the held record not delivered");
+        d.round().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let records = h.store.milestones().await.expect("list");
+    assert!(
+        records.iter().all(|r| r.status == MilestoneStatus::Done),
+        "{records:?}"
+    );
+    assert_eq!(sink.processed().len(), 2);
 }
 
 /// The p-th percentile (0..=100) of `sorted`.

@@ -25,6 +25,7 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use futures::stream::{self, BoxStream, StreamExt};
 use gcloud_sdk::prost_types::Timestamp;
 
 use super::rollup::Micros;
@@ -275,6 +276,23 @@ pub trait MilestoneStore: Send + Sync + 'static {
         lease: Duration,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Claim>, StoreError>> + Send;
+
+    /// [`MilestoneStore::claim`], each claim handed over as it lands, so a
+    /// slow one (a record a stale lock holds) delays no call for the
+    /// others; a store failure is an `Err` item (a failed due query is the
+    /// only item then).
+    fn claim_each(
+        &self,
+        lease: Duration,
+        limit: usize,
+    ) -> BoxStream<'_, Result<Claim, StoreError>> {
+        stream::once(self.claim(lease, limit))
+            .flat_map(|claimed| match claimed {
+                Ok(claims) => stream::iter(claims.into_iter().map(Ok)).left_stream(),
+                Err(error) => stream::iter([Err(error)]).right_stream(),
+            })
+            .boxed()
+    }
 
     /// Stores how the claimed attempt ended; `Ok(false)` when the claim
     /// was no longer the record's (its lease was taken over): nothing

@@ -230,6 +230,14 @@ impl MilestoneStore for SelectedDb {
         each_backend!(self, db => db.claim(lease, limit).await)
     }
 
+    fn claim_each(
+        &self,
+        lease: std::time::Duration,
+        limit: usize,
+    ) -> futures::stream::BoxStream<'_, Result<Claim, StoreError>> {
+        each_backend!(self, db => db.claim_each(lease, limit))
+    }
+
     async fn settle(&self, claim: &Claim, settle: &Settle) -> Result<bool, StoreError> {
         each_backend!(self, db => db.settle(claim, settle).await)
     }

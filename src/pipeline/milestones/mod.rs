@@ -29,6 +29,7 @@ pub mod webhook;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use tokio::sync::watch;
@@ -78,6 +79,20 @@ pub struct RoundReport {
     /// Claims not called: too little of their lease was left for the call
     /// (a slow store); called again once the lease ends.
     pub skipped: usize,
+}
+
+impl RoundReport {
+    /// Counts one attempt's outcome (`None`: its settle failed).
+    fn add(&mut self, settled: Option<Settled>) {
+        match settled {
+            Some(Settled::Skipped) => self.skipped += 1,
+            Some(Settled::Delivered) => self.delivered += 1,
+            Some(Settled::Failed) => self.failed += 1,
+            Some(Settled::Dead) => self.dead += 1,
+            Some(Settled::Lost) => self.lost += 1,
+            None => {}
+        }
+    }
 }
 
 /// The dispatcher of one process.
@@ -143,40 +158,70 @@ impl<S: MilestoneStore> Dispatcher<S> {
         }
     }
 
-    /// Claims the due records and calls for each, concurrently.
+    /// Claims the due records and calls for each, concurrently: each call
+    /// starts as soon as its own claim lands, whatever the others' do.
     pub async fn round(&self) -> RoundReport {
-        let claims = match self.claim().await {
-            Some(claims) => claims,
-            None => return RoundReport::default(),
-        };
-        let mut report = RoundReport {
-            claimed: claims.len(),
-            ..RoundReport::default()
-        };
-        let calls = claims.iter().map(|c| async move {
-            // The call and its settle must fit in the lease: otherwise
-            // another dispatcher may take it over and call too.
-            if c.lease_left() < self.webhook.timeout() + SETTLE_ROOM {
-                if self.stats.warnings.admit(LEASE_TOO_SHORT, "claim") {
-                    tracing::warn!(post_id = %c.record.post_id, milestone = c.record.milestone, lease_left_ms = c.lease_left().as_millis() as u64, "a milestone's lease was too short for its call by the time it was claimed (a slow store); not called, it is claimed again when the lease ends");
-                }
-                self.stats.milestone_leases_lost.add(1);
-                return Some(Settled::Skipped);
-            }
-            let answer = self.webhook.call(&c.record).await;
-            self.settle(c, answer).await
-        });
-        for settled in futures::future::join_all(calls).await {
-            match settled {
-                Some(Settled::Skipped) => report.skipped += 1,
-                Some(Settled::Delivered) => report.delivered += 1,
-                Some(Settled::Failed) => report.failed += 1,
-                Some(Settled::Dead) => report.dead += 1,
-                Some(Settled::Lost) => report.lost += 1,
-                None => {}
+        let progress = &self.stats.milestone_progress;
+        let mut report = RoundReport::default();
+        let mut claims = self
+            .store
+            .claim_each(self.config.lease, self.config.claim_limit);
+        let mut calls = FuturesUnordered::new();
+        let mut claiming = true;
+        let mut failed = None;
+        progress.begin();
+        while claiming || !calls.is_empty() {
+            tokio::select! {
+                claimed = claims.next(), if claiming => match claimed {
+                    Some(Ok(claim)) => {
+                        report.claimed += 1;
+                        calls.push(self.attempt(claim));
+                    }
+                    Some(Err(error)) => {
+                        failed.get_or_insert(error);
+                    }
+                    None => {
+                        claiming = false;
+                        progress.end();
+                        self.claimed(report.claimed, failed.take());
+                    }
+                },
+                Some(settled) = calls.next(), if !calls.is_empty() => report.add(settled),
             }
         }
         report
+    }
+
+    /// Calls for `claim` if its lease still has room for the call and its
+    /// settle, and stores the answer.
+    async fn attempt(&self, claim: Claim) -> Option<Settled> {
+        // The call and its settle must fit in the lease: otherwise another
+        // dispatcher may take it over and call too.
+        if claim.lease_left() < self.webhook.timeout() + SETTLE_ROOM {
+            if self.stats.warnings.admit(LEASE_TOO_SHORT, "claim") {
+                tracing::warn!(post_id = %claim.record.post_id, milestone = claim.record.milestone, lease_left_ms = claim.lease_left().as_millis() as u64, "a milestone's lease was too short for its call by the time it was claimed (a slow store); not called, it is claimed again when the lease ends");
+            }
+            self.stats.milestone_leases_lost.add(1);
+            return Some(Settled::Skipped);
+        }
+        let answer = self.webhook.call(&claim.record).await;
+        self.settle(&claim, answer).await
+    }
+
+    /// Tells `/readyz` and the log how a round's claiming went: `failed`
+    /// counts only when nothing was claimed (the store then fails the
+    /// dispatcher; a record whose claim failed is left to the next round).
+    fn claimed(&self, claimed: usize, failed: Option<StoreError>) {
+        let progress = &self.stats.milestone_progress;
+        match failed {
+            Some(error) if claimed == 0 => {
+                progress.failed(&error);
+                if self.stats.warnings.admit(STORE_FAILED, error.op) {
+                    tracing::warn!(%error, "claiming milestones failed; trying again at the next round");
+                }
+            }
+            _ => progress.committed(),
+        }
     }
 
     /// Claims the records due now (the store's time); `None` when the
@@ -192,14 +237,11 @@ impl<S: MilestoneStore> Dispatcher<S> {
         progress.end();
         match claimed {
             Ok(claims) => {
-                progress.committed();
+                self.claimed(claims.len(), None);
                 Some(claims)
             }
             Err(error) => {
-                progress.failed(&error);
-                if self.stats.warnings.admit(STORE_FAILED, error.op) {
-                    tracing::warn!(%error, "claiming milestones failed; trying again at the next round");
-                }
+                self.claimed(0, Some(error));
                 None
             }
         }

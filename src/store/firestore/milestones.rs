@@ -5,9 +5,10 @@
 //! Invariants: a rollup write that records milestones is one Commit with
 //! the rollup's own precondition and each record's exists=false, so the
 //! record exists if and only if the rollup that decided it was written; a
-//! claim reads the record in a read-write transaction and commits the
-//! lease in it, so two dispatchers never both hold a lease; a settle is
-//! conditioned on the update time the claim left. "Due" and "lease until"
+//! claim is one Commit conditioned on the update time the due query read,
+//! so two dispatchers never both hold a lease, and no claim holds a lock
+//! (a replica killed mid-claim leaves nothing open that could hold up the
+//! others); a settle is conditioned on the update time the claim left. "Due" and "lease until"
 //! are the store's time (the due query's read time, carried forward on
 //! this process's monotonic clock), never a replica's wall clock, and
 //! every Commit here ends within the call deadline.
@@ -19,8 +20,10 @@ use fs::structured_query::{field_filter, CollectionSelector};
 
 use std::time::{Duration, Instant};
 
+use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
+
 use super::codec::{self, timestamp_to_micros};
-use super::db::{answer_within, FirestoreDb, Opened, Read};
+use super::db::{answer_within, FirestoreDb, Read};
 use super::documents::{ascending, compare};
 use super::errors::status_error;
 use super::layout::collections;
@@ -33,23 +36,30 @@ use crate::store::rollup::{Micros, RollupWrite, WriteOutcome};
 use crate::store::{Code, StoreError};
 
 impl FirestoreDb {
-    /// Commits `writes` (atomically; in `transaction` when not empty)
-    /// within the call deadline and returns each write's update time; a
+    /// Commits `writes` (atomically, no transaction) within the call
+    /// deadline and returns each write's update time; a
     /// Commit without an answer by then is a transient DEADLINE_EXCEEDED
     /// (it may have applied: each caller's condition tells on the next
     /// try).
     async fn commit_writes(
         &self,
         writes: Vec<fs::Write>,
-        transaction: Vec<u8>,
+    ) -> Result<Vec<Option<Timestamp>>, StoreError> {
+        self.commit_writes_within(writes, self.call_timeout()).await
+    }
+
+    /// [`FirestoreDb::commit_writes`] within `limit` instead of the call
+    /// deadline.
+    async fn commit_writes_within(
+        &self,
+        writes: Vec<fs::Write>,
+        limit: Duration,
     ) -> Result<Vec<Option<Timestamp>>, StoreError> {
         let request = fs::CommitRequest {
             database: self.layout().database.clone(),
             writes,
-            transaction,
             ..Default::default()
         };
-        let limit = self.call_timeout();
         let mut client = self.client();
         let call = client.commit(FirestoreDb::within(request, limit));
         let response = answer_within(limit, "it may have applied", call)
@@ -76,7 +86,7 @@ impl FirestoreDb {
                 write.as_of,
             ));
         }
-        match self.commit_writes(writes, Vec::new()).await {
+        match self.commit_writes(writes).await {
             Ok(_) => WriteOutcome::Written,
             // The rollup is not the one read (or, after a lost answer, a
             // record exists already: read again, and the rollup says so).
@@ -120,41 +130,37 @@ impl FirestoreDb {
         }
     }
 
-    /// Claims the record `name` in a read-write transaction if it is still
-    /// due at the store's time `clock` tells; `None` when it is not (or
-    /// another claim won).
+    /// Leases `record` if it is still as the due query read it (`seen`,
+    /// its update time): one Commit conditioned on that time, within the
+    /// lease it writes (a claim landing later is worth nothing). No
+    /// transaction: a replica killed mid-claim leaves no lock behind.
+    /// `None` when another claim (or any write) came first, or the record
+    /// is gone.
     async fn claim_one(
         &self,
-        name: String,
+        mut record: MilestoneRecord,
+        seen: Timestamp,
         clock: StoreClock,
         lease: Duration,
     ) -> Result<Option<Claim>, StoreError> {
-        let opened = Opened::default();
-        let read = Read::ReadWrite {
-            retry: None,
-            opened: &opened,
-        };
-        let mut found = None;
-        let transaction = self
-            .batch_get(vec![name], read, |d| found = Some(d))
-            .await?;
-        // The store's time now (see `StoreClock`).
+        // The store's time now (see `StoreClock`): the lease runs from
+        // before the commit, so its end as stored is what every other
+        // dispatcher sees.
         let taken = Instant::now();
         let now = clock.now();
-        let due = found
-            .as_ref()
-            .and_then(codec::milestone_from_document)
-            .filter(|r| is_due(r, now));
-        let Some(mut record) = due else {
-            self.rollback(transaction).await;
-            return Ok(None);
-        };
         let lease_micros = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
         record.status = MilestoneStatus::Leased;
         record.attempts = record.attempts.saturating_add(1);
         record.due_at = Some(now.saturating_add(lease_micros));
-        let write = codec::milestone_update(self.layout(), &record, None);
-        let times = self.commit_writes(vec![write], transaction).await?;
+        let write = codec::milestone_update(self.layout(), &record, Some(seen));
+        let limit = self.call_timeout().min(lease);
+        let times = match self.commit_writes_within(vec![write], limit).await {
+            Ok(times) => times,
+            Err(e) if matches!(e.code, Code::FailedPrecondition | Code::NotFound) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
         let update_time = times.into_iter().next().flatten();
         if update_time.is_none() {
             return Err(StoreError::internal(
@@ -162,8 +168,6 @@ impl FirestoreDb {
                 "no update time for the claim",
             ));
         }
-        // The lease runs from `now`, before the commit: its end as stored
-        // is what every other dispatcher sees.
         Ok(Some(Claim {
             record,
             update_time,
@@ -175,7 +179,7 @@ impl FirestoreDb {
     /// Applies `write` on its condition; `Ok(false)` when the condition
     /// failed.
     async fn write_conditioned(&self, write: fs::Write) -> Result<bool, StoreError> {
-        match self.commit_writes(vec![write], Vec::new()).await {
+        match self.commit_writes(vec![write]).await {
             Ok(_) => Ok(true),
             Err(e) if matches!(e.code, Code::FailedPrecondition | Code::NotFound) => Ok(false),
             Err(e) => Err(e),
@@ -234,28 +238,13 @@ pub(crate) fn settled(record: &MilestoneRecord, settle: &Settle, now: Micros) ->
 
 impl MilestoneStore for FirestoreDb {
     async fn claim(&self, lease: Duration, limit: usize) -> Result<Vec<Claim>, StoreError> {
-        let asked = Instant::now();
-        let (docs, read_time) = self.due_milestones(limit).await?;
-        let clock = StoreClock { read_time, asked };
-        let due = docs.into_iter().filter(|doc| {
-            codec::milestone_from_document(doc).is_some_and(|r| is_due(&r, clock.now()))
-        });
-        // Every lease at once, each from the store's time of its own
-        // transaction, just before the calls: none lapses waiting for the
-        // others.
-        let claimed =
-            futures::future::join_all(due.map(|doc| self.claim_one(doc.name, clock, lease))).await;
         let mut claims = Vec::new();
         let mut failed = None;
-        for outcome in claimed {
-            match outcome {
-                Ok(Some(claim)) => claims.push(claim),
-                Ok(None) => {}
-                // Another dispatcher's transaction won: its lease holds.
-                Err(error) if error.code == Code::Aborted => {}
-                // The store failed: left to the next claim.
+        let mut each = self.claim_each(lease, limit);
+        while let Some(claimed) = each.next().await {
+            match claimed {
+                Ok(claim) => claims.push(claim),
                 Err(error) => {
-                    tracing::debug!(%error, "claiming a milestone failed; left to the next claim");
                     failed.get_or_insert(error);
                 }
             }
@@ -265,6 +254,45 @@ impl MilestoneStore for FirestoreDb {
             Some(error) if claims.is_empty() => Err(error),
             _ => Ok(claims),
         }
+    }
+
+    fn claim_each(
+        &self,
+        lease: Duration,
+        limit: usize,
+    ) -> BoxStream<'_, Result<Claim, StoreError>> {
+        let due = async move {
+            let asked = Instant::now();
+            let (docs, read_time) = self.due_milestones(limit).await?;
+            let clock = StoreClock { read_time, asked };
+            // Every lease at once, each from the store's time just before
+            // its own commit: none lapses waiting for the others.
+            let claims: FuturesUnordered<_> = docs
+                .into_iter()
+                .filter_map(|doc| {
+                    let record = codec::milestone_from_document(&doc)?;
+                    let seen = doc.update_time?;
+                    is_due(&record, clock.now()).then(|| self.claim_one(record, seen, clock, lease))
+                })
+                .collect();
+            Ok::<_, StoreError>(claims)
+        };
+        stream::once(due)
+            .flat_map(|due| match due {
+                Ok(claims) => claims
+                    .filter_map(|claimed| async move {
+                        match claimed {
+                            Ok(claim) => claim.map(Ok),
+                            Err(error) => {
+                                tracing::debug!(%error, "claiming a milestone failed; left to the next claim");
+                                Some(Err(error))
+                            }
+                        }
+                    })
+                    .left_stream(),
+                Err(error) => stream::iter([Err(error)]).right_stream(),
+            })
+            .boxed()
     }
 
     async fn milestone_setting(&self) -> Result<Option<MilestoneSetting>, StoreError> {
@@ -363,7 +391,7 @@ impl FirestoreDb {
         only_if_unset: bool,
     ) -> Result<MilestoneSetting, StoreError> {
         let write = codec::milestone_setting_write(self.layout(), setting, only_if_unset);
-        match self.commit_writes(vec![write], Vec::new()).await {
+        match self.commit_writes(vec![write]).await {
             Ok(_) => Ok(setting.clone()),
             Err(e) if only_if_unset && e.code == Code::AlreadyExists => {
                 self.read_milestone_setting().await?.ok_or_else(|| {
