@@ -80,6 +80,10 @@ mutations=(
   "codec::milestone_update(self.layout(), &next, claim.update_time)" "codec::milestone_update(self.layout(), &next, None)"
   "-p hotcount --test milestones killed"
 
+  "milestone claim unconditioned (Firestore)" src/store/firestore/milestones.rs
+  "codec::milestone_update(self.layout(), &record, Some(seen))" "codec::milestone_update(self.layout(), &record, None)"
+  "-p hotcount --test milestones dispatchers_claiming_at_once"
+
   "milestone climb-back recorded again" src/store/milestone.rs
   "let floor = old.max(highest.unwrap_or(0));" "let floor = old;"
   "-p hotcount --lib milestone"

@@ -39,6 +39,7 @@ crate::on_each_store!(
     a_replica_clock_ten_minutes_ahead_takes_no_live_lease,
     two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_the_interval_plus_5_s,
     a_stale_settle_after_a_retry_changes_nothing,
+    dispatchers_claiming_at_once_never_lease_one_record_twice,
     while_a_secret_is_rotated_a_receiver_knowing_only_the_new_or_only_the_old_accepts_every_call,
 );
 
@@ -503,6 +504,39 @@ async fn reconcile_moving_a_post_across_a_milestone_records_it_and_it_is_deliver
     let processed = sink.processed();
     assert_eq!(processed.len(), 1);
     assert_eq!(processed[0].0, "c1:p:5");
+}
+
+/// Four dispatchers claim the same due records at the same moment, round
+/// after round: each record is leased to one of them per round, never to
+/// two (Firestore: the claim's Commit is conditioned on the update time
+/// the due query read; PostgreSQL: `FOR UPDATE SKIP LOCKED`).
+async fn dispatchers_claiming_at_once_never_lease_one_record_twice(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let posts: Vec<String> = (0..12).map(|i| format!("p{i}")).collect();
+    for post in &posts {
+        record_milestone(&h, post).await;
+    }
+    let lease = Duration::from_millis(300);
+    for round in 0..3 {
+        let claims = futures::future::join_all((0..4).map(|_| h.store.claim(lease, 32))).await;
+        let mut leased: Vec<String> = claims
+            .into_iter()
+            .flat_map(|c| c.expect("claim"))
+            .map(|c| c.record.id())
+            .collect();
+        leased.sort();
+        let distinct: BTreeSet<&String> = leased.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            leased.len(),
+            "round {round}: leased twice: {leased:?}"
+        );
+        assert_eq!(distinct.len(), posts.len(), "round {round}: {leased:?}");
+        // Every lease ends; the next round claims them all again.
+        tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    }
+    let records = h.store.milestones().await.expect("list");
+    assert!(records.iter().all(|r| r.attempts == 3), "{records:?}");
 }
 
 async fn a_replica_clock_ten_minutes_ahead_takes_no_live_lease(backend: Backend) {
