@@ -660,17 +660,8 @@ async fn a_claim_left_open_by_a_killed_replica_holds_up_no_other_milestone() {
     assert_eq!(firestore.stats().active_transactions, 1);
 
     let d = dispatcher(&h, &sink.url(), SECRET);
-    let started = tokio::time::Instant::now();
     let bound = Duration::from_secs(3);
-    let mut reports = Vec::new();
-    while !sink.processed().iter().any(|(k, _)| k == "c1:free:100") {
-        assert!(
-            started.elapsed() < bound,
-            "the free record not delivered within {bound:?}: {reports:?}"
-        );
-        reports.push(tokio::time::timeout(bound, d.round()).await);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    rounds_until_processed(&d, &sink, "c1:free:100", bound).await;
     let keys: Vec<String> = sink.processed().into_iter().map(|(k, _)| k).collect();
     assert_eq!(keys, ["c1:free:100"]);
     assert_eq!(
@@ -684,12 +675,7 @@ async fn a_claim_left_open_by_a_killed_replica_holds_up_no_other_milestone() {
     h.emulators.clock().advance(Duration::from_secs(61));
     firestore.sweep();
     assert_eq!(firestore.stats().active_transactions, 0);
-    let started = tokio::time::Instant::now();
-    while !sink.processed().iter().any(|(k, _)| k == "c1:held:100") {
-        assert!(started.elapsed() < bound, "the held record not delivered");
-        d.round().await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    rounds_until_processed(&d, &sink, "c1:held:100", bound).await;
     let records = h.store.milestones().await.expect("list");
     assert!(
         records.iter().all(|r| r.status == MilestoneStatus::Done),
@@ -698,12 +684,41 @@ async fn a_claim_left_open_by_a_killed_replica_holds_up_no_other_milestone() {
     assert_eq!(sink.processed().len(), 2);
 }
 
+/// Runs `d`'s rounds until the receiver has processed `key`; fails if
+/// that takes longer than `bound` (each round bounded by it too).
+async fn rounds_until_processed(
+    d: &Dispatcher<hotcount::store::selected::SelectedDb>,
+    sink: &Sink,
+    key: &str,
+    bound: Duration,
+) {
+    let started = tokio::time::Instant::now();
+    let mut reports = Vec::new();
+    while !sink.processed().iter().any(|(k, _)| k == key) {
+        assert!(
+            started.elapsed() < bound,
+            "{key} not delivered within {bound:?}: {reports:?}"
+        );
+        reports.push(tokio::time::timeout(bound, d.round()).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The p-th percentile (0..=100) of `sorted`.
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
     sorted[((sorted.len() - 1) * p).div_ceil(100)]
+}
+
+/// [`milestone_flags`] for `url`, milestones 2, 4, 6 and 8, and leases of
+/// 3 s: a claim on a loaded machine may take longer than the 1 s lease less
+/// the 300 ms call (such a lease is not called on).
+fn kill_test_flags(url: &str) -> Vec<&str> {
+    let mut flags = milestone_flags(url, SECRET);
+    flags.extend(["--milestones", "2,4,6,8", "--milestone-lease-secs", "3"]);
+    flags
 }
 
 /// Two replicas, a receiver failing the first try of every fifth key, one
@@ -737,28 +752,8 @@ async fn two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_th
     // each was.
     let url_of = |replica: &str| format!("{}?replica={replica}", sink.url());
     let (killed_url, b_url, restarted_url) = (url_of("a1"), url_of("b"), url_of("a2"));
-    let flags_for = |url: &str| {
-        let mut flags: Vec<String> = milestone_flags(url, SECRET)
-            .into_iter()
-            .map(String::from)
-            .collect();
-        // Leases of 3 s: a claim on a loaded machine may take longer than
-        // the 1 s lease less the 300 ms call (such a lease is not called
-        // on).
-        flags.extend(["--milestones", "2,4,6,8", "--milestone-lease-secs", "3"].map(String::from));
-        flags
-    };
-    let (killed_flags, b_flags, restarted_flags) = (
-        flags_for(&killed_url),
-        flags_for(&b_url),
-        flags_for(&restarted_url),
-    );
-    let args = |flags: &[String]| {
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        h.run_args("c1", &flags)
-    };
-    let a = h.spawn(args(&killed_flags));
-    let b = h.spawn(args(&b_flags));
+    let a = h.spawn(h.run_args("c1", &kill_test_flags(&killed_url)));
+    let b = h.spawn(h.run_args("c1", &kill_test_flags(&b_url)));
     let posts: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
     let wave = |from: usize, to: usize| {
         let mut events = Vec::new();
@@ -781,7 +776,7 @@ async fn two_replicas_and_a_kill_acknowledge_each_key_once_and_deliver_within_th
     a.kill().await;
     let second = wave(5, 9);
     h.publish(&second).await;
-    let a = h.spawn(args(&restarted_flags));
+    let a = h.spawn(h.run_args("c1", &kill_test_flags(&restarted_url)));
     let mut all = first.clone();
     all.extend(second);
     let want = expected(&all);

@@ -8,10 +8,11 @@
 //! claim is one Commit conditioned on the update time the due query read,
 //! so two dispatchers never both hold a lease, and no claim holds a lock
 //! (a replica killed mid-claim leaves nothing open that could hold up the
-//! others); a settle is conditioned on the update time the claim left. "Due" and "lease until"
-//! are the store's time (the due query's read time, carried forward on
-//! this process's monotonic clock), never a replica's wall clock, and
-//! every Commit here ends within the call deadline.
+//! others); a settle is conditioned on the update time the claim left.
+//! "Due" and "lease until" are the store's time (the due query's read
+//! time, carried forward on this process's monotonic clock), never a
+//! replica's wall clock, and every Commit here ends within the call
+//! deadline.
 
 use gcloud_sdk::google::firestore::v1 as fs;
 use gcloud_sdk::prost_types::Timestamp;
@@ -154,12 +155,8 @@ impl FirestoreDb {
         record.due_at = Some(now.saturating_add(lease_micros));
         let write = codec::milestone_update(self.layout(), &record, Some(seen));
         let limit = self.call_timeout().min(lease);
-        let times = match self.commit_writes_within(vec![write], limit).await {
-            Ok(times) => times,
-            Err(e) if matches!(e.code, Code::FailedPrecondition | Code::NotFound) => {
-                return Ok(None)
-            }
-            Err(e) => return Err(e),
+        let Some(times) = self.commit_conditioned(write, limit).await? else {
+            return Ok(None);
         };
         let update_time = times.into_iter().next().flatten();
         if update_time.is_none() {
@@ -179,9 +176,21 @@ impl FirestoreDb {
     /// Applies `write` on its condition; `Ok(false)` when the condition
     /// failed.
     async fn write_conditioned(&self, write: fs::Write) -> Result<bool, StoreError> {
-        match self.commit_writes(vec![write]).await {
-            Ok(_) => Ok(true),
-            Err(e) if matches!(e.code, Code::FailedPrecondition | Code::NotFound) => Ok(false),
+        let committed = self.commit_conditioned(write, self.call_timeout()).await?;
+        Ok(committed.is_some())
+    }
+
+    /// Applies `write` on its condition within `limit` and returns its
+    /// update time; `Ok(None)` when the condition failed (the document
+    /// changed, or is gone).
+    async fn commit_conditioned(
+        &self,
+        write: fs::Write,
+        limit: Duration,
+    ) -> Result<Option<Vec<Option<Timestamp>>>, StoreError> {
+        match self.commit_writes_within(vec![write], limit).await {
+            Ok(times) => Ok(Some(times)),
+            Err(e) if matches!(e.code, Code::FailedPrecondition | Code::NotFound) => Ok(None),
             Err(e) => Err(e),
         }
     }
