@@ -16,7 +16,10 @@
 //! hotcount's design must write (the memberships that change, a counter
 //! increment per post, a marker per group of up to 1,000 messages) before
 //! acking: the least store work, beside which hotcount's CPU per message
-//! is what reading, checking and recovering cost.
+//! is what reading, checking and recovering cost. With `--preconditions`
+//! as well, each write carries the precondition that keeps it exact beside
+//! other replicas (hotcount's one-round-trip path): the floor of a
+//! consumer that stays exact with many replicas.
 //!
 //! With `--delivery push` it is the push floor instead: it serves `POST
 //! /pubsub/push` on `--push-addr` with hyper's HTTP/1.1 server alone (no
@@ -84,6 +87,12 @@ struct Args {
     /// (`write_floor`). Pull only: refused with `--delivery push`.
     #[arg(long, env = "HOTCOUNT_NULL_COMMIT_WRITES", value_parser = clap::builder::BoolishValueParser::new())]
     commit_writes: bool,
+    /// With `--commit-writes`: each write carries the precondition that
+    /// keeps it exact beside other replicas (a membership's update time as
+    /// its Commit answered, `exists = false` for one never written and for
+    /// the marker), as hotcount's one-round-trip path does.
+    #[arg(long, env = "HOTCOUNT_NULL_PRECONDITIONS", value_parser = clap::builder::BoolishValueParser::new())]
+    preconditions: bool,
     /// Firestore emulator address (`host:port`), for `--commit-writes`.
     #[arg(long, env = "FIRESTORE_EMULATOR_HOST")]
     firestore_emulator_host: Option<String>,
@@ -112,6 +121,13 @@ impl Args {
     /// Refuses flags that do not go together, naming why: the write floor
     /// pulls, so with push it would be silently ignored.
     fn check(&self) -> Result<(), String> {
+        if self.preconditions && !self.commit_writes {
+            return Err(
+                "--preconditions (HOTCOUNT_NULL_PRECONDITIONS) conditions the write floor's \
+                 writes; without --commit-writes nothing is written: add it or drop it"
+                    .into(),
+            );
+        }
         if self.commit_writes && self.delivery == Delivery::Push {
             return Err(
                 "--commit-writes (HOTCOUNT_NULL_COMMIT_WRITES) is the pull write floor; \
@@ -239,13 +255,15 @@ async fn main() -> std::process::ExitCode {
     };
     let floor = match (args.commit_writes, args.firestore_emulator_host.as_deref()) {
         (false, _) => None,
-        (true, Some(host)) => match write_floor::WriteFloor::connect(host, &args.project).await {
-            Ok(floor) => Some(floor),
-            Err(error) => {
-                eprintln!("hotcount-null-consumer: {error}");
-                return std::process::ExitCode::FAILURE;
+        (true, Some(host)) => {
+            match write_floor::WriteFloor::connect(host, &args.project, args.preconditions).await {
+                Ok(floor) => Some(floor),
+                Err(error) => {
+                    eprintln!("hotcount-null-consumer: {error}");
+                    return std::process::ExitCode::FAILURE;
+                }
             }
-        },
+        }
         (true, None) => {
             eprintln!("hotcount-null-consumer: --commit-writes needs --firestore-emulator-host");
             return std::process::ExitCode::FAILURE;
@@ -312,6 +330,17 @@ mod tests {
     }
 
     #[test]
+    fn preconditions_without_the_write_floor_are_refused_naming_both_flags() {
+        let error = parse(&["--preconditions"])
+            .check()
+            .expect_err("nothing to condition");
+        assert!(
+            error.contains("--preconditions") && error.contains("--commit-writes"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn the_write_floor_with_push_delivery_is_refused_naming_both_flags() {
         let error = parse(&["--commit-writes", "--delivery", "push"])
             .check()
@@ -321,6 +350,9 @@ mod tests {
             "{error}"
         );
         assert!(parse(&["--commit-writes"]).check().is_ok());
+        assert!(parse(&["--commit-writes", "--preconditions"])
+            .check()
+            .is_ok());
         assert!(parse(&["--commit-writes", "--delivery", "pull"])
             .check()
             .is_ok());

@@ -17,9 +17,20 @@
 //! `--max-commits-in-flight`), and the documents live under collections of
 //! their own (`nullfloor-*`), never hotcount's.
 //!
-//! What it leaves out, and hotcount does: reads (it trusts its memory),
-//! transactions and preconditions (a Commit of blind writes is one round
-//! trip, as hotcount's known-membership path), poison, retries,
+//! With `--preconditions` each write also carries what makes it safe
+//! beside other replicas and across restarts, as hotcount's one-round-trip
+//! path does: a membership the floor never wrote is written on `exists =
+//! false`, one it wrote on the `update_time` its Commit answered (read
+//! from the answer), and the marker on `exists = false` (the group's
+//! dedupe key). A membership whose Commit has not answered yet has no
+//! known time, so an event on it waits for a later group (as hotcount
+//! keeps a membership in at most one batch in flight). That is the least a
+//! consumer of this design that stays exact with many replicas writes and
+//! remembers; without it the floor's blind writes would count twice what
+//! two replicas both apply.
+//!
+//! What it leaves out, and hotcount does: reads (it trusts its memory, and
+//! a refused precondition is not retried), transactions, poison, retries,
 //! quarantine, counter shards, rollups, telemetry. So it is a floor, not a
 //! consumer: a message it cannot parse or write (an id Firestore refuses
 //! in a document name, an unknown type or version) is acked unwritten, and
@@ -28,18 +39,20 @@
 //! a bench run always ends.
 //!
 //! Invariant: every message received is acked exactly once, after the
-//! Commit of its group has answered; a membership is written only with a
-//! version newer than the one the floor wrote before.
+//! Commit of its group (or of a later group it waited for) has answered;
+//! a membership is written only with a version newer than the one the
+//! floor wrote before; with `--preconditions`, a membership is in at most
+//! one Commit in flight.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use google_cloud_pubsub::subscriber::handler::Handler;
 use tokio::sync::Semaphore;
 
-use encode::Value;
+use encode::{Precondition, Stamp, Value};
 
 mod encode;
 
@@ -56,14 +69,17 @@ const COMMITS_IN_FLIGHT: usize = 4;
 /// The Commit method's path.
 const COMMIT_PATH: &str = "/google.firestore.v1.Firestore/Commit";
 
-/// Sends a Commit's bytes as they are and skips its answer's (the floor
-/// reads no more of it than its status).
+/// A group's messages: each one's data and its ack handle.
+type Group = Vec<(bytes::Bytes, Handler)>;
+
+/// Sends a Commit's bytes as they are and reads of its answer only the
+/// commit time.
 #[derive(Clone, Copy)]
 struct RawCommit;
 
 impl tonic::codec::Codec for RawCommit {
     type Encode = Vec<u8>;
-    type Decode = ();
+    type Decode = Option<Stamp>;
     type Encoder = RawCommit;
     type Decoder = RawCommit;
 
@@ -91,15 +107,22 @@ impl tonic::codec::Encoder for RawCommit {
 }
 
 impl tonic::codec::Decoder for RawCommit {
-    type Item = ();
+    type Item = Option<Stamp>;
     type Error = tonic::Status;
 
     fn decode(
         &mut self,
         src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<()>, tonic::Status> {
-        bytes::Buf::advance(src, bytes::Buf::remaining(src));
-        Ok(Some(()))
+    ) -> Result<Option<Option<Stamp>>, tonic::Status> {
+        use bytes::Buf;
+        let len = src.remaining();
+        let time = if src.chunk().len() == len {
+            encode::commit_time(src.chunk())
+        } else {
+            encode::commit_time(&src.copy_to_bytes(len))
+        };
+        src.advance(src.remaining());
+        Ok(Some(time))
     }
 }
 
@@ -143,6 +166,28 @@ impl Like<'_> {
             && !self.event_id.is_empty()
             && self.event_id.len() <= MAX_EVENT_ID_BYTES
     }
+
+    /// The key of its membership in the floor's memory (`post\nuser`),
+    /// written into `key`.
+    fn key_into(&self, key: &mut String) {
+        key.clear();
+        key.push_str(&self.post_id);
+        key.push('\n');
+        key.push_str(&self.user_id);
+    }
+}
+
+/// The writable like events of a group's messages, each with its
+/// message's index (the rest are left out, as hotcount quarantines them).
+fn parse<'d>(group: impl IntoIterator<Item = &'d [u8]>) -> Vec<(usize, Like<'d>)> {
+    group
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, data)| {
+            let like: Like<'_> = serde_json::from_slice(data).ok()?;
+            like.writable().then_some((index, like))
+        })
+        .collect()
 }
 
 /// Whether `id` is a valid Firestore document id of at most `max_bytes`:
@@ -156,6 +201,30 @@ fn document_id(id: &str, max_bytes: usize) -> bool {
         && !id.chars().any(|c| c == '/' || c.is_control())
 }
 
+/// What the floor remembers of one membership it wrote.
+#[derive(Clone, Copy, Debug)]
+struct Known {
+    /// The newest version (seq) written.
+    seq: i64,
+    /// The state written.
+    liked: bool,
+    /// With preconditions: the update time its Commit answered; `None`
+    /// while that Commit is in flight. Without: always `None`.
+    at: Option<Stamp>,
+}
+
+/// The writes of one group and what they change in the floor's memory.
+struct Planned {
+    /// The Commit's bytes being written.
+    commit: encode::Commit,
+    /// The likes (indices into the parsed group) whose memberships this
+    /// Commit writes, one per membership.
+    written: Vec<usize>,
+    /// Messages (indices into the group) whose membership is in another
+    /// Commit in flight: they wait for a later group.
+    deferred: Vec<usize>,
+}
+
 /// What the floor writes and what it remembers to write it: where its
 /// documents go and each membership's newest version written.
 struct Writes {
@@ -163,12 +232,20 @@ struct Writes {
     database: String,
     /// `{database}/documents`.
     documents: String,
-    /// The newest version (seq) and state written per `post\nuser`: it
-    /// grows with the memberships seen (a bench's few hundred thousand).
-    versions: Mutex<HashMap<String, (i64, bool)>>,
+    /// Whether writes carry preconditions (`--preconditions`).
+    preconditions: bool,
+    /// What was written per `post\nuser`: it grows with the memberships
+    /// seen (a bench's few hundred thousand).
+    versions: Mutex<HashMap<String, Known>>,
+    /// What each of its markers' names starts with: the process and this
+    /// floor's number in it (unique among floors on one store).
+    marker_prefix: String,
     /// Markers written so far (each marker's name ends with its number).
     markers: AtomicU64,
 }
+
+/// Floors made in this process so far (each names its markers apart).
+static FLOORS: AtomicU64 = AtomicU64::new(0);
 
 /// The Firestore connection, the Commit slots and the writes.
 #[derive(Clone)]
@@ -177,14 +254,30 @@ pub struct WriteFloor {
     writes: Arc<Writes>,
     slots: Arc<Semaphore>,
     failed: Arc<AtomicU64>,
+    /// Messages whose membership was in a Commit in flight when their
+    /// group was planned, for the next group any stream sends.
+    carried: Arc<Mutex<Group>>,
+    /// How many messages `carried` holds (read without its lock).
+    carried_len: Arc<AtomicUsize>,
+    /// Wakes a stream's loop when messages are carried (its next tick
+    /// sends them, even if its stream brings nothing more).
+    carried_ready: Arc<tokio::sync::Notify>,
     /// Commits, messages and writes so far.
     totals: Arc<Mutex<(u64, u64, u64)>>,
 }
 
+/// `mutex` locked, whether or not a holder panicked.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl WriteFloor {
     /// Connects to the Firestore emulator at `host` (`host:port`) for
-    /// `project`'s default database.
-    pub async fn connect(host: &str, project: &str) -> Result<Self, String> {
+    /// `project`'s default database; writes carry preconditions when
+    /// `preconditions` is set.
+    pub async fn connect(host: &str, project: &str, preconditions: bool) -> Result<Self, String> {
         let url = if host.contains("://") {
             host.to_string()
         } else {
@@ -197,38 +290,81 @@ impl WriteFloor {
             .map_err(|e| format!("connecting to firestore at {host}: {e}"))?;
         Ok(Self {
             channel: tonic::client::Grpc::new(channel),
-            writes: Arc::new(Writes::new(project)),
+            writes: Arc::new(Writes::new(project, preconditions)),
             slots: Arc::new(Semaphore::new(COMMITS_IN_FLIGHT)),
             failed: Arc::new(AtomicU64::new(0)),
+            carried: Arc::default(),
+            carried_len: Arc::default(),
+            carried_ready: Arc::default(),
             totals: Arc::default(),
         })
     }
 
     /// Commits `group`'s writes in a task of its own (once one of the
-    /// Commit slots is free), then acks every message of it.
-    pub fn commit(&self, group: Vec<(bytes::Bytes, Handler)>) {
+    /// Commit slots is free), then acks every message of it but those
+    /// carried to a later group.
+    pub fn commit(&self, mut group: Group) {
         let floor = self.clone();
         tokio::spawn(async move {
             let Ok(_slot) = floor.slots.clone().acquire_owned().await else {
                 return;
             };
-            let request = floor
-                .writes
-                .request(group.iter().map(|(data, _)| &data[..]));
-            floor.tally(group.len(), request.writes());
-            if let Err(status) = floor.send(request.finish()).await {
-                if floor.failed.fetch_add(1, Ordering::Relaxed) == 0 {
-                    eprintln!("hotcount-null-consumer: commit failed: {status}");
+            let likes = parse(group.iter().map(|(data, _)| &data[..]));
+            let planned = floor.writes.plan(&likes, group.len() as i64);
+            floor.tally(
+                group.len() - planned.deferred.len(),
+                planned.commit.writes(),
+            );
+            let time = match floor.send(planned.commit.finish()).await {
+                Ok(time) => time,
+                Err(status) => {
+                    if floor.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                        eprintln!("hotcount-null-consumer: commit failed: {status}");
+                    }
+                    None
                 }
-            }
+            };
+            floor.writes.learn(&likes, &planned.written, time);
+            drop(likes);
+            floor.carry(&mut group, &planned.deferred);
             for (_, handler) in group {
                 handler.ack();
             }
         });
     }
 
-    /// Sends one Commit's bytes; only the answer's status is read.
-    async fn send(&self, request: Vec<u8>) -> Result<(), tonic::Status> {
+    /// Moves the messages at `deferred` (ascending indices) out of
+    /// `group` into the carried messages.
+    fn carry(&self, group: &mut Group, deferred: &[usize]) {
+        if deferred.is_empty() {
+            return;
+        }
+        let mut carried = lock(&self.carried);
+        for &index in deferred.iter().rev() {
+            carried.push(group.swap_remove(index));
+        }
+        self.carried_len.store(carried.len(), Ordering::Release);
+        self.carried_ready.notify_one();
+    }
+
+    /// Whether messages wait for a later group.
+    fn has_carried(&self) -> bool {
+        self.carried_len.load(Ordering::Acquire) > 0
+    }
+
+    /// Moves the carried messages, if any, into `group`.
+    fn take_carried(&self, group: &mut Group) {
+        if !self.has_carried() {
+            return;
+        }
+        let mut carried = lock(&self.carried);
+        group.append(&mut carried);
+        self.carried_len.store(0, Ordering::Release);
+    }
+
+    /// Sends one Commit's bytes; of the answer only its commit time is
+    /// read.
+    async fn send(&self, request: Vec<u8>) -> Result<Option<Stamp>, tonic::Status> {
         let mut channel = self.channel.clone();
         channel
             .ready()
@@ -238,27 +374,25 @@ impl WriteFloor {
         channel
             .unary(tonic::Request::new(request), path, RawCommit)
             .await
-            .map(drop)
+            .map(tonic::Response::into_inner)
     }
 
     /// Adds a group to the running totals, printed every 100 Commits (to
     /// compare its writes per message with hotcount's).
     fn tally(&self, messages: usize, writes: usize) {
-        let mut totals = self
-            .totals
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut totals = lock(&self.totals);
         totals.0 += 1;
         totals.1 += messages as u64;
         totals.2 += writes as u64;
         if totals.0.is_multiple_of(100) {
             eprintln!(
-                "hotcount-null-consumer: write floor: {} commits ({} failed), {} messages, {} writes ({:.1} per 1,000 messages)",
+                "hotcount-null-consumer: write floor: {} commits ({} failed), {} messages, {} writes ({:.1} per 1,000 messages), {} carried",
                 totals.0,
                 self.failed.load(Ordering::Relaxed),
                 totals.1,
                 totals.2,
-                1000.0 * totals.2 as f64 / totals.1.max(1) as f64
+                1000.0 * totals.2 as f64 / totals.1.max(1) as f64,
+                self.carried_len.load(Ordering::Relaxed),
             );
         }
     }
@@ -266,68 +400,99 @@ impl WriteFloor {
 
 impl Writes {
     /// Writes for `project`'s default database, remembering nothing yet.
-    fn new(project: &str) -> Self {
+    fn new(project: &str, preconditions: bool) -> Self {
         let database = format!("projects/{project}/databases/(default)");
         Self {
             documents: format!("{database}/documents"),
             database,
+            preconditions,
             versions: Mutex::default(),
+            marker_prefix: format!(
+                "{}-{}",
+                std::process::id(),
+                FLOORS.fetch_add(1, Ordering::Relaxed)
+            ),
             markers: AtomicU64::new(0),
         }
     }
 
-    /// The Commit of one group: the memberships it changes (an event
-    /// newer than the version remembered for its (post, user): the least a
-    /// consumer that writes no stale state must know), a counter increment
-    /// per post, the marker; encoded by hand ([`encode`]).
-    fn request<'d>(&self, group: impl IntoIterator<Item = &'d [u8]>) -> encode::Commit {
-        let mut messages = 0_i64;
-        let likes: Vec<Like<'d>> = group
-            .into_iter()
-            .filter_map(|data| {
-                messages += 1;
-                serde_json::from_slice(data).ok().filter(Like::writable)
-            })
-            .collect();
+    /// The Commit of one group of `messages` messages whose writable
+    /// events are `likes` (each with its message's index): the memberships
+    /// it changes (an event newer than the version remembered for its
+    /// (post, user): the least a consumer that writes no stale state must
+    /// know), a counter increment per post, the marker; encoded by hand
+    /// ([`encode`]). With preconditions, an event whose membership is in
+    /// another Commit in flight is deferred, and the memberships written
+    /// are marked in flight until [`Writes::learn`].
+    fn plan(&self, likes: &[(usize, Like<'_>)], messages: i64) -> Planned {
         // The newest change per membership in the group (an index into
-        // `likes`), and each post's net delta, all borrowed from `likes`.
-        let mut changed: HashMap<(&str, &str), usize> = HashMap::with_capacity(likes.len());
+        // `likes`) and its precondition, and each post's net delta, all
+        // borrowed from `likes`.
+        let mut changed: HashMap<(&str, &str), (usize, Precondition)> =
+            HashMap::with_capacity(likes.len());
         let mut deltas: HashMap<&str, i64> = HashMap::new();
+        let mut deferred = Vec::new();
         {
-            let mut versions = self
-                .versions
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut versions = lock(&self.versions);
             let mut key = String::new();
-            for (index, like) in likes.iter().enumerate() {
-                key.clear();
-                key.push_str(&like.post_id);
-                key.push('\n');
-                key.push_str(&like.user_id);
+            for (index, (message, like)) in likes.iter().enumerate() {
+                like.key_into(&mut key);
                 let liked = like.liked();
-                let was = match versions.get_mut(key.as_str()) {
-                    Some(known) if known.0 >= like.seq => continue,
-                    Some(known) => std::mem::replace(known, (like.seq, liked)).1,
+                let ids = (&*like.post_id, &*like.user_id);
+                // Written now, its update time unknown until its Commit answers.
+                let newest = Known {
+                    seq: like.seq,
+                    liked,
+                    at: None,
+                };
+                let (was, condition) = match versions.get_mut(key.as_str()) {
+                    Some(known) if known.at.is_none() && self.preconditions => {
+                        match changed.get(&ids) {
+                            // In flight in this group's own Commit.
+                            Some(&(_, condition)) if known.seq < like.seq => {
+                                (std::mem::replace(known, newest).liked, condition)
+                            }
+                            Some(_) => continue,
+                            None => {
+                                deferred.push(*message);
+                                continue;
+                            }
+                        }
+                    }
+                    Some(known) if known.seq >= like.seq => continue,
+                    Some(known) => {
+                        let condition = match known.at {
+                            Some(at) if self.preconditions => Precondition::UpdatedAt(at),
+                            _ => Precondition::Blind,
+                        };
+                        (std::mem::replace(known, newest).liked, condition)
+                    }
                     None => {
-                        versions.insert(key.clone(), (like.seq, liked));
-                        false
+                        versions.insert(key.clone(), newest);
+                        let condition = if self.preconditions {
+                            Precondition::Absent
+                        } else {
+                            Precondition::Blind
+                        };
+                        (false, condition)
                     }
                 };
                 let delta = i64::from(liked) - i64::from(was);
                 if delta != 0 {
                     *deltas.entry(&like.post_id).or_default() += delta;
                 }
-                changed.insert((&like.post_id, &like.user_id), index);
+                changed.insert(ids, (index, condition));
             }
         }
         // A membership's write is ~150 bytes beside the documents' prefix.
-        let per_write = self.documents.len() + 160;
+        let per_write = self.documents.len() + 180;
         let mut commit = encode::Commit::new(
             &self.database,
             per_write * (changed.len() + deltas.len() + 1),
         );
-        for (&(post, user), &index) in &changed {
-            let like = &likes[index];
+        let mut written = Vec::with_capacity(changed.len());
+        for (&(post, user), &(index, condition)) in &changed {
+            let like = &likes[index].1;
             commit.update(
                 &[&self.documents, "/nullfloor-posts/", post, "/likes/", user],
                 &[
@@ -335,24 +500,64 @@ impl Writes {
                     ("seq", Value::Int(like.seq)),
                     ("eventId", Value::Str(&like.event_id)),
                 ],
+                condition,
             );
+            written.push(index);
         }
         for (post, delta) in deltas {
             let name = [&self.documents, "/nullfloor-counters/", post];
             commit.increment(&name, "likes", delta);
         }
         let marker = self.markers.fetch_add(1, Ordering::Relaxed);
-        let marker = format!("{}-{marker}", std::process::id());
+        let marker = format!("{}-{marker}", self.marker_prefix);
+        let marker_condition = if self.preconditions {
+            Precondition::Absent
+        } else {
+            Precondition::Blind
+        };
         commit.update(
             &[&self.documents, "/nullfloor-markers/", &marker],
-            &[("messages", Value::Int(messages))],
+            &[("messages", Value::Int(messages - deferred.len() as i64))],
+            marker_condition,
         );
-        commit
+        deferred.sort_unstable();
+        Planned {
+            commit,
+            written,
+            deferred,
+        }
+    }
+
+    /// Records the answer of the Commit that wrote the memberships of
+    /// `written` (indices into `likes`): with preconditions, each one's
+    /// update time is `time` (every write of a Commit is stamped with its
+    /// commit time); a Commit that failed (`None`) leaves them unknown, so
+    /// they are forgotten (the next write assumes them absent).
+    fn learn(&self, likes: &[(usize, Like<'_>)], written: &[usize], time: Option<Stamp>) {
+        if !self.preconditions {
+            return;
+        }
+        let mut versions = lock(&self.versions);
+        let mut key = String::new();
+        for &index in written {
+            likes[index].1.key_into(&mut key);
+            match time {
+                Some(at) => {
+                    if let Some(known) = versions.get_mut(key.as_str()) {
+                        known.at = Some(at);
+                    }
+                }
+                None => {
+                    versions.remove(key.as_str());
+                }
+            }
+        }
     }
 }
 
 /// Receives from `stream` until it ends, committing its messages in
-/// groups of [`GROUP_MESSAGES`] or what [`GROUP_WAIT`] brought.
+/// groups of [`GROUP_MESSAGES`] or what [`GROUP_WAIT`] brought (with the
+/// messages carried from groups before, when there are).
 pub async fn run(
     mut stream: google_cloud_pubsub::subscriber::MessageStream,
     floor: WriteFloor,
@@ -366,6 +571,7 @@ pub async fn run(
                 Some(Ok((message, handler))) => {
                     group.push((message.data, handler));
                     if group.len() >= GROUP_MESSAGES {
+                        floor.take_carried(&mut group);
                         floor.commit(std::mem::replace(&mut group, Vec::with_capacity(GROUP_MESSAGES)));
                     }
                 }
@@ -375,11 +581,22 @@ pub async fn run(
                 }
                 None => break,
             },
-            _ = tick.tick(), if !group.is_empty() => {
-                floor.commit(std::mem::take(&mut group));
+            // Messages carried: the loop goes round, so the tick below is
+            // taken for them.
+            () = floor.carried_ready.notified() => {}
+            // Only with something to send: a tick taken while the stream
+            // is idle would drop a `next()` that may be opening the stream,
+            // and the messages the server sent on that stream would wait
+            // out their lease.
+            _ = tick.tick(), if !group.is_empty() || floor.has_carried() => {
+                floor.take_carried(&mut group);
+                if !group.is_empty() {
+                    floor.commit(std::mem::take(&mut group));
+                }
             }
         }
     }
+    floor.take_carried(&mut group);
     if !group.is_empty() {
         floor.commit(group);
     }
@@ -420,9 +637,22 @@ mod tests {
         fs::CommitRequest::decode(&commit.finish()[..]).expect("the hand-encoded Commit decodes")
     }
 
-    /// What `writes` commits for `group`, read back.
+    /// What `writes` plans for `group`, and the group's likes.
+    fn planned<'g>(writes: &Writes, group: &'g [Vec<u8>]) -> (Planned, Vec<(usize, Like<'g>)>) {
+        let likes = parse(group.iter().map(Vec::as_slice));
+        (writes.plan(&likes, group.len() as i64), likes)
+    }
+
+    /// What `writes` commits for `group`, read back; its Commit answered
+    /// at `time`.
     fn committed(writes: &Writes, group: &[Vec<u8>]) -> Read {
-        read(&decode(writes.request(group.iter().map(Vec::as_slice))))
+        let (planned, likes) = planned(writes, group);
+        writes.learn(&likes, &planned.written, Some(stamp(1)));
+        read(&decode(planned.commit))
+    }
+
+    fn stamp(seconds: i64) -> Stamp {
+        Stamp { seconds, nanos: 7 }
     }
 
     fn read(request: &fs::CommitRequest) -> Read {
@@ -473,7 +703,7 @@ mod tests {
 
     #[test]
     fn a_group_writes_each_changed_memberships_newest_state_once_and_its_posts_net_delta() {
-        let writes = Writes::new("p");
+        let writes = Writes::new("p", false);
         let group = [
             event("like.added", "p1", "u1", 1),
             event("like.added", "p1", "u1", 1),
@@ -482,7 +712,7 @@ mod tests {
             event("like.added", "p1", "u1", 1),
             b"not json".to_vec(),
         ];
-        let request = decode(writes.request(group.iter().map(Vec::as_slice)));
+        let request = decode(planned(&writes, &group).0.commit);
         assert_eq!(request.database, "projects/p/databases/(default)");
         let (memberships, increments, markers) = read(&request);
         assert_eq!(
@@ -502,7 +732,7 @@ mod tests {
 
     #[test]
     fn an_event_firestore_would_refuse_is_left_out_and_the_rest_of_its_group_written() {
-        let writes = Writes::new("p");
+        let writes = Writes::new("p", false);
         let mut group = vec![
             event("like.added", "..", "u1", 1),
             event("like.added", ".", "u1", 1),
@@ -530,9 +760,9 @@ mod tests {
 
     #[test]
     fn an_event_not_newer_than_the_version_written_before_is_not_written_again() {
-        let writes = Writes::new("p");
+        let writes = Writes::new("p", false);
         let first = [event("like.added", "p1", "u1", 2)];
-        writes.request(first.iter().map(Vec::as_slice));
+        committed(&writes, &first);
         let second = [
             event("like.added", "p1", "u1", 2),
             event("like.removed", "p1", "u1", 1),
@@ -552,5 +782,211 @@ mod tests {
             BTreeMap::from([("nullfloor-posts/p1/likes/u1".into(), (false, 3))])
         );
         assert_eq!(increments, BTreeMap::from([("p1".into(), -1)]));
+    }
+
+    /// Each membership write's precondition in `request` (name's tail ->
+    /// condition), and the marker's.
+    fn conditions(
+        request: &fs::CommitRequest,
+    ) -> (
+        BTreeMap<String, Option<fs::precondition::ConditionType>>,
+        Vec<Option<fs::precondition::ConditionType>>,
+    ) {
+        let mut memberships = BTreeMap::new();
+        let mut markers = Vec::new();
+        for write in &request.writes {
+            let Some(fs::write::Operation::Update(doc)) = &write.operation else {
+                assert!(write.current_document.is_none(), "an increment is blind");
+                continue;
+            };
+            let tail = doc.name.rsplit("/documents/").next().unwrap_or_default();
+            let condition = write.current_document.and_then(|p| p.condition_type);
+            if tail.starts_with("nullfloor-markers/") {
+                markers.push(condition);
+            } else {
+                memberships.insert(tail.to_string(), condition);
+            }
+        }
+        (memberships, markers)
+    }
+
+    #[test]
+    fn with_preconditions_a_new_membership_is_written_absent_then_at_the_time_its_commit_answered()
+    {
+        use fs::precondition::ConditionType;
+        let writes = Writes::new("p", true);
+        let first = [
+            event("like.added", "p1", "u1", 1),
+            event("like.removed", "p1", "u1", 2),
+            event("like.added", "p1", "u2", 1),
+        ];
+        let (planned_first, likes) = planned(&writes, &first);
+        assert!(planned_first.deferred.is_empty());
+        let request = decode(planned_first.commit);
+        assert_eq!(
+            conditions(&request),
+            (
+                BTreeMap::from([
+                    (
+                        "nullfloor-posts/p1/likes/u1".into(),
+                        Some(ConditionType::Exists(false))
+                    ),
+                    (
+                        "nullfloor-posts/p1/likes/u2".into(),
+                        Some(ConditionType::Exists(false))
+                    ),
+                ]),
+                vec![Some(ConditionType::Exists(false))]
+            ),
+            "never written: absent, once each; the marker is the group's dedupe key"
+        );
+        writes.learn(&likes, &planned_first.written, Some(stamp(42)));
+        let second = [event("like.added", "p1", "u1", 3)];
+        let (planned_second, _) = planned(&writes, &second);
+        let (memberships, _) = conditions(&decode(planned_second.commit));
+        let at = gcloud_sdk::prost_types::Timestamp {
+            seconds: 42,
+            nanos: 7,
+        };
+        assert_eq!(
+            memberships,
+            BTreeMap::from([(
+                "nullfloor-posts/p1/likes/u1".into(),
+                Some(ConditionType::UpdateTime(at))
+            )])
+        );
+    }
+
+    #[test]
+    fn with_preconditions_an_event_on_a_membership_in_a_commit_in_flight_waits_for_a_later_group() {
+        let writes = Writes::new("p", true);
+        let first = [event("like.added", "p1", "u1", 1)];
+        let (in_flight, first_likes) = planned(&writes, &first);
+        let second = [
+            event("like.added", "p2", "u1", 1),
+            event("like.removed", "p1", "u1", 2),
+            event("like.added", "p3", "u1", 1),
+            event("like.added", "p1", "u1", 1),
+        ];
+        let (planned_second, _) = planned(&writes, &second);
+        assert_eq!(planned_second.deferred, [1, 3], "both events on p1/u1 wait");
+        let (memberships, increments, markers) = read(&decode(planned_second.commit));
+        assert_eq!(markers, [2], "the marker counts the messages it covers");
+        assert_eq!(
+            memberships.keys().collect::<Vec<_>>(),
+            ["nullfloor-posts/p2/likes/u1", "nullfloor-posts/p3/likes/u1"]
+        );
+        assert_eq!(
+            increments,
+            BTreeMap::from([("p2".into(), 1), ("p3".into(), 1)])
+        );
+        writes.learn(&first_likes, &in_flight.written, Some(stamp(5)));
+        let later = [event("like.removed", "p1", "u1", 2)];
+        let (planned_later, _) = planned(&writes, &later);
+        assert!(planned_later.deferred.is_empty(), "its Commit answered");
+        let (memberships, increments, _) = read(&decode(planned_later.commit));
+        assert_eq!(
+            memberships,
+            BTreeMap::from([("nullfloor-posts/p1/likes/u1".into(), (false, 2))])
+        );
+        assert_eq!(increments, BTreeMap::from([("p1".into(), -1)]));
+    }
+
+    #[test]
+    fn with_preconditions_a_membership_whose_commit_failed_is_forgotten_and_written_absent_again() {
+        use fs::precondition::ConditionType;
+        let writes = Writes::new("p", true);
+        let first = [event("like.added", "p1", "u1", 1)];
+        let (failed, likes) = planned(&writes, &first);
+        writes.learn(&likes, &failed.written, None);
+        let (again, _) = planned(&writes, &first);
+        assert!(again.deferred.is_empty());
+        let (memberships, _) = conditions(&decode(again.commit));
+        assert_eq!(
+            memberships,
+            BTreeMap::from([(
+                "nullfloor-posts/p1/likes/u1".into(),
+                Some(ConditionType::Exists(false))
+            )])
+        );
+    }
+
+    #[test]
+    fn without_preconditions_every_write_is_blind_and_nothing_waits() {
+        let writes = Writes::new("p", false);
+        let first = [event("like.added", "p1", "u1", 1)];
+        let (_in_flight, _) = planned(&writes, &first);
+        let second = [event("like.removed", "p1", "u1", 2)];
+        let (planned_second, _) = planned(&writes, &second);
+        assert!(planned_second.deferred.is_empty());
+        let (memberships, markers) = conditions(&decode(planned_second.commit));
+        assert_eq!(
+            memberships,
+            BTreeMap::from([("nullfloor-posts/p1/likes/u1".into(), None)])
+        );
+        assert_eq!(markers, [None]);
+    }
+
+    /// The emulator's update time of the document `tail` (under `p`'s
+    /// documents), as a [`Stamp`].
+    fn stored_at(emulators: &hotcount_emulators::Emulators, tail: &str) -> Option<Stamp> {
+        let name = format!("projects/p/databases/(default)/documents/{tail}");
+        let at = emulators.firestore().document(&name)?.update_time?;
+        Some(Stamp {
+            seconds: at.seconds,
+            nanos: at.nanos,
+        })
+    }
+
+    #[tokio::test]
+    async fn the_exact_floors_commits_apply_on_firestore_and_one_on_a_stale_belief_is_refused() {
+        let emulators = hotcount_emulators::Emulators::start(Default::default())
+            .await
+            .expect("emulators");
+        let host = emulators.firestore_addr().to_string();
+        let floor = WriteFloor::connect(&host, "p", true)
+            .await
+            .expect("connects");
+        let u1 = "nullfloor-posts/p1/likes/u1";
+        for (seq, kind) in [(1, "like.added"), (2, "like.removed")] {
+            let group = [event(kind, "p1", "u1", seq)];
+            let (planned, likes) = planned(&floor.writes, &group);
+            let time = floor
+                .send(planned.commit.finish())
+                .await
+                .expect("the Commit applies")
+                .expect("its answer has a commit time");
+            assert_eq!(
+                stored_at(&emulators, u1),
+                Some(time),
+                "the membership is stamped with the commit time read from the answer"
+            );
+            floor.writes.learn(&likes, &planned.written, Some(time));
+        }
+        // Another replica that never saw p1/u1 assumes it absent: refused,
+        // and nothing of its Commit applied.
+        let other = WriteFloor::connect(&host, "p", true)
+            .await
+            .expect("connects");
+        let group = [
+            event("like.added", "p1", "u1", 3),
+            event("like.added", "p9", "u9", 1),
+        ];
+        let before = stored_at(&emulators, u1);
+        let (stale, _) = planned(&other.writes, &group);
+        let refused = other
+            .send(stale.commit.finish())
+            .await
+            .expect_err("a write on a stale belief is refused");
+        assert!(
+            matches!(
+                refused.code(),
+                tonic::Code::FailedPrecondition | tonic::Code::AlreadyExists
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(stored_at(&emulators, u1), before);
+        assert_eq!(stored_at(&emulators, "nullfloor-posts/p9/likes/u9"), None);
+        emulators.shutdown().await;
     }
 }

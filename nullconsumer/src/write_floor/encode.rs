@@ -40,6 +40,44 @@ const TRANSFORM_FIELDS: u32 = 2;
 const FIELD_PATH: u32 = 1;
 /// `FieldTransform.increment` (a Value).
 const FIELD_INCREMENT: u32 = 3;
+/// `Write.current_document` (a Precondition).
+const WRITE_PRECONDITION: u32 = 4;
+/// `Precondition.exists`.
+const PRECONDITION_EXISTS: u32 = 1;
+/// `Precondition.update_time` (a Timestamp).
+const PRECONDITION_UPDATE_TIME: u32 = 2;
+/// `Timestamp.seconds`.
+const TIMESTAMP_SECONDS: u32 = 1;
+/// `Timestamp.nanos`.
+const TIMESTAMP_NANOS: u32 = 2;
+/// `CommitResponse.commit_time` (a Timestamp).
+const RESPONSE_COMMIT_TIME: u32 = 2;
+/// Wire types.
+const WIRE_VARINT: u64 = 0;
+const WIRE_FIXED64: u64 = 1;
+const WIRE_DELIMITED: u64 = 2;
+const WIRE_FIXED32: u64 = 5;
+
+/// A `google.protobuf.Timestamp`: a document's update time, a Commit's
+/// time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stamp {
+    /// Seconds since the Unix epoch.
+    pub seconds: i64,
+    /// Nanoseconds within the second.
+    pub nanos: i32,
+}
+
+/// A write's precondition (`Write.current_document`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precondition {
+    /// None: the write applies whatever the document is.
+    Blind,
+    /// `exists = false`: the document must not exist.
+    Absent,
+    /// `update_time`: the document must be as last written at that time.
+    UpdatedAt(Stamp),
+}
 
 /// A field's value, as the floor writes them.
 #[derive(Clone, Copy)]
@@ -73,20 +111,41 @@ impl Commit {
     }
 
     /// Puts an update of the document named by the concatenation of
-    /// `name` to exactly `fields`.
-    pub fn update(&mut self, name: &[&str], fields: &[(&str, Value<'_>)]) {
+    /// `name` to exactly `fields`, applied only if `precondition` holds.
+    pub fn update(
+        &mut self,
+        name: &[&str],
+        fields: &[(&str, Value<'_>)],
+        precondition: Precondition,
+    ) {
         let document = str_len(DOCUMENT_NAME, name)
             + fields
                 .iter()
                 .map(|field| delimited_len(DOCUMENT_FIELDS, entry_len(field)))
                 .sum::<usize>();
-        self.open_write(WRITE_UPDATE, document);
+        let condition = precondition_len(precondition);
+        let condition_field = match condition {
+            0 => 0,
+            len => delimited_len(WRITE_PRECONDITION, len),
+        };
+        self.open_write(WRITE_UPDATE, document, condition_field);
         put_str(&mut self.buf, DOCUMENT_NAME, name);
         for field in fields {
             put_header(&mut self.buf, DOCUMENT_FIELDS, entry_len(field));
             put_str(&mut self.buf, ENTRY_KEY, &[field.0]);
             put_header(&mut self.buf, ENTRY_VALUE, value_len(field.1));
             put_value(&mut self.buf, field.1);
+        }
+        if condition > 0 {
+            put_header(&mut self.buf, WRITE_PRECONDITION, condition);
+            match precondition {
+                Precondition::Blind => {}
+                Precondition::Absent => put_varint_field(&mut self.buf, PRECONDITION_EXISTS, 0),
+                Precondition::UpdatedAt(at) => {
+                    put_header(&mut self.buf, PRECONDITION_UPDATE_TIME, stamp_len(at));
+                    put_stamp(&mut self.buf, at);
+                }
+            }
         }
     }
 
@@ -97,7 +156,7 @@ impl Commit {
         let transform = str_len(FIELD_PATH, &[field]) + delimited_len(FIELD_INCREMENT, value);
         let document =
             str_len(TRANSFORM_DOCUMENT, name) + delimited_len(TRANSFORM_FIELDS, transform);
-        self.open_write(WRITE_TRANSFORM, document);
+        self.open_write(WRITE_TRANSFORM, document, 0);
         put_str(&mut self.buf, TRANSFORM_DOCUMENT, name);
         put_header(&mut self.buf, TRANSFORM_FIELDS, transform);
         put_str(&mut self.buf, FIELD_PATH, &[field]);
@@ -105,11 +164,15 @@ impl Commit {
         put_value(&mut self.buf, Value::Int(delta));
     }
 
-    /// Starts the next `CommitRequest.writes` entry: a `Write` whose one
-    /// field is its operation `operation` (tag), of `len` bytes, which the
-    /// caller puts next.
-    fn open_write(&mut self, operation: u32, len: usize) {
-        put_header(&mut self.buf, COMMIT_WRITES, delimited_len(operation, len));
+    /// Starts the next `CommitRequest.writes` entry: a `Write` whose
+    /// operation `operation` (tag) is `len` bytes, which the caller puts
+    /// next, then `rest` bytes of its other fields.
+    fn open_write(&mut self, operation: u32, len: usize, rest: usize) {
+        put_header(
+            &mut self.buf,
+            COMMIT_WRITES,
+            delimited_len(operation, len) + rest,
+        );
         put_header(&mut self.buf, operation, len);
         self.writes += 1;
     }
@@ -117,6 +180,105 @@ impl Commit {
     /// The request's bytes.
     pub fn finish(self) -> Vec<u8> {
         self.buf
+    }
+}
+
+/// The commit time of a `CommitResponse`'s bytes (every write of the
+/// Commit is stamped with it); `None` when the bytes are not one, or hold
+/// no time.
+pub fn commit_time(mut bytes: &[u8]) -> Option<Stamp> {
+    let mut time = None;
+    while !bytes.is_empty() {
+        let key = take_varint(&mut bytes)?;
+        let field = take_field(&mut bytes, key & 7)?;
+        if key >> 3 == u64::from(RESPONSE_COMMIT_TIME) && key & 7 == WIRE_DELIMITED {
+            time = Some(stamp(field)?);
+        }
+    }
+    time
+}
+
+/// A `Timestamp`'s fields from its bytes.
+fn stamp(mut bytes: &[u8]) -> Option<Stamp> {
+    let mut at = Stamp::default();
+    while !bytes.is_empty() {
+        let key = take_varint(&mut bytes)?;
+        let field = key >> 3;
+        match key & 7 {
+            // An int64 / int32 is on the wire its two's complement.
+            WIRE_VARINT if field == u64::from(TIMESTAMP_SECONDS) => {
+                at.seconds = take_varint(&mut bytes)? as i64;
+            }
+            WIRE_VARINT if field == u64::from(TIMESTAMP_NANOS) => {
+                at.nanos = take_varint(&mut bytes)? as i64 as i32;
+            }
+            wire => {
+                take_field(&mut bytes, wire)?;
+            }
+        }
+    }
+    Some(at)
+}
+
+/// Takes one field's value of wire type `wire` off `bytes`: a delimited
+/// field's contents, or what the value took.
+fn take_field<'b>(bytes: &mut &'b [u8], wire: u64) -> Option<&'b [u8]> {
+    let len = match wire {
+        WIRE_VARINT => {
+            let before = *bytes;
+            take_varint(bytes)?;
+            return Some(&before[..before.len() - bytes.len()]);
+        }
+        WIRE_FIXED64 => 8,
+        WIRE_DELIMITED => usize::try_from(take_varint(bytes)?).ok()?,
+        WIRE_FIXED32 => 4,
+        _ => return None,
+    };
+    let (field, rest) = bytes.split_at_checked(len)?;
+    *bytes = rest;
+    Some(field)
+}
+
+fn take_varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut n = 0_u64;
+    for (i, &byte) in bytes.iter().enumerate().take(10) {
+        n |= u64::from(byte & 0x7f) << (7 * i);
+        if byte < 0x80 {
+            *bytes = &bytes[i + 1..];
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// A precondition's length as a message (0: none is put).
+fn precondition_len(precondition: Precondition) -> usize {
+    match precondition {
+        Precondition::Blind => 0,
+        Precondition::Absent => varint_field_len(PRECONDITION_EXISTS, 0),
+        Precondition::UpdatedAt(at) => delimited_len(PRECONDITION_UPDATE_TIME, stamp_len(at)),
+    }
+}
+
+/// A timestamp's length as a message (zero fields left out, as proto3 does).
+fn stamp_len(at: Stamp) -> usize {
+    let seconds = match at.seconds {
+        0 => 0,
+        s => varint_field_len(TIMESTAMP_SECONDS, s as u64),
+    };
+    let nanos = match at.nanos {
+        0 => 0,
+        n => varint_field_len(TIMESTAMP_NANOS, i64::from(n) as u64),
+    };
+    seconds + nanos
+}
+
+fn put_stamp(buf: &mut Vec<u8>, at: Stamp) {
+    if at.seconds != 0 {
+        put_varint_field(buf, TIMESTAMP_SECONDS, at.seconds as u64);
+    }
+    if at.nanos != 0 {
+        put_varint_field(buf, TIMESTAMP_NANOS, i64::from(at.nanos) as u64);
     }
 }
 
@@ -216,6 +378,7 @@ mod tests {
                 ("off", Value::Bool(false)),
                 ("zero", Value::Int(0)),
             ],
+            Precondition::Blind,
         );
         commit.increment(&["counters/", "p1"], "likes", -2);
         commit.increment(&["counters/p2"], "likes", i64::MAX);
@@ -267,6 +430,78 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(decoded, expected);
+    }
+
+    #[test]
+    fn a_precondition_decodes_as_the_generated_one() {
+        use fs::precondition::ConditionType;
+        let at = |seconds, nanos| Stamp { seconds, nanos };
+        let cases = [
+            (Precondition::Absent, Some(ConditionType::Exists(false))),
+            (
+                Precondition::UpdatedAt(at(1_765_000_000, 123_456_789)),
+                Some(ConditionType::UpdateTime(
+                    gcloud_sdk::prost_types::Timestamp {
+                        seconds: 1_765_000_000,
+                        nanos: 123_456_789,
+                    },
+                )),
+            ),
+            (
+                Precondition::UpdatedAt(at(0, 0)),
+                Some(ConditionType::UpdateTime(Default::default())),
+            ),
+            (Precondition::Blind, None),
+        ];
+        for (precondition, expected) in cases {
+            let mut commit = Commit::new("projects/p/databases/(default)", 0);
+            commit.update(&["d/", "x"], &[("n", Value::Int(1))], precondition);
+            let decoded = fs::CommitRequest::decode(&commit.finish()[..]).expect("decodes");
+            let [write] = &decoded.writes[..] else {
+                panic!("one write: {decoded:?}");
+            };
+            assert_eq!(
+                write.current_document.map(|p| p.condition_type),
+                expected.map(Some),
+                "{precondition:?}"
+            );
+            let Some(fs::write::Operation::Update(doc)) = &write.operation else {
+                panic!("an update: {write:?}");
+            };
+            assert_eq!(doc.name, "d/x", "{precondition:?}");
+        }
+    }
+
+    #[test]
+    fn the_commit_time_is_read_past_every_write_result() {
+        use gcloud_sdk::prost_types::Timestamp;
+        let time = |seconds, nanos| Some(Timestamp { seconds, nanos });
+        let response = fs::CommitResponse {
+            write_results: (0..700)
+                .map(|i| fs::WriteResult {
+                    update_time: time(1_765_000_000 + i, 5),
+                    transform_results: vec![fs::Value {
+                        value_type: Some(fs::value::ValueType::IntegerValue(i)),
+                    }],
+                })
+                .collect(),
+            commit_time: time(1_765_000_001, 999_999_999),
+        };
+        assert_eq!(
+            commit_time(&response.encode_to_vec()),
+            Some(Stamp {
+                seconds: 1_765_000_001,
+                nanos: 999_999_999
+            })
+        );
+        let no_time = fs::CommitResponse {
+            commit_time: None,
+            ..response.clone()
+        };
+        assert_eq!(commit_time(&no_time.encode_to_vec()), None);
+        let bytes = response.encode_to_vec();
+        assert_eq!(commit_time(&bytes[..bytes.len() - 1]), None, "cut short");
+        assert_eq!(commit_time(&[0xff; 11]), None, "a varint too long");
     }
 
     #[test]
