@@ -246,6 +246,10 @@ impl Consumer {
                 args.push("--commit-writes".into());
                 None
             }
+            NullMode::ExactFloor => {
+                args.extend(["--commit-writes".into(), "--preconditions".into()]);
+                None
+            }
             NullMode::Push(addr) => {
                 args.extend(["--delivery".into(), "push".into()]);
                 args.extend(["--push-addr".into(), addr.to_string()]);
@@ -425,6 +429,8 @@ pub enum NullMode {
     Pull,
     /// The write floor (`--commit-writes`).
     WriteFloor,
+    /// The exact floor (`--commit-writes --preconditions`).
+    ExactFloor,
     /// The push floor, serving `POST /pubsub/push` at this address.
     Push(SocketAddr),
 }

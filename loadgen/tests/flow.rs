@@ -92,6 +92,7 @@ async fn bench_runs_push_beside_pull_and_prints_their_ratios() {
         consumer_bin: None,
         null_consumer_bin: None,
         write_floor: false,
+        exact_floor: false,
         compare_bin: None,
         rounds: 1,
         // Two push replicas: the subscription pushes through the front.

@@ -107,6 +107,7 @@ async fn bench_on_postgres_measures_round_trips_and_the_hottest_counter_row() {
         consumer_bin: None,
         null_consumer_bin: None,
         write_floor: false,
+        exact_floor: false,
         compare_bin: None,
         rounds: 1,
         replicas: 1,

@@ -104,6 +104,15 @@ pub enum Runner {
     /// costs with no reads, checks or recovery: hotcount's CPU per message
     /// beside it is what all the rest costs.
     WriteFloor,
+    /// `hotcount-null-consumer --commit-writes --preconditions`, right
+    /// after [`Runner::WriteFloor`] (or the null consumer) with
+    /// `--exact-floor`: the write floor with each write conditioned as it
+    /// must be to stay exact beside other replicas (a membership's update
+    /// time as its Commit answered, `exists = false` for a new one and for
+    /// the marker; a membership in at most one Commit in flight). The
+    /// least a consumer of this design that is exact with many replicas
+    /// writes and remembers.
+    ExactFloor,
     /// `hotcount-null-consumer --delivery push`: an HTTP/1.1 endpoint that
     /// reads each pushed body and answers 204 at once, nothing else; the
     /// push floor (what one request per message costs by itself), with
@@ -152,6 +161,10 @@ pub struct BenchConfig {
     /// the write floor ([`Runner::WriteFloor`]) right after the null
     /// consumer in each round.
     pub write_floor: bool,
+    /// With `null_consumer_bin` and pull among the deliveries: also run
+    /// the exact floor ([`Runner::ExactFloor`]) after the null consumer
+    /// (and the write floor) in each round.
+    pub exact_floor: bool,
     /// Another `hotcount` binary (with `consumer_bin`), run after it on
     /// each strategy of each round and reported beside it: two builds
     /// measured side by side, round by round.
@@ -242,8 +255,10 @@ pub fn runners(config: &BenchConfig) -> Vec<Runner> {
     .into_iter()
     .filter(|(delivery, _)| config.null_consumer_bin.is_some() && deliveries.contains(delivery))
     .flat_map(|(_, runner)| {
-        let floor = (runner == Runner::Null && config.write_floor).then_some(Runner::WriteFloor);
-        [Some(runner), floor].into_iter().flatten()
+        let pull = runner == Runner::Null;
+        let floor = (pull && config.write_floor).then_some(Runner::WriteFloor);
+        let exact = (pull && config.exact_floor).then_some(Runner::ExactFloor);
+        [Some(runner), floor, exact].into_iter().flatten()
     });
     let hotcount = config.strategies.iter().flat_map(|&s| {
         deliveries.iter().flat_map(move |&delivery| match delivery {
@@ -287,6 +302,7 @@ mod tests {
             consumer_bin: None,
             null_consumer_bin: None,
             write_floor: false,
+            exact_floor: false,
             compare_bin: None,
             rounds: 1,
             replicas: 1,
@@ -394,6 +410,7 @@ mod tests {
             consumer_bin: Some("hotcount".into()),
             null_consumer_bin: Some("hotcount-null-consumer".into()),
             write_floor: true,
+            exact_floor: true,
             deliveries: vec![Delivery::Push, Delivery::Pull],
             ..config(1)
         };
@@ -402,6 +419,7 @@ mod tests {
             [
                 Runner::Null,
                 Runner::WriteFloor,
+                Runner::ExactFloor,
                 Runner::NullPush,
                 Runner::Push(Batched),
                 Runner::Hotcount(Batched),

@@ -23,6 +23,7 @@ pub(super) fn runner_name(r: Runner) -> String {
         Runner::ComparePush(s) => format!("{}, push (compared build)", strategy(s)),
         Runner::Null => "null consumer (receive + ack)".into(),
         Runner::WriteFloor => "write floor (parse + write + ack)".into(),
+        Runner::ExactFloor => "exact floor (parse + conditioned write + ack)".into(),
         Runner::NullPush => "null consumer, push (read + 204)".into(),
         Runner::NoRollups => "batched, rollups off".into(),
     }
@@ -491,21 +492,25 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
             },
         );
     }
-    if runners.contains(&Runner::WriteFloor) {
-        for warning in floor_that_did_not_write(runs, rounds) {
+    for (floor, title) in [
+        (Runner::WriteFloor, "CPU per message, x the write floor"),
+        (Runner::ExactFloor, "CPU per message, x the exact floor"),
+    ] {
+        if !runners.contains(&floor) {
+            continue;
+        }
+        for warning in floor_that_did_not_write(runs, rounds, floor) {
             out.push_str(&format!("| **{warning}** |\n"));
         }
-        push_row(
-            &mut out,
-            "CPU per message, x the write floor",
-            runners,
-            |runner| match runner {
-                Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups => {
-                    median_cpu_ratio(runs, rounds, runner, Runner::WriteFloor)
-                }
-                _ => String::new(),
-            },
-        );
+        push_row(&mut out, title, runners, |runner| match runner {
+            Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups => {
+                median_cpu_ratio(runs, rounds, runner, floor)
+            }
+            Runner::ExactFloor if floor == Runner::WriteFloor => {
+                median_cpu_ratio(runs, rounds, runner, floor)
+            }
+            _ => String::new(),
+        });
     }
     if runners
         .iter()
@@ -525,22 +530,27 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
     out
 }
 
-/// A line per round whose write floor wrote fewer than half the
-/// documents per message hotcount wrote in it: its Commits failed (the
-/// consumer log says why), so it measured no floor there.
-fn floor_that_did_not_write(runs: &[&RunResult], rounds: u32) -> Vec<String> {
-    let writes_per_1k = |who: fn(Runner) -> bool, round: u32| {
+/// A line per round whose floor (`floor`: the write or the exact floor)
+/// wrote fewer than half the documents per message hotcount wrote in it:
+/// its Commits failed (the consumer log says why), so it measured no
+/// floor there.
+fn floor_that_did_not_write(runs: &[&RunResult], rounds: u32, floor: Runner) -> Vec<String> {
+    let writes_per_1k = |who: &dyn Fn(Runner) -> bool, round: u32| {
         let run = runs.iter().find(|r| who(r.runner) && r.round == round)?;
         let writes = run.ops.firestore.as_ref()?.total().writes;
         Some(run.per_1k(writes))
     };
     (0..rounds)
         .filter_map(|round| {
-            let floor = writes_per_1k(|r| r == Runner::WriteFloor, round)?;
-            let hotcount = writes_per_1k(|r| matches!(r, Runner::Hotcount(_)), round)?;
-            (floor < hotcount / 2.0).then(|| {
+            let written = writes_per_1k(&|r| r == floor, round)?;
+            let hotcount = writes_per_1k(&|r| matches!(r, Runner::Hotcount(_)), round)?;
+            let name = match floor {
+                Runner::ExactFloor => "exact",
+                _ => "write",
+            };
+            (written < hotcount / 2.0).then(|| {
                 format!(
-                    "round {}: the write floor wrote {floor:.0} documents per 1,000 messages \
+                    "round {}: the {name} floor wrote {written:.0} documents per 1,000 messages \
                      against hotcount's {hotcount:.0}: its Commits failed (see the consumer \
                      log), so it is no floor in this round",
                     round + 1
@@ -671,5 +681,43 @@ mod tests {
         // a division by almost zero.
         let steady = row("the same after the first fifth acked (start-up left out)");
         assert!(steady.ends_with("| n/a | n/a |"), "{steady}");
+    }
+
+    #[test]
+    fn the_exact_floor_row_gives_hotcount_over_it_and_the_write_floor_gives_the_exact_floor_too() {
+        let hotcount = Runner::Hotcount(Strategy::Batched);
+        let costing = |runner, cpu_ms| RunResult {
+            consumer_cpu: Some(Duration::from_millis(cpu_ms)),
+            ..sample_run(Case::Viral, runner, 0)
+        };
+        let results = [
+            costing(Runner::Null, 20),
+            costing(Runner::WriteFloor, 40),
+            costing(Runner::ExactFloor, 50),
+            costing(hotcount, 100),
+        ];
+        let runs: Vec<&RunResult> = results.iter().collect();
+        let runners = [
+            Runner::Null,
+            Runner::WriteFloor,
+            Runner::ExactFloor,
+            hotcount,
+        ];
+        let table = render_medians(&runs, &runners, 1);
+        let row = |title: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(&format!("| {title} |")))
+                .unwrap_or_else(|| panic!("no row {title} in\n{table}"))
+                .to_string()
+        };
+        assert!(
+            table.contains("exact floor (parse + conditioned write + ack)"),
+            "{table}"
+        );
+        let write = row("CPU per message, x the write floor");
+        assert!(write.ends_with("|  |  | x1.25 | x2.50 |"), "{write}");
+        let exact = row("CPU per message, x the exact floor");
+        assert!(exact.ends_with("|  |  |  | x2.00 |"), "{exact}");
     }
 }

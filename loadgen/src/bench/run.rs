@@ -71,9 +71,11 @@ async fn run_one(
         | Runner::Compare(strategy)
         | Runner::Push(strategy)
         | Runner::ComparePush(strategy) => strategy,
-        Runner::Null | Runner::WriteFloor | Runner::NullPush | Runner::NoRollups => {
-            Strategy::Batched
-        }
+        Runner::Null
+        | Runner::WriteFloor
+        | Runner::ExactFloor
+        | Runner::NullPush
+        | Runner::NoRollups => Strategy::Batched,
     };
     let (run_args, service_config) =
         consumer_settings(config, strategy, runner == Runner::NoRollups)?;
@@ -138,6 +140,12 @@ async fn run_one(
                 &run_args,
                 (NullMode::WriteFloor, log),
             )?,
+            (Runner::ExactFloor, Some(bin)) => Consumer::start_null(
+                bin,
+                stage.endpoints(),
+                &run_args,
+                (NullMode::ExactFloor, log),
+            )?,
             (Runner::NullPush, Some(bin)) => {
                 let addr = push_addrs
                     .get(replica)
@@ -150,7 +158,7 @@ async fn run_one(
                     (NullMode::Push(addr), log),
                 )?
             }
-            (Runner::Null | Runner::WriteFloor | Runner::NullPush, None) => {
+            (Runner::Null | Runner::WriteFloor | Runner::ExactFloor | Runner::NullPush, None) => {
                 return Err(RunError::Invalid("no null consumer binary".into()));
             }
             (
@@ -215,7 +223,7 @@ async fn run_one(
         | Runner::NoRollups
         | Runner::Push(_)
         | Runner::ComparePush(_) => check(&stage, &run_args, &workload, completed).await?,
-        Runner::Null | Runner::WriteFloor | Runner::NullPush => {
+        Runner::Null | Runner::WriteFloor | Runner::ExactFloor | Runner::NullPush => {
             (Verdict::NotCounted, Percentiles::default())
         }
     };

@@ -89,6 +89,14 @@ pub struct BenchArgs {
     /// then ack), and print CPU per message as a multiple of it too.
     #[arg(long, requires = "ceiling")]
     pub write_floor: bool,
+    /// With `--ceiling`: also run the exact floor right after the null
+    /// consumer (and the write floor) in each round: the write floor with
+    /// each write conditioned as it must be to stay exact beside other
+    /// replicas (`--commit-writes --preconditions`: a membership's update
+    /// time as its Commit answered, `exists = false` for a new one and for
+    /// the marker), and print CPU per message as a multiple of it too.
+    #[arg(long, requires = "ceiling")]
+    pub exact_floor: bool,
     /// The `hotcount-null-consumer` binary for `--ceiling` (default: next to this one).
     #[arg(long)]
     pub null_consumer_bin: Option<std::path::PathBuf>,
@@ -219,6 +227,7 @@ pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
             false => None,
         },
         write_floor: args.write_floor,
+        exact_floor: args.exact_floor,
         rounds: args.rounds.max(1),
         replicas: args.replicas.max(1),
         compare_rollups: args.compare_rollups,
