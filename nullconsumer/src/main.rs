@@ -19,7 +19,8 @@
 //! is what reading, checking and recovering cost. With `--preconditions`
 //! as well, each write carries the precondition that keeps it exact beside
 //! other replicas (hotcount's one-round-trip path): the floor of a
-//! consumer that stays exact with many replicas.
+//! consumer that stays exact with many replicas; with `--rollups`, it
+//! also refreshes every second the rollups of the posts it changed.
 //!
 //! With `--delivery push` it is the push floor instead: it serves `POST
 //! /pubsub/push` on `--push-addr` with hyper's HTTP/1.1 server alone (no
@@ -93,6 +94,12 @@ struct Args {
     /// the marker), as hotcount's one-round-trip path does.
     #[arg(long, env = "HOTCOUNT_NULL_PRECONDITIONS", value_parser = clap::builder::BoolishValueParser::new())]
     preconditions: bool,
+    /// With `--commit-writes`: also refresh, every second, the rollup of
+    /// each post whose count a Commit changed (read its counter and
+    /// rollup, write the rollup on the precondition of the one read), as
+    /// hotcount's rollup refresher does by default.
+    #[arg(long, env = "HOTCOUNT_NULL_ROLLUPS", value_parser = clap::builder::BoolishValueParser::new())]
+    rollups: bool,
     /// Firestore emulator address (`host:port`), for `--commit-writes`.
     #[arg(long, env = "FIRESTORE_EMULATOR_HOST")]
     firestore_emulator_host: Option<String>,
@@ -121,12 +128,19 @@ impl Args {
     /// Refuses flags that do not go together, naming why: the write floor
     /// pulls, so with push it would be silently ignored.
     fn check(&self) -> Result<(), String> {
-        if self.preconditions && !self.commit_writes {
-            return Err(
-                "--preconditions (HOTCOUNT_NULL_PRECONDITIONS) conditions the write floor's \
-                 writes; without --commit-writes nothing is written: add it or drop it"
-                    .into(),
-            );
+        for (set, flag) in [
+            (
+                self.preconditions,
+                "--preconditions (HOTCOUNT_NULL_PRECONDITIONS)",
+            ),
+            (self.rollups, "--rollups (HOTCOUNT_NULL_ROLLUPS)"),
+        ] {
+            if set && !self.commit_writes {
+                return Err(format!(
+                    "{flag} goes with the write floor; without --commit-writes nothing is \
+                     written: add it or drop it"
+                ));
+            }
         }
         if self.commit_writes && self.delivery == Delivery::Push {
             return Err(
@@ -256,7 +270,13 @@ async fn main() -> std::process::ExitCode {
     let floor = match (args.commit_writes, args.firestore_emulator_host.as_deref()) {
         (false, _) => None,
         (true, Some(host)) => {
-            match write_floor::WriteFloor::connect(host, &args.project, args.preconditions).await {
+            match write_floor::WriteFloor::connect(
+                host,
+                &args.project,
+                (args.preconditions, args.rollups),
+            )
+            .await
+            {
                 Ok(floor) => Some(floor),
                 Err(error) => {
                     eprintln!("hotcount-null-consumer: {error}");
@@ -330,14 +350,14 @@ mod tests {
     }
 
     #[test]
-    fn preconditions_without_the_write_floor_are_refused_naming_both_flags() {
-        let error = parse(&["--preconditions"])
-            .check()
-            .expect_err("nothing to condition");
-        assert!(
-            error.contains("--preconditions") && error.contains("--commit-writes"),
-            "{error}"
-        );
+    fn preconditions_or_rollups_without_the_write_floor_are_refused_naming_both_flags() {
+        for flag in ["--preconditions", "--rollups"] {
+            let error = parse(&[flag]).check().expect_err("nothing written");
+            assert!(
+                error.contains(flag) && error.contains("--commit-writes"),
+                "{error}"
+            );
+        }
     }
 
     #[test]
@@ -350,7 +370,7 @@ mod tests {
             "{error}"
         );
         assert!(parse(&["--commit-writes"]).check().is_ok());
-        assert!(parse(&["--commit-writes", "--preconditions"])
+        assert!(parse(&["--commit-writes", "--preconditions", "--rollups"])
             .check()
             .is_ok());
         assert!(parse(&["--commit-writes", "--delivery", "pull"])

@@ -27,7 +27,9 @@
 //! keeps a membership in at most one batch in flight). That is the least a
 //! consumer of this design that stays exact with many replicas writes and
 //! remembers; without it the floor's blind writes would count twice what
-//! two replicas both apply.
+//! two replicas both apply. With `--rollups` as well, the posts whose
+//! count a Commit changed get their rollups refreshed every second
+//! ([`refresh`]), as hotcount's defaults do.
 //!
 //! What it leaves out, and hotcount does: reads (it trusts its memory, and
 //! a refused precondition is not retried), transactions, poison, retries,
@@ -55,6 +57,7 @@ use tokio::sync::Semaphore;
 use encode::{Precondition, Stamp, Value};
 
 mod encode;
+mod refresh;
 
 /// Messages per Commit at most (hotcount's default `--max-batch-events`).
 pub const GROUP_MESSAGES: usize = 1000;
@@ -223,6 +226,9 @@ struct Planned {
     /// Messages (indices into the group) whose membership is in another
     /// Commit in flight: they wait for a later group.
     deferred: Vec<usize>,
+    /// A like (index into the parsed group) of each post whose count
+    /// this Commit changes.
+    posts: Vec<usize>,
 }
 
 /// What the floor writes and what it remembers to write it: where its
@@ -264,6 +270,8 @@ pub struct WriteFloor {
     carried_ready: Arc<tokio::sync::Notify>,
     /// Commits, messages and writes so far.
     totals: Arc<Mutex<(u64, u64, u64)>>,
+    /// With `--rollups`: the posts changed since the last refresh.
+    rollups: Option<Arc<refresh::Rollups>>,
 }
 
 /// `mutex` locked, whether or not a holder panicked.
@@ -276,8 +284,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl WriteFloor {
     /// Connects to the Firestore emulator at `host` (`host:port`) for
     /// `project`'s default database; writes carry preconditions when
-    /// `preconditions` is set.
-    pub async fn connect(host: &str, project: &str, preconditions: bool) -> Result<Self, String> {
+    /// `preconditions` is set, and with `rollups` a task refreshes the
+    /// rollups of the posts the Commits change ([`refresh`]).
+    pub async fn connect(
+        host: &str,
+        project: &str,
+        (preconditions, rollups): (bool, bool),
+    ) -> Result<Self, String> {
         let url = if host.contains("://") {
             host.to_string()
         } else {
@@ -288,15 +301,29 @@ impl WriteFloor {
             .connect()
             .await
             .map_err(|e| format!("connecting to firestore at {host}: {e}"))?;
+        let channel = tonic::client::Grpc::new(channel);
+        let writes = Arc::new(Writes::new(project, preconditions));
+        let rollups = rollups.then(|| {
+            let rollups = Arc::new(refresh::Rollups::default());
+            let refresher = refresh::Refresher {
+                database: writes.database.clone(),
+                documents: writes.documents.clone(),
+                channel: channel.clone(),
+                rollups: rollups.clone(),
+            };
+            tokio::spawn(refresher.run());
+            rollups
+        });
         Ok(Self {
-            channel: tonic::client::Grpc::new(channel),
-            writes: Arc::new(Writes::new(project, preconditions)),
+            channel,
+            writes,
             slots: Arc::new(Semaphore::new(COMMITS_IN_FLIGHT)),
             failed: Arc::new(AtomicU64::new(0)),
             carried: Arc::default(),
             carried_len: Arc::default(),
             carried_ready: Arc::default(),
             totals: Arc::default(),
+            rollups,
         })
     }
 
@@ -325,6 +352,9 @@ impl WriteFloor {
                 }
             };
             floor.writes.learn(&likes, &planned.written, time);
+            if let (Some(rollups), Some(_)) = (&floor.rollups, time) {
+                rollups.mark(planned.posts.iter().map(|&i| &*likes[i].1.post_id));
+            }
             drop(likes);
             floor.carry(&mut group, &planned.deferred);
             for (_, handler) in group {
@@ -385,14 +415,17 @@ impl WriteFloor {
         totals.1 += messages as u64;
         totals.2 += writes as u64;
         if totals.0.is_multiple_of(100) {
+            let (rollups, rollups_failed) = self.rollups.as_ref().map_or((0, 0), |r| r.totals());
             eprintln!(
-                "hotcount-null-consumer: write floor: {} commits ({} failed), {} messages, {} writes ({:.1} per 1,000 messages), {} carried",
+                "hotcount-null-consumer: write floor: {} commits ({} failed), {} messages, {} writes ({:.1} per 1,000 messages), {} carried, {} rollups written ({} refresh calls failed)",
                 totals.0,
                 self.failed.load(Ordering::Relaxed),
                 totals.1,
                 totals.2,
                 1000.0 * totals.2 as f64 / totals.1.max(1) as f64,
                 self.carried_len.load(Ordering::Relaxed),
+                rollups,
+                rollups_failed,
             );
         }
     }
@@ -430,7 +463,8 @@ impl Writes {
         // borrowed from `likes`.
         let mut changed: HashMap<(&str, &str), (usize, Precondition)> =
             HashMap::with_capacity(likes.len());
-        let mut deltas: HashMap<&str, i64> = HashMap::new();
+        // Per post: its net delta and a like of it.
+        let mut deltas: HashMap<&str, (i64, usize)> = HashMap::new();
         let mut deferred = Vec::new();
         {
             let mut versions = lock(&self.versions);
@@ -479,7 +513,7 @@ impl Writes {
                 };
                 let delta = i64::from(liked) - i64::from(was);
                 if delta != 0 {
-                    *deltas.entry(&like.post_id).or_default() += delta;
+                    deltas.entry(&like.post_id).or_insert((0, index)).0 += delta;
                 }
                 changed.insert(ids, (index, condition));
             }
@@ -504,9 +538,13 @@ impl Writes {
             );
             written.push(index);
         }
-        for (post, delta) in deltas {
+        let mut posts = Vec::with_capacity(deltas.len());
+        for (post, (delta, like)) in deltas {
             let name = [&self.documents, "/nullfloor-counters/", post];
             commit.increment(&name, "likes", delta);
+            if delta != 0 {
+                posts.push(like);
+            }
         }
         let marker = self.markers.fetch_add(1, Ordering::Relaxed);
         let marker = format!("{}-{marker}", self.marker_prefix);
@@ -525,6 +563,7 @@ impl Writes {
             commit,
             written,
             deferred,
+            posts,
         }
     }
 
@@ -944,7 +983,7 @@ mod tests {
             .await
             .expect("emulators");
         let host = emulators.firestore_addr().to_string();
-        let floor = WriteFloor::connect(&host, "p", true)
+        let floor = WriteFloor::connect(&host, "p", (true, false))
             .await
             .expect("connects");
         let u1 = "nullfloor-posts/p1/likes/u1";
@@ -965,7 +1004,7 @@ mod tests {
         }
         // Another replica that never saw p1/u1 assumes it absent: refused,
         // and nothing of its Commit applied.
-        let other = WriteFloor::connect(&host, "p", true)
+        let other = WriteFloor::connect(&host, "p", (true, false))
             .await
             .expect("connects");
         let group = [
@@ -987,6 +1026,63 @@ mod tests {
         );
         assert_eq!(stored_at(&emulators, u1), before);
         assert_eq!(stored_at(&emulators, "nullfloor-posts/p9/likes/u9"), None);
+        emulators.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn the_rollup_refresh_writes_each_changed_posts_count_as_its_counter_holds_it() {
+        let emulators = hotcount_emulators::Emulators::start(Default::default())
+            .await
+            .expect("emulators");
+        let host = emulators.firestore_addr().to_string();
+        let floor = WriteFloor::connect(&host, "p", (true, false))
+            .await
+            .expect("connects");
+        let rollups = Arc::new(refresh::Rollups::default());
+        let refresher = refresh::Refresher {
+            database: floor.writes.database.clone(),
+            documents: floor.writes.documents.clone(),
+            channel: floor.channel.clone(),
+            rollups: rollups.clone(),
+        };
+        let rollup = |post: &str| {
+            let name = format!("projects/p/databases/(default)/documents/nullfloor-rollups/{post}");
+            let doc = emulators.firestore().document(&name)?;
+            match doc.fields.get("likes")?.value_type {
+                Some(gcloud_sdk::google::firestore::v1::value::ValueType::IntegerValue(n)) => {
+                    Some(n)
+                }
+                _ => None,
+            }
+        };
+        let groups = [
+            vec![
+                event("like.added", "p1", "u1", 1),
+                event("like.added", "p1", "u2", 1),
+                event("like.added", "p2", "u1", 1),
+            ],
+            vec![
+                event("like.removed", "p1", "u1", 2),
+                event("like.added", "p3", "u3", 1),
+                event("like.removed", "p3", "u3", 2),
+            ],
+        ];
+        // p3 is liked and unliked in one group: its count does not change.
+        let expected = [[Some(2), Some(1), None], [Some(1), Some(1), None]];
+        for (group, expected) in groups.iter().zip(expected) {
+            let (planned, likes) = planned(&floor.writes, group);
+            let time = floor.send(planned.commit.finish()).await.expect("applies");
+            floor.writes.learn(&likes, &planned.written, time);
+            rollups.mark(planned.posts.iter().map(|&i| &*likes[i].1.post_id));
+            refresher.refresh().await;
+            assert_eq!(
+                ["p1", "p2", "p3"].map(rollup),
+                expected,
+                "each changed post's rollup written as its counter holds it; \
+                 a post whose count did not change is not refreshed"
+            );
+        }
+        assert_eq!(rollups.totals(), (3, 0), "3 rollups written, none failed");
         emulators.shutdown().await;
     }
 }

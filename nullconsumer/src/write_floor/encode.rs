@@ -52,6 +52,20 @@ const TIMESTAMP_SECONDS: u32 = 1;
 const TIMESTAMP_NANOS: u32 = 2;
 /// `CommitResponse.commit_time` (a Timestamp).
 const RESPONSE_COMMIT_TIME: u32 = 2;
+/// `BatchGetDocumentsRequest.database`.
+const GET_DATABASE: u32 = 1;
+/// `BatchGetDocumentsRequest.documents` (names).
+const GET_DOCUMENTS: u32 = 2;
+/// `BatchGetDocumentsRequest.mask` (a DocumentMask).
+const GET_MASK: u32 = 3;
+/// `DocumentMask.field_paths`.
+const MASK_FIELD_PATHS: u32 = 1;
+/// `BatchGetDocumentsResponse.found` (a Document).
+const ANSWER_FOUND: u32 = 1;
+/// `BatchGetDocumentsResponse.missing` (a name).
+const ANSWER_MISSING: u32 = 2;
+/// `Document.update_time`.
+const DOCUMENT_UPDATE_TIME: u32 = 4;
 /// Wire types.
 const WIRE_VARINT: u64 = 0;
 const WIRE_FIXED64: u64 = 1;
@@ -280,6 +294,134 @@ fn put_stamp(buf: &mut Vec<u8>, at: Stamp) {
     if at.nanos != 0 {
         put_varint_field(buf, TIMESTAMP_NANOS, i64::from(at.nanos) as u64);
     }
+}
+
+/// A BatchGetDocuments being written: `database`, then the documents'
+/// names as they are put, then the mask.
+pub struct BatchGet {
+    buf: Vec<u8>,
+}
+
+impl BatchGet {
+    /// A read from `database`, room for about `documents` names.
+    pub fn new(database: &str, documents: usize) -> Self {
+        let mut buf = Vec::with_capacity(database.len() + 8 + documents * 120);
+        put_str(&mut buf, GET_DATABASE, &[database]);
+        Self { buf }
+    }
+
+    /// Asks for the document named by the concatenation of `name`.
+    pub fn document(&mut self, name: &[&str]) {
+        put_str(&mut self.buf, GET_DOCUMENTS, name);
+    }
+
+    /// The request's bytes, asking only for `fields` of each document.
+    pub fn finish(mut self, fields: &[&str]) -> Vec<u8> {
+        let mask = fields.iter().map(|f| str_len(MASK_FIELD_PATHS, &[f])).sum();
+        put_header(&mut self.buf, GET_MASK, mask);
+        for field in fields {
+            put_str(&mut self.buf, MASK_FIELD_PATHS, &[field]);
+        }
+        self.buf
+    }
+}
+
+/// One BatchGetDocuments answer message, as the floor reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Got {
+    /// A document found: its name, its `likes` (0 when it has none) and
+    /// its update time.
+    Found {
+        name: String,
+        likes: i64,
+        updated: Stamp,
+    },
+    /// A document that does not exist.
+    Missing(String),
+    /// Neither (a transaction id or a read time alone).
+    Other,
+}
+
+impl Got {
+    /// The document's name, when the message is about one.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Got::Found { name, .. } | Got::Missing(name) => Some(name),
+            Got::Other => None,
+        }
+    }
+}
+
+/// A `BatchGetDocumentsResponse`'s bytes read in place; `None` when they
+/// are not one.
+pub fn batch_get_answer(mut bytes: &[u8]) -> Option<Got> {
+    let mut got = Got::Other;
+    while !bytes.is_empty() {
+        let key = take_varint(&mut bytes)?;
+        let field = take_field(&mut bytes, key & 7)?;
+        let delimited = key & 7 == WIRE_DELIMITED;
+        match key >> 3 {
+            n if n == u64::from(ANSWER_FOUND) && delimited => got = found(field)?,
+            n if n == u64::from(ANSWER_MISSING) && delimited => {
+                got = Got::Missing(std::str::from_utf8(field).ok()?.to_string());
+            }
+            _ => {}
+        }
+    }
+    Some(got)
+}
+
+/// A found `Document`'s name, `likes` and update time.
+fn found(mut bytes: &[u8]) -> Option<Got> {
+    let (mut name, mut likes, mut updated) = (String::new(), 0, Stamp::default());
+    while !bytes.is_empty() {
+        let key = take_varint(&mut bytes)?;
+        let field = take_field(&mut bytes, key & 7)?;
+        if key & 7 != WIRE_DELIMITED {
+            continue;
+        }
+        match key >> 3 {
+            n if n == u64::from(DOCUMENT_NAME) => name = std::str::from_utf8(field).ok()?.into(),
+            n if n == u64::from(DOCUMENT_FIELDS) => {
+                if let Some(n) = likes_entry(field)? {
+                    likes = n;
+                }
+            }
+            n if n == u64::from(DOCUMENT_UPDATE_TIME) => updated = stamp(field)?,
+            _ => {}
+        }
+    }
+    Some(Got::Found {
+        name,
+        likes,
+        updated,
+    })
+}
+
+/// A map entry of `Document.fields`: its integer value when its key is
+/// `likes` (`Some(None)` for any other entry).
+fn likes_entry(mut bytes: &[u8]) -> Option<Option<i64>> {
+    let (mut is_likes, mut value) = (false, None);
+    while !bytes.is_empty() {
+        let key = take_varint(&mut bytes)?;
+        let field = take_field(&mut bytes, key & 7)?;
+        match key >> 3 {
+            n if n == u64::from(ENTRY_KEY) => is_likes = field == b"likes",
+            n if n == u64::from(ENTRY_VALUE) => {
+                let mut inner = field;
+                while !inner.is_empty() {
+                    let key = take_varint(&mut inner)?;
+                    let mut part = take_field(&mut inner, key & 7)?;
+                    if key == u64::from(VALUE_INTEGER << 3) {
+                        // An int64 is on the wire its two's complement.
+                        value = Some(take_varint(&mut part)? as i64);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(value.filter(|_| is_likes))
 }
 
 /// A map entry's length: its key and its value.
@@ -518,5 +660,104 @@ mod tests {
             put_varint(&mut buf, n);
             assert_eq!((buf.len(), varint_len(n)), (len, len), "{n}");
         }
+    }
+
+    #[test]
+    fn a_batch_get_decodes_as_the_generated_request() {
+        let mut request = BatchGet::new("projects/p/databases/(default)", 2);
+        request.document(&["d/", "counters/p1"]);
+        request.document(&["d/rollups/p1"]);
+        let decoded =
+            fs::BatchGetDocumentsRequest::decode(&request.finish(&["likes"])[..]).expect("decodes");
+        assert_eq!(
+            decoded,
+            fs::BatchGetDocumentsRequest {
+                database: "projects/p/databases/(default)".into(),
+                documents: vec!["d/counters/p1".into(), "d/rollups/p1".into()],
+                mask: Some(fs::DocumentMask {
+                    field_paths: vec!["likes".into()],
+                }),
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_batch_get_answer_is_read_in_place_found_missing_or_neither() {
+        use fs::batch_get_documents_response::Result as Answer;
+        use gcloud_sdk::prost_types::Timestamp;
+        let at = Timestamp {
+            seconds: 1_765_000_000,
+            nanos: 42,
+        };
+        let found = |fields: Vec<(&str, fs::value::ValueType)>| fs::BatchGetDocumentsResponse {
+            result: Some(Answer::Found(fs::Document {
+                name: "d/counters/p1".into(),
+                fields: fields
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            k.to_string(),
+                            fs::Value {
+                                value_type: Some(v),
+                            },
+                        )
+                    })
+                    .collect(),
+                create_time: Some(Timestamp {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                update_time: Some(at),
+            })),
+            read_time: Some(at),
+            ..Default::default()
+        };
+        let updated = Stamp {
+            seconds: 1_765_000_000,
+            nanos: 42,
+        };
+        use fs::value::ValueType::{IntegerValue, StringValue};
+        for (fields, likes) in [
+            (vec![("likes", IntegerValue(-7))], -7),
+            (
+                vec![("other", IntegerValue(5)), ("likes", IntegerValue(3))],
+                3,
+            ),
+            (vec![("likes", StringValue("x".into()))], 0),
+            (vec![("liked", IntegerValue(9))], 0),
+            (vec![], 0),
+        ] {
+            assert_eq!(
+                batch_get_answer(&found(fields.clone()).encode_to_vec()),
+                Some(Got::Found {
+                    name: "d/counters/p1".into(),
+                    likes,
+                    updated
+                }),
+                "{fields:?}"
+            );
+        }
+        let missing = fs::BatchGetDocumentsResponse {
+            result: Some(Answer::Missing("d/rollups/p1".into())),
+            read_time: Some(at),
+            ..Default::default()
+        };
+        assert_eq!(
+            batch_get_answer(&missing.encode_to_vec()),
+            Some(Got::Missing("d/rollups/p1".into()))
+        );
+        let neither = fs::BatchGetDocumentsResponse {
+            transaction: b"t".to_vec(),
+            read_time: Some(at),
+            ..Default::default()
+        };
+        assert_eq!(batch_get_answer(&neither.encode_to_vec()), Some(Got::Other));
+        let bytes = found(vec![("likes", IntegerValue(3))]).encode_to_vec();
+        assert_eq!(
+            batch_get_answer(&bytes[..bytes.len() - 1]),
+            None,
+            "cut short"
+        );
     }
 }
