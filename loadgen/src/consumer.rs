@@ -247,7 +247,7 @@ impl Consumer {
                 None
             }
             NullMode::ExactFloor => {
-                args.extend(["--commit-writes".into(), "--preconditions".into()]);
+                args.extend(["--commit-writes", "--preconditions", "--rollups"].map(String::from));
                 None
             }
             NullMode::Push(addr) => {
@@ -429,7 +429,7 @@ pub enum NullMode {
     Pull,
     /// The write floor (`--commit-writes`).
     WriteFloor,
-    /// The exact floor (`--commit-writes --preconditions`).
+    /// The exact floor (`--commit-writes --preconditions --rollups`).
     ExactFloor,
     /// The push floor, serving `POST /pubsub/push` at this address.
     Push(SocketAddr),

@@ -104,14 +104,15 @@ pub enum Runner {
     /// costs with no reads, checks or recovery: hotcount's CPU per message
     /// beside it is what all the rest costs.
     WriteFloor,
-    /// `hotcount-null-consumer --commit-writes --preconditions`, right
-    /// after [`Runner::WriteFloor`] (or the null consumer) with
+    /// `hotcount-null-consumer --commit-writes --preconditions --rollups`,
+    /// right after [`Runner::WriteFloor`] (or the null consumer) with
     /// `--exact-floor`: the write floor with each write conditioned as it
     /// must be to stay exact beside other replicas (a membership's update
     /// time as its Commit answered, `exists = false` for a new one and for
-    /// the marker; a membership in at most one Commit in flight). The
-    /// least a consumer of this design that is exact with many replicas
-    /// writes and remembers.
+    /// the marker; a membership in at most one Commit in flight), and the
+    /// rollups of the posts it changes refreshed every second, as
+    /// hotcount's defaults do. The least a consumer of this design that is
+    /// exact with many replicas writes, reads and remembers.
     ExactFloor,
     /// `hotcount-null-consumer --delivery push`: an HTTP/1.1 endpoint that
     /// reads each pushed body and answers 204 at once, nothing else; the

@@ -23,7 +23,7 @@ pub(super) fn runner_name(r: Runner) -> String {
         Runner::ComparePush(s) => format!("{}, push (compared build)", strategy(s)),
         Runner::Null => "null consumer (receive + ack)".into(),
         Runner::WriteFloor => "write floor (parse + write + ack)".into(),
-        Runner::ExactFloor => "exact floor (parse + conditioned write + ack)".into(),
+        Runner::ExactFloor => "exact floor (parse + conditioned write + rollups + ack)".into(),
         Runner::NullPush => "null consumer, push (read + 204)".into(),
         Runner::NoRollups => "batched, rollups off".into(),
     }
@@ -712,7 +712,7 @@ mod tests {
                 .to_string()
         };
         assert!(
-            table.contains("exact floor (parse + conditioned write + ack)"),
+            table.contains("exact floor (parse + conditioned write + rollups + ack)"),
             "{table}"
         );
         let write = row("CPU per message, x the write floor");

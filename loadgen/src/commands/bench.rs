@@ -92,9 +92,9 @@ pub struct BenchArgs {
     /// With `--ceiling`: also run the exact floor right after the null
     /// consumer (and the write floor) in each round: the write floor with
     /// each write conditioned as it must be to stay exact beside other
-    /// replicas (`--commit-writes --preconditions`: a membership's update
-    /// time as its Commit answered, `exists = false` for a new one and for
-    /// the marker), and print CPU per message as a multiple of it too.
+    /// replicas and the changed posts' rollups refreshed every second
+    /// (`--commit-writes --preconditions --rollups`), and print CPU per
+    /// message as a multiple of it too.
     #[arg(long, requires = "ceiling")]
     pub exact_floor: bool,
     /// The `hotcount-null-consumer` binary for `--ceiling` (default: next to this one).
