@@ -849,6 +849,13 @@ mod tests {
         (memberships, markers)
     }
 
+    /// The conditions of a Commit that writes p1/u1 alone, on `condition`.
+    fn p1_u1(
+        condition: fs::precondition::ConditionType,
+    ) -> BTreeMap<String, Option<fs::precondition::ConditionType>> {
+        BTreeMap::from([("nullfloor-posts/p1/likes/u1".into(), Some(condition))])
+    }
+
     #[test]
     fn with_preconditions_a_new_membership_is_written_absent_then_at_the_time_its_commit_answered()
     {
@@ -887,13 +894,7 @@ mod tests {
             seconds: 42,
             nanos: 7,
         };
-        assert_eq!(
-            memberships,
-            BTreeMap::from([(
-                "nullfloor-posts/p1/likes/u1".into(),
-                Some(ConditionType::UpdateTime(at))
-            )])
-        );
+        assert_eq!(memberships, p1_u1(ConditionType::UpdateTime(at)));
     }
 
     #[test]
@@ -941,13 +942,7 @@ mod tests {
         let (again, _) = planned(&writes, &first);
         assert!(again.deferred.is_empty());
         let (memberships, _) = conditions(&decode(again.commit));
-        assert_eq!(
-            memberships,
-            BTreeMap::from([(
-                "nullfloor-posts/p1/likes/u1".into(),
-                Some(ConditionType::Exists(false))
-            )])
-        );
+        assert_eq!(memberships, p1_u1(ConditionType::Exists(false)));
     }
 
     #[test]
@@ -977,8 +972,8 @@ mod tests {
         })
     }
 
-    #[tokio::test]
-    async fn the_exact_floors_commits_apply_on_firestore_and_one_on_a_stale_belief_is_refused() {
+    /// In-process emulators and an exact floor (no rollup task) on them.
+    async fn exact_floor_on_emulators() -> (hotcount_emulators::Emulators, WriteFloor) {
         let emulators = hotcount_emulators::Emulators::start(Default::default())
             .await
             .expect("emulators");
@@ -986,6 +981,13 @@ mod tests {
         let floor = WriteFloor::connect(&host, "p", (true, false))
             .await
             .expect("connects");
+        (emulators, floor)
+    }
+
+    #[tokio::test]
+    async fn the_exact_floors_commits_apply_on_firestore_and_one_on_a_stale_belief_is_refused() {
+        let (emulators, floor) = exact_floor_on_emulators().await;
+        let host = emulators.firestore_addr().to_string();
         let u1 = "nullfloor-posts/p1/likes/u1";
         for (seq, kind) in [(1, "like.added"), (2, "like.removed")] {
             let group = [event(kind, "p1", "u1", seq)];
@@ -1031,13 +1033,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_rollup_refresh_writes_each_changed_posts_count_as_its_counter_holds_it() {
-        let emulators = hotcount_emulators::Emulators::start(Default::default())
-            .await
-            .expect("emulators");
-        let host = emulators.firestore_addr().to_string();
-        let floor = WriteFloor::connect(&host, "p", (true, false))
-            .await
-            .expect("connects");
+        let (emulators, floor) = exact_floor_on_emulators().await;
         let rollups = Arc::new(refresh::Rollups::default());
         let refresher = refresh::Refresher {
             database: floor.writes.database.clone(),

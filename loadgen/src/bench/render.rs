@@ -613,6 +613,15 @@ mod tests {
     use super::*;
     use crate::bench::result::{sample_run, sample_run_on_firestore};
 
+    /// The line of `table` whose row is `title` (the test fails without one).
+    fn row_of(table: &str, title: &str) -> String {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {title} |")))
+            .unwrap_or_else(|| panic!("no row {title} in\n{table}"))
+            .to_string()
+    }
+
     fn with_cpu(runner: Runner, round: u32, steady_ms: u64) -> RunResult {
         RunResult {
             consumer_cpu: Some(Duration::from_millis(10)),
@@ -665,13 +674,7 @@ mod tests {
         ];
         let runs: Vec<&RunResult> = results.iter().collect();
         let table = render_medians(&runs, &[Runner::Null, hotcount], 2);
-        let row = |title: &str| {
-            table
-                .lines()
-                .find(|l| l.starts_with(&format!("| {title} |")))
-                .unwrap_or_else(|| panic!("no row {title} in\n{table}"))
-                .to_string()
-        };
+        let row = |title: &str| row_of(&table, title);
         // The whole window measured CPU for both: a ratio.
         assert!(
             row("CPU per message, x the null consumer (push: its push floor)")
@@ -704,13 +707,7 @@ mod tests {
             hotcount,
         ];
         let table = render_medians(&runs, &runners, 1);
-        let row = |title: &str| {
-            table
-                .lines()
-                .find(|l| l.starts_with(&format!("| {title} |")))
-                .unwrap_or_else(|| panic!("no row {title} in\n{table}"))
-                .to_string()
-        };
+        let row = |title: &str| row_of(&table, title);
         assert!(
             table.contains("exact floor (parse + conditioned write + rollups + ack)"),
             "{table}"
