@@ -117,16 +117,22 @@ impl tonic::codec::Decoder for RawCommit {
         &mut self,
         src: &mut tonic::codec::DecodeBuf<'_>,
     ) -> Result<Option<Option<Stamp>>, tonic::Status> {
-        use bytes::Buf;
-        let len = src.remaining();
-        let time = if src.chunk().len() == len {
-            encode::commit_time(src.chunk())
-        } else {
-            encode::commit_time(&src.copy_to_bytes(len))
-        };
-        src.advance(src.remaining());
-        Ok(Some(time))
+        Ok(Some(read_whole(src, encode::commit_time)))
     }
+}
+
+/// `read` of a whole answer message's bytes, in place when they are in one
+/// piece (as tonic hands them over); the message is consumed.
+fn read_whole<T>(src: &mut tonic::codec::DecodeBuf<'_>, read: impl Fn(&[u8]) -> T) -> T {
+    use bytes::Buf;
+    let len = src.remaining();
+    let value = if src.chunk().len() == len {
+        read(src.chunk())
+    } else {
+        read(&src.copy_to_bytes(len))
+    };
+    src.advance(src.remaining());
+    value
 }
 
 /// A like event's fields the write needs, borrowed where unescaped.

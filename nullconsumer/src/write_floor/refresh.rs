@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::encode::{self, Got, Precondition, Value};
-use super::{lock, RawCommit};
+use super::{lock, read_whole, RawCommit};
 
 /// How often the changed posts are refreshed (hotcount's default
 /// `--rollup-interval-ms`).
@@ -72,17 +72,11 @@ impl tonic::codec::Decoder for RawBatchGet {
         &mut self,
         src: &mut tonic::codec::DecodeBuf<'_>,
     ) -> Result<Option<Got>, tonic::Status> {
-        use bytes::Buf;
-        let len = src.remaining();
-        let got = if src.chunk().len() == len {
-            encode::batch_get_answer(src.chunk())
-        } else {
-            encode::batch_get_answer(&src.copy_to_bytes(len))
-        };
-        src.advance(src.remaining());
-        got.map(Some).ok_or_else(|| {
-            tonic::Status::internal("a BatchGetDocuments answer that does not parse")
-        })
+        read_whole(src, encode::batch_get_answer)
+            .map(Some)
+            .ok_or_else(|| {
+                tonic::Status::internal("a BatchGetDocuments answer that does not parse")
+            })
     }
 }
 
