@@ -121,6 +121,32 @@ impl tonic::codec::Decoder for RawCommit {
     }
 }
 
+/// A clone of `channel` once it can take a call.
+async fn ready(
+    channel: &tonic::client::Grpc<tonic::transport::Channel>,
+) -> Result<tonic::client::Grpc<tonic::transport::Channel>, tonic::Status> {
+    let mut channel = channel.clone();
+    channel
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("firestore channel: {e}")))?;
+    Ok(channel)
+}
+
+/// Sends one Commit's bytes on `channel`; of the answer only its commit
+/// time is read.
+async fn send_commit(
+    channel: &tonic::client::Grpc<tonic::transport::Channel>,
+    request: Vec<u8>,
+) -> Result<Option<Stamp>, tonic::Status> {
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(COMMIT_PATH);
+    ready(channel)
+        .await?
+        .unary(tonic::Request::new(request), path, RawCommit)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
 /// `read` of a whole answer message's bytes, in place when they are in one
 /// piece (as tonic hands them over); the message is consumed.
 fn read_whole<T>(src: &mut tonic::codec::DecodeBuf<'_>, read: impl Fn(&[u8]) -> T) -> T {
@@ -401,16 +427,7 @@ impl WriteFloor {
     /// Sends one Commit's bytes; of the answer only its commit time is
     /// read.
     async fn send(&self, request: Vec<u8>) -> Result<Option<Stamp>, tonic::Status> {
-        let mut channel = self.channel.clone();
-        channel
-            .ready()
-            .await
-            .map_err(|e| tonic::Status::unavailable(format!("firestore channel: {e}")))?;
-        let path = tonic::codegen::http::uri::PathAndQuery::from_static(COMMIT_PATH);
-        channel
-            .unary(tonic::Request::new(request), path, RawCommit)
-            .await
-            .map(tonic::Response::into_inner)
+        send_commit(&self.channel, request).await
     }
 
     /// Adds a group to the running totals, printed every 100 Commits (to
@@ -501,20 +518,15 @@ impl Writes {
                     }
                     Some(known) if known.seq >= like.seq => continue,
                     Some(known) => {
-                        let condition = match known.at {
-                            Some(at) if self.preconditions => Precondition::UpdatedAt(at),
-                            _ => Precondition::Blind,
-                        };
+                        // Without preconditions `at` is never set: blind.
+                        let condition = known
+                            .at
+                            .map_or(Precondition::Blind, Precondition::UpdatedAt);
                         (std::mem::replace(known, newest).liked, condition)
                     }
                     None => {
                         versions.insert(key.clone(), newest);
-                        let condition = if self.preconditions {
-                            Precondition::Absent
-                        } else {
-                            Precondition::Blind
-                        };
-                        (false, condition)
+                        (false, self.if_conditioned(Precondition::Absent))
                     }
                 };
                 let delta = i64::from(liked) - i64::from(was);
@@ -554,22 +566,27 @@ impl Writes {
         }
         let marker = self.markers.fetch_add(1, Ordering::Relaxed);
         let marker = format!("{}-{marker}", self.marker_prefix);
-        let marker_condition = if self.preconditions {
-            Precondition::Absent
-        } else {
-            Precondition::Blind
-        };
         commit.update(
             &[&self.documents, "/nullfloor-markers/", &marker],
             &[("messages", Value::Int(messages - deferred.len() as i64))],
-            marker_condition,
+            self.if_conditioned(Precondition::Absent),
         );
-        deferred.sort_unstable();
+        // `likes` come in message order, so the deferred ones do too.
+        debug_assert!(deferred.is_sorted());
         Planned {
             commit,
             written,
             deferred,
             posts,
+        }
+    }
+
+    /// `condition` with preconditions, a blind write without.
+    fn if_conditioned(&self, condition: Precondition) -> Precondition {
+        if self.preconditions {
+            condition
+        } else {
+            Precondition::Blind
         }
     }
 

@@ -131,21 +131,14 @@ async fn run_one(
             None => (consumer_args.clone(), consumer_config.clone()),
         };
         consumers.push(match (runner, &config.null_consumer_bin) {
-            (Runner::Null, Some(bin)) => {
-                Consumer::start_null(bin, stage.endpoints(), &run_args, (NullMode::Pull, log))?
+            (Runner::Null | Runner::WriteFloor | Runner::ExactFloor, Some(bin)) => {
+                let mode = match runner {
+                    Runner::WriteFloor => NullMode::WriteFloor,
+                    Runner::ExactFloor => NullMode::ExactFloor,
+                    _ => NullMode::Pull,
+                };
+                Consumer::start_null(bin, stage.endpoints(), &run_args, (mode, log))?
             }
-            (Runner::WriteFloor, Some(bin)) => Consumer::start_null(
-                bin,
-                stage.endpoints(),
-                &run_args,
-                (NullMode::WriteFloor, log),
-            )?,
-            (Runner::ExactFloor, Some(bin)) => Consumer::start_null(
-                bin,
-                stage.endpoints(),
-                &run_args,
-                (NullMode::ExactFloor, log),
-            )?,
             (Runner::NullPush, Some(bin)) => {
                 let addr = push_addrs
                     .get(replica)

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::encode::{self, Got, Precondition, Value};
-use super::{lock, read_whole, RawCommit};
+use super::{lock, read_whole, ready, send_commit, RawCommit};
 
 /// How often the changed posts are refreshed (hotcount's default
 /// `--rollup-interval-ms`).
@@ -40,9 +40,6 @@ const WRITES_PER_COMMIT: usize = 500;
 
 /// The BatchGetDocuments method's path.
 const BATCH_GET_PATH: &str = "/google.firestore.v1.Firestore/BatchGetDocuments";
-
-/// The Commit method's path.
-const COMMIT_PATH: &str = "/google.firestore.v1.Firestore/Commit";
 
 /// Reads a BatchGetDocuments answer's messages in place: what each found
 /// or missed.
@@ -152,13 +149,9 @@ impl Refresher {
             request.document(&[&self.documents, "/nullfloor-counters/", post]);
             request.document(&[&self.documents, "/nullfloor-rollups/", post]);
         }
-        let mut channel = self.channel.clone();
-        channel
-            .ready()
-            .await
-            .map_err(|e| tonic::Status::unavailable(format!("firestore channel: {e}")))?;
         let path = tonic::codegen::http::uri::PathAndQuery::from_static(BATCH_GET_PATH);
-        let mut answers = channel
+        let mut answers = ready(&self.channel)
+            .await?
             .server_streaming(
                 tonic::Request::new(request.finish(&["likes"])),
                 path,
@@ -183,18 +176,12 @@ impl Refresher {
             let mut commit =
                 encode::Commit::new(&self.database, chunk.len() * (self.documents.len() + 80));
             for post in chunk {
-                name.clear();
-                name.push_str(&self.documents);
-                name.push_str("/nullfloor-counters/");
-                name.push_str(post);
+                self.name_into(&mut name, "/nullfloor-counters/", post);
                 let likes = match read.get(&name) {
                     Some(Got::Found { likes, .. }) => *likes,
                     _ => 0,
                 };
-                name.clear();
-                name.push_str(&self.documents);
-                name.push_str("/nullfloor-rollups/");
-                name.push_str(post);
+                self.name_into(&mut name, "/nullfloor-rollups/", post);
                 let condition = match read.get(&name) {
                     Some(Got::Found { updated, .. }) => Precondition::UpdatedAt(*updated),
                     _ => Precondition::Absent,
@@ -202,26 +189,22 @@ impl Refresher {
                 commit.update(&[&name], &[("likes", Value::Int(likes))], condition);
             }
             let written = commit.writes() as u64;
-            let mut channel = self.channel.clone();
-            let sent = match channel.ready().await {
-                Ok(()) => {
-                    let path = tonic::codegen::http::uri::PathAndQuery::from_static(COMMIT_PATH);
-                    channel
-                        .unary(tonic::Request::new(commit.finish()), path, RawCommit)
-                        .await
-                        .map(drop)
-                }
-                Err(e) => Err(tonic::Status::unavailable(format!(
-                    "firestore channel: {e}"
-                ))),
-            };
-            match sent {
-                Ok(()) => {
+            match send_commit(&self.channel, commit.finish()).await {
+                Ok(_) => {
                     self.rollups.written.fetch_add(written, Ordering::Relaxed);
                 }
                 Err(status) => self.failed(&status),
             }
         }
+    }
+
+    /// `post`'s document in `collection` (`/name/`), its full name written
+    /// into `name`.
+    fn name_into(&self, name: &mut String, collection: &str, post: &str) {
+        name.clear();
+        name.push_str(&self.documents);
+        name.push_str(collection);
+        name.push_str(post);
     }
 
     /// Counts a failed call, and says the first one on stderr.
