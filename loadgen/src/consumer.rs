@@ -250,7 +250,12 @@ impl Consumer {
                 args.extend(["--commit-writes", "--preconditions", "--rollups"].map(String::from));
                 None
             }
-            NullMode::Push(addr) => {
+            NullMode::Push(addr) | NullMode::ExactPush(addr) => {
+                if matches!(mode, NullMode::ExactPush(_)) {
+                    args.extend(
+                        ["--commit-writes", "--preconditions", "--rollups"].map(String::from),
+                    );
+                }
                 args.extend(["--delivery".into(), "push".into()]);
                 args.extend(["--push-addr".into(), addr.to_string()]);
                 Some(addr)
@@ -433,6 +438,9 @@ pub enum NullMode {
     ExactFloor,
     /// The push floor, serving `POST /pubsub/push` at this address.
     Push(SocketAddr),
+    /// The exact push floor (`--delivery push --commit-writes
+    /// --preconditions --rollups`), serving at this address.
+    ExactPush(SocketAddr),
 }
 
 /// The `hotcount-null-consumer` flags with the subscription and stream

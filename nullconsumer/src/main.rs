@@ -22,12 +22,16 @@
 //! consumer that stays exact with many replicas; with `--rollups`, it
 //! also refreshes every second the rollups of the posts it changed.
 //!
-//! With `--delivery push` it is the push floor instead: it serves `POST
-//! /pubsub/push` on `--push-addr` with hyper's HTTP/1.1 server alone (no
-//! router, no authentication), reads each body whole and answers 204 (after
-//! `--ack-delay-ms`, when set): what one HTTP request per message costs by
-//! itself, beside `hotcount run --delivery push`. Any other method or path
-//! is answered 404.
+//! With `--delivery push` it is the push floor instead (`push`): it serves
+//! `POST /pubsub/push` on `--push-addr` with hyper's HTTP/1.1 server alone
+//! (no router, no authentication), reads each body whole and answers 204
+//! (after `--ack-delay-ms`, when set): what one HTTP request per message
+//! costs by itself, beside `hotcount run --delivery push`. With
+//! `--commit-writes` (and `--preconditions --rollups`) as well, each
+//! request is answered once its event's group has committed: the write
+//! (or exact) floor of a push consumer, groups taken as Commit slots free
+//! up (`--group-wait-ms` after their first request). Any other method or
+//! path is answered 404.
 //!
 //! Invariant: every message received is acked (at once, after the delay,
 //! or after its group's Commit) and nothing else is done with it; it runs
@@ -39,18 +43,15 @@
 //! the floor.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use google_cloud_pubsub::client::Subscriber;
 use google_cloud_pubsub::subscriber::ShutdownBehavior;
-use http_body_util::{BodyExt, Empty};
-use hyper::body::{Bytes, Incoming};
-use hyper::{Method, Request, Response, StatusCode};
 use tokio::task::JoinSet;
 
+mod push;
 mod write_floor;
 
 /// Receive and ack, nothing else.
@@ -85,7 +86,8 @@ struct Args {
     /// The write floor: commit, per group of messages, one membership
     /// write per (post, user), one counter increment per post and a marker
     /// to Firestore (`--firestore-emulator-host`), then ack the group
-    /// (`write_floor`). Pull only: refused with `--delivery push`.
+    /// (`write_floor`); with `--delivery push`, answer each request once
+    /// its group committed.
     #[arg(long, env = "HOTCOUNT_NULL_COMMIT_WRITES", value_parser = clap::builder::BoolishValueParser::new())]
     commit_writes: bool,
     /// With `--commit-writes`: each write carries the precondition that
@@ -110,6 +112,11 @@ struct Args {
     /// Where the push endpoint listens (`--delivery push`).
     #[arg(long, default_value = "127.0.0.1:8089")]
     push_addr: SocketAddr,
+    /// With `--delivery push --commit-writes`: how long a group's first
+    /// request waits for others before the group takes a free Commit slot
+    /// (hotcount's default `--flush-min-wait-ms`).
+    #[arg(long, env = "HOTCOUNT_NULL_GROUP_WAIT_MS", default_value_t = 5)]
+    group_wait_ms: u64,
 }
 
 /// How messages arrive.
@@ -121,12 +128,9 @@ enum Delivery {
     Push,
 }
 
-/// The path Pub/Sub pushes to (as `hotcount run --delivery push` serves).
-const PUSH_PATH: &str = "/pubsub/push";
-
 impl Args {
-    /// Refuses flags that do not go together, naming why: the write floor
-    /// pulls, so with push it would be silently ignored.
+    /// Refuses flags that do not go together, naming why: the write
+    /// floor's options without it would be silently ignored.
     fn check(&self) -> Result<(), String> {
         for (set, flag) in [
             (
@@ -141,13 +145,6 @@ impl Args {
                      written: add it or drop it"
                 ));
             }
-        }
-        if self.commit_writes && self.delivery == Delivery::Push {
-            return Err(
-                "--commit-writes (HOTCOUNT_NULL_COMMIT_WRITES) is the pull write floor; \
-                 the push floor (--delivery push) writes nothing: drop one of them"
-                    .into(),
-            );
         }
         Ok(())
     }
@@ -191,64 +188,6 @@ async fn subscriber(emulator: Option<&str>) -> Result<Subscriber, String> {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// One push request: its body read whole, then 204 (after `delay`); 404
-/// for anything but `POST /pubsub/push`, 400 for a body that broke off.
-async fn answer_push(
-    request: Request<Incoming>,
-    delay: Duration,
-) -> Result<Response<Empty<Bytes>>, Infallible> {
-    let status = if request.method() != Method::POST || request.uri().path() != PUSH_PATH {
-        StatusCode::NOT_FOUND
-    } else if request.into_body().collect().await.is_err() {
-        StatusCode::BAD_REQUEST
-    } else {
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        StatusCode::NO_CONTENT
-    };
-    let mut response = Response::new(Empty::new());
-    *response.status_mut() = status;
-    Ok(response)
-}
-
-/// Serves the push floor on `addr` until SIGTERM/SIGINT: each connection
-/// in a task of its own, HTTP/1.1 with keep-alive (as Pub/Sub's pushes).
-async fn serve_push(addr: SocketAddr, delay: Duration) -> std::process::ExitCode {
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        Err(error) => {
-            eprintln!("hotcount-null-consumer: binding {addr}: {error}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let accept = async {
-        loop {
-            let (stream, _) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    eprintln!("hotcount-null-consumer: accept: {error}");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(async move {
-                let service =
-                    hyper::service::service_fn(move |request| answer_push(request, delay));
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = accept => {}
-    }
-    std::process::ExitCode::SUCCESS
-}
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -257,16 +196,6 @@ async fn main() -> std::process::ExitCode {
         eprintln!("hotcount-null-consumer: {error}");
         return std::process::ExitCode::FAILURE;
     }
-    if args.delivery == Delivery::Push {
-        return serve_push(args.push_addr, delay).await;
-    }
-    let subscriber = match subscriber(args.pubsub_emulator_host.as_deref()).await {
-        Ok(subscriber) => subscriber,
-        Err(error) => {
-            eprintln!("hotcount-null-consumer: {error}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
     let floor = match (args.commit_writes, args.firestore_emulator_host.as_deref()) {
         (false, _) => None,
         (true, Some(host)) => {
@@ -286,6 +215,24 @@ async fn main() -> std::process::ExitCode {
         }
         (true, None) => {
             eprintln!("hotcount-null-consumer: --commit-writes needs --firestore-emulator-host");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    if args.delivery == Delivery::Push {
+        let answer = match floor {
+            None => push::Answer::After(delay),
+            Some(floor) => {
+                let pushed = write_floor::Pushed::new(Duration::from_millis(args.group_wait_ms));
+                tokio::spawn(write_floor::gather(floor, pushed.clone()));
+                push::Answer::Committed(pushed)
+            }
+        };
+        return push::serve(args.push_addr, answer).await;
+    }
+    let subscriber = match subscriber(args.pubsub_emulator_host.as_deref()).await {
+        Ok(subscriber) => subscriber,
+        Err(error) => {
+            eprintln!("hotcount-null-consumer: {error}");
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -361,14 +308,19 @@ mod tests {
     }
 
     #[test]
-    fn the_write_floor_with_push_delivery_is_refused_naming_both_flags() {
-        let error = parse(&["--commit-writes", "--delivery", "push"])
+    fn the_write_floors_go_with_either_delivery() {
+        assert!(parse(&["--commit-writes", "--delivery", "push"])
             .check()
-            .expect_err("refused");
-        assert!(
-            error.contains("--commit-writes") && error.contains("--delivery push"),
-            "{error}"
-        );
+            .is_ok());
+        assert!(parse(&[
+            "--commit-writes",
+            "--preconditions",
+            "--rollups",
+            "--delivery",
+            "push"
+        ])
+        .check()
+        .is_ok());
         assert!(parse(&["--commit-writes"]).check().is_ok());
         assert!(parse(&["--commit-writes", "--preconditions", "--rollups"])
             .check()

@@ -52,12 +52,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use google_cloud_pubsub::subscriber::handler::Handler;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use encode::{Precondition, Stamp, Value};
 
 mod encode;
+mod pushed;
 mod refresh;
+
+pub use pushed::{gather, Pushed};
 
 /// Messages per Commit at most (hotcount's default `--max-batch-events`).
 pub const GROUP_MESSAGES: usize = 1000;
@@ -72,8 +75,29 @@ const COMMITS_IN_FLIGHT: usize = 4;
 /// The Commit method's path.
 const COMMIT_PATH: &str = "/google.firestore.v1.Firestore/Commit";
 
-/// A group's messages: each one's data and its ack handle.
-type Group = Vec<(bytes::Bytes, Handler)>;
+/// How a message is acked once its group's Commit has answered: a pulled
+/// message by its handler, a pushed one by answering its request.
+pub enum Settle {
+    /// A pulled message's ack handle.
+    Pull(Handler),
+    /// A pushed message's request, answered 204 when this is sent.
+    Push(tokio::sync::oneshot::Sender<()>),
+}
+
+impl Settle {
+    /// Acks the message (a push request whose client left is let go).
+    fn ack(self) {
+        match self {
+            Settle::Pull(handler) => handler.ack(),
+            Settle::Push(answer) => {
+                let _ = answer.send(());
+            }
+        }
+    }
+}
+
+/// A group's messages: each one's data and how it is acked.
+type Group = Vec<(bytes::Bytes, Settle)>;
 
 /// Sends a Commit's bytes as they are and reads of its answer only the
 /// commit time.
@@ -362,37 +386,44 @@ impl WriteFloor {
     /// Commits `group`'s writes in a task of its own (once one of the
     /// Commit slots is free), then acks every message of it but those
     /// carried to a later group.
-    pub fn commit(&self, mut group: Group) {
+    pub fn commit(&self, group: Group) {
         let floor = self.clone();
         tokio::spawn(async move {
-            let Ok(_slot) = floor.slots.clone().acquire_owned().await else {
+            let Ok(slot) = floor.slots.clone().acquire_owned().await else {
                 return;
             };
-            let likes = parse(group.iter().map(|(data, _)| &data[..]));
-            let planned = floor.writes.plan(&likes, group.len() as i64);
-            floor.tally(
-                group.len() - planned.deferred.len(),
-                planned.commit.writes(),
-            );
-            let time = match floor.send(planned.commit.finish()).await {
-                Ok(time) => time,
-                Err(status) => {
-                    if floor.failed.fetch_add(1, Ordering::Relaxed) == 0 {
-                        eprintln!("hotcount-null-consumer: commit failed: {status}");
-                    }
-                    None
-                }
-            };
-            floor.writes.learn(&likes, &planned.written, time);
-            if let (Some(rollups), Some(_)) = (&floor.rollups, time) {
-                rollups.mark(planned.posts.iter().map(|&i| &*likes[i].1.post_id));
-            }
-            drop(likes);
-            floor.carry(&mut group, &planned.deferred);
-            for (_, handler) in group {
-                handler.ack();
-            }
+            floor.commit_on(slot, group).await;
         });
+    }
+
+    /// Commits `group`'s writes on the Commit slot `_slot` (held until the
+    /// Commit answered), then acks every message of it but those carried
+    /// to a later group.
+    async fn commit_on(&self, _slot: OwnedSemaphorePermit, mut group: Group) {
+        let likes = parse(group.iter().map(|(data, _)| &data[..]));
+        let planned = self.writes.plan(&likes, group.len() as i64);
+        self.tally(
+            group.len() - planned.deferred.len(),
+            planned.commit.writes(),
+        );
+        let time = match self.send(planned.commit.finish()).await {
+            Ok(time) => time,
+            Err(status) => {
+                if self.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("hotcount-null-consumer: commit failed: {status}");
+                }
+                None
+            }
+        };
+        self.writes.learn(&likes, &planned.written, time);
+        if let (Some(rollups), Some(_)) = (&self.rollups, time) {
+            rollups.mark(planned.posts.iter().map(|&i| &*likes[i].1.post_id));
+        }
+        drop(likes);
+        self.carry(&mut group, &planned.deferred);
+        for (_, settle) in group {
+            settle.ack();
+        }
     }
 
     /// Moves the messages at `deferred` (ascending indices) out of
@@ -631,7 +662,7 @@ pub async fn run(
         tokio::select! {
             next = stream.next() => match next {
                 Some(Ok((message, handler))) => {
-                    group.push((message.data, handler));
+                    group.push((message.data, Settle::Pull(handler)));
                     if group.len() >= GROUP_MESSAGES {
                         floor.take_carried(&mut group);
                         floor.commit(std::mem::replace(&mut group, Vec::with_capacity(GROUP_MESSAGES)));
@@ -1051,6 +1082,46 @@ mod tests {
         );
         assert_eq!(stored_at(&emulators, u1), before);
         assert_eq!(stored_at(&emulators, "nullfloor-posts/p9/likes/u9"), None);
+        emulators.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_pushed_event_is_answered_only_after_its_commit_and_one_on_a_membership_in_flight_after_a_later_commit(
+    ) {
+        let (emulators, floor) = exact_floor_on_emulators().await;
+        let pushed = Pushed::new(std::time::Duration::from_millis(5));
+        tokio::spawn(gather(floor.clone(), pushed.clone()));
+        emulators
+            .firestore_faults()
+            .add(hotcount_emulators::faults::FaultSpec::latency(
+                "Commit",
+                std::time::Duration::from_millis(300),
+            ))
+            .expect("a latency rule");
+        let u1 = "nullfloor-posts/p1/likes/u1";
+        let mut first = pushed.offer(event("like.added", "p1", "u1", 1).into());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(first.try_recv().is_err(), "not answered before its Commit");
+        assert_eq!(stored_at(&emulators, u1), None);
+        // The first's Commit is in flight: the unlike waits for a later one.
+        let mut second = pushed.offer(event("like.removed", "p1", "u1", 2).into());
+        first.await.expect("answered");
+        let after_first = stored_at(&emulators, u1).expect("written before the answer");
+        assert!(
+            second.try_recv().is_err(),
+            "carried, not answered with the first"
+        );
+        second.await.expect("answered");
+        let after_second = stored_at(&emulators, u1).expect("written before the answer");
+        assert!(
+            (after_second.seconds, after_second.nanos) > (after_first.seconds, after_first.nanos),
+            "the unlike was written by a later Commit of its own"
+        );
+        let liked = emulators
+            .firestore()
+            .document(&format!("projects/p/databases/(default)/documents/{u1}"))
+            .and_then(|doc| doc.fields.get("liked")?.value_type.clone());
+        assert_eq!(liked, Some(fs::value::ValueType::BooleanValue(false)));
         emulators.shutdown().await;
     }
 

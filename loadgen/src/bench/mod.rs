@@ -119,6 +119,12 @@ pub enum Runner {
     /// push floor (what one request per message costs by itself), with
     /// `--ceiling` and push among the deliveries.
     NullPush,
+    /// `hotcount-null-consumer --delivery push --commit-writes
+    /// --preconditions --rollups`, right after [`Runner::NullPush`] with
+    /// `--exact-floor`: the exact floor fed by push, each request answered
+    /// once its event's group has committed (groups taken as Commit slots
+    /// free up): the least an exact push consumer of this design costs.
+    ExactPushFloor,
 }
 
 /// What the benchmark runs.
@@ -162,9 +168,11 @@ pub struct BenchConfig {
     /// the write floor ([`Runner::WriteFloor`]) right after the null
     /// consumer in each round.
     pub write_floor: bool,
-    /// With `null_consumer_bin` and pull among the deliveries: also run
-    /// the exact floor ([`Runner::ExactFloor`]) after the null consumer
-    /// (and the write floor) in each round.
+    /// With `null_consumer_bin`: also run the exact floor
+    /// ([`Runner::ExactFloor`]) after the null consumer (and the write
+    /// floor) when pulling, and the exact push floor
+    /// ([`Runner::ExactPushFloor`]) after the push floor when pushing, in
+    /// each round.
     pub exact_floor: bool,
     /// Another `hotcount` binary (with `consumer_bin`), run after it on
     /// each strategy of each round and reported beside it: two builds
@@ -258,7 +266,11 @@ pub fn runners(config: &BenchConfig) -> Vec<Runner> {
     .flat_map(|(_, runner)| {
         let pull = runner == Runner::Null;
         let floor = (pull && config.write_floor).then_some(Runner::WriteFloor);
-        let exact = (pull && config.exact_floor).then_some(Runner::ExactFloor);
+        let exact = config.exact_floor.then_some(if pull {
+            Runner::ExactFloor
+        } else {
+            Runner::ExactPushFloor
+        });
         [Some(runner), floor, exact].into_iter().flatten()
     });
     let hotcount = config.strategies.iter().flat_map(|&s| {
@@ -405,7 +417,8 @@ mod tests {
     }
 
     #[test]
-    fn the_write_floor_runs_right_after_the_null_consumer_and_only_pulling() {
+    fn the_write_floor_runs_right_after_the_null_consumer_pulling_and_the_exact_floors_after_each_delivery_floor(
+    ) {
         use Strategy::Batched;
         let mut config = BenchConfig {
             consumer_bin: Some("hotcount".into()),
@@ -422,6 +435,7 @@ mod tests {
                 Runner::WriteFloor,
                 Runner::ExactFloor,
                 Runner::NullPush,
+                Runner::ExactPushFloor,
                 Runner::Push(Batched),
                 Runner::Hotcount(Batched),
             ]
@@ -429,9 +443,15 @@ mod tests {
         config.deliveries = vec![Delivery::Push];
         assert_eq!(
             runners(&config),
-            [Runner::NullPush, Runner::Push(Batched)],
-            "the write floor pulls: not beside push alone"
+            [
+                Runner::NullPush,
+                Runner::ExactPushFloor,
+                Runner::Push(Batched)
+            ],
+            "the write floor pulls: beside push alone only the exact push floor"
         );
+        config.exact_floor = false;
+        assert_eq!(runners(&config), [Runner::NullPush, Runner::Push(Batched)]);
         config.deliveries = vec![Delivery::Pull];
         config.null_consumer_bin = None;
         assert_eq!(

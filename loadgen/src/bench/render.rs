@@ -25,6 +25,9 @@ pub(super) fn runner_name(r: Runner) -> String {
         Runner::WriteFloor => "write floor (parse + write + ack)".into(),
         Runner::ExactFloor => "exact floor (parse + conditioned write + rollups + ack)".into(),
         Runner::NullPush => "null consumer, push (read + 204)".into(),
+        Runner::ExactPushFloor => {
+            "exact push floor (parse + conditioned write + rollups + 204)".into()
+        }
         Runner::NoRollups => "batched, rollups off".into(),
     }
 }
@@ -130,7 +133,7 @@ pub fn render_settings(config: &BenchConfig) -> String {
 fn pushed(runner: Runner) -> bool {
     matches!(
         runner,
-        Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush
+        Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush | Runner::ExactPushFloor
     )
 }
 
@@ -278,6 +281,41 @@ pub fn render(results: &[RunResult], case: Case) -> String {
         ));
     }
     out.push_str(&render_push_beside_pull(&runs, rounds));
+    out.push_str(&render_push_beside_floors(&runs, rounds));
+    out
+}
+
+/// Each push run (and the exact push floor) as a multiple of the push
+/// floor, and each push run of the exact push floor, when they ran: the
+/// median of the per-round ratios for CPU per 1,000 messages and
+/// messages/s (issue 39's push goals read against them).
+fn render_push_beside_floors(runs: &[&RunResult], rounds: u32) -> String {
+    let ran = |runner| runs.iter().any(|r: &&RunResult| r.runner == runner);
+    let mut pairs = vec![(Runner::ExactPushFloor, Runner::NullPush)];
+    for strategy in [Strategy::Batched, Strategy::PerEvent] {
+        for push in [Runner::Push(strategy), Runner::ComparePush(strategy)] {
+            pairs.extend([(push, Runner::NullPush), (push, Runner::ExactPushFloor)]);
+        }
+    }
+    let mut out = String::new();
+    for (runner, floor) in pairs {
+        if !ran(runner) || !ran(floor) {
+            continue;
+        }
+        let ratio = |figure: fn(&RunResult) -> Option<f64>| {
+            median_ratio(runs, rounds, (runner, floor), figure)
+        };
+        let floor_name = match floor {
+            Runner::NullPush => "the push floor",
+            _ => "the exact push floor",
+        };
+        out.push_str(&format!(
+            "\n{} / {floor_name} (median of the per-round ratios): CPU per 1,000 messages {}, messages/s {}\n",
+            runner_name(runner),
+            ratio(RunResult::cpu_ms_per_1k),
+            ratio(|r| Some(r.events_per_sec())),
+        ));
+    }
     out
 }
 
@@ -495,6 +533,10 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
     for (floor, title) in [
         (Runner::WriteFloor, "CPU per message, x the write floor"),
         (Runner::ExactFloor, "CPU per message, x the exact floor"),
+        (
+            Runner::ExactPushFloor,
+            "CPU per message, x the exact push floor",
+        ),
     ] {
         if !runners.contains(&floor) {
             continue;
@@ -502,11 +544,13 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
         for warning in floor_that_did_not_write(runs, rounds, floor) {
             out.push_str(&format!("| **{warning}** |\n"));
         }
-        push_row(&mut out, title, runners, |runner| match runner {
-            Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups => {
-                median_cpu_ratio(runs, rounds, runner, floor)
-            }
-            Runner::ExactFloor if floor == Runner::WriteFloor => {
+        push_row(&mut out, title, runners, |runner| match (floor, runner) {
+            (
+                Runner::WriteFloor | Runner::ExactFloor,
+                Runner::Hotcount(_) | Runner::Compare(_) | Runner::NoRollups,
+            )
+            | (Runner::WriteFloor, Runner::ExactFloor)
+            | (Runner::ExactPushFloor, Runner::Push(_) | Runner::ComparePush(_)) => {
                 median_cpu_ratio(runs, rounds, runner, floor)
             }
             _ => String::new(),
@@ -530,10 +574,10 @@ pub fn render_medians(runs: &[&RunResult], runners: &[Runner], rounds: u32) -> S
     out
 }
 
-/// A line per round whose floor (`floor`: the write or the exact floor)
-/// wrote fewer than half the documents per message hotcount wrote in it:
-/// its Commits failed (the consumer log says why), so it measured no
-/// floor there.
+/// A line per round whose floor (`floor`: the write, exact or exact push
+/// floor) wrote fewer than half the documents per message hotcount (with
+/// the same delivery) wrote in it: its Commits failed (the consumer log
+/// says why), so it measured no floor there.
 fn floor_that_did_not_write(runs: &[&RunResult], rounds: u32, floor: Runner) -> Vec<String> {
     let writes_per_1k = |who: &dyn Fn(Runner) -> bool, round: u32| {
         let run = runs.iter().find(|r| who(r.runner) && r.round == round)?;
@@ -543,9 +587,13 @@ fn floor_that_did_not_write(runs: &[&RunResult], rounds: u32, floor: Runner) -> 
     (0..rounds)
         .filter_map(|round| {
             let written = writes_per_1k(&|r| r == floor, round)?;
-            let hotcount = writes_per_1k(&|r| matches!(r, Runner::Hotcount(_)), round)?;
+            let hotcount = match floor {
+                Runner::ExactPushFloor => writes_per_1k(&|r| matches!(r, Runner::Push(_)), round)?,
+                _ => writes_per_1k(&|r| matches!(r, Runner::Hotcount(_)), round)?,
+            };
             let name = match floor {
                 Runner::ExactFloor => "exact",
+                Runner::ExactPushFloor => "exact push",
                 _ => "write",
             };
             (written < hotcount / 2.0).then(|| {
@@ -573,7 +621,9 @@ fn push_row(out: &mut String, title: &str, runners: &[Runner], cell: impl Fn(Run
 /// the null consumer for the others.
 fn floor_of(runner: Runner) -> Runner {
     match runner {
-        Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush => Runner::NullPush,
+        Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush | Runner::ExactPushFloor => {
+            Runner::NullPush
+        }
         _ => Runner::Null,
     }
 }
@@ -716,5 +766,47 @@ mod tests {
         assert!(write.ends_with("|  |  | x1.25 | x2.50 |"), "{write}");
         let exact = row("CPU per message, x the exact floor");
         assert!(exact.ends_with("|  |  |  | x2.00 |"), "{exact}");
+    }
+
+    #[test]
+    fn push_is_given_over_the_push_floor_and_the_exact_push_floor_in_cpu_and_messages_per_second() {
+        let push = Runner::Push(Strategy::Batched);
+        // 2,000 messages each: CPU in ms, window in ms.
+        let run = |runner, cpu_ms, window_ms| RunResult {
+            consumer_cpu: Some(Duration::from_millis(cpu_ms)),
+            elapsed: Duration::from_millis(window_ms),
+            ..sample_run(Case::Viral, runner, 0)
+        };
+        let results = [
+            run(Runner::NullPush, 20, 40),
+            run(Runner::ExactPushFloor, 32, 64),
+            run(push, 40, 100),
+        ];
+        let runs: Vec<&RunResult> = results.iter().collect();
+        let runners = [Runner::NullPush, Runner::ExactPushFloor, push];
+        let table = render_medians(&runs, &runners, 1);
+        assert!(
+            table.contains("exact push floor (parse + conditioned write + rollups + 204)"),
+            "{table}"
+        );
+        let floor = row_of(
+            &table,
+            "CPU per message, x the null consumer (push: its push floor)",
+        );
+        assert!(floor.ends_with("| x1.00 | x1.60 | x2.00 |"), "{floor}");
+        let exact = row_of(&table, "CPU per message, x the exact push floor");
+        assert!(exact.ends_with("|  |  | x1.25 |"), "{exact}");
+        let lines = render_push_beside_floors(&runs, 1);
+        for expected in [
+            "exact push floor (parse + conditioned write + rollups + 204) / the push floor (median of the per-round ratios): CPU per 1,000 messages x1.60, messages/s x0.62",
+            "batched, push / the push floor (median of the per-round ratios): CPU per 1,000 messages x2.00, messages/s x0.40",
+            "batched, push / the exact push floor (median of the per-round ratios): CPU per 1,000 messages x1.25, messages/s x0.64",
+        ] {
+            assert!(lines.contains(expected), "{expected}\n{lines}");
+        }
+        assert!(
+            render_push_beside_floors(&runs[2..], 1).is_empty(),
+            "nothing without a floor beside push"
+        );
     }
 }

@@ -75,6 +75,7 @@ async fn run_one(
         | Runner::WriteFloor
         | Runner::ExactFloor
         | Runner::NullPush
+        | Runner::ExactPushFloor
         | Runner::NoRollups => Strategy::Batched,
     };
     let (run_args, service_config) =
@@ -99,7 +100,8 @@ async fn run_one(
     // through a round-robin front (as Cloud Run's front end).
     let replicas = config.replicas.max(1);
     let push_addrs = match runner {
-        Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush => (0..replicas)
+        Runner::Push(_) | Runner::ComparePush(_) | Runner::NullPush | Runner::ExactPushFloor => (0
+            ..replicas)
             .map(|_| free_loopback_port("a push endpoint"))
             .collect::<Result<Vec<_>, _>>()?,
         _ => Vec::new(),
@@ -139,19 +141,25 @@ async fn run_one(
                 };
                 Consumer::start_null(bin, stage.endpoints(), &run_args, (mode, log))?
             }
-            (Runner::NullPush, Some(bin)) => {
+            (Runner::NullPush | Runner::ExactPushFloor, Some(bin)) => {
                 let addr = push_addrs
                     .get(replica)
                     .copied()
                     .ok_or_else(|| RunError::Invalid("no push address".into()))?;
-                Consumer::start_null(
-                    bin,
-                    stage.endpoints(),
-                    &run_args,
-                    (NullMode::Push(addr), log),
-                )?
+                let mode = match runner {
+                    Runner::ExactPushFloor => NullMode::ExactPush(addr),
+                    _ => NullMode::Push(addr),
+                };
+                Consumer::start_null(bin, stage.endpoints(), &run_args, (mode, log))?
             }
-            (Runner::Null | Runner::WriteFloor | Runner::ExactFloor | Runner::NullPush, None) => {
+            (
+                Runner::Null
+                | Runner::WriteFloor
+                | Runner::ExactFloor
+                | Runner::NullPush
+                | Runner::ExactPushFloor,
+                None,
+            ) => {
                 return Err(RunError::Invalid("no null consumer binary".into()));
             }
             (
@@ -216,9 +224,11 @@ async fn run_one(
         | Runner::NoRollups
         | Runner::Push(_)
         | Runner::ComparePush(_) => check(&stage, &run_args, &workload, completed).await?,
-        Runner::Null | Runner::WriteFloor | Runner::ExactFloor | Runner::NullPush => {
-            (Verdict::NotCounted, Percentiles::default())
-        }
+        Runner::Null
+        | Runner::WriteFloor
+        | Runner::ExactFloor
+        | Runner::NullPush
+        | Runner::ExactPushFloor => (Verdict::NotCounted, Percentiles::default()),
     };
     stage.shutdown().await;
     let mut result = window.into_result(

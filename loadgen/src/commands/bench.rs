@@ -94,7 +94,10 @@ pub struct BenchArgs {
     /// each write conditioned as it must be to stay exact beside other
     /// replicas and the changed posts' rollups refreshed every second
     /// (`--commit-writes --preconditions --rollups`), and print CPU per
-    /// message as a multiple of it too.
+    /// message as a multiple of it too. With push among the deliveries,
+    /// the exact push floor runs right after the push floor as well (the
+    /// same writes, each pushed request answered once its group
+    /// committed), and push runs are printed as multiples of it.
     #[arg(long, requires = "ceiling")]
     pub exact_floor: bool,
     /// The `hotcount-null-consumer` binary for `--ceiling` (default: next to this one).
