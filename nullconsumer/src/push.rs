@@ -80,14 +80,20 @@ async fn answer_push(
                 }
                 StatusCode::NO_CONTENT
             }
-            (Ok(body), Answer::Committed(pushed)) => match event_of(&body.to_bytes()) {
-                None => StatusCode::BAD_REQUEST,
-                Some(event) => match pushed.offer(event).await {
-                    Ok(()) => StatusCode::NO_CONTENT,
-                    // Its Commit's task ended without answering: pushed again.
-                    Err(_) => StatusCode::SERVICE_UNAVAILABLE,
-                },
-            },
+            (Ok(body), Answer::Committed(pushed)) => {
+                // The body is let go before the wait: it shares the
+                // connection's read buffer, which hyper would otherwise
+                // replace for the next request.
+                let event = event_of(&body.to_bytes());
+                match event {
+                    None => StatusCode::BAD_REQUEST,
+                    Some(event) => match pushed.offer(event).await {
+                        Ok(()) => StatusCode::NO_CONTENT,
+                        // Its Commit's task ended without answering: pushed again.
+                        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+                    },
+                }
+            }
         }
     };
     let mut response = Response::new(Empty::new());

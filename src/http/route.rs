@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,8 +42,10 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
 }
 
-/// Binds `addr` and serves `POST {path}` with `handle` (the answer is its
-/// status, with no body) over HTTP/1.1 with keep-alive, on hyper's server
+/// Binds `addr` and serves `POST {path}` with a handler `connect` makes
+/// for each connection (the answer is its status, with no body; one per
+/// connection, so what a request clones of it is the connection's alone,
+/// not a count every connection writes) over HTTP/1.1 with keep-alive, on hyper's server
 /// alone: no router, no protocol sniffing, `TCP_NODELAY` (each answer
 /// goes out at once); any other path is answered 404 and another method
 /// on `path` 405, as the router would. Runs in a task of `tasks` until
@@ -56,16 +58,17 @@ pub struct ConnectionLimits {
 /// most `max_connections` are open: a new one beyond closes the one idle
 /// (or sending headers) the longest, or is closed itself when every other
 /// is in a request. A connection in a request is never closed for another.
-pub async fn serve_route<H, F>(
+pub async fn serve_route<C, H, F>(
     what: &'static str,
     addr: SocketAddr,
-    (path, handle): (&'static str, H),
+    (path, connect): (&'static str, C),
     (limits, stats): (ConnectionLimits, Arc<Stats>),
     mut stop: watch::Receiver<bool>,
     tasks: &mut JoinSet<()>,
 ) -> Result<SocketAddr, HttpError>
 where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    C: Fn() -> H + Send + 'static,
+    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = StatusCode> + Send + 'static,
 {
     let error = |source| HttpError { what, addr, source };
@@ -87,8 +90,9 @@ where
                             drop(stream);
                             continue;
                         }
-                        let route = (path, handle.clone());
+                        let route = (path, connect());
                         let (stop_tx, stop) = oneshot::channel();
+                        let stop = Stop { signal: stop, stopping: open.stopping.clone(), registered: false };
                         let idle_since = Arc::new(AtomicU64::new(open.now_ms()));
                         let activity = Activity { idle_since: idle_since.clone(), epoch: open.epoch, stats: stats.clone() };
                         let connection = serve_connection(stream, route, (http1.clone(), activity), stop);
@@ -123,6 +127,8 @@ where
 struct Open {
     max: usize,
     held: HashMap<tokio::task::Id, Held>,
+    /// Set once, at stop, before the connections' stop signals are sent.
+    stopping: Arc<AtomicBool>,
     epoch: Instant,
     stats: Arc<Stats>,
 }
@@ -142,6 +148,7 @@ impl Open {
         Self {
             max,
             held: HashMap::new(),
+            stopping: Arc::default(),
             epoch: Instant::now(),
             stats,
         }
@@ -205,6 +212,7 @@ impl Open {
 
     /// Asks every connection to finish its request in progress and close.
     fn stop_all(&mut self) {
+        self.stopping.store(true, Ordering::Release);
         for (_, held) in self.held.drain() {
             let _ = held.stop.send(());
         }
@@ -230,14 +238,14 @@ struct Activity {
 
 /// One connection of [`serve_route`]: its requests one after the other
 /// until the client closes it (or its headers are late), or, once `stop`
-/// fires (or its sender is gone), until the one in progress is answered.
+/// fires, until the one in progress is answered.
 async fn serve_connection<H, F>(
     stream: TcpStream,
     (path, handle): (&'static str, H),
     (http1, activity): (hyper::server::conn::http1::Builder, Activity),
-    stop: oneshot::Receiver<()>,
+    stop: Stop,
 ) where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = StatusCode> + Send + 'static,
 {
     let _ = stream.set_nodelay(true);
@@ -251,7 +259,9 @@ async fn serve_connection<H, F>(
         } else {
             Ok(handle(request))
         };
-        let activity = activity.clone();
+        // Only what the answer stamps (not the stats: a count every
+        // connection writes, cloned per request).
+        let (idle_since, epoch) = (activity.idle_since.clone(), activity.epoch);
         async move {
             let status = match answer {
                 Ok(handled) => handled.await,
@@ -263,8 +273,7 @@ async fn serve_connection<H, F>(
                 let allow = axum::http::HeaderValue::from_static("POST");
                 response.headers_mut().insert(header::ALLOW, allow);
             }
-            let now = millis_since(activity.epoch);
-            activity.idle_since.store(now, Ordering::Relaxed);
+            idle_since.store(millis_since(epoch), Ordering::Relaxed);
             Ok::<_, Infallible>(response)
         }
     });
@@ -287,6 +296,35 @@ async fn serve_connection<H, F>(
                 .push_connections_closed
                 .add(ConnectionClose::HeaderTimeout, 1);
         }
+    }
+}
+
+/// A connection's stop signal, as its task waits for it beside the
+/// connection: the channel is polled on the task's first poll (which
+/// leaves the task's waker with it: a send wakes the task) and then only
+/// once `stopping` is set, not on each of the connection's wake-ups
+/// (polling a thousand cold per-connection channels cost ~1 % of a push
+/// run's CPU). `stopping` is set before any signal is sent, so the poll
+/// that a send wakes sees it. A sender dropped without sending (the
+/// accept loop's task dropped) ends the connection's task with it.
+struct Stop {
+    signal: oneshot::Receiver<()>,
+    stopping: Arc<AtomicBool>,
+    registered: bool,
+}
+
+impl Future for Stop {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.registered && !self.stopping.load(Ordering::Acquire) {
+            return std::task::Poll::Pending;
+        }
+        self.registered = true;
+        std::pin::Pin::new(&mut self.signal).poll(cx).map(|_| ())
     }
 }
 
@@ -317,7 +355,8 @@ mod tests {
         F: Future<Output = StatusCode> + Send + 'static,
     {
         let addr = "127.0.0.1:0".parse().expect("address");
-        serve_route("push", addr, ("/pubsub/push", handle), limits, stop, tasks)
+        let connect = move || handle.clone();
+        serve_route("push", addr, ("/pubsub/push", connect), limits, stop, tasks)
             .await
             .expect("bound")
     }

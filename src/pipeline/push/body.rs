@@ -17,7 +17,9 @@ use std::time::SystemTime;
 use axum::body::{Bytes, HttpBody};
 use axum::http::HeaderMap;
 use base64::Engine as _;
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::model::item::Item;
@@ -173,8 +175,10 @@ pub struct Delivery {
     pub bytes: usize,
     /// When Pub/Sub accepted the message, if the request says.
     pub published: Option<SystemTime>,
-    /// The subscription that pushed it, if the request says.
-    pub subscription: Option<String>,
+    /// The subscription that pushed it, when the request names one other
+    /// than the one expected (a copy only then: the usual case allocates
+    /// nothing for it).
+    pub other_subscription: Option<String>,
 }
 
 /// Pub/Sub's wrapped body (fields it may add later are ignored).
@@ -182,7 +186,8 @@ pub struct Delivery {
 struct Envelope<'a> {
     #[serde(borrow)]
     message: Option<WireMessage<'a>>,
-    subscription: Option<String>,
+    #[serde(borrow)]
+    subscription: Option<Cow<'a, str>>,
 }
 
 /// The `message` of a wrapped body; Pub/Sub writes some fields in both
@@ -191,7 +196,8 @@ struct Envelope<'a> {
 struct WireMessage<'a> {
     #[serde(borrow)]
     data: Option<Cow<'a, str>>,
-    attributes: Option<BTreeMap<String, String>>,
+    #[serde(borrow)]
+    attributes: Option<Attributes<'a>>,
     // Borrowed from the body where no escape needs undoing: no copy.
     #[serde(rename = "messageId", borrow)]
     message_id: Option<Cow<'a, str>>,
@@ -203,8 +209,71 @@ struct WireMessage<'a> {
     publish_time_snake: Option<Cow<'a, str>>,
 }
 
-/// The message of a request: its `headers` and its body as [`read`].
-pub fn parse(headers: &HeaderMap, body: Read) -> Delivery {
+/// A wrapped message's attributes as the body holds them: checked to be
+/// an object of strings as they are read, but not copied out (no map, no
+/// strings) until a poison record keeps them: a valid event never does.
+struct Attributes<'a>(&'a RawValue);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Attributes<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = <&'a RawValue>::deserialize(deserializer)?;
+        let mut strings = serde_json::Deserializer::from_str(raw.get());
+        strings
+            .deserialize_map(StringsOnly)
+            .map_err(serde::de::Error::custom)?;
+        Ok(Self(raw))
+    }
+}
+
+impl Attributes<'_> {
+    /// The attributes as a map (checked already: an object of strings).
+    fn to_map(&self) -> BTreeMap<String, String> {
+        serde_json::from_str(self.0.get()).unwrap_or_default()
+    }
+}
+
+/// Accepts an object whose keys and values are all strings, keeping none.
+struct StringsOnly;
+
+impl<'de> Visitor<'de> for StringsOnly {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a map of strings")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<(), M::Error> {
+        while map.next_entry::<AnyString, AnyString>()?.is_some() {}
+        Ok(())
+    }
+}
+
+/// Any string, escaped or not, kept nowhere.
+struct AnyString;
+
+impl<'de> Deserialize<'de> for AnyString {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(AnyStringVisitor)
+    }
+}
+
+struct AnyStringVisitor;
+
+impl Visitor<'_> for AnyStringVisitor {
+    type Value = AnyString;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<AnyString, E> {
+        Ok(AnyString)
+    }
+}
+
+/// The message of a request: its `headers` and its body as [`read`];
+/// `expected` is the subscription it should come from.
+pub fn parse(headers: &HeaderMap, body: Read, expected: &str) -> Delivery {
     let unwrapped = has_metadata(headers);
     match body {
         Read::Oversized {
@@ -237,15 +306,18 @@ pub fn parse(headers: &HeaderMap, body: Read) -> Delivery {
                 item: Item::Poison(Box::new(record)),
                 bytes: prefix.len(),
                 published: None,
-                subscription: None,
+                other_subscription: None,
             }
         }
-        Read::Whole(body) if unwrapped => unwrapped_delivery(headers, &body),
+        Read::Whole(body) if unwrapped => unwrapped_delivery(headers, &body, expected),
         Read::Whole(body) => match serde_json::from_slice::<Envelope>(&body) {
             Ok(Envelope {
                 message: Some(message),
                 subscription,
-            }) => wrapped_delivery(message, subscription, &body),
+            }) => {
+                let other = subscription.filter(|s| s != expected);
+                wrapped_delivery(message, other.map(Cow::into_owned), &body)
+            }
             Err(error) if error.is_data() && starts_object(&body) => {
                 let reason =
                     format!("push body is a JSON object but not Pub/Sub's push request: {error}");
@@ -253,13 +325,17 @@ pub fn parse(headers: &HeaderMap, body: Read) -> Delivery {
             }
             // Not an envelope: the unwrapped form without metadata, whose
             // body is the payload.
-            _ => unwrapped_delivery(headers, &body),
+            _ => unwrapped_delivery(headers, &body, expected),
         },
     }
 }
 
-/// A wrapped body's message.
-fn wrapped_delivery(message: WireMessage, subscription: Option<String>, body: &[u8]) -> Delivery {
+/// A wrapped body's message (`other_subscription`: see [`Delivery`]).
+fn wrapped_delivery(
+    message: WireMessage,
+    other_subscription: Option<String>,
+    body: &[u8],
+) -> Delivery {
     let Some(message_id) = message.message_id.or(message.message_id_snake) else {
         return not_push(body, "push request's message has no messageId".into());
     };
@@ -279,22 +355,24 @@ fn wrapped_delivery(message: WireMessage, subscription: Option<String>, body: &[
         .or(message.publish_time_snake)
         .and_then(|t| rfc3339(&t));
     Delivery {
-        item: Item::parse(&message_id, &data, || attributes.unwrap_or_default()),
+        item: Item::parse(&message_id, &data, || {
+            attributes.map(|a| a.to_map()).unwrap_or_default()
+        }),
         bytes: data.len(),
         published,
-        subscription,
+        other_subscription,
     }
 }
 
 /// An unwrapped body (the payload), with the metadata its headers carry.
-fn unwrapped_delivery(headers: &HeaderMap, body: &Bytes) -> Delivery {
+fn unwrapped_delivery(headers: &HeaderMap, body: &Bytes, expected: &str) -> Delivery {
     let message_id =
         header(headers, "message-id").unwrap_or_else(|| digest_id(&Sha256::digest(body).into()));
     Delivery {
         item: Item::parse(&message_id, body, || attributes(headers)),
         bytes: body.len(),
         published: header(headers, "publish-time").and_then(|t| rfc3339(&t)),
-        subscription: header(headers, "subscription-name"),
+        other_subscription: header(headers, "subscription-name").filter(|s| s != expected),
     }
 }
 
@@ -307,7 +385,7 @@ fn not_push(body: &[u8], reason: String) -> Delivery {
         item: Item::Poison(Box::new(record)),
         bytes: body.len(),
         published: None,
-        subscription: None,
+        other_subscription: None,
     }
 }
 

@@ -39,7 +39,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
 use parking_lot::RwLock;
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::model::item::Item;
@@ -62,7 +62,44 @@ pub const PATH: &str = "/pubsub/push";
 #[derive(Debug)]
 pub struct PushHandle {
     answer: oneshot::Sender<bool>,
-    _slot: OwnedSemaphorePermit,
+    _slot: Slot,
+}
+
+/// The endpoint's `--push-max-in-flight` slots: a count, taken with one
+/// compare-and-swap and given back with one subtraction (a semaphore's
+/// release also takes its waiters' lock, and nothing waits for a slot
+/// here: a request over the cap is answered 429 at once).
+///
+/// Invariant: `taken` never exceeds `max`.
+#[derive(Debug)]
+struct Slots {
+    taken: std::sync::atomic::AtomicUsize,
+    max: usize,
+}
+
+/// One taken slot of [`Slots`], given back when dropped.
+#[derive(Debug)]
+struct Slot(Arc<Slots>);
+
+impl Slots {
+    /// A slot, or `None` when all `max` are taken.
+    fn try_take(self: &Arc<Self>) -> Option<Slot> {
+        use std::sync::atomic::Ordering;
+        self.taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |taken| {
+                (taken < self.max).then_some(taken + 1)
+            })
+            .ok()
+            .map(|_| Slot(self.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0
+            .taken
+            .fetch_sub(1, std::sync::atomic::Ordering::Release);
+    }
 }
 
 impl AckHandle for PushHandle {
@@ -86,7 +123,7 @@ struct Intake {
 
 struct Inner {
     auth: Authenticator,
-    slots: Arc<Semaphore>,
+    slots: Arc<Slots>,
     max_in_flight: usize,
     subscription: String,
     stats: Arc<Stats>,
@@ -107,7 +144,10 @@ impl Push {
         Self {
             inner: Arc::new(Inner {
                 auth: Authenticator::new(&config.auth, stats.clone()),
-                slots: Arc::new(Semaphore::new(config.max_in_flight)),
+                slots: Arc::new(Slots {
+                    taken: Default::default(),
+                    max: config.max_in_flight,
+                }),
                 max_in_flight: config.max_in_flight,
                 subscription: config.subscription.clone(),
                 stats,
@@ -190,11 +230,15 @@ impl Inner {
         let Some(hold_max) = inner.intake.read().as_ref().map(|i| i.hold_max) else {
             return inner.answer(PushOutcome::Closed);
         };
-        let (parts, body) = request.into_parts();
-        if let Err(refusal) = inner.auth.check(&parts.headers).await {
+        // Only the headers go on (the rest of the head is dropped here),
+        // and only until the body is parsed: a request's head shares its
+        // connection's read buffer, and one kept through the hold made
+        // hyper allocate a new buffer for each next request.
+        let (axum::http::request::Parts { headers, .. }, body) = request.into_parts();
+        if let Err(refusal) = inner.auth.check(&headers).await {
             return inner.refuse(refusal);
         }
-        let Ok(slot) = inner.slots.clone().try_acquire_owned() else {
+        let Some(slot) = inner.slots.try_take() else {
             if inner
                 .stats
                 .warnings
@@ -207,8 +251,7 @@ impl Inner {
             }
             return inner.answer(PushOutcome::OverCapacity);
         };
-        let held =
-            tokio::time::timeout_at(arrived + hold_max, inner.deliver(parts.headers, body, slot));
+        let held = tokio::time::timeout_at(arrived + hold_max, inner.deliver(headers, body, slot));
         let outcome = held.await.unwrap_or_else(|_| {
         if inner.stats.warnings.admit("push requests held to the cap", "timed_out") {
             tracing::warn!(?hold_max, "push request not settled within its hold cap: answered 503 (its batch may still commit; the redelivery is then a duplicate)");
@@ -226,12 +269,7 @@ impl Inner {
 
     /// Reads the body, adds its message to the aggregator and waits for
     /// its handle to be settled.
-    async fn deliver<B>(
-        &self,
-        headers: axum::http::HeaderMap,
-        body: B,
-        slot: OwnedSemaphorePermit,
-    ) -> PushOutcome
+    async fn deliver<B>(&self, headers: axum::http::HeaderMap, body: B, slot: Slot) -> PushOutcome
     where
         B: HttpBody<Data = Bytes> + Unpin,
         B::Error: std::fmt::Display,
@@ -249,13 +287,13 @@ impl Inner {
                 return PushOutcome::Unread;
             }
         };
-        let delivery = body::parse(&headers, read);
-        if let Some(from) = &delivery.subscription {
-            if *from != self.subscription
-                && self
-                    .stats
-                    .warnings
-                    .admit("push from another subscription", "subscription")
+        let delivery = body::parse(&headers, read, &self.subscription);
+        drop(headers);
+        if let Some(from) = &delivery.other_subscription {
+            if self
+                .stats
+                .warnings
+                .admit("push from another subscription", "subscription")
             {
                 tracing::warn!(from = %from, expected = %self.subscription, "a push request names another subscription than --subscription; counted all the same (markers and quarantine are namespaced by --consumer)");
             }

@@ -227,6 +227,32 @@ async fn a_request_held_past_its_cap_is_answered_503_and_its_batch_still_commits
     assert_eq!(stats.acks.get(), 1, "its ack found no one to answer");
 }
 
+#[test]
+fn slots_are_never_taken_beyond_the_cap_even_when_raced_and_come_back_when_dropped() {
+    let slots = Arc::new(Slots {
+        taken: Default::default(),
+        max: 64,
+    });
+    let taken: Vec<Vec<Slot>> = std::thread::scope(|scope| {
+        let racers: Vec<_> = (0..4)
+            .map(|_| scope.spawn(|| (0..100).filter_map(|_| slots.try_take()).collect()))
+            .collect();
+        racers
+            .into_iter()
+            .map(|racer| racer.join().expect("racer"))
+            .collect()
+    });
+    assert_eq!(taken.iter().map(Vec::len).sum::<usize>(), 64);
+    assert!(slots.try_take().is_none(), "all taken");
+    drop(taken);
+    assert_eq!(
+        slots.taken.load(std::sync::atomic::Ordering::Acquire),
+        0,
+        "every slot given back"
+    );
+    assert!(slots.try_take().is_some());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_beyond_max_in_flight_are_answered_429_until_slots_free() {
     let rig = Rig::start(2, Duration::from_secs(8)).await;

@@ -7,6 +7,14 @@ use axum::http::HeaderValue;
 
 use super::*;
 
+/// The subscription the tests' requests come from.
+const SUBSCRIPTION: &str = "projects/p/subscriptions/likes-hotcount";
+
+/// [`super::parse`] of a request expected from [`SUBSCRIPTION`].
+fn parse(headers: &HeaderMap, body: Read) -> Delivery {
+    super::parse(headers, body, SUBSCRIPTION)
+}
+
 const EVENT: &str = r#"{"version":1,"eventId":"e1","type":"like.added","postId":"p1","userId":"u1","occurredAt":"2026-11-30T12:00:00Z","seq":1}"#;
 
 fn b64(data: &[u8]) -> String {
@@ -62,10 +70,13 @@ fn a_wrapped_body_gives_the_event_its_publish_time_and_subscription() {
         .expect("after 1970")
         .as_millis();
     assert_eq!(millis % 1000, 500);
-    assert_eq!(
-        delivery.subscription.as_deref(),
-        Some("projects/p/subscriptions/likes-hotcount")
+    assert_eq!(delivery.other_subscription, None, "the one expected");
+    let elsewhere = super::parse(
+        &HeaderMap::new(),
+        wrapped(serde_json::json!({"data": b64(EVENT.as_bytes()), "messageId": "1"})),
+        "projects/p/subscriptions/other",
     );
+    assert_eq!(elsewhere.other_subscription.as_deref(), Some(SUBSCRIPTION));
 }
 
 #[test]
@@ -165,10 +176,13 @@ fn an_unwrapped_body_is_the_payload_with_metadata_from_headers() {
     let delivery = parse(&headers, Read::Whole(Bytes::from_static(EVENT.as_bytes())));
     assert!(matches!(delivery.item, Item::Event(_)));
     assert!(delivery.published.is_some());
-    assert_eq!(
-        delivery.subscription.as_deref(),
-        Some("projects/p/subscriptions/likes-hotcount")
+    assert_eq!(delivery.other_subscription, None, "the one expected");
+    let elsewhere = super::parse(
+        &headers,
+        Read::Whole(Bytes::from_static(EVENT.as_bytes())),
+        "projects/p/subscriptions/other",
     );
+    assert_eq!(elsewhere.other_subscription.as_deref(), Some(SUBSCRIPTION));
     // The same headers with a poison payload: the record's attributes are
     // the message's, never the token or HTTP's own headers.
     let delivery = parse(&headers, Read::Whole(Bytes::from_static(b"oops")));
