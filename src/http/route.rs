@@ -5,9 +5,11 @@
 //! Invariants: at most [`ConnectionLimits::max_connections`] connections
 //! are open at once (one beyond the cap is closed when every other is in a
 //! request); a connection that has not sent a whole request head within
-//! [`ConnectionLimits::header_read_timeout`], or idles between requests,
-//! is closed, so slow or idle clients cannot starve requests; at stop the
-//! request in progress is finished, then its connection closed.
+//! [`ConnectionLimits::header_read_timeout`] (and a quarter of it, at most
+//! 1 s: the accept loop's sweep) of its opening or last answer, so also
+//! one that idles between requests, is closed, so slow or idle clients
+//! cannot starve requests; at stop the request in progress is finished,
+//! then its connection closed.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -75,13 +77,14 @@ where
     let listener = TcpListener::bind(addr).await.map_err(error)?;
     let bound = listener.local_addr().map_err(error)?;
     tracing::info!(addr = %bound, what, max_connections = limits.max_connections, header_read_timeout = ?limits.header_read_timeout, "endpoint listening");
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+    // No timer in hyper: the header read timeout is the accept loop's
+    // sweep below (hyper's drops and re-arms a timer for every request).
+    let http1 = hyper::server::conn::http1::Builder::new();
     tasks.spawn(async move {
         let mut open = Open::new(limits.max_connections, stats.clone());
         let mut connections = JoinSet::new();
+        let mut sweep = tokio::time::interval(sweep_period(limits.header_read_timeout));
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
@@ -94,7 +97,7 @@ where
                         let (stop_tx, stop) = oneshot::channel();
                         let stop = Stop { signal: stop, stopping: open.stopping.clone(), registered: false };
                         let idle_since = Arc::new(AtomicU64::new(open.now_ms()));
-                        let activity = Activity { idle_since: idle_since.clone(), epoch: open.epoch, stats: stats.clone() };
+                        let activity = Activity { idle_since: idle_since.clone(), epoch: open.epoch };
                         let connection = serve_connection(stream, route, (http1.clone(), activity), stop);
                         let abort = connections.spawn(connection);
                         open.add(abort, stop_tx, idle_since);
@@ -109,6 +112,7 @@ where
                 Some(ended) = connections.join_next_with_id(), if !connections.is_empty() => {
                     open.remove(ended.map_or_else(|e| e.id(), |(id, ())| id));
                 }
+                _ = sweep.tick() => open.close_late(limits.header_read_timeout),
                 () = stopped(&mut stop) => break,
             }
         }
@@ -204,6 +208,32 @@ impl Open {
         self.stats.push_connections.set(self.held.len() as u64);
     }
 
+    /// Closes every connection that has been idle, or sending a request's
+    /// headers, for longer than `timeout` since it opened or last answered
+    /// (counted as header timeouts). Cost: a scan of the held connections.
+    fn close_late(&mut self, timeout: Duration) {
+        let now = self.now_ms();
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let late: Vec<tokio::task::Id> = self
+            .held
+            .iter()
+            .filter(|(_, held)| {
+                let since = held.idle_since.load(Ordering::Relaxed);
+                since != 0 && now.saturating_sub(since) > timeout_ms
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            if let Some(held) = self.held.remove(&id) {
+                held.abort.abort();
+                self.stats
+                    .push_connections_closed
+                    .add(ConnectionClose::HeaderTimeout, 1);
+            }
+        }
+        self.stats.push_connections.set(self.held.len() as u64);
+    }
+
     /// Forgets the connection of task `id` (ended, or evicted before).
     fn remove(&mut self, id: tokio::task::Id) {
         self.held.remove(&id);
@@ -219,6 +249,13 @@ impl Open {
     }
 }
 
+/// How often the accept loop looks for connections past the header read
+/// timeout: a quarter of it (10 ms to 1 s), so one is closed within
+/// `timeout` and a quarter of it (at most 1 s) more.
+fn sweep_period(timeout: Duration) -> Duration {
+    (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
 /// Milliseconds since `epoch`, plus one.
 fn millis_since(epoch: Instant) -> u64 {
     u64::try_from(epoch.elapsed().as_millis())
@@ -226,19 +263,20 @@ fn millis_since(epoch: Instant) -> u64 {
         .saturating_add(1)
 }
 
-/// What a connection of [`serve_route`] tells its accept loop, and counts.
+/// What a connection of [`serve_route`] tells its accept loop: the
+/// eviction and the header read timeout read it.
 #[derive(Clone)]
 struct Activity {
     /// 0 while a request is in progress; otherwise when the connection
     /// last became idle (opened, or answered), see [`millis_since`].
     idle_since: Arc<AtomicU64>,
     epoch: Instant,
-    stats: Arc<Stats>,
 }
 
 /// One connection of [`serve_route`]: its requests one after the other
-/// until the client closes it (or its headers are late), or, once `stop`
-/// fires, until the one in progress is answered.
+/// until the client closes it (or the accept loop closes it: its headers
+/// late, or evicted), or, once `stop` fires, until the one in progress is
+/// answered.
 async fn serve_connection<H, F>(
     stream: TcpStream,
     (path, handle): (&'static str, H),
@@ -249,7 +287,6 @@ async fn serve_connection<H, F>(
     F: Future<Output = StatusCode> + Send + 'static,
 {
     let _ = stream.set_nodelay(true);
-    let stats = activity.stats.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         activity.idle_since.store(0, Ordering::Relaxed);
         let answer = if request.uri().path() != path {
@@ -279,23 +316,13 @@ async fn serve_connection<H, F>(
     });
     let connection = http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
     tokio::pin!(connection);
-    let ended = tokio::select! {
-        ended = connection.as_mut() => Some(ended),
-        _ = stop => None,
+    let stopped = tokio::select! {
+        _ = connection.as_mut() => false,
+        _ = stop => true,
     };
-    let ended = match ended {
-        Some(ended) => ended,
-        None => {
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-    };
-    if let Err(error) = ended {
-        if error.is_timeout() {
-            stats
-                .push_connections_closed
-                .add(ConnectionClose::HeaderTimeout, 1);
-        }
+    if stopped {
+        connection.as_mut().graceful_shutdown();
+        let _ = connection.await;
     }
 }
 
