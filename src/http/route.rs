@@ -47,8 +47,8 @@ pub struct ConnectionLimits {
 /// Binds `addr` and serves `POST {path}` with a handler `connect` makes
 /// for each connection (the answer is its status, with no body; one per
 /// connection, so what a request clones of it is the connection's alone,
-/// not a count every connection writes) over HTTP/1.1 with keep-alive, on hyper's server
-/// alone: no router, no protocol sniffing, `TCP_NODELAY` (each answer
+/// not a count every connection writes) over HTTP/1.1 with keep-alive,
+/// on hyper's server alone: no router, no protocol sniffing, `TCP_NODELAY` (each answer
 /// goes out at once); any other path is answered 404 and another method
 /// on `path` 405, as the router would. Runs in a task of `tasks` until
 /// `stop` turns true: then it stops accepting, lets each connection
@@ -177,15 +177,15 @@ impl Open {
             .map(|(id, held)| (*id, held.idle_since.load(Ordering::Relaxed)))
             .filter(|(_, since)| *since != 0)
             .min_by_key(|(_, since)| *since);
-        let closed = &self.stats.push_connections_closed;
-        match idlest.and_then(|(id, _)| self.held.remove(&id)) {
-            Some(held) => {
-                held.abort.abort();
-                closed.add(ConnectionClose::Evicted, 1);
+        match idlest {
+            Some((id, _)) => {
+                self.close(id, ConnectionClose::Evicted);
                 true
             }
             None => {
-                closed.add(ConnectionClose::Refused, 1);
+                self.stats
+                    .push_connections_closed
+                    .add(ConnectionClose::Refused, 1);
                 if self
                     .stats
                     .warnings
@@ -224,14 +224,18 @@ impl Open {
             .map(|(id, _)| *id)
             .collect();
         for id in late {
-            if let Some(held) = self.held.remove(&id) {
-                held.abort.abort();
-                self.stats
-                    .push_connections_closed
-                    .add(ConnectionClose::HeaderTimeout, 1);
-            }
+            self.close(id, ConnectionClose::HeaderTimeout);
         }
         self.stats.push_connections.set(self.held.len() as u64);
+    }
+
+    /// Ends the held connection of task `id` at once, counted as closed
+    /// for `reason`.
+    fn close(&mut self, id: tokio::task::Id, reason: ConnectionClose) {
+        if let Some(held) = self.held.remove(&id) {
+            held.abort.abort();
+            self.stats.push_connections_closed.add(reason, 1);
+        }
     }
 
     /// Forgets the connection of task `id` (ended, or evicted before).

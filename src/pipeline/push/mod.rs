@@ -124,7 +124,6 @@ struct Intake {
 struct Inner {
     auth: Authenticator,
     slots: Arc<Slots>,
-    max_in_flight: usize,
     subscription: String,
     stats: Arc<Stats>,
     /// `None` before [`Push::open`] and after [`Push::close`].
@@ -148,7 +147,6 @@ impl Push {
                     taken: Default::default(),
                     max: config.max_in_flight,
                 }),
-                max_in_flight: config.max_in_flight,
                 subscription: config.subscription.clone(),
                 stats,
                 intake: RwLock::new(None),
@@ -245,7 +243,7 @@ impl Inner {
                 .admit("push requests over --push-max-in-flight", "429")
             {
                 tracing::warn!(
-                max = inner.max_in_flight,
+                max = inner.slots.max,
                 "push request answered 429: --push-max-in-flight requests are held (Pub/Sub retries it)"
             );
             }
