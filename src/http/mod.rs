@@ -25,7 +25,7 @@ use crate::telemetry::{self, Stats};
 
 mod route;
 
-pub use route::{serve_route, ConnectionLimits};
+pub use route::{serve_route, ConnectionLimits, NoTimeLimit, TimeLimit};
 
 /// An endpoint could not start.
 #[derive(Debug, thiserror::Error)]

@@ -5,22 +5,29 @@
 //! Invariants: at most [`ConnectionLimits::max_connections`] connections
 //! are open at once (one beyond the cap is closed when every other is in a
 //! request); a connection that has not sent a whole request head within
-//! [`ConnectionLimits::header_read_timeout`] (and a quarter of it, at most
-//! 1 s: the accept loop's sweep) of its opening or last answer, so also
-//! one that idles between requests, is closed, so slow or idle clients
-//! cannot starve requests; at stop the request in progress is finished,
-//! then its connection closed.
+//! [`ConnectionLimits::header_read_timeout`] of its opening or last answer
+//! (so also one that idles between requests) is closed, never sooner and
+//! at most two sweep periods later, so slow or idle clients cannot starve
+//! requests; a request still unanswered at its route's [`TimeLimit`] is
+//! answered by [`TimeLimit::timed_out`] (its handler's future dropped), at
+//! most two sweep periods before the limit and never after it (the
+//! accept loop's sweep, one pass over the connections' state words, does
+//! both: no timer per request or connection); at stop the request in
+//! progress is finished, then its connection closed.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::http::{header, Method, Request, Response, StatusCode};
+use futures::task::AtomicWaker;
 use http_body_util::Empty;
 use hyper::body::Incoming;
 use tokio::net::{TcpListener, TcpStream};
@@ -44,6 +51,32 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
 }
 
+/// How long a request of [`serve_route`]'s route may take, and the answer
+/// for one that takes longer: the push endpoint's hold cap.
+pub trait TimeLimit: Send + Sync + 'static {
+    /// The longest a request may be handled (`None`: no limit); read at
+    /// each sweep, so it may change while serving.
+    fn limit(&self) -> Option<Duration>;
+
+    /// The answer for a request given up after `held` (its handler's
+    /// future is dropped): the route's owner counts and logs it here.
+    fn timed_out(&self, held: Duration) -> StatusCode;
+}
+
+/// No limit: requests take as long as their handler does.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoTimeLimit;
+
+impl TimeLimit for NoTimeLimit {
+    fn limit(&self) -> Option<Duration> {
+        None
+    }
+
+    fn timed_out(&self, _held: Duration) -> StatusCode {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
 /// Binds `addr` and serves `POST {path}` with a handler `connect` makes
 /// for each connection (the answer is its status, with no body; one per
 /// connection, so what a request clones of it is the connection's alone,
@@ -60,10 +93,11 @@ pub struct ConnectionLimits {
 /// most `max_connections` are open: a new one beyond closes the one idle
 /// (or sending headers) the longest, or is closed itself when every other
 /// is in a request. A connection in a request is never closed for another.
-pub async fn serve_route<C, H, F>(
+/// A request unanswered at `time_limit`'s limit is answered by it.
+pub async fn serve_route<C, H, F, L>(
     what: &'static str,
     addr: SocketAddr,
-    (path, connect): (&'static str, C),
+    (path, connect, time_limit): (&'static str, C, Arc<L>),
     (limits, stats): (ConnectionLimits, Arc<Stats>),
     mut stop: watch::Receiver<bool>,
     tasks: &mut JoinSet<()>,
@@ -72,19 +106,21 @@ where
     C: Fn() -> H + Send + 'static,
     H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = StatusCode> + Send + 'static,
+    L: TimeLimit,
 {
     let error = |source| HttpError { what, addr, source };
     let listener = TcpListener::bind(addr).await.map_err(error)?;
     let bound = listener.local_addr().map_err(error)?;
     tracing::info!(addr = %bound, what, max_connections = limits.max_connections, header_read_timeout = ?limits.header_read_timeout, "endpoint listening");
-    // No timer in hyper: the header read timeout is the accept loop's
-    // sweep below (hyper's drops and re-arms a timer for every request).
+    // No timer in hyper, none per request: the header read timeout and
+    // the time limit are the accept loop's sweep below (hyper's drops and
+    // re-arms a timer for every request, and so would a timeout each).
     let http1 = hyper::server::conn::http1::Builder::new();
     tasks.spawn(async move {
         let mut open = Open::new(limits.max_connections, stats.clone());
         let mut connections = JoinSet::new();
-        let mut sweep = tokio::time::interval(sweep_period(limits.header_read_timeout));
-        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut period = sweep_period(limits.header_read_timeout, time_limit.limit());
+        let mut next_sweep = tokio::time::Instant::now() + period;
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
@@ -93,14 +129,12 @@ where
                             drop(stream);
                             continue;
                         }
-                        let route = (path, connect());
                         let (stop_tx, stop) = oneshot::channel();
                         let stop = Stop { signal: stop, stopping: open.stopping.clone(), registered: false };
-                        let idle_since = Arc::new(AtomicU64::new(open.now_ms()));
-                        let activity = Activity { idle_since: idle_since.clone(), epoch: open.epoch };
-                        let connection = serve_connection(stream, route, (http1.clone(), activity), stop);
-                        let abort = connections.spawn(connection);
-                        open.add(abort, stop_tx, idle_since);
+                        let connection = Arc::new(Connection::new(open.clock.clone(), time_limit.clone()));
+                        let route = (path, connect(), connection.clone());
+                        let abort = connections.spawn(serve_connection(stream, route, http1.clone(), stop));
+                        open.add(abort, stop_tx, connection);
                     }
                     // Out of file descriptors, say: the connections being
                     // served go on; accepting is tried again shortly.
@@ -112,7 +146,12 @@ where
                 Some(ended) = connections.join_next_with_id(), if !connections.is_empty() => {
                     open.remove(ended.map_or_else(|e| e.id(), |(id, ())| id));
                 }
-                _ = sweep.tick() => open.close_late(limits.header_read_timeout),
+                () = tokio::time::sleep_until(next_sweep) => {
+                    let limit = time_limit.limit();
+                    open.sweep(limits.header_read_timeout, limit, period);
+                    period = sweep_period(limits.header_read_timeout, limit);
+                    next_sweep = tokio::time::Instant::now() + period;
+                }
                 () = stopped(&mut stop) => break,
             }
         }
@@ -124,43 +163,107 @@ where
     Ok(bound)
 }
 
+/// The accept loop's clock: milliseconds since its start (plus one, so a
+/// stamp is never 0), read by the connections and moved on only by the
+/// accept loop (at each sweep and accept), so a connection stamps its
+/// requests with no clock read of its own. A stamp is at most one sweep
+/// period (and the loop's lateness) behind the true time.
+#[derive(Clone)]
+struct Clock {
+    now_ms: Arc<AtomicU64>,
+    epoch: Instant,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Self {
+            now_ms: Arc::new(AtomicU64::new(1)),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Moves the clock to the true time; that time.
+    fn tick(&self) -> u64 {
+        let now = u64::try_from(self.epoch.elapsed().as_millis())
+            .unwrap_or(STAMP - 1)
+            .saturating_add(1)
+            .min(STAMP);
+        self.now_ms.store(now, Ordering::Relaxed);
+        now
+    }
+
+    /// The time as of the last tick.
+    fn read(&self) -> u64 {
+        self.now_ms.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection's state word ([`Activity::state`]): set while a request is
+/// in progress (from its head read until its answer).
+const BUSY: u64 = 1 << 63;
+/// Set by the sweep on a request past its time limit; only on the exact
+/// word of that request (a compare-and-swap), so never on a later one.
+const EXPIRED: u64 = 1 << 62;
+/// The stamp's bits: the [`Clock`] time the connection opened, last
+/// answered or (busy) began its request.
+const STAMP: u64 = EXPIRED - 1;
+
+/// What a connection of [`serve_route`] shares with its accept loop (the
+/// eviction, the header read timeout and the time limit read its state),
+/// and what each of its requests' answers needs: one per connection, so a
+/// request clones only its connection's count, not one that every
+/// connection writes.
+struct Connection<L> {
+    /// [`BUSY`], [`EXPIRED`] and a stamp.
+    state: AtomicU64,
+    /// The connection's task, woken when its request expires.
+    waker: AtomicWaker,
+    clock: Clock,
+    time_limit: Arc<L>,
+}
+
+impl<L> Connection<L> {
+    fn new(clock: Clock, time_limit: Arc<L>) -> Self {
+        Self {
+            state: AtomicU64::new(clock.tick()),
+            waker: AtomicWaker::new(),
+            clock,
+            time_limit,
+        }
+    }
+}
+
 /// The connections [`serve_route`] holds, as its accept loop sees them.
 ///
-/// Invariant: at most `max` are held; one in a request (its `idle_since`
-/// 0) is never closed to make room.
-struct Open {
+/// Invariant: at most `max` are held; one in a request (busy) is never
+/// closed to make room.
+struct Open<L> {
     max: usize,
-    held: HashMap<tokio::task::Id, Held>,
+    held: HashMap<tokio::task::Id, Held<L>>,
     /// Set once, at stop, before the connections' stop signals are sent.
     stopping: Arc<AtomicBool>,
-    epoch: Instant,
+    clock: Clock,
     stats: Arc<Stats>,
 }
 
 /// One connection of [`Open`].
-struct Held {
+struct Held<L> {
     /// Ends it at once (eviction).
     abort: AbortHandle,
     /// Asks it to finish its request in progress and close (stop).
     stop: oneshot::Sender<()>,
-    /// See [`Activity::idle_since`].
-    idle_since: Arc<AtomicU64>,
+    connection: Arc<Connection<L>>,
 }
 
-impl Open {
+impl<L> Open<L> {
     fn new(max: usize, stats: Arc<Stats>) -> Self {
         Self {
             max,
             held: HashMap::new(),
             stopping: Arc::default(),
-            epoch: Instant::now(),
+            clock: Clock::new(),
             stats,
         }
-    }
-
-    /// Milliseconds since `epoch`, plus one (0 means "in a request").
-    fn now_ms(&self) -> u64 {
-        millis_since(self.epoch)
     }
 
     /// Whether a new connection may be held: below the cap, or once the
@@ -174,8 +277,8 @@ impl Open {
         let idlest = self
             .held
             .iter()
-            .map(|(id, held)| (*id, held.idle_since.load(Ordering::Relaxed)))
-            .filter(|(_, since)| *since != 0)
+            .map(|(id, held)| (*id, held.connection.state.load(Ordering::Relaxed)))
+            .filter(|(_, state)| state & BUSY == 0)
             .min_by_key(|(_, since)| *since);
         match idlest {
             Some((id, _)) => {
@@ -198,31 +301,57 @@ impl Open {
         }
     }
 
-    fn add(&mut self, abort: AbortHandle, stop: oneshot::Sender<()>, idle_since: Arc<AtomicU64>) {
+    fn add(
+        &mut self,
+        abort: AbortHandle,
+        stop: oneshot::Sender<()>,
+        connection: Arc<Connection<L>>,
+    ) {
         let held = Held {
             abort: abort.clone(),
             stop,
-            idle_since,
+            connection,
         };
         self.held.insert(abort.id(), held);
         self.stats.push_connections.set(self.held.len() as u64);
     }
 
-    /// Closes every connection that has been idle, or sending a request's
-    /// headers, for longer than `timeout` since it opened or last answered
-    /// (counted as header timeouts). Cost: a scan of the held connections.
-    fn close_late(&mut self, timeout: Duration) {
-        let now = self.now_ms();
-        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        let late: Vec<tokio::task::Id> = self
-            .held
-            .iter()
-            .filter(|(_, held)| {
-                let since = held.idle_since.load(Ordering::Relaxed);
-                since != 0 && now.saturating_sub(since) > timeout_ms
-            })
-            .map(|(id, _)| *id)
-            .collect();
+    /// One sweep, `period` after the last: closes every connection idle,
+    /// or sending a request's headers, for longer than `timeout` since it
+    /// opened or last answered (counted as header timeouts), and expires
+    /// (wakes, to be answered) every request that would pass `limit`
+    /// before the next sweep. Stamps lag the true time by at most a
+    /// period, hence the period's margin both ways. Cost: a scan of the
+    /// held connections.
+    fn sweep(&mut self, timeout: Duration, limit: Option<Duration>, period: Duration) {
+        let now = self.clock.tick();
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(STAMP);
+        let (timeout_ms, period_ms) = (ms(timeout), ms(period));
+        let mut late = Vec::new();
+        for (id, held) in &self.held {
+            let state = held.connection.state.load(Ordering::Acquire);
+            let age = now.saturating_sub(state & STAMP);
+            if state & BUSY == 0 {
+                if age > timeout_ms.saturating_add(period_ms) {
+                    late.push(*id);
+                }
+            } else if let Some(limit) = limit.filter(|_| state & EXPIRED == 0) {
+                if age.saturating_add(period_ms) >= ms(limit)
+                    && held
+                        .connection
+                        .state
+                        .compare_exchange(
+                            state,
+                            state | EXPIRED,
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                {
+                    held.connection.waker.wake();
+                }
+            }
+        }
         for id in late {
             self.close(id, ConnectionClose::HeaderTimeout);
         }
@@ -253,80 +382,109 @@ impl Open {
     }
 }
 
-/// How often the accept loop looks for connections past the header read
-/// timeout: a quarter of it (10 ms to 1 s), so one is closed within
-/// `timeout` and a quarter of it (at most 1 s) more.
-fn sweep_period(timeout: Duration) -> Duration {
-    (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
-
-/// Milliseconds since `epoch`, plus one.
-fn millis_since(epoch: Instant) -> u64 {
-    u64::try_from(epoch.elapsed().as_millis())
-        .unwrap_or(u64::MAX - 1)
-        .saturating_add(1)
-}
-
-/// What a connection of [`serve_route`] tells its accept loop: the
-/// eviction and the header read timeout read it.
-#[derive(Clone)]
-struct Activity {
-    /// 0 while a request is in progress; otherwise when the connection
-    /// last became idle (opened, or answered), see [`millis_since`].
-    idle_since: Arc<AtomicU64>,
-    epoch: Instant,
+/// How often the accept loop sweeps: an eighth of the shorter of the
+/// header read timeout and the time limit, from 10 ms to 250 ms (a scan
+/// of at most `max_connections` words each time).
+fn sweep_period(timeout: Duration, limit: Option<Duration>) -> Duration {
+    let shortest = limit.map_or(timeout, |limit| limit.min(timeout));
+    (shortest / 8).clamp(Duration::from_millis(10), Duration::from_millis(250))
 }
 
 /// One connection of [`serve_route`]: its requests one after the other
 /// until the client closes it (or the accept loop closes it: its headers
 /// late, or evicted), or, once `stop` fires, until the one in progress is
 /// answered.
-async fn serve_connection<H, F>(
+async fn serve_connection<H, F, L>(
     stream: TcpStream,
-    (path, handle): (&'static str, H),
-    (http1, activity): (hyper::server::conn::http1::Builder, Activity),
+    (path, handle, connection): (&'static str, H, Arc<Connection<L>>),
+    http1: hyper::server::conn::http1::Builder,
     stop: Stop,
 ) where
     H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = StatusCode> + Send + 'static,
+    L: TimeLimit,
 {
     let _ = stream.set_nodelay(true);
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        activity.idle_since.store(0, Ordering::Relaxed);
-        let answer = if request.uri().path() != path {
-            Err(StatusCode::NOT_FOUND)
+        let began = connection.clock.read();
+        connection.state.store(BUSY | began, Ordering::Release);
+        let (handled, status) = if request.uri().path() != path {
+            (None, StatusCode::NOT_FOUND)
         } else if request.method() != Method::POST {
-            Err(StatusCode::METHOD_NOT_ALLOWED)
+            (None, StatusCode::METHOD_NOT_ALLOWED)
         } else {
-            Ok(handle(request))
+            (Some(handle(request)), StatusCode::OK)
         };
-        // Only what the answer stamps (not the stats: a count every
-        // connection writes, cloned per request).
-        let (idle_since, epoch) = (activity.idle_since.clone(), activity.epoch);
-        async move {
-            let status = match answer {
-                Ok(handled) => handled.await,
-                Err(status) => status,
-            };
-            let mut response = Response::new(Empty::<Bytes>::new());
-            *response.status_mut() = status;
-            if status == StatusCode::METHOD_NOT_ALLOWED {
-                let allow = axum::http::HeaderValue::from_static("POST");
-                response.headers_mut().insert(header::ALLOW, allow);
-            }
-            idle_since.store(millis_since(epoch), Ordering::Relaxed);
-            Ok::<_, Infallible>(response)
+        Answering {
+            handled,
+            status,
+            began,
+            connection: connection.clone(),
         }
     });
-    let connection = http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-    tokio::pin!(connection);
+    let served = http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(served);
     let stopped = tokio::select! {
-        _ = connection.as_mut() => false,
+        _ = served.as_mut() => false,
         _ = stop => true,
     };
     if stopped {
-        connection.as_mut().graceful_shutdown();
-        let _ = connection.await;
+        served.as_mut().graceful_shutdown();
+        let _ = served.await;
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer on a connection of [`serve_route`]: its
+    /// handler's status (its future held inline: no allocation per
+    /// request), the route's own (404, 405), or, once the sweep marks the
+    /// request [`EXPIRED`], the time limit's; then the connection is
+    /// stamped idle.
+    struct Answering<F, L> {
+        #[pin]
+        handled: Option<F>,
+        // The answer when there is no handler.
+        status: StatusCode,
+        // The `Clock` time the request began.
+        began: u64,
+        connection: Arc<Connection<L>>,
+    }
+}
+
+impl<F: Future<Output = StatusCode>, L: TimeLimit> Future for Answering<F, L> {
+    type Output = Result<Response<Empty<Bytes>>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let connection = &**this.connection;
+        let status = match this.handled.as_mut().as_pin_mut() {
+            None => *this.status,
+            Some(handled) => match handled.poll(cx) {
+                Poll::Ready(status) => status,
+                Poll::Pending => {
+                    // Registered before the flag is read: a sweep that
+                    // sets it after the read wakes this task.
+                    connection.waker.register(cx.waker());
+                    if connection.state.load(Ordering::Acquire) & EXPIRED == 0 {
+                        return Poll::Pending;
+                    }
+                    // Given up: the handler's future goes now.
+                    this.handled.set(None);
+                    let held = connection.clock.read().saturating_sub(*this.began);
+                    connection.time_limit.timed_out(Duration::from_millis(held))
+                }
+            },
+        };
+        let mut response = Response::new(Empty::<Bytes>::new());
+        *response.status_mut() = status;
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            let allow = axum::http::HeaderValue::from_static("POST");
+            response.headers_mut().insert(header::ALLOW, allow);
+        }
+        connection
+            .state
+            .store(connection.clock.read(), Ordering::Release);
+        Poll::Ready(Ok(response))
     }
 }
 
@@ -374,7 +532,7 @@ mod tests {
     };
 
     /// `handle` served at `/pubsub/push` on a loopback port under
-    /// `limits`; the bound address.
+    /// `limits`, with no time limit; the bound address.
     async fn serve_push<H, F>(
         handle: H,
         limits: (ConnectionLimits, Arc<Stats>),
@@ -385,11 +543,96 @@ mod tests {
         H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
         F: Future<Output = StatusCode> + Send + 'static,
     {
+        serve_limited(handle, Arc::new(NoTimeLimit), limits, stop, tasks).await
+    }
+
+    /// `handle` served at `/pubsub/push` on a loopback port under
+    /// `limits` and `time_limit`; the bound address.
+    async fn serve_limited<H, F, L: TimeLimit>(
+        handle: H,
+        time_limit: Arc<L>,
+        limits: (ConnectionLimits, Arc<Stats>),
+        stop: watch::Receiver<bool>,
+        tasks: &mut JoinSet<()>,
+    ) -> SocketAddr
+    where
+        H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = StatusCode> + Send + 'static,
+    {
         let addr = "127.0.0.1:0".parse().expect("address");
         let connect = move || handle.clone();
-        serve_route("push", addr, ("/pubsub/push", connect), limits, stop, tasks)
+        let route = ("/pubsub/push", connect, time_limit);
+        serve_route("push", addr, route, limits, stop, tasks)
             .await
             .expect("bound")
+    }
+
+    /// A time limit that answers 504 and keeps what it was told.
+    struct Recorded {
+        limit: Duration,
+        given_up: parking_lot::Mutex<Vec<Duration>>,
+    }
+
+    impl TimeLimit for Recorded {
+        fn limit(&self) -> Option<Duration> {
+            Some(self.limit)
+        }
+
+        fn timed_out(&self, held: Duration) -> StatusCode {
+            self.given_up.lock().push(held);
+            StatusCode::GATEWAY_TIMEOUT
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_past_the_time_limit_is_answered_by_it_and_the_next_on_its_connection_is_not()
+    {
+        let (_stop_tx, stop) = watch::channel(false);
+        // A request with `x-slow` never ends on its own; others at once.
+        let handle = |request: Request<Incoming>| {
+            let slow = request.headers().contains_key("x-slow");
+            async move {
+                if slow {
+                    std::future::pending::<()>().await;
+                }
+                StatusCode::NO_CONTENT
+            }
+        };
+        let limit = Arc::new(Recorded {
+            limit: Duration::from_millis(400),
+            given_up: Default::default(),
+        });
+        let mut tasks = JoinSet::new();
+        let stats = Arc::new(Stats::default());
+        let addr = serve_limited(handle, limit.clone(), (LIMITS, stats), stop, &mut tasks).await;
+        // One client, one kept-alive connection: the slow request, then
+        // quick ones on the same connection.
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .build()
+            .expect("client");
+        let url = format!("http://{addr}/pubsub/push");
+        let started = std::time::Instant::now();
+        let slow = client
+            .post(&url)
+            .header("x-slow", "1")
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        let took = started.elapsed();
+        assert_eq!(slow.map(|r| r.status().as_u16()).ok(), Some(504));
+        // Never after the limit (with room for a loaded machine's
+        // scheduling), at most two sweep periods (2 x 50 ms) before it.
+        assert!(took >= Duration::from_millis(300), "not before: {took:?}");
+        assert!(took < Duration::from_millis(1500), "at the limit: {took:?}");
+        let given_up = limit.given_up.lock().clone();
+        assert_eq!(given_up.len(), 1, "answered by the time limit once");
+        assert!(given_up[0] >= Duration::from_millis(250), "{given_up:?}");
+        for _ in 0..20 {
+            let quick = client.post(&url).send().await;
+            assert_eq!(quick.map(|r| r.status().as_u16()).ok(), Some(204));
+        }
+        assert_eq!(limit.given_up.lock().len(), 1, "no later request given up");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -133,20 +133,20 @@ pub async fn run(
     }
     if let (Some(((addr, limits), push)), false) = (&push, shared) {
         let push = push.clone();
-        let route = (PUSH_PATH, move || {
-            // An Arc per connection: each request clones the count of
-            // its connection's, not the endpoint's, which every
-            // connection on both cores would write (a contended line:
-            // 1.7 % of a push run's CPU in that one clone).
-            let push = Arc::new(push.clone());
-            move |request| {
-                let push = push.clone();
-                // Boxed: a held request's future is ~1.5 KiB, moved
-                // several times on its way into the connection's
-                // dispatcher otherwise.
-                Box::pin(async move { push.handle(request).await })
-            }
-        });
+        // The hold cap: the accept loop's sweep answers a request past it.
+        let hold_cap = Arc::new(push.clone());
+        let route = (
+            PUSH_PATH,
+            move || {
+                // An Arc per connection: each request clones the count of
+                // its connection's, not the endpoint's, which every
+                // connection on both cores would write (a contended line:
+                // 1.7 % of a push run's CPU in that one clone).
+                let push = Arc::new(push.clone());
+                move |request| Push::serve(push.clone(), request)
+            },
+            hold_cap,
+        );
         let bound = crate::http::serve_route(
             "push",
             *addr,

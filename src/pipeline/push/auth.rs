@@ -85,7 +85,9 @@ impl Authenticator {
     pub async fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         match self {
             Self::Trusting => Ok(()),
-            Self::Google(verifier) => verifier.verify(bearer(headers)?).await,
+            // Boxed: a request's future holds this check's, and every
+            // request's would otherwise be as large as a verification's.
+            Self::Google(verifier) => Box::pin(verifier.verify(bearer(headers)?)).await,
         }
     }
 

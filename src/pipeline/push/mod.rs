@@ -30,6 +30,7 @@
 //! - Once [`Push::close`] returns, nothing more enters the aggregator: the
 //!   flusher's drain then settles (and so answers) every admitted request.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +43,7 @@ use parking_lot::RwLock;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::http::TimeLimit;
 use crate::model::item::Item;
 use crate::pipeline::acker::{AckHandle, Confirmation};
 use crate::pipeline::aggregator::{Aggregator, Pending};
@@ -198,95 +200,151 @@ impl Push {
 }
 
 /// `POST /pubsub/push` through the router (the endpoint shares the
-/// metrics endpoint's address).
+/// metrics endpoint's address): held to the cap by a timer.
 async fn receive(State(push): State<Push>, request: Request) -> StatusCode {
     push.handle(request).await
 }
 
 impl Push {
-    /// One `POST /pubsub/push` request (routed already, by the router or
-    /// by `http::serve_route`): its answer's status.
+    /// One `POST /pubsub/push` request (routed by the router): its
+    /// answer's status, 503 at the hold cap (a timer).
     pub async fn handle<B>(&self, request: axum::http::Request<B>) -> StatusCode
     where
-        B: HttpBody<Data = Bytes> + Unpin,
-        B::Error: std::fmt::Display,
+        B: HttpBody<Data = Bytes> + Unpin + Send + 'static,
+        B::Error: std::fmt::Display + Send,
     {
-        self.inner.handle(request).await
+        let Some(hold_max) = self.limit() else {
+            return self.inner.answer(PushOutcome::Closed);
+        };
+        let arrived = Instant::now();
+        let held = tokio::time::timeout_at(arrived + hold_max, Push::serve(self.clone(), request));
+        match held.await {
+            Ok(status) => status,
+            Err(_) => self.timed_out(arrived.elapsed()),
+        }
+    }
+
+    /// One `POST /pubsub/push` request, with no hold cap of its own (on
+    /// `http::serve_route`, whose sweep answers it at the cap: [`Push`]'s
+    /// [`TimeLimit`]): its answer's status.
+    ///
+    /// The future owns `push` (a connection's own handle, so no count
+    /// every connection writes is cloned) and only the request's headers
+    /// and body: its head is let go here, since it shares the
+    /// connection's read buffer (one kept through the hold made hyper
+    /// allocate a new buffer for each next request), and the headers once
+    /// the body is parsed. Written as one block over small awaits (the
+    /// signing-key check boxed, an oversized body's digest boxed), it is
+    /// small enough (about 500 bytes) to go unboxed into the connection.
+    pub fn serve<P, B>(
+        push: P,
+        request: axum::http::Request<B>,
+    ) -> impl Future<Output = StatusCode> + Send + 'static
+    where
+        P: AsRef<Push> + Send + 'static,
+        B: HttpBody<Data = Bytes> + Unpin + Send + 'static,
+        B::Error: std::fmt::Display + Send,
+    {
+        let arrived = Instant::now();
+        let (axum::http::request::Parts { headers, .. }, body) = request.into_parts();
+        async move {
+            let inner = &*push.as_ref().inner;
+            if inner.intake.read().is_none() {
+                return inner.answer(PushOutcome::Closed);
+            }
+            if let Err(refusal) = inner.auth.check(&headers).await {
+                return inner.refuse(refusal);
+            }
+            let Some(slot) = inner.slots.try_take() else {
+                return inner.over_capacity();
+            };
+            let read = match body::read(body).await {
+                Ok(read) => read,
+                Err(error) => return inner.unread(&error),
+            };
+            let Some(settled) = inner.admit_read(&headers, read, slot) else {
+                return inner.answer(PushOutcome::Closed);
+            };
+            drop(headers);
+            let outcome = match settled.await {
+                Ok(true) => PushOutcome::Acked,
+                // Nacked, or the handle dropped unsettled (a commit task failed).
+                Ok(false) | Err(_) => PushOutcome::Nacked,
+            };
+            inner.stats.push_hold.record(arrived.elapsed());
+            inner.answer(outcome)
+        }
+    }
+}
+
+impl AsRef<Push> for Push {
+    fn as_ref(&self) -> &Push {
+        self
+    }
+}
+
+/// The hold cap as `http::serve_route`'s time limit: a request unsettled
+/// after it is answered 503, counted and logged here, its handle left in
+/// its batch.
+impl TimeLimit for Push {
+    fn limit(&self) -> Option<Duration> {
+        self.inner.intake.read().as_ref().map(|i| i.hold_max)
+    }
+
+    fn timed_out(&self, held: Duration) -> StatusCode {
+        let inner = &self.inner;
+        if inner
+            .stats
+            .warnings
+            .admit("push requests held to the cap", "timed_out")
+        {
+            tracing::warn!(?held, "push request not settled within its hold cap: answered 503 (its batch may still commit; the redelivery is then a duplicate)");
+        }
+        inner.stats.push_hold.record(held);
+        inner.answer(PushOutcome::TimedOut)
     }
 }
 
 impl Inner {
-    /// Authenticates the request, gives it a slot, admits its message and
-    /// holds it until its handle is settled or the hold cap: the status.
-    async fn handle<B>(&self, request: axum::http::Request<B>) -> StatusCode
-    where
-        B: HttpBody<Data = Bytes> + Unpin,
-        B::Error: std::fmt::Display,
-    {
-        let arrived = Instant::now();
-        let inner = self;
-        let Some(hold_max) = inner.intake.read().as_ref().map(|i| i.hold_max) else {
-            return inner.answer(PushOutcome::Closed);
-        };
-        // Only the headers go on (the rest of the head is dropped here),
-        // and only until the body is parsed: a request's head shares its
-        // connection's read buffer, and one kept through the hold made
-        // hyper allocate a new buffer for each next request.
-        let (axum::http::request::Parts { headers, .. }, body) = request.into_parts();
-        if let Err(refusal) = inner.auth.check(&headers).await {
-            return inner.refuse(refusal);
-        }
-        let Some(slot) = inner.slots.try_take() else {
-            if inner
-                .stats
-                .warnings
-                .admit("push requests over --push-max-in-flight", "429")
-            {
-                tracing::warn!(
-                max = inner.slots.max,
+    /// Answers a request over `--push-max-in-flight` 429 (counted, logged
+    /// rate-limited).
+    fn over_capacity(&self) -> StatusCode {
+        if self
+            .stats
+            .warnings
+            .admit("push requests over --push-max-in-flight", "429")
+        {
+            tracing::warn!(
+                max = self.slots.max,
                 "push request answered 429: --push-max-in-flight requests are held (Pub/Sub retries it)"
             );
-            }
-            return inner.answer(PushOutcome::OverCapacity);
-        };
-        let held = tokio::time::timeout_at(arrived + hold_max, inner.deliver(headers, body, slot));
-        let outcome = held.await.unwrap_or_else(|_| {
-        if inner.stats.warnings.admit("push requests held to the cap", "timed_out") {
-            tracing::warn!(?hold_max, "push request not settled within its hold cap: answered 503 (its batch may still commit; the redelivery is then a duplicate)");
         }
-        PushOutcome::TimedOut
-    });
-        if matches!(
-            outcome,
-            PushOutcome::Acked | PushOutcome::Nacked | PushOutcome::TimedOut
-        ) {
-            inner.stats.push_hold.record(arrived.elapsed());
-        }
-        inner.answer(outcome)
+        self.answer(PushOutcome::OverCapacity)
     }
 
-    /// Reads the body, adds its message to the aggregator and waits for
-    /// its handle to be settled.
-    async fn deliver<B>(&self, headers: axum::http::HeaderMap, body: B, slot: Slot) -> PushOutcome
-    where
-        B: HttpBody<Data = Bytes> + Unpin,
-        B::Error: std::fmt::Display,
-    {
-        let read = match body::read(body).await {
-            Ok(read) => read,
-            Err(error) => {
-                if self
-                    .stats
-                    .warnings
-                    .admit("push request bodies not read", "unread")
-                {
-                    tracing::warn!(%error, "push request body did not arrive whole: answered 503 (Pub/Sub retries it)");
-                }
-                return PushOutcome::Unread;
-            }
-        };
-        let delivery = body::parse(&headers, read, &self.subscription);
-        drop(headers);
+    /// Answers a request whose body did not arrive whole 503 (counted,
+    /// logged rate-limited).
+    fn unread(&self, error: &dyn std::fmt::Display) -> StatusCode {
+        if self
+            .stats
+            .warnings
+            .admit("push request bodies not read", "unread")
+        {
+            tracing::warn!(%error, "push request body did not arrive whole: answered 503 (Pub/Sub retries it)");
+        }
+        self.answer(PushOutcome::Unread)
+    }
+
+    /// Parses the body `read` (with the request's `headers`) and adds its
+    /// message to the aggregator with `slot`: the receiver its handle's
+    /// ack or nack settles, or `None` when closed.
+    fn admit_read(
+        &self,
+        headers: &axum::http::HeaderMap,
+        read: body::Read,
+        slot: Slot,
+    ) -> Option<oneshot::Receiver<bool>> {
+        let delivery = body::parse(headers, read, &self.subscription);
         if let Some(from) = &delivery.other_subscription {
             if self
                 .stats
@@ -306,14 +364,7 @@ impl Inner {
             published: delivery.published,
             item: delivery.item,
         };
-        if !self.admit(pending) {
-            return PushOutcome::Closed;
-        }
-        match settled.await {
-            Ok(true) => PushOutcome::Acked,
-            // Nacked, or the handle dropped unsettled (a commit task failed).
-            Ok(false) | Err(_) => PushOutcome::Nacked,
-        }
+        self.admit(pending).then_some(settled)
     }
 
     /// Adds `pending` to the aggregator unless closed; counts it as received.
