@@ -90,8 +90,10 @@ where
             }
             continue;
         }
-        // Over the limit: digest what was held and stream the rest by.
-        let mut oversized = Oversized::default();
+        // Over the limit: digest what was held and stream the rest by
+        // (boxed: a hasher's state, held across the reads below, would
+        // otherwise make every request's future larger).
+        let mut oversized = Box::<Oversized>::default();
         for piece in first.take().into_iter().chain(more.drain(..)) {
             oversized.add(&piece);
         }
@@ -182,11 +184,15 @@ pub struct Delivery {
 }
 
 /// Pub/Sub's wrapped body (fields it may add later are ignored).
+///
+/// Its strings are borrowed from the body where no escape needs undoing:
+/// no copy. (serde's `borrow` alone borrows a `Cow` only outside an
+/// `Option`: inside one it always copies, hence [`text`].)
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow)]
     message: Option<WireMessage<'a>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "text")]
     subscription: Option<Cow<'a, str>>,
 }
 
@@ -194,19 +200,58 @@ struct Envelope<'a> {
 /// spellings.
 #[derive(Deserialize)]
 struct WireMessage<'a> {
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "text")]
     data: Option<Cow<'a, str>>,
     #[serde(borrow)]
     attributes: Option<Attributes<'a>>,
-    // Borrowed from the body where no escape needs undoing: no copy.
-    #[serde(rename = "messageId", borrow)]
+    #[serde(rename = "messageId", borrow, default, deserialize_with = "text")]
     message_id: Option<Cow<'a, str>>,
-    #[serde(rename = "message_id", borrow)]
+    #[serde(rename = "message_id", borrow, default, deserialize_with = "text")]
     message_id_snake: Option<Cow<'a, str>>,
-    #[serde(rename = "publishTime", borrow)]
+    #[serde(rename = "publishTime", borrow, default, deserialize_with = "text")]
     publish_time: Option<Cow<'a, str>>,
-    #[serde(rename = "publish_time", borrow)]
+    #[serde(rename = "publish_time", borrow, default, deserialize_with = "text")]
     publish_time_snake: Option<Cow<'a, str>>,
+}
+
+/// An optional string borrowed from the input when it has no escapes,
+/// copied (with its escapes undone) when it has.
+fn text<'de: 'a, 'a, D>(deserializer: D) -> Result<Option<Cow<'a, str>>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    Ok(Option::<Text<'a>>::deserialize(deserializer)?.map(|Text(text)| text))
+}
+
+/// A string of [`text`].
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(TextVisitor(std::marker::PhantomData))
+    }
+}
+
+struct TextVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for TextVisitor<'a> {
+    type Value = Text<'a>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Text<'a>, E> {
+        Ok(Text(Cow::Borrowed(text)))
+    }
+
+    fn visit_str<E>(self, text: &str) -> Result<Text<'a>, E> {
+        Ok(Text(Cow::Owned(text.to_owned())))
+    }
+
+    fn visit_string<E>(self, text: String) -> Result<Text<'a>, E> {
+        Ok(Text(Cow::Owned(text)))
+    }
 }
 
 /// A wrapped message's attributes as the body holds them: checked to be

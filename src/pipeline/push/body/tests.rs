@@ -266,3 +266,32 @@ fn the_message_id_is_found_after_the_data_or_not_at_all() {
     assert_eq!(message_id_in(br#"AAAA","messageId":"987"#), None, "cut off");
     assert_eq!(message_id_in(br#"AAAA"}"#), None);
 }
+
+#[test]
+fn a_wrapped_bodys_strings_are_borrowed_from_it_and_copied_only_to_undo_escapes() {
+    let body = serde_json::json!({
+        "message": {
+            "data": b64(EVENT.as_bytes()),
+            "messageId": "m1",
+            "message_id": "m1",
+            "publishTime": "2026-11-30T12:00:01Z",
+            "publish_time": "2026-11-30T12:00:01Z",
+        },
+        "subscription": SUBSCRIPTION,
+    })
+    .to_string();
+    let envelope: Envelope = serde_json::from_str(&body).expect("an envelope");
+    let message = envelope.message.expect("a message");
+    let borrowed = |text: &Option<Cow<str>>| matches!(text, Some(Cow::Borrowed(_)));
+    assert!(borrowed(&message.data), "data");
+    assert!(borrowed(&message.message_id), "messageId");
+    assert!(borrowed(&message.message_id_snake), "message_id");
+    assert!(borrowed(&message.publish_time), "publishTime");
+    assert!(borrowed(&message.publish_time_snake), "publish_time");
+    assert!(borrowed(&envelope.subscription), "subscription");
+    // An escape is undone in a copy.
+    let escaped = r#"{"message": {"messageId": "m\u0031"}}"#;
+    let envelope: Envelope = serde_json::from_str(escaped).expect("an envelope");
+    let id = envelope.message.expect("a message").message_id;
+    assert!(matches!(&id, Some(Cow::Owned(id)) if id == "m1"), "{id:?}");
+}
