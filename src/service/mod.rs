@@ -142,8 +142,8 @@ pub async fn run(
                 // its connection's, not the endpoint's, which every
                 // connection on both cores would write (a contended line:
                 // 1.7 % of a push run's CPU in that one clone).
-                let push = Arc::new(push.clone());
-                move |request| Push::serve(push.clone(), request)
+                let connection = Arc::new(push.connection());
+                move |request| Push::serve(connection.clone(), request)
             },
             hold_cap,
         );

@@ -81,13 +81,24 @@ impl Authenticator {
         }
     }
 
-    /// Whether the request with `headers` may push.
-    pub async fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+    /// Whether the request with `headers` may push; `memo` is its
+    /// connection's (see [`TokenMemo`]).
+    pub async fn check(&self, headers: &HeaderMap, memo: &TokenMemo) -> Result<(), Refusal> {
         match self {
             Self::Trusting => Ok(()),
-            // Boxed: a request's future holds this check's, and every
-            // request's would otherwise be as large as a verification's.
-            Self::Google(verifier) => Box::pin(verifier.verify(bearer(headers)?)).await,
+            // Not boxed: a remembered token's check (every request's but
+            // the first per token) allocates nothing; `verify` boxes the
+            // full check, the rare path, itself.
+            Self::Google(verifier) => {
+                let token = bearer(headers)?;
+                let now = unix_now();
+                if memo.proves(token, now) {
+                    return Ok(());
+                }
+                let exp = verifier.verify_at(token, now).await?;
+                memo.remember(token, exp);
+                Ok(())
+            }
         }
     }
 
@@ -97,6 +108,30 @@ impl Authenticator {
         if let Self::Google(verifier) = self {
             let _ = verifier.jwks.refresh().await;
         }
+    }
+}
+
+/// The token a connection's last request proved, with its `exp`: Pub/Sub
+/// sends one token with many requests, so the next request on the
+/// connection that carries the same one is checked by comparing it, with
+/// no lock or hash that other connections share (the verifier's map of
+/// tokens is one lock for every connection, and hashes ~800 bytes).
+///
+/// Invariant: it holds only a token [`Verifier::verify_at`] accepted, and
+/// proves it only until its `exp` (and the clock skew allowed), as the
+/// verifier's own map does.
+#[derive(Default)]
+pub struct TokenMemo(Mutex<Option<(Box<str>, u64)>>);
+
+impl TokenMemo {
+    /// Whether `token` is the one remembered and not expired at `now`.
+    fn proves(&self, token: &str, now: u64) -> bool {
+        matches!(&*self.0.lock(), Some((known, exp)) if **known == *token && now <= exp + CLOCK_SKEW_SECS)
+    }
+
+    /// Remembers `token`, verified, valid until `exp`.
+    fn remember(&self, token: &str, exp: u64) {
+        *self.0.lock() = Some((token.into(), exp));
     }
 }
 
@@ -168,10 +203,15 @@ impl Verifier {
     /// token already verified; otherwise one RS256 verification (and at
     /// most one key fetch, see [`Jwks::key`]).
     pub async fn verify(&self, token: &str) -> Result<(), Refusal> {
-        let now = unix_now();
+        self.verify_at(token, unix_now()).await.map(|_| ())
+    }
+
+    /// [`Verifier::verify`] at `now` (seconds since the epoch): the
+    /// token's `exp` when it is valid.
+    pub async fn verify_at(&self, token: &str, now: u64) -> Result<u64, Refusal> {
         if let Some(&exp) = self.verified.lock().get(token) {
             if now <= exp + CLOCK_SKEW_SECS {
-                return Ok(());
+                return Ok(exp);
             }
         }
         // Boxed: the full check (and its key fetch) is the rare path, and
@@ -185,7 +225,7 @@ impl Verifier {
             }
         }
         verified.insert(token.into(), exp);
-        Ok(())
+        Ok(exp)
     }
 
     /// Every check, from the signature on; returns the token's `exp`.

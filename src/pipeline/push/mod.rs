@@ -54,7 +54,7 @@ pub mod body;
 pub mod jwks;
 
 pub use crate::config::{AuthConfig, GoogleAuth, PushConfig, MIN_ACK_DEADLINE};
-pub use auth::{Authenticator, Refusal};
+pub use auth::{Authenticator, Refusal, TokenMemo};
 
 /// The path Pub/Sub pushes to.
 pub const PATH: &str = "/pubsub/push";
@@ -217,7 +217,8 @@ impl Push {
             return self.inner.answer(PushOutcome::Closed);
         };
         let arrived = Instant::now();
-        let held = tokio::time::timeout_at(arrived + hold_max, Push::serve(self.clone(), request));
+        let served = Push::serve(self.connection(), request);
+        let held = tokio::time::timeout_at(arrived + hold_max, served);
         match held.await {
             Ok(status) => status,
             Err(_) => self.timed_out(arrived.elapsed()),
@@ -228,31 +229,32 @@ impl Push {
     /// `http::serve_route`, whose sweep answers it at the cap: [`Push`]'s
     /// [`TimeLimit`]): its answer's status.
     ///
-    /// The future owns `push` (a connection's own handle, so no count
-    /// every connection writes is cloned) and only the request's headers
+    /// The future owns `connection` (its own count, so no count every
+    /// connection writes is cloned) and only the request's headers
     /// and body: its head is let go here, since it shares the
     /// connection's read buffer (one kept through the hold made hyper
     /// allocate a new buffer for each next request), and the headers once
-    /// the body is parsed. Written as one block over small awaits (the
-    /// signing-key check boxed, an oversized body's digest boxed), it is
+    /// the body is parsed. Written as one block over small awaits (a
+    /// token's full check and an oversized body's digest boxed), it is
     /// small enough (about 500 bytes) to go unboxed into the connection.
     pub fn serve<P, B>(
-        push: P,
+        connection: P,
         request: axum::http::Request<B>,
     ) -> impl Future<Output = StatusCode> + Send + 'static
     where
-        P: AsRef<Push> + Send + 'static,
+        P: AsRef<PushConnection> + Send + 'static,
         B: HttpBody<Data = Bytes> + Unpin + Send + 'static,
         B::Error: std::fmt::Display + Send,
     {
         let arrived = Instant::now();
         let (axum::http::request::Parts { headers, .. }, body) = request.into_parts();
         async move {
-            let inner = &*push.as_ref().inner;
+            let connection = connection.as_ref();
+            let inner = &*connection.push.inner;
             if inner.intake.read().is_none() {
                 return inner.answer(PushOutcome::Closed);
             }
-            if let Err(refusal) = inner.auth.check(&headers).await {
+            if let Err(refusal) = inner.auth.check(&headers, &connection.token).await {
                 return inner.refuse(refusal);
             }
             let Some(slot) = inner.slots.try_take() else {
@@ -277,8 +279,26 @@ impl Push {
     }
 }
 
-impl AsRef<Push> for Push {
-    fn as_ref(&self) -> &Push {
+impl Push {
+    /// A handle for one connection's requests ([`Push::serve`]).
+    pub fn connection(&self) -> PushConnection {
+        PushConnection {
+            push: self.clone(),
+            token: TokenMemo::default(),
+        }
+    }
+}
+
+/// One connection's handle on the endpoint: what its requests clone is
+/// its own, and it remembers the token its last request proved
+/// ([`TokenMemo`]).
+pub struct PushConnection {
+    push: Push,
+    token: TokenMemo,
+}
+
+impl AsRef<PushConnection> for PushConnection {
+    fn as_ref(&self) -> &PushConnection {
         self
     }
 }

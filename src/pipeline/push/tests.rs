@@ -108,8 +108,8 @@ impl Rig {
                 let connect = {
                     let push = push.clone();
                     move || {
-                        let push = Arc::new(push.clone());
-                        move |request| Push::serve(push.clone(), request)
+                        let connection = Arc::new(push.connection());
+                        move |request| Push::serve(connection.clone(), request)
                     }
                 };
                 let limits = crate::http::ConnectionLimits {

@@ -184,21 +184,30 @@ async fn a_missing_or_non_bearer_authorization_is_refused_before_any_key_is_fetc
     let server = server_of(&signer).await;
     let auth = Authenticator::Google(Box::new(verifier(&server)));
     let mut headers = HeaderMap::new();
-    assert_eq!(reason(auth.check(&headers).await), AuthFailure::Missing);
+    assert_eq!(
+        reason(auth.check(&headers, &TokenMemo::default()).await),
+        AuthFailure::Missing
+    );
     headers.insert(
         header::AUTHORIZATION,
         HeaderValue::from_static("Basic dTpw"),
     );
-    assert_eq!(reason(auth.check(&headers).await), AuthFailure::Malformed);
+    assert_eq!(
+        reason(auth.check(&headers, &TokenMemo::default()).await),
+        AuthFailure::Malformed
+    );
     headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
-    assert_eq!(reason(auth.check(&headers).await), AuthFailure::Malformed);
+    assert_eq!(
+        reason(auth.check(&headers, &TokenMemo::default()).await),
+        AuthFailure::Malformed
+    );
     assert_eq!(server.requests(), 0);
     let token = format!("bearer {}", signer.push_token());
     headers.insert(
         header::AUTHORIZATION,
         HeaderValue::from_str(&token).expect("header value"),
     );
-    assert_eq!(auth.check(&headers).await, Ok(()));
+    assert_eq!(auth.check(&headers, &TokenMemo::default()).await, Ok(()));
 }
 
 #[tokio::test]
@@ -284,4 +293,37 @@ async fn concurrent_verifications_all_pass_and_share_one_fetch() {
     }
     assert_eq!(server.requests(), 1);
     assert_eq!(verifier.verified.lock().len(), 64);
+}
+
+#[tokio::test]
+async fn a_connections_memo_proves_only_the_token_it_verified_and_only_until_it_expires() {
+    let signer = Signer::google(KID);
+    let server = server_of(&signer).await;
+    let auth = Authenticator::Google(Box::new(verifier(&server)));
+    let memo = TokenMemo::default();
+    let bearer = |token: &str| {
+        let mut headers = HeaderMap::new();
+        let value = HeaderValue::from_str(&format!("Bearer {token}")).expect("header value");
+        headers.insert(header::AUTHORIZATION, value);
+        headers
+    };
+    let now = now() as u64;
+    let exp = now + 600;
+    let token = signer.sign(&with("exp", exp.into()));
+    assert!(!memo.proves(&token, now), "nothing remembered yet");
+    assert_eq!(auth.check(&bearer(&token), &memo).await, Ok(()));
+    assert!(memo.proves(&token, now), "remembered once verified");
+    // Another token, even one with the same claims, is checked in full:
+    // a forged one is refused and the memo keeps the proved one.
+    let forged = Signer::forger(KID).sign(&with("exp", exp.into()));
+    assert!(!memo.proves(&forged, now));
+    assert_eq!(
+        reason(auth.check(&bearer(&forged), &memo).await),
+        AuthFailure::Signature
+    );
+    assert!(memo.proves(&token, now));
+    // Past its exp (and the skew allowed), the remembered token proves
+    // nothing.
+    assert!(memo.proves(&token, exp + CLOCK_SKEW_SECS));
+    assert!(!memo.proves(&token, exp + CLOCK_SKEW_SECS + 1));
 }
