@@ -202,8 +202,9 @@ fn mark(seen: &mut u8, bit: u32) -> bool {
     was
 }
 
-/// An object key, borrowed when it has no escapes.
-struct Key<'a>(Text<'a>);
+/// A string (an object key, a field), borrowed from the input when it
+/// has no escapes, copied with its escapes undone when it has.
+pub(crate) struct Key<'a>(pub(crate) Text<'a>);
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -211,7 +212,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = Key<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
+                f.write_str("a string")
             }
             fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
                 Ok(Key(Text::Borrowed(v)))

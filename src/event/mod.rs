@@ -23,6 +23,7 @@ mod ids;
 mod time;
 
 pub use decode::parse_general;
+pub(crate) use decode::Key as BorrowedText;
 pub use encode::to_json;
 pub(crate) use ids::push_decimal;
 pub use ids::{check_id, fnv1a64, user_hash, IdProblem};

@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+use crate::event::BorrowedText;
 use crate::model::item::Item;
 use crate::model::poison::{hex, PoisonRecord};
 
@@ -220,38 +221,7 @@ fn text<'de: 'a, 'a, D>(deserializer: D) -> Result<Option<Cow<'a, str>>, D::Erro
 where
     D: Deserializer<'de>,
 {
-    Ok(Option::<Text<'a>>::deserialize(deserializer)?.map(|Text(text)| text))
-}
-
-/// A string of [`text`].
-struct Text<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(TextVisitor(std::marker::PhantomData))
-    }
-}
-
-struct TextVisitor<'a>(std::marker::PhantomData<&'a ()>);
-
-impl<'de: 'a, 'a> Visitor<'de> for TextVisitor<'a> {
-    type Value = Text<'a>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a string")
-    }
-
-    fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Text<'a>, E> {
-        Ok(Text(Cow::Borrowed(text)))
-    }
-
-    fn visit_str<E>(self, text: &str) -> Result<Text<'a>, E> {
-        Ok(Text(Cow::Owned(text.to_owned())))
-    }
-
-    fn visit_string<E>(self, text: String) -> Result<Text<'a>, E> {
-        Ok(Text(Cow::Owned(text)))
-    }
+    Ok(Option::<BorrowedText<'de>>::deserialize(deserializer)?.map(|BorrowedText(text)| text))
 }
 
 /// A wrapped message's attributes as the body holds them: checked to be
