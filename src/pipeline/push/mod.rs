@@ -9,6 +9,9 @@
 //! ack answers **204**, its nack **503**. A request not settled within its
 //! hold cap (below the subscription's ack deadline, when Pub/Sub would
 //! give up on it anyway) is answered 503; its handle stays in its batch.
+//! On its own listener the cap is `http::serve_route`'s sweep ([`Push`]
+//! is the route's [`TimeLimit`]): no timer per request; behind the
+//! router, a timer per request ([`Push::handle`]).
 //!
 //! Invariants:
 //! - 204 leaves only through [`PushHandle`]'s ack, which only the flusher
