@@ -327,6 +327,7 @@ impl<L> Open<L> {
         let now = self.clock.tick();
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(STAMP);
         let (timeout_ms, period_ms) = (ms(timeout), ms(period));
+        let limit_ms = limit.map(ms);
         let mut late = Vec::new();
         for (id, held) in &self.held {
             let state = held.connection.state.load(Ordering::Acquire);
@@ -335,8 +336,8 @@ impl<L> Open<L> {
                 if age > timeout_ms.saturating_add(period_ms) {
                     late.push(*id);
                 }
-            } else if let Some(limit) = limit.filter(|_| state & EXPIRED == 0) {
-                if age.saturating_add(period_ms) >= ms(limit)
+            } else if let Some(limit_ms) = limit_ms.filter(|_| state & EXPIRED == 0) {
+                if age.saturating_add(period_ms) >= limit_ms
                     && held
                         .connection
                         .state
@@ -505,15 +506,12 @@ struct Stop {
 impl Future for Stop {
     type Output = ();
 
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if self.registered && !self.stopping.load(Ordering::Acquire) {
-            return std::task::Poll::Pending;
+            return Poll::Pending;
         }
         self.registered = true;
-        std::pin::Pin::new(&mut self.signal).poll(cx).map(|_| ())
+        Pin::new(&mut self.signal).poll(cx).map(|_| ())
     }
 }
 

@@ -258,31 +258,8 @@ impl<'de> Visitor<'de> for StringsOnly {
     }
 
     fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<(), M::Error> {
-        while map.next_entry::<AnyString, AnyString>()?.is_some() {}
+        while map.next_entry::<BorrowedText, BorrowedText>()?.is_some() {}
         Ok(())
-    }
-}
-
-/// Any string, escaped or not, kept nowhere.
-struct AnyString;
-
-impl<'de> Deserialize<'de> for AnyString {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(AnyStringVisitor)
-    }
-}
-
-struct AnyStringVisitor;
-
-impl Visitor<'_> for AnyStringVisitor {
-    type Value = AnyString;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a string")
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<AnyString, E> {
-        Ok(AnyString)
     }
 }
 

@@ -239,7 +239,7 @@ impl Push {
     /// allocate a new buffer for each next request), and the headers once
     /// the body is parsed. Written as one block over small awaits (a
     /// token's full check and an oversized body's digest boxed), it is
-    /// small enough (about 500 bytes) to go unboxed into the connection.
+    /// small enough (about 450 bytes) to go unboxed into the connection.
     pub fn serve<P, B>(
         connection: P,
         request: axum::http::Request<B>,
@@ -280,9 +280,7 @@ impl Push {
             inner.answer(outcome)
         }
     }
-}
 
-impl Push {
     /// A handle for one connection's requests ([`Push::serve`]).
     pub fn connection(&self) -> PushConnection {
         PushConnection {
